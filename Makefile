@@ -1,0 +1,51 @@
+# keeperless — one entry point for running, checking and testing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+CONFIG ?= config/server.properties
+SEEDS ?= 2000
+
+.PHONY: run test check venv sysdeps unit sim integration spark bench sim-long clean fmt
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+## run: a single-node combined cluster on 127.0.0.1:9092, data in ./data
+run: venv
+	$(BIN)/keeperless storage format --ignore-formatted -c $(CONFIG) \
+		-t $$($(BIN)/keeperless storage random-uuid)
+	exec $(BIN)/keeperless server start $(CONFIG)
+
+## check: format check, lint, types and unit tests
+check: venv
+	$(BIN)/ruff format --check src tests bench tools
+	$(BIN)/ruff check src tests bench tools
+	$(BIN)/mypy
+	$(BIN)/pytest -q tests/unit
+
+## sysdeps: system packages the integration tests need (kcat)
+sysdeps:
+	@command -v kcat >/dev/null 2>&1 || { \
+		echo "installing kcat via apt"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+
+## test: everything — check, simulations, integration tests with real clients
+test: check sysdeps
+	$(BIN)/pytest -q tests/sim tests/integration
+
+fmt: venv
+	$(BIN)/ruff format src tests bench tools
+	$(BIN)/ruff check --fix src tests bench tools
+
+## bench: produce/consume throughput vs raw file and socket baselines
+bench: venv
+	$(PY) bench/throughput.py
+
+clean:
+	rm -rf $(VENV) data

@@ -1,0 +1,5 @@
+import sys
+
+from keeperless.cli.main import main
+
+sys.exit(main())

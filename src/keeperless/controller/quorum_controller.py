@@ -1,0 +1,407 @@
+"""The quorum controller: the single writer of cluster metadata (KIP-631), sans-I/O.
+
+Every operation validates against the controller's latest image (which includes records
+appended but not yet committed, so that pipelined operations see each other) and returns
+``Result(records, response)`` without changing state. State changes only when the driver
+``replay``s the records, in log order.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.metadata import _records_gen as r
+from keeperless.metadata.image import (
+    BROKER_RESOURCE,
+    TOPIC_RESOURCE,
+    MetadataDelta,
+    MetadataImage,
+)
+from keeperless.metadata.topic_configs import TopicConfigError, validate_topic_configs
+
+__all__ = [
+    "ApiError",
+    "CreatePartitionsRequest",
+    "CreateTopicResult",
+    "NewTopic",
+    "QuorumController",
+    "Result",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+PRODUCER_ID_BLOCK = 1000
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+
+@dataclass(frozen=True, slots=True)
+class ApiError:
+    code: ErrorCode
+    message: str | None = None
+
+    @staticmethod
+    def none() -> ApiError:
+        return ApiError(ErrorCode.none)
+
+
+@dataclass(frozen=True, slots=True)
+class Result(Generic[T]):
+    records: list[Any]
+    response: T
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: Mapping[int, Sequence[int]] = field(default_factory=dict)
+    configs: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicResult:
+    name: str
+    error: ApiError
+    topic_id: UUID | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsRequest:
+    name: str
+    count: int
+    assignments: Sequence[Sequence[int]] | None = None
+
+
+def validate_topic_name(name: str) -> str | None:
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return 'Topic name cannot be "." or ".."'
+    if len(name) > MAX_TOPIC_NAME:
+        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters"
+    if not _LEGAL_TOPIC.match(name):
+        return (
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
+            "alphanumerics, '.', '_' and '-'"
+        )
+    return None
+
+
+class QuorumController:
+    def __init__(self, node_id: int, rng: random.Random, defaults: Mapping[str, int]) -> None:
+        self.node_id = node_id
+        self.rng = rng
+        self.defaults = defaults  # num.partitions, default.replication.factor
+        self.image = MetadataImage()
+
+    # -- state --------------------------------------------------------------------------
+
+    def replay(self, records: Sequence[Any], last_offset: int) -> None:
+        delta = MetadataDelta(self.image)
+        for rec in records:
+            delta.replay(rec)
+        delta.offset = last_offset
+        self.image = delta.apply()
+
+    def _uuid(self) -> UUID:
+        while True:
+            u = UUID(int=self.rng.getrandbits(128), version=4)
+            if u.int > 100 and u not in self.image.topics:
+                return u
+
+    # -- brokers ------------------------------------------------------------------------
+
+    def register_broker(
+        self,
+        broker_id: int,
+        incarnation_id: UUID,
+        endpoints: Sequence[tuple[str, str, int]],
+        rack: str | None,
+        next_offset: int,
+    ) -> Result[tuple[ApiError, int]]:
+        existing = self.image.brokers.get(broker_id)
+        if existing and existing.incarnation_id != incarnation_id and not existing.fenced:
+            return Result(
+                [],
+                (
+                    ApiError(
+                        ErrorCode.duplicate_broker_registration,
+                        f"Another broker is registered with id {broker_id}",
+                    ),
+                    -1,
+                ),
+            )
+        epoch = next_offset
+        rec = r.RegisterBrokerRecord(
+            broker_id=broker_id,
+            incarnation_id=incarnation_id,
+            broker_epoch=epoch,
+            end_points=tuple(
+                r.RegisterBrokerRecordBrokerEndpoint(name=n, host=h, port=p, security_protocol=0)
+                for n, h, p in endpoints
+            ),
+            features=(
+                r.RegisterBrokerRecordBrokerFeature(
+                    name="metadata.version", min_supported_version=7, max_supported_version=21
+                ),
+            ),
+            rack=rack,
+            fenced=True,
+        )
+        return Result([rec], (ApiError.none(), epoch))
+
+    def broker_heartbeat(
+        self, broker_id: int, epoch: int, want_fence: bool, caught_up: bool
+    ) -> Result[tuple[ApiError, bool]]:
+        """Returns (error, is_fenced after this heartbeat)."""
+        b = self.image.brokers.get(broker_id)
+        if b is None or b.epoch != epoch:
+            return Result(
+                [],
+                (
+                    ApiError(
+                        ErrorCode.stale_broker_epoch,
+                        f"Broker {broker_id} epoch {epoch} is not current",
+                    ),
+                    True,
+                ),
+            )
+        if b.fenced and not want_fence and caught_up:
+            return Result(
+                [r.UnfenceBrokerRecord(id=broker_id, epoch=epoch)], (ApiError.none(), False)
+            )
+        if not b.fenced and want_fence:
+            return Result([r.FenceBrokerRecord(id=broker_id, epoch=epoch)], (ApiError.none(), True))
+        return Result([], (ApiError.none(), b.fenced))
+
+    def allocate_producer_ids(
+        self, broker_id: int, epoch: int
+    ) -> Result[tuple[ApiError, int, int]]:
+        start = self.image.next_producer_id
+        rec = r.ProducerIdsRecord(
+            broker_id=broker_id, broker_epoch=epoch, next_producer_id=start + PRODUCER_ID_BLOCK
+        )
+        return Result([rec], (ApiError.none(), start, PRODUCER_ID_BLOCK))
+
+    # -- topics -------------------------------------------------------------------------
+
+    def _usable_brokers(self) -> list[int]:
+        return sorted(b.broker_id for b in self.image.brokers.values() if not b.fenced)
+
+    def _place(
+        self, num_partitions: int, rf: int, start_partition: int = 0
+    ) -> list[list[int]] | ApiError:
+        brokers = self._usable_brokers()
+        if rf > len(brokers):
+            return ApiError(
+                ErrorCode.invalid_replication_factor,
+                f"Unable to replicate the partition {rf} time(s): The target replication factor "
+                f"of {rf} cannot be reached because only {len(brokers)} broker(s) are registered.",
+            )
+        start = self.rng.randrange(len(brokers))
+        shift = self.rng.randrange(max(len(brokers) - 1, 1))
+        out = []
+        for p in range(start_partition, start_partition + num_partitions):
+            first = (start + p) % len(brokers)
+            replicas = [brokers[first]]
+            for k in range(1, rf):
+                replicas.append(
+                    brokers[(first + (shift + k - 1) % (len(brokers) - 1) + 1) % len(brokers)]
+                )
+            out.append(replicas)
+        return out
+
+    def create_topics(
+        self, topics: Sequence[NewTopic], validate_only: bool
+    ) -> Result[list[CreateTopicResult]]:
+        records: list[Any] = []
+        results: list[CreateTopicResult] = []
+        seen: set[str] = set()
+        for t in topics:
+            res = self._create_topic(t, t.name in seen)
+            seen.add(t.name)
+            results.append(res.response)
+            records.extend(res.records)
+        return Result([] if validate_only else records, results)
+
+    def _create_topic(self, t: NewTopic, duplicate: bool) -> Result[CreateTopicResult]:
+        def fail(code: ErrorCode, msg: str) -> Result[CreateTopicResult]:
+            return Result([], CreateTopicResult(t.name, ApiError(code, msg)))
+
+        if duplicate:
+            return fail(ErrorCode.invalid_request, f"Duplicate topic name {t.name} in request")
+        bad = validate_topic_name(t.name)
+        if bad:
+            return fail(ErrorCode.invalid_topic_exception, bad)
+        if t.name in self.image.topic_ids:
+            return fail(ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
+        try:
+            configs = validate_topic_configs(t.configs)
+        except TopicConfigError as e:
+            return fail(ErrorCode.invalid_config, str(e))
+        if t.assignments:
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                return fail(
+                    ErrorCode.invalid_request,
+                    "Both assignments and partition count or replication factor were given",
+                )
+            keys = sorted(t.assignments)
+            if keys != list(range(len(keys))):
+                return fail(
+                    ErrorCode.invalid_replica_assignment,
+                    "Partitions of a manual assignment must be numbered 0..N-1",
+                )
+            assigned = [list(t.assignments[k]) for k in keys]
+            placement: list[list[int]] | ApiError = assigned
+            for reps in assigned:
+                unknown = [b for b in reps if b not in self.image.brokers]
+                if unknown or not reps or len(set(reps)) != len(reps):
+                    return fail(
+                        ErrorCode.invalid_replica_assignment, f"Invalid replica assignment {reps}"
+                    )
+        else:
+            n = self.defaults["num.partitions"] if t.num_partitions == -1 else t.num_partitions
+            rf = (
+                self.defaults["default.replication.factor"]
+                if t.replication_factor == -1
+                else t.replication_factor
+            )
+            if n <= 0:
+                return fail(
+                    ErrorCode.invalid_partitions, "Number of partitions must be larger than 0."
+                )
+            if rf <= 0:
+                return fail(
+                    ErrorCode.invalid_replication_factor,
+                    "Replication factor must be larger than 0.",
+                )
+            placement = self._place(n, rf)
+        if isinstance(placement, ApiError):
+            return Result([], CreateTopicResult(t.name, placement))
+        tid = self._uuid()
+        records: list[Any] = [r.TopicRecord(name=t.name, topic_id=tid)]
+        for key, value in configs.items():
+            records.append(
+                r.ConfigRecord(
+                    resource_type=TOPIC_RESOURCE, resource_name=t.name, name=key, value=value
+                )
+            )
+        for p, reps in enumerate(placement):
+            records.append(self._partition_record(tid, p, reps))
+        return Result(
+            records,
+            CreateTopicResult(
+                t.name, ApiError.none(), tid, len(placement), len(placement[0]), configs
+            ),
+        )
+
+    def _partition_record(self, tid: UUID, p: int, reps: Sequence[int]) -> r.PartitionRecord:
+        brokers = self.image.brokers
+        isr = tuple(b for b in reps if b in brokers and not brokers[b].fenced) or tuple(reps)
+        return r.PartitionRecord(
+            partition_id=p,
+            topic_id=tid,
+            replicas=tuple(reps),
+            isr=isr,
+            leader=isr[0],
+            leader_epoch=0,
+            partition_epoch=0,
+            directories=tuple(UUID(int=0) for _ in reps),
+        )
+
+    def delete_topics(
+        self, names: Sequence[str], ids: Sequence[UUID]
+    ) -> Result[list[tuple[str | None, UUID | None, ApiError]]]:
+        records: list[Any] = []
+        out: list[tuple[str | None, UUID | None, ApiError]] = []
+        done: set[UUID] = set()
+        for name in names:
+            tid = self.image.topic_ids.get(name)
+            if tid is None:
+                out.append(
+                    (
+                        name,
+                        None,
+                        ApiError(
+                            ErrorCode.unknown_topic_or_partition,
+                            "This server does not host this topic.",
+                        ),
+                    )
+                )
+                continue
+            if tid not in done:
+                records.append(r.RemoveTopicRecord(topic_id=tid))
+                done.add(tid)
+            out.append((name, tid, ApiError.none()))
+        for tid in ids:
+            topic = self.image.topics.get(tid)
+            if topic is None:
+                out.append((None, tid, ApiError(ErrorCode.unknown_topic_id, "Unknown topic id")))
+                continue
+            if tid not in done:
+                records.append(r.RemoveTopicRecord(topic_id=tid))
+                done.add(tid)
+            out.append((topic.name, tid, ApiError.none()))
+        return Result(records, out)
+
+    def create_partitions(
+        self, reqs: Sequence[CreatePartitionsRequest], validate_only: bool
+    ) -> Result[list[tuple[str, ApiError]]]:
+        records: list[Any] = []
+        out: list[tuple[str, ApiError]] = []
+        for req in reqs:
+            topic = self.image.topic(req.name)
+            if topic is None:
+                out.append(
+                    (
+                        req.name,
+                        ApiError(
+                            ErrorCode.unknown_topic_or_partition,
+                            f"The topic '{req.name}' does not exist.",
+                        ),
+                    )
+                )
+                continue
+            current = len(topic.partitions)
+            if req.count <= current:
+                out.append(
+                    (
+                        req.name,
+                        ApiError(
+                            ErrorCode.invalid_partitions,
+                            f"Topic currently has {current} partitions, which is higher than or equal "
+                            f"to the requested {req.count}.",
+                        ),
+                    )
+                )
+                continue
+            rf = len(topic.partitions[0].replicas)
+            if req.assignments:
+                placement: list[list[int]] | ApiError = [list(a) for a in req.assignments]
+            else:
+                placement = self._place(req.count - current, rf, current)
+            if isinstance(placement, ApiError):
+                out.append((req.name, placement))
+                continue
+            if not validate_only:
+                for i, reps in enumerate(placement):
+                    records.append(self._partition_record(topic.topic_id, current + i, reps))
+            out.append((req.name, ApiError.none()))
+        return Result(records, out)
+
+    def broker_configs(self, broker_id: int) -> Mapping[str, str]:
+        return self.image.configs.get((BROKER_RESOURCE, str(broker_id)), {})

@@ -1,0 +1,54 @@
+"""Feature levels: `metadata.version` and the release names that map to it (Kafka's
+MetadataVersion)."""
+
+from __future__ import annotations
+
+__all__ = [
+    "LATEST_METADATA_VERSION",
+    "METADATA_VERSION_FEATURE",
+    "MINIMUM_METADATA_VERSION",
+    "metadata_version_for_release",
+    "release_for_level",
+]
+
+METADATA_VERSION_FEATURE = "metadata.version"
+
+# (release name, feature level), in order. The bare release ("3.7") means its last IV.
+_RELEASES: tuple[tuple[str, int], ...] = (
+    ("3.3-IV3", 7),
+    ("3.4-IV0", 8),
+    ("3.5-IV0", 9),
+    ("3.5-IV1", 10),
+    ("3.5-IV2", 11),
+    ("3.6-IV0", 12),
+    ("3.6-IV1", 13),
+    ("3.6-IV2", 14),
+    ("3.7-IV0", 15),
+    ("3.7-IV1", 16),
+    ("3.7-IV2", 17),
+    ("3.7-IV3", 18),
+    ("3.7-IV4", 19),
+    ("3.8-IV0", 20),
+    ("3.9-IV0", 21),
+)
+MINIMUM_METADATA_VERSION = _RELEASES[0][1]
+LATEST_METADATA_VERSION = _RELEASES[-1][1]
+
+
+def metadata_version_for_release(name: str) -> int:
+    """Feature level for a release name like ``3.9`` or ``3.7-IV4``."""
+    for release, level in _RELEASES:
+        if release == name:
+            return level
+    matching = [level for release, level in _RELEASES if release.split("-")[0] == name]
+    if matching:
+        return matching[-1]
+    known = ", ".join(sorted({r.split("-")[0] for r, _ in _RELEASES}))
+    raise ValueError(f"Unknown release version {name!r}; known releases: {known}")
+
+
+def release_for_level(level: int) -> str:
+    for release, lv in _RELEASES:
+        if lv == level:
+            return release
+    return f"level {level}"

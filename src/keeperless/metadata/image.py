@@ -1,0 +1,242 @@
+"""The immutable metadata image and the delta that builds the next one.
+
+``MetadataDelta(image).replay(record)`` has one handler per record type; ``apply()``
+returns a new image that shares every sub-map that did not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+from uuid import UUID
+
+from keeperless.metadata import _records_gen as r
+
+__all__ = [
+    "BrokerRegistration",
+    "MetadataDelta",
+    "MetadataImage",
+    "PartitionInfo",
+    "TopicImage",
+]
+
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})
+
+BROKER_RESOURCE = 4
+TOPIC_RESOURCE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: UUID
+    partitions: Mapping[int, PartitionInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    epoch: int
+    incarnation_id: UUID
+    endpoints: tuple[tuple[str, str, int], ...]  # (listener, host, port)
+    rack: str | None
+    fenced: bool
+    in_controlled_shutdown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    offset: int = -1
+    features: Mapping[str, int] = _EMPTY
+    topics: Mapping[UUID, TopicImage] = _EMPTY
+    topic_ids: Mapping[str, UUID] = _EMPTY
+    brokers: Mapping[int, BrokerRegistration] = _EMPTY
+    configs: Mapping[tuple[int, str], Mapping[str, str]] = _EMPTY
+    next_producer_id: int = 0
+
+    def topic(self, name: str) -> TopicImage | None:
+        tid = self.topic_ids.get(name)
+        return None if tid is None else self.topics.get(tid)
+
+    def topic_config(self, name: str) -> Mapping[str, str]:
+        return self.configs.get((TOPIC_RESOURCE, name), _EMPTY)
+
+
+@dataclass(slots=True)
+class MetadataDelta:
+    image: MetadataImage
+    _features: dict[str, int] | None = None
+    _topics: dict[UUID, TopicImage] | None = None
+    _topic_ids: dict[str, UUID] | None = None
+    _brokers: dict[int, BrokerRegistration] | None = None
+    _configs: dict[tuple[int, str], Mapping[str, str]] | None = None
+    _next_producer_id: int | None = None
+    offset: int = -1
+    changed_topics: set[UUID] = field(default_factory=set)
+    deleted_topics: dict[UUID, TopicImage] = field(default_factory=dict)
+
+    # copy-on-write views of the parts that change
+    def _t(self) -> dict[UUID, TopicImage]:
+        if self._topics is None:
+            self._topics = dict(self.image.topics)
+        return self._topics
+
+    def _tid(self) -> dict[str, UUID]:
+        if self._topic_ids is None:
+            self._topic_ids = dict(self.image.topic_ids)
+        return self._topic_ids
+
+    def _b(self) -> dict[int, BrokerRegistration]:
+        if self._brokers is None:
+            self._brokers = dict(self.image.brokers)
+        return self._brokers
+
+    def replay(self, record: Any, offset: int = -1) -> None:
+        handler = _HANDLERS.get(type(record))
+        if handler is not None:
+            handler(self, record)
+        if offset >= 0:
+            self.offset = offset
+
+    # -- handlers, one per record type ---------------------------------------------
+
+    def _feature_level(self, rec: r.FeatureLevelRecord) -> None:
+        if self._features is None:
+            self._features = dict(self.image.features)
+        if rec.feature_level == 0:
+            self._features.pop(rec.name, None)
+        else:
+            self._features[rec.name] = rec.feature_level
+
+    def _topic(self, rec: r.TopicRecord) -> None:
+        self._t()[rec.topic_id] = TopicImage(rec.name, rec.topic_id, _EMPTY)
+        self._tid()[rec.name] = rec.topic_id
+        self.changed_topics.add(rec.topic_id)
+
+    def _partition(self, rec: r.PartitionRecord) -> None:
+        topics = self._t()
+        t = topics[rec.topic_id]
+        parts = dict(t.partitions)
+        parts[rec.partition_id] = PartitionInfo(
+            tuple(rec.replicas), tuple(rec.isr), rec.leader, rec.leader_epoch, rec.partition_epoch
+        )
+        topics[rec.topic_id] = replace(t, partitions=MappingProxyType(parts))
+        self.changed_topics.add(rec.topic_id)
+
+    def _partition_change(self, rec: r.PartitionChangeRecord) -> None:
+        topics = self._t()
+        t = topics[rec.topic_id]
+        old = t.partitions[rec.partition_id]
+        leader = old.leader if rec.leader == -2 else rec.leader
+        new = PartitionInfo(
+            tuple(rec.replicas) if rec.replicas is not None else old.replicas,
+            tuple(rec.isr) if rec.isr is not None else old.isr,
+            leader,
+            old.leader_epoch + 1 if leader != old.leader or rec.replicas else old.leader_epoch,
+            old.partition_epoch + 1,
+        )
+        parts = dict(t.partitions)
+        parts[rec.partition_id] = new
+        topics[rec.topic_id] = replace(t, partitions=MappingProxyType(parts))
+        self.changed_topics.add(rec.topic_id)
+
+    def _remove_topic(self, rec: r.RemoveTopicRecord) -> None:
+        t = self._t().pop(rec.topic_id)
+        self._tid().pop(t.name, None)
+        self.deleted_topics[rec.topic_id] = t
+        self.changed_topics.discard(rec.topic_id)
+        if self._configs is None:
+            self._configs = dict(self.image.configs)
+        self._configs.pop((TOPIC_RESOURCE, t.name), None)
+
+    def _register_broker(self, rec: r.RegisterBrokerRecord) -> None:
+        self._b()[rec.broker_id] = BrokerRegistration(
+            rec.broker_id,
+            rec.broker_epoch,
+            rec.incarnation_id,
+            tuple((e.name, e.host, e.port) for e in rec.end_points),
+            rec.rack,
+            rec.fenced,
+            rec.in_controlled_shutdown,
+        )
+
+    def _unregister_broker(self, rec: r.UnregisterBrokerRecord) -> None:
+        self._b().pop(rec.broker_id, None)
+
+    def _fence(self, broker_id: int, fenced: bool) -> None:
+        b = self._b()
+        if broker_id in b:
+            b[broker_id] = replace(b[broker_id], fenced=fenced)
+
+    def _fence_broker(self, rec: r.FenceBrokerRecord) -> None:
+        self._fence(rec.id, True)
+
+    def _unfence_broker(self, rec: r.UnfenceBrokerRecord) -> None:
+        self._fence(rec.id, False)
+
+    def _broker_change(self, rec: r.BrokerRegistrationChangeRecord) -> None:
+        b = self._b()
+        if rec.broker_id in b:
+            cur = b[rec.broker_id]
+            fenced = cur.fenced if rec.fenced == 0 else rec.fenced == 1
+            shut = cur.in_controlled_shutdown if rec.in_controlled_shutdown == 0 else True
+            b[rec.broker_id] = replace(cur, fenced=fenced, in_controlled_shutdown=shut)
+
+    def _config(self, rec: r.ConfigRecord) -> None:
+        if self._configs is None:
+            self._configs = dict(self.image.configs)
+        key = (rec.resource_type, rec.resource_name)
+        cur = dict(self._configs.get(key, _EMPTY))
+        if rec.value is None:
+            cur.pop(rec.name, None)
+        else:
+            cur[rec.name] = rec.value
+        self._configs[key] = MappingProxyType(cur)
+
+    def _producer_ids(self, rec: r.ProducerIdsRecord) -> None:
+        self._next_producer_id = rec.next_producer_id
+
+    def apply(self) -> MetadataImage:
+        img = self.image
+
+        def frozen(d: Any, old: Any) -> Any:
+            return old if d is None else MappingProxyType(d)
+
+        return MetadataImage(
+            offset=self.offset if self.offset >= 0 else img.offset,
+            features=frozen(self._features, img.features),
+            topics=frozen(self._topics, img.topics),
+            topic_ids=frozen(self._topic_ids, img.topic_ids),
+            brokers=frozen(self._brokers, img.brokers),
+            configs=frozen(self._configs, img.configs),
+            next_producer_id=(
+                img.next_producer_id if self._next_producer_id is None else self._next_producer_id
+            ),
+        )
+
+
+_HANDLERS: dict[type, Any] = {
+    r.FeatureLevelRecord: MetadataDelta._feature_level,
+    r.TopicRecord: MetadataDelta._topic,
+    r.PartitionRecord: MetadataDelta._partition,
+    r.PartitionChangeRecord: MetadataDelta._partition_change,
+    r.RemoveTopicRecord: MetadataDelta._remove_topic,
+    r.RegisterBrokerRecord: MetadataDelta._register_broker,
+    r.UnregisterBrokerRecord: MetadataDelta._unregister_broker,
+    r.FenceBrokerRecord: MetadataDelta._fence_broker,
+    r.UnfenceBrokerRecord: MetadataDelta._unfence_broker,
+    r.BrokerRegistrationChangeRecord: MetadataDelta._broker_change,
+    r.ConfigRecord: MetadataDelta._config,
+    r.ProducerIdsRecord: MetadataDelta._producer_ids,
+}

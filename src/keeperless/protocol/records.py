@@ -1,0 +1,283 @@
+"""Kafka record batches (magic v2), treated as bytes on the hot path.
+
+The produce path only reads batch headers, checks the CRC-32C and patches the base
+offset (and leader epoch), which the CRC does not cover. Records are decoded only by
+the features that need them (group coordinator loading, metadata log, tools).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import crc32c
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "BatchHeader",
+    "CorruptBatchError",
+    "Record",
+    "build_batch",
+    "decode_records",
+    "iter_batches",
+    "read_header",
+]
+
+BATCH_HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength, not counted in batchLength
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET_LEN = struct.Struct(">qi")
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+NO_PRODUCER_ID = -1
+
+
+class CorruptBatchError(ValueError):
+    """A batch failed validation; ``position`` is its byte offset in the buffer."""
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(f"{message} at byte {position}")
+        self.position = position
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes on disk/wire, including baseOffset and batchLength."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return -1
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview, verify_crc: bool = True
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) for each complete, valid batch; raise CorruptBatchError
+    at the first invalid or incomplete one."""
+    mv = memoryview(buf)
+    pos = 0
+    end = len(mv)
+    while pos < end:
+        if end - pos < BATCH_HEADER_SIZE:
+            raise CorruptBatchError("truncated batch header", pos)
+        h = read_header(mv, pos)
+        if h.magic != 2:
+            raise CorruptBatchError(f"unsupported record batch magic {h.magic}", pos)
+        if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+            raise CorruptBatchError(f"invalid batch length {h.batch_length}", pos)
+        if pos + h.size > end:
+            raise CorruptBatchError("truncated batch", pos)
+        if h.record_count < 0 or h.last_offset_delta < 0:
+            raise CorruptBatchError("invalid record count", pos)
+        if verify_crc and crc32c.crc32c(mv[pos + 21 : pos + h.size]) != h.crc:
+            raise CorruptBatchError("CRC mismatch", pos)
+        yield pos, h
+        pos += h.size
+
+
+def patch_offsets(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:
+    """Assign offsets and leader epoch in place; neither is covered by the CRC."""
+    struct.pack_into(">q", buf, pos, base_offset)
+    struct.pack_into(">i", buf, pos + 12, leader_epoch)
+
+
+# --- varints -------------------------------------------------------------------------
+
+
+def _zigzag(n: int) -> int:
+    return (n << 1) ^ (n >> 63)
+
+
+def write_varint(out: bytearray, n: int) -> None:
+    v = _zigzag(n) & 0xFFFFFFFFFFFFFFFF
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    shift = 0
+    v = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+    return (v >> 1) ^ -(v & 1), pos
+
+
+# --- records -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def _write_bytes(out: bytearray, b: bytes | None) -> None:
+    if b is None:
+        write_varint(out, -1)
+    else:
+        write_varint(out, len(b))
+        out += b
+
+
+def build_batch(
+    records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]],
+    *,
+    base_offset: int = 0,
+    timestamp_ms: int = 0,
+    leader_epoch: int = -1,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    control: bool = False,
+) -> bytes:
+    """Encode an uncompressed v2 batch of (key, value, headers) records."""
+    body = bytearray()
+    for delta, (key, value, headers) in enumerate(records):
+        rec = bytearray(b"\x00")  # attributes
+        write_varint(rec, 0)  # timestamp delta
+        write_varint(rec, delta)
+        _write_bytes(rec, key)
+        _write_bytes(rec, value)
+        write_varint(rec, len(headers))
+        for hk, hv in headers:
+            _write_bytes(rec, hk.encode())
+            _write_bytes(rec, hv)
+        write_varint(body, len(rec))
+        body += rec
+    attributes = ATTR_CONTROL if control else 0
+    count = len(records)
+    header = _HEADER.pack(
+        base_offset,
+        BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body),
+        leader_epoch,
+        2,
+        0,
+        attributes,
+        max(count - 1, 0),
+        timestamp_ms,
+        timestamp_ms,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    out = bytearray(header) + body
+    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[21:]))
+    return bytes(out)
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
+    import cramjam
+
+    if codec == 1:
+        return bytes(cramjam.gzip.decompress(data))
+    if codec == 2:
+        if data[:8] == b"\x82SNAPPY\x00":  # xerial framing used by the Java client
+            out = bytearray()
+            pos = 16
+            while pos < len(data):
+                (n,) = struct.unpack_from(">i", data, pos)
+                out += bytes(cramjam.snappy.decompress_raw(data[pos + 4 : pos + 4 + n]))
+                pos += 4 + n
+            return bytes(out)
+        return bytes(cramjam.snappy.decompress_raw(data))
+    if codec == 3:
+        return bytes(cramjam.lz4.decompress(data))
+    if codec == 4:
+        return bytes(cramjam.zstd.decompress(data))
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def decode_records(batch: bytes | memoryview) -> list[Record]:
+    """Decode every record of one batch (decompressing if needed)."""
+    h = read_header(batch, 0)
+    data: bytes | memoryview = memoryview(batch)[BATCH_HEADER_SIZE : h.size]
+    if h.compression:
+        data = _decompress(h.compression, bytes(data))
+    out: list[Record] = []
+    pos = 0
+    for _ in range(h.record_count):
+        length, pos = read_varint(data, pos)
+        end = pos + length
+        pos += 1  # attributes
+        ts_delta, pos = read_varint(data, pos)
+        off_delta, pos = read_varint(data, pos)
+        key, pos = _read_bytes(data, pos)
+        value, pos = _read_bytes(data, pos)
+        n_headers, pos = read_varint(data, pos)
+        headers = []
+        for _ in range(n_headers):
+            hk, pos = _read_bytes(data, pos)
+            hv, pos = _read_bytes(data, pos)
+            headers.append(((hk or b"").decode(), hv))
+        if pos != end:
+            raise ValueError("record length mismatch")
+        out.append(
+            Record(
+                h.base_offset + off_delta, h.base_timestamp + ts_delta, key, value, tuple(headers)
+            )
+        )
+    return out
+
+
+def _read_bytes(data: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
+    n, pos = read_varint(data, pos)
+    if n < 0:
+        return None, pos
+    return bytes(data[pos : pos + n]), pos + n

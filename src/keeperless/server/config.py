@@ -1,0 +1,377 @@
+"""Kafka-style node configuration: `server.properties` parsing and validation.
+
+Keys, defaults and meanings follow Apache Kafka's broker configuration. A key we do
+not know is an error naming it; a Kafka key that keeperless accepts but does not act
+on (thread counts, socket buffers...) is listed in ``ACCEPTED_KAFKA_KEYS`` so that an
+operator's existing file works unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from keeperless._properties import PropertiesError, parse_properties
+
+__all__ = [
+    "ConfigError",
+    "Endpoint",
+    "NodeConfig",
+    "Voter",
+    "load_config",
+    "parse_properties",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration key is missing, unknown or has an invalid value."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    listener: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class Voter:
+    node_id: int
+    host: str
+    port: int
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str, str], int]:
+    def parse(key: str, raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ConfigError(f"Invalid value {raw!r} for {key}: not an integer") from None
+        if lo is not None and value < lo:
+            raise ConfigError(f"Invalid value {value} for {key}: must be at least {lo}")
+        if hi is not None and value > hi:
+            raise ConfigError(f"Invalid value {value} for {key}: must be at most {hi}")
+        return value
+
+    return parse
+
+
+def _bool(key: str, raw: str) -> bool:
+    v = raw.strip().lower()
+    if v in ("true", "false"):
+        return v == "true"
+    raise ConfigError(f"Invalid value {raw!r} for {key}: expected true or false")
+
+
+def _str(key: str, raw: str) -> str:
+    return raw.strip()
+
+
+def _list(key: str, raw: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+def _roles(key: str, raw: str) -> tuple[str, ...]:
+    roles = _list(key, raw)
+    if not roles:
+        raise ConfigError(f"Invalid value {raw!r} for {key}: expected broker, controller or both")
+    for r in roles:
+        if r not in ("broker", "controller"):
+            raise ConfigError(
+                f"Invalid value {raw!r} for {key}: unknown role {r!r} "
+                "(expected broker, controller or both)"
+            )
+    if len(set(roles)) != len(roles):
+        raise ConfigError(f"Invalid value {raw!r} for {key}: a role is listed twice")
+    return roles
+
+
+_LISTENER_RE = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/]*):(\d+)$")
+
+
+def _listeners(key: str, raw: str) -> tuple[Endpoint, ...]:
+    out: list[Endpoint] = []
+    for item in _list(key, raw):
+        m = _LISTENER_RE.match(item)
+        if m is None:
+            raise ConfigError(
+                f"Invalid value {item!r} for {key}: expected NAME://host:port, "
+                "e.g. PLAINTEXT://127.0.0.1:9092"
+            )
+        port = int(m.group(3))
+        if port > 65535:
+            raise ConfigError(f"Invalid value {item!r} for {key}: port {port} is out of range")
+        out.append(Endpoint(m.group(1).upper(), m.group(2).strip("[]"), port))
+    names = [e.listener for e in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"Invalid value {raw!r} for {key}: a listener name is used twice")
+    return tuple(out)
+
+
+_VOTER_RE = re.compile(r"^(\d+)@(\[[^\]]*\]|[^:]+):(\d+)$")
+
+
+def _voters(key: str, raw: str) -> tuple[Voter, ...]:
+    out: list[Voter] = []
+    for item in _list(key, raw):
+        m = _VOTER_RE.match(item)
+        if m is None:
+            raise ConfigError(
+                f"Invalid value {item!r} for {key}: expected id@host:port, e.g. 1@127.0.0.1:9093"
+            )
+        out.append(Voter(int(m.group(1)), m.group(2).strip("[]"), int(m.group(3))))
+    return tuple(out)
+
+
+def _protocol_map(key: str, raw: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in _list(key, raw):
+        name, sep, proto = item.partition(":")
+        if not sep or not name or not proto:
+            raise ConfigError(f"Invalid value {item!r} for {key}: expected LISTENER:PROTOCOL")
+        proto = proto.strip().upper()
+        if proto not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise ConfigError(f"Invalid value {item!r} for {key}: unknown protocol {proto!r}")
+        out[name.strip().upper()] = proto
+    return out
+
+
+# key -> (parser, default). A default of None means "not set".
+_SCHEMA: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
+    "process.roles": (_roles, None),
+    "node.id": (_int(0), None),
+    "controller.quorum.voters": (_voters, ""),
+    "controller.quorum.bootstrap.servers": (_list, ""),
+    "listeners": (_listeners, "PLAINTEXT://:9092"),
+    "advertised.listeners": (_listeners, None),
+    "controller.listener.names": (_list, None),
+    "listener.security.protocol.map": (
+        _protocol_map,
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
+        "CONTROLLER:PLAINTEXT",
+    ),
+    "inter.broker.listener.name": (_str, None),
+    "log.dirs": (_list, None),
+    "log.dir": (_list, "/tmp/kraft-combined-logs"),
+    "metadata.log.dir": (_str, None),
+    "num.partitions": (_int(1), "1"),
+    "default.replication.factor": (_int(1), "1"),
+    "auto.create.topics.enable": (_bool, "true"),
+    "log.segment.bytes": (_int(14), str(1024 * 1024 * 1024)),
+    "log.roll.ms": (_int(1), None),
+    "log.roll.hours": (_int(1), "168"),
+    "log.retention.ms": (_int(-1), None),
+    "log.retention.minutes": (_int(-1), None),
+    "log.retention.hours": (_int(-1), "168"),
+    "log.retention.bytes": (_int(-1), "-1"),
+    "log.retention.check.interval.ms": (_int(1), "300000"),
+    "log.index.interval.bytes": (_int(0), "4096"),
+    "log.flush.interval.messages": (_int(1), str(2**63 - 1)),
+    "min.insync.replicas": (_int(1), "1"),
+    "offsets.topic.replication.factor": (_int(1), "3"),
+    "offsets.topic.num.partitions": (_int(1), "50"),
+    "message.max.bytes": (_int(0), "1048588"),
+    "group.initial.rebalance.delay.ms": (_int(0), "3000"),
+    "group.min.session.timeout.ms": (_int(0), "6000"),
+    "group.max.session.timeout.ms": (_int(0), "1800000"),
+    "broker.rack": (_str, None),
+}
+
+# Kafka keys that an existing server.properties may carry and that keeperless accepts
+# without acting on them (yet). Anything else unknown is an error.
+ACCEPTED_KAFKA_KEYS = frozenset(
+    {
+        "num.network.threads",
+        "num.io.threads",
+        "socket.send.buffer.bytes",
+        "socket.receive.buffer.bytes",
+        "socket.request.max.bytes",
+        "num.recovery.threads.per.data.dir",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+        "log.flush.interval.ms",
+        "log.cleaner.enable",
+        "delete.topic.enable",
+        "compression.type",
+        "replica.lag.time.max.ms",
+        "num.replica.fetchers",
+        "unclean.leader.election.enable",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """A validated node configuration. ``values`` holds every key, defaults included."""
+
+    values: Mapping[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def node_id(self) -> int:
+        return int(self.values["node.id"])
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        roles: tuple[str, ...] = self.values["process.roles"]
+        return roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def log_dirs(self) -> tuple[Path, ...]:
+        dirs = self.values["log.dirs"] or self.values["log.dir"]
+        return tuple(Path(d) for d in dirs)
+
+    @property
+    def metadata_log_dir(self) -> Path:
+        explicit = self.values["metadata.log.dir"]
+        return Path(explicit) if explicit else self.log_dirs[0]
+
+    @property
+    def all_log_dirs(self) -> tuple[Path, ...]:
+        dirs = list(self.log_dirs)
+        if self.metadata_log_dir not in dirs:
+            dirs.append(self.metadata_log_dir)
+        return tuple(dirs)
+
+    @property
+    def listeners(self) -> tuple[Endpoint, ...]:
+        eps: tuple[Endpoint, ...] = self.values["listeners"]
+        return eps
+
+    @property
+    def controller_listener_names(self) -> tuple[str, ...]:
+        return tuple(n.upper() for n in self.values["controller.listener.names"] or ())
+
+    @property
+    def broker_listeners(self) -> tuple[Endpoint, ...]:
+        ctl = set(self.controller_listener_names)
+        return tuple(e for e in self.listeners if e.listener not in ctl)
+
+    @property
+    def advertised_broker_listeners(self) -> tuple[Endpoint, ...]:
+        adv: tuple[Endpoint, ...] | None = self.values["advertised.listeners"]
+        by_name = {e.listener: e for e in (adv or ())}
+        out = []
+        for e in self.broker_listeners:
+            a = by_name.get(e.listener, e)
+            out.append(Endpoint(a.listener, a.host or "127.0.0.1", a.port or e.port))
+        return tuple(out)
+
+    @property
+    def voters(self) -> tuple[Voter, ...]:
+        voters: tuple[Voter, ...] = self.values["controller.quorum.voters"]
+        return voters
+
+    @property
+    def retention_ms(self) -> int:
+        v = self.values
+        if v["log.retention.ms"] is not None:
+            return int(v["log.retention.ms"])
+        if v["log.retention.minutes"] is not None:
+            return int(v["log.retention.minutes"]) * 60_000
+        return int(v["log.retention.hours"]) * 3_600_000
+
+    @property
+    def segment_ms(self) -> int:
+        v = self.values
+        if v["log.roll.ms"] is not None:
+            return int(v["log.roll.ms"])
+        return int(v["log.roll.hours"]) * 3_600_000
+
+
+def load_config(
+    path: Path | str | None = None,
+    overrides: Iterable[str] = (),
+    properties: Mapping[str, str] | None = None,
+) -> NodeConfig:
+    """Read a server.properties file (or a mapping), apply ``key=value`` overrides and
+    validate every key. Raises ConfigError naming the offending key."""
+    raw: dict[str, str] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise ConfigError(f"Cannot read configuration file {p}: {e.strerror}") from None
+        try:
+            raw.update(parse_properties(text, str(p)))
+        except PropertiesError as e:
+            raise ConfigError(str(e)) from None
+    if properties:
+        raw.update(properties)
+    for ov in overrides:
+        key, sep, value = ov.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"Invalid --override {ov!r}: expected key=value")
+        raw[key.strip()] = value
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in _SCHEMA:
+            values[key] = _SCHEMA[key][0](key, value)
+        elif key not in ACCEPTED_KAFKA_KEYS:
+            raise ConfigError(f"Unknown configuration key {key!r}")
+    for key, (parser, default) in _SCHEMA.items():
+        if key not in values:
+            values[key] = None if default is None else parser(key, default)
+    _validate(values)
+    return NodeConfig(values)
+
+
+def _validate(v: dict[str, Any]) -> None:
+    if v["process.roles"] is None:
+        raise ConfigError("Missing required configuration process.roles (broker, controller)")
+    if v["node.id"] is None:
+        raise ConfigError("Missing required configuration node.id")
+    roles = v["process.roles"]
+    ctl_names = v["controller.listener.names"]
+    if not ctl_names:
+        raise ConfigError("Missing required configuration controller.listener.names")
+    if not v["controller.quorum.voters"] and not v["controller.quorum.bootstrap.servers"]:
+        raise ConfigError(
+            "Missing configuration controller.quorum.voters "
+            "(or controller.quorum.bootstrap.servers)"
+        )
+    names = {e.listener for e in v["listeners"]}
+    ctl_upper = [n.upper() for n in ctl_names]
+    if "controller" in roles and not any(n in names for n in ctl_upper):
+        raise ConfigError(
+            f"controller.listener.names {','.join(ctl_names)} names no listener in listeners; "
+            "a controller needs one"
+        )
+    if "broker" in roles and not [e for e in v["listeners"] if e.listener not in ctl_upper]:
+        raise ConfigError("listeners has no broker listener (all are controller listeners)")
+    if "controller" in roles and v["controller.quorum.voters"]:
+        ids = [vt.node_id for vt in v["controller.quorum.voters"]]
+        if v["node.id"] not in ids:
+            raise ConfigError(
+                f"node.id {v['node.id']} is a controller but is not in controller.quorum.voters "
+                f"({','.join(map(str, ids))})"
+            )
+    protos = v["listener.security.protocol.map"]
+    for e in v["listeners"]:
+        proto = protos.get(e.listener, e.listener if e.listener == "PLAINTEXT" else None)
+        if proto is None:
+            raise ConfigError(
+                f"listener {e.listener} has no entry in listener.security.protocol.map"
+            )
+        if proto != "PLAINTEXT":
+            raise ConfigError(
+                f"listener {e.listener} uses {proto}; only PLAINTEXT is supported so far"
+            )
+    if v["default.replication.factor"] < 1:
+        raise ConfigError("default.replication.factor must be at least 1")

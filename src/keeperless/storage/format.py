@@ -1,0 +1,103 @@
+"""`storage format` / `storage info` and the start-up check of formatted log directories."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from keeperless.metadata.bootstrap import BOOTSTRAP_CHECKPOINT, bootstrap_records, build_snapshot
+from keeperless.metadata.features import LATEST_METADATA_VERSION, metadata_version_for_release
+from keeperless.storage.meta_properties import (
+    META_PROPERTIES,
+    MetaProperties,
+    StorageError,
+    random_kafka_uuid,
+    read_meta_properties,
+    uuid_from_kafka,
+    write_meta_properties,
+)
+
+__all__ = ["FormatResult", "check_storage", "format_storage", "storage_info"]
+
+
+@dataclass(frozen=True, slots=True)
+class FormatResult:
+    formatted: list[Path]
+    skipped: list[Path]
+    metadata_version: int
+
+
+def format_storage(
+    log_dirs: tuple[Path, ...],
+    metadata_log_dir: Path,
+    node_id: int,
+    cluster_id: str,
+    release_version: str | None,
+    ignore_formatted: bool,
+    now_ms: int,
+) -> FormatResult:
+    try:
+        uuid_from_kafka(cluster_id)
+    except ValueError as e:
+        raise StorageError(f"Invalid cluster id: {e}") from None
+    level = (
+        LATEST_METADATA_VERSION
+        if release_version is None
+        else metadata_version_for_release(release_version)
+    )
+    formatted: list[Path] = []
+    skipped: list[Path] = []
+    for d in log_dirs:
+        existing = read_meta_properties(d)
+        if existing is not None:
+            if not ignore_formatted:
+                raise StorageError(
+                    f"Log directory {d} is already formatted (cluster.id={existing.cluster_id}). "
+                    "Use --ignore-formatted to skip formatted directories."
+                )
+            skipped.append(d)
+            continue
+        if d.exists() and any(d.iterdir()):
+            raise StorageError(
+                f"Log directory {d} is not empty and has no {META_PROPERTIES}; "
+                "refusing to format over existing data"
+            )
+        write_meta_properties(d, MetaProperties(cluster_id, node_id, random_kafka_uuid()))
+        if d == metadata_log_dir:
+            path = d / BOOTSTRAP_CHECKPOINT
+            tmp = path.with_suffix(".tmp")
+            with open(tmp, "wb") as f:
+                f.write(build_snapshot(bootstrap_records(level), now_ms))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        formatted.append(d)
+    return FormatResult(formatted, skipped, level)
+
+
+def storage_info(log_dirs: tuple[Path, ...]) -> list[tuple[Path, MetaProperties | None]]:
+    return [(d, read_meta_properties(d)) for d in log_dirs]
+
+
+def check_storage(log_dirs: tuple[Path, ...], node_id: int, config_path: str) -> str:
+    """Verify every log directory is formatted for this node and one cluster; return the
+    cluster id. Raises StorageError with one line saying what to run."""
+    cluster_ids: dict[str, Path] = {}
+    for d in log_dirs:
+        meta = read_meta_properties(d)
+        if meta is None:
+            raise StorageError(
+                f"Log directory {d} is not formatted. Run: keeperless storage format "
+                f"-t $(keeperless storage random-uuid) -c {config_path}"
+            )
+        if meta.node_id != node_id:
+            raise StorageError(
+                f"Log directory {d} was formatted for node.id={meta.node_id}, but this node is "
+                f"node.id={node_id}. Fix node.id or use the directory of node {meta.node_id}."
+            )
+        cluster_ids.setdefault(meta.cluster_id, d)
+    if len(cluster_ids) > 1:
+        desc = ", ".join(f"{p} has cluster.id={c}" for c, p in cluster_ids.items())
+        raise StorageError(f"Log directories belong to different clusters: {desc}")
+    return next(iter(cluster_ids))

@@ -1,0 +1,380 @@
+"""A partition's log: segments `<20-digit base offset>.log` with offset and time indexes.
+
+Appends take record batches whose offsets are already assigned and write them as
+bytes. Reads return file slices (fd, position, length) so they can be served with
+sendfile. On open, the active segment is validated batch by batch (header and CRC)
+and a torn tail left by a crash is truncated and reported.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from keeperless.protocol.records import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    CorruptBatchError,
+    iter_batches,
+    read_header,
+)
+
+__all__ = ["FileSlice", "LogConfig", "PartitionLog", "segment_name"]
+
+log = logging.getLogger(__name__)
+
+_INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
+_TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
+_RECOVERY_CHUNK = 8 * 1024 * 1024
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3_600_000
+    retention_ms: int = 7 * 24 * 3_600_000
+    retention_bytes: int = -1
+    index_interval_bytes: int = 4096
+    flush_interval_messages: int = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    fd: int
+    position: int
+    length: int
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.length, self.position)
+
+
+class _Segment:
+    __slots__ = (
+        "base_offset",
+        "bytes_since_index",
+        "created_ms",
+        "dir",
+        "fd",
+        "index",
+        "index_fd",
+        "max_timestamp",
+        "next_offset",
+        "size",
+        "time_index",
+        "time_index_fd",
+    )
+
+    def __init__(self, directory: Path, base_offset: int, created_ms: int) -> None:
+        self.dir = directory
+        self.base_offset = base_offset
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
+        self.fd = os.open(directory / segment_name(base_offset, ".log"), flags, 0o644)
+        self.index_fd = os.open(directory / segment_name(base_offset, ".index"), flags, 0o644)
+        self.time_index_fd = os.open(
+            directory / segment_name(base_offset, ".timeindex"), flags, 0o644
+        )
+        self.size = os.fstat(self.fd).st_size
+        self.index: list[tuple[int, int]] = []  # (offset, position), sparse
+        self.time_index: list[tuple[int, int]] = []  # (max timestamp so far, offset)
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.created_ms = created_ms
+        self.bytes_since_index = 0
+
+    def paths(self) -> list[Path]:
+        return [
+            self.dir / segment_name(self.base_offset, s) for s in (".log", ".index", ".timeindex")
+        ]
+
+    def close(self) -> None:
+        for fd in (self.fd, self.index_fd, self.time_index_fd):
+            os.close(fd)
+
+    def note_batch(self, pos: int, h: BatchHeader, interval: int, persist: bool) -> None:
+        """Update in-memory state and indexes for a batch written at ``pos``."""
+        if self.bytes_since_index >= interval or not self.index:
+            self.index.append((h.base_offset, pos))
+            self.bytes_since_index = 0
+            if persist:
+                os.write(self.index_fd, _INDEX_ENTRY.pack(h.base_offset - self.base_offset, pos))
+        self.bytes_since_index += h.size
+        if h.max_timestamp > self.max_timestamp:
+            self.max_timestamp = h.max_timestamp
+            self.time_index.append((h.max_timestamp, h.base_offset))
+            if persist:
+                os.write(
+                    self.time_index_fd,
+                    _TIME_ENTRY.pack(h.max_timestamp, h.base_offset - self.base_offset),
+                )
+        self.next_offset = h.last_offset + 1
+
+    def rewrite_indexes(self) -> None:
+        os.ftruncate(self.index_fd, 0)
+        os.ftruncate(self.time_index_fd, 0)
+        os.write(
+            self.index_fd,
+            b"".join(_INDEX_ENTRY.pack(o - self.base_offset, p) for o, p in self.index),
+        )
+        os.write(
+            self.time_index_fd,
+            b"".join(_TIME_ENTRY.pack(t, o - self.base_offset) for t, o in self.time_index),
+        )
+
+
+class PartitionLog:
+    """One partition's segmented log. Not thread-safe: owned by one event loop."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        now_ms: int,
+        on_recovered_batch: Callable[[BatchHeader], None] | None = None,
+    ) -> None:
+        self.dir = directory
+        self.config = config
+        directory.mkdir(parents=True, exist_ok=True)
+        self._segments: list[_Segment] = []
+        self._bases: list[int] = []
+        self._unflushed = 0
+        self.truncated_bytes = 0
+        self._open(now_ms, on_recovered_batch)
+
+    # -- opening and recovery ------------------------------------------------------
+
+    def _open(self, now_ms: int, on_batch: Callable[[BatchHeader], None] | None) -> None:
+        bases = sorted(int(p.name[:20]) for p in self.dir.glob("*.log") if p.name[:20].isdigit())
+        for i, base in enumerate(bases):
+            seg = _Segment(self.dir, base, now_ms)
+            last = i == len(bases) - 1
+            self._scan(seg, validate=last, on_batch=on_batch if last else None)
+            self._segments.append(seg)
+        if not self._segments:
+            self._segments.append(_Segment(self.dir, 0, now_ms))
+        self._bases = [s.base_offset for s in self._segments]
+
+    def _scan(
+        self, seg: _Segment, validate: bool, on_batch: Callable[[BatchHeader], None] | None
+    ) -> None:
+        """Rebuild a segment's indexes from its batch headers; on the active segment,
+        also verify every CRC and truncate a torn or corrupt tail."""
+        pos = 0
+        valid_end = 0
+        interval = self.config.index_interval_bytes
+        while pos < seg.size:
+            chunk = os.pread(seg.fd, min(_RECOVERY_CHUNK, seg.size - pos), pos)
+            if len(chunk) < BATCH_HEADER_SIZE:
+                break
+            consumed = 0
+            try:
+                if validate:
+                    for rel, h in iter_batches(chunk):
+                        seg.note_batch(pos + rel, h, interval, persist=False)
+                        if on_batch is not None:
+                            on_batch(h)
+                        consumed = rel + h.size
+                else:
+                    while consumed + BATCH_HEADER_SIZE <= len(chunk):
+                        h = read_header(chunk, consumed)
+                        if consumed + h.size > len(chunk) or h.batch_length <= 0:
+                            break
+                        seg.note_batch(pos + consumed, h, interval, persist=False)
+                        consumed += h.size
+            except CorruptBatchError as e:
+                if consumed == 0 and e.position == 0 and len(chunk) == _RECOVERY_CHUNK:
+                    # A batch larger than the chunk: read it whole.
+                    h = read_header(chunk, 0)
+                    big = os.pread(seg.fd, h.size, pos)
+                    try:
+                        for _, hh in iter_batches(big):
+                            seg.note_batch(pos, hh, interval, persist=False)
+                        pos += h.size
+                        valid_end = pos
+                        continue
+                    except CorruptBatchError:
+                        pass
+                if validate:
+                    pos += consumed
+                    valid_end = pos
+                    break
+            if consumed == 0:
+                break
+            pos += consumed
+            valid_end = pos
+        if valid_end < seg.size:
+            lost = seg.size - valid_end
+            self.truncated_bytes += lost
+            log.warning(
+                "Partition log %s: truncating %d bytes of torn or corrupt data at position "
+                "%d of segment %s (left by an unclean shutdown)",
+                self.dir.name,
+                lost,
+                valid_end,
+                segment_name(seg.base_offset, ".log"),
+            )
+            os.ftruncate(seg.fd, valid_end)
+            seg.size = valid_end
+        seg.rewrite_indexes()
+
+    # -- state ----------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        first = self._segments[0]
+        return first.index[0][0] if first.index else first.base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    # -- append ---------------------------------------------------------------------
+
+    def append(
+        self, data: bytes | bytearray, headers: list[tuple[int, BatchHeader]], now_ms: int
+    ) -> None:
+        """Append batches (offsets already assigned) given with their parsed headers."""
+        seg = self._segments[-1]
+        if seg.size > 0 and (
+            seg.size + len(data) > self.config.segment_bytes
+            or now_ms - seg.created_ms >= self.config.segment_ms
+        ):
+            seg = self._roll(now_ms)
+        start = seg.size
+        written = os.write(seg.fd, data)
+        if written != len(data):
+            raise OSError(f"short write to {self.dir}: {written} of {len(data)} bytes")
+        seg.size += written
+        interval = self.config.index_interval_bytes
+        for rel, h in headers:
+            seg.note_batch(start + rel, h, interval, persist=True)
+            self._unflushed += h.record_count
+        if self._unflushed >= self.config.flush_interval_messages:
+            self.flush()
+
+    def _roll(self, now_ms: int) -> _Segment:
+        old = self._segments[-1]
+        os.fsync(old.fd)
+        seg = _Segment(self.dir, old.next_offset, now_ms)
+        seg.next_offset = old.next_offset
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        log.info(
+            "Rolled partition log %s to segment %s",
+            self.dir.name,
+            segment_name(seg.base_offset, ".log"),
+        )
+        return seg
+
+    def flush(self) -> None:
+        os.fsync(self._segments[-1].fd)
+        self._unflushed = 0
+
+    # -- read -----------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FileSlice | None:
+        """The slice of whole batches starting at the batch holding ``offset``; at least
+        one batch even if larger than ``max_bytes``. None at or past the end."""
+        limit = self.log_end_offset if max_offset is None else max_offset
+        if offset >= limit:
+            return None
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i < 0:
+            i = 0
+        while i < len(self._segments):
+            seg = self._segments[i]
+            if offset < seg.next_offset and seg.size > 0:
+                break
+            i += 1
+        else:
+            return None
+        j = bisect.bisect_right(seg.index, (offset, 2**62)) - 1
+        pos = seg.index[j][1] if j >= 0 else 0
+        first_size = 0
+        while pos < seg.size:
+            h = read_header(os.pread(seg.fd, BATCH_HEADER_SIZE, pos))
+            if h.last_offset >= offset:
+                first_size = h.size
+                break
+            pos += h.size
+        if first_size == 0:
+            return None
+        end = seg.size
+        if max_offset is not None and max_offset < seg.next_offset:
+            end = self._position_of(seg, max_offset, pos)
+        length = max(first_size, min(max_bytes, end - pos))
+        return FileSlice(seg.fd, pos, min(length, end - pos) if end > pos else first_size)
+
+    def _position_of(self, seg: _Segment, offset: int, start: int) -> int:
+        pos = start
+        while pos < seg.size:
+            h = read_header(os.pread(seg.fd, BATCH_HEADER_SIZE, pos))
+            if h.base_offset >= offset:
+                return pos
+            pos += h.size
+        return seg.size
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first batch whose max timestamp >= the target."""
+        for seg in self._segments:
+            if seg.max_timestamp < timestamp_ms:
+                continue
+            k = bisect.bisect_left(seg.time_index, (timestamp_ms, -1))
+            start_offset = seg.time_index[k - 1][1] if k > 0 else seg.base_offset
+            j = bisect.bisect_right(seg.index, (start_offset, 2**62)) - 1
+            pos = seg.index[j][1] if j >= 0 else 0
+            while pos < seg.size:
+                h = read_header(os.pread(seg.fd, BATCH_HEADER_SIZE, pos))
+                if h.max_timestamp >= timestamp_ms:
+                    return max(h.base_offset, self.log_start_offset), h.max_timestamp
+                pos += h.size
+        return None
+
+    # -- retention and deletion -----------------------------------------------------
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete whole old segments by time and size; return how many were deleted."""
+        deleted = 0
+        cfg = self.config
+        while len(self._segments) > 1:
+            seg = self._segments[0]
+            total = self.size_bytes
+            by_time = cfg.retention_ms >= 0 and 0 <= seg.max_timestamp < now_ms - cfg.retention_ms
+            by_size = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
+            if not (by_time or by_size):
+                break
+            seg.close()
+            for p in seg.paths():
+                p.unlink(missing_ok=True)
+            self._segments.pop(0)
+            self._bases.pop(0)
+            deleted += 1
+            log.info(
+                "Deleted segment %s of %s by retention (%s)",
+                segment_name(seg.base_offset, ".log"),
+                self.dir.name,
+                "time" if by_time else "size",
+            )
+        return deleted
+
+    def close(self) -> None:
+        for seg in self._segments:
+            seg.close()
+        self._segments = []
+
+    def delete(self) -> None:
+        self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from keeperless.server.config import ConfigError, load_config
+
+BASE = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "controller.quorum.voters": "1@127.0.0.1:9093",
+    "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+    "controller.listener.names": "CONTROLLER",
+    "log.dirs": "/tmp/x",
+}
+
+
+def test_sample_configs_load() -> None:
+    root = Path(__file__).parents[2] / "config"
+    for name in ("server.properties", "controller.properties", "broker.properties"):
+        cfg = load_config(root / name)
+        assert cfg.node_id >= 1
+
+
+def test_combined_defaults() -> None:
+    cfg = load_config(properties=BASE)
+    assert cfg.is_broker
+    assert cfg.is_controller
+    assert [e.port for e in cfg.broker_listeners] == [9092]
+    assert cfg["num.partitions"] == 1
+    assert cfg.retention_ms == 168 * 3_600_000
+
+
+def test_override_wins() -> None:
+    cfg = load_config(properties=BASE, overrides=["num.partitions=6"])
+    assert cfg["num.partitions"] == 6
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("num.partitions", "many", "num.partitions"),
+        ("num.partitions", "0", "num.partitions"),
+        ("process.roles", "leader", "process.roles"),
+        ("auto.create.topics.enable", "yes", "auto.create.topics.enable"),
+        ("listeners", "127.0.0.1:9092", "listeners"),
+        ("controller.quorum.voters", "one@host", "controller.quorum.voters"),
+        ("no.such.key", "1", "no.such.key"),
+        ("node.id", "7", "controller.quorum.voters"),
+    ],
+)
+def test_bad_values_name_the_key(key: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load_config(properties={**BASE, key: value})
+
+
+def test_kafka_keys_we_do_not_act_on_are_accepted() -> None:
+    load_config(properties={**BASE, "num.network.threads": "3"})

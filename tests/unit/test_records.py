@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from keeperless.protocol.records import (
+    CorruptBatchError,
+    build_batch,
+    decode_records,
+    iter_batches,
+    patch_offsets,
+    read_header,
+)
+
+records_st = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.binary(max_size=20)),
+        st.one_of(st.none(), st.binary(max_size=50)),
+        st.lists(
+            st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=5))), max_size=2
+        ),
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@given(records_st, st.integers(0, 2**40))
+def test_build_decode_roundtrip(records: list, base: int) -> None:
+    batch = build_batch(records, base_offset=base, timestamp_ms=1234)
+    [(pos, h)] = list(iter_batches(batch))
+    assert pos == 0
+    assert h.record_count == len(records)
+    assert h.last_offset == base + len(records) - 1
+    decoded = decode_records(batch)
+    assert [(r.key, r.value, list(r.headers)) for r in decoded] == [
+        (k, v, list(hs)) for k, v, hs in records
+    ]
+    assert [r.offset for r in decoded] == list(range(base, base + len(records)))
+
+
+def test_patching_offsets_keeps_crc_valid() -> None:
+    buf = bytearray(build_batch([(b"k", b"v", [])] * 3))
+    patch_offsets(buf, 0, 1000, 7)
+    [(_, h)] = list(iter_batches(buf))
+    assert (h.base_offset, h.partition_leader_epoch, h.last_offset) == (1000, 7, 1002)
+
+
+def test_corruption_is_detected_with_position() -> None:
+    one = build_batch([(None, b"x" * 10, [])])
+    buf = bytearray(one + one)
+    buf[len(one) + 70] ^= 0xFF
+    with pytest.raises(CorruptBatchError, match="CRC") as e:
+        list(iter_batches(buf))
+    assert e.value.position == len(one)
+
+
+def test_truncated_batch_is_detected() -> None:
+    one = build_batch([(None, b"x" * 10, [])])
+    with pytest.raises(CorruptBatchError, match="truncated"):
+        list(iter_batches(one[:-3]))
+    assert read_header(one).magic == 2
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_decode_compressed(codec: int) -> None:
+    import struct
+
+    import cramjam
+    import crc32c
+
+    plain = build_batch([(b"k%d" % i, b"v" * i, []) for i in range(5)])
+    body = plain[61:]
+    comp = {
+        1: lambda b: bytes(cramjam.gzip.compress(b)),
+        2: lambda b: bytes(cramjam.snappy.compress_raw(b)),
+        3: lambda b: bytes(cramjam.lz4.compress(b)),
+        4: lambda b: bytes(cramjam.zstd.compress(b)),
+    }[codec](body)
+    hdr = bytearray(plain[:61])
+    struct.pack_into(">i", hdr, 8, 49 + len(comp))
+    struct.pack_into(">h", hdr, 21, codec)
+    out = hdr + comp
+    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
+    assert [r.value for r in decode_records(bytes(out))] == [b"v" * i for i in range(5)]

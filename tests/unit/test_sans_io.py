@@ -1,0 +1,28 @@
+"""The cores (raft, controller, metadata, protocol) must not do I/O themselves."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).parents[2] / "src" / "keeperless"
+FORBIDDEN = {"asyncio", "socket", "time", "selectors", "threading", "os", "subprocess"}
+
+
+@pytest.mark.parametrize("core", ["raft", "controller", "metadata", "protocol"])
+def test_core_imports_no_io(core: str) -> None:
+    offenders = []
+    for path in (PKG / core).rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            for n in names:
+                if n.split(".")[0] in FORBIDDEN or n.startswith("keeperless.runtime"):
+                    offenders.append(f"{path.relative_to(PKG)}:{node.lineno} imports {n}")
+    assert offenders == []

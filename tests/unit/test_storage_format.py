@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from keeperless.metadata.codec import decode_record
+from keeperless.protocol.control import SNAPSHOT_FOOTER, SNAPSHOT_HEADER, decode_control
+from keeperless.protocol.records import decode_records, iter_batches
+from keeperless.storage.format import check_storage, format_storage
+from keeperless.storage.meta_properties import StorageError, random_kafka_uuid, uuid_from_kafka
+
+
+def test_random_uuid_is_kafka_shaped() -> None:
+    for _ in range(50):
+        s = random_kafka_uuid()
+        assert len(s) == 22
+        assert not s.startswith("-")
+        uuid_from_kafka(s)
+
+
+def test_format_then_check(tmp_path: Path) -> None:
+    cid = random_kafka_uuid()
+    dirs = (tmp_path / "a", tmp_path / "b")
+    res = format_storage(dirs, dirs[0], 3, cid, "3.7", False, 1000)
+    assert res.metadata_version == 19
+    text = (dirs[0] / "meta.properties").read_text()
+    assert f"cluster.id={cid}" in text
+    assert "node.id=3" in text
+    assert "directory.id=" in text
+    assert check_storage(dirs, 3, "x.properties") == cid
+    data = (dirs[0] / "bootstrap.checkpoint").read_bytes()
+    batches = [data[p : p + h.size] for p, h in iter_batches(data)]
+    assert decode_control(decode_records(batches[0])[0])[0] == SNAPSHOT_HEADER
+    assert decode_control(decode_records(batches[-1])[0])[0] == SNAPSHOT_FOOTER
+    rec, _ = decode_record(decode_records(batches[1])[0].value or b"")
+    assert (rec.name, rec.feature_level) == ("metadata.version", 19)
+
+
+def test_refusals(tmp_path: Path) -> None:
+    d = (tmp_path / "a",)
+    with pytest.raises(StorageError, match="not formatted.*storage format"):
+        check_storage(d, 1, "c.properties")
+    format_storage(d, d[0], 1, random_kafka_uuid(), None, False, 0)
+    with pytest.raises(StorageError, match="already formatted"):
+        format_storage(d, d[0], 1, random_kafka_uuid(), None, False, 0)
+    format_storage(d, d[0], 1, random_kafka_uuid(), None, True, 0)
+    with pytest.raises(StorageError, match="node.id=1.*node.id=2"):
+        check_storage(d, 2, "c.properties")
+    other = tmp_path / "b"
+    format_storage((other,), other, 1, random_kafka_uuid(), None, False, 0)
+    with pytest.raises(StorageError, match="different clusters"):
+        check_storage((d[0], other), 1, "c.properties")
+    with pytest.raises(ValueError, match="Unknown release"):
+        format_storage((tmp_path / "c",), tmp_path / "c", 1, random_kafka_uuid(), "1.0", False, 0)
