@@ -157,7 +157,6 @@ def generate(spec_dir: Path) -> str:
         "Do not edit: run `python tools/gen_metadata_records.py`.",
         '"""',
         "",
-        "# ruff: noqa: E501",
         "from __future__ import annotations",
         "",
         "from dataclasses import dataclass",

@@ -107,6 +107,8 @@ class QuorumController:
         self.rng = rng
         self.defaults = defaults  # num.partitions, default.replication.factor
         self.image = MetadataImage()
+        self.session_timeout_ms = 9000
+        self._last_heartbeat_ms: dict[int, int] = {}  # in memory only, like Kafka's
 
     # -- state --------------------------------------------------------------------------
 
@@ -132,9 +134,12 @@ class QuorumController:
         endpoints: Sequence[tuple[str, str, int]],
         rack: str | None,
         next_offset: int,
+        now_ms: int,
     ) -> Result[tuple[ApiError, int]]:
         existing = self.image.brokers.get(broker_id)
-        if existing and existing.incarnation_id != incarnation_id and not existing.fenced:
+        last = self._last_heartbeat_ms.get(broker_id)
+        live = last is not None and now_ms - last < self.session_timeout_ms
+        if existing and existing.incarnation_id != incarnation_id and live:
             return Result(
                 [],
                 (
@@ -146,6 +151,7 @@ class QuorumController:
                 ),
             )
         epoch = next_offset
+        self._last_heartbeat_ms[broker_id] = now_ms
         rec = r.RegisterBrokerRecord(
             broker_id=broker_id,
             incarnation_id=incarnation_id,
@@ -165,7 +171,7 @@ class QuorumController:
         return Result([rec], (ApiError.none(), epoch))
 
     def broker_heartbeat(
-        self, broker_id: int, epoch: int, want_fence: bool, caught_up: bool
+        self, broker_id: int, epoch: int, want_fence: bool, caught_up: bool, now_ms: int
     ) -> Result[tuple[ApiError, bool]]:
         """Returns (error, is_fenced after this heartbeat)."""
         b = self.image.brokers.get(broker_id)
@@ -180,6 +186,7 @@ class QuorumController:
                     True,
                 ),
             )
+        self._last_heartbeat_ms[broker_id] = now_ms
         if b.fenced and not want_fence and caught_up:
             return Result(
                 [r.UnfenceBrokerRecord(id=broker_id, epoch=epoch)], (ApiError.none(), False)
@@ -383,8 +390,8 @@ class QuorumController:
                         req.name,
                         ApiError(
                             ErrorCode.invalid_partitions,
-                            f"Topic currently has {current} partitions, which is higher than or equal "
-                            f"to the requested {req.count}.",
+                            f"Topic currently has {current} partitions, which is higher than or "
+                            f"equal to the requested {req.count}.",
                         ),
                     )
                 )

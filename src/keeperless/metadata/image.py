@@ -58,11 +58,11 @@ class BrokerRegistration:
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
     offset: int = -1
-    features: Mapping[str, int] = _EMPTY
-    topics: Mapping[UUID, TopicImage] = _EMPTY
-    topic_ids: Mapping[str, UUID] = _EMPTY
-    brokers: Mapping[int, BrokerRegistration] = _EMPTY
-    configs: Mapping[tuple[int, str], Mapping[str, str]] = _EMPTY
+    features: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    topics: Mapping[UUID, TopicImage] = field(default_factory=lambda: _EMPTY)
+    topic_ids: Mapping[str, UUID] = field(default_factory=lambda: _EMPTY)
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: _EMPTY)
+    configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
     next_producer_id: int = 0
 
     def topic(self, name: str) -> TopicImage | None:

@@ -1,0 +1,126 @@
+"""The broker role: a metadata image built only from committed records, and the
+partitions that image assigns to this node."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from keeperless.broker.partitions import PartitionManager
+from keeperless.controller.quorum_controller import QuorumController, Result
+from keeperless.metadata.image import MetadataDelta, MetadataImage
+from keeperless.metadata.topic_configs import TOPIC_CONFIG_DEFAULTS
+from keeperless.storage.log import LogConfig
+
+__all__ = ["Broker", "BrokerSettings", "ControllerChannel"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ControllerChannel(Protocol):
+    """How a broker reaches the active controller. The operation runs on the
+    controller's single writer; the call returns after its records commit."""
+
+    def call(self, op: Callable[[QuorumController], Result[T]]) -> Awaitable[T]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    node_id: int
+    cluster_id: str
+    log_dir: Path
+    endpoints: tuple[tuple[str, str, int], ...]
+    rack: str | None
+    log_defaults: LogConfig
+    auto_create_topics: bool
+    max_message_bytes: int
+    offsets_topic_partitions: int
+    offsets_topic_replication_factor: int
+    static_configs: Mapping[str, str]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    def __init__(self, settings: BrokerSettings, controller: ControllerChannel) -> None:
+        self.settings = settings
+        self.node_id = settings.node_id
+        self.controller = controller
+        self.image = MetadataImage()
+        self.partitions = PartitionManager(
+            settings.node_id, settings.log_dir, settings.log_defaults
+        )
+        self.broker_epoch = -1
+        self.fenced = True
+        self.on_image: list[Callable[[MetadataImage], None]] = []
+
+    # -- metadata publisher -------------------------------------------------------------
+
+    def on_committed(self, records: list[Any], last_offset: int) -> None:
+        delta = MetadataDelta(self.image)
+        for rec in records:
+            delta.replay(rec)
+        delta.offset = last_offset
+        new = delta.apply()
+        self.image = new
+        now = _now_ms()
+        for tid, topic in delta.deleted_topics.items():
+            for p in topic.partitions:
+                if self.partitions.get(topic.name, p) is not None:
+                    log.info(
+                        "[node %d] Deleting partition %s-%d (topic %s deleted)",
+                        self.node_id,
+                        topic.name,
+                        p,
+                        tid,
+                    )
+                    self.partitions.remove(topic.name, p)
+        for tid in delta.changed_topics:
+            topic = new.topics[tid]
+            cfg = self.log_config(topic.name)
+            for p, info in topic.partitions.items():
+                if self.node_id in info.replicas:
+                    self.partitions.ensure(topic.name, p, tid, info, cfg, now)
+        for fn in self.on_image:
+            fn(new)
+
+    def topic_config(self, name: str) -> dict[str, str]:
+        out = dict(TOPIC_CONFIG_DEFAULTS)
+        out.update(self.settings.static_configs)
+        out.update(self.image.topic_config(name))
+        return out
+
+    def log_config(self, name: str) -> LogConfig:
+        d = self.settings.log_defaults
+        c = self.image.topic_config(name)
+
+        def get(key: str, default: int) -> int:
+            return int(c[key]) if key in c else default
+
+        return LogConfig(
+            segment_bytes=get("segment.bytes", d.segment_bytes),
+            segment_ms=get("segment.ms", d.segment_ms),
+            retention_ms=get("retention.ms", d.retention_ms),
+            retention_bytes=get("retention.bytes", d.retention_bytes),
+            index_interval_bytes=get("index.interval.bytes", d.index_interval_bytes),
+            flush_interval_messages=get("flush.messages", d.flush_interval_messages),
+        )
+
+    def max_message_bytes(self, name: str) -> int:
+        c = self.image.topic_config(name)
+        return int(c.get("max.message.bytes", self.settings.max_message_bytes))
+
+    def enforce_retention(self) -> None:
+        now = _now_ms()
+        for p in list(self.partitions.partitions.values()):
+            p.log.enforce_retention(now)
+
+    def close(self) -> None:
+        self.partitions.close()

@@ -1,0 +1,345 @@
+"""Request dispatch for the broker listener, and the metadata/admin handlers.
+
+Admin requests are forwarded to the active controller through the ControllerChannel and
+answered after their records commit and the broker's own image has them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.broker import Broker
+from keeperless.broker.data_plane import DataPlane
+from keeperless.controller.quorum_controller import (
+    CreatePartitionsRequest,
+    NewTopic,
+    QuorumController,
+    Result,
+)
+from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from keeperless.protocol.apis import BROKER_APIS
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import RequestHeader, response_class
+
+__all__ = ["BrokerHandlers"]
+
+log = logging.getLogger(__name__)
+Handler = Callable[[RequestHeader, Any], Awaitable[Any]]
+
+
+class BrokerHandlers:
+    def __init__(self, broker: Broker, extra: dict[int, Handler] | None = None) -> None:
+        self.broker = broker
+        self.data = DataPlane(broker)
+        self.apis = dict(BROKER_APIS)
+        self.handlers: dict[int, Handler] = {
+            0: self.data.produce,
+            1: self.data.fetch,
+            2: self.data.list_offsets,
+            3: self.metadata,
+            18: self.api_versions,
+            19: self.create_topics,
+            20: self.delete_topics,
+            22: self.init_producer_id,
+            32: self.describe_configs,
+            37: self.create_partitions,
+            60: self.describe_cluster,
+        }
+        self.handlers.update(extra or {})
+        self.apis = {k: v for k, v in self.apis.items() if k in self.handlers}
+        self._producer_ids: list[int] = []
+
+    async def _commit(self, op: Callable[[QuorumController], Result[Any]]) -> Any:
+        return await self.broker.controller.call(op)
+
+    # -- ApiVersions ----------------------------------------------------------------------
+
+    async def api_versions(self, header: RequestHeader, req: Any) -> Any:
+        return build(response_class(18, header.api_version), self.api_versions_body())
+
+    def api_versions_body(self, error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+        level = self.broker.image.features.get("metadata.version", 0)
+        return {
+            "error_code": error,
+            "api_keys": [
+                {"api_key": k, "min_version": lo, "max_version": hi}
+                for k, (lo, hi) in sorted(self.apis.items())
+            ],
+            "throttle_time": 0,
+            "supported_features": [
+                {"name": "metadata.version", "min_version": 7, "max_version": 21}
+            ],
+            "finalized_features_epoch": max(self.broker.image.offset, -1),
+            "finalized_features": [
+                {"name": "metadata.version", "max_version_level": level, "min_version_level": level}
+            ]
+            if level
+            else [],
+        }
+
+    # -- Metadata -------------------------------------------------------------------------
+
+    def _brokers(self) -> list[dict[str, Any]]:
+        out = []
+        for b in sorted(self.broker.image.brokers.values(), key=lambda b: b.broker_id):
+            if b.fenced and b.broker_id != self.broker.node_id:
+                continue
+            ep = b.endpoints[0] if b.endpoints else ("", "", 0)
+            out.append(
+                {
+                    "node_id": b.broker_id,
+                    "host": ep[1],
+                    "port": ep[2],
+                    "rack": b.rack,
+                    "broker_id": b.broker_id,
+                }
+            )
+        return out
+
+    async def metadata(self, header: RequestHeader, req: Any) -> Any:
+        image = self.broker.image
+        if req.topics is None or (header.api_version == 0 and not req.topics):
+            names = sorted(image.topic_ids)
+        else:
+            names = [t.name for t in req.topics if t.name is not None]
+        auto = (
+            getattr(req, "allow_auto_topic_creation", True)
+            and self.broker.settings.auto_create_topics
+        )
+        missing = [n for n in names if n not in image.topic_ids]
+        if auto and missing and req.topics is not None:
+            await self._commit(
+                lambda c: c.create_topics(
+                    [NewTopic(n) for n in missing if not n.startswith("__")], False
+                )
+            )
+            image = self.broker.image
+        topics = []
+        for name in names:
+            t = image.topic(name)
+            if t is None:
+                topics.append(
+                    {
+                        "error_code": ErrorCode.unknown_topic_or_partition,
+                        "name": name,
+                        "topic_id": None,
+                        "partitions": (),
+                    }
+                )
+                continue
+            parts = []
+            for idx in sorted(t.partitions):
+                info = t.partitions[idx]
+                leader_ok = info.leader in image.brokers
+                parts.append(
+                    {
+                        "error_code": ErrorCode.none
+                        if leader_ok
+                        else ErrorCode.leader_not_available,
+                        "partition_index": idx,
+                        "leader_id": info.leader,
+                        "leader_epoch": info.leader_epoch,
+                        "replica_nodes": info.replicas,
+                        "isr_nodes": info.isr,
+                        "offline_replicas": (),
+                    }
+                )
+            topics.append(
+                {
+                    "error_code": ErrorCode.none,
+                    "name": name,
+                    "topic_id": t.topic_id,
+                    "is_internal": name.startswith("__"),
+                    "partitions": parts,
+                }
+            )
+        return build(
+            response_class(3, header.api_version),
+            {
+                "throttle_time": 0,
+                "brokers": self._brokers(),
+                "cluster_id": self.broker.settings.cluster_id,
+                "controller_id": self.broker.node_id,
+                "topics": topics,
+            },
+        )
+
+    async def describe_cluster(self, header: RequestHeader, req: Any) -> Any:
+        return build(
+            response_class(60, header.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "cluster_id": self.broker.settings.cluster_id,
+                "controller_id": self.broker.node_id,
+                "brokers": self._brokers(),
+            },
+        )
+
+    # -- Admin, forwarded to the controller -----------------------------------------------
+
+    async def create_topics(self, header: RequestHeader, req: Any) -> Any:
+        new = [
+            NewTopic(
+                t.name,
+                t.num_partitions,
+                t.replication_factor,
+                {a.partition_index: tuple(a.broker_ids) for a in t.assignments},
+                {c.name: c.value for c in t.configs},
+            )
+            for t in req.topics
+        ]
+        results = await self._commit(lambda c: c.create_topics(new, req.validate_only))
+        topics = []
+        for res in results:
+            cfgs = self.broker.topic_config(res.name)
+            cfgs.update(res.configs)
+            topics.append(
+                {
+                    "name": res.name,
+                    "topic_id": res.topic_id,
+                    "error_code": res.error.code,
+                    "error_message": res.error.message,
+                    "num_partitions": res.num_partitions,
+                    "replication_factor": res.replication_factor,
+                    "configs": [
+                        {
+                            "name": k,
+                            "value": v,
+                            "read_only": False,
+                            "config_source": 5,
+                            "is_sensitive": False,
+                        }
+                        for k, v in sorted(cfgs.items())
+                    ]
+                    if res.error.code == ErrorCode.none
+                    else None,
+                }
+            )
+        return build(response_class(19, header.api_version), {"throttle_time": 0, "topics": topics})
+
+    async def delete_topics(self, header: RequestHeader, req: Any) -> Any:
+        if header.api_version >= 6:
+            names = [t.name for t in req.topics if t.name is not None]
+            ids = [t.topic_id for t in req.topics if t.name is None and t.topic_id is not None]
+        else:
+            names, ids = list(req.topic_names), []
+        results = await self._commit(lambda c: c.delete_topics(names, ids))
+        return build(
+            response_class(20, header.api_version),
+            {
+                "throttle_time": 0,
+                "responses": [
+                    {"name": n, "topic_id": tid, "error_code": e.code, "error_message": e.message}
+                    for n, tid, e in results
+                ],
+            },
+        )
+
+    async def create_partitions(self, header: RequestHeader, req: Any) -> Any:
+        reqs = [
+            CreatePartitionsRequest(
+                t.name,
+                t.count,
+                [tuple(a.broker_ids) for a in t.assignments] if t.assignments else None,
+            )
+            for t in req.topics
+        ]
+        results = await self._commit(lambda c: c.create_partitions(reqs, req.validate_only))
+        return build(
+            response_class(37, header.api_version),
+            {
+                "throttle_time": 0,
+                "results": [
+                    {"name": n, "error_code": e.code, "error_message": e.message}
+                    for n, e in results
+                ],
+            },
+        )
+
+    async def init_producer_id(self, header: RequestHeader, req: Any) -> Any:
+        def reply(err: ErrorCode, pid: int = -1, epoch: int = -1) -> Any:
+            return build(
+                response_class(22, header.api_version),
+                {
+                    "throttle_time": 0,
+                    "error_code": err,
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                },
+            )
+
+        if req.transactional_id is not None:
+            return reply(ErrorCode.transactional_id_authorization_failed)
+        if not self._producer_ids:
+            node, epoch = self.broker.node_id, self.broker.broker_epoch
+            err, start, count = await self._commit(lambda c: c.allocate_producer_ids(node, epoch))
+            if err.code != ErrorCode.none:
+                return reply(err.code)
+            self._producer_ids = list(range(start + count - 1, start - 1, -1))
+        return reply(ErrorCode.none, self._producer_ids.pop(), 0)
+
+    async def describe_configs(self, header: RequestHeader, req: Any) -> Any:
+        results = []
+        for res in req.resources:
+            entry: dict[str, Any] = {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "resource_type": res.resource_type,
+                "resource_name": res.resource_name,
+                "configs": (),
+            }
+            if res.resource_type == TOPIC_RESOURCE:
+                if self.broker.image.topic(res.resource_name) is None:
+                    entry.update(
+                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_message=f"Topic {res.resource_name} does not exist",
+                    )
+                else:
+                    explicit = self.broker.image.topic_config(res.resource_name)
+                    cfgs = self.broker.topic_config(res.resource_name)
+                    entry["configs"] = [
+                        _config_entry(k, v, 1 if k in explicit else 5)
+                        for k, v in sorted(cfgs.items())
+                        if not res.configuration_keys or k in res.configuration_keys
+                    ]
+            elif res.resource_type == BROKER_RESOURCE:
+                if res.resource_name not in ("", str(self.broker.node_id)):
+                    entry.update(
+                        error_code=ErrorCode.invalid_request,
+                        error_message=f"Unknown broker {res.resource_name}",
+                    )
+                else:
+                    entry["configs"] = [
+                        _config_entry(k, v, 4)
+                        for k, v in sorted(self.broker.settings.static_configs.items())
+                        if not res.configuration_keys or k in res.configuration_keys
+                    ]
+            else:
+                entry.update(
+                    error_code=ErrorCode.invalid_request,
+                    error_message=f"Unsupported resource type {res.resource_type}",
+                )
+            results.append(entry)
+        return build(
+            response_class(32, header.api_version), {"throttle_time": 0, "results": results}
+        )
+
+
+def _config_entry(name: str, value: str, source: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": value,
+        "read_only": source == 4,
+        "config_source": source,
+        "is_sensitive": False,
+        "synonyms": (),
+        "config_type": 0,
+        "documentation": None,
+        "is_default": source == 5,
+    }

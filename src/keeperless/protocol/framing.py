@@ -1,0 +1,135 @@
+"""Kafka request/response framing, sans-I/O: bytes in, requests out; responses to bytes.
+
+Request header v1 (api key, version, correlation id, client id) or v2 (plus tagged
+fields, for flexible versions). Response header v0 (correlation id) or v1 (plus tagged
+fields); ApiVersions responses always use v0 so that any client can read them.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+__all__ = [
+    "FrameDecoder",
+    "ProtocolError",
+    "RequestHeader",
+    "decode_request",
+    "encode_response",
+]
+
+_I32 = struct.Struct(">i")
+_HDR = struct.Struct(">hhi")
+MAX_FRAME = 100 * 1024 * 1024
+
+
+class ProtocolError(ValueError):
+    """The peer broke the protocol (bad frame, unknown API, unsupported version)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+class FrameDecoder:
+    """Accumulates bytes and yields complete size-prefixed frames."""
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self.max_frame = max_frame
+
+    def feed(self, data: bytes) -> list[memoryview]:
+        self._buf += data
+        frames = []
+        pos = 0
+        buf = self._buf
+        while len(buf) - pos >= 4:
+            (n,) = _I32.unpack_from(buf, pos)
+            if n < 0 or n > self.max_frame:
+                raise ProtocolError(f"invalid request size {n}")
+            if len(buf) - pos - 4 < n:
+                break
+            frames.append(memoryview(bytes(buf[pos + 4 : pos + 4 + n])))
+            pos += 4 + n
+        if pos:
+            del self._buf[:pos]
+        return frames
+
+
+def read_header(frame: memoryview) -> tuple[RequestHeader, int]:
+    """Parse the fixed part of a request header: returns (header, position after the
+    client id). Tagged fields (v2) come after and are the caller's to skip."""
+    if len(frame) < 10:
+        raise ProtocolError("request header too short")
+    api_key, version, corr = _HDR.unpack_from(frame, 0)
+    (n,) = struct.unpack_from(">h", frame, 8)
+    pos = 10
+    client_id = None
+    if n >= 0:
+        client_id = bytes(frame[pos : pos + n]).decode("utf-8", "replace")
+        pos += n
+    return RequestHeader(api_key, version, corr, client_id), pos
+
+
+def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
+    def uvarint(p: int) -> tuple[int, int]:
+        shift = v = 0
+        while True:
+            b = frame[p]
+            p += 1
+            v |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return v, p
+            shift += 7
+
+    count, pos = uvarint(pos)
+    for _ in range(count):
+        _, pos = uvarint(pos)
+        size, pos = uvarint(pos)
+        pos += size
+    return pos
+
+
+def decode_request(header: RequestHeader, frame: memoryview, body_pos: int) -> Any:
+    """Decode the request body with kio's schema for (api key, version)."""
+    try:
+        cls = load_request_schema(header.api_key, header.api_version)
+    except Exception as e:
+        raise ProtocolError(
+            f"no schema for api key {header.api_key} version {header.api_version}"
+        ) from e
+    pos = body_pos
+    if cls.__flexible__:
+        pos = _skip_tagged_fields(frame, pos)
+    try:
+        value, _ = entity_reader(cls)(frame, pos)
+    except Exception as e:
+        raise ProtocolError(
+            f"cannot decode api key {header.api_key} v{header.api_version}: {e}"
+        ) from e
+    return value
+
+
+def response_class(api_key: int, version: int) -> type:
+    return load_response_schema(api_key, version)
+
+
+def encode_response(header: RequestHeader, response: Any) -> bytes:
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    buf.write(_I32.pack(header.correlation_id))
+    if type(response).__flexible__ and header.api_key != 18:
+        buf.write(b"\x00")  # empty tagged fields
+    entity_writer(type(response))(buf, response)
+    out = buf.getbuffer()
+    _I32.pack_into(out, 0, len(out) - 4)
+    return bytes(out)

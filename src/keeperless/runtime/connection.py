@@ -1,0 +1,124 @@
+"""The Kafka listener: an asyncio Protocol per connection. Requests on one connection
+are answered in order, one at a time, as Kafka does."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.protocol.apis import API_NAMES
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import (
+    FrameDecoder,
+    ProtocolError,
+    RequestHeader,
+    decode_request,
+    encode_response,
+    read_header,
+    response_class,
+)
+
+__all__ = ["KafkaProtocol", "RequestRouter"]
+
+log = logging.getLogger(__name__)
+
+
+class RequestRouter:
+    """Maps (api key, version) to a handler, within the advertised ranges."""
+
+    def __init__(
+        self,
+        node_id: int,
+        apis: dict[int, tuple[int, int]],
+        handlers: dict[int, Callable[[RequestHeader, Any], Awaitable[Any]]],
+        api_versions_body: Callable[[ErrorCode], dict[str, Any]],
+    ) -> None:
+        self.node_id = node_id
+        self.apis = apis
+        self.handlers = handlers
+        self.api_versions_body = api_versions_body
+        self._last_warn: dict[str, float] = {}
+
+    def warn(self, key: str, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._last_warn.get(key, -1e9) >= 10:
+            self._last_warn[key] = now
+            log.warning("[node %d] " + msg, self.node_id, *args)
+
+    async def handle(self, frame: memoryview) -> bytes | None:
+        header, pos = read_header(frame)
+        rng = self.apis.get(header.api_key)
+        if header.api_key == 18 and (rng is None or header.api_version > rng[1]):
+            # Unknown ApiVersions version: answer v0 with UNSUPPORTED_VERSION (KIP-511).
+            hdr = RequestHeader(18, 0, header.correlation_id, header.client_id)
+            body = self.api_versions_body(ErrorCode.unsupported_version)
+            return encode_response(hdr, build(response_class(18, 0), body))
+        if rng is None or not rng[0] <= header.api_version <= rng[1]:
+            name = API_NAMES.get(header.api_key, f"api key {header.api_key}")
+            raise ProtocolError(
+                f"client {header.client_id!r} sent {name} v{header.api_version}, which this "
+                f"node does not support ({f'versions {rng[0]}-{rng[1]}' if rng else 'not offered'})"
+            )
+        req = decode_request(header, frame, pos)
+        resp = await self.handlers[header.api_key](header, req)
+        if resp is None:
+            return None
+        return encode_response(header, resp)
+
+
+class KafkaProtocol(asyncio.Protocol):
+    def __init__(self, router: RequestRouter) -> None:
+        self.router = router
+        self.decoder = FrameDecoder()
+        self.queue: asyncio.Queue[memoryview | None] = asyncio.Queue()
+        self.transport: asyncio.Transport | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.peer = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.task = asyncio.get_running_loop().create_task(self._serve())
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for frame in self.decoder.feed(data):
+                self.queue.put_nowait(frame)
+        except ProtocolError as e:
+            self.router.warn("frame", "Closing connection from %s: %s", self.peer, e)
+            self._close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.queue.put_nowait(None)
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    async def _serve(self) -> None:
+        while True:
+            frame = await self.queue.get()
+            if frame is None or self.transport is None or self.transport.is_closing():
+                return
+            try:
+                out = await self.router.handle(frame)
+            except ProtocolError as e:
+                self.router.warn(str(e)[:60], "Closing connection from %s: %s", self.peer, e)
+                self._close()
+                return
+            except Exception:
+                log.exception(
+                    "[node %d] Error handling request from %s; closing connection",
+                    self.router.node_id,
+                    self.peer,
+                )
+                self._close()
+                return
+            if out is not None and not self.transport.is_closing():
+                self.transport.write(out)
