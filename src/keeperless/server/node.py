@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from keeperless.broker.broker import Broker, BrokerSettings
+from keeperless.broker.group_coordinator import GroupCoordinator
+from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.handlers import BrokerHandlers
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.protocol.apis import CONTROLLER_APIS
@@ -77,6 +79,7 @@ class Node:
         )
         self.local = LocalController(self.controller, self.mlog)
         self.broker: Broker | None = None
+        self.groups: GroupCoordinator
         self.servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
@@ -118,6 +121,9 @@ class Node:
         self.mlog.listeners.append(lambda recs, off: self.controller.replay(recs, off))
         if self.config.is_broker:
             self.broker = Broker(self._broker_settings(), self.local)
+            self.groups = GroupCoordinator(
+                self.broker, self.config["group.initial.rebalance.delay.ms"]
+            )
             self.mlog.listeners.append(self.broker.on_committed)
         replayed = self.mlog.replay_existing()
         # From here on the controller replays its own records when it proposes them.
@@ -157,6 +163,7 @@ class Node:
             await self._register_broker()
             self._tasks.append(loop.create_task(self._heartbeat_loop()))
             self._tasks.append(loop.create_task(self._retention_loop()))
+            self._tasks.append(loop.create_task(self._group_session_loop()))
         log.info(
             "[node %d] Started in %.0f ms (cluster %s)",
             self.node_id,
@@ -166,7 +173,7 @@ class Node:
 
     def _broker_router(self) -> RequestRouter:
         assert self.broker is not None
-        h = BrokerHandlers(self.broker)
+        h = BrokerHandlers(self.broker, GroupOffsets(self.groups).handlers())
         return RequestRouter(self.node_id, h.apis, h.handlers, h.api_versions_body)
 
     def _controller_router(self) -> RequestRouter:
@@ -234,6 +241,11 @@ class Node:
         while True:
             await asyncio.sleep(interval)
             self.broker.enforce_retention()
+
+    async def _group_session_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            self.groups.expire_sessions()
 
     async def stop(self) -> None:
         for t in self._tasks:

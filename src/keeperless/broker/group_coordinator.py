@@ -1,0 +1,297 @@
+"""The group coordinator: classic-protocol group APIs and committed offsets persisted in
+`__consumer_offsets`, in Kafka's record format, so they survive restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.broker import Broker
+from keeperless.broker.groups import Group, JoinResult
+from keeperless.controller.quorum_controller import NewTopic
+from keeperless.metadata.image import MetadataImage
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.protocol.records import decode_records, iter_batches
+
+__all__ = ["OFFSETS_TOPIC", "GroupCoordinator", "partition_for_group"]
+
+log = logging.getLogger(__name__)
+OFFSETS_TOPIC = "__consumer_offsets"
+_S16 = struct.Struct(">h")
+
+
+def partition_for_group(group_id: str, partitions: int) -> int:
+    """Kafka's placement: Utils.abs(groupId.hashCode()) % partitions."""
+    h = 0
+    for unit in struct.unpack(
+        f">{len(group_id.encode('utf-16-be')) // 2}H", group_id.encode("utf-16-be")
+    ):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % partitions
+
+
+def _str(s: str | None) -> bytes:
+    if s is None:
+        return _S16.pack(-1)
+    b = s.encode()
+    return _S16.pack(len(b)) + b
+
+
+def _read_str(buf: bytes, pos: int) -> tuple[str | None, int]:
+    (n,) = _S16.unpack_from(buf, pos)
+    if n < 0:
+        return None, pos + 2
+    return buf[pos + 2 : pos + 2 + n].decode(), pos + 2 + n
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    return _S16.pack(1) + _str(group) + _str(topic) + struct.pack(">i", partition)
+
+
+def offset_value(offset: int, leader_epoch: int, metadata: str | None, ts: int) -> bytes:
+    return (
+        _S16.pack(3)
+        + struct.pack(">qi", offset, leader_epoch)
+        + _str(metadata or "")
+        + struct.pack(">q", ts)
+    )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+Offsets = dict[tuple[str, int], tuple[int, int, str | None]]
+
+
+class GroupCoordinator:
+    def __init__(self, broker: Broker, initial_rebalance_delay_ms: int) -> None:
+        self.broker = broker
+        self.initial_delay_ms = initial_rebalance_delay_ms
+        self.groups: dict[str, Group] = {}
+        self.offsets: dict[str, Offsets] = {}
+        self._loaded: set[int] = set()
+        broker.on_image.append(self._on_image)
+
+    # -- loading --------------------------------------------------------------------------
+
+    def _on_image(self, image: MetadataImage) -> None:
+        t = image.topic(OFFSETS_TOPIC)
+        if t is None:
+            return
+        for idx, info in t.partitions.items():
+            if info.leader == self.broker.node_id and idx not in self._loaded:
+                self._load(idx)
+
+    def _load(self, idx: int) -> None:
+        p = self.broker.partitions.get(OFFSETS_TOPIC, idx)
+        if p is None:
+            return
+        self._loaded.add(idx)
+        off = p.log.log_start_offset
+        n = 0
+        while True:
+            sl = p.read(off, 1 << 20)
+            if sl is None:
+                break
+            data = sl.read()
+            for pos, h in iter_batches(data):
+                off = h.last_offset + 1
+                for rec in decode_records(memoryview(data)[pos : pos + h.size]):
+                    if rec.key is not None:
+                        n += self._replay(rec.key, rec.value)
+        if n:
+            log.info(
+                "[node %d] Loaded %d committed offsets from %s-%d",
+                self.broker.node_id,
+                n,
+                OFFSETS_TOPIC,
+                idx,
+            )
+
+    def _replay(self, key: bytes, value: bytes | None) -> int:
+        (version,) = _S16.unpack_from(key, 0)
+        if version not in (0, 1):
+            return 0  # group metadata records: membership is not restored across restarts
+        group, pos = _read_str(key, 2)
+        topic, pos = _read_str(key, pos)
+        (partition,) = struct.unpack_from(">i", key, pos)
+        assert group is not None
+        assert topic is not None
+        offsets = self.offsets.setdefault(group, {})
+        if value is None:
+            offsets.pop((topic, partition), None)
+            return 1
+        (vv,) = _S16.unpack_from(value, 0)
+        (offset,) = struct.unpack_from(">q", value, 2)
+        epoch, pos = (-1, 10)
+        if vv >= 3:
+            (epoch,) = struct.unpack_from(">i", value, 10)
+            pos = 14
+        metadata, _ = _read_str(value, pos)
+        offsets[(topic, partition)] = (offset, epoch, metadata)
+        return 1
+
+    # -- coordinator lookup -------------------------------------------------------------
+
+    async def _ensure_offsets_topic(self) -> ErrorCode:
+        if self.broker.image.topic(OFFSETS_TOPIC) is not None:
+            return ErrorCode.none
+        s = self.broker.settings
+        topic = NewTopic(
+            OFFSETS_TOPIC,
+            s.offsets_topic_partitions,
+            s.offsets_topic_replication_factor,
+            configs={"cleanup.policy": "compact", "segment.bytes": "104857600"},
+        )
+        results = await self.broker.controller.call(lambda c: c.create_topics([topic], False))
+        err = results[0].error
+        if err.code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            log.warning(
+                "[node %d] Cannot create %s: %s (check offsets.topic.replication.factor)",
+                self.broker.node_id,
+                OFFSETS_TOPIC,
+                err.message,
+            )
+            return ErrorCode.coordinator_not_available
+        return ErrorCode.none
+
+    async def find_coordinator(self, header: RequestHeader, req: Any) -> Any:
+        keys = list(req.coordinator_keys) if header.api_version >= 4 else [req.key]
+        key_type = getattr(req, "key_type", 0)
+        err = (
+            await self._ensure_offsets_topic()
+            if key_type == 0
+            else ErrorCode.coordinator_not_available
+        )
+        ep = self.broker.settings.endpoints[0]
+        coords = [
+            {
+                "key": k,
+                "node_id": self.broker.node_id if err == ErrorCode.none else -1,
+                "host": ep[1] if err == ErrorCode.none else "",
+                "port": ep[2] if err == ErrorCode.none else -1,
+                "error_code": err,
+                "error_message": None
+                if err == ErrorCode.none
+                else "The coordinator is not available.",
+            }
+            for k in keys
+        ]
+        body: dict[str, Any] = {"throttle_time": 0, "coordinators": coords}
+        if header.api_version < 4:
+            body.update({k: v for k, v in coords[0].items() if k != "key"})
+        return build(response_class(10, header.api_version), body)
+
+    def _group_error(self, group_id: str) -> ErrorCode | None:
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        t = self.broker.image.topic(OFFSETS_TOPIC)
+        if t is None:
+            return ErrorCode.coordinator_not_available
+        idx = partition_for_group(group_id, len(t.partitions))
+        if t.partitions[idx].leader != self.broker.node_id:
+            return ErrorCode.not_coordinator
+        return None
+
+    def _group(self, group_id: str) -> Group:
+        g = self.groups.get(group_id)
+        if g is None:
+            g = Group(group_id, self.initial_delay_ms)
+            self.groups[group_id] = g
+        return g
+
+    # -- membership ---------------------------------------------------------------------
+
+    async def join_group(self, header: RequestHeader, req: Any) -> Any:
+        err = self._group_error(req.group_id)
+        if err is not None:
+            res: JoinResult = JoinResult(err, member_id=req.member_id)
+        else:
+            out = self._group(req.group_id).join(
+                req, header.client_id or "", "/127.0.0.1", header.api_version, time.monotonic()
+            )
+            res = await out if isinstance(out, asyncio.Future) else out
+        return build(
+            response_class(11, header.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": res.error,
+                "generation_id": res.generation,
+                "protocol_type": res.protocol_type,
+                "protocol_name": res.protocol or "",
+                "leader": res.leader,
+                "member_id": res.member_id,
+                "members": [
+                    {"member_id": m, "group_instance_id": gi, "metadata": md}
+                    for m, gi, md in res.members
+                ],
+            },
+        )
+
+    async def sync_group(self, header: RequestHeader, req: Any) -> Any:
+        err = self._group_error(req.group_id)
+        g = self.groups.get(req.group_id)
+        if err is None and g is None:
+            err = ErrorCode.unknown_member_id
+        assignment = b""
+        if err is None and g is not None:
+            assigns = {a.member_id: bytes(a.assignment) for a in req.assignments}
+            out = g.sync(req.member_id, req.generation_id, assigns, time.monotonic())
+            err, assignment = await out if isinstance(out, asyncio.Future) else out
+        return build(
+            response_class(14, header.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": err,
+                "assignment": assignment,
+                "protocol_type": g.protocol_type if g else None,
+                "protocol_name": g.protocol if g else None,
+            },
+        )
+
+    async def heartbeat(self, header: RequestHeader, req: Any) -> Any:
+        err = self._group_error(req.group_id)
+        g = self.groups.get(req.group_id)
+        if err is None:
+            err = (
+                ErrorCode.unknown_member_id
+                if g is None
+                else g.heartbeat(req.member_id, req.generation_id, time.monotonic())
+            )
+        return build(
+            response_class(12, header.api_version), {"throttle_time": 0, "error_code": err}
+        )
+
+    async def leave_group(self, header: RequestHeader, req: Any) -> Any:
+        ids = [m.member_id for m in req.members] if header.api_version >= 3 else [req.member_id]
+        err = self._group_error(req.group_id)
+        g = self.groups.get(req.group_id)
+        results = []
+        for mid in ids:
+            e = (
+                err
+                if err is not None
+                else (ErrorCode.unknown_member_id if g is None else g.leave(mid, time.monotonic()))
+            )
+            results.append({"member_id": mid, "group_instance_id": None, "error_code": e})
+        top = (
+            err
+            if err is not None
+            else (results[0]["error_code"] if len(ids) == 1 else ErrorCode.none)
+        )
+        return build(
+            response_class(13, header.api_version),
+            {"throttle_time": 0, "error_code": top, "members": results},
+        )
+
+    def expire_sessions(self) -> None:
+        now = time.monotonic()
+        for g in self.groups.values():
+            g.expire_sessions(now)

@@ -1,0 +1,215 @@
+"""OffsetCommit, OffsetFetch, ListGroups and DescribeGroups on the group coordinator."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.group_coordinator import (
+    OFFSETS_TOPIC,
+    GroupCoordinator,
+    offset_key,
+    offset_value,
+    partition_for_group,
+)
+from keeperless.broker.groups import GroupState
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.protocol.records import build_batch
+
+__all__ = ["GroupOffsets"]
+
+
+class GroupOffsets:
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.gc = coordinator
+        self.broker = coordinator.broker
+
+    def handlers(self) -> dict[int, Any]:
+        gc = self.gc
+        return {
+            8: self.offset_commit,
+            9: self.offset_fetch,
+            10: gc.find_coordinator,
+            11: gc.join_group,
+            12: gc.heartbeat,
+            13: gc.leave_group,
+            14: gc.sync_group,
+            15: self.describe_groups,
+            16: self.list_groups,
+        }
+
+    async def offset_commit(self, header: RequestHeader, req: Any) -> Any:
+        group_id = req.group_id
+        err = self.gc._group_error(group_id)
+        g = self.gc.groups.get(group_id)
+        generation = getattr(req, "generation_id_or_member_epoch", -1)
+        if err is None and generation >= 0:
+            err = (
+                ErrorCode.unknown_member_id
+                if g is None
+                else g.check_member(req.member_id, generation)
+            )
+            if err == ErrorCode.none and g is not None and g.state == GroupState.PREPARING:
+                err = ErrorCode.rebalance_in_progress
+            err = None if err == ErrorCode.none else err
+        elif err is None and g is not None and g.members:
+            err = ErrorCode.unknown_member_id  # simple commits only for groups without members
+        now = int(time.time() * 1000)
+        records = []
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                e = err
+                if e is None and self.broker.image.topic(t.name) is None:
+                    e = ErrorCode.unknown_topic_or_partition
+                if e is None:
+                    epoch = getattr(p, "committed_leader_epoch", -1)
+                    records.append(
+                        (
+                            offset_key(group_id, t.name, p.partition_index),
+                            offset_value(p.committed_offset, epoch, p.committed_metadata, now),
+                            (),
+                        )
+                    )
+                    parts.append(
+                        (p.partition_index, p.committed_offset, epoch, p.committed_metadata)
+                    )
+                topics.append((t.name, p.partition_index, e or ErrorCode.none))
+            if err is None:
+                offsets = self.gc.offsets.setdefault(group_id, {})
+                for idx, off, epoch, meta in parts:
+                    offsets[(t.name, idx)] = (off, epoch, meta)
+        if records:
+            t_img = self.broker.image.topic(OFFSETS_TOPIC)
+            assert t_img is not None
+            idx = partition_for_group(group_id, len(t_img.partitions))
+            part = self.broker.partitions.get(OFFSETS_TOPIC, idx)
+            assert part is not None
+            assert part.info is not None
+            res = part.append(
+                build_batch(records, timestamp_ms=now), part.info.leader_epoch, 2**31 - 1, now
+            )
+            if res.error != ErrorCode.none:
+                topics = [(n, i, res.error) for n, i, _ in topics]
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for name, idx, e in topics:
+            by_topic.setdefault(name, []).append({"partition_index": idx, "error_code": e})
+        return build(
+            response_class(8, header.api_version),
+            {
+                "throttle_time": 0,
+                "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
+            },
+        )
+
+    def _fetch_group(self, group_id: str, topics: Any) -> tuple[ErrorCode, list[dict[str, Any]]]:
+        err = self.gc._group_error(group_id)
+        if err is not None:
+            return err, []
+        offsets = self.gc.offsets.get(group_id, {})
+        wanted: list[tuple[str, list[int]]]
+        if topics is None:
+            grouped: dict[str, list[int]] = {}
+            for name, idx in sorted(offsets):
+                grouped.setdefault(name, []).append(idx)
+            wanted = list(grouped.items())
+        else:
+            wanted = [(t.name, list(t.partition_indexes)) for t in topics]
+        out = []
+        for name, idxs in wanted:
+            parts = []
+            for idx in idxs:
+                off, epoch, meta = offsets.get((name, idx), (-1, -1, ""))
+                parts.append(
+                    {
+                        "partition_index": idx,
+                        "committed_offset": off,
+                        "committed_leader_epoch": epoch,
+                        "metadata": meta,
+                        "error_code": ErrorCode.none,
+                    }
+                )
+            out.append({"name": name, "partitions": parts})
+        return ErrorCode.none, out
+
+    async def offset_fetch(self, header: RequestHeader, req: Any) -> Any:
+        cls = response_class(9, header.api_version)
+        if header.api_version >= 8:
+            groups = []
+            for g in req.groups:
+                err, topics = self._fetch_group(g.group_id, g.topics)
+                groups.append({"group_id": g.group_id, "topics": topics, "error_code": err})
+            return build(cls, {"throttle_time": 0, "groups": groups})
+        err, topics = self._fetch_group(req.group_id, req.topics)
+        if header.api_version < 2 and err != ErrorCode.none:
+            topics = [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": i,
+                            "committed_offset": -1,
+                            "metadata": "",
+                            "error_code": err,
+                        }
+                        for i in t.partition_indexes
+                    ],
+                }
+                for t in req.topics or ()
+            ]
+        return build(cls, {"throttle_time": 0, "topics": topics, "error_code": err})
+
+    async def list_groups(self, header: RequestHeader, req: Any) -> Any:
+        states = set(getattr(req, "states_filter", ()) or ())
+        names = set(self.gc.groups) | set(self.gc.offsets)
+        out = []
+        for gid in sorted(names):
+            g = self.gc.groups.get(gid)
+            state = g.state if g else GroupState.EMPTY
+            if states and state not in states:
+                continue
+            out.append(
+                {
+                    "group_id": gid,
+                    "protocol_type": (g.protocol_type if g else "") or "consumer",
+                    "group_state": state,
+                }
+            )
+        return build(
+            response_class(16, header.api_version),
+            {"throttle_time": 0, "error_code": ErrorCode.none, "groups": out},
+        )
+
+    async def describe_groups(self, header: RequestHeader, req: Any) -> Any:
+        out = []
+        for gid in req.groups:
+            err = self.gc._group_error(gid)
+            g = self.gc.groups.get(gid)
+            entry: dict[str, Any] = {
+                "error_code": err or ErrorCode.none,
+                "group_id": gid,
+                "group_state": GroupState.DEAD
+                if g is None and gid not in self.gc.offsets
+                else (g.state if g else GroupState.EMPTY),
+                "protocol_type": (g.protocol_type if g else "") or "",
+                "protocol_data": (g.protocol if g else "") or "",
+                "members": [],
+            }
+            if g is not None and err is None:
+                entry["members"] = [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": m.metadata_for(g.protocol or ""),
+                        "member_assignment": m.assignment,
+                    }
+                    for m in g.members.values()
+                ]
+            out.append(entry)
+        return build(response_class(15, header.api_version), {"throttle_time": 0, "groups": out})
