@@ -1,0 +1,181 @@
+"""confluent-kafka (librdkafka) against a real node: admin, produce, consume, groups."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+
+from tests.integration.cluster import Node, wait_until
+
+
+def create(node: Node, name: str, partitions: int = 1, config: dict[str, str] | None = None):
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    fs = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])
+    fs[name].result(15)
+    return admin
+
+
+def consume_all(node: Node, topic: str, n: int, group: str | None = None, timeout: float = 30):
+    c = Consumer(
+        {
+            "bootstrap.servers": node.bootstrap,
+            "group.id": group or f"g-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    if group is None:
+        meta = c.list_topics(topic, timeout=10)
+        c.assign([TopicPartition(topic, p, 0) for p in meta.topics[topic].partitions])
+    else:
+        c.subscribe([topic])
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            raise KafkaException(m.error())
+        out.append(m)
+    if group is not None:
+        c.commit(asynchronous=False)
+    c.close()
+    return out
+
+
+def test_admin_create_describe_delete(node: Node) -> None:
+    admin = create(node, "orders", 3, {"retention.ms": "3600000"})
+    md = admin.list_topics(timeout=10)
+    assert len(md.topics["orders"].partitions) == 3
+    assert md.topics["orders"].partitions[0].leader == 1
+    with pytest.raises(KafkaException, match="already exists"):
+        admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(10)
+    with pytest.raises(KafkaException, match="illegal"):
+        admin.create_topics([NewTopic("bad/name", 1, 1)])["bad/name"].result(10)
+    with pytest.raises(KafkaException, match="replicat"):
+        admin.create_topics([NewTopic("rf3", 1, 3)])["rf3"].result(10)
+    with pytest.raises(KafkaException, match="Unknown topic config"):
+        admin.create_topics([NewTopic("cfg", 1, 1, config={"nope": "1"})])["cfg"].result(10)
+    res = admin.describe_configs([ConfigResource("topic", "orders")])
+    cfg = next(iter(res.values())).result(10)
+    assert cfg["retention.ms"].value == "3600000"
+    assert cfg["cleanup.policy"].value == "delete"
+    admin.create_partitions([NewPartitions("orders", 5)])["orders"].result(10)
+    assert len(admin.list_topics(timeout=10).topics["orders"].partitions) == 5
+    admin.delete_topics(["orders"])["orders"].result(10)
+    assert "orders" not in admin.list_topics(timeout=10).topics
+    assert not (node.data / "orders-0").exists()
+
+
+@pytest.mark.parametrize("acks", ["0", "1", "all"])
+def test_produce_acks(node: Node, acks: str) -> None:
+    topic = f"acks-{acks}"
+    create(node, topic, 2)
+    p = Producer({"bootstrap.servers": node.bootstrap, "acks": acks, "linger.ms": 5})
+    for i in range(200):
+        p.produce(topic, key=str(i % 7).encode(), value=b"value-%d" % i)
+    assert p.flush(20) == 0
+    msgs = consume_all(node, topic, 200)
+    assert sorted(m.value() for m in msgs) == sorted(b"value-%d" % i for i in range(200))
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_compression_keys_headers(node: Node, codec: str) -> None:
+    topic = f"c-{codec}"
+    create(node, topic)
+    p = Producer(
+        {
+            "bootstrap.servers": node.bootstrap,
+            "compression.type": codec,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+        }
+    )
+    for i in range(100):
+        key = None if i % 10 == 0 else b"k%d" % i
+        p.produce(topic, key=key, value=b"x" * 50 + b"%d" % i, headers=[("h", b"%d" % i)])
+    assert p.flush(20) == 0
+    msgs = consume_all(node, topic, 100)
+    assert [m.offset() for m in msgs] == list(range(100))
+    for i, m in enumerate(msgs):
+        assert m.key() == (None if i % 10 == 0 else b"k%d" % i)
+        assert m.value() == b"x" * 50 + b"%d" % i
+        assert m.headers() == [("h", b"%d" % i)]
+    # the batches are stored as the client compressed them
+    seg = (node.data / f"{topic}-0" / "00000000000000000000.log").read_bytes()
+    attrs = int.from_bytes(seg[21:23], "big") & 7
+    assert attrs == {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[codec]
+
+
+def test_group_of_two_commit_restart_resume(node: Node) -> None:
+    topic = "grouped"
+    create(node, topic, 4)
+    p = Producer({"bootstrap.servers": node.bootstrap})
+    for i in range(400):
+        p.produce(topic, key=b"%d" % i, value=b"%d" % i)
+    assert p.flush(20) == 0
+
+    conf = {
+        "bootstrap.servers": node.bootstrap,
+        "group.id": "two",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+    }
+    c1, c2 = Consumer(conf), Consumer(conf)
+    c1.subscribe([topic])
+    c2.subscribe([topic])
+    seen: dict[int, list[bytes]] = {1: [], 2: []}
+    deadline = time.monotonic() + 40
+    while len(seen[1]) + len(seen[2]) < 300 and time.monotonic() < deadline:
+        for i, c in ((1, c1), (2, c2)):
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                seen[i].append(m.value())
+    assert seen[1], "both consumers get partitions"
+    assert seen[2], "both consumers get partitions"
+    assert set(c1.assignment()).isdisjoint(set(c2.assignment()))
+    c1.commit(asynchronous=False)
+    c2.commit(asynchronous=False)
+    first = set(seen[1]) | set(seen[2])
+    c1.close()
+    c2.close()
+
+    node.restart()
+
+    rest = consume_all(node, topic, 400 - len(first), group="two")
+    second = [m.value() for m in rest]
+    assert len(second) == len(set(second))
+    assert first.isdisjoint(second), "no duplicate after restart"
+    assert first | set(second) == {b"%d" % i for i in range(400)}, "no loss after restart"
+
+
+def test_idempotent_duplicates_are_rejected(node: Node) -> None:
+    # librdkafka retries a batch whose response was lost; the broker must dedupe it.
+    topic = "idem"
+    create(node, topic)
+    p = Producer({"bootstrap.servers": node.bootstrap, "enable.idempotence": True})
+    for i in range(50):
+        p.produce(topic, value=b"%d" % i)
+    assert p.flush(20) == 0
+    msgs = consume_all(node, topic, 50)
+    assert [m.value() for m in msgs] == [b"%d" % i for i in range(50)]
+
+
+def test_auto_create_on_produce_and_list_offsets(node: Node) -> None:
+    p = Producer({"bootstrap.servers": node.bootstrap})
+    for i in range(10):
+        p.produce("auto-created", value=b"%d" % i)
+    assert p.flush(20) == 0
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "lo"})
+    lo, hi = c.get_watermark_offsets(TopicPartition("auto-created", 0), timeout=10)
+    assert (lo, hi) == (0, 10)
+    ts = c.offsets_for_times([TopicPartition("auto-created", 0, 0)], timeout=10)
+    assert ts[0].offset == 0
+    c.close()
+    wait_until(lambda: (node.data / "auto-created-0").exists(), 5)
