@@ -111,7 +111,7 @@ class DataPlane:
                     "log_start_offset": -1,
                     "aborted_transactions": None,
                     "preferred_read_replica": -1,
-                    "records": None,
+                    "records": b"",
                 }
                 if err is not None or p is None:
                     entry["error_code"] = err or ErrorCode.not_leader_or_follower

@@ -137,12 +137,13 @@ class Group:
         m.last_heartbeat = now
         if m.join_future is not None and not m.join_future.done():
             m.join_future.set_result(JoinResult(ErrorCode.rebalance_in_progress))
-        m.join_future = loop.create_future()
+        fut: asyncio.Future[JoinResult] = loop.create_future()
+        m.join_future = fut
         if self.state != GroupState.PREPARING:
             self._prepare_rebalance(now, initial=self.state == GroupState.EMPTY)
         else:
             self._maybe_complete_join()
-        return m.join_future
+        return fut
 
     def _prepare_rebalance(self, now: float, initial: bool = False) -> None:
         for m in self.members.values():
