@@ -20,12 +20,18 @@ def test_kafka_python_admin_produce_group_commit(node: Node) -> None:
     assert "kp" in admin.list_topics()
     producer = KafkaProducer(bootstrap_servers=node.bootstrap, compression_type="gzip", acks="all")
     for i in range(20):
-        producer.send("kp", key=b"k%d" % (i % 3), value=b"v%d" % i,
-                      headers=[("n", b"%d" % i)]).get(10)
+        producer.send("kp", key=b"k%d" % (i % 3), value=b"v%d" % i, headers=[("n", b"%d" % i)]).get(
+            10
+        )
     producer.close()
-    consumer = KafkaConsumer("kp", bootstrap_servers=node.bootstrap, group_id="kpg",
-                             auto_offset_reset="earliest", enable_auto_commit=False,
-                             consumer_timeout_ms=15000)
+    consumer = KafkaConsumer(
+        "kp",
+        bootstrap_servers=node.bootstrap,
+        group_id="kpg",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=15000,
+    )
     got = []
     for m in consumer:
         got.append(m)
@@ -51,15 +57,20 @@ def test_aiokafka_produce_consume_group(node: Node) -> None:
         await admin.start()
         await admin.create_topics([NewTopic("aio", 3, 1)])
         await admin.close()
-        producer = AIOKafkaProducer(bootstrap_servers=node.bootstrap, compression_type="lz4",
-                                    enable_idempotence=True)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=node.bootstrap, compression_type="lz4", enable_idempotence=True
+        )
         await producer.start()
         for i in range(30):
-            await producer.send_and_wait("aio", b"m%d" % i, key=b"%d" % i,
-                                         headers=[("h", b"1")])
+            await producer.send_and_wait("aio", b"m%d" % i, key=b"%d" % i, headers=[("h", b"1")])
         await producer.stop()
-        consumer = AIOKafkaConsumer("aio", bootstrap_servers=node.bootstrap, group_id="aiog",
-                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            "aio",
+            bootstrap_servers=node.bootstrap,
+            group_id="aiog",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         await consumer.start()
         out: list[bytes] = []
         try:
@@ -77,19 +88,42 @@ def test_aiokafka_produce_consume_group(node: Node) -> None:
     assert sorted(got) == sorted(b"m%d" % i for i in range(30))
 
 
-needs_kcat = pytest.mark.skipif(shutil.which("kcat") is None,
-                                reason="kcat not installed (make test installs it)")
+needs_kcat = pytest.mark.skipif(
+    shutil.which("kcat") is None, reason="kcat not installed (make test installs it)"
+)
 
 
 @needs_kcat
 def test_kcat_list_produce_consume(node: Node) -> None:
-    subprocess.run(["kcat", "-b", node.bootstrap, "-P", "-t", "kc", "-K:"],
-                   input="a:one\nb:two\nc:three\n", text=True, check=True, timeout=30)
-    listing = subprocess.run(["kcat", "-b", node.bootstrap, "-L"], capture_output=True,
-                             text=True, check=True, timeout=30).stdout
+    subprocess.run(
+        ["kcat", "-b", node.bootstrap, "-P", "-t", "kc", "-K:"],
+        input="a:one\nb:two\nc:three\n",
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    listing = subprocess.run(
+        ["kcat", "-b", node.bootstrap, "-L"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
     assert 'topic "kc" with 1 partitions' in listing
     assert "broker 1 at 127.0.0.1" in listing
-    out = subprocess.run(["kcat", "-b", node.bootstrap, "-C", "-t", "kc", "-e", "-o",
-                          "beginning", "-f", "%k=%s@%o\n"], capture_output=True, text=True,
-                         check=True, timeout=30).stdout
+    out = subprocess.run(
+        [
+            "kcat",
+            "-b",
+            node.bootstrap,
+            "-C",
+            "-t",
+            "kc",
+            "-e",
+            "-o",
+            "beginning",
+            "-f",
+            "%k=%s@%o\n",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
     assert out.splitlines() == ["a=one@0", "b=two@1", "c=three@2"]
