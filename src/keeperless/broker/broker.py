@@ -94,16 +94,18 @@ class Broker:
     def topic_config(self, name: str) -> dict[str, str]:
         out = dict(TOPIC_CONFIG_DEFAULTS)
         d = self.settings.log_defaults
-        out.update({
-            "retention.ms": str(d.retention_ms),
-            "retention.bytes": str(d.retention_bytes),
-            "segment.bytes": str(d.segment_bytes),
-            "segment.ms": str(d.segment_ms),
-            "index.interval.bytes": str(d.index_interval_bytes),
-            "flush.messages": str(d.flush_interval_messages),
-            "max.message.bytes": str(self.settings.max_message_bytes),
-            "min.insync.replicas": self.settings.static_configs["min.insync.replicas"],
-        })
+        out.update(
+            {
+                "retention.ms": str(d.retention_ms),
+                "retention.bytes": str(d.retention_bytes),
+                "segment.bytes": str(d.segment_bytes),
+                "segment.ms": str(d.segment_ms),
+                "index.interval.bytes": str(d.index_interval_bytes),
+                "flush.messages": str(d.flush_interval_messages),
+                "max.message.bytes": str(self.settings.max_message_bytes),
+                "min.insync.replicas": self.settings.static_configs["min.insync.replicas"],
+            }
+        )
         out.update(self.image.topic_config(name))
         return out
 
