@@ -59,6 +59,7 @@ class Node:
 
     def __init__(self, workdir: Path, node_id: int = 1, extra: dict[str, str] | None = None):
         self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
         self.node_id = node_id
         self.port = free_port()
         self.controller_port = free_port()

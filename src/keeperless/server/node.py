@@ -34,6 +34,10 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class ListenError(RuntimeError):
+    """A listener's address cannot be bound."""
+
+
 class LocalController:
     """The active controller in this process: one writer, operations pipelined through
     the metadata log; each call returns after its records commit and are applied by
@@ -148,9 +152,15 @@ class Node:
                 if self.broker is None:
                     continue
                 router = self._broker_router()
-            server = await loop.create_server(
-                _protocol_factory(router), ep.host or "0.0.0.0", ep.port, reuse_address=True
-            )
+            try:
+                server = await loop.create_server(
+                    _protocol_factory(router), ep.host or "0.0.0.0", ep.port, reuse_address=True
+                )
+            except OSError as e:
+                raise ListenError(
+                    f"Cannot listen on {ep.listener}://{ep.host}:{ep.port}: {e.strerror} "
+                    "(is another node running with the same listeners?)"
+                ) from None
             self.servers.append(server)
             log.info(
                 "[node %d] Listening on %s://%s:%d",
@@ -284,5 +294,9 @@ def run_node(config: NodeConfig, cluster_id: str) -> int:
     except ImportError:  # pragma: no cover
         pass
     node = Node(config, cluster_id)
-    asyncio.run(node.run_forever())
+    try:
+        asyncio.run(node.run_forever())
+    except ListenError as e:
+        log.error("[node %d] %s", config.node_id, e)
+        return 1
     return 0

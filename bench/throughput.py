@@ -1,0 +1,209 @@
+"""Produce/consume throughput of a single keeperless node with confluent-kafka, against
+baselines measured in the same run: writing the same bytes to a file, and pushing them
+through a loopback socket. Also: cold start to first acknowledged produce.
+
+    python bench/throughput.py [--messages-100 N] [--messages-1k N]
+
+Prints a table and writes bench/results/throughput-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from tests.integration.cluster import Node, wait_until  # noqa: E402
+
+
+def file_baseline(total_bytes: int, chunk: int, directory: Path) -> float:
+    data = os.urandom(chunk)
+    path = directory / "baseline.bin"
+    t0 = time.perf_counter()
+    with open(path, "wb", buffering=0) as f:
+        written = 0
+        while written < total_bytes:
+            written += f.write(data)
+        os.fsync(f.fileno())
+    dt = time.perf_counter() - t0
+    path.unlink()
+    return total_bytes / dt
+
+
+def socket_baseline(total_bytes: int, chunk: int) -> float:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    received = [0]
+
+    def sink() -> None:
+        conn, _ = server.accept()
+        with conn:
+            while received[0] < total_bytes:
+                n = len(conn.recv(1 << 20))
+                if n == 0:
+                    break
+                received[0] += n
+
+    t = threading.Thread(target=sink)
+    t.start()
+    data = os.urandom(chunk)
+    t0 = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        sent = 0
+        while sent < total_bytes:
+            c.sendall(data)
+            sent += len(data)
+    t.join()
+    dt = time.perf_counter() - t0
+    server.close()
+    return total_bytes / dt
+
+
+def produce(bootstrap: str, topic: str, n: int, size: int) -> float:
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "acks": "all",
+        }
+    )
+    value = b"x" * size
+    t0 = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, value=value, key=b"%d" % (i % 64))
+                break
+            except BufferError:
+                p.poll(0.001)
+    left = p.flush(120)
+    dt = time.perf_counter() - t0
+    assert left == 0, f"{left} messages not delivered"
+    return n / dt
+
+
+def consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{topic}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52428800,
+            "max.partition.fetch.bytes": 10485760,
+        }
+    )
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = 0
+    deadline = time.monotonic() + 300
+    t0 = time.perf_counter()
+    while got < n and time.monotonic() < deadline:
+        for m in c.consume(10000, 1.0):
+            if not m.error():
+                got += 1
+    dt = time.perf_counter() - t0
+    c.close()
+    assert got >= n, f"consumed {got} of {n}"
+    return n / dt
+
+
+def cold_start(workdir: Path) -> float:
+    node = Node(workdir)
+    node.format()
+    t0 = time.perf_counter()
+    node.start()
+    p = Producer({"bootstrap.servers": node.bootstrap, "acks": "all"})
+    done: list[float] = []
+
+    def attempt() -> bool:
+        p.produce(
+            "coldstart",
+            value=b"x",
+            on_delivery=lambda e, m: e is None and done.append(time.perf_counter()),
+        )
+        p.flush(5)
+        return bool(done)
+
+    wait_until(attempt, 30, interval=0.01, what="first acknowledged produce")
+    node.stop()
+    return (done[0] - t0) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--messages-100", type=int, default=300_000)
+    ap.add_argument("--messages-1k", type=int, default=100_000)
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmpdir = Path(tmp)
+        start_ms = cold_start(tmpdir / "cold")
+        node = Node(tmpdir / "node")
+        node.format()
+        node.start()
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        try:
+            for size, n in ((100, args.messages_100), (1024, args.messages_1k)):
+                total = size * n
+                file_bps = file_baseline(total, 64 * 1024, tmpdir)
+                sock_bps = socket_baseline(total, 64 * 1024)
+                for parts in (1, 6):
+                    topic = f"bench-{size}-{parts}"
+                    admin.create_topics([NewTopic(topic, parts, 1)])[topic].result(30)
+                    p_rate = produce(node.bootstrap, topic, n, size)
+                    c_rate = consume(node.bootstrap, topic, parts, n)
+                    rows.append(
+                        {
+                            "message_bytes": size,
+                            "partitions": parts,
+                            "messages": n,
+                            "produce_msgs_per_s": round(p_rate),
+                            "produce_mb_per_s": round(p_rate * size / 1e6, 1),
+                            "consume_msgs_per_s": round(c_rate),
+                            "consume_mb_per_s": round(c_rate * size / 1e6, 1),
+                            "file_write_mb_per_s": round(file_bps / 1e6, 1),
+                            "loopback_socket_mb_per_s": round(sock_bps / 1e6, 1),
+                            "produce_vs_file": round(p_rate * size / file_bps, 3),
+                            "produce_vs_socket": round(p_rate * size / sock_bps, 3),
+                            "consume_vs_socket": round(c_rate * size / sock_bps, 3),
+                        }
+                    )
+        finally:
+            node.stop()
+    hdr = (
+        f"{'size':>5} {'parts':>5} {'produce msg/s':>14} {'MB/s':>7} {'consume msg/s':>14} "
+        f"{'MB/s':>7} {'file MB/s':>10} {'sock MB/s':>10} {'prod/file':>9} {'cons/sock':>9}"
+    )
+    print(hdr)
+    for r in rows:
+        print(
+            f"{r['message_bytes']:>5} {r['partitions']:>5} {r['produce_msgs_per_s']:>14,} "
+            f"{r['produce_mb_per_s']:>7} {r['consume_msgs_per_s']:>14,} "
+            f"{r['consume_mb_per_s']:>7} {r['file_write_mb_per_s']:>10} "
+            f"{r['loopback_socket_mb_per_s']:>10} {r['produce_vs_file']:>9} "
+            f"{r['consume_vs_socket']:>9}"
+        )
+    print(f"cold start to first acknowledged produce: {start_ms:.0f} ms")
+    out = ROOT / "bench" / "results" / f"throughput-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    out.write_text(
+        json.dumps({"rows": rows, "cold_start_to_first_produce_ms": round(start_ms)}, indent=2)
+    )
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
