@@ -27,6 +27,20 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.integration.cluster import Node, wait_until  # noqa: E402
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(pid: int, fn, *args):  # type: ignore[no-untyped-def]
+    """Run fn; return (its result, the node's CPU use in % of one core meanwhile)."""
+    c0, t0 = cpu_seconds(pid), time.perf_counter()
+    out = fn(*args)
+    c1, t1 = cpu_seconds(pid), time.perf_counter()
+    return out, 100 * (c1 - c0) / (t1 - t0)
+
+
 def file_baseline(total_bytes: int, chunk: int, directory: Path) -> float:
     data = os.urandom(chunk)
     path = directory / "baseline.bin"
@@ -164,8 +178,10 @@ def main() -> None:
                 for parts in (1, 6):
                     topic = f"bench-{size}-{parts}"
                     admin.create_topics([NewTopic(topic, parts, 1)])[topic].result(30)
-                    p_rate = produce(node.bootstrap, topic, n, size)
-                    c_rate = consume(node.bootstrap, topic, parts, n)
+                    assert node.proc is not None
+                    pid = node.proc.pid
+                    p_rate, p_cpu = timed(pid, produce, node.bootstrap, topic, n, size)
+                    c_rate, c_cpu = timed(pid, consume, node.bootstrap, topic, parts, n)
                     rows.append(
                         {
                             "message_bytes": size,
@@ -180,13 +196,16 @@ def main() -> None:
                             "produce_vs_file": round(p_rate * size / file_bps, 3),
                             "produce_vs_socket": round(p_rate * size / sock_bps, 3),
                             "consume_vs_socket": round(c_rate * size / sock_bps, 3),
+                            "node_cpu_pct_during_produce": round(p_cpu),
+                            "node_cpu_pct_during_consume": round(c_cpu),
                         }
                     )
         finally:
             node.stop()
     hdr = (
         f"{'size':>5} {'parts':>5} {'produce msg/s':>14} {'MB/s':>7} {'consume msg/s':>14} "
-        f"{'MB/s':>7} {'file MB/s':>10} {'sock MB/s':>10} {'prod/file':>9} {'cons/sock':>9}"
+        f"{'MB/s':>7} {'file MB/s':>10} {'sock MB/s':>10} {'prod/file':>9} {'cons/sock':>9} "
+        f"{'cpu% p/c':>9}"
     )
     print(hdr)
     for r in rows:
@@ -195,9 +214,12 @@ def main() -> None:
             f"{r['produce_mb_per_s']:>7} {r['consume_msgs_per_s']:>14,} "
             f"{r['consume_mb_per_s']:>7} {r['file_write_mb_per_s']:>10} "
             f"{r['loopback_socket_mb_per_s']:>10} {r['produce_vs_file']:>9} "
-            f"{r['consume_vs_socket']:>9}"
+            f"{r['consume_vs_socket']:>9} "
+            f"{r['node_cpu_pct_during_produce']:>4}/{r['node_cpu_pct_during_consume']:<4}"
         )
     print(f"cold start to first acknowledged produce: {start_ms:.0f} ms")
+    print("cpu% p/c: the node's CPU use (% of one core) while producing / consuming; below")
+    print("100 means the single-process Python client, not the node, set the pace.")
     out = ROOT / "bench" / "results" / f"throughput-{time.strftime('%Y%m%dT%H%M%S')}.json"
     out.write_text(
         json.dumps({"rows": rows, "cold_start_to_first_produce_ms": round(start_ms)}, indent=2)

@@ -10,7 +10,13 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
 from keeperless.protocol.build import build
+from keeperless.protocol.fetch_response import (
+    FetchPartition,
+    RecordsSource,
+    encode_fetch_response,
+)
 from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.storage.log import FileSlice
 
 __all__ = ["DataPlane"]
 
@@ -95,70 +101,52 @@ class DataPlane:
 
     # -- Fetch ----------------------------------------------------------------------------
 
-    def _fetch_once(self, req: Any, budget: int) -> tuple[list[dict[str, Any]], int]:
+    def _fetch_once(
+        self, req: Any, budget: int
+    ) -> tuple[list[tuple[str, list[FetchPartition]]], int, bool]:
         total = 0
-        out = []
+        errors = False
+        out: list[tuple[str, list[FetchPartition]]] = []
         for t in req.topics:
             parts = []
             for fp in t.partitions:
                 err = self._partition_error(t.topic, fp.partition)
                 p = self.broker.partitions.get(t.topic, fp.partition)
-                entry: dict[str, Any] = {
-                    "partition_index": fp.partition,
-                    "error_code": ErrorCode.none,
-                    "high_watermark": -1,
-                    "last_stable_offset": -1,
-                    "log_start_offset": -1,
-                    "aborted_transactions": None,
-                    "preferred_read_replica": -1,
-                    "records": b"",
-                }
                 if err is not None or p is None:
-                    entry["error_code"] = err or ErrorCode.not_leader_or_follower
-                    parts.append(entry)
+                    code = err or ErrorCode.not_leader_or_follower
+                    parts.append(FetchPartition(fp.partition, code.value, -1, -1, -1, b""))
+                    errors = True
                     continue
                 hw = p.high_watermark
-                entry.update(
-                    high_watermark=hw,
-                    last_stable_offset=hw,
-                    log_start_offset=p.log.log_start_offset,
-                )
-                if fp.fetch_offset < p.log.log_start_offset or fp.fetch_offset > hw:
-                    entry["error_code"] = ErrorCode.offset_out_of_range
+                start = p.log.log_start_offset
+                records: FileSlice | bytes = b""
+                code = ErrorCode.none
+                if fp.fetch_offset < start or fp.fetch_offset > hw:
+                    code = ErrorCode.offset_out_of_range
+                    errors = True
                 elif budget - total > 0 or total == 0:
-                    sl = p.read(
-                        fp.fetch_offset, min(fp.partition_max_bytes, max(budget - total, 1))
-                    )
+                    want = min(fp.partition_max_bytes, max(budget - total, 1))
+                    sl = p.read(fp.fetch_offset, want)
                     if sl is not None:
-                        data = sl.read()
-                        entry["records"] = data
-                        total += len(data)
-                parts.append(entry)
-            out.append({"topic": t.topic, "partitions": parts})
-        return out, total
+                        records = sl
+                        total += sl.length
+                parts.append(FetchPartition(fp.partition, code.value, hw, hw, start, records))
+            out.append((t.topic, parts))
+        return out, total, errors
 
-    async def fetch(self, header: RequestHeader, req: Any) -> Any:
+    async def fetch(self, header: RequestHeader, req: Any) -> list[bytes | RecordsSource]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _td_ms(req.max_wait) / 1000
         budget = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
         while True:
-            responses, total = self._fetch_once(req, budget)
+            topics, total, errors = self._fetch_once(req, budget)
             remaining = deadline - loop.time()
-            errors = any(
-                p["error_code"] != ErrorCode.none for t in responses for p in t["partitions"]
-            )
             if total >= max(req.min_bytes, 1) or remaining <= 0 or errors:
                 break
             await self.broker.partitions.wait_for_data(remaining)
-        return build(
-            response_class(1, header.api_version),
-            {
-                "throttle_time": 0,
-                "error_code": ErrorCode.none,
-                "session_id": 0,
-                "responses": responses,
-            },
-        )
+        # Encoded by hand: record data goes from the segment file to the socket
+        # (sendfile) without passing through Python objects.
+        return encode_fetch_response(header.api_version, header.correlation_id, topics)
 
     # -- ListOffsets ----------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ import time
 from collections.abc import Sequence
 
 from keeperless.server.config import ConfigError, load_config
-from keeperless.storage.format import check_storage, format_storage, storage_info
 from keeperless.storage.meta_properties import StorageError, random_kafka_uuid
 
 __all__ = ["main"]
@@ -23,6 +22,8 @@ def _storage(args: argparse.Namespace) -> int:
     if args.storage_cmd == "random-uuid":
         print(random_kafka_uuid())
         return 0
+    from keeperless.storage.format import format_storage, storage_info
+
     cfg = load_config(args.config, args.override or ())
     if args.storage_cmd == "format":
         res = format_storage(
@@ -53,6 +54,8 @@ def _storage(args: argparse.Namespace) -> int:
 
 
 def _server(args: argparse.Namespace) -> int:
+    from keeperless.storage.format import check_storage
+
     cfg = load_config(args.config, args.override or ())
     cluster_id = check_storage(cfg.all_log_dirs, cfg.node_id, args.config)
     from keeperless.server.node import run_node
@@ -85,7 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _skip_hypothesis_hooks() -> None:
+    """kio registers Hypothesis strategies for its types whenever Hypothesis is
+    importable, which costs over a second at start-up in a development venv. The command
+    never needs them, so make Hypothesis unimportable here unless it is already loaded."""
+    if "hypothesis" not in sys.modules and "kio" not in sys.modules:
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _skip_hypothesis_hooks()
     args = build_parser().parse_args(argv)
     try:
         if args.command == "storage":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -50,7 +51,7 @@ class RequestRouter:
             self._last_warn[key] = now
             log.warning("[node %d] " + msg, self.node_id, *args)
 
-    async def handle(self, frame: memoryview) -> bytes | None:
+    async def handle(self, frame: memoryview) -> bytes | list[Any] | None:
         header, pos = read_header(frame)
         rng = self.apis.get(header.api_key)
         if header.api_key == 18 and (rng is None or header.api_version > rng[1]):
@@ -66,8 +67,8 @@ class RequestRouter:
             )
         req = decode_request(header, frame, pos)
         resp = await self.handlers[header.api_key](header, req)
-        if resp is None:
-            return None
+        if resp is None or isinstance(resp, list):
+            return resp  # no response (acks=0), or a frame already encoded as parts
         return encode_response(header, resp)
 
 
@@ -79,9 +80,14 @@ class KafkaProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
         self.peer = "?"
+        self._sock_fd = -1
+        self._writable = asyncio.Event()
+        self._writable.set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        self._sock_fd = sock.fileno() if sock is not None else -1
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.task = asyncio.get_running_loop().create_task(self._serve())
@@ -96,6 +102,39 @@ class KafkaProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.queue.put_nowait(None)
+        self._writable.set()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def _write_parts(self, parts: list[Any]) -> None:
+        """Write a response given as bytes and file slices. A slice goes out with
+        sendfile while nothing is queued ahead of it in the transport (so order holds);
+        what the socket does not take at once is read and queued like any bytes."""
+        transport = self.transport
+        assert transport is not None
+        for part in parts:
+            if isinstance(part, bytes):
+                transport.write(part)
+                continue
+            pos, left = part.position, part.length
+            if self._sock_fd >= 0 and transport.get_write_buffer_size() == 0:
+                try:
+                    while left:
+                        n = os.sendfile(self._sock_fd, part.fd, pos, left)
+                        if n == 0:
+                            break
+                        pos += n
+                        left -= n
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:
+                    self._sock_fd = -1  # e.g. not a socket sendfile supports: copy instead
+            if left:
+                transport.write(os.pread(part.fd, left, pos))
 
     def _close(self) -> None:
         if self.transport is not None:
@@ -120,5 +159,10 @@ class KafkaProtocol(asyncio.Protocol):
                 )
                 self._close()
                 return
-            if out is not None and not self.transport.is_closing():
+            if out is None or self.transport.is_closing():
+                continue
+            if isinstance(out, bytes):
                 self.transport.write(out)
+            else:
+                self._write_parts(out)
+            await self._writable.wait()  # back-pressure from a slow reader

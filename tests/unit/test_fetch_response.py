@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+
+from keeperless.protocol.build import build
+from keeperless.protocol.fetch_response import FetchPartition, encode_fetch_response
+from keeperless.protocol.framing import RequestHeader, encode_response, response_class
+
+partition_st = st.builds(
+    FetchPartition,
+    index=st.integers(0, 1000),
+    error_code=st.sampled_from([0, 1, 3, 6]),
+    high_watermark=st.integers(-1, 2**40),
+    last_stable_offset=st.integers(-1, 2**40),
+    log_start_offset=st.integers(-1, 2**40),
+    records=st.one_of(st.none(), st.binary(max_size=300)),
+)
+topics_st = st.lists(
+    st.tuples(st.text("abc.-_", min_size=1, max_size=10), st.lists(partition_st, max_size=3)),
+    max_size=3,
+)
+
+
+@pytest.mark.parametrize("version", range(4, 13))
+@settings(max_examples=40, deadline=None)
+@given(topics=topics_st, session_id=st.integers(0, 100))
+def test_matches_kio_encoding(version: int, topics: list, session_id: int) -> None:
+    ours = b"".join(
+        p
+        for p in encode_fetch_response(version, 7, topics, session_id=session_id)
+        if isinstance(p, bytes)
+    )
+    resp = build(
+        response_class(1, version),
+        {
+            "throttle_time": datetime.timedelta(0),
+            "error_code": ErrorCode.none,
+            "session_id": session_id,
+            "responses": [
+                {
+                    "topic": name,
+                    "partitions": [
+                        {
+                            "partition_index": p.index,
+                            "error_code": ErrorCode(p.error_code),
+                            "high_watermark": p.high_watermark,
+                            "last_stable_offset": p.last_stable_offset,
+                            "log_start_offset": p.log_start_offset,
+                            "aborted_transactions": (),
+                            "preferred_read_replica": -1,
+                            "records": p.records,
+                        }
+                        for p in parts
+                    ],
+                }
+                for name, parts in topics
+            ],
+        },
+    )
+    theirs = encode_response(RequestHeader(1, version, 7, None), resp)
+    assert ours == theirs
+
+
+class Slice:
+    length = 5
+
+
+def test_file_slices_are_parts_of_their_own() -> None:
+    sl = Slice()
+    parts = encode_fetch_response(12, 1, [("t", [FetchPartition(0, 0, 5, 5, 0, sl)])])
+    assert sl in parts
+    size = sum(len(p) if isinstance(p, bytes) else p.length for p in parts[1:])
+    assert int.from_bytes(parts[0], "big") == size
