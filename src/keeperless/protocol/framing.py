@@ -48,20 +48,36 @@ class FrameDecoder:
         self.max_frame = max_frame
 
     def feed(self, data: bytes) -> list[memoryview]:
-        self._buf += data
+        """Complete frames, as views that stay valid (each frame is copied at most once:
+        frames wholly inside ``data`` are views of it, without copying)."""
+        if self._buf:
+            self._buf += data
+            src: bytes | bytearray = self._buf
+        else:
+            src = data
+        view = memoryview(src)
         frames = []
         pos = 0
-        buf = self._buf
-        while len(buf) - pos >= 4:
-            (n,) = _I32.unpack_from(buf, pos)
+        end = len(src)
+        while end - pos >= 4:
+            (n,) = _I32.unpack_from(src, pos)
             if n < 0 or n > self.max_frame:
                 raise ProtocolError(f"invalid request size {n}")
-            if len(buf) - pos - 4 < n:
+            if end - pos - 4 < n:
                 break
-            frames.append(memoryview(bytes(buf[pos + 4 : pos + 4 + n])))
+            frame = view[pos + 4 : pos + 4 + n]
+            if src is self._buf:
+                # a view into our own buffer would change under it: take a copy
+                frames.append(memoryview(bytes(frame)))
+                frame.release()
+            else:
+                frames.append(frame)
             pos += 4 + n
-        if pos:
+        if src is self._buf:
+            view.release()
             del self._buf[:pos]
+        elif pos < end:
+            self._buf += view[pos:]
         return frames
 
 
