@@ -179,3 +179,36 @@ def test_auto_create_on_produce_and_list_offsets(node: Node) -> None:
     assert ts[0].offset == 0
     c.close()
     wait_until(lambda: (node.data / "auto-created-0").exists(), 5)
+
+
+def test_log_append_time_and_min_insync_replicas(node: Node) -> None:
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError
+
+    create(node, "lat", config={"message.timestamp.type": "LogAppendTime"})
+    p = Producer({"bootstrap.servers": node.bootstrap})
+    before = int(time.time() * 1000)
+    p.produce("lat", value=b"x", timestamp=1000)
+    assert p.flush(10) == 0
+    [m] = consume_all(node, "lat", 1)
+    kind, ts = m.timestamp()
+    assert kind == TIMESTAMP_LOG_APPEND_TIME
+    assert ts >= before - 1000
+
+    create(node, "misr", config={"min.insync.replicas": "2"})
+    errors: list[KafkaError] = []
+    strict = Producer(
+        {
+            "bootstrap.servers": node.bootstrap,
+            "acks": "all",
+            "message.timeout.ms": 3000,
+            "retries": 0,
+        }
+    )
+    strict.produce("misr", value=b"x", on_delivery=lambda e, _m: errors.append(e))
+    strict.flush(10)
+    assert errors
+    assert errors[0] is not None
+    assert errors[0].code() == KafkaError.NOT_ENOUGH_REPLICAS
+    leader_only = Producer({"bootstrap.servers": node.bootstrap, "acks": "1"})
+    leader_only.produce("misr", value=b"y")
+    assert leader_only.flush(10) == 0

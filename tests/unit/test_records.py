@@ -84,3 +84,13 @@ def test_decode_compressed(codec: int) -> None:
     out = hdr + comp
     struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
     assert [r.value for r in decode_records(bytes(out))] == [b"v" * i for i in range(5)]
+
+
+def test_log_append_time_restamps_and_keeps_crc_valid() -> None:
+    from keeperless.protocol.records import ATTR_TIMESTAMP_TYPE, set_log_append_time
+
+    buf = bytearray(build_batch([(b"k", b"v", [])] * 2, timestamp_ms=5))
+    set_log_append_time(buf, 0, 99_000)
+    [(_, h)] = list(iter_batches(buf))
+    assert h.max_timestamp == 99_000
+    assert h.attributes & ATTR_TIMESTAMP_TYPE

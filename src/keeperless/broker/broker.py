@@ -60,6 +60,7 @@ class Broker:
         self.broker_epoch = -1
         self.fenced = True
         self.on_image: list[Callable[[MetadataImage], None]] = []
+        self._produce_settings: dict[str, tuple[int, bool, int]] = {}
 
     # -- metadata publisher -------------------------------------------------------------
 
@@ -70,6 +71,7 @@ class Broker:
         delta.offset = last_offset
         new = delta.apply()
         self.image = new
+        self._produce_settings.clear()
         now = _now_ms()
         for tid, topic in delta.deleted_topics.items():
             for p in topic.partitions:
@@ -125,9 +127,23 @@ class Broker:
             flush_interval_messages=get("flush.messages", d.flush_interval_messages),
         )
 
-    def max_message_bytes(self, name: str) -> int:
-        c = self.image.topic_config(name)
-        return int(c.get("max.message.bytes", self.settings.max_message_bytes))
+    def produce_settings(self, name: str) -> tuple[int, bool, int]:
+        """(max.message.bytes, LogAppendTime?, min.insync.replicas) of a topic, cached
+        until the next metadata change."""
+        cached = self._produce_settings.get(name)
+        if cached is None:
+            c = self.image.topic_config(name)
+            cached = (
+                int(c.get("max.message.bytes", self.settings.max_message_bytes)),
+                c.get("message.timestamp.type") == "LogAppendTime",
+                int(
+                    c.get(
+                        "min.insync.replicas", self.settings.static_configs["min.insync.replicas"]
+                    )
+                ),
+            )
+            self._produce_settings[name] = cached
+        return cached
 
     def enforce_retention(self) -> None:
         now = _now_ms()

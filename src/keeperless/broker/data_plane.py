@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
+from keeperless.broker.partitions import AppendResult
 from keeperless.protocol.build import build
 from keeperless.protocol.fetch_response import (
     FetchPartition,
@@ -27,6 +29,10 @@ MAX_TIMESTAMP = -3
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _utc(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
 def _td_ms(v: Any) -> int:
@@ -72,19 +78,24 @@ class DataPlane:
                     )
                     continue
                 assert p.info is not None
-                res = p.append(
-                    bytes(pd.records or b""),
-                    p.info.leader_epoch,
-                    self.broker.max_message_bytes(td.name),
-                    now,
-                )
+                max_bytes, append_time, min_isr = self.broker.produce_settings(td.name)
+                if req.acks == -1 and len(p.info.isr) < min_isr:
+                    res = AppendResult(
+                        ErrorCode.not_enough_replicas,
+                        message=f"The in-sync replicas ({len(p.info.isr)}) of {td.name}-"
+                        f"{pd.index} are fewer than min.insync.replicas ({min_isr})",
+                    )
+                else:
+                    res = p.append(
+                        pd.records or b"", p.info.leader_epoch, max_bytes, now, append_time
+                    )
                 appended = appended or res.error == ErrorCode.none
                 parts.append(
                     {
                         "index": pd.index,
                         "error_code": res.error,
                         "base_offset": res.base_offset,
-                        "log_append_time": None,
+                        "log_append_time": _utc(now) if append_time else None,
                         "log_start_offset": p.log.log_start_offset,
                         "record_errors": (),
                         "error_message": res.message,

@@ -203,7 +203,7 @@ class GroupCoordinator:
     def _group(self, group_id: str) -> Group:
         g = self.groups.get(group_id)
         if g is None:
-            g = Group(group_id, self.initial_delay_ms)
+            g = Group(group_id, self.initial_delay_ms, self.broker.node_id)
             self.groups[group_id] = g
         return g
 

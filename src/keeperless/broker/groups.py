@@ -67,6 +67,7 @@ class Member:
 class Group:
     group_id: str
     initial_delay_ms: int
+    node_id: int = -1
     state: str = GroupState.EMPTY
     generation: int = 0
     protocol_type: str | None = None
@@ -126,7 +127,7 @@ class Group:
                 protocols,
             )
             self.members[member_id] = m
-            log.info("Group %s: member %s joined", self.group_id, member_id)
+            log.info("[node %d] Group %s: member %s joined", self.node_id, self.group_id, member_id)
         else:
             changed = m.protocols != protocols
             m.protocols = protocols
@@ -155,7 +156,8 @@ class Group:
         delay = self.initial_delay_ms if initial else timeout
         self.rebalance_deadline = now + delay / 1000
         log.info(
-            "Group %s: preparing to rebalance (from %s, generation %d)",
+            "[node %d] Group %s: preparing to rebalance (from %s, generation %d)",
+            self.node_id,
             self.group_id,
             prev,
             self.generation,
@@ -177,7 +179,10 @@ class Group:
             mid for mid, m in self.members.items() if m.join_future is None or m.join_future.done()
         ]:
             log.info(
-                "Group %s: removing member %s, which did not rejoin in time", self.group_id, mid
+                "[node %d] Group %s: removing member %s, which did not rejoin in time",
+                self.node_id,
+                self.group_id,
+                mid,
             )
             del self.members[mid]
         self._complete_join()
@@ -210,7 +215,8 @@ class Group:
         if self.leader not in self.members:
             self.leader = first.member_id
         log.info(
-            "Group %s: generation %d with %d members, protocol %s",
+            "[node %d] Group %s: generation %d with %d members, protocol %s",
+            self.node_id,
             self.group_id,
             self.generation,
             len(self.members),
@@ -278,7 +284,12 @@ class Group:
             for o in self.members.values():
                 o.assignment = assignments.get(o.member_id, b"")
             self.state = GroupState.STABLE
-            log.info("Group %s: stable at generation %d", self.group_id, self.generation)
+            log.info(
+                "[node %d] Group %s: stable at generation %d",
+                self.node_id,
+                self.group_id,
+                self.generation,
+            )
             for o in self.members.values():
                 if o.sync_future is not None and not o.sync_future.done():
                     o.sync_future.set_result((ErrorCode.none, o.assignment))
@@ -298,7 +309,7 @@ class Group:
         m = self.members.pop(member_id, None)
         if m is None:
             return ErrorCode.unknown_member_id
-        log.info("Group %s: member %s left", self.group_id, member_id)
+        log.info("[node %d] Group %s: member %s left", self.node_id, self.group_id, member_id)
         self._member_gone(m, now)
         return ErrorCode.none
 
@@ -321,6 +332,11 @@ class Group:
         for mid, m in list(self.members.items()):
             waiting = m.join_future is not None and not m.join_future.done()
             if not waiting and now - m.last_heartbeat > m.session_timeout_ms / 1000:
-                log.info("Group %s: member %s session expired", self.group_id, mid)
+                log.info(
+                    "[node %d] Group %s: member %s session expired",
+                    self.node_id,
+                    self.group_id,
+                    mid,
+                )
                 del self.members[mid]
                 self._member_gone(m, now)

@@ -14,7 +14,14 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from keeperless.metadata.image import PartitionInfo
-from keeperless.protocol.records import BatchHeader, CorruptBatchError, iter_batches, patch_offsets
+from keeperless.protocol.records import (
+    BatchHeader,
+    CorruptBatchError,
+    iter_batches,
+    patch_offsets,
+    read_header,
+    set_log_append_time,
+)
 from keeperless.storage.log import FileSlice, LogConfig, PartitionLog
 
 __all__ = ["AppendResult", "Partition", "PartitionManager"]
@@ -117,7 +124,12 @@ class Partition:
         return None
 
     def append(
-        self, records: bytes, leader_epoch: int, max_message_bytes: int, now_ms: int
+        self,
+        records: bytes,
+        leader_epoch: int,
+        max_message_bytes: int,
+        now_ms: int,
+        log_append_time: bool = False,
     ) -> AppendResult:
         buf = bytearray(records)
         try:
@@ -150,7 +162,9 @@ class Partition:
         assigned: list[tuple[int, BatchHeader]] = []
         for pos, h in batches:
             patch_offsets(buf, pos, offset, leader_epoch)
-            assigned.append((pos, _rebase(h, offset)))
+            if log_append_time:
+                set_log_append_time(buf, pos, now_ms)
+            assigned.append((pos, read_header(buf, pos)))
             offset += h.last_offset_delta + 1
         self.log.append(buf, assigned, now_ms)
         if first.producer_id >= 0 and first.base_sequence >= 0:
@@ -159,10 +173,6 @@ class Partition:
 
     def read(self, offset: int, max_bytes: int) -> FileSlice | None:
         return self.log.read(offset, max_bytes, self.high_watermark)
-
-
-def _rebase(h: BatchHeader, base_offset: int) -> BatchHeader:
-    return BatchHeader(base_offset, *[getattr(h, f) for f in BatchHeader.__slots__[1:]])
 
 
 class PartitionManager:

@@ -21,7 +21,9 @@ __all__ = [
     "build_batch",
     "decode_records",
     "iter_batches",
+    "patch_offsets",
     "read_header",
+    "set_log_append_time",
 ]
 
 BATCH_HEADER_SIZE = 61
@@ -123,6 +125,17 @@ def patch_offsets(buf: bytearray, pos: int, base_offset: int, leader_epoch: int)
     """Assign offsets and leader epoch in place; neither is covered by the CRC."""
     struct.pack_into(">q", buf, pos, base_offset)
     struct.pack_into(">i", buf, pos + 12, leader_epoch)
+
+
+def set_log_append_time(buf: bytearray, pos: int, now_ms: int) -> None:
+    """Stamp a batch with the broker's time (topic message.timestamp.type=LogAppendTime):
+    timestamp type bit and max timestamp, then the CRC, which covers both."""
+    (attributes,) = struct.unpack_from(">h", buf, pos + 21)
+    struct.pack_into(">h", buf, pos + 21, attributes | ATTR_TIMESTAMP_TYPE)
+    struct.pack_into(">q", buf, pos + 35, now_ms)
+    (length,) = struct.unpack_from(">i", buf, pos + 8)
+    end = pos + LOG_OVERHEAD + length
+    struct.pack_into(">I", buf, pos + 17, crc32c.crc32c(memoryview(buf)[pos + 21 : end]))
 
 
 # --- varints -------------------------------------------------------------------------
