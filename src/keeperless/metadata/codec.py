@@ -14,6 +14,7 @@ from uuid import UUID
 
 from keeperless.metadata._records_gen import RECORD_TYPES
 from keeperless.metadata.fieldspec import FieldSpec
+from keeperless.protocol.varint import VarintError, read_uvarint, write_uvarint
 
 __all__ = ["MetadataRecordError", "decode_record", "encode_record", "record_to_json"]
 
@@ -32,26 +33,6 @@ class MetadataRecordError(ValueError):
     """A metadata record could not be decoded."""
 
 
-def _uvarint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    shift = v = 0
-    while True:
-        if pos >= len(buf):
-            raise MetadataRecordError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        v |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return v, pos
-        shift += 7
-
-
 def _active(spec: FieldSpec, version: int) -> bool:
     return spec.lo <= version <= spec.hi
 
@@ -61,7 +42,7 @@ def _write_value(out: bytearray, t: str, v: Any, spec: FieldSpec, version: int) 
         if v is None:
             out.append(0)
             return
-        _uvarint(out, len(v) + 1)
+        write_uvarint(out, len(v) + 1)
         inner = t[2:]
         for item in v:
             if spec.nested is not None:
@@ -78,7 +59,7 @@ def _write_value(out: bytearray, t: str, v: Any, spec: FieldSpec, version: int) 
             out.append(0)
             return
         data = v.encode() if t == "string" else v
-        _uvarint(out, len(data) + 1)
+        write_uvarint(out, len(data) + 1)
         out += data
     elif t == "uuid":
         out += v.bytes
@@ -102,10 +83,10 @@ def _write_struct(out: bytearray, obj: Any, version: int) -> None:
             tagged.append((spec.tag, bytes(buf)))
         else:
             _write_value(out, spec.type, v, spec, version)
-    _uvarint(out, len(tagged))
+    write_uvarint(out, len(tagged))
     for tag, data in sorted(tagged):
-        _uvarint(out, tag)
-        _uvarint(out, len(data))
+        write_uvarint(out, tag)
+        write_uvarint(out, len(data))
         out += data
 
 
@@ -117,9 +98,9 @@ def encode_record(record: Any, version: int | None = None) -> bytes:
     """Frame and encode a generated record instance at ``version`` (default: highest)."""
     v = record.HIGHEST_VERSION if version is None else version
     out = bytearray()
-    _uvarint(out, _FRAME_VERSION)
-    _uvarint(out, record.API_KEY)
-    _uvarint(out, v)
+    write_uvarint(out, _FRAME_VERSION)
+    write_uvarint(out, record.API_KEY)
+    write_uvarint(out, v)
     _write_struct(out, record, v)
     return bytes(out)
 
@@ -128,7 +109,7 @@ def _read_value(
     buf: memoryview, pos: int, t: str, spec: FieldSpec, version: int
 ) -> tuple[Any, int]:
     if t.startswith("[]"):
-        n, pos = _read_uvarint(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         if n == 0:
             return None, pos
         items = []
@@ -146,7 +127,7 @@ def _read_value(
         s = _FIXED[t]
         return s.unpack_from(buf, pos)[0], pos + s.size
     if t in ("string", "bytes"):
-        n, pos = _read_uvarint(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         if n == 0:
             return None, pos
         raw = bytes(buf[pos : pos + n - 1])
@@ -168,10 +149,10 @@ def _read_struct(buf: memoryview, pos: int, cls: Any, version: int) -> tuple[Any
             by_tag[spec.tag] = spec
             continue
         values[spec.attr], pos = _read_value(buf, pos, spec.type, spec, version)
-    n_tags, pos = _read_uvarint(buf, pos)
+    n_tags, pos = read_uvarint(buf, pos)
     for _ in range(n_tags):
-        tag, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
         spec_t = by_tag.get(tag)
         if spec_t is not None:
             values[spec_t.attr], _ = _read_value(buf, pos, spec_t.type, spec_t, version)
@@ -183,18 +164,18 @@ def decode_record(value: bytes | memoryview) -> tuple[Any, int]:
     """Decode a framed metadata record; returns (record instance, version)."""
     buf = memoryview(value)
     try:
-        frame, pos = _read_uvarint(buf, 0)
+        frame, pos = read_uvarint(buf, 0)
         if frame != _FRAME_VERSION:
             raise MetadataRecordError(f"unknown metadata frame version {frame}")
-        api_key, pos = _read_uvarint(buf, pos)
-        version, pos = _read_uvarint(buf, pos)
+        api_key, pos = read_uvarint(buf, pos)
+        version, pos = read_uvarint(buf, pos)
         cls = RECORD_TYPES.get(api_key)
         if cls is None:
             raise MetadataRecordError(f"unknown metadata record type {api_key}")
         if not cls.LOWEST_VERSION <= version <= cls.HIGHEST_VERSION:  # type: ignore[attr-defined]
             raise MetadataRecordError(f"unsupported version {version} of {cls.__name__}")
         record, end = _read_struct(buf, pos, cls, version)
-    except (IndexError, struct.error) as e:
+    except (IndexError, struct.error, VarintError) as e:
         raise MetadataRecordError(f"truncated metadata record: {e}") from None
     if end != len(buf):
         raise MetadataRecordError(f"{len(buf) - end} trailing bytes after {cls.__name__}")

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from keeperless.protocol.varint import write_uvarint
+
 __all__ = ["FetchPartition", "RecordsSource", "encode_fetch_response"]
 
 _I16 = struct.Struct(">h")
@@ -37,10 +39,7 @@ class FetchPartition:
 
 def _uvarint(n: int) -> bytes:
     out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
+    write_uvarint(out, n)
     return bytes(out)
 
 

@@ -15,6 +15,8 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from keeperless.protocol.varint import read_uvarint
+
 __all__ = [
     "FrameDecoder",
     "ProtocolError",
@@ -97,20 +99,10 @@ def read_header(frame: memoryview) -> tuple[RequestHeader, int]:
 
 
 def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
-    def uvarint(p: int) -> tuple[int, int]:
-        shift = v = 0
-        while True:
-            b = frame[p]
-            p += 1
-            v |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return v, p
-            shift += 7
-
-    count, pos = uvarint(pos)
+    count, pos = read_uvarint(frame, pos)
     for _ in range(count):
-        _, pos = uvarint(pos)
-        size, pos = uvarint(pos)
+        _, pos = read_uvarint(frame, pos)
+        size, pos = read_uvarint(frame, pos)
         pos += size
     return pos
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import crc32c
 
+from keeperless.protocol.varint import read_varint, write_varint
+
 __all__ = [
     "BATCH_HEADER_SIZE",
     "BatchHeader",
@@ -136,36 +138,6 @@ def set_log_append_time(buf: bytearray, pos: int, now_ms: int) -> None:
     (length,) = struct.unpack_from(">i", buf, pos + 8)
     end = pos + LOG_OVERHEAD + length
     struct.pack_into(">I", buf, pos + 17, crc32c.crc32c(memoryview(buf)[pos + 21 : end]))
-
-
-# --- varints -------------------------------------------------------------------------
-
-
-def _zigzag(n: int) -> int:
-    return (n << 1) ^ (n >> 63)
-
-
-def write_varint(out: bytearray, n: int) -> None:
-    v = _zigzag(n) & 0xFFFFFFFFFFFFFFFF
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    shift = 0
-    v = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        v |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-    return (v >> 1) ^ -(v & 1), pos
 
 
 # --- records -------------------------------------------------------------------------

@@ -1,0 +1,42 @@
+"""Kafka's variable-length integers: unsigned (flexible-version lengths and tags) and
+zig-zag signed (record fields)."""
+
+from __future__ import annotations
+
+__all__ = ["VarintError", "read_uvarint", "read_varint", "write_uvarint", "write_varint"]
+
+
+class VarintError(ValueError):
+    """A varint is truncated or longer than 64 bits."""
+
+
+def write_uvarint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """(value, position after it)."""
+    shift = v = 0
+    while True:
+        if pos >= len(buf):
+            raise VarintError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return v, pos
+        shift += 7
+        if shift > 63:
+            raise VarintError("varint longer than 64 bits")
+
+
+def write_varint(out: bytearray, n: int) -> None:
+    write_uvarint(out, ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    v, pos = read_uvarint(buf, pos)
+    return (v >> 1) ^ -(v & 1), pos
