@@ -69,6 +69,20 @@ class Broker:
         for rec in records:
             delta.replay(rec)
         delta.offset = last_offset
+        self._publish(delta)
+
+    def load_snapshot(self, records: list[Any], end_offset: int) -> None:
+        """Replace the image by a snapshot's (a broker that fell behind the log start)."""
+        old = self.image
+        delta = MetadataDelta(MetadataImage())
+        for rec in records:
+            delta.replay(rec)
+        delta.offset = end_offset - 1
+        new_ids = set(delta.changed_topics)
+        delta.deleted_topics = {tid: t for tid, t in old.topics.items() if tid not in new_ids}
+        self._publish(delta)
+
+    def _publish(self, delta: MetadataDelta) -> None:
         new = delta.apply()
         self.image = new
         self._produce_settings.clear()

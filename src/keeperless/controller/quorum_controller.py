@@ -119,6 +119,16 @@ class QuorumController:
         delta.offset = last_offset
         self.image = delta.apply()
 
+    def replay_committed(self, records: Sequence[Any], last_offset: int) -> None:
+        """Committed records from the log. The active controller replayed its own when
+        it appended them; a standby (or a restarted node) replays them here."""
+        if last_offset > self.image.offset:
+            self.replay(records, last_offset)
+
+    def load_snapshot(self, records: Sequence[Any], end_offset: int) -> None:
+        self.image = MetadataImage()
+        self.replay(records, end_offset - 1)
+
     def _uuid(self) -> UUID:
         while True:
             u = UUID(int=self.rng.getrandbits(128), version=4)

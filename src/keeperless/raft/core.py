@@ -1,50 +1,85 @@
-"""The KRaft consensus core, sans-I/O, in the shape of etcd's RawNode.
+"""The KRaft consensus core (KIP-595 pull-based Raft, KIP-996 pre-vote), sans-I/O.
 
-The driver calls ``start``/``propose``/``tick`` and then ``ready()``, which hands back
-what must be made durable (election state, then log entries), messages to send, and
-entries that became committed. After persisting, the driver reports the durable log end
-with ``on_persisted``. This slice runs a single voter, which elects itself; the
-multi-voter protocol (Vote, BeginQuorumEpoch, Fetch) plugs into the same interface.
+Shaped like etcd's RawNode: the driver feeds messages (``step``), time (``tick``) and
+proposals, then takes ``ready()``: the election state to persist first, whether the log
+needs an fsync, messages to send (only after both are durable), committed entries and
+snapshots to apply. It reports durability with ``on_persisted``.
+
+Roles follow Kafka's QuorumState: unattached, prospective, candidate, leader, follower,
+resigned; a node outside the voter set is an observer that only fetches. Every role
+change goes through ``_transition``, which queues the new election state to be written
+durably before any message that depends on it is sent.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
+import random
 from dataclasses import dataclass, field
 
 from keeperless.protocol.control import control_batch, leader_change
 from keeperless.protocol.records import build_batch
+from keeperless.raft import messages as m
+from keeperless.raft.log import RaftLog
+from keeperless.raft.messages import Entry, SnapshotId
+from keeperless.raft.quorum import majority, majority_offset
 from keeperless.raft.state import ElectionState
 
-__all__ = ["Entry", "NotLeaderError", "RaftCore", "Ready"]
+__all__ = ["NotLeaderError", "RaftConfig", "RaftCore", "Ready", "Role"]
 
 log = logging.getLogger(__name__)
 
 
 class NotLeaderError(RuntimeError):
-    """Proposals go to the leader; this node is not it (or has no quorum)."""
+    """Proposals go to the leader; this node is not it."""
+
+
+class Role(enum.Enum):
+    UNATTACHED = "Unattached"
+    PROSPECTIVE = "Prospective"
+    CANDIDATE = "Candidate"
+    LEADER = "Leader"
+    FOLLOWER = "Follower"
+    RESIGNED = "Resigned"
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
-    """A record batch of the metadata log, with its offsets assigned."""
+class RaftConfig:
+    """Kafka's controller.quorum.* settings and their defaults."""
 
-    base_offset: int
-    last_offset: int
-    epoch: int
-    data: bytes
-    control: bool = False
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    election_backoff_max_ms: int = 1000
+    request_timeout_ms: int = 2000
+    fetch_max_wait_ms: int = 500
+    max_fetch_entries: int = 64
+    snapshot_chunk_bytes: int = 1 << 20
 
 
 @dataclass(slots=True)
 class Ready:
-    state: ElectionState | None = None  # persist (fsync) first
-    entries: list[Entry] = field(default_factory=list)  # then append and fsync
-    committed: list[Entry] = field(default_factory=list)  # then apply, in order
+    state: ElectionState | None = None  # 1. persist (fsync) the election state
+    sync_log: bool = False  # 2. fsync the log, then call on_persisted(end offset)
+    messages: list[m.Message] = field(default_factory=list)  # 3. then send these
+    snapshot: tuple[SnapshotId, bytes] | None = None  # 4. reload the state machine
+    committed: list[Entry] = field(default_factory=list)  # 5. then apply these in order
     high_watermark: int | None = None
 
     def empty(self) -> bool:
-        return self.state is None and not self.entries and not self.committed
+        return (
+            self.state is None
+            and not self.sync_log
+            and not self.messages
+            and self.snapshot is None
+            and not self.committed
+        )
+
+
+@dataclass(slots=True)
+class _Progress:
+    fetch_offset: int = -1
+    last_fetch_ms: int = -(2**62)
 
 
 class RaftCore:
@@ -52,100 +87,730 @@ class RaftCore:
         self,
         node_id: int,
         voters: tuple[int, ...],
+        raft_log: RaftLog,
         state: ElectionState,
-        log_end_offset: int,
-        last_epoch: int,
+        config: RaftConfig,
+        rng: random.Random,
+        now_ms: int,
+        high_watermark: int = 0,
     ) -> None:
         self.node_id = node_id
-        self.voters = voters
+        self.voters = tuple(sorted(voters))
+        self.log = raft_log
+        self.config = config
+        self.rng = rng
         self.state = state
-        self.log_end_offset = log_end_offset  # next offset to assign
-        self.durable_end_offset = log_end_offset
-        self.high_watermark = 0
-        self.last_epoch = last_epoch
+        self.role = Role.UNATTACHED
+        self.durable_end = raft_log.end_offset
+        self.high_watermark = max(high_watermark, raft_log.start_offset)
+        self.applied = raft_log.start_offset  # next offset to hand to the state machine
         self._ready = Ready()
-        self._unpersisted: list[Entry] = []
-        self._uncommitted: list[Entry] = []
+        self._deadline = now_ms
+        # leader
+        self.progress: dict[int, _Progress] = {}
+        self.epoch_start_offset = -1
+        self._parked: list[tuple[m.FetchRequest, int]] = []
+        self._leader_since_ms = now_ms
+        self._last_quorum_warning_ms = -(2**62)
+        # elections
+        self._votes: dict[int, bool] = {}
+        # follower / observer
+        self._inflight_until = -1
+        self._snapshot_buf = bytearray()
+        self._snapshot_target: SnapshotId | None = None
 
-    # -- role ---------------------------------------------------------------------------
+    # -- public ----------------------------------------------------------------------
 
     @property
-    def is_leader(self) -> bool:
-        return self.state.leader_id == self.node_id
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
 
     @property
     def epoch(self) -> int:
         return self.state.epoch
 
+    @property
+    def leader_id(self) -> int:
+        return self.state.leader_id
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.end_offset
+
     def start(self, now_ms: int) -> None:
-        """Begin participating. A sole voter becomes leader of a new epoch at once."""
+        s = self.state
         if self.voters == (self.node_id,):
-            self._transition(
-                ElectionState(self.state.epoch + 1, self.node_id, self.node_id, self.voters),
-                "Leader",
-            )
-            batch = control_batch(
-                leader_change(self.node_id, list(self.voters), [self.node_id]),
-                timestamp_ms=now_ms,
-            )
-            self._append(batch, 1, now_ms, control=True)
-        elif self.node_id not in self.voters:
-            log.info("[node %d] Observer of the metadata quorum", self.node_id)
-
-    def _transition(self, new: ElectionState, name: str) -> None:
-        old = self.state
-        self.state = new
-        self._ready.state = new
-        log.info(
-            "[node %d] Completed transition to %s(epoch=%d, leader=%d) from epoch %d",
-            self.node_id,
-            name,
-            new.epoch,
-            new.leader_id,
-            old.epoch,
-        )
-
-    # -- proposals ------------------------------------------------------------------------
+            self._become_candidate(now_ms)
+        elif s.leader_id not in (-1, self.node_id):
+            self._transition(Role.FOLLOWER, s.epoch, s.leader_id, s.voted_id, now_ms)
+        else:
+            # A restarted leader never leads its old epoch again: it waits, then runs.
+            self._transition(Role.UNATTACHED, s.epoch, -1, s.voted_id, now_ms)
+        self._deliver()
+        self._maybe_fetch(now_ms)
 
     def propose(self, records: list[bytes], now_ms: int) -> int:
-        """Append metadata records as one batch; returns the last offset assigned."""
-        if not self.is_leader:
+        """Append records as one batch; returns the last offset assigned."""
+        if self.role is not Role.LEADER:
             raise NotLeaderError(f"node {self.node_id} is not the leader")
         batch = build_batch([(None, r, ()) for r in records], timestamp_ms=now_ms)
-        return self._append(batch, len(records), now_ms)
-
-    def _append(self, batch: bytes, count: int, now_ms: int, control: bool = False) -> int:
-        base = self.log_end_offset
-        data = bytearray(batch)
-        # offsets and leader epoch are outside the CRC: patch in place
-        data[0:8] = base.to_bytes(8, "big", signed=True)
-        data[12:16] = self.state.epoch.to_bytes(4, "big", signed=True)
-        entry = Entry(base, base + count - 1, self.state.epoch, bytes(data), control)
-        self.log_end_offset = entry.last_offset + 1
-        self.last_epoch = self.state.epoch
-        self._unpersisted.append(entry)
-        self._ready.entries.append(entry)
-        return entry.last_offset
-
-    # -- driver interface -------------------------------------------------------------
+        return self._append_local(batch, len(records), now_ms)
 
     def ready(self) -> Ready:
         out = self._ready
         self._ready = Ready()
         return out
 
-    def on_persisted(self, durable_end_offset: int) -> None:
-        """The log is durable up to (excluding) ``durable_end_offset``."""
-        self.durable_end_offset = durable_end_offset
-        while self._unpersisted and self._unpersisted[0].last_offset < durable_end_offset:
-            self._uncommitted.append(self._unpersisted.pop(0))
-        if self.is_leader and len(self.voters) == 1:
-            self._advance_high_watermark(durable_end_offset)
+    def next_deadline(self) -> int:
+        deadlines = [self._deadline]
+        if self._parked:
+            deadlines.append(min(d for _, d in self._parked))
+        if self._inflight_until >= 0:
+            deadlines.append(self._inflight_until)
+        return min(deadlines)
 
-    def _advance_high_watermark(self, hw: int) -> None:
-        if hw <= self.high_watermark:
+    def on_persisted(self, durable_end_offset: int, now_ms: int) -> None:
+        self.durable_end = min(durable_end_offset, self.log.end_offset)
+        if self.role is Role.LEADER:
+            self._maybe_advance_hw(now_ms)
+        self._deliver()
+        self._maybe_fetch(now_ms)
+
+    def resign(self, now_ms: int) -> None:
+        """Graceful shutdown of the leader: tell the voters so a successor is elected
+        without waiting for a timeout (EndQuorumEpoch)."""
+        if self.role is not Role.LEADER:
             return
-        self.high_watermark = hw
-        self._ready.high_watermark = hw
-        while self._uncommitted and self._uncommitted[0].last_offset < hw:
-            self._ready.committed.append(self._uncommitted.pop(0))
+        order = sorted(
+            (v for v in self.voters if v != self.node_id),
+            key=lambda v: -self.progress.get(v, _Progress()).fetch_offset,
+        )
+        for v in order:
+            self._send(m.EndQuorumEpoch(self.node_id, v, self.epoch, self.node_id, tuple(order)))
+        self._transition(Role.RESIGNED, self.epoch, self.node_id, self.state.voted_id, now_ms)
+
+    def take_snapshot(self, end_offset: int, data: bytes) -> SnapshotId:
+        """Record the state machine's image of every record below ``end_offset`` (which
+        must be applied and committed, at a batch boundary) and drop the log it covers."""
+        if end_offset > min(self.high_watermark, self.applied):
+            raise ValueError("a snapshot may only cover applied, committed records")
+        entries = self.log.read(end_offset - 1, 1)
+        if not entries or entries[0].last_offset != end_offset - 1:
+            raise ValueError(f"snapshot end {end_offset} is not at a batch boundary")
+        sid = SnapshotId(end_offset, entries[0].epoch)
+        self.log.take_snapshot(sid, data)
+        return sid
+
+    # -- time -------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        if self._parked:
+            due = [(r, d) for r, d in self._parked if d <= now_ms]
+            if due:
+                self._parked = [(r, d) for r, d in self._parked if d > now_ms]
+                for req, _ in due:
+                    self._answer_fetch(req, now_ms)
+        if 0 <= self._inflight_until <= now_ms:
+            self._inflight_until = -1
+            if self.role is Role.FOLLOWER and not self.is_voter:
+                self._transition(Role.UNATTACHED, self.epoch, -1, -1, now_ms)
+        if now_ms >= self._deadline:
+            self._on_deadline(now_ms)
+        self._maybe_fetch(now_ms)
+
+    def _on_deadline(self, now_ms: int) -> None:
+        role = self.role
+        if role is Role.LEADER:
+            self._check_quorum(now_ms)
+        elif not self.is_voter:
+            if role is Role.FOLLOWER:  # lost the leader: look for it again
+                self._transition(Role.UNATTACHED, self.epoch, -1, -1, now_ms)
+            self._deadline = now_ms + self.config.fetch_timeout_ms
+        elif role is Role.FOLLOWER:
+            log.info(
+                "[node %d] No fetch from leader %d within %d ms",
+                self.node_id,
+                self.leader_id,
+                self.config.fetch_timeout_ms,
+            )
+            self._become_prospective(now_ms)
+        elif role in (Role.UNATTACHED, Role.RESIGNED, Role.PROSPECTIVE, Role.CANDIDATE):
+            self._become_prospective(now_ms)
+
+    def _check_quorum(self, now_ms: int) -> None:
+        cfg = self.config
+        self._deadline = now_ms + cfg.fetch_timeout_ms // 4
+        if len(self.voters) == 1:
+            return
+        recent = [
+            v
+            for v, p in self.progress.items()
+            if p.last_fetch_ms >= now_ms - cfg.fetch_timeout_ms and v in self.voters
+        ]
+        if len(recent) + 1 >= majority(len(self.voters)):
+            return
+        if now_ms - self._leader_since_ms < cfg.fetch_timeout_ms:
+            return
+        unreachable = [v for v in self.voters if v != self.node_id and v not in recent]
+        log.warning(
+            "[node %d] Cannot reach a majority of the voters: no fetch within %d ms from "
+            "%s; resigning leadership of epoch %d",
+            self.node_id,
+            cfg.fetch_timeout_ms,
+            ",".join(map(str, unreachable)),
+            self.epoch,
+        )
+        self._transition(Role.RESIGNED, self.epoch, self.node_id, self.state.voted_id, now_ms)
+
+    def _election_timeout(self, now_ms: int) -> int:
+        t = self.config.election_timeout_ms
+        return now_ms + t + self.rng.randrange(t)
+
+    def _backoff(self, now_ms: int) -> int:
+        return now_ms + 1 + self.rng.randrange(max(self.config.election_backoff_max_ms, 1))
+
+    # -- transitions --------------------------------------------------------------------
+
+    def _transition(self, role: Role, epoch: int, leader: int, voted: int, now_ms: int) -> None:
+        new = ElectionState(epoch, leader, voted, self.voters)
+        if new != self.state:
+            self._ready.state = new
+        old_role, old_epoch = self.role, self.state.epoch
+        self.state = new
+        self.role = role
+        self._votes = {}
+        self._parked = []
+        self._inflight_until = -1
+        if role is Role.FOLLOWER:
+            self._deadline = now_ms + self.config.fetch_timeout_ms
+        elif role is Role.LEADER:
+            self._deadline = now_ms
+        elif role is Role.UNATTACHED and not self.is_voter:
+            self._deadline = now_ms + self.config.fetch_timeout_ms
+        else:
+            self._deadline = self._election_timeout(now_ms)
+        if (role, epoch) != (old_role, old_epoch):
+            log.info(
+                "[node %d] Completed transition to %s(epoch=%d, leader=%d, voted=%d) "
+                "from %s(epoch=%d)",
+                self.node_id,
+                role.value,
+                epoch,
+                leader,
+                voted,
+                old_role.value,
+                old_epoch,
+            )
+
+    def _become_prospective(self, now_ms: int) -> None:
+        if not self.is_voter:
+            return
+        self._transition(Role.PROSPECTIVE, self.epoch, -1, self.state.voted_id, now_ms)
+        self._votes = {self.node_id: True}
+        if self._tally(now_ms):
+            return
+        for v in self.voters:
+            if v != self.node_id:
+                self._send(
+                    m.VoteRequest(
+                        self.node_id,
+                        v,
+                        self.epoch + 1,
+                        self.log.last_epoch(),
+                        self.log.end_offset,
+                        pre_vote=True,
+                    )
+                )
+
+    def _become_candidate(self, now_ms: int) -> None:
+        self._transition(Role.CANDIDATE, self.epoch + 1, -1, self.node_id, now_ms)
+        self._votes = {self.node_id: True}
+        if self._tally(now_ms):
+            return
+        for v in self.voters:
+            if v != self.node_id:
+                self._send(
+                    m.VoteRequest(
+                        self.node_id, v, self.epoch, self.log.last_epoch(), self.log.end_offset
+                    )
+                )
+
+    def _tally(self, now_ms: int) -> bool:
+        granted = sum(1 for g in self._votes.values() if g)
+        rejected = sum(1 for g in self._votes.values() if not g)
+        need = majority(len(self.voters))
+        if granted >= need:
+            if self.role is Role.PROSPECTIVE:
+                self._become_candidate(now_ms)
+            else:
+                self._become_leader(now_ms)
+            return True
+        if len(self.voters) - rejected < need:
+            # lost: try again after a randomized backoff
+            self._deadline = self._backoff(now_ms)
+        return False
+
+    def _become_leader(self, now_ms: int) -> None:
+        self._transition(Role.LEADER, self.epoch, self.node_id, self.node_id, now_ms)
+        self._leader_since_ms = now_ms
+        self.progress = {v: _Progress() for v in self.voters if v != self.node_id}
+        self.epoch_start_offset = self.log.end_offset
+        batch = control_batch(
+            leader_change(
+                self.node_id,
+                list(self.voters),
+                [v for v, g in self._votes.items() if g] or [self.node_id],
+            ),
+            timestamp_ms=now_ms,
+        )
+        self._append_local(batch, 1, now_ms, control=True)
+        for v in self.voters:
+            if v != self.node_id:
+                self._send(m.BeginQuorumEpoch(self.node_id, v, self.epoch, self.node_id))
+
+    def _follow(self, epoch: int, leader: int, now_ms: int) -> None:
+        voted = self.state.voted_id if epoch == self.epoch else -1
+        if self.role is not Role.FOLLOWER or (self.epoch, self.leader_id) != (epoch, leader):
+            self._transition(Role.FOLLOWER, epoch, leader, voted, now_ms)
+
+    def _observe_epoch(self, epoch: int, leader: int, now_ms: int) -> bool:
+        """Adopt a higher epoch (and its leader, if known). False if ``epoch`` is stale."""
+        if epoch < self.epoch:
+            return False
+        if (
+            leader >= 0
+            and leader != self.node_id
+            and (epoch > self.epoch or self.leader_id in (-1, leader))
+            and self.role is not Role.LEADER
+        ):
+            self._follow(epoch, leader, now_ms)
+        elif epoch > self.epoch:
+            self._transition(Role.UNATTACHED, epoch, -1, -1, now_ms)
+        return True
+
+    # -- log --------------------------------------------------------------------------
+
+    def _append_local(self, batch: bytes, count: int, now_ms: int, control: bool = False) -> int:
+        base = self.log.end_offset
+        data = bytearray(batch)
+        data[0:8] = base.to_bytes(8, "big", signed=True)
+        data[12:16] = self.epoch.to_bytes(4, "big", signed=True)
+        entry = Entry(base, base + count - 1, self.epoch, bytes(data), control)
+        self.log.append([entry])
+        self._ready.sync_log = True
+        self._release_parked(now_ms)
+        return entry.last_offset
+
+    def _maybe_advance_hw(self, now_ms: int) -> None:
+        offsets = [self.durable_end] + [
+            p.fetch_offset for v, p in self.progress.items() if v in self.voters
+        ]
+        hw = majority_offset(offsets, len(self.voters))
+        if hw > self.high_watermark and hw > self.epoch_start_offset:
+            self.high_watermark = hw
+            self._ready.high_watermark = hw
+            self._release_parked(now_ms)
+
+    def _deliver(self) -> None:
+        limit = min(self.high_watermark, self.durable_end)
+        while self.applied < limit:
+            entries = self.log.read(self.applied, 256)
+            if not entries:
+                break
+            for e in entries:
+                if e.last_offset >= limit:
+                    return
+                if e.base_offset >= self.applied:
+                    self._ready.committed.append(e)
+                self.applied = e.last_offset + 1
+
+    def _send(self, msg: m.Message) -> None:
+        self._ready.messages.append(msg)
+
+    # -- messages ---------------------------------------------------------------------
+
+    def step(self, msg: m.Message, now_ms: int) -> None:
+        match msg:
+            case m.VoteRequest():
+                self._on_vote_request(msg, now_ms)
+            case m.VoteResponse():
+                self._on_vote_response(msg, now_ms)
+            case m.BeginQuorumEpoch():
+                if msg.epoch >= self.epoch and self.is_voter:
+                    self._observe_epoch(msg.epoch, msg.leader_id, now_ms)
+            case m.EndQuorumEpoch():
+                self._on_end_quorum_epoch(msg, now_ms)
+            case m.FetchRequest():
+                self._on_fetch_request(msg, now_ms)
+            case m.FetchResponse():
+                self._on_fetch_response(msg, now_ms)
+            case m.FetchSnapshotRequest():
+                self._on_fetch_snapshot_request(msg, now_ms)
+            case m.FetchSnapshotResponse():
+                self._on_fetch_snapshot_response(msg, now_ms)
+        self._deliver()
+        self._maybe_fetch(now_ms)
+
+    def _log_ok(self, last_epoch: int, end_offset: int) -> bool:
+        return (last_epoch, end_offset) >= (self.log.last_epoch(), self.log.end_offset)
+
+    def _on_vote_request(self, req: m.VoteRequest, now_ms: int) -> None:
+        def reply(granted: bool) -> None:
+            self._send(
+                m.VoteResponse(
+                    self.node_id,
+                    req.src,
+                    self.epoch if not req.pre_vote or not granted else req.epoch,
+                    granted,
+                    self.leader_id,
+                    req.pre_vote,
+                )
+            )
+
+        if not self.is_voter or req.src not in self.voters:
+            reply(False)
+            return
+        if req.pre_vote:
+            # Grant only if we would vote, and we have no live leader (KIP-996).
+            has_leader = self.role is Role.LEADER or (
+                self.role is Role.FOLLOWER
+                and now_ms < self._deadline
+                and self.leader_id != req.src  # our own leader campaigning has given up
+            )
+            reply(
+                req.epoch > self.epoch
+                and not has_leader
+                and self._log_ok(req.last_epoch, req.end_offset)
+            )
+            return
+        if req.epoch < self.epoch:
+            reply(False)
+            return
+        if req.epoch > self.epoch:
+            self._transition(Role.UNATTACHED, req.epoch, -1, -1, now_ms)
+        s = self.state
+        grant = (
+            self.role is Role.UNATTACHED
+            and s.leader_id == -1
+            and s.voted_id in (-1, req.src)
+            and self._log_ok(req.last_epoch, req.end_offset)
+        )
+        if grant and s.voted_id != req.src:
+            # the vote is durable before the response leaves (Ready orders them)
+            self._transition(Role.UNATTACHED, s.epoch, -1, req.src, now_ms)
+        reply(grant)
+
+    def _on_vote_response(self, resp: m.VoteResponse, now_ms: int) -> None:
+        if resp.pre_vote:
+            if self.role is not Role.PROSPECTIVE:
+                return
+            if not resp.granted and (
+                resp.epoch > self.epoch or (resp.leader_id >= 0 and resp.leader_id != self.node_id)
+            ):
+                # a newer epoch, or a live leader: stop campaigning and follow it
+                self._observe_epoch(resp.epoch, resp.leader_id, now_ms)
+                return
+            if resp.granted and resp.epoch != self.epoch + 1:
+                return  # granted for an older campaign
+            self._votes[resp.src] = resp.granted
+            self._tally(now_ms)
+            return
+        if resp.epoch > self.epoch:
+            self._observe_epoch(resp.epoch, resp.leader_id, now_ms)
+        elif self.role is Role.CANDIDATE and resp.epoch == self.epoch:
+            self._votes[resp.src] = resp.granted
+            self._tally(now_ms)
+
+    def _on_end_quorum_epoch(self, req: m.EndQuorumEpoch, now_ms: int) -> None:
+        if req.epoch < self.epoch or not self.is_voter:
+            return
+        if req.epoch > self.epoch or self.leader_id == req.leader_id:
+            self._transition(
+                Role.UNATTACHED,
+                req.epoch,
+                -1,
+                self.state.voted_id if req.epoch == self.epoch else -1,
+                now_ms,
+            )
+            rank = (
+                req.preferred_successors.index(self.node_id)
+                if self.node_id in req.preferred_successors
+                else len(self.voters)
+            )
+            # the best-placed successor runs first; the others give it a head start
+            self._deadline = now_ms + rank * self.config.election_backoff_max_ms // max(
+                len(self.voters), 1
+            )
+
+    # -- fetch: the leader side ---------------------------------------------------------
+
+    def _fetch_error(self, req: m.FetchRequest, error: int) -> None:
+        leader = -1 if self.role is Role.RESIGNED else self.leader_id
+        self._send(
+            m.FetchResponse(
+                self.node_id, req.src, self.epoch, leader, error, fetch_offset=req.fetch_offset
+            )
+        )
+
+    def _on_fetch_request(self, req: m.FetchRequest, now_ms: int) -> None:
+        if req.epoch > self.epoch:
+            self._observe_epoch(req.epoch, -1, now_ms)
+            self._fetch_error(req, m.UNKNOWN_LEADER_EPOCH)
+            return
+        if self.role is not Role.LEADER:
+            self._fetch_error(req, m.NOT_LEADER_OR_FOLLOWER)
+            return
+        if req.epoch < self.epoch:
+            self._fetch_error(req, m.FENCED_LEADER_EPOCH)
+            return
+        if req.fetch_offset < self.log.start_offset or (
+            req.fetch_offset == 0 and self.log.snapshot_id is not None
+        ):
+            sid = self.log.snapshot_id
+            self._send(
+                m.FetchResponse(
+                    self.node_id,
+                    req.src,
+                    self.epoch,
+                    self.node_id,
+                    m.NONE,
+                    self.high_watermark,
+                    self.log.start_offset,
+                    snapshot=sid,
+                    fetch_offset=req.fetch_offset,
+                )
+            )
+            return
+        if req.fetch_offset > 0:
+            at = self.log.end_offset_for_epoch(req.last_fetched_epoch)
+            if at.epoch != req.last_fetched_epoch or at.end_offset < req.fetch_offset:
+                sid = self.log.snapshot_id
+                if sid is not None and at.end_offset <= self.log.start_offset:
+                    # the divergence lies inside our snapshot: start over from it
+                    self._send(
+                        m.FetchResponse(
+                            self.node_id,
+                            req.src,
+                            self.epoch,
+                            self.node_id,
+                            m.NONE,
+                            self.high_watermark,
+                            self.log.start_offset,
+                            snapshot=sid,
+                            fetch_offset=req.fetch_offset,
+                        )
+                    )
+                    return
+                self._send(
+                    m.FetchResponse(
+                        self.node_id,
+                        req.src,
+                        self.epoch,
+                        self.node_id,
+                        m.NONE,
+                        self.high_watermark,
+                        self.log.start_offset,
+                        diverging=at,
+                        fetch_offset=req.fetch_offset,
+                    )
+                )
+                return
+        if req.src in self.progress:
+            p = self.progress[req.src]
+            p.fetch_offset = req.fetch_offset
+            p.last_fetch_ms = now_ms
+            self._maybe_advance_hw(now_ms)
+        elif req.src not in self.voters:
+            self.progress.setdefault(req.src, _Progress(req.fetch_offset, now_ms))
+            self.progress[req.src].fetch_offset = req.fetch_offset
+            self.progress[req.src].last_fetch_ms = now_ms
+        if (
+            req.fetch_offset >= self.log.end_offset
+            and req.max_wait_ms > 0
+            and self.high_watermark >= req.fetch_offset
+        ):
+            self._parked.append((req, now_ms + req.max_wait_ms))
+            return
+        self._answer_fetch(req, now_ms)
+
+    def _answer_fetch(self, req: m.FetchRequest, now_ms: int) -> None:
+        if self.role is not Role.LEADER:
+            self._fetch_error(req, m.NOT_LEADER_OR_FOLLOWER)
+            return
+        entries = tuple(self.log.read(req.fetch_offset, self.config.max_fetch_entries))
+        self._send(
+            m.FetchResponse(
+                self.node_id,
+                req.src,
+                self.epoch,
+                self.node_id,
+                m.NONE,
+                self.high_watermark,
+                self.log.start_offset,
+                entries,
+                fetch_offset=req.fetch_offset,
+            )
+        )
+
+    def _release_parked(self, now_ms: int) -> None:
+        parked, self._parked = self._parked, []
+        for req, _ in parked:
+            self._answer_fetch(req, now_ms)
+
+    def _on_fetch_snapshot_request(self, req: m.FetchSnapshotRequest, now_ms: int) -> None:
+        sid = self.log.snapshot_id
+        if self.role is not Role.LEADER or req.epoch != self.epoch:
+            self._send(
+                m.FetchSnapshotResponse(
+                    self.node_id, req.src, self.epoch, self.leader_id, m.NOT_LEADER_OR_FOLLOWER
+                )
+            )
+            return
+        if sid != req.snapshot:
+            self._send(
+                m.FetchSnapshotResponse(
+                    self.node_id, req.src, self.epoch, self.node_id, m.SNAPSHOT_NOT_FOUND
+                )
+            )
+            return
+        data = self.log.snapshot_data()
+        chunk = data[
+            req.position : req.position + min(req.max_bytes, self.config.snapshot_chunk_bytes)
+        ]
+        self._send(
+            m.FetchSnapshotResponse(
+                self.node_id,
+                req.src,
+                self.epoch,
+                self.node_id,
+                m.NONE,
+                sid,
+                len(data),
+                req.position,
+                chunk,
+            )
+        )
+
+    # -- fetch: the follower side -------------------------------------------------------
+
+    def _maybe_fetch(self, now_ms: int) -> None:
+        if self._inflight_until >= 0 or self.role in (
+            Role.LEADER,
+            Role.CANDIDATE,
+            Role.PROSPECTIVE,
+        ):
+            return
+        if self.log.end_offset != self.durable_end:
+            return  # appended entries must be durable before we fetch (and report) more
+        target = self.leader_id
+        if self.role is Role.RESIGNED or (target < 0 and self.is_voter):
+            return
+        if target < 0:
+            target = self.rng.choice(self.voters)  # an observer looks for the leader
+        self._inflight_until = now_ms + self.config.request_timeout_ms
+        if self._snapshot_target is not None:
+            self._send(
+                m.FetchSnapshotRequest(
+                    self.node_id,
+                    target,
+                    self.epoch,
+                    self._snapshot_target,
+                    len(self._snapshot_buf),
+                    self.config.snapshot_chunk_bytes,
+                )
+            )
+            return
+        self._send(
+            m.FetchRequest(
+                self.node_id,
+                target,
+                self.epoch,
+                self.log.end_offset,
+                self.log.last_epoch(),
+                self.config.fetch_max_wait_ms,
+            )
+        )
+
+    def _on_fetch_response(self, resp: m.FetchResponse, now_ms: int) -> None:
+        if resp.fetch_offset != self.log.end_offset or self._snapshot_target is not None:
+            return  # a stale or duplicated response
+        self._inflight_until = -1
+        if resp.error != m.NONE:
+            if (
+                resp.leader_id >= 0
+                and resp.epoch >= self.epoch
+                and (resp.leader_id != resp.src or resp.epoch > self.epoch)
+            ):
+                self._observe_epoch(resp.epoch, resp.leader_id, now_ms)
+            elif resp.epoch > self.epoch:
+                self._observe_epoch(resp.epoch, -1, now_ms)
+            elif resp.src == self.leader_id or not self.is_voter:
+                # our leader no longer leads (or an observer asked a non-leader): forget it
+                voted = self.state.voted_id if self.is_voter else -1
+                self._transition(Role.UNATTACHED, self.epoch, -1, voted, now_ms)
+                if not self.is_voter:
+                    self._inflight_until = now_ms + self.config.election_backoff_max_ms // 10
+            return
+        if resp.epoch < self.epoch or (resp.epoch == self.epoch and self.role is Role.LEADER):
+            return
+        self._observe_epoch(resp.epoch, resp.leader_id, now_ms)
+        if self.role is not Role.FOLLOWER:
+            return
+        self._deadline = now_ms + self.config.fetch_timeout_ms
+        if resp.snapshot is not None:
+            self._snapshot_target = resp.snapshot
+            self._snapshot_buf = bytearray()
+            return
+        if resp.diverging is not None:
+            # keep only what we share with the leader: up to the end of its epoch in
+            # both logs (the follower's copy of that epoch may be shorter)
+            mine = self.log.end_offset_for_epoch(resp.diverging.epoch).end_offset
+            cut = min(resp.diverging.end_offset, mine, self.log.end_offset)
+            if cut < self.applied:
+                raise AssertionError(
+                    f"node {self.node_id}: leader asks to truncate below applied offset"
+                )
+            self.log.truncate_to(cut)
+            self.durable_end = min(self.durable_end, self.log.end_offset)
+            self._ready.sync_log = True
+            return
+        new = [e for e in resp.entries if e.base_offset >= self.log.end_offset]
+        if new and new[0].base_offset == self.log.end_offset:
+            self.log.append(new)
+            self._ready.sync_log = True
+        if resp.high_watermark > self.high_watermark:
+            self.high_watermark = resp.high_watermark
+            self._ready.high_watermark = resp.high_watermark
+
+    def _on_fetch_snapshot_response(self, resp: m.FetchSnapshotResponse, now_ms: int) -> None:
+        target = self._snapshot_target
+        if target is None or resp.snapshot != target or resp.position != len(self._snapshot_buf):
+            if resp.error != m.NONE:
+                self._snapshot_target = None
+                self._inflight_until = -1
+            return
+        self._inflight_until = -1
+        self._deadline = now_ms + self.config.fetch_timeout_ms
+        self._snapshot_buf += resp.data
+        if len(self._snapshot_buf) < resp.size:
+            return
+        data = bytes(self._snapshot_buf)
+        self._snapshot_target = None
+        self._snapshot_buf = bytearray()
+        self.log.install_snapshot(target, data)
+        self.durable_end = target.end_offset
+        self.applied = target.end_offset
+        self.high_watermark = max(self.high_watermark, target.end_offset)
+        self._ready.snapshot = (target, data)
+        self._ready.committed = []
+        log.info(
+            "[node %d] Loaded snapshot %020d-%010d from leader %d",
+            self.node_id,
+            target.end_offset,
+            target.epoch,
+            self.leader_id,
+        )

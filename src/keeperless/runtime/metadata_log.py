@@ -1,29 +1,32 @@
-"""Drives the sans-I/O Raft core: persists election state and log entries (fsync),
-reports durability, and delivers committed metadata records to listeners."""
+"""Drives the sans-I/O Raft core on the asyncio loop: persists the election state and
+the log (fsync), sends its messages, schedules its timers, and delivers committed
+metadata records (and snapshots) to the listeners — the controller and the broker."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from keeperless.metadata.bootstrap import BOOTSTRAP_CHECKPOINT
 from keeperless.metadata.codec import decode_record, encode_record
 from keeperless.protocol.records import decode_records, iter_batches
-from keeperless.raft.core import Entry, RaftCore
+from keeperless.raft.core import RaftConfig, RaftCore
+from keeperless.raft.messages import Entry, Message, SnapshotId
 from keeperless.raft.state import ElectionState
-from keeperless.storage.log import LogConfig, PartitionLog
+from keeperless.runtime.raft_log import FileRaftLog
 
-__all__ = ["MetadataLog"]
+__all__ = ["METADATA_TOPIC", "MetadataLog", "decode_entry"]
 
 log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
 Listener = Callable[[list[Any], int], None]
+SnapshotListener = Callable[[list[Any], SnapshotId], None]
 
 
 def _now_ms() -> int:
@@ -31,7 +34,7 @@ def _now_ms() -> int:
 
 
 def decode_entry(data: bytes) -> list[Any]:
-    """The metadata records of a data batch (control batches have none)."""
+    """The metadata records of the data batches in ``data`` (control batches have none)."""
     out = []
     for pos, h in iter_batches(data, verify_crc=False):
         if h.is_control:
@@ -43,59 +46,52 @@ def decode_entry(data: bytes) -> list[Any]:
 
 
 class MetadataLog:
-    def __init__(self, node_id: int, voters: tuple[int, ...], directory: Path) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        voters: tuple[int, ...],
+        directory: Path,
+        config: RaftConfig | None = None,
+        send: Callable[[Message], None] | None = None,
+    ) -> None:
         self.node_id = node_id
         self.dir = directory
         self.log_dir = directory / f"{METADATA_TOPIC}-0"
-        self.plog = PartitionLog(self.log_dir, LogConfig(segment_bytes=8 * 1024 * 1024), _now_ms())
+        self.raft_log = FileRaftLog(self.log_dir)
         self.state_path = self.log_dir / "quorum-state"
         state = ElectionState(voters=voters)
         if self.state_path.exists():
             state = ElectionState.decode(self.state_path.read_bytes())
-        last_epoch = self._last_epoch()
-        self.core = RaftCore(node_id, voters, state, self.plog.log_end_offset, last_epoch)
-        self.core.high_watermark = self.plog.log_end_offset  # single voter: all durable
+        self.core = RaftCore(
+            node_id,
+            voters,
+            self.raft_log,
+            state,
+            config or RaftConfig(),
+            random.Random(),
+            _now_ms(),
+        )
+        self.send = send
         self.listeners: list[Listener] = []
+        self.snapshot_listeners: list[SnapshotListener] = []
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-
-    def _last_epoch(self) -> int:
-        end = self.plog.log_end_offset
-        if end == 0:
-            return 0
-        last = -1
-        for _, h in self._batches():
-            last = h.partition_leader_epoch
-        return last
-
-    def _batches(self) -> Any:
-        off = self.plog.log_start_offset
-        while True:
-            sl = self.plog.read(off, 1 << 20)
-            if sl is None:
-                return
-            data = sl.read()
-            for pos, h in iter_batches(data):
-                yield data[pos : pos + h.size], h
-                off = h.last_offset + 1
-
-    def replay_existing(self) -> int:
-        """Deliver every record already in the log to the listeners; returns the count."""
-        n = 0
-        for data, h in self._batches():
-            recs = decode_entry(data)
-            if recs:
-                n += len(recs)
-                for fn in self.listeners:
-                    fn(recs, h.last_offset)
-        return n
+        self._timer: asyncio.TimerHandle | None = None
+        self.was_empty = self.raft_log.end_offset == 0 and self.raft_log.snapshot_id is None
 
     def bootstrap_records(self) -> list[Any]:
+        from keeperless.metadata.bootstrap import BOOTSTRAP_CHECKPOINT
+
         path = self.dir / BOOTSTRAP_CHECKPOINT
-        if not path.exists():
-            return []
-        return decode_entry(path.read_bytes())
+        return decode_entry(path.read_bytes()) if path.exists() else []
 
     def start(self) -> None:
+        """Join the quorum. A restarted node first loads its snapshot, then the listeners
+        get the committed log as the high watermark becomes known."""
+        sid = self.raft_log.snapshot_id
+        if sid is not None:
+            records = decode_entry(self.raft_log.snapshot_data())
+            for fn in self.snapshot_listeners:
+                fn(records, sid)
         self.core.start(_now_ms())
         self._process()
 
@@ -115,27 +111,55 @@ class MetadataLog:
         self._waiters.append((offset, fut))
         await fut
 
-    def _process(self) -> None:
-        ready = self.core.ready()
-        if ready.state is not None:
-            tmp = self.state_path.with_suffix(".tmp")
-            with open(tmp, "wb") as f:
-                f.write(ready.state.encode())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.state_path)
-        if ready.entries:
-            for e in ready.entries:
-                self.plog.append(e.data, list(iter_batches(e.data)), _now_ms())
-            self.plog.flush()
-            self.core.on_persisted(self.plog.log_end_offset)
-            ready = self._merge(ready)
-        self._deliver(ready.committed)
+    def step(self, msg: Message) -> None:
+        self.core.step(msg, _now_ms())
+        self._process()
 
-    def _merge(self, first: Any) -> Any:
-        more = self.core.ready()
-        first.committed.extend(more.committed)
-        return first
+    def _tick(self) -> None:
+        self._timer = None
+        self.core.tick(_now_ms())
+        self._process()
+
+    def _process(self) -> None:
+        while True:
+            ready = self.core.ready()
+            if ready.empty():
+                break
+            if ready.state is not None:
+                self._write_state(ready.state)
+            if ready.sync_log:
+                self.raft_log.flush()
+                self.core.on_persisted(self.raft_log.end_offset, _now_ms())
+            if ready.messages:
+                if self.send is None:
+                    raise RuntimeError("the Raft core sent messages but there is no transport")
+                for msg in ready.messages:
+                    self.send(msg)
+            if ready.snapshot is not None:
+                sid, data = ready.snapshot
+                records = decode_entry(data)
+                for sfn in self.snapshot_listeners:
+                    sfn(records, sid)
+            self._deliver(ready.committed)
+        self._schedule()
+
+    def _write_state(self, state: ElectionState) -> None:
+        tmp = self.state_path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            f.write(state.encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.state_path)
+
+    def _schedule(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        delay = max(self.core.next_deadline() - _now_ms(), 0) / 1000
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_later(delay, self._tick)
 
     def _deliver(self, committed: list[Entry]) -> None:
         for e in committed:
@@ -154,4 +178,6 @@ class MetadataLog:
         self._waiters = keep
 
     def close(self) -> None:
-        self.plog.close()
+        if self._timer is not None:
+            self._timer.cancel()
+        self.raft_log.close()

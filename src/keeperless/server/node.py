@@ -50,8 +50,17 @@ class LocalController:
     async def call(self, op: Callable[[QuorumController], Result[T]]) -> T:
         result = op(self.controller)
         if result.records:
-            last = self.mlog.propose(result.records)
-            self.controller.replay(result.records, last)
+            # The controller applies its own records as it appends them, so that the next
+            # operation already sees them (pipelining); committed copies are then skipped.
+            before = self.controller.image
+            expected = self.mlog.core.log_end_offset + len(result.records) - 1
+            self.controller.replay(result.records, expected)
+            try:
+                last = self.mlog.propose(result.records)
+            except Exception:
+                self.controller.image = before
+                raise
+            assert last == expected, (last, expected)
             await self.mlog.wait_committed(last)
         return result.response
 
@@ -122,26 +131,31 @@ class Node:
 
     async def start(self) -> None:
         t0 = time.monotonic()
-        self.mlog.listeners.append(lambda recs, off: self.controller.replay(recs, off))
+        ctl = self.controller
+        self.mlog.listeners.append(ctl.replay_committed)
+        self.mlog.snapshot_listeners.append(
+            lambda recs, sid: ctl.load_snapshot(recs, sid.end_offset)
+        )
         if self.config.is_broker:
             self.broker = Broker(self._broker_settings(), self.local)
             self.groups = GroupCoordinator(
                 self.broker, self.config["group.initial.rebalance.delay.ms"]
             )
-            self.mlog.listeners.append(self.broker.on_committed)
-        replayed = self.mlog.replay_existing()
-        # From here on the controller replays its own records when it proposes them.
-        self.mlog.listeners.pop(0)
+            broker = self.broker
+            self.mlog.listeners.append(broker.on_committed)
+            self.mlog.snapshot_listeners.append(
+                lambda recs, sid: broker.load_snapshot(recs, sid.end_offset)
+            )
         self.mlog.start()
-        if self.mlog.plog.log_end_offset <= 1:  # only our LEADER_CHANGE: a new cluster
+        if self.mlog.was_empty:
             boot = self.mlog.bootstrap_records()
             if boot:
                 await self.local.call(lambda c: Result(boot, None))
         log.info(
-            "[node %d] Metadata log loaded: %d records replayed, log end offset %d",
+            "[node %d] Metadata log loaded: log end offset %d, high watermark %d",
             self.node_id,
-            replayed,
-            self.mlog.plog.log_end_offset,
+            self.mlog.raft_log.end_offset,
+            self.mlog.core.high_watermark,
         )
         loop = asyncio.get_running_loop()
         ctl_names = set(self.config.controller_listener_names)

@@ -370,6 +370,58 @@ class PartitionLog:
             )
         return deleted
 
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch not wholly below ``offset`` (Raft log divergence)."""
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            self._drop(self._segments.pop())
+            self._bases.pop()
+        seg = self._segments[-1]
+        if offset >= seg.next_offset:
+            return
+        j = bisect.bisect_right(seg.index, (offset, 2**62)) - 1
+        pos = seg.index[j][1] if j >= 0 else 0
+        while pos < seg.size:
+            h = read_header(os.pread(seg.fd, BATCH_HEADER_SIZE, pos))
+            if h.last_offset >= offset:
+                break
+            pos += h.size
+        os.ftruncate(seg.fd, pos)
+        os.fsync(seg.fd)
+        seg.size = pos
+        seg.index = [(o, p) for o, p in seg.index if p < pos]
+        seg.time_index = [(t, o) for t, o in seg.time_index if o < offset]
+        seg.next_offset = seg.base_offset
+        seg.max_timestamp = -1
+        if pos:
+            # the last remaining batch tells the next offset
+            last = seg.index[-1][1] if seg.index else 0
+            while last < pos:
+                h = read_header(os.pread(seg.fd, BATCH_HEADER_SIZE, last))
+                seg.next_offset = h.last_offset + 1
+                last += h.size
+        seg.max_timestamp = max((t for t, _ in seg.time_index), default=-1)
+        seg.rewrite_indexes()
+
+    def delete_before(self, offset: int) -> None:
+        """Delete whole segments that lie entirely below ``offset`` (after a snapshot)."""
+        while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+            self._drop(self._segments.pop(0))
+            self._bases.pop(0)
+
+    def reset_to(self, offset: int, now_ms: int) -> None:
+        """Drop everything and start an empty log at ``offset`` (a snapshot was installed)."""
+        for seg in self._segments:
+            self._drop(seg)
+        seg = _Segment(self.dir, offset, now_ms)
+        seg.next_offset = offset
+        self._segments = [seg]
+        self._bases = [offset]
+
+    def _drop(self, seg: _Segment) -> None:
+        seg.close()
+        for p in seg.paths():
+            p.unlink(missing_ok=True)
+
     def close(self) -> None:
         for seg in self._segments:
             seg.close()

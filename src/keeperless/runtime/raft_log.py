@@ -1,0 +1,189 @@
+"""The metadata log on disk, as the Raft core's RaftLog: segments of record batches in
+`__cluster_metadata-0/` plus snapshots `<20-digit end offset>-<10-digit epoch>.checkpoint`
+(KIP-630). Appends are buffered by the OS; ``flush`` makes them durable."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import time
+from pathlib import Path
+
+from keeperless.protocol.records import iter_batches
+from keeperless.raft.messages import Entry, SnapshotId
+from keeperless.storage.log import LogConfig, PartitionLog
+
+__all__ = ["FileRaftLog", "snapshot_file_name"]
+
+log = logging.getLogger(__name__)
+SUFFIX = ".checkpoint"
+
+
+def snapshot_file_name(sid: SnapshotId) -> str:
+    return f"{sid.end_offset:020d}-{sid.epoch:010d}{SUFFIX}"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class FileRaftLog:
+    def __init__(self, directory: Path, segment_bytes: int = 8 * 1024 * 1024) -> None:
+        self.dir = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.plog = PartitionLog(directory, LogConfig(segment_bytes=segment_bytes), _now_ms())
+        self._snapshot = self._latest_snapshot()
+        # (base offset, last offset, epoch) of every batch, for epoch lookups
+        self._index: list[tuple[int, int, int]] = []
+        self._bases: list[int] = []
+        for entry in self._scan(self.plog.log_start_offset):
+            self._remember(entry)
+        if self._snapshot is not None and self.plog.log_end_offset < self._snapshot.end_offset:
+            # the snapshot is ahead of the segments (it was installed): start after it
+            self.plog.reset_to(self._snapshot.end_offset, _now_ms())
+            self._index, self._bases = [], []
+
+    def _latest_snapshot(self) -> SnapshotId | None:
+        found = []
+        for p in self.dir.glob(f"*{SUFFIX}"):
+            name = p.name[: -len(SUFFIX)]
+            off, _, ep = name.partition("-")
+            if off.isdigit() and ep.isdigit() and p.stat().st_size > 0:
+                found.append(SnapshotId(int(off), int(ep)))
+        for p in self.dir.glob(f"*{SUFFIX}.tmp"):
+            p.unlink()  # a snapshot half-written at a crash is discarded
+        return max(found, key=lambda s: s.end_offset) if found else None
+
+    def _scan(self, offset: int) -> list[Entry]:
+        out: list[Entry] = []
+        while True:
+            sl = self.plog.read(offset, 1 << 20)
+            if sl is None:
+                return out
+            data = sl.read()
+            for pos, h in iter_batches(data, verify_crc=False):
+                out.append(
+                    Entry(
+                        h.base_offset,
+                        h.last_offset,
+                        h.partition_leader_epoch,
+                        data[pos : pos + h.size],
+                        h.is_control,
+                    )
+                )
+                offset = h.last_offset + 1
+
+    def _remember(self, e: Entry) -> None:
+        self._index.append((e.base_offset, e.last_offset, e.epoch))
+        self._bases.append(e.base_offset)
+
+    # -- RaftLog --------------------------------------------------------------------------
+
+    @property
+    def start_offset(self) -> int:
+        if self._snapshot is not None:
+            return max(self._snapshot.end_offset, self.plog.log_start_offset)
+        return self.plog.log_start_offset
+
+    @property
+    def end_offset(self) -> int:
+        return max(self.plog.log_end_offset, self.start_offset)
+
+    @property
+    def snapshot_id(self) -> SnapshotId | None:
+        return self._snapshot
+
+    def last_epoch(self) -> int:
+        if self._index and self._index[-1][1] >= self.start_offset:
+            return self._index[-1][2]
+        return self._snapshot.epoch if self._snapshot else 0
+
+    def end_offset_for_epoch(self, epoch: int) -> SnapshotId:
+        start = self.start_offset
+        for _base, last, ep in reversed(self._index):
+            if last < start:
+                break
+            if ep <= epoch:
+                return SnapshotId(last + 1, ep)
+        if self._snapshot is not None and self._snapshot.epoch <= epoch:
+            return self._snapshot
+        return SnapshotId(start, 0)
+
+    def read(self, offset: int, max_entries: int) -> list[Entry]:
+        offset = max(offset, self.start_offset)
+        out: list[Entry] = []
+        while len(out) < max_entries:
+            sl = self.plog.read(offset, 1 << 20)
+            if sl is None:
+                break
+            data = sl.read()
+            for pos, h in iter_batches(data, verify_crc=False):
+                if h.last_offset >= offset and len(out) < max_entries:
+                    out.append(
+                        Entry(
+                            h.base_offset,
+                            h.last_offset,
+                            h.partition_leader_epoch,
+                            data[pos : pos + h.size],
+                            h.is_control,
+                        )
+                    )
+                offset = h.last_offset + 1
+        return out
+
+    def append(self, entries: list[Entry]) -> None:
+        for e in entries:
+            if e.base_offset != self.end_offset:
+                raise ValueError(f"append at {e.base_offset}, log ends at {self.end_offset}")
+            self.plog.append(e.data, list(iter_batches(e.data, verify_crc=False)), _now_ms())
+            self._remember(e)
+
+    def flush(self) -> None:
+        self.plog.flush()
+
+    def truncate_to(self, offset: int) -> None:
+        self.plog.truncate_to(offset)
+        while self._index and self._index[-1][1] >= offset:
+            self._index.pop()
+            self._bases.pop()
+        log.info("Truncated the metadata log to offset %d", self.plog.log_end_offset)
+
+    def snapshot_data(self) -> bytes:
+        if self._snapshot is None:
+            return b""
+        return (self.dir / snapshot_file_name(self._snapshot)).read_bytes()
+
+    def _write_snapshot(self, sid: SnapshotId, data: bytes) -> None:
+        path = self.dir / snapshot_file_name(sid)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        for p in self.dir.glob(f"*{SUFFIX}"):
+            if p.name != path.name:
+                p.unlink()  # only the newest snapshot is needed
+        self._snapshot = sid
+
+    def take_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
+        self._write_snapshot(snapshot, data)
+        self.plog.delete_before(snapshot.end_offset)
+        i = bisect.bisect_left(self._bases, self.plog.log_start_offset)
+        del self._index[:i]
+        del self._bases[:i]
+        log.info("Wrote metadata snapshot %s (%d bytes)", snapshot_file_name(snapshot), len(data))
+
+    def install_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
+        self._write_snapshot(snapshot, data)
+        self.plog.reset_to(snapshot.end_offset, _now_ms())
+        self._index, self._bases = [], []
+
+    def close(self) -> None:
+        self.plog.close()

@@ -1,0 +1,67 @@
+"""Seeded simulations of 3- and 5-voter KRaft quorums with observers.
+
+`make test` runs SIM_SEEDS seeds (default 2000); `make sim SEEDS=N` runs more. A failure
+prints its seed: replay it with  pytest tests/sim -k 'q3_seed_123' .
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.sim.raft_sim import Simulation
+
+SEEDS = int(os.environ.get("SIM_SEEDS", "2000"))
+
+
+def run_seed(seed: int, voters: int) -> Simulation:
+    sim = Simulation(seed, voters=voters, observers=1 + seed % 2)
+    sim.run(2000)
+    sim.heal()
+    sim.run(2000, chaos=False)
+    sim.check_full_agreement()
+    leader = sim.leader()
+    assert leader is not None, f"seed {seed}: no leader 2 s after the faults healed"
+    assert leader.core is not None
+    for n in sim.nodes.values():
+        assert n.core is not None
+        assert n.core.applied == leader.core.applied, (
+            f"seed {seed}: node {n.node_id} applied {n.core.applied}, "
+            f"leader {leader.node_id} {leader.core.applied}"
+        )
+    return sim
+
+
+@pytest.mark.parametrize("seed", range(SEEDS * 3 // 4), ids=lambda s: f"q3_seed_{s}")
+def test_three_voters(seed: int) -> None:
+    run_seed(seed, 3)
+
+
+@pytest.mark.parametrize("seed", range(SEEDS // 4), ids=lambda s: f"q5_seed_{s}")
+def test_five_voters(seed: int) -> None:
+    run_seed(10_000 + seed, 5)
+
+
+def test_no_faults_elects_quickly_and_commits() -> None:
+    sim = Simulation(1, voters=3, observers=1, faults=False)
+    sim.run(1000)
+    leader = sim.leader()
+    assert leader is not None
+    assert sim.committed_hw > 10
+    sim.check_full_agreement()
+
+
+@pytest.mark.parametrize("seed", range(100), ids=lambda s: f"q1_seed_{s}")
+def test_single_voter_with_crashes(seed: int) -> None:
+    sim = Simulation(20_000 + seed, voters=1, observers=1)
+    sim.run(1500)
+    sim.heal()
+    sim.run(1000, chaos=False)
+    sim.check_full_agreement()
+    leader = sim.leader()
+    assert leader is not None
+    assert leader.core is not None
+    for n in sim.nodes.values():
+        assert n.core is not None
+        assert n.core.applied == leader.core.applied

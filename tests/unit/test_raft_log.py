@@ -1,0 +1,73 @@
+"""FileRaftLog (the metadata log on disk) behaves like the in-memory RaftLog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from keeperless.protocol.records import build_batch
+from keeperless.raft.log import MemoryLog
+from keeperless.raft.messages import Entry, SnapshotId
+from keeperless.runtime.raft_log import FileRaftLog
+
+
+def _entry(base: int, n: int, epoch: int) -> Entry:
+    data = bytearray(build_batch([(None, b"r%d" % (base + i), ()) for i in range(n)]))
+    data[0:8] = base.to_bytes(8, "big")
+    data[12:16] = epoch.to_bytes(4, "big")
+    return Entry(base, base + n - 1, epoch, bytes(data))
+
+
+def _fill(logs: list) -> None:  # type: ignore[type-arg]
+    base = 0
+    for epoch, n in [(1, 2), (1, 3), (2, 1), (2, 2), (4, 3)]:
+        e = _entry(base, n, epoch)
+        for lg in logs:
+            lg.append([e])
+        base += n
+
+
+def _same(a: MemoryLog, b: FileRaftLog) -> None:
+    assert (a.start_offset, a.end_offset, a.last_epoch()) == (
+        b.start_offset,
+        b.end_offset,
+        b.last_epoch(),
+    )
+    for ep in range(6):
+        assert a.end_offset_for_epoch(ep) == b.end_offset_for_epoch(ep)
+    for off in range(a.start_offset, a.end_offset):
+        assert a.read(off, 2) == b.read(off, 2)
+
+
+def test_file_log_matches_memory_log(tmp_path: Path) -> None:
+    mem, disk = MemoryLog(), FileRaftLog(tmp_path / "m-0", segment_bytes=200)
+    _fill([mem, disk])
+    _same(mem, disk)
+    for lg in (mem, disk):
+        lg.truncate_to(7)  # inside the (2, 2) batch at 6-7: the batch goes
+    _same(mem, disk)
+    assert disk.end_offset == 6
+    disk.flush()
+    disk.close()
+    reopened = FileRaftLog(tmp_path / "m-0", segment_bytes=200)
+    _same(mem, reopened)
+
+
+def test_snapshots_compact_and_install(tmp_path: Path) -> None:
+    mem, disk = MemoryLog(), FileRaftLog(tmp_path / "m-0", segment_bytes=120)
+    _fill([mem, disk])
+    sid = SnapshotId(6, 2)
+    for lg in (mem, disk):
+        lg.take_snapshot(sid, b"image-at-6")
+    assert (tmp_path / "m-0" / "00000000000000000006-0000000002.checkpoint").exists()
+    assert disk.snapshot_data() == b"image-at-6"
+    _same(mem, disk)
+    other = SnapshotId(40, 7)
+    for lg in (mem, disk):
+        lg.install_snapshot(other, b"newer")
+    _same(mem, disk)
+    disk.close()
+    again = FileRaftLog(tmp_path / "m-0")
+    assert again.snapshot_id == other
+    assert (again.start_offset, again.end_offset) == (40, 40)
+    again.append([_entry(40, 2, 7)])
+    assert again.end_offset == 42
