@@ -93,6 +93,10 @@ class Node:
         keeperless("storage", "format", "-t", cid, "-c", str(self.config), check=True)
 
     def start(self, timeout: float = 30.0) -> None:
+        self.start_background()
+        self.wait_listening(timeout)
+
+    def start_background(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "keeperless", "server", "start", str(self.config)],
@@ -103,6 +107,7 @@ class Node:
         )
         log.close()
 
+    def wait_listening(self, timeout: float = 30.0) -> None:
         def up() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"node exited with {self.proc.returncode}:\n{self.logs()}")
@@ -133,3 +138,129 @@ class Node:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+class Cluster:
+    """Dedicated controllers (a voter quorum) and broker-only nodes, one cluster id."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        controllers: int = 3,
+        brokers: int = 2,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        self.controller_ports = {i: free_port() for i in range(1, controllers + 1)}
+        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.controller_ports.items())
+        common = {
+            "controller.quorum.voters": voters,
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "controller.quorum.election.timeout.ms": "500",
+            "controller.quorum.fetch.timeout.ms": "1000",
+            "controller.quorum.election.backoff.max.ms": "300",
+            "controller.quorum.request.timeout.ms": "1000",
+            **(extra or {}),
+        }
+        self.controllers: dict[int, Node] = {}
+        for i, port in self.controller_ports.items():
+            n = Node(workdir / f"controller-{i}", i)
+            n.port = port
+            n.controller_port = port
+            props = {
+                **common,
+                "process.roles": "controller",
+                "node.id": str(i),
+                "listeners": f"CONTROLLER://127.0.0.1:{port}",
+                "log.dirs": str(n.data),
+            }
+            n.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            self.controllers[i] = n
+        self.brokers: dict[int, Node] = {}
+        for j in range(controllers + 1, controllers + brokers + 1):
+            n = Node(workdir / f"broker-{j}", j)
+            props = {
+                **common,
+                "process.roles": "broker",
+                "node.id": str(j),
+                "listeners": f"PLAINTEXT://127.0.0.1:{n.port}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{n.port}",
+                "log.dirs": str(n.data),
+                "offsets.topic.replication.factor": "1",
+                "offsets.topic.num.partitions": "3",
+                "group.initial.rebalance.delay.ms": "0",
+            }
+            n.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            self.brokers[j] = n
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def start(self) -> None:
+        cid = keeperless("storage", "random-uuid", check=True).stdout.strip()
+        for n in [*self.controllers.values(), *self.brokers.values()]:
+            n.format(cid)
+        for n in self.controllers.values():
+            n.start_background()
+        for n in self.controllers.values():
+            n.wait_listening()
+        for n in self.brokers.values():
+            n.start()
+
+    def stop(self) -> None:
+        for n in [*self.brokers.values(), *self.controllers.values()]:
+            n.stop()
+
+    def leader(self, timeout: float = 20.0) -> int:
+        """The id of the active controller, as the live controllers report it."""
+
+        def ask() -> int | None:
+            for n in self.controllers.values():
+                if n.proc is None:
+                    continue
+                try:
+                    info = describe_quorum(n.port)
+                except OSError:
+                    continue
+                if info["error_code"] == 0 and info["leader_id"] >= 0:
+                    return int(info["leader_id"])
+            return None
+
+        return int(wait_until(ask, timeout, interval=0.1, what="an active controller"))
+
+
+def describe_quorum(port: int) -> dict:
+    """DescribeQuorum (v1) sent to a controller listener, as a dict."""
+    from kio.index import load_request_schema
+
+    from keeperless.protocol.build import build
+    from keeperless.protocol.framing import decode_response, encode_request
+
+    req = build(
+        load_request_schema(55, 1),
+        {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(encode_request(55, 1, 1, "test", req))
+        size = struct.unpack(">i", _recv(s, 4))[0]
+        _, resp = decode_response(memoryview(_recv(s, size)), 55, 1)
+    p = resp.topics[0].partitions[0]
+    return {
+        "error_code": int(p.error_code),
+        "leader_id": p.leader_id,
+        "leader_epoch": p.leader_epoch,
+        "high_watermark": p.high_watermark,
+        "voters": [(v.replica_id, v.log_end_offset) for v in p.current_voters],
+        "observers": [(o.replica_id, o.log_end_offset) for o in p.observers],
+    }
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise OSError("connection closed")
+        buf += chunk
+    return buf

@@ -3,30 +3,24 @@ partitions that image assigns to this node."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
+from keeperless.broker.controller_channel import ControllerChannel
 from keeperless.broker.partitions import PartitionManager
-from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata.image import MetadataDelta, MetadataImage
 from keeperless.metadata.topic_configs import TOPIC_CONFIG_DEFAULTS
 from keeperless.storage.log import LogConfig
 
-__all__ = ["Broker", "BrokerSettings", "ControllerChannel"]
+__all__ = ["Broker", "BrokerSettings"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class ControllerChannel(Protocol):
-    """How a broker reaches the active controller. The operation runs on the
-    controller's single writer; the call returns after its records commit."""
-
-    def call(self, op: Callable[[QuorumController], Result[T]]) -> Awaitable[T]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +55,7 @@ class Broker:
         self.fenced = True
         self.on_image: list[Callable[[MetadataImage], None]] = []
         self._produce_settings: dict[str, tuple[int, bool, int]] = {}
+        self._image_waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
 
     # -- metadata publisher -------------------------------------------------------------
 
@@ -106,6 +101,28 @@ class Broker:
                     self.partitions.ensure(topic.name, p, tid, info, cfg, now)
         for fn in self.on_image:
             fn(new)
+        if self._image_waiters:
+            waiting, self._image_waiters = self._image_waiters, []
+            for pred, fut in waiting:
+                if fut.done():
+                    continue
+                if pred(new):
+                    fut.set_result(None)
+                else:
+                    self._image_waiters.append((pred, fut))
+
+    async def wait_for(self, predicate: Callable[[MetadataImage], bool], timeout_s: float) -> bool:
+        """Wait until the broker's image satisfies ``predicate`` (e.g. shows a topic that
+        the controller just created); False on timeout."""
+        if predicate(self.image):
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._image_waiters.append((predicate, fut))
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     def topic_config(self, name: str) -> dict[str, str]:
         out = dict(TOPIC_CONFIG_DEFAULTS)

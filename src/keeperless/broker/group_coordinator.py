@@ -150,7 +150,8 @@ class GroupCoordinator:
             s.offsets_topic_replication_factor,
             configs={"cleanup.policy": "compact", "segment.bytes": "104857600"},
         )
-        results = await self.broker.controller.call(lambda c: c.create_topics([topic], False))
+        results = await self.broker.controller.create_topics([topic], False)
+        await self.broker.wait_for(lambda img: img.topic(OFFSETS_TOPIC) is not None, 10)
         err = results[0].error
         if err.code not in (ErrorCode.none, ErrorCode.topic_already_exists):
             log.warning(

@@ -6,6 +6,7 @@ answered after their records commit and the broker's own image has them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,14 +14,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
+from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.data_plane import DataPlane
 from keeperless.controller.quorum_controller import (
+    ApiError,
     CreatePartitionsRequest,
+    CreateTopicResult,
     NewTopic,
-    QuorumController,
-    Result,
 )
-from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from keeperless.protocol.apis import BROKER_APIS
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
@@ -29,6 +31,7 @@ __all__ = ["BrokerHandlers"]
 
 log = logging.getLogger(__name__)
 Handler = Callable[[RequestHeader, Any], Awaitable[Any]]
+SETTLE_TIMEOUT_S = 10.0
 
 
 class BrokerHandlers:
@@ -53,8 +56,9 @@ class BrokerHandlers:
         self.apis = {k: v for k, v in self.apis.items() if k in self.handlers}
         self._producer_ids: list[int] = []
 
-    async def _commit(self, op: Callable[[QuorumController], Result[Any]]) -> Any:
-        return await self.broker.controller.call(op)
+    async def _settle(self, predicate: Callable[[MetadataImage], bool]) -> None:
+        """Answer only once this broker's image shows what the controller committed."""
+        await self.broker.wait_for(predicate, SETTLE_TIMEOUT_S)
 
     # -- ApiVersions ----------------------------------------------------------------------
 
@@ -112,11 +116,10 @@ class BrokerHandlers:
         )
         missing = [n for n in names if n not in image.topic_ids]
         if auto and missing and req.topics is not None:
-            await self._commit(
-                lambda c: c.create_topics(
-                    [NewTopic(n) for n in missing if not n.startswith("__")], False
-                )
-            )
+            wanted = [n for n in missing if not n.startswith("__")]
+            with contextlib.suppress(ControllerUnavailableError):
+                await self.broker.controller.create_topics([NewTopic(n) for n in wanted], False)
+                await self._settle(lambda img: all(n in img.topic_ids for n in wanted))
             image = self.broker.image
         topics = []
         for name in names:
@@ -194,7 +197,16 @@ class BrokerHandlers:
             )
             for t in req.topics
         ]
-        results = await self._commit(lambda c: c.create_topics(new, req.validate_only))
+        try:
+            results = await self.broker.controller.create_topics(new, req.validate_only)
+        except ControllerUnavailableError as e:
+            results = [
+                CreateTopicResult(t.name, ApiError(ErrorCode.request_timed_out, str(e)))
+                for t in new
+            ]
+        made = [r.name for r in results if r.error.code == ErrorCode.none]
+        if made and not req.validate_only:
+            await self._settle(lambda img: all(n in img.topic_ids for n in made))
         topics = []
         for res in results:
             cfgs = self.broker.topic_config(res.name)
@@ -229,7 +241,13 @@ class BrokerHandlers:
             ids = [t.topic_id for t in req.topics if t.name is None and t.topic_id is not None]
         else:
             names, ids = list(req.topic_names), []
-        results = await self._commit(lambda c: c.delete_topics(names, ids))
+        try:
+            results = await self.broker.controller.delete_topics(names, ids)
+        except ControllerUnavailableError as e:
+            err = ApiError(ErrorCode.request_timed_out, str(e))
+            results = [(n, None, err) for n in names] + [(None, i, err) for i in ids]
+        gone = [tid for _, tid, e in results if e.code == ErrorCode.none and tid is not None]
+        await self._settle(lambda img: not any(t in img.topics for t in gone))
         return build(
             response_class(20, header.api_version),
             {
@@ -250,7 +268,22 @@ class BrokerHandlers:
             )
             for t in req.topics
         ]
-        results = await self._commit(lambda c: c.create_partitions(reqs, req.validate_only))
+        try:
+            results = await self.broker.controller.create_partitions(reqs, req.validate_only)
+        except ControllerUnavailableError as e:
+            results = [(r.name, ApiError(ErrorCode.request_timed_out, str(e))) for r in reqs]
+        grown = {
+            r.name: r.count
+            for r, (_, e) in zip(reqs, results, strict=True)
+            if e.code == ErrorCode.none
+        }
+        if grown and not req.validate_only:
+            await self._settle(
+                lambda img: all(
+                    (t := img.topic(n)) is not None and len(t.partitions) >= c
+                    for n, c in grown.items()
+                )
+            )
         return build(
             response_class(37, header.api_version),
             {
@@ -278,7 +311,10 @@ class BrokerHandlers:
             return reply(ErrorCode.transactional_id_authorization_failed)
         if not self._producer_ids:
             node, epoch = self.broker.node_id, self.broker.broker_epoch
-            err, start, count = await self._commit(lambda c: c.allocate_producer_ids(node, epoch))
+            try:
+                err, start, count = await self.broker.controller.allocate_producer_ids(node, epoch)
+            except ControllerUnavailableError:
+                return reply(ErrorCode.coordinator_not_available)
             if err.code != ErrorCode.none:
                 return reply(err.code)
             self._producer_ids = list(range(start + count - 1, start - 1, -1))

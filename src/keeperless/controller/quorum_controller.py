@@ -106,7 +106,8 @@ class QuorumController:
         self.node_id = node_id
         self.rng = rng
         self.defaults = defaults  # num.partitions, default.replication.factor
-        self.image = MetadataImage()
+        self.image = MetadataImage()  # the latest state, including uncommitted records
+        self.committed = MetadataImage()  # what the log has committed
         self.session_timeout_ms = 9000
         self._last_heartbeat_ms: dict[int, int] = {}  # in memory only, like Kafka's
 
@@ -120,14 +121,29 @@ class QuorumController:
         self.image = delta.apply()
 
     def replay_committed(self, records: Sequence[Any], last_offset: int) -> None:
-        """Committed records from the log. The active controller replayed its own when
-        it appended them; a standby (or a restarted node) replays them here."""
+        """Committed records from the log. The active controller already applied its own
+        as it appended them; a standby (or a restarted node) catches up here."""
+        if last_offset <= self.committed.offset:
+            return
+        delta = MetadataDelta(self.committed)
+        for rec in records:
+            delta.replay(rec)
+        delta.offset = last_offset
+        self.committed = delta.apply()
         if last_offset > self.image.offset:
-            self.replay(records, last_offset)
+            self.image = self.committed
 
     def load_snapshot(self, records: Sequence[Any], end_offset: int) -> None:
-        self.image = MetadataImage()
-        self.replay(records, end_offset - 1)
+        delta = MetadataDelta(MetadataImage())
+        for rec in records:
+            delta.replay(rec)
+        delta.offset = end_offset - 1
+        self.committed = self.image = delta.apply()
+
+    def renounce(self) -> None:
+        """Leadership lost: forget records that were appended but may never commit."""
+        self.image = self.committed
+        self._last_heartbeat_ms.clear()
 
     def _uuid(self) -> UUID:
         while True:

@@ -29,8 +29,22 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     60: (0, 1),  # DescribeCluster
 }
 
+# The controller listener: Raft between voters and observers, and the RPCs brokers send
+# to the active controller.
 CONTROLLER_APIS: dict[int, tuple[int, int]] = {
+    1: (12, 12),  # Fetch (of __cluster_metadata)
     18: (0, 3),  # ApiVersions
+    19: (7, 7),  # CreateTopics
+    20: (6, 6),  # DeleteTopics
+    37: (3, 3),  # CreatePartitions
+    52: (2, 2),  # Vote
+    53: (1, 1),  # BeginQuorumEpoch
+    54: (1, 1),  # EndQuorumEpoch
+    55: (0, 2),  # DescribeQuorum
+    59: (1, 1),  # FetchSnapshot
+    62: (3, 3),  # BrokerRegistration
+    63: (1, 1),  # BrokerHeartbeat
+    67: (0, 0),  # AllocateProducerIds
 }
 
 API_NAMES = {
@@ -54,4 +68,12 @@ API_NAMES = {
     32: "DescribeConfigs",
     37: "CreatePartitions",
     60: "DescribeCluster",
+    52: "Vote",
+    53: "BeginQuorumEpoch",
+    54: "EndQuorumEpoch",
+    55: "DescribeQuorum",
+    59: "FetchSnapshot",
+    62: "BrokerRegistration",
+    63: "BrokerHeartbeat",
+    67: "AllocateProducerIds",
 }

@@ -22,6 +22,8 @@ __all__ = [
     "ProtocolError",
     "RequestHeader",
     "decode_request",
+    "decode_response",
+    "encode_request",
     "encode_response",
 ]
 
@@ -141,3 +143,31 @@ def encode_response(header: RequestHeader, response: Any) -> bytes:
     out = buf.getbuffer()
     _I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
+
+
+def encode_request(
+    api_key: int, version: int, correlation_id: int, client_id: str, body: Any
+) -> bytes:
+    """A request frame: size, header v2 (v1 for non-flexible bodies), body."""
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    cid = client_id.encode()
+    buf.write(_HDR.pack(api_key, version, correlation_id))
+    buf.write(struct.pack(">h", len(cid)) + cid)
+    if type(body).__flexible__:
+        buf.write(b"\x00")
+    entity_writer(type(body))(buf, body)
+    out = buf.getbuffer()
+    _I32.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def decode_response(frame: memoryview, api_key: int, version: int) -> tuple[int, Any]:
+    """(correlation id, response) of a response frame (without its size prefix)."""
+    cls = load_response_schema(api_key, version)
+    (corr,) = _I32.unpack_from(frame, 0)
+    pos = 4
+    if cls.__flexible__ and api_key != 18:
+        pos = _skip_tagged_fields(frame, pos)
+    value, _ = entity_reader(cls)(frame, pos)
+    return corr, value

@@ -80,6 +80,7 @@ class Ready:
 class _Progress:
     fetch_offset: int = -1
     last_fetch_ms: int = -(2**62)
+    caught_up_ms: int = -1
 
 
 class RaftCore:
@@ -193,6 +194,34 @@ class RaftCore:
             self._send(m.EndQuorumEpoch(self.node_id, v, self.epoch, self.node_id, tuple(order)))
         self._transition(Role.RESIGNED, self.epoch, self.node_id, self.state.voted_id, now_ms)
 
+    def describe(self, now_ms: int) -> dict[str, object] | None:
+        """The leader's view for DescribeQuorum: high watermark and, per replica, its log
+        end offset, last fetch and last caught-up times (None unless leader)."""
+        if self.role is not Role.LEADER:
+            return None
+
+        def replica(node: int) -> dict[str, int]:
+            if node == self.node_id:
+                return {
+                    "replica_id": node,
+                    "log_end_offset": self.log.end_offset,
+                    "last_fetch_timestamp": now_ms,
+                    "last_caught_up_timestamp": now_ms,
+                }
+            p = self.progress.get(node, _Progress())
+            return {
+                "replica_id": node,
+                "log_end_offset": p.fetch_offset,
+                "last_fetch_timestamp": max(p.last_fetch_ms, -1),
+                "last_caught_up_timestamp": p.caught_up_ms,
+            }
+
+        return {
+            "high_watermark": self.high_watermark,
+            "current_voters": [replica(v) for v in self.voters],
+            "observers": [replica(o) for o in sorted(self.progress) if o not in self.voters],
+        }
+
     def take_snapshot(self, end_offset: int, data: bytes) -> SnapshotId:
         """Record the state machine's image of every record below ``end_offset`` (which
         must be applied and committed, at a batch boundary) and drop the log it covers."""
@@ -283,7 +312,9 @@ class RaftCore:
         self.state = new
         self.role = role
         self._votes = {}
-        self._parked = []
+        parked, self._parked = self._parked, []
+        for req, _ in parked:  # long-polling fetchers learn at once that we moved on
+            self._fetch_error(req, m.NOT_LEADER_OR_FOLLOWER)
         self._inflight_until = -1
         if role is Role.FOLLOWER:
             self._deadline = now_ms + self.config.fetch_timeout_ms
@@ -619,15 +650,13 @@ class RaftCore:
                     )
                 )
                 return
-        if req.src in self.progress:
-            p = self.progress[req.src]
-            p.fetch_offset = req.fetch_offset
-            p.last_fetch_ms = now_ms
+        p = self.progress.setdefault(req.src, _Progress())
+        p.fetch_offset = req.fetch_offset
+        p.last_fetch_ms = now_ms
+        if req.fetch_offset >= self.log.end_offset:
+            p.caught_up_ms = now_ms
+        if req.src in self.voters:
             self._maybe_advance_hw(now_ms)
-        elif req.src not in self.voters:
-            self.progress.setdefault(req.src, _Progress(req.fetch_offset, now_ms))
-            self.progress[req.src].fetch_offset = req.fetch_offset
-            self.progress[req.src].last_fetch_ms = now_ms
         if (
             req.fetch_offset >= self.log.end_offset
             and req.max_wait_ms > 0

@@ -15,7 +15,7 @@ from typing import Any
 
 from keeperless.metadata.codec import decode_record, encode_record
 from keeperless.protocol.records import decode_records, iter_batches
-from keeperless.raft.core import RaftConfig, RaftCore
+from keeperless.raft.core import NotLeaderError, RaftConfig, RaftCore
 from keeperless.raft.messages import Entry, Message, SnapshotId
 from keeperless.raft.state import ElectionState
 from keeperless.runtime.raft_log import FileRaftLog
@@ -76,6 +76,8 @@ class MetadataLog:
         self.snapshot_listeners: list[SnapshotListener] = []
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._timer: asyncio.TimerHandle | None = None
+        self.leadership_listeners: list[Callable[[bool], None]] = []
+        self._was_leader = False
         self.was_empty = self.raft_log.end_offset == 0 and self.raft_log.snapshot_id is None
 
     def bootstrap_records(self) -> list[Any]:
@@ -141,7 +143,23 @@ class MetadataLog:
                 for sfn in self.snapshot_listeners:
                     sfn(records, sid)
             self._deliver(ready.committed)
+        if self.core.is_leader != self._was_leader:
+            self._was_leader = self.core.is_leader
+            if not self._was_leader:
+                self._fail_waiters()
+            for lfn in self.leadership_listeners:
+                lfn(self._was_leader)
         self._schedule()
+
+    def _fail_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(
+                    NotLeaderError(
+                        f"node {self.node_id} lost the leadership before the records committed"
+                    )
+                )
 
     def _write_state(self, state: ElectionState) -> None:
         tmp = self.state_path.with_suffix(".tmp")
@@ -176,6 +194,11 @@ class MetadataLog:
             else:
                 keep.append((off, fut))
         self._waiters = keep
+
+    def resign(self) -> None:
+        """Graceful shutdown of the leader (EndQuorumEpoch to the voters)."""
+        self.core.resign(_now_ms())
+        self._process()
 
     def close(self) -> None:
         if self._timer is not None:

@@ -178,6 +178,15 @@ _SCHEMA: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "group.min.session.timeout.ms": (_int(0), "6000"),
     "group.max.session.timeout.ms": (_int(0), "1800000"),
     "broker.rack": (_str, None),
+    "controller.quorum.election.timeout.ms": (_int(1), "1000"),
+    "controller.quorum.fetch.timeout.ms": (_int(1), "2000"),
+    "controller.quorum.election.backoff.max.ms": (_int(1), "1000"),
+    "controller.quorum.request.timeout.ms": (_int(1), "2000"),
+    "controller.quorum.append.linger.ms": (_int(0), "25"),
+    "broker.session.timeout.ms": (_int(1), "9000"),
+    "broker.heartbeat.interval.ms": (_int(1), "2000"),
+    "metadata.log.max.record.bytes.between.snapshots": (_int(1), str(20 * 1024 * 1024)),
+    "metadata.log.max.snapshot.interval.ms": (_int(0), "3600000"),
 }
 
 # Kafka keys that an existing server.properties may carry and that keeperless accepts
@@ -276,6 +285,14 @@ class NodeConfig:
     def voters(self) -> tuple[Voter, ...]:
         voters: tuple[Voter, ...] = self.values["controller.quorum.voters"]
         return voters
+
+    @property
+    def controller_endpoint(self) -> Endpoint | None:
+        names = set(self.controller_listener_names)
+        for e in self.listeners:
+            if e.listener in names:
+                return e
+        return None
 
     @property
     def retention_ms(self) -> int:

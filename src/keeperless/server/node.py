@@ -1,68 +1,51 @@
-"""Assemble and run a node from its configuration: metadata log, controller, broker,
-listeners, and their lifecycle."""
+"""Assemble and run a node from its configuration: the metadata log and its Raft
+transport, the controller role, the broker role, listeners, and their lifecycle."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import signal
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker, BrokerSettings
+from keeperless.broker.controller_channel import ControllerUnavailableError, RemoteController
 from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.handlers import BrokerHandlers
-from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.protocol.apis import CONTROLLER_APIS
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import response_class
+from keeperless.raft.core import RaftConfig
 from keeperless.runtime.connection import KafkaProtocol, RequestRouter
 from keeperless.runtime.metadata_log import MetadataLog
-from keeperless.server.config import NodeConfig
+from keeperless.runtime.raft_transport import RaftTransport
+from keeperless.server.config import Endpoint, NodeConfig
+from keeperless.server.controller_apis import ControllerApis, ControllerClient, LocalController
+from keeperless.server.controller_service import ControllerService
 from keeperless.storage.log import LogConfig
 
-__all__ = ["Node", "run_node"]
+__all__ = ["ListenError", "Node", "run_node"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-HEARTBEAT_INTERVAL_S = 2.0
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ListenError(RuntimeError):
     """A listener's address cannot be bound."""
 
 
-class LocalController:
-    """The active controller in this process: one writer, operations pipelined through
-    the metadata log; each call returns after its records commit and are applied by
-    the local broker."""
-
-    def __init__(self, controller: QuorumController, mlog: MetadataLog) -> None:
-        self.controller = controller
-        self.mlog = mlog
-
-    async def call(self, op: Callable[[QuorumController], Result[T]]) -> T:
-        result = op(self.controller)
-        if result.records:
-            # The controller applies its own records as it appends them, so that the next
-            # operation already sees them (pipelining); committed copies are then skipped.
-            before = self.controller.image
-            expected = self.mlog.core.log_end_offset + len(result.records) - 1
-            self.controller.replay(result.records, expected)
-            try:
-                last = self.mlog.propose(result.records)
-            except Exception:
-                self.controller.image = before
-                raise
-            assert last == expected, (last, expected)
-            await self.mlog.wait_committed(last)
-        return result.response
+def _raft_config(c: NodeConfig) -> RaftConfig:
+    return RaftConfig(
+        election_timeout_ms=c["controller.quorum.election.timeout.ms"],
+        fetch_timeout_ms=c["controller.quorum.fetch.timeout.ms"],
+        election_backoff_max_ms=c["controller.quorum.election.backoff.max.ms"],
+        request_timeout_ms=c["controller.quorum.request.timeout.ms"],
+    )
 
 
 class Node:
@@ -70,32 +53,51 @@ class Node:
         self.config = config
         self.cluster_id = cluster_id
         self.node_id = config.node_id
-        if not config.is_controller:
+        voters = {v.node_id: (v.host, v.port) for v in config.voters}
+        if not voters:
             raise ValueError(
-                "broker-only nodes need the multi-voter controller quorum, which is not built "
-                "yet: run a combined node (process.roles=broker,controller)"
+                "controller.quorum.voters is required (bootstrap servers alone "
+                "are not supported yet)"
             )
-        voters = tuple(v.node_id for v in config.voters)
-        if voters != (self.node_id,):
-            raise ValueError(
-                "controller.quorum.voters must name only this node for now (a one-voter "
-                f"quorum); got {','.join(map(str, voters))}"
-            )
-        self.mlog = MetadataLog(self.node_id, voters, config.metadata_log_dir)
-        self.controller = QuorumController(
+        ep = config.controller_endpoint
+        self.transport = RaftTransport(
             self.node_id,
-            random.Random(),
-            {
-                "num.partitions": config["num.partitions"],
-                "default.replication.factor": config["default.replication.factor"],
-            },
+            cluster_id,
+            voters,
+            (ep.host, ep.port) if ep else ("", 0),
+            config["controller.quorum.request.timeout.ms"],
         )
-        self.local = LocalController(self.controller, self.mlog)
+        self.mlog = MetadataLog(
+            self.node_id,
+            tuple(sorted(voters)),
+            config.metadata_log_dir,
+            _raft_config(config),
+            send=self.transport.send,
+        )
+        core = self.mlog.core
+        self.transport.step = self.mlog.step
+        self.transport.state = lambda: (core.leader_id, core.epoch)
+        self.transport.describe = lambda: core.describe(int(time.time() * 1000))
+        self.controller = ControllerService(config, self.mlog) if config.is_controller else None
+        self.remote = RemoteController(
+            self.node_id,
+            voters,
+            lambda: core.leader_id,
+            config["controller.quorum.request.timeout.ms"] * 5,
+        )
         self.broker: Broker | None = None
-        self.groups: GroupCoordinator
+        self.groups: GroupCoordinator | None = None
+        if config.is_broker:
+            local = LocalController(self.controller) if self.controller else None
+            self.broker = Broker(self._broker_settings(), ControllerClient(local, self.remote))
+            self.groups = GroupCoordinator(self.broker, config["group.initial.rebalance.delay.ms"])
+            broker = self.broker
+            self.mlog.listeners.append(broker.on_committed)
+            self.mlog.snapshot_listeners.append(
+                lambda recs, sid: broker.load_snapshot(recs, sid.end_offset)
+            )
         self.servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
-        self._stopped = asyncio.Event()
 
     def _broker_settings(self) -> BrokerSettings:
         c = self.config
@@ -129,62 +131,27 @@ class Node:
             static_configs=static,
         )
 
+    # -- lifecycle ----------------------------------------------------------------------
+
     async def start(self) -> None:
         t0 = time.monotonic()
-        ctl = self.controller
-        self.mlog.listeners.append(ctl.replay_committed)
-        self.mlog.snapshot_listeners.append(
-            lambda recs, sid: ctl.load_snapshot(recs, sid.end_offset)
-        )
-        if self.config.is_broker:
-            self.broker = Broker(self._broker_settings(), self.local)
-            self.groups = GroupCoordinator(
-                self.broker, self.config["group.initial.rebalance.delay.ms"]
-            )
-            broker = self.broker
-            self.mlog.listeners.append(broker.on_committed)
-            self.mlog.snapshot_listeners.append(
-                lambda recs, sid: broker.load_snapshot(recs, sid.end_offset)
-            )
+        ctl_names = set(self.config.controller_listener_names)
+        if self.controller is not None:
+            for ep in self.config.listeners:
+                if ep.listener in ctl_names:
+                    await self._listen(ep, self._controller_router())
         self.mlog.start()
-        if self.mlog.was_empty:
-            boot = self.mlog.bootstrap_records()
-            if boot:
-                await self.local.call(lambda c: Result(boot, None))
         log.info(
-            "[node %d] Metadata log loaded: log end offset %d, high watermark %d",
+            "[node %d] Metadata log loaded: log end offset %d, %s",
             self.node_id,
             self.mlog.raft_log.end_offset,
-            self.mlog.core.high_watermark,
+            "voter" if self.mlog.core.is_voter else "observer",
         )
         loop = asyncio.get_running_loop()
-        ctl_names = set(self.config.controller_listener_names)
-        for ep in self.config.listeners:
-            if ep.listener in ctl_names:
-                router = self._controller_router()
-            else:
-                if self.broker is None:
-                    continue
-                router = self._broker_router()
-            try:
-                server = await loop.create_server(
-                    _protocol_factory(router), ep.host or "0.0.0.0", ep.port, reuse_address=True
-                )
-            except OSError as e:
-                raise ListenError(
-                    f"Cannot listen on {ep.listener}://{ep.host}:{ep.port}: {e.strerror} "
-                    "(is another node running with the same listeners?)"
-                ) from None
-            self.servers.append(server)
-            log.info(
-                "[node %d] Listening on %s://%s:%d",
-                self.node_id,
-                ep.listener,
-                ep.host or "0.0.0.0",
-                ep.port,
-            )
         if self.broker is not None:
             await self._register_broker()
+            for ep in self.config.broker_listeners:
+                await self._listen(ep, self._broker_router())
             self._tasks.append(loop.create_task(self._heartbeat_loop()))
             self._tasks.append(loop.create_task(self._retention_loop()))
             self._tasks.append(loop.create_task(self._group_session_loop()))
@@ -195,13 +162,28 @@ class Node:
             self.cluster_id,
         )
 
+    async def _listen(self, ep: Endpoint, router: RequestRouter) -> None:
+        host = ep.host or "0.0.0.0"
+        try:
+            server = await asyncio.get_running_loop().create_server(
+                _protocol_factory(router), host, ep.port, reuse_address=True
+            )
+        except OSError as e:
+            raise ListenError(
+                f"Cannot listen on {ep.listener}://{ep.host}:{ep.port}: {e.strerror} "
+                "(is another node running with the same listeners?)"
+            ) from None
+        self.servers.append(server)
+        log.info("[node %d] Listening on %s://%s:%d", self.node_id, ep.listener, host, ep.port)
+
     def _broker_router(self) -> RequestRouter:
         assert self.broker is not None
+        assert self.groups is not None
         h = BrokerHandlers(self.broker, GroupOffsets(self.groups).handlers())
         return RequestRouter(self.node_id, h.apis, h.handlers, h.api_versions_body)
 
     def _controller_router(self) -> RequestRouter:
-        h = BrokerHandlers(self.broker) if self.broker else None
+        assert self.controller is not None
 
         def body(err: Any) -> dict[str, Any]:
             return {
@@ -214,49 +196,64 @@ class Node:
             }
 
         async def api_versions(header: Any, req: Any) -> Any:
-            from keeperless.protocol.build import build
-            from keeperless.protocol.framing import response_class
+            return build(response_class(18, header.api_version), body(ErrorCode.none))
 
-            return build(response_class(18, header.api_version), body(0))
+        handlers: dict[int, Any] = {18: api_versions}
+        for key in (1, 52, 53, 54, 55, 59):
+            handlers[key] = self.transport.handle
+        handlers.update(ControllerApis(self.controller).handlers())
+        return RequestRouter(self.node_id, dict(CONTROLLER_APIS), handlers, body)
 
-        del h
-        return RequestRouter(self.node_id, dict(CONTROLLER_APIS), {18: api_versions}, body)
+    # -- broker lifecycle ---------------------------------------------------------------
 
     async def _register_broker(self) -> None:
+        """Register with the active controller (waiting for one to be elected), then
+        heartbeat until unfenced: caught up with the metadata log."""
         assert self.broker is not None
         b = self.broker
         incarnation = uuid.uuid4()
-        next_offset = self.mlog.core.log_end_offset
-        err, epoch = await self.local.call(
-            lambda c: c.register_broker(
-                b.node_id,
-                incarnation,
-                b.settings.endpoints,
-                b.settings.rack,
-                next_offset,
-                _now_ms(),
-            )
-        )
-        if err.message:
-            raise RuntimeError(f"broker registration failed: {err.message}")
+        while True:
+            try:
+                err, epoch = await b.controller.register_broker(
+                    b.node_id, incarnation, b.settings.endpoints, b.settings.rack
+                )
+            except ControllerUnavailableError as e:
+                log.warning(
+                    "[node %d] Waiting for an active controller to register with: %s",
+                    self.node_id,
+                    e,
+                )
+                continue
+            if err.code != 0:
+                raise RuntimeError(
+                    f"broker registration refused: {err.code.name} {err.message or ''}"
+                )
+            break
         b.broker_epoch = epoch
         log.info("[node %d] Registered broker with epoch %d", b.node_id, epoch)
-        await self._heartbeat()
+        deadline = time.monotonic() + 30
+        while b.fenced and time.monotonic() < deadline:
+            await b.wait_for(lambda img: img.offset >= epoch, 1.0)
+            await self._heartbeat()
 
     async def _heartbeat(self) -> None:
         assert self.broker is not None
         b = self.broker
-        caught_up = b.image.offset >= self.mlog.committed_offset - 1
-        _err, fenced = await self.local.call(
-            lambda c: c.broker_heartbeat(b.node_id, b.broker_epoch, False, caught_up, _now_ms())
-        )
+        try:
+            _err, fenced = await b.controller.broker_heartbeat(
+                b.node_id, b.broker_epoch, False, b.image.offset
+            )
+        except ControllerUnavailableError as e:
+            log.warning("[node %d] Heartbeat failed: %s", self.node_id, e)
+            return
         if fenced != b.fenced:
             log.info("[node %d] Broker is now %s", b.node_id, "fenced" if fenced else "unfenced")
         b.fenced = fenced
 
     async def _heartbeat_loop(self) -> None:
+        interval = self.config["broker.heartbeat.interval.ms"] / 1000
         while True:
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            await asyncio.sleep(interval)
             await self._heartbeat()
 
     async def _retention_loop(self) -> None:
@@ -267,6 +264,7 @@ class Node:
             self.broker.enforce_retention()
 
     async def _group_session_loop(self) -> None:
+        assert self.groups is not None
         while True:
             await asyncio.sleep(0.5)
             self.groups.expire_sessions()
@@ -274,21 +272,32 @@ class Node:
     async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
+        if self.mlog.core.is_leader and len(self.mlog.core.voters) > 1:
+            # hand over: the voters elect a successor without waiting for a timeout
+            self.mlog.resign()
+            await asyncio.sleep(0.05)
         for s in self.servers:
             s.close()
+        self.transport.close()
+        self.remote.close()
         if self.broker is not None:
             self.broker.close()
         self.mlog.close()
         log.info("[node %d] Stopped", self.node_id)
-        self._stopped.set()
 
     async def run_forever(self) -> None:
-        await self.start()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        starting = loop.create_task(self.start())
+        stopping = loop.create_task(stop.wait())
+        done, _ = await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if starting in done:
+            starting.result()
+            await stopping
+        else:
+            starting.cancel()
         log.info("[node %d] Shutting down", self.node_id)
         await self.stop()
 

@@ -1,0 +1,263 @@
+"""How a broker reaches the active controller: in process when this node's controller is
+the active one, otherwise with Kafka's controller RPCs (CreateTopics, DeleteTopics,
+CreatePartitions, BrokerRegistration, BrokerHeartbeat, AllocateProducerIds) sent to the
+active controller's listener, retried across leader changes until a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import struct
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
+from uuid import UUID
+
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from keeperless.controller.quorum_controller import (
+    ApiError,
+    CreatePartitionsRequest,
+    CreateTopicResult,
+    NewTopic,
+)
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import decode_response, encode_request
+
+__all__ = ["ControllerChannel", "ControllerUnavailableError", "RemoteController"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ControllerUnavailableError(RuntimeError):
+    """No active controller answered within the deadline."""
+
+
+class ControllerChannel(Protocol):
+    def create_topics(
+        self, topics: Sequence[NewTopic], validate_only: bool
+    ) -> Awaitable[list[CreateTopicResult]]: ...
+
+    def delete_topics(
+        self, names: Sequence[str], ids: Sequence[UUID]
+    ) -> Awaitable[list[tuple[str | None, UUID | None, ApiError]]]: ...
+
+    def create_partitions(
+        self, reqs: Sequence[CreatePartitionsRequest], validate_only: bool
+    ) -> Awaitable[list[tuple[str, ApiError]]]: ...
+
+    def register_broker(
+        self,
+        broker_id: int,
+        incarnation_id: UUID,
+        endpoints: Sequence[tuple[str, str, int]],
+        rack: str | None,
+    ) -> Awaitable[tuple[ApiError, int]]: ...
+
+    def broker_heartbeat(
+        self, broker_id: int, epoch: int, want_fence: bool, metadata_offset: int
+    ) -> Awaitable[tuple[ApiError, bool]]: ...
+
+    def allocate_producer_ids(
+        self, broker_id: int, epoch: int
+    ) -> Awaitable[tuple[ApiError, int, int]]: ...
+
+
+_VERSIONS = {19: 7, 20: 6, 37: 3, 62: 3, 63: 1, 67: 0}
+
+
+class RemoteController:
+    """ControllerChannel over the network to whichever voter leads the quorum."""
+
+    def __init__(
+        self,
+        node_id: int,
+        voters: dict[int, tuple[str, int]],
+        leader: Callable[[], int],
+        timeout_ms: int,
+    ) -> None:
+        self.node_id = node_id
+        self.voters = voters
+        self.leader = leader
+        self.timeout_s = timeout_ms / 1000
+        self._corr = itertools.count(1)
+        self._conns: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    async def _rpc(self, api_key: int, body: dict[str, Any], timeout_s: float | None = None) -> Any:
+        version = _VERSIONS[api_key]
+        req = build(load_request_schema(api_key, version), body)
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        last_error = "no leader known"
+        while time.monotonic() < deadline:
+            target = self.leader()
+            if target < 0 or target not in self.voters:
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                resp = await asyncio.wait_for(
+                    self._call(target, api_key, version, req),
+                    max(deadline - time.monotonic(), 0.01),
+                )
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+                last_error = f"node {target}: {e or type(e).__name__}"
+                self._drop(target)
+                await asyncio.sleep(0.05)
+                continue
+            if getattr(resp, "error_code", ErrorCode.none) == ErrorCode.not_controller:
+                last_error = f"node {target} is not the active controller"
+                await asyncio.sleep(0.05)
+                continue
+            return resp
+        raise ControllerUnavailableError(
+            f"no active controller answered within {timeout_s or self.timeout_s:.1f} s "
+            f"({last_error})"
+        )
+
+    async def _call(self, target: int, api_key: int, version: int, req: Any) -> Any:
+        lock = self._locks.setdefault(target, asyncio.Lock())
+        async with lock:  # one request at a time per connection keeps it simple
+            conn = self._conns.get(target)
+            if conn is None:
+                conn = await asyncio.open_connection(*self.voters[target])
+                self._conns[target] = conn
+            reader, writer = conn
+            corr = next(self._corr)
+            writer.write(encode_request(api_key, version, corr, f"broker-{self.node_id}", req))
+            await writer.drain()
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            frame = memoryview(await reader.readexactly(size))
+            got, resp = decode_response(frame, api_key, version)
+            if got != corr:
+                raise OSError(f"correlation id {got} != {corr}")
+            return resp
+
+    def _drop(self, target: int) -> None:
+        conn = self._conns.pop(target, None)
+        if conn is not None:
+            conn[1].close()
+
+    def close(self) -> None:
+        for target in list(self._conns):
+            self._drop(target)
+
+    # -- ControllerChannel --------------------------------------------------------------
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], validate_only: bool
+    ) -> list[CreateTopicResult]:
+        body = {
+            "topics": [
+                {
+                    "name": t.name,
+                    "num_partitions": t.num_partitions,
+                    "replication_factor": t.replication_factor,
+                    "assignments": [
+                        {"partition_index": p, "broker_ids": list(b)}
+                        for p, b in t.assignments.items()
+                    ],
+                    "configs": [{"name": k, "value": v} for k, v in t.configs.items()],
+                }
+                for t in topics
+            ],
+            "timeout": 30000,
+            "validate_only": validate_only,
+        }
+        resp = await self._rpc(19, body)
+        return [
+            CreateTopicResult(
+                r.name,
+                ApiError(r.error_code, r.error_message),
+                r.topic_id,
+                r.num_partitions,
+                r.replication_factor,
+                {
+                    c.name: c.value
+                    for c in (r.configs or ())
+                    if c.value is not None and c.config_source == 1
+                },
+            )
+            for r in resp.topics
+        ]
+
+    async def delete_topics(
+        self, names: Sequence[str], ids: Sequence[UUID]
+    ) -> list[tuple[str | None, UUID | None, ApiError]]:
+        body = {
+            "topics": [{"name": n, "topic_id": None} for n in names]
+            + [{"name": None, "topic_id": i} for i in ids],
+            "timeout": 30000,
+        }
+        resp = await self._rpc(20, body)
+        return [
+            (r.name, r.topic_id, ApiError(r.error_code, r.error_message)) for r in resp.responses
+        ]
+
+    async def create_partitions(
+        self, reqs: Sequence[CreatePartitionsRequest], validate_only: bool
+    ) -> list[tuple[str, ApiError]]:
+        body = {
+            "topics": [
+                {
+                    "name": r.name,
+                    "count": r.count,
+                    "assignments": [{"broker_ids": list(a)} for a in r.assignments]
+                    if r.assignments
+                    else None,
+                }
+                for r in reqs
+            ],
+            "timeout": 30000,
+            "validate_only": validate_only,
+        }
+        resp = await self._rpc(37, body)
+        return [(r.name, ApiError(r.error_code, r.error_message)) for r in resp.results]
+
+    async def register_broker(
+        self,
+        broker_id: int,
+        incarnation_id: UUID,
+        endpoints: Sequence[tuple[str, str, int]],
+        rack: str | None,
+    ) -> tuple[ApiError, int]:
+        body = {
+            "broker_id": broker_id,
+            "cluster_id": "",
+            "incarnation_id": incarnation_id,
+            "listeners": [
+                {"name": n, "host": h, "port": p, "security_protocol": 0} for n, h, p in endpoints
+            ],
+            "features": [
+                {
+                    "name": "metadata.version",
+                    "min_supported_version": 7,
+                    "max_supported_version": 21,
+                }
+            ],
+            "rack": rack,
+            "log_dirs": [],
+            "previous_broker_epoch": -1,
+        }
+        resp = await self._rpc(62, body)
+        return ApiError(resp.error_code), resp.broker_epoch
+
+    async def broker_heartbeat(
+        self, broker_id: int, epoch: int, want_fence: bool, metadata_offset: int
+    ) -> tuple[ApiError, bool]:
+        body = {
+            "broker_id": broker_id,
+            "broker_epoch": epoch,
+            "current_metadata_offset": metadata_offset,
+            "want_fence": want_fence,
+            "want_shut_down": False,
+            "offline_log_dirs": [],
+        }
+        resp = await self._rpc(63, body)
+        return ApiError(resp.error_code), bool(resp.is_fenced)
+
+    async def allocate_producer_ids(self, broker_id: int, epoch: int) -> tuple[ApiError, int, int]:
+        resp = await self._rpc(67, {"broker_id": broker_id, "broker_epoch": epoch})
+        return ApiError(resp.error_code), resp.producer_id_start, resp.producer_id_len

@@ -1,0 +1,268 @@
+"""Carries the Raft core's messages between nodes as Kafka RPCs on the controller
+listener. Outbound requests go over two connections per peer (fetches long-poll, so
+votes get their own lane); an inbound request is stepped into the core and answered
+with the core's matching response message."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import (
+    RequestHeader,
+    decode_response,
+    encode_request,
+    response_class,
+)
+from keeperless.raft import messages as m
+from keeperless.runtime.raft_rpc import (
+    RAFT_APIS,
+    request_of,
+    request_to_message,
+    response_of,
+    response_to_message,
+)
+
+__all__ = ["RaftTransport"]
+
+log = logging.getLogger(__name__)
+
+_EXPECTED: dict[int, type] = {52: m.VoteResponse, 1: m.FetchResponse, 59: m.FetchSnapshotResponse}
+_RESPONSES = tuple(_EXPECTED.values())
+_RECONNECT_BACKOFF_S = 0.2
+
+
+class _Lane:
+    """One outbound connection to a peer's controller listener."""
+
+    def __init__(self, transport: RaftTransport, peer: int, addr: tuple[str, int]) -> None:
+        self.t = transport
+        self.peer = peer
+        self.addr = addr
+        self.writer: asyncio.StreamWriter | None = None
+        self.connecting: asyncio.Task[None] | None = None
+        self.queue: list[bytes] = []
+        self.pending: dict[int, tuple[int, int, m.Message]] = {}
+        self.retry_at = 0.0
+
+    def send(self, msg: m.Message) -> None:
+        key, obj = request_of(msg, self.t.cluster_id, self.t.endpoint)
+        corr = next(self.t.correlation)
+        version = RAFT_APIS[key]
+        frame = encode_request(key, version, corr, f"raft-{self.t.node_id}", obj)
+        self.pending[corr] = (key, version, msg)
+        if self.writer is not None:
+            self.writer.write(frame)
+            return
+        if time.monotonic() < self.retry_at:
+            self.pending.pop(corr, None)  # peer down: the core retries after its timeout
+            return
+        self.queue.append(frame)
+        if self.connecting is None:
+            self.connecting = asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(*self.addr), self.t.request_timeout_s
+            )
+        except (OSError, TimeoutError) as e:
+            self.retry_at = time.monotonic() + _RECONNECT_BACKOFF_S
+            self.queue.clear()
+            self.pending.clear()
+            self.connecting = None
+            self.t.unreachable(self.peer, self.addr, str(e) or type(e).__name__)
+            return
+        self.connecting = None
+        self.writer = writer
+        self.t.reachable(self.peer)
+        for frame in self.queue:
+            writer.write(frame)
+        self.queue.clear()
+        try:
+            await self._read(reader)
+        finally:
+            self.writer = None
+            self.pending.clear()
+            writer.close()
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            try:
+                head = await reader.readexactly(4)
+                (size,) = struct.unpack(">i", head)
+                frame = memoryview(await reader.readexactly(size))
+            except (asyncio.IncompleteReadError, OSError):
+                return
+            (corr,) = struct.unpack_from(">i", frame, 0)
+            entry = self.pending.pop(corr, None)
+            if entry is None:
+                continue
+            key, version, request = entry
+            try:
+                _, resp = decode_response(frame, key, version)
+                msg = response_to_message(key, resp, request)
+            except Exception:
+                log.exception("[node %d] Bad Raft response from node %d", self.t.node_id, self.peer)
+                return
+            if msg is not None and self.t.step is not None:
+                self.t.step(msg)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        if self.connecting is not None:
+            self.connecting.cancel()
+
+
+class RaftTransport:
+    def __init__(
+        self,
+        node_id: int,
+        cluster_id: str,
+        voters: dict[int, tuple[str, int]],
+        endpoint: tuple[str, int],
+        request_timeout_ms: int = 2000,
+    ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.voters = voters
+        self.endpoint = endpoint
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.correlation = itertools.count(1)
+        self.step: Callable[[m.Message], None] | None = None
+        self.state: Callable[[], tuple[int, int]] = lambda: (-1, 0)  # (leader id, epoch)
+        self.describe: Callable[[], dict[str, Any] | None] = lambda: None
+        self._lanes: dict[tuple[int, str], _Lane] = {}
+        self._inbound: dict[tuple[int, type], list[tuple[m.Message, asyncio.Future[Any]]]] = {}
+        self._down: dict[int, float] = {}
+        self._last_warning = -1e9
+
+    # -- the core's outbound messages ---------------------------------------------------
+
+    def send(self, msg: m.Message) -> None:
+        if isinstance(msg, _RESPONSES):
+            self._answer(msg)
+            return
+        addr = self.voters.get(msg.dst)
+        if addr is None:
+            return  # not a voter: an observer is only ever answered, never called
+        lane_name = (
+            "fetch" if isinstance(msg, m.FetchRequest | m.FetchSnapshotRequest) else "control"
+        )
+        lane = self._lanes.get((msg.dst, lane_name))
+        if lane is None:
+            lane = self._lanes[(msg.dst, lane_name)] = _Lane(self, msg.dst, addr)
+        lane.send(msg)
+
+    def _answer(self, msg: m.Message) -> None:
+        waiting = self._inbound.get((msg.dst, type(msg)))
+        if not waiting:
+            return
+        for i, (req, fut) in enumerate(waiting):
+            if (
+                isinstance(msg, m.FetchResponse)
+                and isinstance(req, m.FetchRequest)
+                and req.fetch_offset != msg.fetch_offset
+            ):
+                continue
+            del waiting[i]
+            if not fut.done():
+                fut.set_result(msg)
+            return
+
+    # -- inbound requests (controller listener) -----------------------------------------
+
+    async def handle(self, header: RequestHeader, req: Any) -> Any:
+        key = header.api_key
+        if key == 55:
+            return self._describe_quorum(header)
+        if key == 1 and (not req.topics or req.topics[0].topic != "__cluster_metadata"):
+            leader, epoch = self.state()
+            return response_of(1, header.api_version, None, leader, epoch)
+        msg = request_to_message(key, req, self.node_id)
+        expected = _EXPECTED.get(key)
+        fut: asyncio.Future[Any] | None = None
+        if expected is not None:
+            fut = asyncio.get_running_loop().create_future()
+            self._inbound.setdefault((msg.src, expected), []).append((msg, fut))
+        assert self.step is not None
+        self.step(msg)
+        answer = None
+        if fut is not None:
+            timeout = self.request_timeout_s
+            if isinstance(msg, m.FetchRequest):
+                timeout = msg.max_wait_ms / 1000 + self.request_timeout_s
+            try:
+                answer = await asyncio.wait_for(asyncio.shield(fut), timeout)
+            except TimeoutError:
+                waiting = self._inbound.get((msg.src, expected or object), [])
+                with contextlib.suppress(ValueError):
+                    waiting.remove((msg, fut))
+        leader, epoch = self.state()
+        return response_of(key, header.api_version, answer, leader, epoch)
+
+    def _describe_quorum(self, header: RequestHeader) -> Any:
+        info = self.describe()
+        leader, epoch = self.state()
+        part: dict[str, Any] = {
+            "partition_index": 0,
+            "leader_id": leader,
+            "leader_epoch": epoch,
+            "high_watermark": -1,
+            "current_voters": [],
+            "observers": [],
+        }
+        if info is None:
+            part["error_code"] = ErrorCode.not_leader_or_follower
+        else:
+            part["error_code"] = ErrorCode.none
+            part.update(info)
+        return build(
+            response_class(55, header.api_version),
+            {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "nodes": [],
+                "topics": [{"topic_name": "__cluster_metadata", "partitions": [part]}],
+            },
+        )
+
+    # -- reachability, for operators ----------------------------------------------------
+
+    def unreachable(self, peer: int, addr: tuple[str, int], why: str) -> None:
+        self._down[peer] = time.monotonic()
+        now = time.monotonic()
+        if now - self._last_warning >= 10:
+            self._last_warning = now
+            down = sorted(self._down)
+            log.warning(
+                "[node %d] Cannot reach voter(s) %s (last: node %d at %s:%d: %s)",
+                self.node_id,
+                ",".join(map(str, down)),
+                peer,
+                addr[0],
+                addr[1],
+                why,
+            )
+
+    def reachable(self, peer: int) -> None:
+        if self._down.pop(peer, None) is not None:
+            log.info("[node %d] Reached voter %d again", self.node_id, peer)
+
+    def close(self) -> None:
+        for lane in self._lanes.values():
+            lane.close()
+        for waiting in self._inbound.values():
+            for _, fut in waiting:
+                if not fut.done():
+                    fut.cancel()

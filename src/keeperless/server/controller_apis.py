@@ -1,0 +1,316 @@
+"""The controller's side of the broker/controller protocol: the in-process channel used
+when this node's controller is active, the client that picks local or remote, and the
+handlers of the controller listener for the same RPCs (Kafka's ControllerApis)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.controller_channel import RemoteController
+from keeperless.controller.quorum_controller import (
+    ApiError,
+    CreatePartitionsRequest,
+    CreateTopicResult,
+    NewTopic,
+)
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.server.controller_service import ControllerService, NotControllerError
+
+__all__ = ["ControllerApis", "ControllerClient", "LocalController"]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LocalController:
+    """The ControllerChannel of a node whose own controller is active."""
+
+    def __init__(self, service: ControllerService) -> None:
+        self.service = service
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], validate_only: bool
+    ) -> list[CreateTopicResult]:
+        return await self.service.call(lambda c: c.create_topics(topics, validate_only))
+
+    async def delete_topics(
+        self, names: Sequence[str], ids: Sequence[UUID]
+    ) -> list[tuple[str | None, UUID | None, ApiError]]:
+        return await self.service.call(lambda c: c.delete_topics(names, ids))
+
+    async def create_partitions(
+        self, reqs: Sequence[CreatePartitionsRequest], validate_only: bool
+    ) -> list[tuple[str, ApiError]]:
+        return await self.service.call(lambda c: c.create_partitions(reqs, validate_only))
+
+    async def register_broker(
+        self,
+        broker_id: int,
+        incarnation_id: UUID,
+        endpoints: Sequence[tuple[str, str, int]],
+        rack: str | None,
+    ) -> tuple[ApiError, int]:
+        next_offset = self.service.mlog.core.log_end_offset
+        return await self.service.call(
+            lambda c: c.register_broker(
+                broker_id, incarnation_id, endpoints, rack, next_offset, _now_ms()
+            )
+        )
+
+    async def broker_heartbeat(
+        self, broker_id: int, epoch: int, want_fence: bool, metadata_offset: int
+    ) -> tuple[ApiError, bool]:
+        # caught up once the broker has applied its own registration record
+        caught_up = metadata_offset >= epoch
+        return await self.service.call(
+            lambda c: c.broker_heartbeat(broker_id, epoch, want_fence, caught_up, _now_ms())
+        )
+
+    async def allocate_producer_ids(self, broker_id: int, epoch: int) -> tuple[ApiError, int, int]:
+        return await self.service.call(lambda c: c.allocate_producer_ids(broker_id, epoch))
+
+
+class ControllerClient:
+    """What a broker uses: its own controller when that one is active, else the remote
+    active controller."""
+
+    def __init__(self, local: LocalController | None, remote: RemoteController) -> None:
+        self.local = local
+        self.remote = remote
+
+    async def _target(self) -> Any:
+        local = self.local
+        if local is not None and local.service.mlog.core.is_leader:
+            # just elected here: use it as soon as it has caught up
+            await local.service.wait_active(
+                local.service.mlog.core.config.request_timeout_ms / 1000
+            )
+        if local is not None and local.service.is_active:
+            return local
+        return self.remote
+
+    async def _call(self, name: str, *args: Any) -> Any:
+        target = await self._target()
+        try:
+            return await getattr(target, name)(*args)
+        except NotControllerError:
+            return await getattr(self.remote, name)(*args)
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], validate_only: bool
+    ) -> list[CreateTopicResult]:
+        result: list[CreateTopicResult] = await self._call("create_topics", topics, validate_only)
+        return result
+
+    async def delete_topics(
+        self, names: Sequence[str], ids: Sequence[UUID]
+    ) -> list[tuple[str | None, UUID | None, ApiError]]:
+        result: list[tuple[str | None, UUID | None, ApiError]] = await self._call(
+            "delete_topics", names, ids
+        )
+        return result
+
+    async def create_partitions(
+        self, reqs: Sequence[CreatePartitionsRequest], validate_only: bool
+    ) -> list[tuple[str, ApiError]]:
+        result: list[tuple[str, ApiError]] = await self._call(
+            "create_partitions", reqs, validate_only
+        )
+        return result
+
+    async def register_broker(
+        self,
+        broker_id: int,
+        incarnation_id: UUID,
+        endpoints: Sequence[tuple[str, str, int]],
+        rack: str | None,
+    ) -> tuple[ApiError, int]:
+        result: tuple[ApiError, int] = await self._call(
+            "register_broker", broker_id, incarnation_id, endpoints, rack
+        )
+        return result
+
+    async def broker_heartbeat(
+        self, broker_id: int, epoch: int, want_fence: bool, metadata_offset: int
+    ) -> tuple[ApiError, bool]:
+        result: tuple[ApiError, bool] = await self._call(
+            "broker_heartbeat", broker_id, epoch, want_fence, metadata_offset
+        )
+        return result
+
+    async def allocate_producer_ids(self, broker_id: int, epoch: int) -> tuple[ApiError, int, int]:
+        result: tuple[ApiError, int, int] = await self._call(
+            "allocate_producer_ids", broker_id, epoch
+        )
+        return result
+
+
+class ControllerApis:
+    """Handlers of the controller listener for the broker-to-controller RPCs."""
+
+    def __init__(self, service: ControllerService) -> None:
+        self.service = service
+        self.local = LocalController(service)
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            19: self.create_topics,
+            20: self.delete_topics,
+            37: self.create_partitions,
+            62: self.register_broker,
+            63: self.broker_heartbeat,
+            67: self.allocate_producer_ids,
+        }
+
+    def _not_controller(self, header: RequestHeader, body: dict[str, Any]) -> Any:
+        err = ErrorCode.not_controller
+        return build(
+            response_class(header.api_key, header.api_version),
+            {**body, "error_code": err, "throttle_time": 0},
+        )
+
+    async def create_topics(self, header: RequestHeader, req: Any) -> Any:
+        topics = [
+            NewTopic(
+                t.name,
+                t.num_partitions,
+                t.replication_factor,
+                {a.partition_index: tuple(a.broker_ids) for a in t.assignments},
+                {c.name: c.value for c in t.configs},
+            )
+            for t in req.topics
+        ]
+        try:
+            results = await self.local.create_topics(topics, req.validate_only)
+        except NotControllerError:
+            results = [
+                CreateTopicResult(t.name, ApiError(ErrorCode.not_controller)) for t in topics
+            ]
+        return build(
+            response_class(19, header.api_version),
+            {
+                "throttle_time": 0,
+                "topics": [
+                    {
+                        "name": r.name,
+                        "topic_id": r.topic_id,
+                        "error_code": r.error.code,
+                        "error_message": r.error.message,
+                        "num_partitions": r.num_partitions,
+                        "replication_factor": r.replication_factor,
+                        "configs": [
+                            {
+                                "name": k,
+                                "value": v,
+                                "read_only": False,
+                                "config_source": 1,
+                                "is_sensitive": False,
+                            }
+                            for k, v in r.configs.items()
+                        ],
+                    }
+                    for r in results
+                ],
+            },
+        )
+
+    async def delete_topics(self, header: RequestHeader, req: Any) -> Any:
+        names = [t.name for t in req.topics if t.name is not None]
+        ids = [t.topic_id for t in req.topics if t.name is None and t.topic_id is not None]
+        try:
+            results = await self.local.delete_topics(names, ids)
+        except NotControllerError:
+            results = [(n, None, ApiError(ErrorCode.not_controller)) for n in names]
+        return build(
+            response_class(20, header.api_version),
+            {
+                "throttle_time": 0,
+                "responses": [
+                    {"name": n, "topic_id": i, "error_code": e.code, "error_message": e.message}
+                    for n, i, e in results
+                ],
+            },
+        )
+
+    async def create_partitions(self, header: RequestHeader, req: Any) -> Any:
+        reqs = [
+            CreatePartitionsRequest(
+                t.name,
+                t.count,
+                [tuple(a.broker_ids) for a in t.assignments] if t.assignments else None,
+            )
+            for t in req.topics
+        ]
+        try:
+            results = await self.local.create_partitions(reqs, req.validate_only)
+        except NotControllerError:
+            results = [(r.name, ApiError(ErrorCode.not_controller)) for r in reqs]
+        return build(
+            response_class(37, header.api_version),
+            {
+                "throttle_time": 0,
+                "results": [
+                    {"name": n, "error_code": e.code, "error_message": e.message}
+                    for n, e in results
+                ],
+            },
+        )
+
+    async def register_broker(self, header: RequestHeader, req: Any) -> Any:
+        try:
+            err, epoch = await self.local.register_broker(
+                req.broker_id,
+                req.incarnation_id,
+                [(li.name, li.host, li.port) for li in req.listeners],
+                req.rack,
+            )
+        except NotControllerError:
+            return self._not_controller(header, {"broker_epoch": -1})
+        return build(
+            response_class(62, header.api_version),
+            {"throttle_time": 0, "error_code": err.code, "broker_epoch": epoch},
+        )
+
+    async def broker_heartbeat(self, header: RequestHeader, req: Any) -> Any:
+        try:
+            err, fenced = await self.local.broker_heartbeat(
+                req.broker_id, req.broker_epoch, req.want_fence, req.current_metadata_offset
+            )
+        except NotControllerError:
+            return self._not_controller(
+                header, {"is_caught_up": False, "is_fenced": True, "should_shut_down": False}
+            )
+        return build(
+            response_class(63, header.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": err.code,
+                "is_caught_up": not fenced,
+                "is_fenced": fenced,
+                "should_shut_down": False,
+            },
+        )
+
+    async def allocate_producer_ids(self, header: RequestHeader, req: Any) -> Any:
+        try:
+            err, start, count = await self.local.allocate_producer_ids(
+                req.broker_id, req.broker_epoch
+            )
+        except NotControllerError:
+            return self._not_controller(header, {"producer_id_start": -1, "producer_id_len": 0})
+        return build(
+            response_class(67, header.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": err.code,
+                "producer_id_start": start,
+                "producer_id_len": count,
+            },
+        )

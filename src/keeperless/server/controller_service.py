@@ -1,0 +1,114 @@
+"""The controller role of a node: the QuorumController fed by the metadata log. When this
+node's Raft core leads, its controller is the active one: operations run on it, their
+records are appended and answered after commit. A new leader first catches up with
+everything committed before its election; a leader that loses its majority forgets what
+it appended but could not commit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from keeperless.controller.quorum_controller import QuorumController, Result
+from keeperless.metadata.features import METADATA_VERSION_FEATURE
+from keeperless.raft.core import NotLeaderError
+from keeperless.runtime.metadata_log import MetadataLog
+from keeperless.server.config import NodeConfig
+
+__all__ = ["ControllerService", "NotControllerError"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class NotControllerError(RuntimeError):
+    """This node is not the active controller (Kafka's NOT_CONTROLLER)."""
+
+
+class ControllerService:
+    def __init__(self, config: NodeConfig, mlog: MetadataLog) -> None:
+        self.node_id = config.node_id
+        self.mlog = mlog
+        self.controller = QuorumController(
+            self.node_id,
+            random.Random(),
+            {
+                "num.partitions": config["num.partitions"],
+                "default.replication.factor": config["default.replication.factor"],
+            },
+        )
+        self.controller.session_timeout_ms = config["broker.session.timeout.ms"]
+        c = self.controller
+        mlog.listeners.append(c.replay_committed)
+        mlog.snapshot_listeners.append(lambda recs, sid: c.load_snapshot(recs, sid.end_offset))
+        mlog.leadership_listeners.append(self._on_leadership)
+        self._active = asyncio.Event()
+        self._activation: asyncio.Task[None] | None = None
+
+    @property
+    def is_active(self) -> bool:
+        return self._active.is_set()
+
+    def _on_leadership(self, leader: bool) -> None:
+        self._active.clear()
+        if self._activation is not None:
+            self._activation.cancel()
+            self._activation = None
+        if not leader:
+            self.controller.renounce()
+            log.info("[node %d] No longer the active controller", self.node_id)
+            return
+        with_loop = asyncio.get_running_loop()
+        self._activation = with_loop.create_task(self._activate())
+
+    async def _activate(self) -> None:
+        # Everything before our LEADER_CHANGE record commits with it; replay it first.
+        await self.mlog.wait_committed(self.mlog.core.log_end_offset - 1)
+        self.controller.image = self.controller.committed
+        self._active.set()
+        log.info(
+            "[node %d] Became the active controller in epoch %d", self.node_id, self.mlog.core.epoch
+        )
+        if METADATA_VERSION_FEATURE not in self.controller.image.features:
+            boot = self.mlog.bootstrap_records()
+            if boot:
+                await self.call(lambda c: Result(boot, None))
+                log.info(
+                    "[node %d] Wrote the bootstrap metadata (%d records)", self.node_id, len(boot)
+                )
+
+    async def wait_active(self, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self._active.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def call(self, op: Callable[[QuorumController], Result[T]]) -> T:
+        """Run an operation on the active controller; returns after its records commit."""
+        if not self._active.is_set():
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        result = op(self.controller)
+        if result.records:
+            # Applied as appended, so that the next operation sees them (pipelining);
+            # their committed copies are then skipped.
+            before = self.controller.image
+            expected = self.mlog.core.log_end_offset + len(result.records) - 1
+            self.controller.replay(result.records, expected)
+            try:
+                last = self.mlog.propose(result.records)
+            except NotLeaderError:
+                self.controller.image = before
+                raise NotControllerError(f"node {self.node_id} lost the leadership") from None
+            assert last == expected, (last, expected)
+            try:
+                await self.mlog.wait_committed(last)
+            except NotLeaderError as e:
+                raise NotControllerError(str(e)) from None
+        return result.response
+
+    def describe_features(self) -> dict[str, Any]:
+        return dict(self.controller.image.features)
