@@ -65,3 +65,22 @@ def test_single_voter_with_crashes(seed: int) -> None:
     for n in sim.nodes.values():
         assert n.core is not None
         assert n.core.applied == leader.core.applied
+
+
+@pytest.mark.parametrize("seed", range(50), ids=lambda s: f"majority_seed_{s}")
+def test_majority_lost_and_regained(seed: int) -> None:
+    """Kill the leader and a follower at once; restart the follower: the two live voters
+    must elect a leader, even though both last followed the dead one."""
+    sim = Simulation(30_000 + seed, voters=3, observers=1, faults=False)
+    sim.run(600, chaos=False)
+    leader = sim.leader()
+    assert leader is not None
+    follower = next(i for i in sim.voter_ids if i != leader.node_id)
+    sim._crash(leader.node_id, lose_unsynced=False)
+    sim._crash(follower, lose_unsynced=seed % 2 == 0)
+    sim.run(300 + seed * 20, chaos=False)
+    sim._boot(sim.nodes[follower])
+    sim.run(3000, chaos=False)
+    new = sim.leader()
+    assert new is not None, f"seed {seed}: no leader after the majority returned"
+    assert new.node_id != leader.node_id

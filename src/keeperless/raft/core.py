@@ -115,6 +115,9 @@ class RaftCore:
         self._last_quorum_warning_ms = -(2**62)
         # elections
         self._votes: dict[int, bool] = {}
+        # when we last heard from the leader itself (not about it): only that makes us
+        # refuse pre-votes, so hearsay about a dead leader cannot livelock an election
+        self._leader_contact_ms = -(2**62)
         # follower / observer
         self._inflight_until = -1
         self._snapshot_buf = bytearray()
@@ -473,6 +476,8 @@ class RaftCore:
             case m.BeginQuorumEpoch():
                 if msg.epoch >= self.epoch and self.is_voter:
                     self._observe_epoch(msg.epoch, msg.leader_id, now_ms)
+                    if self.role is Role.FOLLOWER and self.leader_id == msg.src:
+                        self._leader_contact_ms = now_ms
             case m.EndQuorumEpoch():
                 self._on_end_quorum_epoch(msg, now_ms)
             case m.FetchRequest():
@@ -509,7 +514,7 @@ class RaftCore:
             # Grant only if we would vote, and we have no live leader (KIP-996).
             has_leader = self.role is Role.LEADER or (
                 self.role is Role.FOLLOWER
-                and now_ms < self._deadline
+                and now_ms - self._leader_contact_ms < self.config.fetch_timeout_ms
                 and self.leader_id != req.src  # our own leader campaigning has given up
             )
             reply(
@@ -790,6 +795,7 @@ class RaftCore:
         if self.role is not Role.FOLLOWER:
             return
         self._deadline = now_ms + self.config.fetch_timeout_ms
+        self._leader_contact_ms = now_ms
         if resp.snapshot is not None:
             self._snapshot_target = resp.snapshot
             self._snapshot_buf = bytearray()

@@ -1,0 +1,112 @@
+"""A real 3-controller, 2-broker cluster: controller failover, loss of the majority,
+recovery (issue 3)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.integration.cluster import Cluster, describe_quorum, wait_until
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _create(c: Cluster, name: str, partitions: int = 2, timeout: float = 20) -> None:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)], request_timeout=timeout)[name].result(
+        timeout + 5
+    )
+
+
+def _produce(c: Cluster, topic: str, n: int, tag: bytes) -> None:
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+    for i in range(n):
+        p.produce(topic, value=tag + b"-%d" % i)
+    assert p.flush(30) == 0
+
+
+def _consume(c: Cluster, topic: str, n: int) -> list[bytes]:
+    cons = Consumer(
+        {
+            "bootstrap.servers": c.bootstrap,
+            "group.id": f"q-{time.time()}",
+            "enable.auto.commit": False,
+        }
+    )
+    meta = cons.list_topics(topic, timeout=10)
+    cons.assign([TopicPartition(topic, p, 0) for p in meta.topics[topic].partitions])
+    out: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(out) < n and time.monotonic() < deadline:
+        m = cons.poll(0.5)
+        if m is not None and not m.error():
+            out.append(m.value())
+    cons.close()
+    return out
+
+
+def test_quorum_is_formed_and_describes_itself(cluster: Cluster) -> None:
+    leader = cluster.leader()
+    info = describe_quorum(cluster.controllers[leader].port)
+    assert sorted(v for v, _ in info["voters"]) == [1, 2, 3]
+    assert sorted(o for o, _ in info["observers"]) == [4, 5]
+    follower = next(i for i in cluster.controllers if i != leader)
+    other = describe_quorum(cluster.controllers[follower].port)
+    assert other["error_code"] != 0  # only the leader answers DescribeQuorum
+    assert other["leader_id"] == leader
+
+
+def test_kill9_active_controller_elects_a_new_one(cluster: Cluster) -> None:
+    _create(cluster, "before")
+    _produce(cluster, "before", 50, b"a")
+    old = cluster.leader()
+    old_epoch = describe_quorum(cluster.controllers[old].port)["leader_epoch"]
+    cluster.controllers[old].kill9()
+    new = wait_until(
+        lambda: (lambda lead: lead if lead != old else None)(cluster.leader()),
+        20,
+        what="a new active controller",
+    )
+    assert new != old
+    assert describe_quorum(cluster.controllers[new].port)["leader_epoch"] > old_epoch
+    _create(cluster, "after")
+    _produce(cluster, "after", 20, b"b")
+    assert sorted(_consume(cluster, "before", 50)) == sorted(b"a-%d" % i for i in range(50))
+    assert len(_consume(cluster, "after", 20)) == 20
+
+
+def test_majority_lost_then_regained(cluster: Cluster) -> None:
+    _create(cluster, "kept")
+    _produce(cluster, "kept", 30, b"x")
+    leader = cluster.leader()
+    down = [*[i for i in cluster.controllers if i != leader][:1], leader]
+    for i in down:
+        cluster.controllers[i].kill9()
+    # admin operations fail with a clear timeout error...
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    with pytest.raises(KafkaException) as err:
+        admin.create_topics([NewTopic("refused", 1, 1)], request_timeout=15)["refused"].result(25)
+    assert "no active controller" in str(err.value) or "timed out" in str(err.value).lower()
+    # ...while produce and consume on existing partitions keep working
+    _produce(cluster, "kept", 30, b"y")
+    got = _consume(cluster, "kept", 60)
+    assert sorted(got) == sorted(
+        [b"x-%d" % i for i in range(30)] + [b"y-%d" % i for i in range(30)]
+    )
+    # one controller returns: a majority again, and admin works
+    cluster.controllers[down[0]].start_background()
+    cluster.leader(timeout=30)
+    _create(cluster, "recovered", timeout=30)
