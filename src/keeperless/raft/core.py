@@ -13,7 +13,6 @@ durably before any message that depends on it is sent.
 
 from __future__ import annotations
 
-import enum
 import logging
 import random
 from dataclasses import dataclass, field
@@ -21,10 +20,11 @@ from dataclasses import dataclass, field
 from keeperless.protocol.control import control_batch, leader_change
 from keeperless.protocol.records import build_batch
 from keeperless.raft import messages as m
+from keeperless.raft import replication as rep
 from keeperless.raft.log import RaftLog
 from keeperless.raft.messages import Entry, SnapshotId
 from keeperless.raft.quorum import majority, majority_offset
-from keeperless.raft.state import ElectionState
+from keeperless.raft.state import ElectionState, Progress, Role
 
 __all__ = ["NotLeaderError", "RaftConfig", "RaftCore", "Ready", "Role"]
 
@@ -33,15 +33,6 @@ log = logging.getLogger(__name__)
 
 class NotLeaderError(RuntimeError):
     """Proposals go to the leader; this node is not it."""
-
-
-class Role(enum.Enum):
-    UNATTACHED = "Unattached"
-    PROSPECTIVE = "Prospective"
-    CANDIDATE = "Candidate"
-    LEADER = "Leader"
-    FOLLOWER = "Follower"
-    RESIGNED = "Resigned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +67,6 @@ class Ready:
         )
 
 
-@dataclass(slots=True)
-class _Progress:
-    fetch_offset: int = -1
-    last_fetch_ms: int = -(2**62)
-    caught_up_ms: int = -1
-
-
 class RaftCore:
     def __init__(
         self,
@@ -108,7 +92,7 @@ class RaftCore:
         self._ready = Ready()
         self._deadline = now_ms
         # leader
-        self.progress: dict[int, _Progress] = {}
+        self.progress: dict[int, Progress] = {}
         self.epoch_start_offset = -1
         self._parked: list[tuple[m.FetchRequest, int]] = []
         self._leader_since_ms = now_ms
@@ -155,7 +139,7 @@ class RaftCore:
             # A restarted leader never leads its old epoch again: it waits, then runs.
             self._transition(Role.UNATTACHED, s.epoch, -1, s.voted_id, now_ms)
         self._deliver()
-        self._maybe_fetch(now_ms)
+        rep.maybe_fetch(self, now_ms)
 
     def propose(self, records: list[bytes], now_ms: int) -> int:
         """Append records as one batch; returns the last offset assigned."""
@@ -182,7 +166,7 @@ class RaftCore:
         if self.role is Role.LEADER:
             self._maybe_advance_hw(now_ms)
         self._deliver()
-        self._maybe_fetch(now_ms)
+        rep.maybe_fetch(self, now_ms)
 
     def resign(self, now_ms: int) -> None:
         """Graceful shutdown of the leader: tell the voters so a successor is elected
@@ -191,7 +175,7 @@ class RaftCore:
             return
         order = sorted(
             (v for v in self.voters if v != self.node_id),
-            key=lambda v: -self.progress.get(v, _Progress()).fetch_offset,
+            key=lambda v: -self.progress.get(v, Progress()).fetch_offset,
         )
         for v in order:
             self._send(m.EndQuorumEpoch(self.node_id, v, self.epoch, self.node_id, tuple(order)))
@@ -211,7 +195,7 @@ class RaftCore:
                     "last_fetch_timestamp": now_ms,
                     "last_caught_up_timestamp": now_ms,
                 }
-            p = self.progress.get(node, _Progress())
+            p = self.progress.get(node, Progress())
             return {
                 "replica_id": node,
                 "log_end_offset": p.fetch_offset,
@@ -245,14 +229,14 @@ class RaftCore:
             if due:
                 self._parked = [(r, d) for r, d in self._parked if d > now_ms]
                 for req, _ in due:
-                    self._answer_fetch(req, now_ms)
+                    rep.answer_fetch(self, req, now_ms)
         if 0 <= self._inflight_until <= now_ms:
             self._inflight_until = -1
             if self.role is Role.FOLLOWER and not self.is_voter:
                 self._transition(Role.UNATTACHED, self.epoch, -1, -1, now_ms)
         if now_ms >= self._deadline:
             self._on_deadline(now_ms)
-        self._maybe_fetch(now_ms)
+        rep.maybe_fetch(self, now_ms)
 
     def _on_deadline(self, now_ms: int) -> None:
         role = self.role
@@ -317,7 +301,7 @@ class RaftCore:
         self._votes = {}
         parked, self._parked = self._parked, []
         for req, _ in parked:  # long-polling fetchers learn at once that we moved on
-            self._fetch_error(req, m.NOT_LEADER_OR_FOLLOWER)
+            rep.fetch_error(self, req, m.NOT_LEADER_OR_FOLLOWER)
         self._inflight_until = -1
         if role is Role.FOLLOWER:
             self._deadline = now_ms + self.config.fetch_timeout_ms
@@ -391,7 +375,7 @@ class RaftCore:
     def _become_leader(self, now_ms: int) -> None:
         self._transition(Role.LEADER, self.epoch, self.node_id, self.node_id, now_ms)
         self._leader_since_ms = now_ms
-        self.progress = {v: _Progress() for v in self.voters if v != self.node_id}
+        self.progress = {v: Progress() for v in self.voters if v != self.node_id}
         self.epoch_start_offset = self.log.end_offset
         batch = control_batch(
             leader_change(
@@ -436,7 +420,7 @@ class RaftCore:
         entry = Entry(base, base + count - 1, self.epoch, bytes(data), control)
         self.log.append([entry])
         self._ready.sync_log = True
-        self._release_parked(now_ms)
+        rep.release_parked(self, now_ms)
         return entry.last_offset
 
     def _maybe_advance_hw(self, now_ms: int) -> None:
@@ -447,7 +431,7 @@ class RaftCore:
         if hw > self.high_watermark and hw > self.epoch_start_offset:
             self.high_watermark = hw
             self._ready.high_watermark = hw
-            self._release_parked(now_ms)
+            rep.release_parked(self, now_ms)
 
     def _deliver(self) -> None:
         limit = min(self.high_watermark, self.durable_end)
@@ -481,15 +465,15 @@ class RaftCore:
             case m.EndQuorumEpoch():
                 self._on_end_quorum_epoch(msg, now_ms)
             case m.FetchRequest():
-                self._on_fetch_request(msg, now_ms)
+                rep.on_fetch_request(self, msg, now_ms)
             case m.FetchResponse():
-                self._on_fetch_response(msg, now_ms)
+                rep.on_fetch_response(self, msg, now_ms)
             case m.FetchSnapshotRequest():
-                self._on_fetch_snapshot_request(msg, now_ms)
+                rep.on_fetch_snapshot_request(self, msg, now_ms)
             case m.FetchSnapshotResponse():
-                self._on_fetch_snapshot_response(msg, now_ms)
+                rep.on_fetch_snapshot_response(self, msg, now_ms)
         self._deliver()
-        self._maybe_fetch(now_ms)
+        rep.maybe_fetch(self, now_ms)
 
     def _log_ok(self, last_epoch: int, end_offset: int) -> bool:
         return (last_epoch, end_offset) >= (self.log.last_epoch(), self.log.end_offset)
@@ -581,271 +565,3 @@ class RaftCore:
             self._deadline = now_ms + rank * self.config.election_backoff_max_ms // max(
                 len(self.voters), 1
             )
-
-    # -- fetch: the leader side ---------------------------------------------------------
-
-    def _fetch_error(self, req: m.FetchRequest, error: int) -> None:
-        leader = -1 if self.role is Role.RESIGNED else self.leader_id
-        self._send(
-            m.FetchResponse(
-                self.node_id, req.src, self.epoch, leader, error, fetch_offset=req.fetch_offset
-            )
-        )
-
-    def _on_fetch_request(self, req: m.FetchRequest, now_ms: int) -> None:
-        if req.epoch > self.epoch:
-            self._observe_epoch(req.epoch, -1, now_ms)
-            self._fetch_error(req, m.UNKNOWN_LEADER_EPOCH)
-            return
-        if self.role is not Role.LEADER:
-            self._fetch_error(req, m.NOT_LEADER_OR_FOLLOWER)
-            return
-        if req.epoch < self.epoch:
-            self._fetch_error(req, m.FENCED_LEADER_EPOCH)
-            return
-        if req.fetch_offset < self.log.start_offset or (
-            req.fetch_offset == 0 and self.log.snapshot_id is not None
-        ):
-            sid = self.log.snapshot_id
-            self._send(
-                m.FetchResponse(
-                    self.node_id,
-                    req.src,
-                    self.epoch,
-                    self.node_id,
-                    m.NONE,
-                    self.high_watermark,
-                    self.log.start_offset,
-                    snapshot=sid,
-                    fetch_offset=req.fetch_offset,
-                )
-            )
-            return
-        if req.fetch_offset > 0:
-            at = self.log.end_offset_for_epoch(req.last_fetched_epoch)
-            if at.epoch != req.last_fetched_epoch or at.end_offset < req.fetch_offset:
-                sid = self.log.snapshot_id
-                if sid is not None and at.end_offset <= self.log.start_offset:
-                    # the divergence lies inside our snapshot: start over from it
-                    self._send(
-                        m.FetchResponse(
-                            self.node_id,
-                            req.src,
-                            self.epoch,
-                            self.node_id,
-                            m.NONE,
-                            self.high_watermark,
-                            self.log.start_offset,
-                            snapshot=sid,
-                            fetch_offset=req.fetch_offset,
-                        )
-                    )
-                    return
-                self._send(
-                    m.FetchResponse(
-                        self.node_id,
-                        req.src,
-                        self.epoch,
-                        self.node_id,
-                        m.NONE,
-                        self.high_watermark,
-                        self.log.start_offset,
-                        diverging=at,
-                        fetch_offset=req.fetch_offset,
-                    )
-                )
-                return
-        p = self.progress.setdefault(req.src, _Progress())
-        p.fetch_offset = req.fetch_offset
-        p.last_fetch_ms = now_ms
-        if req.fetch_offset >= self.log.end_offset:
-            p.caught_up_ms = now_ms
-        if req.src in self.voters:
-            self._maybe_advance_hw(now_ms)
-        if (
-            req.fetch_offset >= self.log.end_offset
-            and req.max_wait_ms > 0
-            and self.high_watermark >= req.fetch_offset
-        ):
-            self._parked.append((req, now_ms + req.max_wait_ms))
-            return
-        self._answer_fetch(req, now_ms)
-
-    def _answer_fetch(self, req: m.FetchRequest, now_ms: int) -> None:
-        if self.role is not Role.LEADER:
-            self._fetch_error(req, m.NOT_LEADER_OR_FOLLOWER)
-            return
-        entries = tuple(self.log.read(req.fetch_offset, self.config.max_fetch_entries))
-        self._send(
-            m.FetchResponse(
-                self.node_id,
-                req.src,
-                self.epoch,
-                self.node_id,
-                m.NONE,
-                self.high_watermark,
-                self.log.start_offset,
-                entries,
-                fetch_offset=req.fetch_offset,
-            )
-        )
-
-    def _release_parked(self, now_ms: int) -> None:
-        parked, self._parked = self._parked, []
-        for req, _ in parked:
-            self._answer_fetch(req, now_ms)
-
-    def _on_fetch_snapshot_request(self, req: m.FetchSnapshotRequest, now_ms: int) -> None:
-        sid = self.log.snapshot_id
-        if self.role is not Role.LEADER or req.epoch != self.epoch:
-            self._send(
-                m.FetchSnapshotResponse(
-                    self.node_id, req.src, self.epoch, self.leader_id, m.NOT_LEADER_OR_FOLLOWER
-                )
-            )
-            return
-        if sid != req.snapshot:
-            self._send(
-                m.FetchSnapshotResponse(
-                    self.node_id, req.src, self.epoch, self.node_id, m.SNAPSHOT_NOT_FOUND
-                )
-            )
-            return
-        data = self.log.snapshot_data()
-        chunk = data[
-            req.position : req.position + min(req.max_bytes, self.config.snapshot_chunk_bytes)
-        ]
-        self._send(
-            m.FetchSnapshotResponse(
-                self.node_id,
-                req.src,
-                self.epoch,
-                self.node_id,
-                m.NONE,
-                sid,
-                len(data),
-                req.position,
-                chunk,
-            )
-        )
-
-    # -- fetch: the follower side -------------------------------------------------------
-
-    def _maybe_fetch(self, now_ms: int) -> None:
-        if self._inflight_until >= 0 or self.role in (
-            Role.LEADER,
-            Role.CANDIDATE,
-            Role.PROSPECTIVE,
-        ):
-            return
-        if self.log.end_offset != self.durable_end:
-            return  # appended entries must be durable before we fetch (and report) more
-        target = self.leader_id
-        if self.role is Role.RESIGNED or (target < 0 and self.is_voter):
-            return
-        if target < 0:
-            target = self.rng.choice(self.voters)  # an observer looks for the leader
-        self._inflight_until = now_ms + self.config.request_timeout_ms
-        if self._snapshot_target is not None:
-            self._send(
-                m.FetchSnapshotRequest(
-                    self.node_id,
-                    target,
-                    self.epoch,
-                    self._snapshot_target,
-                    len(self._snapshot_buf),
-                    self.config.snapshot_chunk_bytes,
-                )
-            )
-            return
-        self._send(
-            m.FetchRequest(
-                self.node_id,
-                target,
-                self.epoch,
-                self.log.end_offset,
-                self.log.last_epoch(),
-                self.config.fetch_max_wait_ms,
-            )
-        )
-
-    def _on_fetch_response(self, resp: m.FetchResponse, now_ms: int) -> None:
-        if resp.fetch_offset != self.log.end_offset or self._snapshot_target is not None:
-            return  # a stale or duplicated response
-        self._inflight_until = -1
-        if resp.error != m.NONE:
-            if (
-                resp.leader_id >= 0
-                and resp.epoch >= self.epoch
-                and (resp.leader_id != resp.src or resp.epoch > self.epoch)
-            ):
-                self._observe_epoch(resp.epoch, resp.leader_id, now_ms)
-            elif resp.epoch > self.epoch:
-                self._observe_epoch(resp.epoch, -1, now_ms)
-            elif resp.src == self.leader_id or not self.is_voter:
-                # our leader no longer leads (or an observer asked a non-leader): forget it
-                voted = self.state.voted_id if self.is_voter else -1
-                self._transition(Role.UNATTACHED, self.epoch, -1, voted, now_ms)
-                if not self.is_voter:
-                    self._inflight_until = now_ms + self.config.election_backoff_max_ms // 10
-            return
-        if resp.epoch < self.epoch or (resp.epoch == self.epoch and self.role is Role.LEADER):
-            return
-        self._observe_epoch(resp.epoch, resp.leader_id, now_ms)
-        if self.role is not Role.FOLLOWER:
-            return
-        self._deadline = now_ms + self.config.fetch_timeout_ms
-        self._leader_contact_ms = now_ms
-        if resp.snapshot is not None:
-            self._snapshot_target = resp.snapshot
-            self._snapshot_buf = bytearray()
-            return
-        if resp.diverging is not None:
-            # keep only what we share with the leader: up to the end of its epoch in
-            # both logs (the follower's copy of that epoch may be shorter)
-            mine = self.log.end_offset_for_epoch(resp.diverging.epoch).end_offset
-            cut = min(resp.diverging.end_offset, mine, self.log.end_offset)
-            if cut < self.applied:
-                raise AssertionError(
-                    f"node {self.node_id}: leader asks to truncate below applied offset"
-                )
-            self.log.truncate_to(cut)
-            self.durable_end = min(self.durable_end, self.log.end_offset)
-            self._ready.sync_log = True
-            return
-        new = [e for e in resp.entries if e.base_offset >= self.log.end_offset]
-        if new and new[0].base_offset == self.log.end_offset:
-            self.log.append(new)
-            self._ready.sync_log = True
-        if resp.high_watermark > self.high_watermark:
-            self.high_watermark = resp.high_watermark
-            self._ready.high_watermark = resp.high_watermark
-
-    def _on_fetch_snapshot_response(self, resp: m.FetchSnapshotResponse, now_ms: int) -> None:
-        target = self._snapshot_target
-        if target is None or resp.snapshot != target or resp.position != len(self._snapshot_buf):
-            if resp.error != m.NONE:
-                self._snapshot_target = None
-                self._inflight_until = -1
-            return
-        self._inflight_until = -1
-        self._deadline = now_ms + self.config.fetch_timeout_ms
-        self._snapshot_buf += resp.data
-        if len(self._snapshot_buf) < resp.size:
-            return
-        data = bytes(self._snapshot_buf)
-        self._snapshot_target = None
-        self._snapshot_buf = bytearray()
-        self.log.install_snapshot(target, data)
-        self.durable_end = target.end_offset
-        self.applied = target.end_offset
-        self.high_watermark = max(self.high_watermark, target.end_offset)
-        self._ready.snapshot = (target, data)
-        self._ready.committed = []
-        log.info(
-            "[node %d] Loaded snapshot %020d-%010d from leader %d",
-            self.node_id,
-            target.end_offset,
-            target.epoch,
-            self.leader_id,
-        )

@@ -3,10 +3,11 @@ takes effect. Encoding follows Kafka's quorum-state JSON file."""
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass
 
-__all__ = ["ElectionState"]
+__all__ = ["ElectionState", "Progress", "Role"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,3 +41,23 @@ class ElectionState:
             )
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"quorum-state is damaged: {e}") from None
+
+
+class Role(enum.Enum):
+    """The election states of Kafka's QuorumState."""
+
+    UNATTACHED = "Unattached"
+    PROSPECTIVE = "Prospective"
+    CANDIDATE = "Candidate"
+    LEADER = "Leader"
+    FOLLOWER = "Follower"
+    RESIGNED = "Resigned"
+
+
+@dataclass(slots=True)
+class Progress:
+    """What a leader knows of one replica's fetching."""
+
+    fetch_offset: int = -1
+    last_fetch_ms: int = -(2**62)
+    caught_up_ms: int = -1

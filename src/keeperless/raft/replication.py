@@ -1,0 +1,300 @@
+"""Replication of the log by fetching (KIP-595): the leader answers Fetch and
+FetchSnapshot (detecting divergence, pointing laggards at the snapshot, long-polling the
+caught-up), the followers and observers fetch, truncate, append and load snapshots.
+
+Functions of a RaftCore, split out by role (as etcd's raft has step functions per
+role) so that each part stays readable.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from keeperless.raft import messages as m
+from keeperless.raft.state import Progress, Role
+
+if TYPE_CHECKING:
+    from keeperless.raft.core import RaftCore
+
+__all__ = [
+    "answer_fetch",
+    "maybe_fetch",
+    "on_fetch_request",
+    "on_fetch_response",
+    "on_fetch_snapshot_request",
+    "on_fetch_snapshot_response",
+    "release_parked",
+]
+
+log = logging.getLogger("keeperless.raft.core")
+
+
+def fetch_error(core: RaftCore, req: m.FetchRequest, error: int) -> None:
+    leader = -1 if core.role is Role.RESIGNED else core.leader_id
+    core._send(
+        m.FetchResponse(
+            core.node_id, req.src, core.epoch, leader, error, fetch_offset=req.fetch_offset
+        )
+    )
+
+
+def on_fetch_request(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
+    if req.epoch > core.epoch:
+        core._observe_epoch(req.epoch, -1, now_ms)
+        fetch_error(core, req, m.UNKNOWN_LEADER_EPOCH)
+        return
+    if core.role is not Role.LEADER:
+        fetch_error(core, req, m.NOT_LEADER_OR_FOLLOWER)
+        return
+    if req.epoch < core.epoch:
+        fetch_error(core, req, m.FENCED_LEADER_EPOCH)
+        return
+    if req.fetch_offset < core.log.start_offset or (
+        req.fetch_offset == 0 and core.log.snapshot_id is not None
+    ):
+        sid = core.log.snapshot_id
+        core._send(
+            m.FetchResponse(
+                core.node_id,
+                req.src,
+                core.epoch,
+                core.node_id,
+                m.NONE,
+                core.high_watermark,
+                core.log.start_offset,
+                snapshot=sid,
+                fetch_offset=req.fetch_offset,
+            )
+        )
+        return
+    if req.fetch_offset > 0:
+        at = core.log.end_offset_for_epoch(req.last_fetched_epoch)
+        if at.epoch != req.last_fetched_epoch or at.end_offset < req.fetch_offset:
+            sid = core.log.snapshot_id
+            if sid is not None and at.end_offset <= core.log.start_offset:
+                # the divergence lies inside our snapshot: start over from it
+                core._send(
+                    m.FetchResponse(
+                        core.node_id,
+                        req.src,
+                        core.epoch,
+                        core.node_id,
+                        m.NONE,
+                        core.high_watermark,
+                        core.log.start_offset,
+                        snapshot=sid,
+                        fetch_offset=req.fetch_offset,
+                    )
+                )
+                return
+            core._send(
+                m.FetchResponse(
+                    core.node_id,
+                    req.src,
+                    core.epoch,
+                    core.node_id,
+                    m.NONE,
+                    core.high_watermark,
+                    core.log.start_offset,
+                    diverging=at,
+                    fetch_offset=req.fetch_offset,
+                )
+            )
+            return
+    p = core.progress.setdefault(req.src, Progress())
+    p.fetch_offset = req.fetch_offset
+    p.last_fetch_ms = now_ms
+    if req.fetch_offset >= core.log.end_offset:
+        p.caught_up_ms = now_ms
+    if req.src in core.voters:
+        core._maybe_advance_hw(now_ms)
+    if (
+        req.fetch_offset >= core.log.end_offset
+        and req.max_wait_ms > 0
+        and core.high_watermark >= req.fetch_offset
+    ):
+        core._parked.append((req, now_ms + req.max_wait_ms))
+        return
+    answer_fetch(core, req, now_ms)
+
+
+def answer_fetch(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
+    if core.role is not Role.LEADER:
+        fetch_error(core, req, m.NOT_LEADER_OR_FOLLOWER)
+        return
+    entries = tuple(core.log.read(req.fetch_offset, core.config.max_fetch_entries))
+    core._send(
+        m.FetchResponse(
+            core.node_id,
+            req.src,
+            core.epoch,
+            core.node_id,
+            m.NONE,
+            core.high_watermark,
+            core.log.start_offset,
+            entries,
+            fetch_offset=req.fetch_offset,
+        )
+    )
+
+
+def release_parked(core: RaftCore, now_ms: int) -> None:
+    parked, core._parked = core._parked, []
+    for req, _ in parked:
+        answer_fetch(core, req, now_ms)
+
+
+def on_fetch_snapshot_request(core: RaftCore, req: m.FetchSnapshotRequest, now_ms: int) -> None:
+    sid = core.log.snapshot_id
+    if core.role is not Role.LEADER or req.epoch != core.epoch:
+        core._send(
+            m.FetchSnapshotResponse(
+                core.node_id, req.src, core.epoch, core.leader_id, m.NOT_LEADER_OR_FOLLOWER
+            )
+        )
+        return
+    if sid != req.snapshot:
+        core._send(
+            m.FetchSnapshotResponse(
+                core.node_id, req.src, core.epoch, core.node_id, m.SNAPSHOT_NOT_FOUND
+            )
+        )
+        return
+    data = core.log.snapshot_data()
+    chunk = data[req.position : req.position + min(req.max_bytes, core.config.snapshot_chunk_bytes)]
+    core._send(
+        m.FetchSnapshotResponse(
+            core.node_id,
+            req.src,
+            core.epoch,
+            core.node_id,
+            m.NONE,
+            sid,
+            len(data),
+            req.position,
+            chunk,
+        )
+    )
+
+
+def maybe_fetch(core: RaftCore, now_ms: int) -> None:
+    if core._inflight_until >= 0 or core.role in (
+        Role.LEADER,
+        Role.CANDIDATE,
+        Role.PROSPECTIVE,
+    ):
+        return
+    if core.log.end_offset != core.durable_end:
+        return  # appended entries must be durable before we fetch (and report) more
+    target = core.leader_id
+    if core.role is Role.RESIGNED or (target < 0 and core.is_voter):
+        return
+    if target < 0:
+        target = core.rng.choice(core.voters)  # an observer looks for the leader
+    core._inflight_until = now_ms + core.config.request_timeout_ms
+    if core._snapshot_target is not None:
+        core._send(
+            m.FetchSnapshotRequest(
+                core.node_id,
+                target,
+                core.epoch,
+                core._snapshot_target,
+                len(core._snapshot_buf),
+                core.config.snapshot_chunk_bytes,
+            )
+        )
+        return
+    core._send(
+        m.FetchRequest(
+            core.node_id,
+            target,
+            core.epoch,
+            core.log.end_offset,
+            core.log.last_epoch(),
+            core.config.fetch_max_wait_ms,
+        )
+    )
+
+
+def on_fetch_response(core: RaftCore, resp: m.FetchResponse, now_ms: int) -> None:
+    if resp.fetch_offset != core.log.end_offset or core._snapshot_target is not None:
+        return  # a stale or duplicated response
+    core._inflight_until = -1
+    if resp.error != m.NONE:
+        if (
+            resp.leader_id >= 0
+            and resp.epoch >= core.epoch
+            and (resp.leader_id != resp.src or resp.epoch > core.epoch)
+        ):
+            core._observe_epoch(resp.epoch, resp.leader_id, now_ms)
+        elif resp.epoch > core.epoch:
+            core._observe_epoch(resp.epoch, -1, now_ms)
+        elif resp.src == core.leader_id or not core.is_voter:
+            # our leader no longer leads (or an observer asked a non-leader): forget it
+            voted = core.state.voted_id if core.is_voter else -1
+            core._transition(Role.UNATTACHED, core.epoch, -1, voted, now_ms)
+            if not core.is_voter:
+                core._inflight_until = now_ms + core.config.election_backoff_max_ms // 10
+        return
+    if resp.epoch < core.epoch or (resp.epoch == core.epoch and core.role is Role.LEADER):
+        return
+    core._observe_epoch(resp.epoch, resp.leader_id, now_ms)
+    if core.role is not Role.FOLLOWER:
+        return
+    core._deadline = now_ms + core.config.fetch_timeout_ms
+    core._leader_contact_ms = now_ms
+    if resp.snapshot is not None:
+        core._snapshot_target = resp.snapshot
+        core._snapshot_buf = bytearray()
+        return
+    if resp.diverging is not None:
+        # keep only what we share with the leader: up to the end of its epoch in
+        # both logs (the follower's copy of that epoch may be shorter)
+        mine = core.log.end_offset_for_epoch(resp.diverging.epoch).end_offset
+        cut = min(resp.diverging.end_offset, mine, core.log.end_offset)
+        if cut < core.applied:
+            raise AssertionError(
+                f"node {core.node_id}: leader asks to truncate below applied offset"
+            )
+        core.log.truncate_to(cut)
+        core.durable_end = min(core.durable_end, core.log.end_offset)
+        core._ready.sync_log = True
+        return
+    new = [e for e in resp.entries if e.base_offset >= core.log.end_offset]
+    if new and new[0].base_offset == core.log.end_offset:
+        core.log.append(new)
+        core._ready.sync_log = True
+    if resp.high_watermark > core.high_watermark:
+        core.high_watermark = resp.high_watermark
+        core._ready.high_watermark = resp.high_watermark
+
+
+def on_fetch_snapshot_response(core: RaftCore, resp: m.FetchSnapshotResponse, now_ms: int) -> None:
+    target = core._snapshot_target
+    if target is None or resp.snapshot != target or resp.position != len(core._snapshot_buf):
+        if resp.error != m.NONE:
+            core._snapshot_target = None
+            core._inflight_until = -1
+        return
+    core._inflight_until = -1
+    core._deadline = now_ms + core.config.fetch_timeout_ms
+    core._snapshot_buf += resp.data
+    if len(core._snapshot_buf) < resp.size:
+        return
+    data = bytes(core._snapshot_buf)
+    core._snapshot_target = None
+    core._snapshot_buf = bytearray()
+    core.log.install_snapshot(target, data)
+    core.durable_end = target.end_offset
+    core.applied = target.end_offset
+    core.high_watermark = max(core.high_watermark, target.end_offset)
+    core._ready.snapshot = (target, data)
+    core._ready.committed = []
+    log.info(
+        "[node %d] Loaded snapshot %020d-%010d from leader %d",
+        core.node_id,
+        target.end_offset,
+        target.epoch,
+        core.leader_id,
+    )
