@@ -110,3 +110,43 @@ def test_majority_lost_then_regained(cluster: Cluster) -> None:
     cluster.controllers[down[0]].start_background()
     cluster.leader(timeout=30)
     _create(cluster, "recovered", timeout=30)
+
+
+def test_restarted_broker_catches_up_from_a_snapshot(tmp_path: Path) -> None:
+    c = Cluster(
+        tmp_path,
+        extra={
+            "metadata.log.max.record.bytes.between.snapshots": "4096",
+            "metadata.log.segment.bytes": "8192",
+        },
+    )
+    c.start()
+    try:
+        _create(c, "first")
+        broker = c.brokers[5]
+        broker.stop()
+        admin = AdminClient({"bootstrap.servers": c.brokers[4].bootstrap})
+        names = [f"missed-{i}" for i in range(40)]
+        for fut in admin.create_topics([NewTopic(n, 2, 1) for n in names]).values():
+            fut.result(30)
+        leader = c.leader()
+        ctl_log = c.controllers[leader].logs()
+        wait_until(
+            lambda: "Wrote metadata snapshot" in c.controllers[leader].logs(),
+            20,
+            what="a controller snapshot",
+        )
+        assert list((c.controllers[leader].data / "__cluster_metadata-0").glob("*.checkpoint"))
+        del ctl_log
+        broker.start()
+        wait_until(
+            lambda: "Loaded snapshot" in broker.logs(),
+            30,
+            what="the restarted broker to load a snapshot",
+        )
+        md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+        assert set(names) <= set(md.topics)
+        _produce(c, "missed-7", 10, b"z")
+        assert len(_consume(c, "missed-7", 10)) == 10
+    finally:
+        c.stop()

@@ -217,6 +217,8 @@ class QuorumController:
             return Result(
                 [r.UnfenceBrokerRecord(id=broker_id, epoch=epoch)], (ApiError.none(), False)
             )
+        if want_fence:
+            self._last_heartbeat_ms.pop(broker_id, None)  # a clean exit ends the session
         if not b.fenced and want_fence:
             return Result([r.FenceBrokerRecord(id=broker_id, epoch=epoch)], (ApiError.none(), True))
         return Result([], (ApiError.none(), b.fenced))

@@ -6,10 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from keeperless.metadata._records_gen import FeatureLevelRecord
-from keeperless.metadata.codec import encode_record
 from keeperless.metadata.features import METADATA_VERSION_FEATURE
-from keeperless.protocol.control import control_batch, snapshot_footer, snapshot_header
-from keeperless.protocol.records import build_batch
+from keeperless.metadata.snapshot import snapshot_of_records
 
 __all__ = ["BOOTSTRAP_CHECKPOINT", "bootstrap_records", "build_snapshot"]
 
@@ -21,9 +19,5 @@ def bootstrap_records(metadata_version: int) -> list[Any]:
 
 
 def build_snapshot(records: list[Any], timestamp_ms: int) -> bytes:
-    """A snapshot file's bytes: header batch, one data batch, footer batch."""
-    out = bytearray(control_batch(snapshot_header(timestamp_ms), timestamp_ms=timestamp_ms))
-    data = [(None, encode_record(r), ()) for r in records]
-    out += build_batch(data, base_offset=1, timestamp_ms=timestamp_ms)
-    out += control_batch(snapshot_footer(), base_offset=1 + len(records), timestamp_ms=timestamp_ms)
-    return bytes(out)
+    """The bootstrap checkpoint's bytes: a snapshot holding ``records``."""
+    return snapshot_of_records(records, timestamp_ms)

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from keeperless.metadata.codec import decode_record, encode_record
+from keeperless.metadata.image import MetadataImage
+from keeperless.metadata.snapshot import snapshot_bytes
 from keeperless.protocol.records import decode_records, iter_batches
 from keeperless.raft.core import NotLeaderError, RaftConfig, RaftCore
 from keeperless.raft.messages import Entry, Message, SnapshotId
@@ -53,11 +55,20 @@ class MetadataLog:
         directory: Path,
         config: RaftConfig | None = None,
         send: Callable[[Message], None] | None = None,
+        segment_bytes: int = 8 * 1024 * 1024,
+        snapshot_every_bytes: int = 20 * 1024 * 1024,
+        snapshot_every_ms: int = 3_600_000,
     ) -> None:
         self.node_id = node_id
         self.dir = directory
         self.log_dir = directory / f"{METADATA_TOPIC}-0"
-        self.raft_log = FileRaftLog(self.log_dir)
+        self.raft_log = FileRaftLog(self.log_dir, segment_bytes)
+        # KIP-630: snapshot the applied image every so many bytes or milliseconds
+        self.snapshot_source: Callable[[], MetadataImage] | None = None
+        self.snapshot_every_bytes = snapshot_every_bytes
+        self.snapshot_every_ms = snapshot_every_ms
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = _now_ms()
         self.state_path = self.log_dir / "quorum-state"
         state = ElectionState(voters=voters)
         if self.state_path.exists():
@@ -94,6 +105,13 @@ class MetadataLog:
             records = decode_entry(self.raft_log.snapshot_data())
             for fn in self.snapshot_listeners:
                 fn(records, sid)
+            log.info(
+                "[node %d] Loaded metadata snapshot %020d-%010d (%d records)",
+                self.node_id,
+                sid.end_offset,
+                sid.epoch,
+                len(records),
+            )
         self.core.start(_now_ms())
         self._process()
 
@@ -143,6 +161,7 @@ class MetadataLog:
                 for sfn in self.snapshot_listeners:
                     sfn(records, sid)
             self._deliver(ready.committed)
+        self._maybe_snapshot()
         if self.core.is_leader != self._was_leader:
             self._was_leader = self.core.is_leader
             if not self._was_leader:
@@ -179,8 +198,38 @@ class MetadataLog:
             self._timer.cancel()
         self._timer = loop.call_later(delay, self._tick)
 
+    def _maybe_snapshot(self) -> None:
+        if self.snapshot_source is None or self._bytes_since_snapshot == 0:
+            return
+        now = _now_ms()
+        if self._bytes_since_snapshot < self.snapshot_every_bytes and (
+            now - self._last_snapshot_ms < self.snapshot_every_ms
+        ):
+            return
+        end = self.core.applied
+        if end <= self.raft_log.start_offset:
+            return
+        t0 = time.monotonic()
+        data = snapshot_bytes(self.snapshot_source(), now)
+        try:
+            sid = self.core.take_snapshot(end, data)
+        except ValueError as e:
+            log.warning("[node %d] Snapshot at %d skipped: %s", self.node_id, end, e)
+            return
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = now
+        log.info(
+            "[node %d] Wrote metadata snapshot %020d-%010d: %d bytes in %.0f ms",
+            self.node_id,
+            sid.end_offset,
+            sid.epoch,
+            len(data),
+            (time.monotonic() - t0) * 1000,
+        )
+
     def _deliver(self, committed: list[Entry]) -> None:
         for e in committed:
+            self._bytes_since_snapshot += len(e.data)
             if not e.control:
                 recs = decode_entry(e.data)
                 for fn in self.listeners:

@@ -187,6 +187,7 @@ _SCHEMA: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "broker.heartbeat.interval.ms": (_int(1), "2000"),
     "metadata.log.max.record.bytes.between.snapshots": (_int(1), str(20 * 1024 * 1024)),
     "metadata.log.max.snapshot.interval.ms": (_int(0), "3600000"),
+    "metadata.log.segment.bytes": (_int(1024), str(1024 * 1024 * 1024)),
 }
 
 # Kafka keys that an existing server.properties may carry and that keeperless accepts

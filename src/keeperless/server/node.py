@@ -4,6 +4,7 @@ transport, the controller role, the broker role, listeners, and their lifecycle.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -73,6 +74,9 @@ class Node:
             config.metadata_log_dir,
             _raft_config(config),
             send=self.transport.send,
+            segment_bytes=config["metadata.log.segment.bytes"],
+            snapshot_every_bytes=config["metadata.log.max.record.bytes.between.snapshots"],
+            snapshot_every_ms=config["metadata.log.max.snapshot.interval.ms"],
         )
         core = self.mlog.core
         self.transport.step = self.mlog.step
@@ -96,6 +100,12 @@ class Node:
             self.mlog.snapshot_listeners.append(
                 lambda recs, sid: broker.load_snapshot(recs, sid.end_offset)
             )
+        if self.controller is not None:
+            ctl = self.controller.controller
+            self.mlog.snapshot_source = lambda: ctl.committed
+        elif self.broker is not None:
+            br = self.broker
+            self.mlog.snapshot_source = lambda: br.image
         self.servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -212,6 +222,7 @@ class Node:
         assert self.broker is not None
         b = self.broker
         incarnation = uuid.uuid4()
+        give_up = time.monotonic() + 2 * self.config["broker.session.timeout.ms"] / 1000
         while True:
             try:
                 err, epoch = await b.controller.register_broker(
@@ -224,7 +235,17 @@ class Node:
                     e,
                 )
                 continue
-            if err.code != 0:
+            if err.code == ErrorCode.duplicate_broker_registration and (time.monotonic() < give_up):
+                # our previous incarnation's session has not expired yet
+                log.warning(
+                    "[node %d] Broker id %d is still registered by a previous "
+                    "process; retrying until its session expires",
+                    self.node_id,
+                    b.node_id,
+                )
+                await asyncio.sleep(1.0)
+                continue
+            if err.code != ErrorCode.none:
                 raise RuntimeError(
                     f"broker registration refused: {err.code.name} {err.message or ''}"
                 )
@@ -272,6 +293,14 @@ class Node:
     async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
+        b = self.broker
+        if b is not None and b.broker_epoch >= 0:
+            # end our session cleanly so that a restart can register at once
+            with contextlib.suppress(ControllerUnavailableError, OSError, TimeoutError):
+                await asyncio.wait_for(
+                    b.controller.broker_heartbeat(b.node_id, b.broker_epoch, True, b.image.offset),
+                    2.0,
+                )
         if self.mlog.core.is_leader and len(self.mlog.core.voters) > 1:
             # hand over: the voters elect a successor without waiting for a timeout
             self.mlog.resign()

@@ -1,0 +1,84 @@
+"""A metadata image as the records that rebuild it — the content of a KIP-630 snapshot
+(`<offset>-<epoch>.checkpoint`), streamed rather than built twice."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+from uuid import UUID
+
+from keeperless.metadata import _records_gen as r
+from keeperless.metadata.codec import encode_record
+from keeperless.metadata.image import MetadataImage
+from keeperless.protocol.control import control_batch, snapshot_footer, snapshot_header
+from keeperless.protocol.records import build_batch
+
+__all__ = ["image_records", "snapshot_bytes", "snapshot_of_records"]
+
+_BATCH_RECORDS = 1000
+
+
+def image_records(image: MetadataImage) -> Iterator[Any]:
+    """Records that, replayed in order on an empty image, rebuild ``image``."""
+    for name, level in sorted(image.features.items()):
+        yield r.FeatureLevelRecord(name=name, feature_level=level)
+    for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
+        yield r.RegisterBrokerRecord(
+            broker_id=b.broker_id,
+            incarnation_id=b.incarnation_id,
+            broker_epoch=b.epoch,
+            end_points=tuple(
+                r.RegisterBrokerRecordBrokerEndpoint(name=n, host=h, port=p, security_protocol=0)
+                for n, h, p in b.endpoints
+            ),
+            rack=b.rack,
+            fenced=b.fenced,
+            in_controlled_shutdown=b.in_controlled_shutdown,
+        )
+    for topic in sorted(image.topics.values(), key=lambda t: t.name):
+        yield r.TopicRecord(name=topic.name, topic_id=topic.topic_id)
+        for idx in sorted(topic.partitions):
+            p = topic.partitions[idx]
+            yield r.PartitionRecord(
+                partition_id=idx,
+                topic_id=topic.topic_id,
+                replicas=p.replicas,
+                isr=p.isr,
+                leader=p.leader,
+                leader_epoch=p.leader_epoch,
+                partition_epoch=p.partition_epoch,
+                directories=tuple(UUID(int=0) for _ in p.replicas),
+            )
+    for (rtype, rname), entries in sorted(image.configs.items()):
+        for key, value in sorted(entries.items()):
+            yield r.ConfigRecord(resource_type=rtype, resource_name=rname, name=key, value=value)
+    if image.next_producer_id:
+        yield r.ProducerIdsRecord(
+            broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id
+        )
+
+
+def snapshot_of_records(records: Iterable[Any], timestamp_ms: int) -> bytes:
+    """A snapshot file: SNAPSHOT_HEADER, the records in batches, SNAPSHOT_FOOTER."""
+    out = bytearray(control_batch(snapshot_header(timestamp_ms), timestamp_ms=timestamp_ms))
+    offset = 1
+    batch: list[tuple[bytes | None, bytes | None, tuple[()]]] = []
+
+    def flush() -> None:
+        nonlocal offset
+        if batch:
+            out.extend(build_batch(batch, base_offset=offset, timestamp_ms=timestamp_ms))
+            offset += len(batch)
+            batch.clear()
+
+    for rec in records:
+        batch.append((None, encode_record(rec), ()))
+        if len(batch) >= _BATCH_RECORDS:
+            flush()
+    flush()
+    out.extend(control_batch(snapshot_footer(), base_offset=offset, timestamp_ms=timestamp_ms))
+    return bytes(out)
+
+
+def snapshot_bytes(image: MetadataImage, timestamp_ms: int) -> bytes:
+    return snapshot_of_records(image_records(image), timestamp_ms)
