@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 CONFIG ?= config/server.properties
 SEEDS ?= 2000
 
-.PHONY: run test check venv sysdeps unit sim integration spark bench sim-long clean fmt
+.PHONY: run test check venv sysdeps sim bench clean fmt
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,9 +43,14 @@ fmt: venv
 	$(BIN)/ruff format src tests bench tools
 	$(BIN)/ruff check --fix src tests bench tools
 
+## sim: more seeded Raft simulations (make sim SEEDS=20000); a failure names its seed
+sim: venv
+	SIM_SEEDS=$(SEEDS) $(BIN)/pytest -q tests/sim -p no:cacheprovider
+
 ## bench: produce/consume throughput vs raw file and socket baselines
 bench: venv
 	$(PY) bench/throughput.py
+	$(PY) bench/quorum.py
 
 clean:
 	rm -rf $(VENV) data

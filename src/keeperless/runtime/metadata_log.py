@@ -88,6 +88,8 @@ class MetadataLog:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._timer: asyncio.TimerHandle | None = None
         self.leadership_listeners: list[Callable[[bool], None]] = []
+        self._flushing = False
+        self._flush_again = False
         self._was_leader = False
         self.was_empty = self.raft_log.end_offset == 0 and self.raft_log.snapshot_id is None
 
@@ -148,8 +150,7 @@ class MetadataLog:
             if ready.state is not None:
                 self._write_state(ready.state)
             if ready.sync_log:
-                self.raft_log.flush()
-                self.core.on_persisted(self.raft_log.end_offset, _now_ms())
+                self._request_flush()
             if ready.messages:
                 if self.send is None:
                     raise RuntimeError("the Raft core sent messages but there is no transport")
@@ -169,6 +170,42 @@ class MetadataLog:
             for lfn in self.leadership_listeners:
                 lfn(self._was_leader)
         self._schedule()
+
+    def _request_flush(self) -> None:
+        """Group commit: fsync in a thread; appends made meanwhile ride the next fsync."""
+        if self._flushing:
+            self._flush_again = True
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (tools, tests): flush here and now
+            self.raft_log.flush()
+            self.core.on_persisted(self.raft_log.end_offset, _now_ms())
+            return
+        self._flushing = True
+        end, truncations = self.raft_log.end_offset, self.raft_log.truncations
+        fut = loop.run_in_executor(None, self.raft_log.flush)
+        fut.add_done_callback(lambda f: self._flushed(end, truncations, f))
+
+    def _flushed(self, end: int, truncations: int, fut: asyncio.Future[None]) -> None:
+        self._flushing = False
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            # as Kafka does: a log that cannot be made durable must not keep serving
+            log.critical(
+                "[node %d] fsync of the metadata log failed: %s; halting", self.node_id, exc
+            )
+            os._exit(1)
+        if truncations == self.raft_log.truncations:
+            self.core.on_persisted(end, _now_ms())
+        else:
+            self._flush_again = True  # the log was cut meanwhile: what we synced moved
+        if self._flush_again:
+            self._flush_again = False
+            self._request_flush()
+        self._process()
 
     def _fail_waiters(self) -> None:
         waiters, self._waiters = self._waiters, []

@@ -37,6 +37,7 @@ class FileRaftLog:
         # (base offset, last offset, epoch) of every batch, for epoch lookups
         self._index: list[tuple[int, int, int]] = []
         self._bases: list[int] = []
+        self.truncations = 0  # lets an in-flight fsync tell that the log was cut
         for entry in self._scan(self.plog.log_start_offset):
             self._remember(entry)
         if self._snapshot is not None and self.plog.log_end_offset < self._snapshot.end_offset:
@@ -143,6 +144,7 @@ class FileRaftLog:
         self.plog.flush()
 
     def truncate_to(self, offset: int) -> None:
+        self.truncations += 1
         self.plog.truncate_to(offset)
         while self._index and self._index[-1][1] >= offset:
             self._index.pop()
@@ -181,6 +183,7 @@ class FileRaftLog:
         log.info("Wrote metadata snapshot %s (%d bytes)", snapshot_file_name(snapshot), len(data))
 
     def install_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
+        self.truncations += 1
         self._write_snapshot(snapshot, data)
         self.plog.reset_to(snapshot.end_offset, _now_ms())
         self._index, self._bases = [], []
