@@ -71,7 +71,14 @@ def _has(entries: list[Entry], e: Entry) -> bool:
 
 
 class Simulation:
-    def __init__(self, seed: int, voters: int = 3, observers: int = 1, faults: bool = True) -> None:
+    def __init__(
+        self,
+        seed: int,
+        voters: int = 3,
+        observers: int = 1,
+        faults: bool = True,
+        believers: tuple[int, ...] = (),
+    ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0
@@ -80,6 +87,8 @@ class Simulation:
         self.voter_ids = tuple(range(1, voters + 1))
         ids = list(range(1, voters + observers + 1))
         self.nodes = {i: SimNode(i, Disk(ElectionState(voters=self.voter_ids))) for i in ids}
+        # nodes whose (stale) configuration still lists them as voters
+        self.believers = believers
         self.blocked: set[tuple[int, int]] = set()
         self.faults = faults
         self.drop_p = self.rng.choice([0.0, 0.02, 0.1]) if faults else 0.0

@@ -84,3 +84,22 @@ def test_majority_lost_and_regained(seed: int) -> None:
     new = sim.leader()
     assert new is not None, f"seed {seed}: no leader after the majority returned"
     assert new.node_id != leader.node_id
+
+
+@pytest.mark.parametrize("seed", range(30), ids=lambda s: f"removed_seed_{s}")
+def test_removed_voter_is_told_and_observes(seed: int) -> None:
+    """Node 4 was removed from the voters but its configuration still lists it: the
+    voters tell it so when it campaigns, and it goes on as an observer."""
+    sim = Simulation(40_000 + seed, voters=3, observers=1, believers=(4,))
+    sim.run(2000)
+    sim.heal()
+    sim.run(2000, chaos=False)
+    node4 = sim.nodes[4].core
+    assert node4 is not None
+    assert not node4.is_voter
+    leader = sim.leader()
+    assert leader is not None
+    assert leader.node_id != 4
+    assert leader.core is not None
+    assert node4.applied == leader.core.applied
+    sim.check_full_agreement()

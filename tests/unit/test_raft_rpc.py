@@ -63,3 +63,13 @@ def test_roundtrip(request_msg: m.Message, response_msg: m.Message | None) -> No
     corr, decoded = decode_response(out, key, RAFT_APIS[key])
     assert corr == 9
     assert response_to_message(key, decoded, request_msg) == response_msg
+
+
+def test_inconsistent_voter_set_travels() -> None:
+    req = m.VoteRequest(4, 1, 3, 2, 10, True)
+    resp = m.VoteResponse(1, 4, 2, False, 2, True, m.INCONSISTENT_VOTER_SET)
+    key, _ = request_of(req, "c", ("h", 1))
+    kresp = response_of(key, RAFT_APIS[key], resp, 2, 2)
+    out = memoryview(encode_response(RequestHeader(key, RAFT_APIS[key], 1, None), kresp))[4:]
+    _, decoded = decode_response(out, key, RAFT_APIS[key])
+    assert response_to_message(key, decoded, req) == resp

@@ -390,6 +390,18 @@ class RaftCore:
             if v != self.node_id:
                 self._send(m.BeginQuorumEpoch(self.node_id, v, self.epoch, self.node_id))
 
+    def _leave_voter_set(self, told_by: int, now_ms: int) -> None:
+        """A voter says we are not in its voter set: we were removed. Go on observing."""
+        log.warning(
+            "[node %d] Voter %d says node %d is not one of its voters (removed from "
+            "controller.quorum.voters?): continuing as an observer",
+            self.node_id,
+            told_by,
+            self.node_id,
+        )
+        self.voters = tuple(v for v in self.voters if v != self.node_id)
+        self._transition(Role.UNATTACHED, self.epoch, -1, -1, now_ms)
+
     def _follow(self, epoch: int, leader: int, now_ms: int) -> None:
         voted = self.state.voted_id if epoch == self.epoch else -1
         if self.role is not Role.FOLLOWER or (self.epoch, self.leader_id) != (epoch, leader):
@@ -491,7 +503,21 @@ class RaftCore:
                 )
             )
 
-        if not self.is_voter or req.src not in self.voters:
+        if req.src not in self.voters and self.is_voter:
+            # tell a node that thinks it is a voter that our configuration says otherwise
+            self._send(
+                m.VoteResponse(
+                    self.node_id,
+                    req.src,
+                    self.epoch,
+                    False,
+                    self.leader_id,
+                    req.pre_vote,
+                    m.INCONSISTENT_VOTER_SET,
+                )
+            )
+            return
+        if not self.is_voter:
             reply(False)
             return
         if req.pre_vote:
@@ -525,6 +551,9 @@ class RaftCore:
         reply(grant)
 
     def _on_vote_response(self, resp: m.VoteResponse, now_ms: int) -> None:
+        if resp.error == m.INCONSISTENT_VOTER_SET and self.is_voter:
+            self._leave_voter_set(resp.src, now_ms)
+            return
         if resp.pre_vote:
             if self.role is not Role.PROSPECTIVE:
                 return

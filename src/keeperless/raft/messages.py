@@ -26,6 +26,7 @@ NOT_LEADER_OR_FOLLOWER = 6
 UNKNOWN_LEADER_EPOCH = 76
 OFFSET_OUT_OF_RANGE = 1
 SNAPSHOT_NOT_FOUND = 98
+INCONSISTENT_VOTER_SET = 71
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,7 @@ class VoteResponse:
     granted: bool
     leader_id: int = -1
     pre_vote: bool = False
+    error: int = 0  # INCONSISTENT_VOTER_SET: the candidate is not one of our voters
 
 
 @dataclass(frozen=True, slots=True)

@@ -236,7 +236,7 @@ def response_of(
         case m.VoteResponse():
             part = {
                 "partition_index": 0,
-                "error_code": none,
+                "error_code": ErrorCode(msg.error),
                 "leader_id": msg.leader_id,
                 "leader_epoch": msg.epoch,
                 "vote_granted": msg.granted,
@@ -312,7 +312,13 @@ def response_to_message(api_key: int, resp: Any, request: m.Message) -> m.Messag
         if p is None:
             return None
         return m.VoteResponse(
-            src, dst, p.leader_epoch, bool(p.vote_granted), p.leader_id, request.pre_vote
+            src,
+            dst,
+            p.leader_epoch,
+            bool(p.vote_granted),
+            p.leader_id,
+            request.pre_vote,
+            int(p.error_code),
         )
     if api_key == 1:
         assert isinstance(request, m.FetchRequest)
