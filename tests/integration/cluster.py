@@ -83,6 +83,16 @@ class Node:
         self.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / "node.log"
+        self.metrics_port = -1
+
+    def scrape(self) -> str:
+        """The node's Prometheus metrics page."""
+        import urllib.request
+
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as r:
+            return str(r.read().decode())
 
     @property
     def bootstrap(self) -> str:
@@ -149,6 +159,7 @@ class Cluster:
         controllers: int = 3,
         brokers: int = 2,
         extra: dict[str, str] | None = None,
+        metrics: bool = False,
     ) -> None:
         self.controller_ports = {i: free_port() for i in range(1, controllers + 1)}
         voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.controller_ports.items())
@@ -174,6 +185,9 @@ class Cluster:
                 "listeners": f"CONTROLLER://127.0.0.1:{port}",
                 "log.dirs": str(n.data),
             }
+            if metrics:
+                n.metrics_port = free_port()
+                props["metrics.http.listener"] = f"127.0.0.1:{n.metrics_port}"
             n.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             self.controllers[i] = n
         self.brokers: dict[int, Node] = {}

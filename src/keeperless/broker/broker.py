@@ -55,6 +55,7 @@ class Broker:
         self.fenced = True
         self.on_image: list[Callable[[MetadataImage], None]] = []
         self._produce_settings: dict[str, tuple[int, bool, int]] = {}
+        self.metrics: Any = None  # runtime.metrics.Metrics when enabled
         self._image_waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
 
     # -- metadata publisher -------------------------------------------------------------

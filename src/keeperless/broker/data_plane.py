@@ -104,6 +104,10 @@ class DataPlane:
             responses.append({"name": td.name, "partition_responses": parts})
         if appended:
             self.broker.partitions.notify_append()
+            if self.broker.metrics is not None:
+                self.broker.metrics.bytes_in.inc(
+                    sum(len(pd.records or b"") for td in req.topic_data for pd in td.partition_data)
+                )
         if req.acks == 0:
             return None
         return build(
@@ -155,6 +159,8 @@ class DataPlane:
             if total >= max(req.min_bytes, 1) or remaining <= 0 or errors:
                 break
             await self.broker.partitions.wait_for_data(remaining)
+        if self.broker.metrics is not None and total:
+            self.broker.metrics.bytes_out.inc(total)
         # Encoded by hand: record data goes from the segment file to the socket
         # (sendfile) without passing through Python objects.
         return encode_fetch_response(header.api_version, header.correlation_id, topics)

@@ -44,6 +44,7 @@ class RequestRouter:
         self.handlers = handlers
         self.api_versions_body = api_versions_body
         self._last_warn: dict[str, float] = {}
+        self.metrics: Any = None  # runtime.metrics.Metrics when enabled
 
     def warn(self, key: str, msg: str, *args: Any) -> None:
         now = time.monotonic()
@@ -66,7 +67,18 @@ class RequestRouter:
                 f"node does not support ({f'versions {rng[0]}-{rng[1]}' if rng else 'not offered'})"
             )
         req = decode_request(header, frame, pos)
-        resp = await self.handlers[header.api_key](header, req)
+        if self.metrics is None:
+            resp = await self.handlers[header.api_key](header, req)
+        else:
+            name = API_NAMES.get(header.api_key, str(header.api_key))
+            t0 = time.perf_counter()
+            try:
+                resp = await self.handlers[header.api_key](header, req)
+            except Exception:
+                self.metrics.request_errors.labels(name).inc()
+                raise
+            self.metrics.requests.labels(name).inc()
+            self.metrics.request_latency.labels(name).observe((time.perf_counter() - t0) * 1000)
         if resp is None or isinstance(resp, list):
             return resp  # no response (acks=0), or a frame already encoded as parts
         return encode_response(header, resp)

@@ -90,6 +90,9 @@ class MetadataLog:
         self.leadership_listeners: list[Callable[[bool], None]] = []
         self._flushing = False
         self._flush_again = False
+        self.metrics: Any = None  # runtime.metrics.Metrics when enabled
+        self._pending_commits: list[tuple[int, float]] = []
+        self._election_started: float | None = None
         self._was_leader = False
         self.was_empty = self.raft_log.end_offset == 0 and self.raft_log.snapshot_id is None
 
@@ -123,6 +126,9 @@ class MetadataLog:
 
     def propose(self, records: list[Any]) -> int:
         last = self.core.propose([encode_record(r) for r in records], _now_ms())
+        if self.metrics is not None:
+            self.metrics.append_records.inc(len(records))
+            self._pending_commits.append((last, time.perf_counter()))
         self._process()
         return last
 
@@ -272,6 +278,8 @@ class MetadataLog:
                 for fn in self.listeners:
                     fn(recs, e.last_offset)
         hw = self.core.high_watermark
+        if self.metrics is not None:
+            self._record_metrics(committed, hw)
         keep = []
         for off, fut in self._waiters:
             if off < hw:
@@ -285,6 +293,23 @@ class MetadataLog:
         """Graceful shutdown of the leader (EndQuorumEpoch to the voters)."""
         self.core.resign(_now_ms())
         self._process()
+
+    def _record_metrics(self, committed: list[Entry], hw: int) -> None:
+        m = self.metrics
+        if not self.core.is_leader:
+            m.fetch_records.inc(sum(e.last_offset - e.base_offset + 1 for e in committed))
+        now = time.perf_counter()
+        while self._pending_commits and self._pending_commits[0][0] < hw:
+            _, t0 = self._pending_commits.pop(0)
+            m.commit_latency.observe((now - t0) * 1000)
+        role = self.core.role.value
+        if role in ("Prospective", "Candidate") and self._election_started is None:
+            self._election_started = now
+        elif role == "Leader" and self._election_started is not None:
+            m.election_latency.observe((now - self._election_started) * 1000)
+            self._election_started = None
+        elif role not in ("Prospective", "Candidate"):
+            self._election_started = None
 
     def close(self) -> None:
         if self._timer is not None:

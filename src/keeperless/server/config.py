@@ -126,6 +126,16 @@ def _voters(key: str, raw: str) -> tuple[Voter, ...]:
     return tuple(out)
 
 
+def _http_listener(key: str, raw: str) -> tuple[str, int]:
+    v = raw.strip().removeprefix("http://").rstrip("/")
+    host, sep, port = v.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(
+            f"Invalid value {raw!r} for {key}: expected host:port, e.g. 127.0.0.1:9100"
+        )
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 def _protocol_map(key: str, raw: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in _list(key, raw):
@@ -188,6 +198,7 @@ _SCHEMA: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "metadata.log.max.record.bytes.between.snapshots": (_int(1), str(20 * 1024 * 1024)),
     "metadata.log.max.snapshot.interval.ms": (_int(0), "3600000"),
     "metadata.log.segment.bytes": (_int(1024), str(1024 * 1024 * 1024)),
+    "metrics.http.listener": (_http_listener, None),
 }
 
 # Kafka keys that an existing server.properties may carry and that keeperless accepts

@@ -25,6 +25,7 @@ from keeperless.protocol.framing import response_class
 from keeperless.raft.core import RaftConfig
 from keeperless.runtime.connection import KafkaProtocol, RequestRouter
 from keeperless.runtime.metadata_log import MetadataLog
+from keeperless.runtime.metrics import Metrics
 from keeperless.runtime.raft_transport import RaftTransport
 from keeperless.server.config import Endpoint, NodeConfig
 from keeperless.server.controller_apis import ControllerApis, ControllerClient, LocalController
@@ -106,6 +107,12 @@ class Node:
         elif self.broker is not None:
             br = self.broker
             self.mlog.snapshot_source = lambda: br.image
+        self.metrics: Metrics | None = None
+        if config["metrics.http.listener"] is not None:
+            self.metrics = Metrics(self)
+            self.mlog.metrics = self.metrics
+            if self.broker is not None:
+                self.broker.metrics = self.metrics
         self.servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -145,6 +152,12 @@ class Node:
 
     async def start(self) -> None:
         t0 = time.monotonic()
+        if self.metrics is not None:
+            host, port = self.config["metrics.http.listener"]
+            try:
+                self.metrics.serve(host, port)
+            except OSError as e:
+                raise ListenError(f"Cannot serve metrics on {host}:{port}: {e.strerror}") from None
         ctl_names = set(self.config.controller_listener_names)
         if self.controller is not None:
             for ep in self.config.listeners:
@@ -183,6 +196,7 @@ class Node:
                 f"Cannot listen on {ep.listener}://{ep.host}:{ep.port}: {e.strerror} "
                 "(is another node running with the same listeners?)"
             ) from None
+        router.metrics = self.metrics
         self.servers.append(server)
         log.info("[node %d] Listening on %s://%s:%d", self.node_id, ep.listener, host, ep.port)
 

@@ -1,0 +1,223 @@
+"""Prometheus metrics, opt-in with `metrics.http.listener=HOST:PORT`: Kafka's KRaft,
+controller and broker metric names in Prometheus form (`kafka_raft_high_watermark`,
+`kafka_controller_active_controller_count`, ...). Gauges are read from live state when
+scraped; only counters and latencies are recorded as things happen."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["Metrics"]
+
+log = logging.getLogger(__name__)
+
+_LATENCY_BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+
+class _LiveCollector(Collector):
+    def __init__(self, read: Callable[[], Iterator[GaugeMetricFamily]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            yield from self.read()
+        except Exception:  # a scrape must never break the node
+            log.exception("metrics collection failed")
+
+
+def _gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc, labels=list(labels))
+    g.add_metric(list(labels.values()), value)
+    return g
+
+
+class Metrics:
+    """All of a node's metrics, in one registry served over HTTP."""
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.commit_latency = Histogram(
+            "kafka_raft_commit_latency_ms",
+            "Time from append to commit of a metadata batch",
+            registry=r,
+            buckets=_LATENCY_BUCKETS_MS,
+        )
+        self.election_latency = Histogram(
+            "kafka_raft_election_latency_ms",
+            "Time from starting an election to leading",
+            registry=r,
+            buckets=_LATENCY_BUCKETS_MS,
+        )
+        self.append_records = Counter(
+            "kafka_raft_append_records", "Records appended by the leader", registry=r
+        )
+        self.fetch_records = Counter(
+            "kafka_raft_fetch_records", "Records fetched from the leader", registry=r
+        )
+        self.event_queue_time = Histogram(
+            "kafka_controller_event_queue_time_ms",
+            "Time a controller operation waited",
+            registry=r,
+            buckets=_LATENCY_BUCKETS_MS,
+        )
+        self.requests = Counter(
+            "kafka_network_requests", "Requests handled", ["request"], registry=r
+        )
+        self.request_errors = Counter(
+            "kafka_network_request_errors",
+            "Requests that failed or closed the connection",
+            ["request"],
+            registry=r,
+        )
+        self.request_latency = Histogram(
+            "kafka_network_request_latency_ms",
+            "Request handling time",
+            ["request"],
+            registry=r,
+            buckets=_LATENCY_BUCKETS_MS,
+        )
+        self.bytes_in = Counter(
+            "kafka_server_brokertopicmetrics_bytes_in", "Record bytes produced", registry=r
+        )
+        self.bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_bytes_out", "Record bytes fetched", registry=r
+        )
+        r.register(_LiveCollector(self._live))
+
+    def serve(self, host: str, port: int) -> None:
+        start_http_server(port, host, registry=self.registry)
+        log.info(
+            "[node %d] Serving Prometheus metrics on http://%s:%d/metrics",
+            self.node.node_id,
+            host,
+            port,
+        )
+
+    # -- gauges read at scrape time -----------------------------------------------------
+
+    def _live(self) -> Iterator[GaugeMetricFamily]:
+        node = self.node
+        core = node.mlog.core
+        state = GaugeMetricFamily(
+            "kafka_raft_current_state", "1 for the node's current Raft state", labels=["state"]
+        )
+        role = core.role.value.lower() if core.is_voter else "observer"
+        for name in (
+            "unattached",
+            "prospective",
+            "candidate",
+            "leader",
+            "follower",
+            "resigned",
+            "observer",
+        ):
+            state.add_metric([name], 1.0 if name == role else 0.0)
+        yield state
+        yield _gauge(
+            "kafka_raft_current_leader", "Id of the known leader, -1 if none", core.leader_id
+        )
+        yield _gauge("kafka_raft_current_epoch", "Current leader epoch", core.epoch)
+        yield _gauge(
+            "kafka_raft_current_vote", "Voted-for id in this epoch, -1 if none", core.state.voted_id
+        )
+        yield _gauge(
+            "kafka_raft_high_watermark", "High watermark of the metadata log", core.high_watermark
+        )
+        yield _gauge(
+            "kafka_raft_log_end_offset", "End offset of the metadata log", core.log_end_offset
+        )
+        sid = node.mlog.raft_log.snapshot_id
+        if sid is not None:
+            path = node.mlog.log_dir / f"{sid.end_offset:020d}-{sid.epoch:010d}.checkpoint"
+            try:
+                st = Path(path).stat()
+                yield _gauge(
+                    "kafka_server_snapshot_size_bytes", "Latest metadata snapshot", st.st_size
+                )
+                yield _gauge(
+                    "kafka_server_snapshot_age_ms",
+                    "Age of the latest snapshot",
+                    (time.time() - st.st_mtime) * 1000,
+                )
+            except OSError:
+                pass
+        if node.controller is not None:
+            yield from self._controller(node)
+        if node.broker is not None:
+            yield from self._broker(node)
+
+    def _controller(self, node: Any) -> Iterator[GaugeMetricFamily]:
+        svc = node.controller
+        image = svc.controller.image
+        active = svc.is_active
+        yield _gauge(
+            "kafka_controller_active_controller_count",
+            "1 on the active controller",
+            1 if active else 0,
+        )
+        if not active:
+            return
+        brokers = list(image.brokers.values())
+        fenced = sum(1 for b in brokers if b.fenced)
+        yield _gauge("kafka_controller_fenced_broker_count", "Fenced brokers", fenced)
+        yield _gauge(
+            "kafka_controller_active_broker_count", "Unfenced brokers", len(brokers) - fenced
+        )
+        yield _gauge("kafka_controller_global_topic_count", "Topics", len(image.topics))
+        parts = [p for t in image.topics.values() for p in t.partitions.values()]
+        yield _gauge("kafka_controller_global_partition_count", "Partitions", len(parts))
+        live = {b.broker_id for b in brokers if not b.fenced}
+        yield _gauge(
+            "kafka_controller_offline_partitions_count",
+            "Partitions without a live leader",
+            sum(1 for p in parts if p.leader not in live),
+        )
+        yield _gauge(
+            "kafka_controller_last_applied_record_offset",
+            "Offset of the last record applied",
+            image.offset,
+        )
+        yield _gauge(
+            "kafka_controller_last_committed_record_offset",
+            "Offset of the last committed record",
+            svc.controller.committed.offset,
+        )
+        yield _gauge(
+            "kafka_controller_last_applied_record_lag_ms",
+            "How far the applied state is behind (0 when caught up)",
+            0
+            if svc.controller.committed.offset >= node.mlog.committed_offset
+            else node.mlog.core.config.fetch_timeout_ms,
+        )
+
+    def _broker(self, node: Any) -> Iterator[GaugeMetricFamily]:
+        b = node.broker
+        yield _gauge(
+            "kafka_server_replicamanager_under_replicated_partitions",
+            "Led partitions whose ISR is smaller than their replica set",
+            sum(
+                1
+                for p in b.partitions.partitions.values()
+                if p.info is not None
+                and p.info.leader == b.node_id
+                and len(p.info.isr) < len(p.info.replicas)
+            ),
+        )
+        yield _gauge(
+            "kafka_server_replicamanager_partition_count",
+            "Hosted partitions",
+            len(b.partitions.partitions),
+        )
+        yield _gauge(
+            "kafka_server_broker_fenced", "1 while this broker is fenced", 1 if b.fenced else 0
+        )

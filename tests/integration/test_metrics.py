@@ -1,0 +1,55 @@
+"""The Prometheus endpoint shows the quorum's state, a failover and a fenced broker."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.integration.cluster import Cluster, describe_quorum, wait_until
+
+
+def _value(page: str, name: str, labels: str = "") -> float | None:
+    m = re.search(rf"^{re.escape(name + labels)} (\S+)$", page, re.M)
+    return float(m.group(1)) if m else None
+
+
+def test_metrics_follow_a_failover_and_a_fenced_broker(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, metrics=True)
+    c.start()
+    try:
+        leader = c.leader()
+        page = c.controllers[leader].scrape()
+        assert _value(page, "kafka_raft_current_state", '{state="leader"}') == 1.0
+        assert _value(page, "kafka_controller_active_controller_count") == 1.0
+        assert _value(page, "kafka_controller_active_broker_count") == 2.0
+        epoch = _value(page, "kafka_raft_current_epoch")
+        assert epoch is not None
+        follower = next(i for i in c.controllers if i != leader)
+        fpage = c.controllers[follower].scrape()
+        assert _value(fpage, "kafka_raft_current_state", '{state="follower"}') == 1.0
+        assert _value(fpage, "kafka_controller_active_controller_count") == 0.0
+
+        c.controllers[leader].kill9()
+        new = wait_until(
+            lambda: (lambda lead: lead if lead != leader else None)(c.leader()),
+            20,
+            what="a new leader",
+        )
+        npage = c.controllers[new].scrape()
+        assert _value(npage, "kafka_raft_current_state", '{state="leader"}') == 1.0
+        new_epoch = _value(npage, "kafka_raft_current_epoch")
+        assert new_epoch is not None
+        assert new_epoch > epoch
+        assert "kafka_raft_election_latency_ms_count" in npage
+
+        c.brokers[5].stop()  # a clean shutdown fences the broker at once
+        wait_until(
+            lambda: (
+                _value(c.controllers[new].scrape(), "kafka_controller_fenced_broker_count") == 1.0
+            ),
+            20,
+            what="the fenced broker count",
+        )
+        assert describe_quorum(c.controllers[new].port)["leader_id"] == new
+    finally:
+        c.stop()
