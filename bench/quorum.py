@@ -92,8 +92,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_voter(tmp: Path, ops: int) -> dict[str, float]:
-    c = Cluster(tmp / "single", controllers=1, brokers=1)
+def one_voter(tmp: Path, ops: int, linger: int) -> dict[str, float]:
+    c = Cluster(
+        tmp / f"single-{linger}",
+        controllers=1,
+        brokers=1,
+        extra={"controller.quorum.append.linger.ms": str(linger)},
+    )
     c.start()
     try:
         voters = {1: ("127.0.0.1", c.controllers[1].port)}
@@ -103,8 +108,12 @@ def one_voter(tmp: Path, ops: int) -> dict[str, float]:
     return {"p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99), "records_per_s": rate}
 
 
-def three_voters(tmp: Path, ops: int, kills: int) -> dict[str, object]:
-    c = Cluster(tmp / "three", brokers=1)
+def three_voters(tmp: Path, ops: int, kills: int, linger: int) -> dict[str, object]:
+    c = Cluster(
+        tmp / f"three-{linger}",
+        brokers=1,
+        extra={"controller.quorum.append.linger.ms": str(linger)},
+    )
     c.start()
     out: dict[str, object] = {}
     try:
@@ -112,6 +121,8 @@ def three_voters(tmp: Path, ops: int, kills: int) -> dict[str, object]:
         leader = c.leader()
         lat, rate = asyncio.run(writes(voters, leader, ops, 16))
         out.update({"p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99), "records_per_s": rate})
+        if not kills:
+            return out
         failovers = []
         for k in range(kills):
             leader = c.leader()
@@ -172,11 +183,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         fsync_ms = fsync_baseline(tmp)
-        single = one_voter(tmp, args.ops)
-        three = three_voters(tmp, args.ops, args.kills)
-    print(f"{'voters':>6} {'commit p50 ms':>14} {'p99 ms':>8} {'records/s':>10}")
-    for name, r in (("1", single), ("3", three)):
-        print(f"{name:>6} {r['p50_ms']:>14.2f} {r['p99_ms']:>8.2f} {r['records_per_s']:>10.0f}")
+        rows = []
+        for linger in (0, 25):
+            rows.append(("1", linger, one_voter(tmp, args.ops, linger)))
+            rows.append(("3", linger, three_voters(tmp, args.ops, 0, linger)))
+        three = three_voters(tmp / "failover", 10, args.kills, 25)
+    print(f"{'voters':>6} {'linger ms':>9} {'commit p50 ms':>14} {'p99 ms':>8} {'records/s':>10}")
+    for name, linger, r in rows:
+        print(
+            f"{name:>6} {linger:>9} {r['p50_ms']:>14.2f} {r['p99_ms']:>8.2f} "
+            f"{r['records_per_s']:>10.0f}"
+        )
     print(f"disk fsync baseline (median): {fsync_ms:.3f} ms")
     print(
         f"controller failover, kill -9 to first commit by the successor: median "
@@ -190,7 +207,12 @@ def main() -> None:
     out = ROOT / "bench" / "results" / f"quorum-{time.strftime('%Y%m%dT%H%M%S')}.json"
     out.write_text(
         json.dumps(
-            {"fsync_ms_median": fsync_ms, "one_voter": single, "three_voters": three}, indent=2
+            {
+                "fsync_ms_median": fsync_ms,
+                "writes": [{"voters": v, "append_linger_ms": lg, **r} for v, lg, r in rows],
+                "failover": three,
+            },
+            indent=2,
         )
     )
     print(f"wrote {out.relative_to(ROOT)}")

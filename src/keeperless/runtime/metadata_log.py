@@ -58,6 +58,7 @@ class MetadataLog:
         segment_bytes: int = 8 * 1024 * 1024,
         snapshot_every_bytes: int = 20 * 1024 * 1024,
         snapshot_every_ms: int = 3_600_000,
+        append_linger_ms: int = 0,
     ) -> None:
         self.node_id = node_id
         self.dir = directory
@@ -90,6 +91,8 @@ class MetadataLog:
         self.leadership_listeners: list[Callable[[bool], None]] = []
         self._flushing = False
         self._flush_again = False
+        self._linger: asyncio.TimerHandle | None = None
+        self.append_linger_ms = append_linger_ms
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
         self._pending_commits: list[tuple[int, float]] = []
         self._election_started: float | None = None
@@ -179,6 +182,8 @@ class MetadataLog:
 
     def _request_flush(self) -> None:
         """Group commit: fsync in a thread; appends made meanwhile ride the next fsync."""
+        if self._linger is not None:
+            return  # the scheduled flush will cover this append too
         if self._flushing:
             self._flush_again = True
             return
@@ -188,6 +193,17 @@ class MetadataLog:
             self.raft_log.flush()
             self.core.on_persisted(self.raft_log.end_offset, _now_ms())
             return
+        if self.append_linger_ms > 0 and self.core.is_leader:
+            # controller.quorum.append.linger.ms: let the leader's writes accumulate
+            self._linger = loop.call_later(self.append_linger_ms / 1000, self._linger_done)
+            return
+        self._start_flush(loop)
+
+    def _linger_done(self) -> None:
+        self._linger = None
+        self._start_flush(asyncio.get_running_loop())
+
+    def _start_flush(self, loop: asyncio.AbstractEventLoop) -> None:
         self._flushing = True
         end, truncations = self.raft_log.end_offset, self.raft_log.truncations
         fut = loop.run_in_executor(None, self.raft_log.flush)
@@ -314,4 +330,6 @@ class MetadataLog:
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        if self._linger is not None:
+            self._linger.cancel()
         self.raft_log.close()

@@ -78,6 +78,7 @@ class Node:
             segment_bytes=config["metadata.log.segment.bytes"],
             snapshot_every_bytes=config["metadata.log.max.record.bytes.between.snapshots"],
             snapshot_every_ms=config["metadata.log.max.snapshot.interval.ms"],
+            append_linger_ms=config["controller.quorum.append.linger.ms"],
         )
         core = self.mlog.core
         self.transport.step = self.mlog.step
