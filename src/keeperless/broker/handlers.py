@@ -18,10 +18,10 @@ from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.data_plane import DataPlane
 from keeperless.controller.quorum_controller import (
     ApiError,
-    CreatePartitionsRequest,
     CreateTopicResult,
     NewTopic,
 )
+from keeperless.controller.requests import delete_targets, new_partitions, new_topics
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from keeperless.protocol.apis import BROKER_APIS
 from keeperless.protocol.build import build
@@ -187,16 +187,7 @@ class BrokerHandlers:
     # -- Admin, forwarded to the controller -----------------------------------------------
 
     async def create_topics(self, header: RequestHeader, req: Any) -> Any:
-        new = [
-            NewTopic(
-                t.name,
-                t.num_partitions,
-                t.replication_factor,
-                {a.partition_index: tuple(a.broker_ids) for a in t.assignments},
-                {c.name: c.value for c in t.configs},
-            )
-            for t in req.topics
-        ]
+        new = new_topics(req)
         try:
             results = await self.broker.controller.create_topics(new, req.validate_only)
         except ControllerUnavailableError as e:
@@ -236,11 +227,7 @@ class BrokerHandlers:
         return build(response_class(19, header.api_version), {"throttle_time": 0, "topics": topics})
 
     async def delete_topics(self, header: RequestHeader, req: Any) -> Any:
-        if header.api_version >= 6:
-            names = [t.name for t in req.topics if t.name is not None]
-            ids = [t.topic_id for t in req.topics if t.name is None and t.topic_id is not None]
-        else:
-            names, ids = list(req.topic_names), []
+        names, ids = delete_targets(req, header.api_version)
         try:
             results = await self.broker.controller.delete_topics(names, ids)
         except ControllerUnavailableError as e:
@@ -260,14 +247,7 @@ class BrokerHandlers:
         )
 
     async def create_partitions(self, header: RequestHeader, req: Any) -> Any:
-        reqs = [
-            CreatePartitionsRequest(
-                t.name,
-                t.count,
-                [tuple(a.broker_ids) for a in t.assignments] if t.assignments else None,
-            )
-            for t in req.topics
-        ]
+        reqs = new_partitions(req)
         try:
             results = await self.broker.controller.create_partitions(reqs, req.validate_only)
         except ControllerUnavailableError as e:

@@ -12,6 +12,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from keeperless.raft import messages as m
+from keeperless.raft.messages import SnapshotId
 from keeperless.raft.state import Progress, Role
 
 if TYPE_CHECKING:
@@ -50,10 +51,8 @@ def on_fetch_request(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
     if req.epoch < core.epoch:
         fetch_error(core, req, m.FENCED_LEADER_EPOCH)
         return
-    if req.fetch_offset < core.log.start_offset or (
-        req.fetch_offset == 0 and core.log.snapshot_id is not None
-    ):
-        sid = core.log.snapshot_id
+
+    def answer(snapshot: SnapshotId | None = None, diverging: SnapshotId | None = None) -> None:
         core._send(
             m.FetchResponse(
                 core.node_id,
@@ -63,44 +62,23 @@ def on_fetch_request(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
                 m.NONE,
                 core.high_watermark,
                 core.log.start_offset,
-                snapshot=sid,
+                diverging=diverging,
+                snapshot=snapshot,
                 fetch_offset=req.fetch_offset,
             )
         )
+
+    sid = core.log.snapshot_id
+    if req.fetch_offset < core.log.start_offset or (req.fetch_offset == 0 and sid is not None):
+        answer(snapshot=sid)
         return
     if req.fetch_offset > 0:
         at = core.log.end_offset_for_epoch(req.last_fetched_epoch)
         if at.epoch != req.last_fetched_epoch or at.end_offset < req.fetch_offset:
-            sid = core.log.snapshot_id
             if sid is not None and at.end_offset <= core.log.start_offset:
-                # the divergence lies inside our snapshot: start over from it
-                core._send(
-                    m.FetchResponse(
-                        core.node_id,
-                        req.src,
-                        core.epoch,
-                        core.node_id,
-                        m.NONE,
-                        core.high_watermark,
-                        core.log.start_offset,
-                        snapshot=sid,
-                        fetch_offset=req.fetch_offset,
-                    )
-                )
-                return
-            core._send(
-                m.FetchResponse(
-                    core.node_id,
-                    req.src,
-                    core.epoch,
-                    core.node_id,
-                    m.NONE,
-                    core.high_watermark,
-                    core.log.start_offset,
-                    diverging=at,
-                    fetch_offset=req.fetch_offset,
-                )
-            )
+                answer(snapshot=sid)  # the divergence lies inside our snapshot: start over
+            else:
+                answer(diverging=at)
             return
     p = core.progress.setdefault(req.src, Progress())
     p.fetch_offset = req.fetch_offset

@@ -38,7 +38,7 @@ class FileRaftLog:
         self._index: list[tuple[int, int, int]] = []
         self._bases: list[int] = []
         self.truncations = 0  # lets an in-flight fsync tell that the log was cut
-        for entry in self._scan(self.plog.log_start_offset):
+        for entry in self._read_from(self.plog.log_start_offset, 2**62):
             self._remember(entry)
         if self._snapshot is not None and self.plog.log_end_offset < self._snapshot.end_offset:
             # the snapshot is ahead of the segments (it was installed): start after it
@@ -55,25 +55,6 @@ class FileRaftLog:
         for p in self.dir.glob(f"*{SUFFIX}.tmp"):
             p.unlink()  # a snapshot half-written at a crash is discarded
         return max(found, key=lambda s: s.end_offset) if found else None
-
-    def _scan(self, offset: int) -> list[Entry]:
-        out: list[Entry] = []
-        while True:
-            sl = self.plog.read(offset, 1 << 20)
-            if sl is None:
-                return out
-            data = sl.read()
-            for pos, h in iter_batches(data, verify_crc=False):
-                out.append(
-                    Entry(
-                        h.base_offset,
-                        h.last_offset,
-                        h.partition_leader_epoch,
-                        data[pos : pos + h.size],
-                        h.is_control,
-                    )
-                )
-                offset = h.last_offset + 1
 
     def _remember(self, e: Entry) -> None:
         self._index.append((e.base_offset, e.last_offset, e.epoch))
@@ -112,7 +93,9 @@ class FileRaftLog:
         return SnapshotId(start, 0)
 
     def read(self, offset: int, max_entries: int) -> list[Entry]:
-        offset = max(offset, self.start_offset)
+        return self._read_from(max(offset, self.start_offset), max_entries)
+
+    def _read_from(self, offset: int, max_entries: int) -> list[Entry]:
         out: list[Entry] = []
         while len(out) < max_entries:
             sl = self.plog.read(offset, 1 << 20)

@@ -18,6 +18,7 @@ from keeperless.controller.quorum_controller import (
     CreateTopicResult,
     NewTopic,
 )
+from keeperless.controller.requests import delete_targets, new_partitions, new_topics
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.server.controller_service import ControllerService, NotControllerError
@@ -177,16 +178,7 @@ class ControllerApis:
         )
 
     async def create_topics(self, header: RequestHeader, req: Any) -> Any:
-        topics = [
-            NewTopic(
-                t.name,
-                t.num_partitions,
-                t.replication_factor,
-                {a.partition_index: tuple(a.broker_ids) for a in t.assignments},
-                {c.name: c.value for c in t.configs},
-            )
-            for t in req.topics
-        ]
+        topics = new_topics(req)
         try:
             results = await self.local.create_topics(topics, req.validate_only)
         except NotControllerError:
@@ -222,8 +214,7 @@ class ControllerApis:
         )
 
     async def delete_topics(self, header: RequestHeader, req: Any) -> Any:
-        names = [t.name for t in req.topics if t.name is not None]
-        ids = [t.topic_id for t in req.topics if t.name is None and t.topic_id is not None]
+        names, ids = delete_targets(req, header.api_version)
         try:
             results = await self.local.delete_topics(names, ids)
         except NotControllerError:
@@ -240,14 +231,7 @@ class ControllerApis:
         )
 
     async def create_partitions(self, header: RequestHeader, req: Any) -> Any:
-        reqs = [
-            CreatePartitionsRequest(
-                t.name,
-                t.count,
-                [tuple(a.broker_ids) for a in t.assignments] if t.assignments else None,
-            )
-            for t in req.topics
-        ]
+        reqs = new_partitions(req)
         try:
             results = await self.local.create_partitions(reqs, req.validate_only)
         except NotControllerError:
