@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Node
+from tests.integration.cluster import Cluster, Node
 
 
 @pytest.fixture
@@ -17,3 +17,14 @@ def node(tmp_path: Path) -> Iterator[Node]:
         yield n
     finally:
         n.stop()
+
+
+@pytest.fixture
+def cluster3(tmp_path: Path) -> Iterator[Cluster]:
+    """3 controllers + 2 brokers, started."""
+    c = Cluster(tmp_path)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()

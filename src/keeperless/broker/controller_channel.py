@@ -90,6 +90,12 @@ class RemoteController:
     async def _rpc(self, api_key: int, body: dict[str, Any], timeout_s: float | None = None) -> Any:
         version = _VERSIONS[api_key]
         req = build(load_request_schema(api_key, version), body)
+        return await self.forward(api_key, version, req, timeout_s)
+
+    async def forward(
+        self, api_key: int, version: int, req: Any, timeout_s: float | None = None
+    ) -> Any:
+        """Send a request to the active controller; retried across leader changes."""
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
         last_error = "no leader known"
         while time.monotonic() < deadline:

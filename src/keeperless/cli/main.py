@@ -6,9 +6,11 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from keeperless.server.config import ConfigError, load_config
 from keeperless.storage.meta_properties import StorageError, random_kafka_uuid
+from keeperless.tools.client import ToolError
 
 __all__ = ["main"]
 
@@ -63,6 +65,74 @@ def _server(args: argparse.Namespace) -> int:
     return run_node(cfg, cluster_id)
 
 
+def _command_config(path: str | None) -> dict[str, str]:
+    if not path:
+        return {}
+    from keeperless._properties import parse_properties
+
+    try:
+        return parse_properties(Path(path).read_text(), path)
+    except OSError as e:
+        raise ToolError(f"--command-config {path}: {e.strerror}") from None
+
+
+def _servers(args: argparse.Namespace) -> list[tuple[str, int]]:
+    from keeperless.tools.client import parse_servers
+
+    if getattr(args, "bootstrap_controller", None):
+        return parse_servers(args.bootstrap_controller, "--bootstrap-controller")
+    if getattr(args, "bootstrap_server", None):
+        return parse_servers(args.bootstrap_server, "--bootstrap-server")
+    raise ToolError("one of --bootstrap-server or --bootstrap-controller is required")
+
+
+def _tools(args: argparse.Namespace) -> int:
+    if args.command == "dump-log":
+        from keeperless.tools.dump_log import dump_file
+
+        ok = True
+        for f in args.files.split(","):
+            path = Path(f.strip())
+            if not path.exists():
+                raise ToolError(f"--files: {path} does not exist")
+            ok = (
+                dump_file(
+                    path,
+                    sys.stdout,
+                    args.cluster_metadata_decoder,
+                    args.print_data_log,
+                    args.deep_iteration,
+                )
+                and ok
+            )
+        return 0 if ok else 1
+    if args.command == "metadata-quorum":
+        from keeperless.tools.quorum import print_replication, print_status
+
+        if args.replication:
+            print_replication(_servers(args), sys.stdout)
+        else:
+            print_status(_servers(args), sys.stdout)
+        return 0
+    if args.command == "cluster":
+        from keeperless.tools.quorum import cluster_id
+
+        print(f"Cluster ID: {cluster_id(_servers(args))}")
+        return 0
+    from keeperless.tools.topics import run_topics
+
+    if not args.bootstrap_server:
+        raise ToolError("--bootstrap-server is required")
+    return run_topics(args, _command_config(args.command_config), sys.stdout)
+
+
+def _connection_flags(p: argparse.ArgumentParser, controller: bool = True) -> None:
+    p.add_argument("--bootstrap-server", help="host:port of brokers")
+    if controller:
+        p.add_argument("--bootstrap-controller", help="host:port of controllers")
+    p.add_argument("--command-config", help="client properties file")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="keeperless", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -85,6 +155,36 @@ def build_parser() -> argparse.ArgumentParser:
     start = sv_sub.add_parser("start", help="start a node from server.properties")
     start.add_argument("config")
     start.add_argument("--override", action="append", metavar="KEY=VALUE")
+
+    tp = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
+    _connection_flags(tp, controller=False)
+    for flag in ("--create", "--list", "--describe", "--alter", "--delete"):
+        tp.add_argument(flag, action="store_true")
+    tp.add_argument("--topic")
+    tp.add_argument("--partitions", type=int)
+    tp.add_argument("--replication-factor", type=int)
+    tp.add_argument("--config", action="append", metavar="KEY=VALUE")
+    tp.add_argument("--under-replicated-partitions", action="store_true")
+    tp.add_argument("--unavailable-partitions", action="store_true")
+
+    mq = sub.add_parser("metadata-quorum", help="describe the metadata quorum")
+    _connection_flags(mq)
+    mq_sub = mq.add_subparsers(dest="quorum_cmd", required=True)
+    desc = mq_sub.add_parser("describe", help="leader, epoch, high watermark, replicas")
+    which = desc.add_mutually_exclusive_group(required=True)
+    which.add_argument("--status", action="store_true")
+    which.add_argument("--replication", action="store_true")
+
+    cl = sub.add_parser("cluster", help="cluster-level information")
+    cl_sub = cl.add_subparsers(dest="cluster_cmd", required=True)
+    cid = cl_sub.add_parser("cluster-id", help="print the cluster id")
+    _connection_flags(cid)
+
+    dl = sub.add_parser("dump-log", help="print log segments, metadata logs and snapshots")
+    dl.add_argument("--files", required=True, help="comma-separated files")
+    dl.add_argument("--cluster-metadata-decoder", action="store_true")
+    dl.add_argument("--print-data-log", action="store_true")
+    dl.add_argument("--deep-iteration", action="store_true")
     return p
 
 
@@ -102,9 +202,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "storage":
             return _storage(args)
-        return _server(args)
-    except (ConfigError, StorageError, ValueError) as e:
+        if args.command == "server":
+            return _server(args)
+        return _tools(args)
+    except (ConfigError, StorageError, ToolError, ValueError) as e:
         return _fail(str(e))
+    except BrokenPipeError:
+        return 0
 
 
 if __name__ == "__main__":

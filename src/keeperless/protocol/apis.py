@@ -42,6 +42,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     54: (1, 1),  # EndQuorumEpoch
     55: (0, 2),  # DescribeQuorum
     59: (1, 1),  # FetchSnapshot
+    60: (0, 1),  # DescribeCluster (the controllers, KIP-919)
     62: (3, 3),  # BrokerRegistration
     63: (1, 1),  # BrokerHeartbeat
     67: (0, 0),  # AllocateProducerIds

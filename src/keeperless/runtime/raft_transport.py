@@ -185,7 +185,7 @@ class RaftTransport:
     async def handle(self, header: RequestHeader, req: Any) -> Any:
         key = header.api_key
         if key == 55:
-            return self._describe_quorum(header)
+            return self.describe_quorum_response(header)
         if key == 1 and (not req.topics or req.topics[0].topic != "__cluster_metadata"):
             leader, epoch = self.state()
             return response_of(1, header.api_version, None, leader, epoch)
@@ -211,7 +211,7 @@ class RaftTransport:
         leader, epoch = self.state()
         return response_of(key, header.api_version, answer, leader, epoch)
 
-    def _describe_quorum(self, header: RequestHeader) -> Any:
+    def describe_quorum_response(self, header: RequestHeader) -> Any:
         info = self.describe()
         leader, epoch = self.state()
         part: dict[str, Any] = {

@@ -204,8 +204,37 @@ class Node:
     def _broker_router(self) -> RequestRouter:
         assert self.broker is not None
         assert self.groups is not None
-        h = BrokerHandlers(self.broker, GroupOffsets(self.groups).handlers())
+        extra = GroupOffsets(self.groups).handlers()
+        extra[55] = self._forward_describe_quorum
+        h = BrokerHandlers(self.broker, extra)
+        h.apis[55] = (0, 2)
         return RequestRouter(self.node_id, h.apis, h.handlers, h.api_versions_body)
+
+    async def _forward_describe_quorum(self, header: Any, req: Any) -> Any:
+        """Brokers answer DescribeQuorum by asking the active controller (as Kafka's do)."""
+        try:
+            return await self.remote.forward(55, header.api_version, req)
+        except ControllerUnavailableError:
+            return self.transport.describe_quorum_response(header)  # "no leader" from our view
+
+    async def _describe_cluster_controllers(self, header: Any, req: Any) -> Any:
+        """DescribeCluster on the controller listener (KIP-919): the controllers."""
+        core = self.mlog.core
+        return build(
+            response_class(60, header.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "endpoint_type": 2,
+                "cluster_id": self.cluster_id,
+                "controller_id": core.leader_id,
+                "brokers": [
+                    {"broker_id": v.node_id, "host": v.host, "port": v.port, "rack": None}
+                    for v in self.config.voters
+                ],
+            },
+        )
 
     def _controller_router(self) -> RequestRouter:
         assert self.controller is not None
@@ -227,6 +256,7 @@ class Node:
         for key in (1, 52, 53, 54, 55, 59):
             handlers[key] = self.transport.handle
         handlers.update(ControllerApis(self.controller).handlers())
+        handlers[60] = self._describe_cluster_controllers
         return RequestRouter(self.node_id, dict(CONTROLLER_APIS), handlers, body)
 
     # -- broker lifecycle ---------------------------------------------------------------

@@ -1,0 +1,142 @@
+"""`dump-log`: print the batches (and records) of log segments, metadata segments and
+snapshot files, in the shape of Kafka's DumpLogSegments. A corrupt file is reported at
+the offending position."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+from keeperless.metadata.codec import MetadataRecordError, decode_record, record_to_json
+from keeperless.protocol.control import CONTROL_NAMES, decode_control
+from keeperless.protocol.records import (
+    ATTR_TIMESTAMP_TYPE,
+    BATCH_HEADER_SIZE,
+    CorruptBatchError,
+    decode_records,
+    read_header,
+)
+
+__all__ = ["dump_file"]
+
+_CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+_CHUNK = 8 * 1024 * 1024
+
+
+def _batches(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(position, batch bytes) for each batch; raises CorruptBatchError with the file
+    position of the first bad one."""
+    import crc32c
+
+    with open(path, "rb") as f:
+        pos = 0
+        while True:
+            f.seek(pos)
+            head = f.read(BATCH_HEADER_SIZE)
+            if not head:
+                return
+            if len(head) < BATCH_HEADER_SIZE:
+                raise CorruptBatchError("truncated batch header", pos)
+            h = read_header(head)
+            if h.magic != 2:
+                raise CorruptBatchError(f"unsupported magic {h.magic}", pos)
+            if h.batch_length < BATCH_HEADER_SIZE - 12 or h.batch_length > 1 << 30:
+                raise CorruptBatchError(f"invalid batch length {h.batch_length}", pos)
+            f.seek(pos)
+            data = f.read(h.size)
+            if len(data) < h.size:
+                raise CorruptBatchError(f"truncated batch ({len(data)} of {h.size} bytes)", pos)
+            if crc32c.crc32c(data[21:]) != h.crc:
+                raise CorruptBatchError(f"CRC mismatch (stored {h.crc})", pos)
+            yield pos, data
+            pos += h.size
+
+
+def dump_file(path: Path, out: TextIO, decoder: bool, print_data: bool, deep: bool) -> bool:
+    """Print one file; returns False if it was found corrupt (after printing the rest)."""
+    metadata = (
+        decoder
+        or path.name.endswith(".checkpoint")
+        or "__cluster_metadata" in str(path.parent.name)
+    )
+    print(f"Dumping {path}", file=out)
+    if path.name.endswith(".log") or path.name.endswith(".checkpoint"):
+        start = path.name.split("-")[0].split(".")[0]
+        if start.isdigit():
+            print(f"Log starting offset: {int(start)}", file=out)
+    records_wanted = deep or print_data or decoder
+    try:
+        for pos, data in _batches(path):
+            h = read_header(data)
+            ts_type = "LogAppendTime" if h.attributes & ATTR_TIMESTAMP_TYPE else "CreateTime"
+            print(
+                f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: "
+                f"{h.record_count} baseSequence: {h.base_sequence} lastSequence: "
+                f"{h.last_sequence} producerId: {h.producer_id} producerEpoch: "
+                f"{h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
+                f"isTransactional: {str(h.is_transactional).lower()} isControl: "
+                f"{str(h.is_control).lower()} position: {pos} {ts_type}: {h.max_timestamp} "
+                f"size: {h.size} magic: {h.magic} compresscodec: "
+                f"{_CODECS.get(h.compression, h.compression)} crc: {h.crc} isvalid: true",
+                file=out,
+            )
+            if not records_wanted:
+                continue
+            for rec in decode_records(data):
+                line = (
+                    f"| offset: {rec.offset} {ts_type}: {rec.timestamp} keySize: "
+                    f"{-1 if rec.key is None else len(rec.key)} valueSize: "
+                    f"{-1 if rec.value is None else len(rec.value)} headerKeys: "
+                    f"[{','.join(k for k, _ in rec.headers)}]"
+                )
+                if h.is_control:
+                    kind, msg = decode_control(rec)
+                    name = CONTROL_NAMES.get(kind, f"UNKNOWN({kind})")
+                    line += f" {name}: {_control_json(msg)}"
+                elif metadata and rec.value is not None:
+                    try:
+                        decoded, version = decode_record(rec.value)
+                        line += " payload: " + json.dumps(
+                            record_to_json(decoded, version), separators=(",", ":")
+                        )
+                    except MetadataRecordError as e:
+                        line += f" payload: <undecodable metadata record: {e}>"
+                elif print_data:
+                    line += f" key: {_text(rec.key)} payload: {_text(rec.value)}"
+                print(line, file=out)
+    except CorruptBatchError as e:
+        print(
+            f"Found a corrupt or truncated batch in {path} at position {e.position}: "
+            f"{str(e).rsplit(' at byte', 1)[0]}",
+            file=out,
+        )
+        return False
+    return True
+
+
+def _text(b: bytes | None) -> str:
+    if b is None:
+        return "null"
+    return b.decode("utf-8", "backslashreplace")
+
+
+def _control_json(msg: object) -> str:
+    """A control record's message as Kafka prints it (camelCase fields)."""
+    import dataclasses
+
+    def camel(name: str) -> str:
+        head, *rest = name.split("_")
+        return head + "".join(p.title() for p in rest)
+
+    def conv(v: object) -> object:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {camel(f.name): conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, tuple | list):
+            return [conv(x) for x in v]
+        return v
+
+    if msg is None:
+        return "{}"
+    return json.dumps(conv(msg), default=str, separators=(",", ":"))

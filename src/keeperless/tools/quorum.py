@@ -1,0 +1,87 @@
+"""`metadata-quorum describe --status | --replication` and `cluster cluster-id`, as Kafka's
+kafka-metadata-quorum.sh and kafka-cluster.sh print them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TextIO
+
+from keeperless.tools.client import ToolError, call
+
+__all__ = ["cluster_id", "describe_quorum", "print_replication", "print_status"]
+
+_TOPIC = "__cluster_metadata"
+
+
+def describe_quorum(servers: list[tuple[str, int]]) -> Any:
+    """The DescribeQuorum answer of the active controller (asked directly, or through a
+    broker, which forwards it)."""
+    body = {"topics": [{"topic_name": _TOPIC, "partitions": [{"partition_index": 0}]}]}
+    last = "no server answered"
+    for server in servers:
+        resp = call([server], 55, 1, body)
+        p = resp.topics[0].partitions[0] if resp.topics else None
+        if p is not None and int(p.error_code) == 0:
+            return p
+        if p is not None and p.leader_id >= 0:
+            last = f"{server[0]}:{server[1]} is not the leader (leader is node {p.leader_id})"
+        else:
+            last = f"{server[0]}:{server[1]} knows no leader: the quorum may have no majority"
+    raise ToolError(f"no active controller answered DescribeQuorum: {last}")
+
+
+def cluster_id(servers: list[tuple[str, int]]) -> str:
+    resp = call(
+        servers, 60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1}
+    )
+    return str(resp.cluster_id)
+
+
+def print_status(servers: list[tuple[str, int]], out: TextIO) -> None:
+    p = describe_quorum(servers)
+    cid = cluster_id(servers)
+    now = int(time.time() * 1000)
+    leader_end = next(
+        (v.log_end_offset for v in p.current_voters if v.replica_id == p.leader_id),
+        p.high_watermark,
+    )
+    followers = [v for v in p.current_voters if v.replica_id != p.leader_id]
+    max_lag = max((leader_end - v.log_end_offset for v in followers), default=0)
+    lag_times = [
+        now - v.last_caught_up_timestamp for v in followers if v.last_caught_up_timestamp >= 0
+    ]
+    rows = [
+        ("ClusterId", cid),
+        ("LeaderId", p.leader_id),
+        ("LeaderEpoch", p.leader_epoch),
+        ("HighWatermark", p.high_watermark),
+        ("MaxFollowerLag", max_lag),
+        ("MaxFollowerLagTimeMs", max(lag_times, default=-1) if followers else 0),
+        ("CurrentVoters", "[" + ",".join(str(v.replica_id) for v in p.current_voters) + "]"),
+        ("CurrentObservers", "[" + ",".join(str(o.replica_id) for o in p.observers) + "]"),
+    ]
+    for k, v in rows:
+        print(f"{k + ':':<24}{v}", file=out)
+
+
+def print_replication(servers: list[tuple[str, int]], out: TextIO) -> None:
+    p = describe_quorum(servers)
+    leader_end = next(
+        (v.log_end_offset for v in p.current_voters if v.replica_id == p.leader_id),
+        p.high_watermark,
+    )
+    print(
+        f"{'NodeId':<8}{'LogEndOffset':<16}{'Lag':<8}{'LastFetchTimestamp':<24}"
+        f"{'LastCaughtUpTimestamp':<24}Status",
+        file=out,
+    )
+    rows = [
+        (v, "Leader" if v.replica_id == p.leader_id else "Follower") for v in p.current_voters
+    ] + [(o, "Observer") for o in p.observers]
+    rows.sort(key=lambda r: (r[1] != "Leader", r[1] == "Observer", r[0].replica_id))
+    for r, status in rows:
+        print(
+            f"{r.replica_id:<8}{r.log_end_offset:<16}{max(leader_end - r.log_end_offset, 0):<8}"
+            f"{r.last_fetch_timestamp:<24}{r.last_caught_up_timestamp:<24}{status}",
+            file=out,
+        )

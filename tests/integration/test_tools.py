@@ -1,0 +1,112 @@
+"""Operator tools against a real 3-controller, 2-broker cluster (issue 6, first part)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.integration.cluster import Cluster, keeperless, wait_until
+
+
+def _ok(*args: str) -> str:
+    res = keeperless(*args)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_topics_tool(cluster3: Cluster) -> None:
+    bs = ["--bootstrap-server", cluster3.bootstrap]
+    out = _ok(
+        "topics",
+        *bs,
+        "--create",
+        "--topic",
+        "orders",
+        "--partitions",
+        "3",
+        "--replication-factor",
+        "1",
+        "--config",
+        "retention.ms=60000",
+    )
+    assert out.strip() == "Created topic orders."
+    assert "orders" in _ok("topics", *bs, "--list").split()
+    desc = _ok("topics", *bs, "--describe", "--topic", "orders").splitlines()
+    assert desc[0].startswith("Topic: orders\tTopicId: ")
+    assert "PartitionCount: 3\tReplicationFactor: 1\tConfigs: retention.ms=60000" in desc[0]
+    assert len(desc) == 4
+    assert desc[1].startswith("\tTopic: orders\tPartition: 0\tLeader: ")
+    _ok("topics", *bs, "--alter", "--topic", "orders", "--partitions", "5")
+    wait_until(
+        lambda: len(_ok("topics", *bs, "--describe", "--topic", "orders").splitlines()) == 6,
+        10,
+        what="5 partitions",
+    )
+    assert _ok("topics", *bs, "--describe", "--under-replicated-partitions") == ""
+    dup = keeperless("topics", *bs, "--create", "--topic", "orders")
+    assert dup.returncode != 0
+    assert "already exists" in dup.stderr
+    missing = keeperless("topics", *bs, "--describe", "--topic", "nope")
+    assert missing.returncode != 0
+    assert "does not exist" in missing.stderr
+    _ok("topics", *bs, "--delete", "--topic", "orders")
+    wait_until(
+        lambda: "orders" not in _ok("topics", *bs, "--list").split(), 10, what="the topic to go"
+    )
+
+
+def test_metadata_quorum_and_cluster_id(cluster3: Cluster) -> None:
+    leader = cluster3.leader()
+    via_broker = _ok(
+        "metadata-quorum", "--bootstrap-server", cluster3.bootstrap, "describe", "--status"
+    )
+    controllers = ",".join(f"127.0.0.1:{n.port}" for n in cluster3.controllers.values())
+    via_ctl = _ok("metadata-quorum", "--bootstrap-controller", controllers, "describe", "--status")
+    for out in (via_broker, via_ctl):
+        lines = dict(line.split(":", 1) for line in out.splitlines())
+        assert lines["LeaderId"].strip() == str(leader)
+        assert lines["CurrentVoters"].strip() == "[1,2,3]"
+        assert lines["CurrentObservers"].strip() == "[4,5]"
+        assert int(lines["HighWatermark"]) > 0
+    rep = _ok(
+        "metadata-quorum", "--bootstrap-controller", controllers, "describe", "--replication"
+    ).splitlines()
+    assert rep[0].split() == [
+        "NodeId",
+        "LogEndOffset",
+        "Lag",
+        "LastFetchTimestamp",
+        "LastCaughtUpTimestamp",
+        "Status",
+    ]
+    statuses = {int(r.split()[0]): r.split()[-1] for r in rep[1:]}
+    assert statuses[leader] == "Leader"
+    assert sorted(k for k, v in statuses.items() if v == "Observer") == [4, 5]
+    cid = _ok("cluster", "cluster-id", "--bootstrap-server", cluster3.bootstrap).strip()
+    assert cid.startswith("Cluster ID: ")
+    meta = (cluster3.brokers[4].data / "meta.properties").read_text()
+    assert f"cluster.id={cid.split(': ')[1]}" in meta
+    down = keeperless(
+        "metadata-quorum", "--bootstrap-controller", "127.0.0.1:1", "describe", "--status"
+    )
+    assert down.returncode != 0
+    assert "could not reach 127.0.0.1:1" in down.stderr
+
+
+def test_dump_log(cluster3: Cluster, tmp_path: Path) -> None:
+    leader = cluster3.leader()
+    _ok("topics", "--bootstrap-server", cluster3.bootstrap, "--create", "--topic", "dumped")
+    seg = sorted((cluster3.controllers[leader].data / "__cluster_metadata-0").glob("*.log"))[0]
+    out = _ok("dump-log", "--files", str(seg), "--cluster-metadata-decoder")
+    assert '"type":"REGISTER_BROKER_RECORD"' in out
+    assert '"type":"TOPIC_RECORD","version":0,"data":{"name":"dumped"' in out
+    assert "LEADER_CHANGE:" in out
+    assert out.splitlines()[0] == f"Dumping {seg}"
+    corrupt = tmp_path / "00000000000000000000.log"
+    data = bytearray(seg.read_bytes())
+    data[100] ^= 0xFF
+    corrupt.write_bytes(bytes(data))
+    bad = keeperless("dump-log", "--files", str(corrupt))
+    assert bad.returncode != 0
+    assert "Found a corrupt or truncated batch" in bad.stdout
+    assert "at position" in bad.stdout
+    assert "Traceback" not in bad.stdout + bad.stderr
