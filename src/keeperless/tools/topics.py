@@ -50,8 +50,11 @@ def _topic_id(tid: Any) -> str:
 
 def run_topics(args: Any, extra: dict[str, str], out: TextIO) -> int:
     from confluent_kafka import TopicCollection
-    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
-    from confluent_kafka.admin import NewPartitions, NewTopic  # type: ignore[attr-defined]
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        ConfigResource,
+        NewPartitions,
+        NewTopic,
+    )
 
     admin = _admin(args.bootstrap_server, extra)
     if args.list:
