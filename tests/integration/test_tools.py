@@ -110,3 +110,73 @@ def test_dump_log(cluster3: Cluster, tmp_path: Path) -> None:
     assert "Found a corrupt or truncated batch" in bad.stdout
     assert "at position" in bad.stdout
     assert "Traceback" not in bad.stdout + bad.stderr
+
+
+def test_metadata_shell_tree(cluster3: Cluster) -> None:
+    _ok(
+        "topics",
+        "--bootstrap-server",
+        cluster3.bootstrap,
+        "--create",
+        "--topic",
+        "shell",
+        "--partitions",
+        "2",
+        "--config",
+        "retention.ms=1234",
+    )
+    cluster3.brokers[5].stop()  # cleanly: the controller fences it
+    controllers = ",".join(f"127.0.0.1:{n.port}" for n in cluster3.controllers.values())
+    leader = cluster3.leader()
+
+    def shell(*cmd: str, source: tuple[str, str] = ("--bootstrap-controller", controllers)) -> str:
+        return _ok("metadata-shell", *source, "--", *cmd)
+
+    wait_until(
+        lambda: shell("cat", "/brokers/5/isFenced").strip() == "true",
+        20,
+        what="broker 5 fenced in the image",
+    )
+    assert shell("ls", "/brokers").split() == ["4", "5"]
+    assert shell("cat", "/brokers/4/isFenced").strip() == "false"
+    assert shell("ls", "/topics").split() == ["shell"]
+    part = shell("cat", "/topics/shell/1/data")
+    assert '"partitionId": 1' in part
+    assert shell("cat", "/configs/topic/shell/retention.ms").strip() == "1234"
+    assert shell("cat", "/features/metadata.version").strip() == "21"
+    assert shell("cat", "/metadataQuorum/leader").startswith(f"LeaderAndEpoch(leaderId={leader}")
+    tid = shell("cat", "/topics/shell/id").strip()
+    assert shell("cat", f"/topicIds/{tid}/name").strip() == "shell"
+    assert "/topics/shell/0/data" in shell("find", "/topics")
+    # from a controller's log directory: the same tree, but no quorum-backed leader
+    ctl_dir = ("--directory", str(cluster3.controllers[leader].data))
+    assert shell("ls", "/topics", source=ctl_dir).split() == ["shell"]
+    assert "not from a live quorum" in shell("cat", "/metadataQuorum/leader", source=ctl_dir)
+    # from the bootstrap snapshot
+    boot = ("--snapshot", str(cluster3.controllers[leader].data / "bootstrap.checkpoint"))
+    assert shell("ls", "/features", source=boot).split() == ["metadata.version"]
+    # interactive: commands from standard input
+    import subprocess
+    import sys
+
+    from tests.integration.cluster import ROOT
+
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "keeperless",
+            "metadata-shell",
+            "--bootstrap-controller",
+            controllers,
+        ],
+        input="cd /topics/shell\npwd\nls\nhistory\nexit\n",
+        text=True,
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    )
+    assert "/topics/shell" in res.stdout
+    assert "cd /topics/shell" in res.stdout  # history
+    assert "id" in res.stdout.split()

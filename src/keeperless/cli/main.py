@@ -114,6 +114,10 @@ def _tools(args: argparse.Namespace) -> int:
         else:
             print_status(_servers(args), sys.stdout)
         return 0
+    if args.command == "metadata-shell":
+        from keeperless.tools.metadata_shell import run_shell
+
+        return run_shell(args, sys.stdout)
     if args.command == "cluster":
         from keeperless.tools.quorum import cluster_id
 
@@ -179,6 +183,17 @@ def build_parser() -> argparse.ArgumentParser:
     cl_sub = cl.add_subparsers(dest="cluster_cmd", required=True)
     cid = cl_sub.add_parser("cluster-id", help="print the cluster id")
     _connection_flags(cid)
+
+    ms = sub.add_parser("metadata-shell", help="browse the metadata image as a file system")
+    ms.add_argument("--snapshot", help="a .checkpoint snapshot file")
+    ms.add_argument("--directory", help="a metadata log directory")
+    ms.add_argument("--bootstrap-controller", help="host:port of controllers")
+    ms.add_argument(
+        "shell_command",
+        metavar="command",
+        nargs=argparse.REMAINDER,
+        help="run one command and exit, e.g. -- ls /brokers",
+    )
 
     dl = sub.add_parser("dump-log", help="print log segments, metadata logs and snapshots")
     dl.add_argument("--files", required=True, help="comma-separated files")

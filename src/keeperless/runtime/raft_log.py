@@ -29,10 +29,16 @@ def _now_ms() -> int:
 
 
 class FileRaftLog:
-    def __init__(self, directory: Path, segment_bytes: int = 8 * 1024 * 1024) -> None:
+    def __init__(
+        self, directory: Path, segment_bytes: int = 8 * 1024 * 1024, read_only: bool = False
+    ) -> None:
         self.dir = directory
-        directory.mkdir(parents=True, exist_ok=True)
-        self.plog = PartitionLog(directory, LogConfig(segment_bytes=segment_bytes), _now_ms())
+        self.read_only = read_only
+        if not read_only:
+            directory.mkdir(parents=True, exist_ok=True)
+        self.plog = PartitionLog(
+            directory, LogConfig(segment_bytes=segment_bytes), _now_ms(), read_only=read_only
+        )
         self._snapshot = self._latest_snapshot()
         # (base offset, last offset, epoch) of every batch, for epoch lookups
         self._index: list[tuple[int, int, int]] = []
@@ -40,7 +46,11 @@ class FileRaftLog:
         self.truncations = 0  # lets an in-flight fsync tell that the log was cut
         for entry in self._read_from(self.plog.log_start_offset, 2**62):
             self._remember(entry)
-        if self._snapshot is not None and self.plog.log_end_offset < self._snapshot.end_offset:
+        if (
+            not read_only
+            and self._snapshot is not None
+            and self.plog.log_end_offset < self._snapshot.end_offset
+        ):
             # the snapshot is ahead of the segments (it was installed): start after it
             self.plog.reset_to(self._snapshot.end_offset, _now_ms())
             self._index, self._bases = [], []
@@ -52,8 +62,9 @@ class FileRaftLog:
             off, _, ep = name.partition("-")
             if off.isdigit() and ep.isdigit() and p.stat().st_size > 0:
                 found.append(SnapshotId(int(off), int(ep)))
-        for p in self.dir.glob(f"*{SUFFIX}.tmp"):
-            p.unlink()  # a snapshot half-written at a crash is discarded
+        if not self.read_only:
+            for p in self.dir.glob(f"*{SUFFIX}.tmp"):
+                p.unlink()  # a snapshot half-written at a crash is discarded
         return max(found, key=lambda s: s.end_offset) if found else None
 
     def _remember(self, e: Entry) -> None:

@@ -74,15 +74,22 @@ class _Segment:
         "time_index_fd",
     )
 
-    def __init__(self, directory: Path, base_offset: int, created_ms: int) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, created_ms: int, read_only: bool = False
+    ) -> None:
         self.dir = directory
         self.base_offset = base_offset
-        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
+        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT | os.O_APPEND
         self.fd = os.open(directory / segment_name(base_offset, ".log"), flags, 0o644)
-        self.index_fd = os.open(directory / segment_name(base_offset, ".index"), flags, 0o644)
-        self.time_index_fd = os.open(
-            directory / segment_name(base_offset, ".timeindex"), flags, 0o644
-        )
+        # indexes are rebuilt from the log; a reader (tools) needs none of its own
+        if read_only:
+            self.index_fd = os.open(os.devnull, os.O_RDONLY)
+            self.time_index_fd = os.open(os.devnull, os.O_RDONLY)
+        else:
+            self.index_fd = os.open(directory / segment_name(base_offset, ".index"), flags, 0o644)
+            self.time_index_fd = os.open(
+                directory / segment_name(base_offset, ".timeindex"), flags, 0o644
+            )
         self.size = os.fstat(self.fd).st_size
         self.index: list[tuple[int, int]] = []  # (offset, position), sparse
         self.time_index: list[tuple[int, int]] = []  # (max timestamp so far, offset)
@@ -140,10 +147,15 @@ class PartitionLog:
         config: LogConfig,
         now_ms: int,
         on_recovered_batch: Callable[[BatchHeader], None] | None = None,
+        read_only: bool = False,
     ) -> None:
+        """``read_only`` opens an existing log for tools: nothing is created, repaired or
+        rewritten, so a running node's files are left exactly as they are."""
         self.dir = directory
         self.config = config
-        directory.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if not read_only:
+            directory.mkdir(parents=True, exist_ok=True)
         self._segments: list[_Segment] = []
         self._bases: list[int] = []
         self._unflushed = 0
@@ -155,11 +167,13 @@ class PartitionLog:
     def _open(self, now_ms: int, on_batch: Callable[[BatchHeader], None] | None) -> None:
         bases = sorted(int(p.name[:20]) for p in self.dir.glob("*.log") if p.name[:20].isdigit())
         for i, base in enumerate(bases):
-            seg = _Segment(self.dir, base, now_ms)
+            seg = _Segment(self.dir, base, now_ms, self.read_only)
             last = i == len(bases) - 1
             self._scan(seg, validate=last, on_batch=on_batch if last else None)
             self._segments.append(seg)
         if not self._segments:
+            if self.read_only:
+                raise FileNotFoundError(f"{self.dir} holds no log segment")
             self._segments.append(_Segment(self.dir, 0, now_ms))
         self._bases = [s.base_offset for s in self._segments]
 
@@ -211,6 +225,9 @@ class PartitionLog:
                 break
             pos += consumed
             valid_end = pos
+        if self.read_only:
+            seg.size = valid_end  # serve only what is valid; repair is the node's job
+            return
         if valid_end < seg.size:
             lost = seg.size - valid_end
             self.truncated_bytes += lost
