@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from tests.integration.cluster import Cluster, keeperless, wait_until
+
+
+@pytest.fixture(scope="module")
+def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One 3-controller, 2-broker cluster for the module (the shell test, last, stops a
+    broker)."""
+    c = Cluster(tmp_path_factory.mktemp("tools"))
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
 
 
 def _ok(*args: str) -> str:
@@ -139,7 +154,7 @@ def test_metadata_shell_tree(cluster3: Cluster) -> None:
     )
     assert shell("ls", "/brokers").split() == ["4", "5"]
     assert shell("cat", "/brokers/4/isFenced").strip() == "false"
-    assert shell("ls", "/topics").split() == ["shell"]
+    assert "shell" in shell("ls", "/topics").split()
     part = shell("cat", "/topics/shell/1/data")
     assert '"partitionId": 1' in part
     assert shell("cat", "/configs/topic/shell/retention.ms").strip() == "1234"
@@ -150,7 +165,7 @@ def test_metadata_shell_tree(cluster3: Cluster) -> None:
     assert "/topics/shell/0/data" in shell("find", "/topics")
     # from a controller's log directory: the same tree, but no quorum-backed leader
     ctl_dir = ("--directory", str(cluster3.controllers[leader].data))
-    assert shell("ls", "/topics", source=ctl_dir).split() == ["shell"]
+    assert "shell" in shell("ls", "/topics", source=ctl_dir).split()
     assert "not from a live quorum" in shell("cat", "/metadataQuorum/leader", source=ctl_dir)
     # from the bootstrap snapshot
     boot = ("--snapshot", str(cluster3.controllers[leader].data / "bootstrap.checkpoint"))
