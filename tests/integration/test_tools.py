@@ -127,6 +127,82 @@ def test_dump_log(cluster3: Cluster, tmp_path: Path) -> None:
     assert "Traceback" not in bad.stdout + bad.stderr
 
 
+def test_console_tools_and_consumer_groups(cluster3: Cluster) -> None:
+    import subprocess
+    import sys
+
+    from tests.integration.cluster import ROOT
+
+    bs = ["--bootstrap-server", cluster3.bootstrap]
+
+    def tool(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "keeperless", *args],
+            input=stdin,
+            text=True,
+            capture_output=True,
+            cwd=ROOT,
+            timeout=60,
+        )
+
+    _ok("topics", *bs, "--create", "--topic", "console", "--partitions", "1")
+    res = tool(
+        "console-producer",
+        *bs,
+        "--topic",
+        "console",
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=:",
+        "--property",
+        "parse.headers=true",
+        stdin="h:1\tk1:one\n\tk2:two\n",
+    )
+    assert res.returncode == 0, res.stderr
+    res = tool(
+        "console-consumer",
+        *bs,
+        "--topic",
+        "console",
+        "--from-beginning",
+        "--group",
+        "cg",
+        "--max-messages",
+        "2",
+        "--property",
+        "print.key=true",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "key.separator=|",
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["h:1|k1|one", "NO_HEADERS|k2|two"]
+    assert "Processed a total of 2 messages" in res.stderr
+    assert "cg" in _ok("consumer-groups", *bs, "--list").split()
+    desc = _ok("consumer-groups", *bs, "--describe", "--group", "cg").splitlines()
+    assert desc[1].split()[:6] == ["cg", "console", "0", "2", "2", "0"]
+    _ok(
+        "consumer-groups",
+        *bs,
+        "--reset-offsets",
+        "--group",
+        "cg",
+        "--topic",
+        "console",
+        "--to-earliest",
+        "--execute",
+    )
+    desc = _ok("consumer-groups", *bs, "--describe", "--group", "cg").splitlines()
+    assert desc[1].split()[3:6] == ["0", "2", "2"]
+    _ok("consumer-groups", *bs, "--delete", "--group", "cg")
+    assert "cg" not in _ok("consumer-groups", *bs, "--list").split()
+    bad = tool("console-consumer", "--bootstrap-server", cluster3.bootstrap)
+    assert bad.returncode != 0
+    assert "--topic" in bad.stderr
+
+
 def test_metadata_shell_tree(cluster3: Cluster) -> None:
     _ok(
         "topics",

@@ -171,24 +171,39 @@ class GroupCoordinator:
             if key_type == 0
             else ErrorCode.coordinator_not_available
         )
-        ep = self.broker.settings.endpoints[0]
-        coords = [
-            {
-                "key": k,
-                "node_id": self.broker.node_id if err == ErrorCode.none else -1,
-                "host": ep[1] if err == ErrorCode.none else "",
-                "port": ep[2] if err == ErrorCode.none else -1,
-                "error_code": err,
-                "error_message": None
-                if err == ErrorCode.none
-                else "The coordinator is not available.",
-            }
-            for k in keys
-        ]
+        coords = [self._coordinator_of(k, err) for k in keys]
         body: dict[str, Any] = {"throttle_time": 0, "coordinators": coords}
         if header.api_version < 4:
             body.update({k: v for k, v in coords[0].items() if k != "key"})
         return build(response_class(10, header.api_version), body)
+
+    def _coordinator_of(self, key: str, err: ErrorCode) -> dict[str, Any]:
+        """The broker leading the key's __consumer_offsets partition (Kafka's rule)."""
+        image = self.broker.image
+        t = image.topic(OFFSETS_TOPIC)
+        node = None
+        if err == ErrorCode.none and t is not None and key:
+            leader = t.partitions[partition_for_group(key, len(t.partitions))].leader
+            reg = image.brokers.get(leader)
+            if reg is not None and not reg.fenced and reg.endpoints:
+                node = (leader, reg.endpoints[0][1], reg.endpoints[0][2])
+        if node is None:
+            return {
+                "key": key,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+                "error_code": ErrorCode.coordinator_not_available,
+                "error_message": "The coordinator is not available.",
+            }
+        return {
+            "key": key,
+            "node_id": node[0],
+            "host": node[1],
+            "port": node[2],
+            "error_code": ErrorCode.none,
+            "error_message": None,
+        }
 
     def _group_error(self, group_id: str) -> ErrorCode | None:
         if not group_id:

@@ -39,6 +39,7 @@ class GroupOffsets:
             14: gc.sync_group,
             15: self.describe_groups,
             16: self.list_groups,
+            42: self.delete_groups,
         }
 
     async def offset_commit(self, header: RequestHeader, req: Any) -> Any:
@@ -213,3 +214,37 @@ class GroupOffsets:
                 ]
             out.append(entry)
         return build(response_class(15, header.api_version), {"throttle_time": 0, "groups": out})
+
+    async def delete_groups(self, header: RequestHeader, req: Any) -> Any:
+        results = []
+        now = int(time.time() * 1000)
+        for gid in req.groups_names:
+            err = self.gc._group_error(gid)
+            g = self.gc.groups.get(gid)
+            if err is None and g is not None and g.members:
+                err = ErrorCode.non_empty_group
+            elif err is None and g is None and gid not in self.gc.offsets:
+                err = ErrorCode.group_id_not_found
+            if err is None:
+                offsets = self.gc.offsets.pop(gid, {})
+                self.gc.groups.pop(gid, None)
+                if offsets:
+                    # tombstones, so that the deletion survives a restart
+                    tombstones = [(offset_key(gid, t, p), None, ()) for t, p in offsets]
+                    t_img = self.broker.image.topic(OFFSETS_TOPIC)
+                    assert t_img is not None
+                    part = self.broker.partitions.get(
+                        OFFSETS_TOPIC, partition_for_group(gid, len(t_img.partitions))
+                    )
+                    assert part is not None
+                    assert part.info is not None
+                    part.append(
+                        build_batch(tombstones, timestamp_ms=now),
+                        part.info.leader_epoch,
+                        2**31 - 1,
+                        now,
+                    )
+            results.append({"group_id": gid, "error_code": err or ErrorCode.none})
+        return build(
+            response_class(42, header.api_version), {"throttle_time": 0, "results": results}
+        )

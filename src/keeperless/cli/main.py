@@ -123,11 +123,26 @@ def _tools(args: argparse.Namespace) -> int:
 
         print(f"Cluster ID: {cluster_id(_servers(args))}")
         return 0
-    from keeperless.tools.topics import run_topics
-
     if not args.bootstrap_server:
         raise ToolError("--bootstrap-server is required")
-    return run_topics(args, _command_config(args.command_config), sys.stdout)
+    extra = _command_config(args.command_config)
+    if args.command == "console-producer":
+        from keeperless.tools.console import run_producer
+
+        extra.update(_command_config(args.producer_config))
+        return run_producer(args, extra, sys.stdin)
+    if args.command == "console-consumer":
+        from keeperless.tools.console import run_consumer
+
+        extra.update(_command_config(args.consumer_config))
+        return run_consumer(args, extra, sys.stdout)
+    if args.command == "consumer-groups":
+        from keeperless.tools.console import run_consumer_groups
+
+        return run_consumer_groups(args, extra, sys.stdout)
+    from keeperless.tools.topics import run_topics
+
+    return run_topics(args, extra, sys.stdout)
 
 
 def _connection_flags(p: argparse.ArgumentParser, controller: bool = True) -> None:
@@ -170,6 +185,53 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--config", action="append", metavar="KEY=VALUE")
     tp.add_argument("--under-replicated-partitions", action="store_true")
     tp.add_argument("--unavailable-partitions", action="store_true")
+
+    pr = sub.add_parser("console-producer", help="produce lines of standard input")
+    _connection_flags(pr, controller=False)
+    pr.add_argument("--topic", required=True)
+    pr.add_argument(
+        "--property",
+        action="append",
+        metavar="KEY=VALUE",
+        help="parse.key, key.separator, parse.headers, headers.delimiter, ...",
+    )
+    pr.add_argument("--producer-property", action="append", metavar="KEY=VALUE")
+    pr.add_argument("--producer.config", dest="producer_config")
+
+    co = sub.add_parser("console-consumer", help="print records of a topic")
+    _connection_flags(co, controller=False)
+    co.add_argument("--topic", required=True)
+    co.add_argument("--group")
+    co.add_argument("--from-beginning", action="store_true")
+    co.add_argument("--partition", type=int)
+    co.add_argument("--offset")
+    co.add_argument("--max-messages", type=int)
+    co.add_argument("--timeout-ms", type=int)
+    co.add_argument(
+        "--property",
+        action="append",
+        metavar="KEY=VALUE",
+        help="print.key, print.headers, print.timestamp, key.separator, ...",
+    )
+    co.add_argument("--consumer-property", action="append", metavar="KEY=VALUE")
+    co.add_argument("--consumer.config", dest="consumer_config")
+
+    cg = sub.add_parser("consumer-groups", help="list, describe, reset and delete groups")
+    _connection_flags(cg, controller=False)
+    for flag in (
+        "--list",
+        "--describe",
+        "--reset-offsets",
+        "--delete",
+        "--execute",
+        "--dry-run",
+        "--to-earliest",
+        "--to-latest",
+    ):
+        cg.add_argument(flag, action="store_true")
+    cg.add_argument("--group")
+    cg.add_argument("--topic")
+    cg.add_argument("--to-offset", type=int)
 
     mq = sub.add_parser("metadata-quorum", help="describe the metadata quorum")
     _connection_flags(mq)

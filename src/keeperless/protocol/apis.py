@@ -26,6 +26,7 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     22: (0, 4),  # InitProducerId
     32: (1, 4),  # DescribeConfigs
     37: (0, 3),  # CreatePartitions
+    42: (0, 2),  # DeleteGroups
     60: (0, 1),  # DescribeCluster
 }
 
@@ -69,6 +70,7 @@ API_NAMES = {
     32: "DescribeConfigs",
     37: "CreatePartitions",
     60: "DescribeCluster",
+    42: "DeleteGroups",
     52: "Vote",
     53: "BeginQuorumEpoch",
     54: "EndQuorumEpoch",

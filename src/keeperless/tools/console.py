@@ -1,0 +1,237 @@
+"""`console-producer`, `console-consumer` and `consumer-groups`, as Kafka's scripts, over
+confluent-kafka."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+from keeperless.tools.client import ToolError
+
+__all__ = ["run_consumer", "run_consumer_groups", "run_producer"]
+
+
+def _props(pairs: list[str] | None, flag: str) -> dict[str, str]:
+    out = {}
+    for p in pairs or ():
+        k, sep, v = p.partition("=")
+        if not sep or not k:
+            raise ToolError(f"{flag} {p!r}: expected key=value")
+        out[k] = v
+    return out
+
+
+def _result(fut: Any, timeout: float = 30.0) -> Any:
+    from confluent_kafka import KafkaException
+
+    try:
+        return fut.result(timeout)
+    except KafkaException as e:
+        err = e.args[0]
+        raise ToolError(err.str() if hasattr(err, "str") else str(err)) from None
+
+
+def run_producer(args: Any, extra: dict[str, str], lines: TextIO) -> int:
+    """One record per input line; `--property parse.key=true` splits key and value on
+    `key.separator` (tab), `parse.headers=true` reads `k:v,k2:v2` before them."""
+    from confluent_kafka import Producer
+
+    props = _props(args.property, "--property")
+    parse_key = props.get("parse.key", "false") == "true"
+    parse_headers = props.get("parse.headers", "false") == "true"
+    key_sep = props.get("key.separator", "\t")
+    headers_delim = props.get("headers.delimiter", "\t")
+    errors: list[str] = []
+    p = Producer(
+        {
+            "bootstrap.servers": args.bootstrap_server,
+            **extra,
+            **_props(args.producer_property, "--producer-property"),
+        }
+    )
+
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err.str())
+
+    for raw in lines:
+        line = raw.rstrip("\n")
+        headers: list[tuple[str, str | bytes | None]] = []
+        if parse_headers:
+            hpart, _, line = line.partition(headers_delim)
+            for h in filter(None, hpart.split(props.get("headers.separator", ","))):
+                hk, _, hv = h.partition(props.get("headers.key.separator", ":"))
+                headers.append((hk, hv.encode()))
+        key = None
+        if parse_key:
+            k, sep, v = line.partition(key_sep)
+            if not sep:
+                raise ToolError(f"No key separator found on line: {line!r}")
+            key, line = k.encode(), v
+        while True:
+            try:
+                p.produce(
+                    args.topic,
+                    value=line.encode(),
+                    key=key,
+                    headers=headers or None,
+                    on_delivery=report,
+                )
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    left = p.flush(30)
+    if errors or left:
+        raise ToolError(
+            f"{len(errors) + left} record(s) not delivered: {errors[0] if errors else 'timed out'}"
+        )
+    return 0
+
+
+def run_consumer(args: Any, extra: dict[str, str], out: TextIO) -> int:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    props = _props(args.property, "--property")
+    group = args.group or f"console-consumer-{int(time.time() * 1000)}"
+    conf = {
+        "bootstrap.servers": args.bootstrap_server,
+        "group.id": group,
+        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+        "enable.auto.commit": bool(args.group),
+        **extra,
+        **_props(args.consumer_property, "--consumer-property"),
+    }
+    c = Consumer(conf)
+    if args.partition is not None:
+        offset = -2 if args.from_beginning else -1
+        if args.offset is not None:
+            offset = int(args.offset)
+        c.assign([TopicPartition(args.topic, args.partition, offset)])
+    else:
+        c.subscribe([args.topic])
+    seen = 0
+    idle_deadline = (time.monotonic() + args.timeout_ms / 1000) if args.timeout_ms else None
+    sep = props.get("key.separator", "\t")
+    try:
+        while args.max_messages is None or seen < args.max_messages:
+            if idle_deadline is not None and time.monotonic() > idle_deadline:
+                break
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                raise KafkaException(m.error())
+            if idle_deadline is not None:
+                idle_deadline = time.monotonic() + args.timeout_ms / 1000
+            parts = []
+            if props.get("print.timestamp") == "true":
+                kind = {1: "CreateTime", 2: "LogAppendTime"}.get(m.timestamp()[0], "NoTimestamp")
+                parts.append(f"{kind}:{m.timestamp()[1]}")
+            if props.get("print.partition") == "true":
+                parts.append(f"Partition:{m.partition()}")
+            if props.get("print.offset") == "true":
+                parts.append(f"Offset:{m.offset()}")
+            if props.get("print.headers") == "true":
+                hs: list[Any] = list(m.headers() or [])
+                parts.append(",".join(f"{k}:{_text(v)}" for k, v in hs) or "NO_HEADERS")
+            if props.get("print.key") == "true":
+                k = m.key()
+                parts.append("null" if k is None else k.decode("utf-8", "replace"))
+            v = m.value()
+            parts.append("null" if v is None else v.decode("utf-8", "replace"))
+            print(sep.join(parts), file=out, flush=True)
+            seen += 1
+    except KafkaException as e:
+        raise ToolError(str(e.args[0].str() if e.args else e)) from None
+    finally:
+        c.close()
+    print(f"Processed a total of {seen} messages", file=sys.stderr)
+    return 0
+
+
+def run_consumer_groups(args: Any, extra: dict[str, str], out: TextIO) -> int:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    conf = {"bootstrap.servers": args.bootstrap_server, **extra}
+    admin = AdminClient(conf)
+    if args.list:
+        res = _result(admin.list_consumer_groups(request_timeout=30))
+        for g in sorted(res.valid, key=lambda g: g.group_id):
+            print(g.group_id, file=out)
+        return 0
+    if not args.group:
+        raise ToolError("--group is required")
+    if args.delete:
+        _result(admin.delete_consumer_groups([args.group], request_timeout=30)[args.group])
+        print(f"Deletion of requested consumer groups ('{args.group}') was successful.", file=out)
+        return 0
+    offsets = _result(
+        admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(args.group)])[args.group]
+    )
+    tps = [tp for tp in offsets.topic_partitions if tp.offset >= 0]
+    from confluent_kafka import Consumer
+
+    probe = Consumer({**conf, "group.id": f"{args.group}-probe", "enable.auto.commit": False})
+    try:
+        ends = {
+            (tp.topic, tp.partition): probe.get_watermark_offsets(
+                TopicPartition(tp.topic, tp.partition), timeout=10
+            )
+            for tp in tps
+        }
+        if args.reset_offsets:
+            topic_tps = [(t, p) for (t, p) in ends if not args.topic or t == args.topic]
+            if args.topic and not topic_tps:
+                md = probe.list_topics(args.topic, timeout=10)
+                topic_tps = [(args.topic, p) for p in md.topics[args.topic].partitions]
+                for t, p in topic_tps:
+                    ends[(t, p)] = probe.get_watermark_offsets(TopicPartition(t, p), timeout=10)
+            new = []
+            for t, p in sorted(topic_tps):
+                lo, hi = ends[(t, p)]
+                target = lo if args.to_earliest else hi if args.to_latest else args.to_offset
+                if target is None:
+                    raise ToolError("one of --to-earliest, --to-latest, --to-offset is required")
+                new.append(TopicPartition(t, p, max(lo, min(int(target), hi))))
+            print(f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':<10} NEW-OFFSET", file=out)
+            for tp in new:
+                print(f"{args.group:<20} {tp.topic:<20} {tp.partition:<10} {tp.offset}", file=out)
+            if args.execute:
+                _result(
+                    admin.alter_consumer_group_offsets(
+                        [ConsumerGroupTopicPartitions(args.group, new)]
+                    )[args.group]
+                )
+            return 0
+    finally:
+        probe.close()
+    # --describe
+    desc = _result(admin.describe_consumer_groups([args.group])[args.group])
+    owners = {}
+    for member in desc.members:
+        for tp in member.assignment.topic_partitions if member.assignment else ():
+            owners[(tp.topic, tp.partition)] = member
+    print(
+        f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':<10} {'CURRENT-OFFSET':<15} "
+        f"{'LOG-END-OFFSET':<15} {'LAG':<8} {'CONSUMER-ID':<40} {'HOST':<15} CLIENT-ID",
+        file=out,
+    )
+    for tp in sorted(tps, key=lambda t: (t.topic, t.partition)):
+        hi = ends[(tp.topic, tp.partition)][1]
+        m = owners.get((tp.topic, tp.partition))
+        print(
+            f"{args.group:<20} {tp.topic:<20} {tp.partition:<10} {tp.offset:<15} {hi:<15} "
+            f"{hi - tp.offset:<8} {m.member_id if m else '-':<40} {m.host if m else '-':<15} "
+            f"{m.client_id if m else '-'}",
+            file=out,
+        )
+    return 0
+
+
+def _text(v: Any) -> str:
+    if v is None:
+        return ""
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
