@@ -203,6 +203,58 @@ def test_console_tools_and_consumer_groups(cluster3: Cluster) -> None:
     assert "--topic" in bad.stderr
 
 
+def test_configs_tool(cluster3: Cluster) -> None:
+    bs = ["--bootstrap-server", cluster3.bootstrap]
+    _ok("topics", *bs, "--create", "--topic", "cfg")
+    topic = ["--entity-type", "topics", "--entity-name", "cfg"]
+    out = _ok(
+        "configs",
+        *bs,
+        *topic,
+        "--alter",
+        "--add-config",
+        "retention.ms=5000,cleanup.policy=compact",
+    )
+    assert out.strip() == "Completed updating config for topic cfg."
+    desc = _ok("configs", *bs, *topic, "--describe").splitlines()
+    assert desc[0] == "Dynamic configs for topic cfg are:"
+    assert (
+        "  retention.ms=5000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=5000}"
+        in desc
+    )
+    _ok("configs", *bs, *topic, "--alter", "--delete-config", "cleanup.policy")
+    assert "cleanup.policy" not in _ok("configs", *bs, *topic, "--describe")
+    _ok(
+        "configs",
+        *bs,
+        "--entity-type",
+        "brokers",
+        "--entity-default",
+        "--alter",
+        "--add-config",
+        "log.retention.ms=86400000",
+    )
+    b4 = _ok("configs", *bs, "--entity-type", "brokers", "--entity-name", "4", "--describe")
+    assert "log.retention.ms=86400000" in b4
+    assert "DYNAMIC_DEFAULT_BROKER_CONFIG" in b4
+    bad = keeperless("configs", *bs, *topic, "--alter", "--add-config", "nope=1")
+    assert bad.returncode != 0
+    assert "Unknown topic config name: nope" in bad.stderr
+    static = keeperless(
+        "configs",
+        *bs,
+        "--entity-type",
+        "brokers",
+        "--entity-name",
+        "4",
+        "--alter",
+        "--add-config",
+        "node.id=9",
+    )
+    assert static.returncode != 0
+    assert "Cannot update these configs dynamically" in static.stderr
+
+
 def test_metadata_shell_tree(cluster3: Cluster) -> None:
     _ok(
         "topics",
@@ -234,6 +286,19 @@ def test_metadata_shell_tree(cluster3: Cluster) -> None:
     part = shell("cat", "/topics/shell/1/data")
     assert '"partitionId": 1' in part
     assert shell("cat", "/configs/topic/shell/retention.ms").strip() == "1234"
+    _ok(
+        "configs",
+        "--bootstrap-server",
+        cluster3.bootstrap,
+        "--entity-type",
+        "topics",
+        "--entity-name",
+        "shell",
+        "--alter",
+        "--add-config",
+        "retention.ms=4321",
+    )
+    assert shell("cat", "/configs/topic/shell/retention.ms").strip() == "4321"
     assert shell("cat", "/features/metadata.version").strip() == "21"
     assert shell("cat", "/metadataQuorum/leader").startswith(f"LeaderAndEpoch(leaderId={leader}")
     tid = shell("cat", "/topics/shell/id").strip()

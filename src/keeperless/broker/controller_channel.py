@@ -65,8 +65,14 @@ class ControllerChannel(Protocol):
         self, broker_id: int, epoch: int
     ) -> Awaitable[tuple[ApiError, int, int]]: ...
 
+    def incremental_alter_configs(
+        self,
+        changes: Sequence[tuple[int, str, Sequence[tuple[str, int, str | None]]]],
+        validate_only: bool,
+    ) -> Awaitable[list[tuple[int, str, ApiError]]]: ...
 
-_VERSIONS = {19: 7, 20: 6, 37: 3, 62: 3, 63: 1, 67: 0}
+
+_VERSIONS = {19: 7, 20: 6, 37: 3, 44: 1, 62: 3, 63: 1, 67: 0}
 
 
 class RemoteController:
@@ -267,3 +273,27 @@ class RemoteController:
     async def allocate_producer_ids(self, broker_id: int, epoch: int) -> tuple[ApiError, int, int]:
         resp = await self._rpc(67, {"broker_id": broker_id, "broker_epoch": epoch})
         return ApiError(resp.error_code), resp.producer_id_start, resp.producer_id_len
+
+    async def incremental_alter_configs(
+        self,
+        changes: Sequence[tuple[int, str, Sequence[tuple[str, int, str | None]]]],
+        validate_only: bool,
+    ) -> list[tuple[int, str, ApiError]]:
+        body = {
+            "resources": [
+                {
+                    "resource_type": rtype,
+                    "resource_name": name,
+                    "configs": [
+                        {"name": k, "config_operation": op, "value": v} for k, op, v in ops
+                    ],
+                }
+                for rtype, name, ops in changes
+            ],
+            "validate_only": validate_only,
+        }
+        resp = await self._rpc(44, body)
+        return [
+            (r.resource_type, r.resource_name, ApiError(r.error_code, r.error_message))
+            for r in resp.responses
+        ]

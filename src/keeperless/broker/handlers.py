@@ -21,7 +21,12 @@ from keeperless.controller.quorum_controller import (
     CreateTopicResult,
     NewTopic,
 )
-from keeperless.controller.requests import delete_targets, new_partitions, new_topics
+from keeperless.controller.requests import (
+    config_changes,
+    delete_targets,
+    new_partitions,
+    new_topics,
+)
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from keeperless.protocol.apis import BROKER_APIS
 from keeperless.protocol.build import build
@@ -50,6 +55,7 @@ class BrokerHandlers:
             22: self.init_producer_id,
             32: self.describe_configs,
             37: self.create_partitions,
+            44: self.incremental_alter_configs,
             60: self.describe_cluster,
         }
         self.handlers.update(extra or {})
@@ -300,6 +306,53 @@ class BrokerHandlers:
             self._producer_ids = list(range(start + count - 1, start - 1, -1))
         return reply(ErrorCode.none, self._producer_ids.pop(), 0)
 
+    def _broker_configs(self) -> dict[str, tuple[str, int]]:
+        """This broker's configs with their Kafka ConfigSource: static file values,
+        overridden by dynamic cluster defaults, overridden by dynamic per-broker values."""
+        out = {k: (v, 4) for k, v in self.broker.settings.static_configs.items()}
+        img = self.broker.image
+        for k, v in img.configs.get((BROKER_RESOURCE, ""), {}).items():
+            out[k] = (v, 3)
+        for k, v in img.configs.get((BROKER_RESOURCE, str(self.broker.node_id)), {}).items():
+            out[k] = (v, 2)
+        return out
+
+    async def incremental_alter_configs(self, header: RequestHeader, req: Any) -> Any:
+        changes = config_changes(req)
+        try:
+            results = await self.broker.controller.incremental_alter_configs(
+                changes, req.validate_only
+            )
+        except ControllerUnavailableError as e:
+            results = [(t, n, ApiError(ErrorCode.request_timed_out, str(e))) for t, n, _ in changes]
+        done = {(t, n) for t, n, e in results if e.code == ErrorCode.none}
+        expected = [
+            (t, n, k, v if op == 0 else None)
+            for t, n, ops in changes
+            if (t, n) in done
+            for k, op, v in ops
+            if op in (0, 1)
+        ]
+        if expected and not req.validate_only:
+            await self._settle(
+                lambda img: all(img.configs.get((t, n), {}).get(k) == v for t, n, k, v in expected)
+            )
+        return build(
+            response_class(44, header.api_version),
+            {
+                "throttle_time": 0,
+                "responses": [
+                    {
+                        "error_code": e.code,
+                        "error_message": e.message,
+                        "resource_type": t,
+                        "resource_name": n,
+                    }
+                    for t, n, e in results
+                ],
+            },
+        )
+
     async def describe_configs(self, header: RequestHeader, req: Any) -> Any:
         results = []
         for res in req.resources:
@@ -332,8 +385,8 @@ class BrokerHandlers:
                     )
                 else:
                     entry["configs"] = [
-                        _config_entry(k, v, 4)
-                        for k, v in sorted(self.broker.settings.static_configs.items())
+                        _config_entry(k, v, src)
+                        for k, (v, src) in sorted(self._broker_configs().items())
                         if not res.configuration_keys or k in res.configuration_keys
                     ]
             else:
@@ -348,6 +401,7 @@ class BrokerHandlers:
 
 
 def _config_entry(name: str, value: str, source: int) -> dict[str, Any]:
+    # sources: 1 topic, 2 dynamic broker, 3 dynamic cluster default, 4 static, 5 default
     return {
         "name": name,
         "value": value,

@@ -136,6 +136,10 @@ def _tools(args: argparse.Namespace) -> int:
 
         extra.update(_command_config(args.consumer_config))
         return run_consumer(args, extra, sys.stdout)
+    if args.command == "configs":
+        from keeperless.tools.configs import run_configs
+
+        return run_configs(args, sys.stdout)
     if args.command == "consumer-groups":
         from keeperless.tools.console import run_consumer_groups
 
@@ -232,6 +236,17 @@ def build_parser() -> argparse.ArgumentParser:
     cg.add_argument("--group")
     cg.add_argument("--topic")
     cg.add_argument("--to-offset", type=int)
+
+    cf = sub.add_parser("configs", help="describe and alter topic and broker configs")
+    _connection_flags(cf, controller=False)
+    cf.add_argument("--describe", action="store_true")
+    cf.add_argument("--alter", action="store_true")
+    cf.add_argument("--all", action="store_true")
+    cf.add_argument("--entity-type", choices=["topics", "brokers"])
+    cf.add_argument("--entity-name")
+    cf.add_argument("--entity-default", action="store_true")
+    cf.add_argument("--add-config", action="append", metavar="K=V[,K=V]")
+    cf.add_argument("--delete-config", action="append", metavar="K[,K]")
 
     mq = sub.add_parser("metadata-quorum", help="describe the metadata quorum")
     _connection_flags(mq)

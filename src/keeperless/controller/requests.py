@@ -9,7 +9,7 @@ from uuid import UUID
 
 from keeperless.controller.quorum_controller import CreatePartitionsRequest, NewTopic
 
-__all__ = ["delete_targets", "new_partitions", "new_topics"]
+__all__ = ["config_changes", "delete_targets", "new_partitions", "new_topics"]
 
 
 def new_topics(req: Any) -> list[NewTopic]:
@@ -41,3 +41,15 @@ def delete_targets(req: Any, version: int) -> tuple[list[str], list[UUID]]:
     names = [t.name for t in req.topics if t.name is not None]
     ids = [t.topic_id for t in req.topics if t.name is None and t.topic_id is not None]
     return names, ids
+
+
+def config_changes(req: Any) -> list[tuple[int, str, list[tuple[str, int, str | None]]]]:
+    """(resource type, name, [(key, operation, value)]) of IncrementalAlterConfigs."""
+    return [
+        (
+            r.resource_type,
+            r.resource_name,
+            [(c.name, c.config_operation, c.value) for c in r.configs],
+        )
+        for r in req.resources
+    ]

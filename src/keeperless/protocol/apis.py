@@ -27,6 +27,7 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     32: (1, 4),  # DescribeConfigs
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
+    44: (0, 1),  # IncrementalAlterConfigs
     60: (0, 1),  # DescribeCluster
 }
 
@@ -38,6 +39,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     19: (7, 7),  # CreateTopics
     20: (6, 6),  # DeleteTopics
     37: (3, 3),  # CreatePartitions
+    44: (0, 1),  # IncrementalAlterConfigs
     52: (2, 2),  # Vote
     53: (1, 1),  # BeginQuorumEpoch
     54: (1, 1),  # EndQuorumEpoch
@@ -71,6 +73,7 @@ API_NAMES = {
     37: "CreatePartitions",
     60: "DescribeCluster",
     42: "DeleteGroups",
+    44: "IncrementalAlterConfigs",
     52: "Vote",
     53: "BeginQuorumEpoch",
     54: "EndQuorumEpoch",

@@ -12,13 +12,19 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.controller_channel import RemoteController
+from keeperless.controller.configs import incremental_alter_configs
 from keeperless.controller.quorum_controller import (
     ApiError,
     CreatePartitionsRequest,
     CreateTopicResult,
     NewTopic,
 )
-from keeperless.controller.requests import delete_targets, new_partitions, new_topics
+from keeperless.controller.requests import (
+    config_changes,
+    delete_targets,
+    new_partitions,
+    new_topics,
+)
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.server.controller_service import ControllerService, NotControllerError
@@ -76,6 +82,15 @@ class LocalController:
 
     async def allocate_producer_ids(self, broker_id: int, epoch: int) -> tuple[ApiError, int, int]:
         return await self.service.call(lambda c: c.allocate_producer_ids(broker_id, epoch))
+
+    async def incremental_alter_configs(
+        self,
+        changes: Sequence[tuple[int, str, Sequence[tuple[str, int, str | None]]]],
+        validate_only: bool,
+    ) -> list[tuple[int, str, ApiError]]:
+        return await self.service.call(
+            lambda c: incremental_alter_configs(c, changes, validate_only)
+        )
 
 
 class ControllerClient:
@@ -152,6 +167,16 @@ class ControllerClient:
         )
         return result
 
+    async def incremental_alter_configs(
+        self,
+        changes: Sequence[tuple[int, str, Sequence[tuple[str, int, str | None]]]],
+        validate_only: bool,
+    ) -> list[tuple[int, str, ApiError]]:
+        result: list[tuple[int, str, ApiError]] = await self._call(
+            "incremental_alter_configs", changes, validate_only
+        )
+        return result
+
 
 class ControllerApis:
     """Handlers of the controller listener for the broker-to-controller RPCs."""
@@ -165,6 +190,7 @@ class ControllerApis:
             19: self.create_topics,
             20: self.delete_topics,
             37: self.create_partitions,
+            44: self.incremental_alter_configs,
             62: self.register_broker,
             63: self.broker_heartbeat,
             67: self.allocate_producer_ids,
@@ -296,5 +322,27 @@ class ControllerApis:
                 "error_code": err.code,
                 "producer_id_start": start,
                 "producer_id_len": count,
+            },
+        )
+
+    async def incremental_alter_configs(self, header: RequestHeader, req: Any) -> Any:
+        changes = config_changes(req)
+        try:
+            results = await self.local.incremental_alter_configs(changes, req.validate_only)
+        except NotControllerError:
+            results = [(t, n, ApiError(ErrorCode.not_controller)) for t, n, _ in changes]
+        return build(
+            response_class(44, header.api_version),
+            {
+                "throttle_time": 0,
+                "responses": [
+                    {
+                        "error_code": e.code,
+                        "error_message": e.message,
+                        "resource_type": t,
+                        "resource_name": n,
+                    }
+                    for t, n, e in results
+                ],
             },
         )

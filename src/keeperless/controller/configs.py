@@ -1,0 +1,118 @@
+"""IncrementalAlterConfigs on the controller: validated ConfigRecords for topics and for
+brokers (one broker, or the cluster-wide default with an empty name)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.controller.quorum_controller import ApiError, QuorumController, Result
+from keeperless.metadata import _records_gen as r
+from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from keeperless.metadata.topic_configs import TopicConfigError, validate_topic_configs
+
+__all__ = ["DYNAMIC_BROKER_CONFIGS", "ConfigChange", "incremental_alter_configs"]
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+# broker keys that may change while running (Kafka's "cluster-wide"/"per-broker" kind)
+DYNAMIC_BROKER_CONFIGS = frozenset(
+    {
+        "log.retention.ms",
+        "log.retention.bytes",
+        "log.segment.bytes",
+        "log.roll.ms",
+        "message.max.bytes",
+        "min.insync.replicas",
+        "compression.type",
+        "log.flush.interval.messages",
+        "unclean.leader.election.enable",
+        "log.cleaner.threads",
+    }
+)
+
+ConfigChange = tuple[int, str, Sequence[tuple[str, int, str | None]]]
+
+
+def _validate(rtype: int, name: str, key: str, value: str | None) -> str | None:
+    if rtype == TOPIC_RESOURCE:
+        try:
+            validate_topic_configs({key: value})
+        except TopicConfigError as e:
+            return str(e)
+        return None
+    if key not in DYNAMIC_BROKER_CONFIGS:
+        return f"Cannot update these configs dynamically: [{key}]" if key else "Empty config name"
+    if value is not None and key.endswith((".ms", ".bytes", ".messages", ".replicas")):
+        try:
+            int(value)
+        except ValueError:
+            return f"Invalid value {value} for configuration {key}: Not a number"
+    return None
+
+
+def incremental_alter_configs(
+    c: QuorumController, changes: Sequence[ConfigChange], validate_only: bool
+) -> Result[list[tuple[int, str, ApiError]]]:
+    records: list[Any] = []
+    out: list[tuple[int, str, ApiError]] = []
+    for rtype, name, ops in changes:
+        if rtype == TOPIC_RESOURCE and c.image.topic(name) is None:
+            out.append(
+                (
+                    rtype,
+                    name,
+                    ApiError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist"),
+                )
+            )
+            continue
+        if (
+            rtype == BROKER_RESOURCE
+            and name
+            and not (name.isdigit() and int(name) in c.image.brokers)
+        ):
+            out.append((rtype, name, ApiError(ErrorCode.invalid_request, f"Unknown broker {name}")))
+            continue
+        if rtype not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+            out.append(
+                (
+                    rtype,
+                    name,
+                    ApiError(ErrorCode.invalid_request, f"Unsupported resource type {rtype}"),
+                )
+            )
+            continue
+        current = dict(c.image.configs.get((rtype, name), {}))
+        mine: list[Any] = []
+        error = None
+        for key, op, value in ops:
+            if op in (APPEND, SUBTRACT):
+                parts = [p for p in current.get(key, "").split(",") if p]
+                for v in (value or "").split(","):
+                    if op == APPEND and v and v not in parts:
+                        parts.append(v)
+                    elif op == SUBTRACT and v in parts:
+                        parts.remove(v)
+                value, op = ",".join(parts), SET
+            if op == SET:
+                problem = _validate(rtype, name, key, value)
+                if problem is not None:
+                    error = ApiError(ErrorCode.invalid_config, problem)
+                    break
+                current[key] = value or ""
+            elif op == DELETE:
+                current.pop(key, None)
+                value = None
+            else:
+                error = ApiError(ErrorCode.invalid_request, f"Unknown config operation {op}")
+                break
+            mine.append(
+                r.ConfigRecord(resource_type=rtype, resource_name=name, name=key, value=value)
+            )
+        if error is not None:
+            out.append((rtype, name, error))
+            continue
+        records.extend(mine)
+        out.append((rtype, name, ApiError.none()))
+    return Result([] if validate_only else records, out)
