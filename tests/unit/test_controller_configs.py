@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import random
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.controller.configs import APPEND, DELETE, SET, SUBTRACT, incremental_alter_configs
+from keeperless.controller.quorum_controller import NewTopic, QuorumController
+
+
+def _controller() -> QuorumController:
+    c = QuorumController(
+        1, random.Random(1), {"num.partitions": 1, "default.replication.factor": 1}
+    )
+    res = c.register_broker(1, uuid.uuid4(), [("PLAINTEXT", "h", 1)], None, 0, 0)
+    c.replay(res.records, 0)
+    c.replay(c.broker_heartbeat(1, 0, False, True, 0).records, 1)
+    c.replay(c.create_topics([NewTopic("t")], False).records, 5)
+    return c
+
+
+def test_set_append_subtract_delete() -> None:
+    c = _controller()
+    res = incremental_alter_configs(
+        c, [(2, "t", [("cleanup.policy", SET, "delete"), ("retention.ms", SET, "10")])], False
+    )
+    assert res.response[0][2].code == ErrorCode.none
+    c.replay(res.records, 10)
+    res = incremental_alter_configs(c, [(2, "t", [("cleanup.policy", APPEND, "compact")])], False)
+    c.replay(res.records, 11)
+    assert c.image.topic_config("t")["cleanup.policy"] == "delete,compact"
+    res = incremental_alter_configs(
+        c,
+        [(2, "t", [("cleanup.policy", SUBTRACT, "delete"), ("retention.ms", DELETE, None)])],
+        False,
+    )
+    c.replay(res.records, 12)
+    assert dict(c.image.topic_config("t")) == {"cleanup.policy": "compact"}
+
+
+def test_rejections_carry_kafka_error_codes() -> None:
+    c = _controller()
+    cases = [
+        ((2, "missing", [("retention.ms", SET, "1")]), ErrorCode.unknown_topic_or_partition),
+        ((2, "t", [("bogus", SET, "1")]), ErrorCode.invalid_config),
+        ((2, "t", [("retention.ms", SET, "soon")]), ErrorCode.invalid_config),
+        ((4, "1", [("node.id", SET, "2")]), ErrorCode.invalid_config),
+        ((4, "9", [("log.retention.ms", SET, "2")]), ErrorCode.invalid_request),
+    ]
+    for change, code in cases:
+        res = incremental_alter_configs(c, [change], False)
+        assert res.response[0][2].code == code, change
+        assert res.records == []
+    ok = incremental_alter_configs(c, [(4, "", [("log.retention.ms", SET, "5")])], True)
+    assert ok.response[0][2].code == ErrorCode.none
+    assert ok.records == []  # validate_only
