@@ -255,6 +255,29 @@ def test_configs_tool(cluster3: Cluster) -> None:
     assert "Cannot update these configs dynamically" in static.stderr
 
 
+def test_features_and_log_dirs(cluster3: Cluster) -> None:
+    bs = ["--bootstrap-server", cluster3.bootstrap]
+    feats = _ok("features", "describe", *bs)
+    assert feats.startswith("Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\t")
+    assert "FinalizedVersionLevel: 3.9-IV0" in feats
+    _ok("topics", *bs, "--create", "--topic", "sized", "--partitions", "2")
+    res = keeperless("console-producer", *bs, "--topic", "sized")
+    assert res.returncode == 0  # no input: nothing produced, still a clean exit
+    out = _ok("log-dirs", *bs, "--describe", "--topic-list", "sized").splitlines()
+    assert out[0] == "Querying brokers for log directories information"
+    assert out[1] == "Received log directory information from brokers 4,5"
+    import json
+
+    data = json.loads(out[2])
+    parts = sorted(
+        p["partition"] for b in data["brokers"] for d in b["logDirs"] for p in d["partitions"]
+    )
+    assert parts == ["sized-0", "sized-1"]
+    bad = keeperless("log-dirs", *bs, "--describe", "--broker-list", "42")
+    assert bad.returncode != 0
+    assert "42" in bad.stderr
+
+
 def test_metadata_shell_tree(cluster3: Cluster) -> None:
     _ok(
         "topics",
@@ -336,3 +359,11 @@ def test_metadata_shell_tree(cluster3: Cluster) -> None:
     assert "/topics/shell" in res.stdout
     assert "cd /topics/shell" in res.stdout  # history
     assert "id" in res.stdout.split()
+    # a stopped broker can be unregistered through any broker, forwarded to the controller
+    live = keeperless(
+        "cluster", "unregister", "--bootstrap-server", cluster3.brokers[4].bootstrap, "--id", "4"
+    )
+    assert live.returncode != 0
+    assert "still active" in live.stderr
+    _ok("cluster", "unregister", "--bootstrap-server", cluster3.brokers[4].bootstrap, "--id", "5")
+    assert shell("ls", "/brokers").split() == ["4"]

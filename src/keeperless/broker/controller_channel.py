@@ -71,8 +71,10 @@ class ControllerChannel(Protocol):
         validate_only: bool,
     ) -> Awaitable[list[tuple[int, str, ApiError]]]: ...
 
+    def unregister_broker(self, broker_id: int) -> Awaitable[ApiError]: ...
 
-_VERSIONS = {19: 7, 20: 6, 37: 3, 44: 1, 62: 3, 63: 1, 67: 0}
+
+_VERSIONS = {19: 7, 20: 6, 37: 3, 44: 1, 62: 3, 63: 1, 64: 0, 67: 0}
 
 
 class RemoteController:
@@ -297,3 +299,7 @@ class RemoteController:
             (r.resource_type, r.resource_name, ApiError(r.error_code, r.error_message))
             for r in resp.responses
         ]
+
+    async def unregister_broker(self, broker_id: int) -> ApiError:
+        resp = await self._rpc(64, {"broker_id": broker_id})
+        return ApiError(resp.error_code, resp.error_message)

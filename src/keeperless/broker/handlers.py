@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -55,8 +56,10 @@ class BrokerHandlers:
             22: self.init_producer_id,
             32: self.describe_configs,
             37: self.create_partitions,
+            35: self.describe_log_dirs,
             44: self.incremental_alter_configs,
             60: self.describe_cluster,
+            64: self.unregister_broker,
         }
         self.handlers.update(extra or {})
         self.apis = {k: v for k, v in self.apis.items() if k in self.handlers}
@@ -349,6 +352,57 @@ class BrokerHandlers:
                         "resource_name": n,
                     }
                     for t, n, e in results
+                ],
+            },
+        )
+
+    async def unregister_broker(self, header: RequestHeader, req: Any) -> Any:
+        try:
+            err = await self.broker.controller.unregister_broker(req.broker_id)
+        except ControllerUnavailableError as e:
+            err = ApiError(ErrorCode.request_timed_out, str(e))
+        if err.code == ErrorCode.none:
+            await self._settle(lambda img: req.broker_id not in img.brokers)
+        return build(
+            response_class(64, header.api_version),
+            {"throttle_time": 0, "error_code": err.code, "error_message": err.message},
+        )
+
+    async def describe_log_dirs(self, header: RequestHeader, req: Any) -> Any:
+        wanted = (
+            None if req.topics is None else {(t.topic, p) for t in req.topics for p in t.partitions}
+        )
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, idx), part in sorted(self.broker.partitions.partitions.items()):
+            if wanted is not None and (topic, idx) not in wanted:
+                continue
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition_index": idx,
+                    "partition_size": part.log.size_bytes,
+                    "offset_lag": 0,
+                    "is_future_key": False,
+                }
+            )
+        log_dir = self.broker.settings.log_dir.resolve()
+        try:
+            st = os.statvfs(log_dir)
+            total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        except OSError:
+            total = usable = -1
+        return build(
+            response_class(35, header.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.none,
+                "results": [
+                    {
+                        "error_code": ErrorCode.none,
+                        "log_dir": str(log_dir),
+                        "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+                        "total_bytes": total,
+                        "usable_bytes": usable,
+                    }
                 ],
             },
         )

@@ -119,10 +119,28 @@ def _tools(args: argparse.Namespace) -> int:
 
         return run_shell(args, sys.stdout)
     if args.command == "cluster":
+        if args.cluster_cmd == "unregister":
+            from keeperless.tools.cluster_tools import unregister_broker
+
+            if not args.bootstrap_server:
+                raise ToolError("--bootstrap-server is required")
+            return unregister_broker(args.bootstrap_server, args.id, sys.stdout)
         from keeperless.tools.quorum import cluster_id
 
         print(f"Cluster ID: {cluster_id(_servers(args))}")
         return 0
+    if args.command == "features":
+        from keeperless.tools.cluster_tools import describe_features
+
+        return describe_features(_servers(args), sys.stdout)
+    if args.command == "log-dirs":
+        from keeperless.tools.cluster_tools import describe_log_dirs
+
+        if not args.bootstrap_server:
+            raise ToolError("--bootstrap-server is required")
+        return describe_log_dirs(
+            args.bootstrap_server, args.broker_list, args.topic_list, sys.stdout
+        )
     if not args.bootstrap_server:
         raise ToolError("--bootstrap-server is required")
     extra = _command_config(args.command_config)
@@ -271,6 +289,21 @@ def build_parser() -> argparse.ArgumentParser:
         nargs=argparse.REMAINDER,
         help="run one command and exit, e.g. -- ls /brokers",
     )
+
+    un = cl_sub.add_parser("unregister", help="remove a stopped broker's registration")
+    _connection_flags(un, controller=False)
+    un.add_argument("--id", type=int, required=True)
+
+    ft = sub.add_parser("features", help="metadata.version and other feature levels")
+    ft_sub = ft.add_subparsers(dest="features_cmd", required=True)
+    fd = ft_sub.add_parser("describe", help="supported and finalized feature levels")
+    _connection_flags(fd, controller=False)
+
+    ld = sub.add_parser("log-dirs", help="describe the log directories of brokers")
+    _connection_flags(ld, controller=False)
+    ld.add_argument("--describe", action="store_true", required=True)
+    ld.add_argument("--broker-list")
+    ld.add_argument("--topic-list")
 
     dl = sub.add_parser("dump-log", help="print log segments, metadata logs and snapshots")
     dl.add_argument("--files", required=True, help="comma-separated files")

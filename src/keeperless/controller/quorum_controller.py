@@ -223,6 +223,28 @@ class QuorumController:
             return Result([r.FenceBrokerRecord(id=broker_id, epoch=epoch)], (ApiError.none(), True))
         return Result([], (ApiError.none(), b.fenced))
 
+    def unregister_broker(self, broker_id: int) -> Result[ApiError]:
+        """Remove a broker's registration for good (it must be stopped: fenced)."""
+        b = self.image.brokers.get(broker_id)
+        if b is None:
+            return Result(
+                [],
+                ApiError(
+                    ErrorCode.broker_id_not_registered, f"Broker {broker_id} is not registered"
+                ),
+            )
+        if not b.fenced:
+            return Result(
+                [],
+                ApiError(
+                    ErrorCode.invalid_request, f"Broker {broker_id} is still active; stop it first"
+                ),
+            )
+        self._last_heartbeat_ms.pop(broker_id, None)
+        return Result(
+            [r.UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=b.epoch)], ApiError.none()
+        )
+
     def allocate_producer_ids(
         self, broker_id: int, epoch: int
     ) -> Result[tuple[ApiError, int, int]]:

@@ -25,10 +25,12 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     20: (1, 6),  # DeleteTopics
     22: (0, 4),  # InitProducerId
     32: (1, 4),  # DescribeConfigs
+    35: (1, 4),  # DescribeLogDirs
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     44: (0, 1),  # IncrementalAlterConfigs
     60: (0, 1),  # DescribeCluster
+    64: (0, 0),  # UnregisterBroker (forwarded to the controller)
 }
 
 # The controller listener: Raft between voters and observers, and the RPCs brokers send
@@ -48,6 +50,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     60: (0, 1),  # DescribeCluster (the controllers, KIP-919)
     62: (3, 3),  # BrokerRegistration
     63: (1, 1),  # BrokerHeartbeat
+    64: (0, 0),  # UnregisterBroker
     67: (0, 0),  # AllocateProducerIds
 }
 
@@ -74,6 +77,8 @@ API_NAMES = {
     60: "DescribeCluster",
     42: "DeleteGroups",
     44: "IncrementalAlterConfigs",
+    35: "DescribeLogDirs",
+    64: "UnregisterBroker",
     52: "Vote",
     53: "BeginQuorumEpoch",
     54: "EndQuorumEpoch",

@@ -92,6 +92,9 @@ class LocalController:
             lambda c: incremental_alter_configs(c, changes, validate_only)
         )
 
+    async def unregister_broker(self, broker_id: int) -> ApiError:
+        return await self.service.call(lambda c: c.unregister_broker(broker_id))
+
 
 class ControllerClient:
     """What a broker uses: its own controller when that one is active, else the remote
@@ -177,6 +180,10 @@ class ControllerClient:
         )
         return result
 
+    async def unregister_broker(self, broker_id: int) -> ApiError:
+        result: ApiError = await self._call("unregister_broker", broker_id)
+        return result
+
 
 class ControllerApis:
     """Handlers of the controller listener for the broker-to-controller RPCs."""
@@ -193,6 +200,7 @@ class ControllerApis:
             44: self.incremental_alter_configs,
             62: self.register_broker,
             63: self.broker_heartbeat,
+            64: self.unregister_broker,
             67: self.allocate_producer_ids,
         }
 
@@ -345,4 +353,14 @@ class ControllerApis:
                     for t, n, e in results
                 ],
             },
+        )
+
+    async def unregister_broker(self, header: RequestHeader, req: Any) -> Any:
+        try:
+            err = await self.local.unregister_broker(req.broker_id)
+        except NotControllerError:
+            err = ApiError(ErrorCode.not_controller)
+        return build(
+            response_class(64, header.api_version),
+            {"throttle_time": 0, "error_code": err.code, "error_message": err.message},
         )
