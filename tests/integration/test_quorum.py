@@ -150,3 +150,39 @@ def test_restarted_broker_catches_up_from_a_snapshot(tmp_path: Path) -> None:
         assert len(_consume(c, "missed-7", 10)) == 10
     finally:
         c.stop()
+
+
+def test_broker_missing_its_session_is_fenced_then_returns(tmp_path: Path) -> None:
+    c = Cluster(
+        tmp_path, extra={"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+    )
+    c.start()
+    try:
+        _create(c, "fenced", partitions=4)
+        admin = AdminClient({"bootstrap.servers": c.brokers[4].bootstrap})
+
+        def leaders() -> dict[int, int]:
+            md = admin.list_topics("fenced", timeout=10)
+            return {p: m.leader for p, m in md.topics["fenced"].partitions.items()}
+
+        led_by_5 = {p for p, lead in leaders().items() if lead == 5}
+        assert led_by_5
+        c.brokers[5].kill9()
+        wait_until(
+            lambda: {p for p, lead in leaders().items() if lead == -1} == led_by_5,
+            20,
+            what="broker 5's partitions to go offline after its session",
+        )
+        assert 5 not in admin.list_topics(timeout=10).brokers
+        leader = c.leader()
+        assert "Fenced broker 5" in c.controllers[leader].logs()
+        c.brokers[5].start()
+        wait_until(
+            lambda: {p for p, lead in leaders().items() if lead == 5} == led_by_5,
+            20,
+            what="broker 5 to lead its partitions again",
+        )
+        _produce(c, "fenced", 20, b"back")
+        assert len(_consume(c, "fenced", 20)) == 20
+    finally:
+        c.stop()

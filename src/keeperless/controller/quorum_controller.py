@@ -212,15 +212,27 @@ class QuorumController:
                     True,
                 ),
             )
+        from keeperless.controller.fencing import leaders_after_fence, leaders_after_unfence
+
         self._last_heartbeat_ms[broker_id] = now_ms
         if b.fenced and not want_fence and caught_up:
             return Result(
-                [r.UnfenceBrokerRecord(id=broker_id, epoch=epoch)], (ApiError.none(), False)
+                [
+                    r.UnfenceBrokerRecord(id=broker_id, epoch=epoch),
+                    *leaders_after_unfence(self.image, broker_id),
+                ],
+                (ApiError.none(), False),
             )
         if want_fence:
             self._last_heartbeat_ms.pop(broker_id, None)  # a clean exit ends the session
         if not b.fenced and want_fence:
-            return Result([r.FenceBrokerRecord(id=broker_id, epoch=epoch)], (ApiError.none(), True))
+            return Result(
+                [
+                    r.FenceBrokerRecord(id=broker_id, epoch=epoch),
+                    *leaders_after_fence(self.image, broker_id),
+                ],
+                (ApiError.none(), True),
+            )
         return Result([], (ApiError.none(), b.fenced))
 
     def unregister_broker(self, broker_id: int) -> Result[ApiError]:

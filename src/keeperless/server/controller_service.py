@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from keeperless.controller.fencing import fence_stale_brokers, start_sessions
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata.features import METADATA_VERSION_FEATURE
 from keeperless.raft.core import NotLeaderError
@@ -22,6 +24,10 @@ __all__ = ["ControllerService", "NotControllerError"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class NotControllerError(RuntimeError):
@@ -47,6 +53,7 @@ class ControllerService:
         mlog.leadership_listeners.append(self._on_leadership)
         self._active = asyncio.Event()
         self._activation: asyncio.Task[None] | None = None
+        self._sessions: asyncio.Task[None] | None = None
 
     @property
     def is_active(self) -> bool:
@@ -54,6 +61,9 @@ class ControllerService:
 
     def _on_leadership(self, leader: bool) -> None:
         self._active.clear()
+        if self._sessions is not None:
+            self._sessions.cancel()
+            self._sessions = None
         if self._activation is not None:
             self._activation.cancel()
             self._activation = None
@@ -72,12 +82,30 @@ class ControllerService:
         log.info(
             "[node %d] Became the active controller in epoch %d", self.node_id, self.mlog.core.epoch
         )
+        start_sessions(self.controller, _now_ms())
+        self._sessions = asyncio.get_running_loop().create_task(self._watch_sessions())
         if METADATA_VERSION_FEATURE not in self.controller.image.features:
             boot = self.mlog.bootstrap_records()
             if boot:
                 await self.call(lambda c: Result(boot, None))
                 log.info(
                     "[node %d] Wrote the bootstrap metadata (%d records)", self.node_id, len(boot)
+                )
+
+    async def _watch_sessions(self) -> None:
+        """Fence brokers that miss broker.session.timeout.ms (checked every second)."""
+        while self._active.is_set():
+            await asyncio.sleep(1.0)
+            try:
+                fenced = await self.call(lambda c: fence_stale_brokers(c, _now_ms()))
+            except NotControllerError:
+                return
+            for b in fenced:
+                log.warning(
+                    "[node %d] Fenced broker %d: no heartbeat within %d ms",
+                    self.node_id,
+                    b,
+                    self.controller.session_timeout_ms,
                 )
 
     async def wait_active(self, timeout_s: float) -> bool:
