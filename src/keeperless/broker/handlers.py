@@ -23,10 +23,14 @@ from keeperless.controller.quorum_controller import (
     NewTopic,
 )
 from keeperless.controller.requests import (
+    alter_configs_response,
     config_changes,
+    create_partitions_response,
     delete_targets,
+    delete_topics_response,
     new_partitions,
     new_topics,
+    unregister_response,
 )
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from keeperless.protocol.apis import BROKER_APIS
@@ -244,16 +248,7 @@ class BrokerHandlers:
             results = [(n, None, err) for n in names] + [(None, i, err) for i in ids]
         gone = [tid for _, tid, e in results if e.code == ErrorCode.none and tid is not None]
         await self._settle(lambda img: not any(t in img.topics for t in gone))
-        return build(
-            response_class(20, header.api_version),
-            {
-                "throttle_time": 0,
-                "responses": [
-                    {"name": n, "topic_id": tid, "error_code": e.code, "error_message": e.message}
-                    for n, tid, e in results
-                ],
-            },
-        )
+        return delete_topics_response(header.api_version, results)
 
     async def create_partitions(self, header: RequestHeader, req: Any) -> Any:
         reqs = new_partitions(req)
@@ -273,16 +268,7 @@ class BrokerHandlers:
                     for n, c in grown.items()
                 )
             )
-        return build(
-            response_class(37, header.api_version),
-            {
-                "throttle_time": 0,
-                "results": [
-                    {"name": n, "error_code": e.code, "error_message": e.message}
-                    for n, e in results
-                ],
-            },
-        )
+        return create_partitions_response(header.api_version, results)
 
     async def init_producer_id(self, header: RequestHeader, req: Any) -> Any:
         def reply(err: ErrorCode, pid: int = -1, epoch: int = -1) -> Any:
@@ -340,21 +326,7 @@ class BrokerHandlers:
             await self._settle(
                 lambda img: all(img.configs.get((t, n), {}).get(k) == v for t, n, k, v in expected)
             )
-        return build(
-            response_class(44, header.api_version),
-            {
-                "throttle_time": 0,
-                "responses": [
-                    {
-                        "error_code": e.code,
-                        "error_message": e.message,
-                        "resource_type": t,
-                        "resource_name": n,
-                    }
-                    for t, n, e in results
-                ],
-            },
-        )
+        return alter_configs_response(header.api_version, results)
 
     async def unregister_broker(self, header: RequestHeader, req: Any) -> Any:
         try:
@@ -363,10 +335,7 @@ class BrokerHandlers:
             err = ApiError(ErrorCode.request_timed_out, str(e))
         if err.code == ErrorCode.none:
             await self._settle(lambda img: req.broker_id not in img.brokers)
-        return build(
-            response_class(64, header.api_version),
-            {"throttle_time": 0, "error_code": err.code, "error_message": err.message},
-        )
+        return unregister_response(header.api_version, err)
 
     async def describe_log_dirs(self, header: RequestHeader, req: Any) -> Any:
         wanted = (

@@ -8,8 +8,19 @@ from typing import Any
 from uuid import UUID
 
 from keeperless.controller.quorum_controller import CreatePartitionsRequest, NewTopic
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import response_class
 
-__all__ = ["config_changes", "delete_targets", "new_partitions", "new_topics"]
+__all__ = [
+    "alter_configs_response",
+    "config_changes",
+    "create_partitions_response",
+    "delete_targets",
+    "delete_topics_response",
+    "new_partitions",
+    "new_topics",
+    "unregister_response",
+]
 
 
 def new_topics(req: Any) -> list[NewTopic]:
@@ -53,3 +64,56 @@ def config_changes(req: Any) -> list[tuple[int, str, list[tuple[str, int, str | 
         )
         for r in req.resources
     ]
+
+
+# -- responses shared by the broker (forwarding) and the controller listener ------------
+
+
+def delete_topics_response(version: int, results: Any) -> Any:
+    return build(
+        response_class(20, version),
+        {
+            "throttle_time": 0,
+            "responses": [
+                {"name": n, "topic_id": tid, "error_code": e.code, "error_message": e.message}
+                for n, tid, e in results
+            ],
+        },
+    )
+
+
+def create_partitions_response(version: int, results: Any) -> Any:
+    return build(
+        response_class(37, version),
+        {
+            "throttle_time": 0,
+            "results": [
+                {"name": n, "error_code": e.code, "error_message": e.message} for n, e in results
+            ],
+        },
+    )
+
+
+def alter_configs_response(version: int, results: Any) -> Any:
+    return build(
+        response_class(44, version),
+        {
+            "throttle_time": 0,
+            "responses": [
+                {
+                    "error_code": e.code,
+                    "error_message": e.message,
+                    "resource_type": t,
+                    "resource_name": n,
+                }
+                for t, n, e in results
+            ],
+        },
+    )
+
+
+def unregister_response(version: int, err: Any) -> Any:
+    return build(
+        response_class(64, version),
+        {"throttle_time": 0, "error_code": err.code, "error_message": err.message},
+    )

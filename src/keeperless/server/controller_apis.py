@@ -20,10 +20,14 @@ from keeperless.controller.quorum_controller import (
     NewTopic,
 )
 from keeperless.controller.requests import (
+    alter_configs_response,
     config_changes,
+    create_partitions_response,
     delete_targets,
+    delete_topics_response,
     new_partitions,
     new_topics,
+    unregister_response,
 )
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
@@ -253,16 +257,7 @@ class ControllerApis:
             results = await self.local.delete_topics(names, ids)
         except NotControllerError:
             results = [(n, None, ApiError(ErrorCode.not_controller)) for n in names]
-        return build(
-            response_class(20, header.api_version),
-            {
-                "throttle_time": 0,
-                "responses": [
-                    {"name": n, "topic_id": i, "error_code": e.code, "error_message": e.message}
-                    for n, i, e in results
-                ],
-            },
-        )
+        return delete_topics_response(header.api_version, results)
 
     async def create_partitions(self, header: RequestHeader, req: Any) -> Any:
         reqs = new_partitions(req)
@@ -270,16 +265,7 @@ class ControllerApis:
             results = await self.local.create_partitions(reqs, req.validate_only)
         except NotControllerError:
             results = [(r.name, ApiError(ErrorCode.not_controller)) for r in reqs]
-        return build(
-            response_class(37, header.api_version),
-            {
-                "throttle_time": 0,
-                "results": [
-                    {"name": n, "error_code": e.code, "error_message": e.message}
-                    for n, e in results
-                ],
-            },
-        )
+        return create_partitions_response(header.api_version, results)
 
     async def register_broker(self, header: RequestHeader, req: Any) -> Any:
         try:
@@ -339,28 +325,11 @@ class ControllerApis:
             results = await self.local.incremental_alter_configs(changes, req.validate_only)
         except NotControllerError:
             results = [(t, n, ApiError(ErrorCode.not_controller)) for t, n, _ in changes]
-        return build(
-            response_class(44, header.api_version),
-            {
-                "throttle_time": 0,
-                "responses": [
-                    {
-                        "error_code": e.code,
-                        "error_message": e.message,
-                        "resource_type": t,
-                        "resource_name": n,
-                    }
-                    for t, n, e in results
-                ],
-            },
-        )
+        return alter_configs_response(header.api_version, results)
 
     async def unregister_broker(self, header: RequestHeader, req: Any) -> Any:
         try:
             err = await self.local.unregister_broker(req.broker_id)
         except NotControllerError:
             err = ApiError(ErrorCode.not_controller)
-        return build(
-            response_class(64, header.api_version),
-            {"throttle_time": 0, "error_code": err.code, "error_message": err.message},
-        )
+        return unregister_response(header.api_version, err)
