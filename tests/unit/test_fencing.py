@@ -52,3 +52,37 @@ def test_new_active_controller_gives_a_full_session() -> None:
     start_sessions(c, 50_000)
     assert fence_stale_brokers(c, 55_000).records == []
     assert fence_stale_brokers(c, 60_000).response == [4, 5]
+
+
+def test_placement_spreads_racks_and_uses_fenced_brokers_only_when_needed() -> None:
+    c = QuorumController(
+        1, random.Random(5), {"num.partitions": 6, "default.replication.factor": 3}
+    )
+    off = 0
+    for b, rack in ((1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c"), (6, "c")):
+        res = c.register_broker(b, uuid.uuid4(), [("PLAINTEXT", "h", b)], rack, off, 0)
+        c.replay(res.records, off)
+        c.replay(c.broker_heartbeat(b, off, False, True, 0).records, off + 1)
+        off += 2
+    c.replay(c.create_topics([NewTopic("racks")], False).records, 50)
+    racks = {b: c.image.brokers[b].rack for b in c.image.brokers}
+    for p in c.image.topic("racks").partitions.values():
+        assert len({racks[x] for x in p.replicas}) == 3, p.replicas
+    # fence two brokers: RF 5 still fits by using one of them, RF 3 avoids them
+    for b in (5, 6):
+        c.replay(c.broker_heartbeat(b, 2 * (b - 1), True, True, 0).records, off)
+        off += 1
+    c.replay(c.create_topics([NewTopic("rf3", 4, 3)], False).records, 100)
+    assert all(
+        5 not in p.replicas and 6 not in p.replicas
+        for p in c.image.topic("rf3").partitions.values()
+    )
+    res = c.create_topics([NewTopic("rf5", 2, 5)], False)
+    assert res.response[0].error.code == 0
+    c.replay(res.records, 200)
+    for p in c.image.topic("rf5").partitions.values():
+        assert p.leader not in (5, 6)
+        assert 5 not in p.isr
+        assert 6 not in p.isr
+    too_many = c.create_topics([NewTopic("rf7", 1, 7)], False)
+    assert too_many.response[0].error.code == 38  # INVALID_REPLICATION_FACTOR

@@ -268,29 +268,49 @@ class QuorumController:
 
     # -- topics -------------------------------------------------------------------------
 
-    def _usable_brokers(self) -> list[int]:
-        return sorted(b.broker_id for b in self.image.brokers.values() if not b.fenced)
+    def _rack_striped(self, ids: list[int]) -> list[int]:
+        """Brokers ordered so that neighbours sit on different racks (when racks are set)."""
+        by_rack: dict[str, list[int]] = {}
+        for b in sorted(ids):
+            by_rack.setdefault(self.image.brokers[b].rack or "", []).append(b)
+        if len(by_rack) <= 1:
+            return sorted(ids)
+        queues = [by_rack[k] for k in sorted(by_rack)]
+        out: list[int] = []
+        while any(queues):
+            for q in queues:
+                if q:
+                    out.append(q.pop(0))
+        return out
 
     def _place(
         self, num_partitions: int, rf: int, start_partition: int = 0
     ) -> list[list[int]] | ApiError:
-        brokers = self._usable_brokers()
-        if rf > len(brokers):
+        """Replica placement: unfenced brokers first, striped across racks; a registered
+        but fenced broker (down for a rolling restart) is used only when the replication
+        factor needs it."""
+        regs = [b for b in self.image.brokers.values() if not b.in_controlled_shutdown]
+        live = self._rack_striped([b.broker_id for b in regs if not b.fenced])
+        brokers = live
+        if rf > len(live):
+            brokers = live + self._rack_striped([b.broker_id for b in regs if b.fenced])
+        if rf > len(brokers) or not live:
             return ApiError(
                 ErrorCode.invalid_replication_factor,
                 f"Unable to replicate the partition {rf} time(s): The target replication factor "
                 f"of {rf} cannot be reached because only {len(brokers)} broker(s) are registered.",
             )
-        start = self.rng.randrange(len(brokers))
-        shift = self.rng.randrange(max(len(brokers) - 1, 1))
+        racks = {self.image.brokers[b].rack for b in brokers}
+        n = len(brokers)
+        start = self.rng.randrange(len(live))
+        # with racks, consecutive striped brokers spread a partition across racks
+        shift = 0 if len(racks) > 1 else self.rng.randrange(max(n - 1, 1))
         out = []
         for p in range(start_partition, start_partition + num_partitions):
-            first = (start + p) % len(brokers)
+            first = (start + p) % len(live)
             replicas = [brokers[first]]
             for k in range(1, rf):
-                replicas.append(
-                    brokers[(first + (shift + k - 1) % (len(brokers) - 1) + 1) % len(brokers)]
-                )
+                replicas.append(brokers[(first + (shift + k - 1) % (n - 1) + 1) % n])
             out.append(replicas)
         return out
 
@@ -380,13 +400,14 @@ class QuorumController:
 
     def _partition_record(self, tid: UUID, p: int, reps: Sequence[int]) -> r.PartitionRecord:
         brokers = self.image.brokers
-        isr = tuple(b for b in reps if b in brokers and not brokers[b].fenced) or tuple(reps)
+        live = tuple(b for b in reps if b in brokers and not brokers[b].fenced)
+        isr = live or tuple(reps)
         return r.PartitionRecord(
             partition_id=p,
             topic_id=tid,
             replicas=tuple(reps),
             isr=isr,
-            leader=isr[0],
+            leader=live[0] if live else -1,
             leader_epoch=0,
             partition_epoch=0,
             directories=tuple(UUID(int=0) for _ in reps),
