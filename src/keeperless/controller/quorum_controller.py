@@ -20,7 +20,6 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.image import (
-    BROKER_RESOURCE,
     TOPIC_RESOURCE,
     MetadataDelta,
     MetadataImage,
@@ -492,6 +491,3 @@ class QuorumController:
                     records.append(self._partition_record(topic.topic_id, current + i, reps))
             out.append((req.name, ApiError.none()))
         return Result(records, out)
-
-    def broker_configs(self, broker_id: int) -> Mapping[str, str]:
-        return self.image.configs.get((BROKER_RESOURCE, str(broker_id)), {})

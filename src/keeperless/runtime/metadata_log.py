@@ -97,7 +97,6 @@ class MetadataLog:
         self._pending_commits: list[tuple[int, float]] = []
         self._election_started: float | None = None
         self._was_leader = False
-        self.was_empty = self.raft_log.end_offset == 0 and self.raft_log.snapshot_id is None
 
     def bootstrap_records(self) -> list[Any]:
         from keeperless.metadata.bootstrap import BOOTSTRAP_CHECKPOINT

@@ -11,7 +11,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from keeperless.controller.fencing import fence_stale_brokers, start_sessions
 from keeperless.controller.quorum_controller import QuorumController, Result
@@ -137,6 +137,3 @@ class ControllerService:
             except NotLeaderError as e:
                 raise NotControllerError(str(e)) from None
         return result.response
-
-    def describe_features(self) -> dict[str, Any]:
-        return dict(self.controller.image.features)
