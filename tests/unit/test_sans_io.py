@@ -26,3 +26,16 @@ def test_core_imports_no_io(core: str) -> None:
                 if n.split(".")[0] in FORBIDDEN or n.startswith("keeperless.runtime"):
                     offenders.append(f"{path.relative_to(PKG)}:{node.lineno} imports {n}")
     assert offenders == []
+
+
+def test_cli_entry_point_does_not_load_kio() -> None:
+    """The CLI must be able to block kio's Hypothesis hooks (seconds of start-up) before
+    kio is first imported; importing the entry point must not pull kio in."""
+    import subprocess
+    import sys
+
+    code = "import sys, keeperless.cli.main; print('kio' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == "False"

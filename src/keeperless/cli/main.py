@@ -10,7 +10,7 @@ from pathlib import Path
 
 from keeperless.server.config import ConfigError, load_config
 from keeperless.storage.meta_properties import StorageError, random_kafka_uuid
-from keeperless.tools.client import ToolError
+from keeperless.tools.errors import ToolError
 
 __all__ = ["main"]
 

@@ -10,12 +10,9 @@ from kio.index import load_request_schema
 
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
+from keeperless.tools.errors import ToolError
 
 __all__ = ["ToolError", "call", "parse_servers"]
-
-
-class ToolError(RuntimeError):
-    """An operator-facing failure: printed as one line, exit status 1."""
 
 
 def parse_servers(value: str, flag: str) -> list[tuple[str, int]]:
