@@ -399,14 +399,18 @@ class QuorumController:
 
     def _partition_record(self, tid: UUID, p: int, reps: Sequence[int]) -> r.PartitionRecord:
         brokers = self.image.brokers
-        live = tuple(b for b in reps if b in brokers and not brokers[b].fenced)
-        isr = live or tuple(reps)
+        live = [b for b in reps if b in brokers and not brokers[b].fenced]
+        leader = live[0] if live else -1
+        # Only the leader holds the data until brokers replicate partitions to each other,
+        # so the ISR is the leader alone: the partition shows as under-replicated, and a
+        # failover never promotes a replica that lacks acknowledged records.
+        isr = (leader,) if live else tuple(reps)
         return r.PartitionRecord(
             partition_id=p,
             topic_id=tid,
             replicas=tuple(reps),
             isr=isr,
-            leader=live[0] if live else -1,
+            leader=leader,
             leader_epoch=0,
             partition_epoch=0,
             directories=tuple(UUID(int=0) for _ in reps),
