@@ -92,7 +92,24 @@ class Metrics:
         self.bytes_out = Counter(
             "kafka_server_brokertopicmetrics_bytes_out", "Record bytes fetched", registry=r
         )
+        self.loop_lag = Histogram(
+            "keeperless_event_loop_lag_ms",
+            "How late a 100 ms timer fires on the node's event loop (a stalled loop misses "
+            "heartbeats)",
+            registry=r,
+            buckets=(0.5, 1, 2, 5, 10, 20, 50, 100, 250, 1000),
+        )
         r.register(_LiveCollector(self._live))
+
+    async def watch_loop_lag(self) -> None:
+        """Sample the event loop's lag every 100 ms."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(0.1)
+            self.loop_lag.observe(max(loop.time() - t0 - 0.1, 0.0) * 1000)
 
     def serve(self, host: str, port: int) -> None:
         start_http_server(port, host, registry=self.registry)

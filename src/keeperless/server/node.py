@@ -159,6 +159,9 @@ class Node:
                 self.metrics.serve(host, port)
             except OSError as e:
                 raise ListenError(f"Cannot serve metrics on {host}:{port}: {e.strerror}") from None
+            self._tasks.append(
+                asyncio.get_running_loop().create_task(self.metrics.watch_loop_lag())
+            )
         ctl_names = set(self.config.controller_listener_names)
         if self.controller is not None:
             for ep in self.config.listeners:
