@@ -4,7 +4,6 @@ recovery (issue 3)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,6 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.cluster import Cluster, describe_quorum, wait_until
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def _create(c: Cluster, name: str, partitions: int = 2, timeout: float = 20) -> None:
@@ -58,58 +47,58 @@ def _consume(c: Cluster, topic: str, n: int) -> list[bytes]:
     return out
 
 
-def test_quorum_is_formed_and_describes_itself(cluster: Cluster) -> None:
-    leader = cluster.leader()
-    info = describe_quorum(cluster.controllers[leader].port)
+def test_quorum_is_formed_and_describes_itself(cluster3: Cluster) -> None:
+    leader = cluster3.leader()
+    info = describe_quorum(cluster3.controllers[leader].port)
     assert sorted(v for v, _ in info["voters"]) == [1, 2, 3]
     assert sorted(o for o, _ in info["observers"]) == [4, 5]
-    follower = next(i for i in cluster.controllers if i != leader)
-    other = describe_quorum(cluster.controllers[follower].port)
+    follower = next(i for i in cluster3.controllers if i != leader)
+    other = describe_quorum(cluster3.controllers[follower].port)
     assert other["error_code"] != 0  # only the leader answers DescribeQuorum
     assert other["leader_id"] == leader
 
 
-def test_kill9_active_controller_elects_a_new_one(cluster: Cluster) -> None:
-    _create(cluster, "before")
-    _produce(cluster, "before", 50, b"a")
-    old = cluster.leader()
-    old_epoch = describe_quorum(cluster.controllers[old].port)["leader_epoch"]
-    cluster.controllers[old].kill9()
+def test_kill9_active_controller_elects_a_new_one(cluster3: Cluster) -> None:
+    _create(cluster3, "before")
+    _produce(cluster3, "before", 50, b"a")
+    old = cluster3.leader()
+    old_epoch = describe_quorum(cluster3.controllers[old].port)["leader_epoch"]
+    cluster3.controllers[old].kill9()
     new = wait_until(
-        lambda: (lambda lead: lead if lead != old else None)(cluster.leader()),
+        lambda: (lambda lead: lead if lead != old else None)(cluster3.leader()),
         20,
         what="a new active controller",
     )
     assert new != old
-    assert describe_quorum(cluster.controllers[new].port)["leader_epoch"] > old_epoch
-    _create(cluster, "after")
-    _produce(cluster, "after", 20, b"b")
-    assert sorted(_consume(cluster, "before", 50)) == sorted(b"a-%d" % i for i in range(50))
-    assert len(_consume(cluster, "after", 20)) == 20
+    assert describe_quorum(cluster3.controllers[new].port)["leader_epoch"] > old_epoch
+    _create(cluster3, "after")
+    _produce(cluster3, "after", 20, b"b")
+    assert sorted(_consume(cluster3, "before", 50)) == sorted(b"a-%d" % i for i in range(50))
+    assert len(_consume(cluster3, "after", 20)) == 20
 
 
-def test_majority_lost_then_regained(cluster: Cluster) -> None:
-    _create(cluster, "kept")
-    _produce(cluster, "kept", 30, b"x")
-    leader = cluster.leader()
-    down = [*[i for i in cluster.controllers if i != leader][:1], leader]
+def test_majority_lost_then_regained(cluster3: Cluster) -> None:
+    _create(cluster3, "kept")
+    _produce(cluster3, "kept", 30, b"x")
+    leader = cluster3.leader()
+    down = [*[i for i in cluster3.controllers if i != leader][:1], leader]
     for i in down:
-        cluster.controllers[i].kill9()
+        cluster3.controllers[i].kill9()
     # admin operations fail with a clear timeout error...
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin = AdminClient({"bootstrap.servers": cluster3.bootstrap})
     with pytest.raises(KafkaException) as err:
         admin.create_topics([NewTopic("refused", 1, 1)], request_timeout=15)["refused"].result(25)
     assert "no active controller" in str(err.value) or "timed out" in str(err.value).lower()
     # ...while produce and consume on existing partitions keep working
-    _produce(cluster, "kept", 30, b"y")
-    got = _consume(cluster, "kept", 60)
+    _produce(cluster3, "kept", 30, b"y")
+    got = _consume(cluster3, "kept", 60)
     assert sorted(got) == sorted(
         [b"x-%d" % i for i in range(30)] + [b"y-%d" % i for i in range(30)]
     )
     # one controller returns: a majority again, and admin works
-    cluster.controllers[down[0]].start_background()
-    cluster.leader(timeout=30)
-    _create(cluster, "recovered", timeout=30)
+    cluster3.controllers[down[0]].start_background()
+    cluster3.leader(timeout=30)
+    _create(cluster3, "recovered", timeout=30)
 
 
 def test_restarted_broker_catches_up_from_a_snapshot(tmp_path: Path) -> None:

@@ -53,20 +53,7 @@ def on_fetch_request(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
         return
 
     def answer(snapshot: SnapshotId | None = None, diverging: SnapshotId | None = None) -> None:
-        core._send(
-            m.FetchResponse(
-                core.node_id,
-                req.src,
-                core.epoch,
-                core.node_id,
-                m.NONE,
-                core.high_watermark,
-                core.log.start_offset,
-                diverging=diverging,
-                snapshot=snapshot,
-                fetch_offset=req.fetch_offset,
-            )
-        )
+        _leader_response(core, req, diverging=diverging, snapshot=snapshot)
 
     sid = core.log.snapshot_id
     if req.fetch_offset < core.log.start_offset or (req.fetch_offset == 0 and sid is not None):
@@ -97,11 +84,15 @@ def on_fetch_request(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
     answer_fetch(core, req, now_ms)
 
 
-def answer_fetch(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
-    if core.role is not Role.LEADER:
-        fetch_error(core, req, m.NOT_LEADER_OR_FOLLOWER)
-        return
-    entries = tuple(core.log.read(req.fetch_offset, core.config.max_fetch_entries))
+def _leader_response(
+    core: RaftCore,
+    req: m.FetchRequest,
+    entries: tuple[m.Entry, ...] = (),
+    diverging: SnapshotId | None = None,
+    snapshot: SnapshotId | None = None,
+) -> None:
+    """The leader's successful answer to a fetch: entries, or where to truncate, or which
+    snapshot to load, always with the high watermark and log start."""
     core._send(
         m.FetchResponse(
             core.node_id,
@@ -112,9 +103,19 @@ def answer_fetch(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
             core.high_watermark,
             core.log.start_offset,
             entries,
-            fetch_offset=req.fetch_offset,
+            diverging,
+            snapshot,
+            req.fetch_offset,
         )
     )
+
+
+def answer_fetch(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
+    if core.role is not Role.LEADER:
+        fetch_error(core, req, m.NOT_LEADER_OR_FOLLOWER)
+        return
+    entries = tuple(core.log.read(req.fetch_offset, core.config.max_fetch_entries))
+    _leader_response(core, req, entries)
 
 
 def release_parked(core: RaftCore, now_ms: int) -> None:
