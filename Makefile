@@ -11,7 +11,7 @@ SEEDS ?= 2000
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,spark]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -37,7 +37,7 @@ sysdeps:
 
 ## test: everything — check, simulations, integration tests with real clients
 test: check sysdeps
-	$(BIN)/pytest -q tests/sim tests/integration
+	$(BIN)/pytest -q tests/sim tests/integration tests/spark
 
 fmt: venv
 	$(BIN)/ruff format src tests bench tools
