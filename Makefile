@@ -24,8 +24,8 @@ run: venv
 
 ## check: format check, lint, types and unit tests
 check: venv
-	$(BIN)/ruff format --check src tests bench tools
-	$(BIN)/ruff check src tests bench tools
+	$(BIN)/ruff format --check src tests bench tools examples
+	$(BIN)/ruff check src tests bench tools examples
 	$(BIN)/mypy
 	$(BIN)/pytest -q tests/unit
 
@@ -40,8 +40,8 @@ test: check sysdeps
 	$(BIN)/pytest -q tests/sim tests/integration tests/spark
 
 fmt: venv
-	$(BIN)/ruff format src tests bench tools
-	$(BIN)/ruff check --fix src tests bench tools
+	$(BIN)/ruff format src tests bench tools examples
+	$(BIN)/ruff check --fix src tests bench tools examples
 
 ## sim: more seeded Raft simulations (make sim SEEDS=20000); a failure names its seed
 sim: venv
@@ -51,6 +51,7 @@ sim: venv
 bench: venv
 	$(PY) bench/throughput.py
 	$(PY) bench/quorum.py
+	$(PY) bench/spark.py
 
 clean:
 	rm -rf $(VENV) data
