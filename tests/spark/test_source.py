@@ -326,3 +326,50 @@ def _gone(bootstrap: str, topic: str) -> bool:
     from confluent_kafka.admin import AdminClient
 
     return topic not in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).topics
+
+
+def test_starting_offsets_by_timestamp(spark, kafka, topic_name):
+    topic = topic_name()
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    base = 1_700_000_000_000
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(10):
+        p.produce(topic, value=f"{i}".encode(), partition=i % 2, timestamp=base + i * 1000)
+    assert p.flush(30) == 0
+    # partition 0 holds 0,2,4,6,8 and partition 1 holds 1,3,5,7,9 (timestamps base + i s)
+    df = reader(
+        spark,
+        kafka.bootstrap,
+        subscribe=topic,
+        startingOffsetsByTimestamp=json.dumps({topic: {"0": base + 4000, "1": base + 6500}}),
+    ).load()
+    got = sorted((r.partition, r.offset, r.value) for r in df.collect())
+    assert got == [(0, 2, b"4"), (0, 3, b"6"), (0, 4, b"8"), (1, 3, b"7"), (1, 4, b"9")]
+    assert {r.timestamp.timestamp() for r in df.where("value = '4'").collect()} == {
+        (base + 4000) / 1000
+    }
+    # no record at or after the timestamp: an error by default, latest with the strategy
+    later = json.dumps({topic: {"0": base + 60_000, "1": base}})
+    msg = _error_of(
+        lambda: (
+            reader(spark, kafka.bootstrap, subscribe=topic, startingOffsetsByTimestamp=later)
+            .load()
+            .collect()
+        )
+    )
+    assert "No offset matched the timestamp" in msg
+    rows = (
+        reader(
+            spark,
+            kafka.bootstrap,
+            subscribe=topic,
+            startingOffsetsByTimestamp=later,
+            startingOffsetsByTimestampStrategy="latest",
+        )
+        .load()
+        .collect()
+    )
+    assert sorted(r.offset for r in rows if r.partition == 1) == [0, 1, 2, 3, 4]
+    assert [r for r in rows if r.partition == 0] == []

@@ -85,3 +85,19 @@ def test_offset_for_timestamp(tmp_path: Path) -> None:
     assert plog.offset_for_timestamp(150) == (2, 200)
     assert plog.offset_for_timestamp(50) == (0, 100)
     assert plog.offset_for_timestamp(301) is None
+
+
+def test_timestamp_lookup_answers_the_record_inside_a_batch(tmp_path: Path) -> None:
+    plog = PartitionLog(tmp_path / "t-0", LogConfig(index_interval_bytes=0), 0)
+    # one batch of five records at 1000, 1010, 1005, 1030, 1020 (out of order is allowed)
+    buf = bytearray(
+        build_batch([(None, b"v", [])] * 5, timestamp_ms=1000, timestamp_deltas=[0, 10, 5, 30, 20])
+    )
+    plog.append(buf, list(iter_batches(buf)), 2000)
+    assert plog.offset_for_timestamp(1000) == (0, 1000)
+    assert plog.offset_for_timestamp(1006) == (1, 1010)
+    assert plog.offset_for_timestamp(1011) == (3, 1030)
+    assert plog.offset_for_timestamp(1031) is None
+    assert plog.offset_of_max_timestamp() == (3, 1030)
+    _append(plog, 2, now=900)  # a later batch with older timestamps
+    assert plog.offset_of_max_timestamp() == (3, 1030)

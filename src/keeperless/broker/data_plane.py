@@ -192,12 +192,14 @@ class DataPlane:
                         entry["offset"] = p.high_watermark
                     elif ts == EARLIEST:
                         entry["offset"] = p.log.log_start_offset
-                    elif ts == MAX_TIMESTAMP:
-                        found = p.log.offset_for_timestamp(0)
-                        entry["offset"] = p.high_watermark - 1 if found else -1
                     else:
-                        found = p.log.offset_for_timestamp(ts)
-                        if found is not None:
+                        found = (
+                            p.log.offset_of_max_timestamp()
+                            if ts == MAX_TIMESTAMP
+                            else p.log.offset_for_timestamp(ts)
+                        )
+                        # only what is committed is visible to readers
+                        if found is not None and found[0] < p.high_watermark:
                             entry["offset"], entry["timestamp"] = found
                 parts.append(entry)
             topics.append({"name": t.name, "partitions": parts})

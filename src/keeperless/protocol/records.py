@@ -170,12 +170,16 @@ def build_batch(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     control: bool = False,
+    timestamp_deltas: Sequence[int] = (),
 ) -> bytes:
-    """Encode an uncompressed v2 batch of (key, value, headers) records."""
+    """Encode an uncompressed v2 batch of (key, value, headers) records.
+
+    Records share ``timestamp_ms`` unless ``timestamp_deltas`` gives each its offset from it.
+    """
     body = bytearray()
     for delta, (key, value, headers) in enumerate(records):
         rec = bytearray(b"\x00")  # attributes
-        write_varint(rec, 0)  # timestamp delta
+        write_varint(rec, timestamp_deltas[delta] if timestamp_deltas else 0)
         write_varint(rec, delta)
         _write_bytes(rec, key)
         _write_bytes(rec, value)
@@ -196,7 +200,7 @@ def build_batch(
         attributes,
         max(count - 1, 0),
         timestamp_ms,
-        timestamp_ms,
+        timestamp_ms + max(timestamp_deltas, default=0),
         producer_id,
         producer_epoch,
         base_sequence,

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keeperless.protocol.records import (
+    ATTR_TIMESTAMP_TYPE,
     BATCH_HEADER_SIZE,
     BatchHeader,
     CorruptBatchError,
+    decode_records,
     iter_batches,
     read_header,
 )
@@ -345,7 +347,11 @@ class PartitionLog:
         return seg.size
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first batch whose max timestamp >= the target."""
+        """(offset, timestamp) of the first record whose timestamp >= the target.
+
+        The time index finds the batch; only that batch's records are decoded (Kafka's
+        ListOffsets answers the exact record, not its batch).
+        """
         for seg in self._segments:
             if seg.max_timestamp < timestamp_ms:
                 continue
@@ -356,8 +362,33 @@ class PartitionLog:
             while pos < seg.size:
                 h = read_header(os.pread(seg.fd, BATCH_HEADER_SIZE, pos))
                 if h.max_timestamp >= timestamp_ms:
-                    return max(h.base_offset, self.log_start_offset), h.max_timestamp
+                    found = self._record_at_or_after(seg, pos, h, timestamp_ms)
+                    if found is not None:
+                        return found
                 pos += h.size
+        return None
+
+    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with the largest timestamp (-3 lookup)."""
+        best = max(self._segments, key=lambda sg: sg.max_timestamp, default=None)
+        if best is None or best.max_timestamp < 0:
+            return None
+        pos = 0
+        while pos < best.size:
+            h = read_header(os.pread(best.fd, BATCH_HEADER_SIZE, pos))
+            if h.max_timestamp == best.max_timestamp:
+                return self._record_at_or_after(best, pos, h, best.max_timestamp)
+            pos += h.size
+        return None
+
+    def _record_at_or_after(
+        self, seg: _Segment, pos: int, h: BatchHeader, timestamp_ms: int
+    ) -> tuple[int, int] | None:
+        if h.attributes & ATTR_TIMESTAMP_TYPE:  # LogAppendTime: every record has max_timestamp
+            return max(h.base_offset, self.log_start_offset), h.max_timestamp
+        for rec in decode_records(os.pread(seg.fd, h.size, pos)):
+            if rec.timestamp >= timestamp_ms and rec.offset >= self.log_start_offset:
+                return rec.offset, rec.timestamp
         return None
 
     # -- retention and deletion -----------------------------------------------------
