@@ -278,6 +278,129 @@ def test_features_and_log_dirs(cluster3: Cluster) -> None:
     assert "42" in bad.stderr
 
 
+def test_features_upgrade_and_downgrade(cluster3: Cluster) -> None:
+    bs = ["--bootstrap-server", cluster3.bootstrap]
+    controllers = ",".join(f"127.0.0.1:{n.port}" for n in cluster3.controllers.values())
+    bc = ["--bootstrap-controller", controllers]
+
+    def finalized(*flags: str) -> str:
+        out = _ok("features", "describe", *flags)
+        return out.split("FinalizedVersionLevel: ")[1].split("\t")[0]
+
+    assert finalized(*bc) == "3.9-IV0"
+    # 3.9 -> 3.7-IV2: no level in between changed the metadata format
+    assert _ok("features", "downgrade", *bs, "--metadata", "3.7-IV2") == (
+        "metadata.version was downgraded to 17.\n"
+    )
+    assert finalized(*bs) == "3.7-IV2"  # what the broker's image says
+    wait_until(lambda: finalized(*bc) == "3.7-IV2", what="controllers see 3.7-IV2")
+    refused = keeperless("features", "downgrade", *bs, "--metadata", "3.7-IV1")
+    assert refused.returncode == 1
+    assert refused.stdout == (
+        "Could not downgrade metadata.version to 16. Unsupported metadata.version downgrade "
+        "from 17 to 16. Refusing to perform the requested downgrade because it might delete "
+        "metadata information.\n"
+    )
+    assert "1 out of 1 operation(s) failed." in refused.stderr
+    unsafe = keeperless("features", "downgrade", *bs, "--unsafe", "--release-version", "3.7-IV1")
+    assert unsafe.returncode == 1
+    assert "Unsafe metadata downgrade is not supported in this version." in unsafe.stdout
+    too_new = keeperless("features", "upgrade", *bc, "--feature", "metadata.version=22")
+    assert too_new.returncode == 1
+    assert "Invalid update version 22 for feature metadata.version." in too_new.stdout
+    assert "only supports versions 7-21" in too_new.stdout
+    bad = keeperless("features", "upgrade", *bs, "--metadata", "9.9")
+    assert bad.returncode == 1
+    assert "Unknown release version '9.9'" in bad.stderr
+    assert _ok("features", "upgrade", *bs, "--metadata", "3.9", "--dry-run") == (
+        "metadata.version can be upgraded to 21.\n"
+    )
+    assert finalized(*bs) == "3.7-IV2"
+    # back up, through the controllers directly
+    assert _ok("features", "upgrade", *bc, "--release-version", "3.9") == (
+        "metadata.version was upgraded to 21.\n"
+    )
+    wait_until(lambda: finalized(*bs) == "3.9-IV0", what="brokers see 3.9-IV0")
+
+
+def _leaders(bs: list[str], topic: str) -> dict[int, tuple[int, str]]:
+    """partition -> (leader, isr) from `topics --describe` (-1 for none)."""
+    out = {}
+    for line in _ok("topics", *bs, "--describe", "--topic", topic).splitlines():
+        if "Partition: " not in line:
+            continue
+        fields = dict(f.strip().split(": ", 1) for f in line.strip().split("\t") if ": " in f)
+        leader = fields["Leader"]
+        out[int(fields["Partition"])] = (-1 if leader == "none" else int(leader), fields["Isr"])
+    return out
+
+
+def test_leader_election_tool(cluster3: Cluster) -> None:
+    bs = ["--bootstrap-server", cluster3.bootstrap]
+    _ok(
+        "topics",
+        *bs,
+        "--create",
+        "--topic",
+        "elect",
+        "--partitions",
+        "2",
+        "--replication-factor",
+        "2",
+    )
+    ok = _ok("leader-election", *bs, "--election-type", "PREFERRED", "--topic", "elect")
+    assert ok == "Valid replica already elected for partitions elect-0, elect-1\n"
+    led_by_5 = [p for p, (leader, _) in _leaders(bs, "elect").items() if leader == 5]
+    assert led_by_5
+    cluster3.brokers[5].stop()  # fenced at once; its partitions have no other ISR member
+    wait_until(
+        lambda: all(_leaders(bs, "elect")[p][0] == -1 for p in led_by_5),
+        what="partitions led by broker 5 to go offline",
+    )
+    try:
+        unclean = _ok(
+            "leader-election", *bs, "--election-type", "unclean", "--topic", "elect"
+        ).splitlines()
+        names = ", ".join(f"elect-{p}" for p in led_by_5)
+        assert (
+            unclean[0] == f"Successfully completed leader election (UNCLEAN) for partitions {names}"
+        )
+        assert all(leader == 4 for leader, _ in _leaders(bs, "elect").values())
+        p = led_by_5[0]
+        pref = keeperless(
+            "leader-election",
+            *bs,
+            "--election-type",
+            "PREFERRED",
+            "--topic",
+            "elect",
+            "--partition",
+            str(p),
+        )
+        assert pref.returncode == 1
+        assert pref.stdout == (
+            f"Error completing leader election (PREFERRED) for partition: elect-{p}: Failed to "
+            f"elect the preferred leader 5 for elect-{p}: it is not in the ISR [4]\n"
+        )
+        assert "1 replica(s) could not be elected" in pref.stderr
+        missing = keeperless(
+            "leader-election", *bs, "--election-type", "PREFERRED", "--topic", "nope"
+        )
+        assert missing.returncode == 1
+        assert "Topic 'nope' does not exist" in missing.stderr
+        usage = keeperless("leader-election", *bs, "--election-type", "PREFERRED")
+        assert usage.returncode == 1
+        assert (
+            "exactly one of --topic, --all-topic-partitions or --path-to-json-file" in usage.stderr
+        )
+    finally:
+        cluster3.brokers[5].start()
+        wait_until(
+            lambda: "from brokers 4,5" in _ok("log-dirs", *bs, "--describe"),
+            what="broker 5 registered and unfenced again",
+        )
+
+
 def test_metadata_shell_tree(cluster3: Cluster) -> None:
     _ok(
         "topics",

@@ -23,6 +23,7 @@ from keeperless.controller.quorum_controller import (
     CreateTopicResult,
     NewTopic,
 )
+from keeperless.metadata.features import SUPPORTED_FEATURES
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
 
@@ -73,8 +74,16 @@ class ControllerChannel(Protocol):
 
     def unregister_broker(self, broker_id: int) -> Awaitable[ApiError]: ...
 
+    def update_features(
+        self, updates: Sequence[tuple[str, int, int]], validate_only: bool
+    ) -> Awaitable[list[tuple[str, ApiError]]]: ...
 
-_VERSIONS = {19: 7, 20: 6, 37: 3, 44: 1, 62: 3, 63: 1, 64: 0, 67: 0}
+    def elect_leaders(
+        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
+    ) -> Awaitable[list[tuple[str, int, ApiError]]]: ...
+
+
+_VERSIONS = {19: 7, 20: 6, 37: 3, 43: 2, 44: 1, 57: 1, 62: 3, 63: 1, 64: 0, 67: 0}
 
 
 class RemoteController:
@@ -245,11 +254,8 @@ class RemoteController:
                 {"name": n, "host": h, "port": p, "security_protocol": 0} for n, h, p in endpoints
             ],
             "features": [
-                {
-                    "name": "metadata.version",
-                    "min_supported_version": 7,
-                    "max_supported_version": 21,
-                }
+                {"name": name, "min_supported_version": lo, "max_supported_version": hi}
+                for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
             ],
             "rack": rack,
             "log_dirs": [],
@@ -303,3 +309,37 @@ class RemoteController:
     async def unregister_broker(self, broker_id: int) -> ApiError:
         resp = await self._rpc(64, {"broker_id": broker_id})
         return ApiError(resp.error_code, resp.error_message)
+
+    async def update_features(
+        self, updates: Sequence[tuple[str, int, int]], validate_only: bool
+    ) -> list[tuple[str, ApiError]]:
+        body = {
+            "timeout": 60_000,
+            "feature_updates": [
+                {"feature": f, "max_version_level": level, "upgrade_type": t}
+                for f, level, t in updates
+            ],
+            "validate_only": validate_only,
+        }
+        resp = await self._rpc(57, body)
+        return [(x.feature, ApiError(x.error_code, x.error_message)) for x in resp.results]
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
+    ) -> list[tuple[str, int, ApiError]]:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions or ():
+            by_topic.setdefault(t, []).append(p)
+        body = {
+            "election_type": election_type,
+            "topic_partitions": None
+            if partitions is None
+            else [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "timeout": 60_000,
+        }
+        resp = await self._rpc(43, body)
+        return [
+            (res.topic, pr.partition_id, ApiError(pr.error_code, pr.error_message))
+            for res in resp.replica_election_results
+            for pr in res.partition_result
+        ]

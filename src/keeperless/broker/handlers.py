@@ -28,10 +28,15 @@ from keeperless.controller.requests import (
     create_partitions_response,
     delete_targets,
     delete_topics_response,
+    elect_leaders_response,
+    election_targets,
+    feature_updates,
     new_partitions,
     new_topics,
     unregister_response,
+    update_features_response,
 )
+from keeperless.metadata.features import features_body
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from keeperless.protocol.apis import BROKER_APIS
 from keeperless.protocol.build import build
@@ -64,6 +69,8 @@ class BrokerHandlers:
             44: self.incremental_alter_configs,
             60: self.describe_cluster,
             64: self.unregister_broker,
+            43: self.elect_leaders,
+            57: self.update_features,
         }
         self.handlers.update(extra or {})
         self.apis = {k: v for k, v in self.apis.items() if k in self.handlers}
@@ -79,7 +86,6 @@ class BrokerHandlers:
         return build(response_class(18, header.api_version), self.api_versions_body())
 
     def api_versions_body(self, error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
-        level = self.broker.image.features.get("metadata.version", 0)
         return {
             "error_code": error,
             "api_keys": [
@@ -87,15 +93,7 @@ class BrokerHandlers:
                 for k, (lo, hi) in sorted(self.apis.items())
             ],
             "throttle_time": 0,
-            "supported_features": [
-                {"name": "metadata.version", "min_version": 7, "max_version": 21}
-            ],
-            "finalized_features_epoch": max(self.broker.image.offset, -1),
-            "finalized_features": [
-                {"name": "metadata.version", "max_version_level": level, "min_version_level": level}
-            ]
-            if level
-            else [],
+            **features_body(self.broker.image),
         }
 
     # -- Metadata -------------------------------------------------------------------------
@@ -336,6 +334,48 @@ class BrokerHandlers:
         if err.code == ErrorCode.none:
             await self._settle(lambda img: req.broker_id not in img.brokers)
         return unregister_response(header.api_version, err)
+
+    async def update_features(self, header: RequestHeader, req: Any) -> Any:
+        updates = feature_updates(req, header.api_version)
+        try:
+            results = await self.broker.controller.update_features(updates, req.validate_only)
+        except ControllerUnavailableError as e:
+            return update_features_response(
+                header.api_version, [], ApiError(ErrorCode.request_timed_out, str(e))
+            )
+        ok = dict(results)
+        if not req.validate_only and all(e.code == ErrorCode.none for e in ok.values()):
+            wanted = {f: level for f, level, _ in updates}
+            await self._settle(
+                lambda img: all(img.features.get(f) == lv for f, lv in wanted.items())
+            )
+        return update_features_response(header.api_version, results)
+
+    async def elect_leaders(self, header: RequestHeader, req: Any) -> Any:
+        election_type, partitions = election_targets(req)
+        try:
+            results = await self.broker.controller.elect_leaders(election_type, partitions)
+        except ControllerUnavailableError as e:
+            return elect_leaders_response(
+                header.api_version, [], ApiError(ErrorCode.request_timed_out, str(e))
+            )
+        elected = [(t, p) for t, p, e in results if e.code == ErrorCode.none]
+
+        def settled(img: MetadataImage) -> bool:
+            for t, p in elected:
+                topic = img.topic(t)
+                info = topic.partitions.get(p) if topic is not None else None
+                if info is None:
+                    continue
+                if election_type == 0 and info.leader != info.replicas[0]:
+                    return False
+                if election_type == 1 and info.leader == -1:
+                    return False
+            return True
+
+        if elected:
+            await self._settle(settled)
+        return elect_leaders_response(header.api_version, results)
 
     async def describe_log_dirs(self, header: RequestHeader, req: Any) -> Any:
         wanted = (

@@ -130,9 +130,24 @@ def _tools(args: argparse.Namespace) -> int:
         print(f"Cluster ID: {cluster_id(_servers(args))}")
         return 0
     if args.command == "features":
-        from keeperless.tools.cluster_tools import describe_features
+        from keeperless.tools import cluster_tools
 
-        return describe_features(_servers(args), sys.stdout)
+        if args.features_cmd == "describe":
+            return cluster_tools.describe_features(_servers(args), sys.stdout)
+        levels = cluster_tools.feature_levels(args.metadata, args.release_version, args.feature)
+        upgrade_type = 1 if args.features_cmd == "upgrade" else 3 if args.unsafe else 2
+        return cluster_tools.update_features(
+            _servers(args), levels, upgrade_type, args.dry_run, sys.stdout
+        )
+    if args.command == "leader-election":
+        from keeperless.tools import cluster_tools
+
+        if not args.bootstrap_server:
+            raise ToolError("--bootstrap-server is required")
+        targets = cluster_tools.election_partitions(
+            args.topic, args.partition, args.all_topic_partitions, args.path_to_json_file
+        )
+        return cluster_tools.elect_leaders(_servers(args), args.election_type, targets, sys.stdout)
     if args.command == "log-dirs":
         from keeperless.tools.cluster_tools import describe_log_dirs
 
@@ -297,7 +312,28 @@ def build_parser() -> argparse.ArgumentParser:
     ft = sub.add_parser("features", help="metadata.version and other feature levels")
     ft_sub = ft.add_subparsers(dest="features_cmd", required=True)
     fd = ft_sub.add_parser("describe", help="supported and finalized feature levels")
-    _connection_flags(fd, controller=False)
+    _connection_flags(fd)
+    for verb in ("upgrade", "downgrade"):
+        fu = ft_sub.add_parser(verb, help=f"{verb} finalized feature levels (metadata.version)")
+        _connection_flags(fu)
+        fu.add_argument("--metadata", help="a release for metadata.version, e.g. 3.9 or 3.7-IV2")
+        fu.add_argument("--release-version", help="the same as --metadata")
+        fu.add_argument("--feature", action="append", help="NAME=LEVEL, e.g. metadata.version=21")
+        fu.add_argument("--dry-run", action="store_true", help="validate only")
+        if verb == "downgrade":
+            fu.add_argument(
+                "--unsafe",
+                action="store_true",
+                help="allow a downgrade that could lose metadata (refused in this version)",
+            )
+
+    le = sub.add_parser("leader-election", help="elect preferred or unclean partition leaders")
+    _connection_flags(le, controller=False)
+    le.add_argument("--election-type", required=True, help="PREFERRED or UNCLEAN")
+    le.add_argument("--topic")
+    le.add_argument("--partition", type=int)
+    le.add_argument("--all-topic-partitions", action="store_true")
+    le.add_argument("--path-to-json-file", help='{"partitions": [{"topic": "t", "partition": 0}]}')
 
     ld = sub.add_parser("log-dirs", help="describe the log directories of brokers")
     _connection_flags(ld, controller=False)

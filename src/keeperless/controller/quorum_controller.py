@@ -19,6 +19,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.features import METADATA_VERSION_FEATURE, SUPPORTED_FEATURES
 from keeperless.metadata.image import (
     TOPIC_RESOURCE,
     MetadataDelta,
@@ -160,7 +161,24 @@ class QuorumController:
         rack: str | None,
         next_offset: int,
         now_ms: int,
+        features: Mapping[str, tuple[int, int]] | None = None,
     ) -> Result[tuple[ApiError, int]]:
+        features = SUPPORTED_FEATURES if features is None else features
+        mv = self.image.features.get(METADATA_VERSION_FEATURE)
+        lo, hi = features.get(METADATA_VERSION_FEATURE, (0, 0))
+        if mv is not None and not lo <= mv <= hi:
+            return Result(
+                [],
+                (
+                    ApiError(
+                        ErrorCode.unsupported_version,
+                        f"Unable to register because the broker does not support finalized "
+                        f"version {mv} of metadata.version. The broker wants a version between "
+                        f"{lo} and {hi}, inclusive.",
+                    ),
+                    -1,
+                ),
+            )
         existing = self.image.brokers.get(broker_id)
         last = self._last_heartbeat_ms.get(broker_id)
         live = last is not None and now_ms - last < self.session_timeout_ms
@@ -185,10 +203,11 @@ class QuorumController:
                 r.RegisterBrokerRecordBrokerEndpoint(name=n, host=h, port=p, security_protocol=0)
                 for n, h, p in endpoints
             ),
-            features=(
+            features=tuple(
                 r.RegisterBrokerRecordBrokerFeature(
-                    name="metadata.version", min_supported_version=7, max_supported_version=21
-                ),
+                    name=name, min_supported_version=fmin, max_supported_version=fmax
+                )
+                for name, (fmin, fmax) in sorted(features.items())
             ),
             rack=rack,
             fenced=True,

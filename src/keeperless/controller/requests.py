@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from kio.schema.errors import ErrorCode
+
 from keeperless.controller.quorum_controller import CreatePartitionsRequest, NewTopic
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
@@ -116,4 +118,53 @@ def unregister_response(version: int, err: Any) -> Any:
     return build(
         response_class(64, version),
         {"throttle_time": 0, "error_code": err.code, "error_message": err.message},
+    )
+
+
+def feature_updates(req: Any, version: int) -> list[tuple[str, int, int]]:
+    """UpdateFeatures as (feature, level, upgrade type); v0's allow_downgrade means safe."""
+    out = []
+    for u in req.feature_updates:
+        upgrade_type = (2 if u.allow_downgrade else 1) if version == 0 else int(u.upgrade_type)
+        out.append((u.feature, int(u.max_version_level), upgrade_type))
+    return out
+
+
+def update_features_response(version: int, results: Any, top: Any = None) -> Any:
+    return build(
+        response_class(57, version),
+        {
+            "throttle_time": 0,
+            "error_code": top.code if top is not None else ErrorCode.none,
+            "error_message": top.message if top is not None else None,
+            "results": [
+                {"feature": f, "error_code": e.code, "error_message": e.message} for f, e in results
+            ],
+        },
+    )
+
+
+def election_targets(req: Any) -> tuple[int, list[tuple[str, int]] | None]:
+    if req.topic_partitions is None:
+        return int(req.election_type), None
+    return int(req.election_type), [
+        (tp.topic, int(p)) for tp in req.topic_partitions for p in tp.partitions
+    ]
+
+
+def elect_leaders_response(version: int, results: Any, top: Any = None) -> Any:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition, err in results:
+        by_topic.setdefault(topic, []).append(
+            {"partition_id": partition, "error_code": err.code, "error_message": err.message}
+        )
+    return build(
+        response_class(43, version),
+        {
+            "throttle_time": 0,
+            "error_code": top.code if top is not None else ErrorCode.none,
+            "replica_election_results": [
+                {"topic": t, "partition_result": parts} for t, parts in by_topic.items()
+            ],
+        },
     )

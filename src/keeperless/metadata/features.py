@@ -3,10 +3,15 @@ MetadataVersion)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "LATEST_METADATA_VERSION",
     "METADATA_VERSION_FEATURE",
     "MINIMUM_METADATA_VERSION",
+    "SUPPORTED_FEATURES",
+    "features_body",
+    "metadata_changed_between",
     "metadata_version_for_release",
     "release_for_level",
 ]
@@ -33,6 +38,20 @@ _RELEASES: tuple[tuple[str, int], ...] = (
 )
 MINIMUM_METADATA_VERSION = _RELEASES[0][1]
 LATEST_METADATA_VERSION = _RELEASES[-1][1]
+# What this build supports, as brokers register it and controllers check it.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    METADATA_VERSION_FEATURE: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION)
+}
+
+# Levels that changed the metadata format (Kafka's MetadataVersion.didMetadataChange):
+# a downgrade across one of them could lose metadata, so it is refused.
+_METADATA_CHANGED = frozenset({7, 8, 11, 13, 14, 15, 17})
+
+
+def metadata_changed_between(a: int, b: int) -> bool:
+    """True if a level in (low, high] changed the metadata format."""
+    low, high = min(a, b), max(a, b)
+    return any(level in _METADATA_CHANGED for level in range(low + 1, high + 1))
 
 
 def metadata_version_for_release(name: str) -> int:
@@ -52,3 +71,19 @@ def release_for_level(level: int) -> str:
         if lv == level:
             return release
     return f"level {level}"
+
+
+def features_body(image: Any) -> dict[str, Any]:
+    """ApiVersions' feature fields (KIP-584) from a metadata image."""
+    return {
+        "supported_features": [
+            {"name": name, "min_version": lo, "max_version": hi}
+            for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
+        ],
+        "finalized_features_epoch": max(image.offset, -1),
+        "finalized_features": [
+            {"name": name, "max_version_level": level, "min_version_level": level}
+            for name, level in sorted(image.features.items())
+            if level
+        ],
+    }

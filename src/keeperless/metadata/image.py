@@ -53,6 +53,8 @@ class BrokerRegistration:
     rack: str | None
     fenced: bool
     in_controlled_shutdown: bool = False
+    # feature name -> (min, max) supported level, as the broker registered it
+    supported_features: Mapping[str, tuple[int, int]] = field(default_factory=lambda: _EMPTY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +171,9 @@ class MetadataDelta:
             rec.rack,
             rec.fenced,
             rec.in_controlled_shutdown,
+            MappingProxyType(
+                {f.name: (f.min_supported_version, f.max_supported_version) for f in rec.features}
+            ),
         )
 
     def _unregister_broker(self, rec: r.UnregisterBrokerRecord) -> None:

@@ -28,7 +28,9 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     35: (1, 4),  # DescribeLogDirs
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
+    43: (1, 2),  # ElectLeaders (forwarded to the controller)
     44: (0, 1),  # IncrementalAlterConfigs
+    57: (0, 1),  # UpdateFeatures (forwarded to the controller)
     60: (0, 1),  # DescribeCluster
     64: (0, 0),  # UnregisterBroker (forwarded to the controller)
 }
@@ -41,11 +43,13 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     19: (7, 7),  # CreateTopics
     20: (6, 6),  # DeleteTopics
     37: (3, 3),  # CreatePartitions
+    43: (1, 2),  # ElectLeaders
     44: (0, 1),  # IncrementalAlterConfigs
     52: (2, 2),  # Vote
     53: (1, 1),  # BeginQuorumEpoch
     54: (1, 1),  # EndQuorumEpoch
     55: (0, 2),  # DescribeQuorum
+    57: (0, 1),  # UpdateFeatures
     59: (1, 1),  # FetchSnapshot
     60: (0, 1),  # DescribeCluster (the controllers, KIP-919)
     62: (3, 3),  # BrokerRegistration
@@ -76,7 +80,9 @@ API_NAMES = {
     37: "CreatePartitions",
     60: "DescribeCluster",
     42: "DeleteGroups",
+    43: "ElectLeaders",
     44: "IncrementalAlterConfigs",
+    57: "UpdateFeatures",
     35: "DescribeLogDirs",
     64: "UnregisterBroker",
     52: "Vote",

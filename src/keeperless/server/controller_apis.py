@@ -5,7 +5,7 @@ handlers of the controller listener for the same RPCs (Kafka's ControllerApis)."
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -13,6 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.controller_channel import RemoteController
 from keeperless.controller.configs import incremental_alter_configs
+from keeperless.controller.elections import elect_leaders
+from keeperless.controller.features import update_features
 from keeperless.controller.quorum_controller import (
     ApiError,
     CreatePartitionsRequest,
@@ -25,9 +27,13 @@ from keeperless.controller.requests import (
     create_partitions_response,
     delete_targets,
     delete_topics_response,
+    elect_leaders_response,
+    election_targets,
+    feature_updates,
     new_partitions,
     new_topics,
     unregister_response,
+    update_features_response,
 )
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
@@ -67,11 +73,12 @@ class LocalController:
         incarnation_id: UUID,
         endpoints: Sequence[tuple[str, str, int]],
         rack: str | None,
+        features: Mapping[str, tuple[int, int]] | None = None,
     ) -> tuple[ApiError, int]:
         next_offset = self.service.mlog.core.log_end_offset
         return await self.service.call(
             lambda c: c.register_broker(
-                broker_id, incarnation_id, endpoints, rack, next_offset, _now_ms()
+                broker_id, incarnation_id, endpoints, rack, next_offset, _now_ms(), features
             )
         )
 
@@ -98,6 +105,16 @@ class LocalController:
 
     async def unregister_broker(self, broker_id: int) -> ApiError:
         return await self.service.call(lambda c: c.unregister_broker(broker_id))
+
+    async def update_features(
+        self, updates: Sequence[tuple[str, int, int]], validate_only: bool
+    ) -> list[tuple[str, ApiError]]:
+        return await self.service.call(lambda c: update_features(c, updates, validate_only))
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
+    ) -> list[tuple[str, int, ApiError]]:
+        return await self.service.call(lambda c: elect_leaders(c, election_type, partitions))
 
 
 class ControllerClient:
@@ -188,6 +205,22 @@ class ControllerClient:
         result: ApiError = await self._call("unregister_broker", broker_id)
         return result
 
+    async def update_features(
+        self, updates: Sequence[tuple[str, int, int]], validate_only: bool
+    ) -> list[tuple[str, ApiError]]:
+        result: list[tuple[str, ApiError]] = await self._call(
+            "update_features", updates, validate_only
+        )
+        return result
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
+    ) -> list[tuple[str, int, ApiError]]:
+        result: list[tuple[str, int, ApiError]] = await self._call(
+            "elect_leaders", election_type, partitions
+        )
+        return result
+
 
 class ControllerApis:
     """Handlers of the controller listener for the broker-to-controller RPCs."""
@@ -201,7 +234,9 @@ class ControllerApis:
             19: self.create_topics,
             20: self.delete_topics,
             37: self.create_partitions,
+            43: self.elect_leaders,
             44: self.incremental_alter_configs,
+            57: self.update_features,
             62: self.register_broker,
             63: self.broker_heartbeat,
             64: self.unregister_broker,
@@ -274,6 +309,7 @@ class ControllerApis:
                 req.incarnation_id,
                 [(li.name, li.host, li.port) for li in req.listeners],
                 req.rack,
+                {f.name: (f.min_supported_version, f.max_supported_version) for f in req.features},
             )
         except NotControllerError:
             return self._not_controller(header, {"broker_epoch": -1})
@@ -333,3 +369,23 @@ class ControllerApis:
         except NotControllerError:
             err = ApiError(ErrorCode.not_controller)
         return unregister_response(header.api_version, err)
+
+    async def update_features(self, header: RequestHeader, req: Any) -> Any:
+        updates = feature_updates(req, header.api_version)
+        try:
+            results = await self.local.update_features(updates, req.validate_only)
+        except NotControllerError:
+            return update_features_response(
+                header.api_version, [], ApiError(ErrorCode.not_controller)
+            )
+        return update_features_response(header.api_version, results)
+
+    async def elect_leaders(self, header: RequestHeader, req: Any) -> Any:
+        election_type, partitions = election_targets(req)
+        try:
+            results = await self.local.elect_leaders(election_type, partitions)
+        except NotControllerError:
+            return elect_leaders_response(
+                header.api_version, [], ApiError(ErrorCode.not_controller)
+            )
+        return elect_leaders_response(header.api_version, results)

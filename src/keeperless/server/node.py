@@ -19,6 +19,7 @@ from keeperless.broker.controller_channel import ControllerUnavailableError, Rem
 from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.handlers import BrokerHandlers
+from keeperless.metadata.features import features_body
 from keeperless.protocol.apis import CONTROLLER_APIS
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
@@ -242,7 +243,10 @@ class Node:
     def _controller_router(self) -> RequestRouter:
         assert self.controller is not None
 
+        service = self.controller
+
         def body(err: Any) -> dict[str, Any]:
+            image = service.controller.committed
             return {
                 "error_code": err,
                 "throttle_time": 0,
@@ -250,6 +254,7 @@ class Node:
                     {"api_key": k, "min_version": lo, "max_version": hi}
                     for k, (lo, hi) in CONTROLLER_APIS.items()
                 ],
+                **features_body(image),
             }
 
         async def api_versions(header: Any, req: Any) -> Any:

@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from keeperless.metadata.features import release_for_level
+from keeperless.metadata.features import metadata_version_for_release, release_for_level
 from keeperless.tools.client import ToolError, call, parse_servers
 
-__all__ = ["describe_features", "describe_log_dirs", "unregister_broker"]
+__all__ = [
+    "describe_features",
+    "describe_log_dirs",
+    "elect_leaders",
+    "unregister_broker",
+    "update_features",
+]
+
+NOT_CONTROLLER = 41
 
 
 def unregister_broker(bootstrap: str, broker_id: int, out: TextIO) -> int:
@@ -92,3 +100,182 @@ def describe_features(servers: list[tuple[str, int]], out: TextIO) -> int:
             file=out,
         )
     return 0
+
+
+def _call_active(
+    servers: list[tuple[str, int]], api_key: int, version: int, body: dict[str, Any]
+) -> Any:
+    """Brokers forward to the active controller; with --bootstrap-controller, ask each
+    controller until the active one answers."""
+    resp: Any = None
+    for server in servers:
+        resp = call([server], api_key, version, body, timeout_s=70)
+        if int(resp.error_code) != NOT_CONTROLLER:
+            return resp
+    return resp
+
+
+def feature_levels(
+    metadata: str | None, release: str | None, features: list[str] | None
+) -> list[tuple[str, int]]:
+    """--metadata / --release-version RELEASE and --feature NAME=LEVEL as (feature, level)."""
+    out: list[tuple[str, int]] = []
+    for flag, value in (("--metadata", metadata), ("--release-version", release)):
+        if value is not None:
+            try:
+                out.append(("metadata.version", metadata_version_for_release(value)))
+            except ValueError as e:
+                raise ToolError(f"{flag}: {e}") from None
+    for item in features or ():
+        name, sep, level = item.partition("=")
+        if not sep or not level.strip().lstrip("-").isdigit():
+            raise ToolError(f"--feature {item!r}: expected NAME=LEVEL, e.g. metadata.version=21")
+        out.append((name.strip(), int(level)))
+    if not out:
+        raise ToolError("one of --metadata, --release-version or --feature is required")
+    return out
+
+
+def update_features(
+    servers: list[tuple[str, int]],
+    levels: list[tuple[str, int]],
+    upgrade_type: int,
+    dry_run: bool,
+    out: TextIO,
+) -> int:
+    """kafka-features upgrade/downgrade: one line per feature, exit 1 if any failed."""
+    verb = "upgrade" if upgrade_type == 1 else "downgrade"
+    body = {
+        "timeout": 60_000,
+        "feature_updates": [
+            {"feature": f, "max_version_level": level, "upgrade_type": upgrade_type}
+            for f, level in levels
+        ],
+        "validate_only": dry_run,
+    }
+    resp = _call_active(servers, 57, 1, body)
+    wanted = dict(levels)
+    if int(resp.error_code) != 0:
+        raise ToolError(
+            f"Could not {verb} {', '.join(wanted)}: {resp.error_message or resp.error_code.name}"
+        )
+    failed = 0
+    for res in resp.results:
+        level = wanted.get(res.feature)
+        if int(res.error_code) == 0:
+            done = "can be" if dry_run else "was"
+            print(f"{res.feature} {done} {verb}d to {level}.", file=out)
+        else:
+            failed += 1
+            message = res.error_message or res.error_code.name
+            print(f"Could not {verb} {res.feature} to {level}. {message}", file=out)
+    if failed:
+        raise ToolError(f"{failed} out of {len(resp.results)} operation(s) failed.")
+    return 0
+
+
+def election_partitions(
+    topic: str | None, partition: int | None, all_partitions: bool, json_file: str | None
+) -> list[tuple[str, int]] | None:
+    """What --topic/--partition, --all-topic-partitions or --path-to-json-file name."""
+    given = (topic is not None) + (json_file is not None) + all_partitions
+    if given != 1:
+        raise ToolError(
+            "exactly one of --topic, --all-topic-partitions or --path-to-json-file is required"
+        )
+    if partition is not None and topic is None:
+        raise ToolError("--partition needs --topic")
+    if all_partitions:
+        return None
+    if json_file is not None:
+        try:
+            with open(json_file) as f:
+                doc = json.load(f)
+            return [(str(p["topic"]), int(p["partition"])) for p in doc["partitions"]]
+        except OSError as e:
+            raise ToolError(f"--path-to-json-file {json_file}: {e.strerror}") from None
+        except (ValueError, KeyError, TypeError):
+            raise ToolError(
+                f"--path-to-json-file {json_file}: expected "
+                '{"partitions": [{"topic": "t", "partition": 0}, ...]}'
+            ) from None
+    assert topic is not None
+    if partition is not None:
+        return [(topic, partition)]
+    return [(topic, -1)]  # every partition of the topic, looked up when electing
+
+
+def elect_leaders(
+    servers: list[tuple[str, int]],
+    election_type: str,
+    partitions: list[tuple[str, int]] | None,
+    out: TextIO,
+) -> int:
+    kind = election_type.upper()
+    if kind not in ("PREFERRED", "UNCLEAN"):
+        raise ToolError(f"--election-type {election_type!r}: expected PREFERRED or UNCLEAN")
+    if partitions is not None and any(p < 0 for _, p in partitions):
+        partitions = _expand_topics(servers, partitions)
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions or ():
+        by_topic.setdefault(t, []).append(p)
+    body = {
+        "election_type": 0 if kind == "PREFERRED" else 1,
+        "topic_partitions": None
+        if partitions is None
+        else [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+        "timeout": 60_000,
+    }
+    resp = _call_active(servers, 43, 2, body)
+    if int(resp.error_code) != 0:
+        raise ToolError(f"Leader election ({kind}) failed: {resp.error_code.name}")
+    done, noop, failed = [], [], []
+    for res in resp.replica_election_results:
+        for pr in res.partition_result:
+            name = f"{res.topic}-{pr.partition_id}"
+            code = int(pr.error_code)
+            if code == 0:
+                done.append(name)
+            elif code == 84:  # ELECTION_NOT_NEEDED
+                noop.append(name)
+            else:
+                failed.append((name, pr.error_message or pr.error_code.name))
+    if done:
+        print(
+            f"Successfully completed leader election ({kind}) for partitions {', '.join(done)}",
+            file=out,
+        )
+    if noop:
+        print(f"Valid replica already elected for partitions {', '.join(noop)}", file=out)
+    for name, message in failed:
+        print(
+            f"Error completing leader election ({kind}) for partition: {name}: {message}", file=out
+        )
+    if failed:
+        raise ToolError(f"{len(failed)} replica(s) could not be elected")
+    if not (done or noop):
+        print(f"No partition needed a {kind.lower()} leader election", file=out)
+    return 0
+
+
+def _expand_topics(
+    servers: list[tuple[str, int]], partitions: list[tuple[str, int]]
+) -> list[tuple[str, int]]:
+    """--topic without --partition: every partition of the topic."""
+    names = sorted({t for t, p in partitions if p < 0})
+    md = call(
+        servers,
+        3,
+        12,
+        {
+            "topics": [{"name": t, "topic_id": None} for t in names],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+    out = [(t, p) for t, p in partitions if p >= 0]
+    for t in md.topics:
+        if int(t.error_code) != 0:
+            raise ToolError(f"Topic '{t.name}' does not exist")
+        out.extend((t.name, p.partition_index) for p in t.partitions)
+    return out

@@ -1,0 +1,109 @@
+"""ElectLeaders: preferred and unclean leader elections requested by an operator.
+
+Preferred: the first replica in the assignment leads again, if it is in the ISR and
+unfenced.  Unclean: a leaderless partition gets a leader even from outside the ISR
+(its ISR becomes that replica alone) — acknowledged records the others had can be lost,
+which is what the operator asked for; a partition with a live ISR member is elected
+cleanly instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.controller.quorum_controller import ApiError, QuorumController, Result
+from keeperless.metadata import _records_gen as r
+from keeperless.metadata.image import PartitionInfo
+
+__all__ = ["PREFERRED", "UNCLEAN", "elect_leaders"]
+
+PREFERRED, UNCLEAN = 0, 1
+NO_LEADER = -1
+
+ElectionResult = tuple[str, int, ApiError]
+
+
+def _elect(
+    live: set[int], p: PartitionInfo, election_type: int, where: str
+) -> tuple[ApiError, int, tuple[int, ...] | None]:
+    """(error, new leader, new ISR or None to keep it)."""
+    if election_type == PREFERRED:
+        preferred = p.replicas[0] if p.replicas else NO_LEADER
+        if p.leader == preferred:
+            return ApiError(ErrorCode.election_not_needed), NO_LEADER, None
+        if preferred not in p.isr or preferred not in live:
+            state = "is fenced" if preferred in p.isr else f"is not in the ISR {list(p.isr)}"
+            return (
+                ApiError(
+                    ErrorCode.preferred_leader_not_available,
+                    f"Failed to elect the preferred leader {preferred} for {where}: it {state}",
+                ),
+                NO_LEADER,
+                None,
+            )
+        return ApiError.none(), preferred, None
+    if p.leader != NO_LEADER:
+        return ApiError(ErrorCode.election_not_needed), NO_LEADER, None
+    clean = next((x for x in p.replicas if x in p.isr and x in live), None)
+    if clean is not None:
+        return ApiError.none(), clean, None
+    unclean = next((x for x in p.replicas if x in live), None)
+    if unclean is None:
+        return (
+            ApiError(
+                ErrorCode.eligible_leaders_not_available,
+                f"No replica of {where} is alive (replicas {list(p.replicas)})",
+            ),
+            NO_LEADER,
+            None,
+        )
+    return ApiError.none(), unclean, (unclean,)
+
+
+def elect_leaders(
+    c: QuorumController,
+    election_type: int,
+    partitions: Sequence[tuple[str, int]] | None,
+) -> Result[list[ElectionResult]]:
+    """Elect leaders for ``partitions`` (None: every partition; then partitions that need
+    no election are left out of the answer, as Kafka does)."""
+    image = c.image
+    if election_type not in (PREFERRED, UNCLEAN):
+        err = ApiError(ErrorCode.invalid_request, f"Unknown election type {election_type}")
+        return Result([], [(t, p, err) for t, p in partitions or ()])
+    live = {b.broker_id for b in image.brokers.values() if not b.fenced}
+    wanted: Sequence[tuple[str, int]]
+    if partitions is None:
+        wanted = [(t.name, idx) for t in image.topics.values() for idx in sorted(t.partitions)]
+    else:
+        wanted = partitions
+    records: list[r.PartitionChangeRecord] = []
+    results: list[ElectionResult] = []
+    for name, idx in wanted:
+        topic = image.topic(name)
+        info = topic.partitions.get(idx) if topic is not None else None
+        if topic is None or info is None:
+            results.append(
+                (
+                    name,
+                    idx,
+                    ApiError(
+                        ErrorCode.unknown_topic_or_partition,
+                        f"The partition {name}-{idx} does not exist.",
+                    ),
+                )
+            )
+            continue
+        err, leader, isr = _elect(live, info, election_type, f"{name}-{idx}")
+        if err.code == ErrorCode.election_not_needed and partitions is None:
+            continue
+        results.append((name, idx, err))
+        if err.code == ErrorCode.none:
+            records.append(
+                r.PartitionChangeRecord(
+                    partition_id=idx, topic_id=topic.topic_id, leader=leader, isr=isr
+                )
+            )
+    return Result(list(records), results)

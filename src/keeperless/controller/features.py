@@ -1,0 +1,115 @@
+"""UpdateFeatures: finalized feature levels (``metadata.version``) with Kafka's guard rails.
+
+A level is refused, naming who cannot take it, unless this controller and every
+registered broker support it; a downgrade must say so (safe or unsafe), and a downgrade
+across a level that changed the metadata format is refused — Kafka cannot rewrite
+metadata to an older format either, so ``--unsafe`` is refused as well, with its own
+message.  Several updates in one request apply all or none.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.controller.quorum_controller import ApiError, QuorumController, Result
+from keeperless.metadata import _records_gen as r
+from keeperless.metadata.features import (
+    METADATA_VERSION_FEATURE,
+    SUPPORTED_FEATURES,
+    metadata_changed_between,
+)
+
+__all__ = ["SAFE_DOWNGRADE", "UNSAFE_DOWNGRADE", "UPGRADE", "update_features"]
+
+log = logging.getLogger(__name__)
+
+UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
+
+
+def _range(lo: int, hi: int) -> str:
+    return f"{lo}-{hi}"
+
+
+def _not_supported(c: QuorumController, feature: str, level: int) -> str | None:
+    lo, hi = SUPPORTED_FEATURES.get(feature, (0, 0))
+    if hi == 0:
+        return f"Local controller {c.node_id} does not support this feature."
+    if not lo <= level <= hi:
+        return f"Local controller {c.node_id} only supports versions {_range(lo, hi)}"
+    for b in sorted(c.image.brokers.values(), key=lambda b: b.broker_id):
+        blo, bhi = b.supported_features.get(feature, (0, 0))
+        if bhi == 0:
+            return f"Broker {b.broker_id} does not support this feature."
+        if not blo <= level <= bhi:
+            return f"Broker {b.broker_id} only supports versions {_range(blo, bhi)}"
+    return None
+
+
+def _update(
+    c: QuorumController, feature: str, level: int, upgrade_type: int
+) -> tuple[ApiError, r.FeatureLevelRecord | None]:
+    def invalid(msg: str) -> tuple[ApiError, None]:
+        text = f"Invalid update version {level} for feature {feature}. {msg}"
+        log.warning(text)
+        return ApiError(ErrorCode.invalid_update_version, text), None
+
+    if upgrade_type not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
+        return ApiError(ErrorCode.invalid_request, f"Invalid upgrade type {upgrade_type}"), None
+    reason = _not_supported(c, feature, level)
+    if reason is not None:
+        return invalid(reason)
+    current = c.image.features.get(feature, 0)
+    if level < current and upgrade_type == UPGRADE:
+        return invalid(
+            "Can't downgrade the version of this feature without setting the upgrade type "
+            "to either safe or unsafe downgrade."
+        )
+    if level > current and upgrade_type != UPGRADE:
+        return invalid("Can't downgrade to a newer version.")
+    lossy = level < current and metadata_changed_between(current, level)
+    if feature == METADATA_VERSION_FEATURE and lossy:
+        why = (
+            "Unsafe metadata downgrade is not supported in this version."
+            if upgrade_type == UNSAFE_DOWNGRADE
+            else "Refusing to perform the requested downgrade because it might delete "
+            "metadata information."
+        )
+        text = f"Unsupported metadata.version downgrade from {current} to {level}. {why}"
+        log.warning(text)
+        return ApiError(ErrorCode.invalid_update_version, text), None
+    if level == current:
+        return ApiError.none(), None
+    log.warning(
+        "%s %s from %d to %d.",
+        "Upgrading" if level > current else "Downgrading",
+        feature,
+        current,
+        level,
+    )
+    return ApiError.none(), r.FeatureLevelRecord(name=feature, feature_level=level)
+
+
+def update_features(
+    c: QuorumController, updates: Sequence[tuple[str, int, int]], validate_only: bool
+) -> Result[list[tuple[str, ApiError]]]:
+    """``updates`` are (feature, level, upgrade type); answers one error per feature."""
+    results: list[tuple[str, ApiError]] = []
+    records: list[r.FeatureLevelRecord] = []
+    seen: set[str] = set()
+    for feature, level, upgrade_type in updates:
+        if feature in seen:
+            results.append(
+                (feature, ApiError(ErrorCode.invalid_request, f"Duplicate feature {feature}"))
+            )
+            continue
+        seen.add(feature)
+        err, rec = _update(c, feature, level, upgrade_type)
+        results.append((feature, err))
+        if rec is not None:
+            records.append(rec)
+    if validate_only or any(e.code != ErrorCode.none for _, e in results):
+        records = []
+    return Result(list(records), results)
