@@ -31,6 +31,12 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
                 r.RegisterBrokerRecordBrokerEndpoint(name=n, host=h, port=p, security_protocol=0)
                 for n, h, p in b.endpoints
             ),
+            features=tuple(
+                r.RegisterBrokerRecordBrokerFeature(
+                    name=name, min_supported_version=lo, max_supported_version=hi
+                )
+                for name, (lo, hi) in sorted(b.supported_features.items())
+            ),
             rack=b.rack,
             fenced=b.fenced,
             in_controlled_shutdown=b.in_controlled_shutdown,
