@@ -9,6 +9,7 @@ cleanly instead.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
@@ -18,6 +19,8 @@ from keeperless.metadata import _records_gen as r
 from keeperless.metadata.image import PartitionInfo
 
 __all__ = ["PREFERRED", "UNCLEAN", "elect_leaders"]
+
+log = logging.getLogger(__name__)
 
 PREFERRED, UNCLEAN = 0, 1
 NO_LEADER = -1
@@ -106,4 +109,15 @@ def elect_leaders(
                     partition_id=idx, topic_id=topic.topic_id, leader=leader, isr=isr
                 )
             )
+    if records:
+        elected = [f"{t}-{p}" for t, p, e in results if e.code == ErrorCode.none]
+        more = f" and {len(elected) - 10} more" if len(elected) > 10 else ""
+        log.log(
+            logging.WARNING if election_type == UNCLEAN else logging.INFO,
+            "[node %d] %s leader election for %s%s",
+            c.node_id,
+            "Unclean" if election_type == UNCLEAN else "Preferred",
+            ", ".join(elected[:10]),
+            more,
+        )
     return Result(list(records), results)

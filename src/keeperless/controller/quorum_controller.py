@@ -212,6 +212,15 @@ class QuorumController:
             rack=rack,
             fenced=True,
         )
+        log.info(
+            "[node %d] Registering broker %d with epoch %d (%s, rack %s); fenced until it "
+            "catches up with the metadata log",
+            self.node_id,
+            broker_id,
+            epoch,
+            "a new incarnation" if existing else "new",
+            rack,
+        )
         return Result([rec], (ApiError.none(), epoch))
 
     def broker_heartbeat(
@@ -234,21 +243,31 @@ class QuorumController:
 
         self._last_heartbeat_ms[broker_id] = now_ms
         if b.fenced and not want_fence and caught_up:
+            moves = leaders_after_unfence(self.image, broker_id)
+            log.info(
+                "[node %d] Unfencing broker %d: caught up; it leads %d leaderless partition(s) "
+                "again",
+                self.node_id,
+                broker_id,
+                len(moves),
+            )
             return Result(
-                [
-                    r.UnfenceBrokerRecord(id=broker_id, epoch=epoch),
-                    *leaders_after_unfence(self.image, broker_id),
-                ],
+                [r.UnfenceBrokerRecord(id=broker_id, epoch=epoch), *moves],
                 (ApiError.none(), False),
             )
         if want_fence:
             self._last_heartbeat_ms.pop(broker_id, None)  # a clean exit ends the session
         if not b.fenced and want_fence:
+            moves = leaders_after_fence(self.image, broker_id)
+            log.info(
+                "[node %d] Fencing broker %d at its request (shutting down); %d partition "
+                "change(s) move its leaderships",
+                self.node_id,
+                broker_id,
+                len(moves),
+            )
             return Result(
-                [
-                    r.FenceBrokerRecord(id=broker_id, epoch=epoch),
-                    *leaders_after_fence(self.image, broker_id),
-                ],
+                [r.FenceBrokerRecord(id=broker_id, epoch=epoch), *moves],
                 (ApiError.none(), True),
             )
         return Result([], (ApiError.none(), b.fenced))
@@ -271,6 +290,7 @@ class QuorumController:
                 ),
             )
         self._last_heartbeat_ms.pop(broker_id, None)
+        log.info("[node %d] Unregistering broker %d", self.node_id, broker_id)
         return Result(
             [r.UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=b.epoch)], ApiError.none()
         )
