@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -323,20 +324,35 @@ def test_features_upgrade_and_downgrade(cluster3: Cluster) -> None:
     wait_until(lambda: finalized(*bs) == "3.9-IV0", what="brokers see 3.9-IV0")
 
 
-def _leaders(bs: list[str], topic: str) -> dict[int, tuple[int, str]]:
-    """partition -> (leader, isr) from `topics --describe` (-1 for none)."""
+def _layout(bs: list[str], topic: str) -> dict[int, tuple[int, str, str]]:
+    """partition -> (leader, replicas, isr) from `topics --describe` (-1 for none)."""
     out = {}
     for line in _ok("topics", *bs, "--describe", "--topic", topic).splitlines():
         if "Partition: " not in line:
             continue
         fields = dict(f.strip().split(": ", 1) for f in line.strip().split("\t") if ": " in f)
         leader = fields["Leader"]
-        out[int(fields["Partition"])] = (-1 if leader == "none" else int(leader), fields["Isr"])
+        out[int(fields["Partition"])] = (
+            -1 if leader == "none" else int(leader),
+            fields["Replicas"],
+            fields["Isr"],
+        )
     return out
 
 
 def test_leader_election_tool(cluster3: Cluster) -> None:
     bs = ["--bootstrap-server", cluster3.bootstrap]
+    brokers = cluster3.brokers
+
+    def layout() -> dict[int, tuple[int, str, str]]:
+        return _layout(bs, "elect")
+
+    def live(ids: str) -> bool:
+        return f"from brokers {ids}" in _ok("log-dirs", *bs, "--describe")
+
+    def elect(*args: str) -> subprocess.CompletedProcess[str]:
+        return keeperless("leader-election", *bs, *args)
+
     _ok(
         "topics",
         *bs,
@@ -348,57 +364,62 @@ def test_leader_election_tool(cluster3: Cluster) -> None:
         "--replication-factor",
         "2",
     )
-    ok = _ok("leader-election", *bs, "--election-type", "PREFERRED", "--topic", "elect")
-    assert ok == "Valid replica already elected for partitions elect-0, elect-1\n"
-    led_by_5 = [p for p, (leader, _) in _leaders(bs, "elect").items() if leader == 5]
-    assert led_by_5
-    cluster3.brokers[5].stop()  # fenced at once; its partitions have no other ISR member
-    wait_until(
-        lambda: all(_leaders(bs, "elect")[p][0] == -1 for p in led_by_5),
-        what="partitions led by broker 5 to go offline",
-    )
+    wait_until(lambda: all(len(isr.split(",")) == 2 for *_, isr in layout().values()))
+    ok = elect("--election-type", "PREFERRED", "--topic", "elect")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == "Valid replica already elected for partitions elect-0, elect-1\n"
+    prefers_5 = next(p for p, (_, reps, _) in layout().items() if reps.startswith("5"))
+    prefers_4 = 1 - prefers_5
     try:
-        unclean = _ok(
-            "leader-election", *bs, "--election-type", "unclean", "--topic", "elect"
-        ).splitlines()
-        names = ", ".join(f"elect-{p}" for p in led_by_5)
-        assert (
-            unclean[0] == f"Successfully completed leader election (UNCLEAN) for partitions {names}"
+        # broker 5 stops: broker 4 leads both partitions, alone in their ISR
+        brokers[5].stop()
+        wait_until(lambda: all(v[0] == 4 and v[2] == "4" for v in layout().values()))
+        refused = elect(
+            "--election-type", "PREFERRED", "--topic", "elect", "--partition", str(prefers_5)
         )
-        assert all(leader == 4 for leader, _ in _leaders(bs, "elect").values())
-        p = led_by_5[0]
-        pref = keeperless(
-            "leader-election",
-            *bs,
-            "--election-type",
-            "PREFERRED",
-            "--topic",
-            "elect",
-            "--partition",
-            str(p),
+        assert refused.returncode == 1
+        assert refused.stdout == (
+            f"Error completing leader election (PREFERRED) for partition: elect-{prefers_5}: "
+            f"Failed to elect the preferred leader 5 for elect-{prefers_5}: it is not in the "
+            "ISR [4]\n"
         )
-        assert pref.returncode == 1
-        assert pref.stdout == (
-            f"Error completing leader election (PREFERRED) for partition: elect-{p}: Failed to "
-            f"elect the preferred leader 5 for elect-{p}: it is not in the ISR [4]\n"
+        assert "1 replica(s) could not be elected" in refused.stderr
+        # broker 4 stops too: both partitions are offline; broker 5 comes back, outside
+        # the ISR, so only an unclean election gives them a leader
+        brokers[4].stop()
+        brokers[5].start()
+        bs5 = ["--bootstrap-server", brokers[5].bootstrap]
+        wait_until(lambda: all(v[0] == -1 for v in _layout(bs5, "elect").values()))
+        unclean = keeperless(
+            "leader-election", *bs5, "--election-type", "unclean", "--topic", "elect"
         )
-        assert "1 replica(s) could not be elected" in pref.stderr
-        missing = keeperless(
-            "leader-election", *bs, "--election-type", "PREFERRED", "--topic", "nope"
+        assert unclean.returncode == 0, unclean.stderr
+        assert unclean.stdout == (
+            "Successfully completed leader election (UNCLEAN) for partitions elect-0, elect-1\n"
         )
+        assert all(v[0] == 5 for v in _layout(bs5, "elect").values())
+        # broker 4 returns, catches up from 5 and rejoins; a preferred election gives its
+        # partition back to it
+        brokers[4].start()
+        wait_until(lambda: all(len(v[2].split(",")) == 2 for v in layout().values()), timeout=40)
+        back = elect("--election-type", "PREFERRED", "--all-topic-partitions")
+        assert back.returncode == 0, back.stderr
+        assert f"elect-{prefers_4}" in back.stdout.split("\n")[0]
+        assert back.stdout.startswith("Successfully completed leader election (PREFERRED)")
+        assert layout()[prefers_4][0] == 4
+        missing = elect("--election-type", "PREFERRED", "--topic", "nope")
         assert missing.returncode == 1
         assert "Topic 'nope' does not exist" in missing.stderr
-        usage = keeperless("leader-election", *bs, "--election-type", "PREFERRED")
+        usage = elect("--election-type", "PREFERRED")
         assert usage.returncode == 1
-        assert (
-            "exactly one of --topic, --all-topic-partitions or --path-to-json-file" in usage.stderr
+        assert "exactly one of --topic, --all-topic-partitions or --path-to-json-file" in (
+            usage.stderr
         )
     finally:
-        cluster3.brokers[5].start()
-        wait_until(
-            lambda: "from brokers 4,5" in _ok("log-dirs", *bs, "--describe"),
-            what="broker 5 registered and unfenced again",
-        )
+        for b in (4, 5):
+            if brokers[b].proc is None or brokers[b].proc.poll() is not None:
+                brokers[b].start()
+        wait_until(lambda: live("4,5"), what="brokers 4 and 5 registered and unfenced")
 
 
 def test_metadata_shell_tree(cluster3: Cluster) -> None:

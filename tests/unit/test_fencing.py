@@ -88,17 +88,22 @@ def test_placement_spreads_racks_and_uses_fenced_brokers_only_when_needed() -> N
     assert too_many.response[0].error.code == 38  # INVALID_REPLICATION_FACTOR
 
 
-def test_replicas_without_the_data_are_never_promoted() -> None:
-    """Until brokers replicate partitions, only the leader has the records: fencing it
-    takes the partition offline instead of electing an empty follower."""
+def test_fencing_a_leader_promotes_an_isr_member_and_shrinks_the_isr() -> None:
+    """A new partition's ISR is every live replica; fencing its leader elects the next ISR
+    member and drops the fenced broker from the ISR. With no other ISR member left the
+    partition goes offline, keeping its last ISR member."""
     c = _cluster()
     c.replay(c.create_topics([NewTopic("rf2", 2, 2)], False).records, 40)
     parts = c.image.topic("rf2").partitions
-    assert all(p.isr == (p.leader,) for p in parts.values())
+    assert all(set(p.isr) == {4, 5} for p in parts.values())
     leader = parts[0].leader
-    c.broker_heartbeat(9 - leader, 2 * (9 - leader - 4), False, True, 8000)
+    other = 9 - leader
+    c.broker_heartbeat(other, 2 * (other - 4), False, True, 8000)
     res = c.broker_heartbeat(leader, 2 * (leader - 4), True, True, 8000)  # leader stops
     c.replay(res.records, 50)
     p0 = c.image.topic("rf2").partitions[0]
-    assert p0.leader == -1
-    assert p0.isr == (leader,)
+    assert (p0.leader, p0.isr, p0.leader_epoch) == (other, (other,), 1)
+    res = c.broker_heartbeat(other, 2 * (other - 4), True, True, 8100)  # and the other one
+    c.replay(res.records, 60)
+    p0 = c.image.topic("rf2").partitions[0]
+    assert (p0.leader, p0.isr) == (-1, (other,))

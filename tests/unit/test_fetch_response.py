@@ -19,6 +19,9 @@ partition_st = st.builds(
     last_stable_offset=st.integers(-1, 2**40),
     log_start_offset=st.integers(-1, 2**40),
     records=st.one_of(st.none(), st.binary(max_size=300)),
+    diverging_epoch=st.one_of(
+        st.none(), st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**40))
+    ),
 )
 topics_st = st.lists(
     st.tuples(st.text("abc.-_", min_size=1, max_size=10), st.lists(partition_st, max_size=3)),
@@ -54,6 +57,16 @@ def test_matches_kio_encoding(version: int, topics: list, session_id: int) -> No
                             "aborted_transactions": (),
                             "preferred_read_replica": -1,
                             "records": p.records,
+                            **(
+                                {
+                                    "diverging_epoch": {
+                                        "epoch": p.diverging_epoch[0],
+                                        "end_offset": p.diverging_epoch[1],
+                                    }
+                                }
+                                if p.diverging_epoch is not None and version >= 12
+                                else {}
+                            ),
                         }
                         for p in parts
                     ],

@@ -17,6 +17,7 @@ from uuid import UUID
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from keeperless.controller.isr import IsrChange, IsrResult
 from keeperless.controller.quorum_controller import (
     ApiError,
     CreatePartitionsRequest,
@@ -24,6 +25,7 @@ from keeperless.controller.quorum_controller import (
     NewTopic,
 )
 from keeperless.metadata.features import SUPPORTED_FEATURES
+from keeperless.metadata.image import PartitionInfo
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
 
@@ -82,8 +84,12 @@ class ControllerChannel(Protocol):
         self, election_type: int, partitions: Sequence[tuple[str, int]] | None
     ) -> Awaitable[list[tuple[str, int, ApiError]]]: ...
 
+    def alter_partition(
+        self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
+    ) -> Awaitable[tuple[ApiError, list[IsrResult]]]: ...
 
-_VERSIONS = {19: 7, 20: 6, 37: 3, 43: 2, 44: 1, 57: 1, 62: 3, 63: 1, 64: 0, 67: 0}
+
+_VERSIONS = {19: 7, 20: 6, 37: 3, 43: 2, 44: 1, 56: 3, 57: 1, 62: 3, 63: 1, 64: 0, 67: 0}
 
 
 class RemoteController:
@@ -323,6 +329,46 @@ class RemoteController:
         }
         resp = await self._rpc(57, body)
         return [(x.feature, ApiError(x.error_code, x.error_message)) for x in resp.results]
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
+    ) -> tuple[ApiError, list[IsrResult]]:
+        by_topic: dict[UUID, list[IsrChange]] = {}
+        for ch in changes:
+            by_topic.setdefault(ch.topic_id, []).append(ch)
+        body = {
+            "broker_id": broker_id,
+            "broker_epoch": broker_epoch,
+            "topics": [
+                {
+                    "topic_id": tid,
+                    "partitions": [
+                        {
+                            "partition_index": ch.partition,
+                            "leader_epoch": ch.leader_epoch,
+                            "new_isr_with_epochs": [
+                                {"broker_id": x, "broker_epoch": -1} for x in ch.new_isr
+                            ],
+                            "leader_recovery_state": 0,
+                            "partition_epoch": ch.partition_epoch,
+                        }
+                        for ch in chs
+                    ],
+                }
+                for tid, chs in by_topic.items()
+            ],
+        }
+        resp = await self._rpc(56, body)
+        return ApiError(resp.error_code), [
+            IsrResult(
+                t.topic_id,
+                p.partition_index,
+                ApiError(p.error_code),
+                PartitionInfo((), tuple(p.isr), p.leader_id, p.leader_epoch, p.partition_epoch),
+            )
+            for t in resp.topics
+            for p in t.partitions
+        ]
 
     async def elect_leaders(
         self, election_type: int, partitions: Sequence[tuple[str, int]] | None

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from uuid import UUID
@@ -22,9 +23,17 @@ from keeperless.protocol.records import (
     read_header,
     set_log_append_time,
 )
+from keeperless.storage.epochs import LeaderEpochCache
 from keeperless.storage.log import FileSlice, LogConfig, PartitionLog
 
-__all__ = ["AppendResult", "Partition", "PartitionManager"]
+__all__ = [
+    "AppendResult",
+    "FollowerState",
+    "NotLeaderError",
+    "Partition",
+    "PartitionManager",
+    "ReplicationError",
+]
 
 log = logging.getLogger(__name__)
 _MAX_CACHED_BATCHES = 5  # Kafka keeps the last 5 batches per producer for dedupe
@@ -36,6 +45,23 @@ class _ProducerEntry:
     # (first sequence, last sequence, base offset) of the most recent batches
     batches: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)
     last_seq: int = -1
+
+
+class NotLeaderError(Exception):
+    """This broker stopped leading the partition while a request waited."""
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of a follower from its fetches."""
+
+    log_end_offset: int = -1
+    last_fetch_ms: int = 0
+    last_caught_up_ms: int = 0
+
+
+class ReplicationError(Exception):
+    """A follower's copy cannot take what the leader sent (a gap): refetch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +87,20 @@ class Partition:
         self.producers: dict[int, _ProducerEntry] = {}
         self.log = PartitionLog(directory, config, now_ms, self._recover_producer)
         self.info: PartitionInfo | None = None
+        self.node_id = -1
+        self.epochs = LeaderEpochCache(directory)
+        if not self.epochs.loaded:
+            for h in self.log.batch_headers():
+                self.epochs.assign(h.partition_leader_epoch, h.base_offset, persist=False)
+            self.epochs.save()
+        self.epochs.truncate_from_end(self.log.log_end_offset)
+        # The high watermark: what every ISR member has. A leader whose ISR is itself
+        # alone has everything; otherwise it rises as followers fetch.
+        self._hw = self.log.log_start_offset
+        self.followers: dict[int, FollowerState] = {}
+        self.isr_change_in_flight = False
+        self.leader_since_ms = now_ms
+        self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
         meta = directory / "partition.metadata"
         if not meta.exists():
             from keeperless.storage.meta_properties import uuid_to_kafka
@@ -68,10 +108,158 @@ class Partition:
             meta.write_text(f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}\n")
 
     @property
+    def is_leader(self) -> bool:
+        return self.info is not None and self.info.leader == self.node_id
+
+    @property
     def high_watermark(self) -> int:
-        # Single-replica ISR: everything written is committed. Replication raises this
-        # only when the ISR has it.
-        return self.log.log_end_offset
+        if self.is_leader:
+            assert self.info is not None
+            if all(r == self.node_id for r in self.info.isr):
+                self._set_hw(self.log.log_end_offset)
+        return min(self._hw, self.log.log_end_offset)
+
+    def _set_hw(self, hw: int) -> None:
+        if hw <= self._hw:
+            return
+        self._hw = hw
+        if self._hw_waiters:
+            waiting, self._hw_waiters = self._hw_waiters, []
+            for offset, fut in waiting:
+                if fut.done():
+                    continue
+                if offset <= hw:
+                    fut.set_result(None)
+                else:
+                    self._hw_waiters.append((offset, fut))
+
+    def maybe_advance_hw(self) -> bool:
+        """Leader: raise the HW to what every ISR member has; True if it rose."""
+        if not self.is_leader:
+            return False
+        assert self.info is not None
+        hw = self.log.log_end_offset
+        for r in self.info.isr:
+            if r != self.node_id:
+                f = self.followers.get(r)
+                hw = min(hw, f.log_end_offset if f is not None else -1)
+        before = self._hw
+        self._set_hw(hw)
+        return self._hw > before
+
+    async def wait_for_hw(self, offset: int, timeout_s: float) -> bool:
+        """acks=all: wait until the ISR has everything below ``offset``."""
+        if self.high_watermark >= offset:
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._hw_waiters.append((offset, fut))
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def fail_waiters(self) -> None:
+        """Leadership moved: pending acks=all answers cannot be given here."""
+        waiting, self._hw_waiters = self._hw_waiters, []
+        for _, fut in waiting:
+            if not fut.done():
+                fut.set_exception(NotLeaderError(f"{self.topic}-{self.index}"))
+
+    def on_info(self, info: PartitionInfo, now_ms: int) -> None:
+        """The image changed this partition's leader, ISR or epoch."""
+        old = self.info
+        self.info = info
+        if old is None or old.leader_epoch != info.leader_epoch or old.leader != info.leader:
+            self.followers = {}
+            self.leader_since_ms = now_ms
+            self.isr_change_in_flight = False
+            if info.leader != self.node_id:
+                self.fail_waiters()
+        elif old.isr != info.isr or old.partition_epoch != info.partition_epoch:
+            self.isr_change_in_flight = False
+        self.maybe_advance_hw()
+
+    def record_follower_fetch(self, replica: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower asked for ``fetch_offset``: it has everything below it."""
+        f = self.followers.setdefault(replica, FollowerState())
+        f.log_end_offset = fetch_offset
+        f.last_fetch_ms = now_ms
+        if fetch_offset >= self.log.log_end_offset:
+            f.last_caught_up_ms = now_ms
+        self.maybe_advance_hw()
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.epochs.end_offset_for(epoch, self.log.log_end_offset)
+
+    # -- follower side ----------------------------------------------------------------
+
+    def append_replica(self, records: bytes, now_ms: int) -> int:
+        """Append batches fetched from the leader (offsets already assigned); returns
+        the number of batches appended."""
+        buf = bytearray(records)
+        try:
+            batches = list(iter_batches(buf))
+        except CorruptBatchError as e:
+            if e.position == 0:
+                raise ReplicationError(f"{self.topic}-{self.index}: {e}") from None
+            del buf[e.position :]  # a partial batch at the end of a fetch: next time
+            batches = list(iter_batches(buf))
+        leo = self.log.log_end_offset
+        keep = [(pos, h) for pos, h in batches if h.base_offset >= leo]
+        if not keep:
+            return 0
+        if keep[0][1].base_offset != leo:
+            raise ReplicationError(
+                f"{self.topic}-{self.index}: fetched batch starts at "
+                f"{keep[0][1].base_offset}, log ends at {leo}"
+            )
+        start = keep[0][0]
+        data = buf[start:]
+        headers = [(pos - start, h) for pos, h in keep]
+        for _, h in headers:
+            self.epochs.assign(h.partition_leader_epoch, h.base_offset)
+        self.log.append(data, headers, now_ms)
+        for _, h in headers:
+            if h.producer_id >= 0 and h.base_sequence >= 0:
+                self._note_producer(h, h.base_offset)
+        return len(headers)
+
+    def follower_hw(self, leader_hw: int) -> None:
+        self._set_hw(min(leader_hw, self.log.log_end_offset))
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop what the leader does not have (a diverging epoch)."""
+        if offset >= self.log.log_end_offset:
+            return
+        log.info(
+            "[node %d] Truncating %s-%d from offset %d to %d (diverged from the leader)",
+            self.node_id,
+            self.topic,
+            self.index,
+            self.log.log_end_offset,
+            offset,
+        )
+        self.log.truncate_to(offset)
+        self.epochs.truncate_from_end(self.log.log_end_offset)
+        self._hw = min(self._hw, self.log.log_end_offset)
+        self.producers.clear()
+        for h in self.log.batch_headers(active_only=True):
+            self._recover_producer(h)
+
+    def reset_to(self, offset: int, now_ms: int) -> None:
+        """The leader no longer has our offsets (retention): start over at ``offset``."""
+        log.info(
+            "[node %d] Resetting %s-%d to start at offset %d (the leader's log start)",
+            self.node_id,
+            self.topic,
+            self.index,
+            offset,
+        )
+        self.log.reset_to(offset, now_ms)
+        self.epochs.clear()
+        self._hw = offset
+        self.producers.clear()
 
     def _recover_producer(self, h: BatchHeader) -> None:
         if h.producer_id >= 0 and h.base_sequence >= 0:
@@ -166,13 +354,16 @@ class Partition:
                 set_log_append_time(buf, pos, now_ms)
             assigned.append((pos, read_header(buf, pos)))
             offset += h.last_offset_delta + 1
+        self.epochs.assign(leader_epoch, base)
         self.log.append(buf, assigned, now_ms)
         if first.producer_id >= 0 and first.base_sequence >= 0:
             self._note_producer(first, base)
         return AppendResult(ErrorCode.none, base)
 
-    def read(self, offset: int, max_bytes: int) -> FileSlice | None:
-        return self.log.read(offset, max_bytes, self.high_watermark)
+    def read(self, offset: int, max_bytes: int, for_replica: bool = False) -> FileSlice | None:
+        """Consumers read up to the high watermark; followers up to the log end."""
+        limit = self.log.log_end_offset if for_replica else self.high_watermark
+        return self.log.read(offset, max_bytes, limit)
 
 
 class PartitionManager:
@@ -184,6 +375,8 @@ class PartitionManager:
         self.defaults = defaults
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._data_arrived: asyncio.Future[None] | None = None
+        # set by the replica manager: a follower fetched from a partition led here
+        self.on_follower_fetch: Callable[[Partition, int], None] | None = None
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
@@ -212,7 +405,8 @@ class PartitionManager:
                 )
         else:
             p.log.config = config
-        p.info = info
+        p.node_id = self.node_id
+        p.on_info(info, now_ms)
         return p
 
     def remove(self, topic: str, index: int) -> None:

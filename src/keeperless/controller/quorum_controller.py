@@ -440,10 +440,9 @@ class QuorumController:
         brokers = self.image.brokers
         live = [b for b in reps if b in brokers and not brokers[b].fenced]
         leader = live[0] if live else -1
-        # Only the leader holds the data until brokers replicate partitions to each other,
-        # so the ISR is the leader alone: the partition shows as under-replicated, and a
-        # failover never promotes a replica that lacks acknowledged records.
-        isr = (leader,) if live else tuple(reps)
+        # A new partition is empty everywhere: every live replica is in sync. Fenced ones
+        # (down during a rolling restart) join the ISR once they have caught up.
+        isr = tuple(live) if live else tuple(reps)
         return r.PartitionRecord(
             partition_id=p,
             topic_id=tid,

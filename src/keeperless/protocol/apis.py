@@ -49,6 +49,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     53: (1, 1),  # BeginQuorumEpoch
     54: (1, 1),  # EndQuorumEpoch
     55: (0, 2),  # DescribeQuorum
+    56: (2, 3),  # AlterPartition
     57: (0, 1),  # UpdateFeatures
     59: (1, 1),  # FetchSnapshot
     60: (0, 1),  # DescribeCluster (the controllers, KIP-919)
@@ -82,6 +83,7 @@ API_NAMES = {
     42: "DeleteGroups",
     43: "ElectLeaders",
     44: "IncrementalAlterConfigs",
+    56: "AlterPartition",
     57: "UpdateFeatures",
     35: "DescribeLogDirs",
     64: "UnregisterBroker",

@@ -20,6 +20,7 @@ __all__ = ["FetchPartition", "RecordsSource", "encode_fetch_response"]
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
+_EPOCH_END = struct.Struct(">iqB")  # epoch, end offset, no tagged fields
 
 
 class RecordsSource(Protocol):
@@ -35,6 +36,8 @@ class FetchPartition:
     last_stable_offset: int
     log_start_offset: int
     records: bytes | RecordsSource | None
+    # (epoch, end offset) where a follower's log diverged from the leader's (v12+)
+    diverging_epoch: tuple[int, int] | None = None
 
 
 def _uvarint(n: int) -> bytes:
@@ -92,7 +95,11 @@ def encode_fetch_response(
                     parts.append(rec)
                     total += n
             if flexible:
-                buf.append(0)  # partition tagged fields
+                if p.diverging_epoch is not None:
+                    # one tagged field: tag 0 (DivergingEpoch), 13 bytes
+                    buf += b"\x01\x00\x0d" + _EPOCH_END.pack(*p.diverging_epoch, 0)
+                else:
+                    buf.append(0)  # partition tagged fields
         if flexible:
             buf.append(0)  # topic tagged fields
     if flexible:

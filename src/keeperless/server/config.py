@@ -199,6 +199,11 @@ _SCHEMA: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "metadata.log.max.snapshot.interval.ms": (_int(0), "3600000"),
     "metadata.log.segment.bytes": (_int(1024), str(1024 * 1024 * 1024)),
     "metrics.http.listener": (_http_listener, None),
+    "replica.lag.time.max.ms": (_int(1), "30000"),
+    "replica.fetch.wait.max.ms": (_int(0), "500"),
+    "replica.fetch.max.bytes": (_int(1), "1048576"),
+    "replica.fetch.response.max.bytes": (_int(1), "10485760"),
+    "replica.fetch.backoff.ms": (_int(0), "1000"),
 }
 
 # Kafka keys that an existing server.properties may carry and that keeperless accepts
@@ -219,7 +224,6 @@ ACCEPTED_KAFKA_KEYS = frozenset(
         "log.cleaner.enable",
         "delete.topic.enable",
         "compression.type",
-        "replica.lag.time.max.ms",
         "num.replica.fetchers",
         "unclean.leader.election.enable",
     }

@@ -15,6 +15,7 @@ from keeperless.broker.controller_channel import RemoteController
 from keeperless.controller.configs import incremental_alter_configs
 from keeperless.controller.elections import elect_leaders
 from keeperless.controller.features import update_features
+from keeperless.controller.isr import IsrChange, IsrResult, alter_partition
 from keeperless.controller.quorum_controller import (
     ApiError,
     CreatePartitionsRequest,
@@ -115,6 +116,13 @@ class LocalController:
         self, election_type: int, partitions: Sequence[tuple[str, int]] | None
     ) -> list[tuple[str, int, ApiError]]:
         return await self.service.call(lambda c: elect_leaders(c, election_type, partitions))
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
+    ) -> tuple[ApiError, list[IsrResult]]:
+        return await self.service.call(
+            lambda c: alter_partition(c, broker_id, broker_epoch, changes)
+        )
 
 
 class ControllerClient:
@@ -221,6 +229,14 @@ class ControllerClient:
         )
         return result
 
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
+    ) -> tuple[ApiError, list[IsrResult]]:
+        result: tuple[ApiError, list[IsrResult]] = await self._call(
+            "alter_partition", broker_id, broker_epoch, changes
+        )
+        return result
+
 
 class ControllerApis:
     """Handlers of the controller listener for the broker-to-controller RPCs."""
@@ -236,6 +252,7 @@ class ControllerApis:
             37: self.create_partitions,
             43: self.elect_leaders,
             44: self.incremental_alter_configs,
+            56: self.alter_partition,
             57: self.update_features,
             62: self.register_broker,
             63: self.broker_heartbeat,
@@ -379,6 +396,50 @@ class ControllerApis:
                 header.api_version, [], ApiError(ErrorCode.not_controller)
             )
         return update_features_response(header.api_version, results)
+
+    async def alter_partition(self, header: RequestHeader, req: Any) -> Any:
+        changes = [
+            IsrChange(
+                t.topic_id,
+                p.partition_index,
+                p.leader_epoch,
+                tuple(
+                    b.broker_id if header.api_version >= 3 else b
+                    for b in (p.new_isr_with_epochs if header.api_version >= 3 else p.new_isr)
+                ),
+                p.partition_epoch,
+            )
+            for t in req.topics
+            for p in t.partitions
+        ]
+        try:
+            top, results = await self.local.alter_partition(
+                req.broker_id, req.broker_epoch, changes
+            )
+        except NotControllerError:
+            top, results = ApiError(ErrorCode.not_controller), []
+        by_topic: dict[UUID, list[dict[str, Any]]] = {}
+        for res in results:
+            st = res.state
+            by_topic.setdefault(res.topic_id, []).append(
+                {
+                    "partition_index": res.partition,
+                    "error_code": res.error.code,
+                    "leader_id": st.leader if st else -1,
+                    "leader_epoch": st.leader_epoch if st else -1,
+                    "isr": st.isr if st else (),
+                    "leader_recovery_state": 0,
+                    "partition_epoch": st.partition_epoch if st else -1,
+                }
+            )
+        return build(
+            response_class(56, header.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": top.code,
+                "topics": [{"topic_id": tid, "partitions": ps} for tid, ps in by_topic.items()],
+            },
+        )
 
     async def elect_leaders(self, header: RequestHeader, req: Any) -> Any:
         election_type, partitions = election_targets(req)

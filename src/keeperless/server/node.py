@@ -19,6 +19,7 @@ from keeperless.broker.controller_channel import ControllerUnavailableError, Rem
 from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.handlers import BrokerHandlers
+from keeperless.broker.replication import ReplicaManager, ReplicationSettings
 from keeperless.metadata.features import features_body
 from keeperless.protocol.apis import CONTROLLER_APIS
 from keeperless.protocol.build import build
@@ -93,6 +94,7 @@ class Node:
             config["controller.quorum.request.timeout.ms"] * 5,
         )
         self.broker: Broker | None = None
+        self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinator | None = None
         if config.is_broker:
             local = LocalController(self.controller) if self.controller else None
@@ -180,6 +182,17 @@ class Node:
             await self._register_broker()
             for ep in self.config.broker_listeners:
                 await self._listen(ep, self._broker_router())
+            self.replicas = ReplicaManager(
+                self.broker,
+                ReplicationSettings(
+                    lag_time_max_ms=self.config["replica.lag.time.max.ms"],
+                    fetch_wait_max_ms=self.config["replica.fetch.wait.max.ms"],
+                    fetch_max_bytes=self.config["replica.fetch.max.bytes"],
+                    fetch_response_max_bytes=self.config["replica.fetch.response.max.bytes"],
+                    fetch_backoff_ms=self.config["replica.fetch.backoff.ms"],
+                ),
+            )
+            self.replicas.start()
             self._tasks.append(loop.create_task(self._heartbeat_loop()))
             self._tasks.append(loop.create_task(self._retention_loop()))
             self._tasks.append(loop.create_task(self._group_session_loop()))
@@ -354,6 +367,8 @@ class Node:
                     b.controller.broker_heartbeat(b.node_id, b.broker_epoch, True, b.image.offset),
                     2.0,
                 )
+        if self.replicas is not None:
+            self.replicas.stop()
         if self.mlog.core.is_leader and len(self.mlog.core.voters) > 1:
             # hand over: the voters elect a successor without waiting for a timeout
             self.mlog.resign()

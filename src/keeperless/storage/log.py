@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -255,6 +255,15 @@ class PartitionLog:
     @property
     def log_end_offset(self) -> int:
         return self._segments[-1].next_offset
+
+    def batch_headers(self, active_only: bool = False) -> Iterator[BatchHeader]:
+        """Every batch header, oldest first (reads headers only)."""
+        for seg in self._segments[-1:] if active_only else self._segments:
+            pos = 0
+            while pos < seg.size:
+                h = read_header(os.pread(seg.fd, BATCH_HEADER_SIZE, pos))
+                yield h
+                pos += h.size
 
     @property
     def size_bytes(self) -> int:

@@ -1,0 +1,362 @@
+"""Partition replication between brokers, as Kafka does it.
+
+Followers pull: one fetcher per leader sends Fetch (v12, ``replica_id`` = this broker)
+for every partition it follows from that leader, appends the batches as they are (the
+leader assigned the offsets), truncates where its log diverged from the leader's (the
+leader answers a ``diverging_epoch`` from its leader-epoch cache) and learns the high
+watermark.
+
+Leaders track each follower's log end from its fetches, raise the high watermark to what
+the whole ISR has (which completes acks=all produces), and ask the controller to change
+the ISR (AlterPartition): a follower that caught up to the high watermark joins, one
+that has not caught up for ``replica.lag.time.max.ms`` leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.broker import Broker
+from keeperless.broker.controller_channel import ControllerUnavailableError
+from keeperless.broker.partitions import Partition, ReplicationError
+from keeperless.controller.isr import IsrChange
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import decode_response, encode_request
+
+__all__ = ["ReplicaManager", "ReplicationSettings"]
+
+log = logging.getLogger(__name__)
+
+_FETCH_VERSION = 12
+_RETRY_ERRORS = {
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch,
+    ErrorCode.unknown_topic_or_partition,
+}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationSettings:
+    lag_time_max_ms: int = 30_000
+    fetch_wait_max_ms: int = 500
+    fetch_max_bytes: int = 1_048_576
+    fetch_response_max_bytes: int = 10_485_760
+    fetch_backoff_ms: int = 1000
+
+
+class _Fetcher:
+    """Fetches every partition this broker follows from one leader."""
+
+    def __init__(self, manager: ReplicaManager, leader: int) -> None:
+        self.manager = manager
+        self.leader = leader
+        self.partitions: set[tuple[str, int]] = set()
+        self.wakeup = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(self._run())
+        self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._corr = itertools.count(1)
+        self._warned = False
+
+    def stop(self) -> None:
+        self.task.cancel()
+        self._close()
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn[1].close()
+            self._conn = None
+
+    async def _run(self) -> None:
+        broker = self.manager.broker
+        settings = self.manager.settings
+        while True:
+            parts = [
+                (k, p)
+                for k in sorted(self.partitions)
+                if (p := broker.partitions.get(*k)) is not None and p.info is not None
+            ]
+            if not parts:
+                self.wakeup.clear()
+                await self.wakeup.wait()
+                continue
+            try:
+                resp = await self._fetch(parts)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, struct.error) as e:
+                self._close()
+                if not self._warned:
+                    log.warning(
+                        "[node %d] Cannot fetch from leader %d: %s; retrying every %d ms",
+                        broker.node_id,
+                        self.leader,
+                        e or type(e).__name__,
+                        settings.fetch_backoff_ms,
+                    )
+                    self._warned = True
+                await self._backoff()
+                continue
+            if self._warned:
+                log.info("[node %d] Fetching from leader %d again", broker.node_id, self.leader)
+                self._warned = False
+            if self._handle(resp):
+                await self._backoff()
+
+    async def _backoff(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                self.wakeup.wait(), self.manager.settings.fetch_backoff_ms / 1000
+            )
+        self.wakeup.clear()
+
+    async def _fetch(self, parts: Sequence[tuple[tuple[str, int], Partition]]) -> Any:
+        broker = self.manager.broker
+        settings = self.manager.settings
+        reg = broker.image.brokers.get(self.leader)
+        if reg is None or not reg.endpoints:
+            raise OSError(f"broker {self.leader} has no registered endpoint")
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, index), p in parts:
+            assert p.info is not None
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition": index,
+                    "current_leader_epoch": p.info.leader_epoch,
+                    "fetch_offset": p.log.log_end_offset,
+                    "last_fetched_epoch": p.epochs.latest_epoch,
+                    "log_start_offset": p.log.log_start_offset,
+                    "partition_max_bytes": settings.fetch_max_bytes,
+                }
+            )
+        body = {
+            "replica_id": broker.node_id,
+            "max_wait": settings.fetch_wait_max_ms,
+            "min_bytes": 1,
+            "max_bytes": settings.fetch_response_max_bytes,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        req = build(load_request_schema(1, _FETCH_VERSION), body)
+        if self._conn is None:
+            _, host, port = reg.endpoints[0]
+            self._conn = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
+        reader, writer = self._conn
+        corr = next(self._corr)
+        writer.write(
+            encode_request(1, _FETCH_VERSION, corr, f"replica-fetcher-{broker.node_id}", req)
+        )
+        await writer.drain()
+        timeout = settings.fetch_wait_max_ms / 1000 + 30
+        (size,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), timeout))
+        frame = memoryview(await asyncio.wait_for(reader.readexactly(size), timeout))
+        got, resp = decode_response(frame, 1, _FETCH_VERSION)
+        if got != corr:
+            raise OSError(f"correlation id {got} != {corr}")
+        return resp
+
+    def _handle(self, resp: Any) -> bool:
+        """Apply a fetch response; True if the fetcher should back off."""
+        broker = self.manager.broker
+        now = _now_ms()
+        backoff = False
+        appended = False
+        for t in resp.responses:
+            for pr in t.partitions:
+                p = broker.partitions.get(t.topic, pr.partition_index)
+                if p is None or (t.topic, pr.partition_index) not in self.partitions:
+                    continue
+                code = pr.error_code
+                if code == ErrorCode.none:
+                    div = pr.diverging_epoch
+                    if div.epoch >= 0 or div.end_offset >= 0:
+                        own_epoch, own_end = p.end_offset_for_epoch(div.epoch)
+                        target = div.end_offset
+                        if own_epoch == div.epoch and own_end >= 0:
+                            target = min(target, own_end)
+                        p.truncate_to(max(target, p.log.log_start_offset))
+                        continue
+                    if pr.records:
+                        try:
+                            appended = p.append_replica(bytes(pr.records), now) > 0 or appended
+                        except ReplicationError as e:
+                            log.warning("[node %d] %s; fetching again", broker.node_id, e)
+                            backoff = True
+                            continue
+                    p.follower_hw(pr.high_watermark)
+                elif code == ErrorCode.offset_out_of_range:
+                    if p.log.log_end_offset < pr.log_start_offset:
+                        p.reset_to(pr.log_start_offset, now)
+                    else:
+                        p.truncate_to(max(pr.high_watermark, p.log.log_start_offset))
+                elif code in _RETRY_ERRORS:
+                    backoff = True  # the leader has not seen the same metadata yet
+                else:
+                    log.warning(
+                        "[node %d] Fetching %s-%d from leader %d failed: %s",
+                        broker.node_id,
+                        t.topic,
+                        pr.partition_index,
+                        self.leader,
+                        code.name,
+                    )
+                    backoff = True
+        del appended
+        return backoff
+
+
+class ReplicaManager:
+    """Fetchers for the partitions this broker follows; ISR upkeep for those it leads."""
+
+    def __init__(self, broker: Broker, settings: ReplicationSettings) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.fetchers: dict[int, _Fetcher] = {}
+        self._isr_task: asyncio.Task[None] | None = None
+        self._pending: dict[tuple[str, int], IsrChange] = {}
+        self._isr_wakeup = asyncio.Event()
+
+    def start(self) -> None:
+        self._isr_task = asyncio.get_running_loop().create_task(self._isr_loop())
+        self.broker.on_image.append(lambda _img: self.update())
+        self.broker.partitions.on_follower_fetch = self.maybe_expand_isr
+        self.update()
+
+    def stop(self) -> None:
+        for f in self.fetchers.values():
+            f.stop()
+        self.fetchers.clear()
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+
+    def update(self) -> None:
+        """Assign followed partitions to the fetcher of their leader."""
+        wanted: dict[int, set[tuple[str, int]]] = {}
+        for key, p in self.broker.partitions.partitions.items():
+            info = p.info
+            if info is None or info.leader in (-1, self.broker.node_id):
+                continue
+            if self.broker.node_id not in info.replicas:
+                continue
+            wanted.setdefault(info.leader, set()).add(key)
+        for leader in list(self.fetchers):
+            if leader not in wanted:
+                self.fetchers.pop(leader).stop()
+        for leader, keys in wanted.items():
+            f = self.fetchers.get(leader)
+            if f is None:
+                f = self.fetchers[leader] = _Fetcher(self, leader)
+            if f.partitions != keys:
+                f.partitions = keys
+                f.wakeup.set()
+
+    # -- leader side: ISR ----------------------------------------------------------------
+
+    def maybe_expand_isr(self, p: Partition, replica: int) -> None:
+        """A follower fetched: propose adding it once it has caught up to the HW."""
+        info = p.info
+        if info is None or replica in info.isr or p.isr_change_in_flight:
+            return
+        f = p.followers.get(replica)
+        if f is None or f.log_end_offset < p.high_watermark:
+            return
+        # it must also have reached the current leader epoch's first offset
+        start_of_epoch = next(
+            (o for e, o in p.epochs.entries if e == info.leader_epoch), p.log.log_end_offset
+        )
+        if f.log_end_offset < min(start_of_epoch, p.log.log_end_offset):
+            return
+        self._propose(p, (*info.isr, replica))
+
+    def _propose(self, p: Partition, new_isr: tuple[int, ...]) -> None:
+        info = p.info
+        assert info is not None
+        p.isr_change_in_flight = True
+        self._pending[(p.topic, p.index)] = IsrChange(
+            p.topic_id, p.index, info.leader_epoch, new_isr, info.partition_epoch
+        )
+        self._isr_wakeup.set()
+
+    def _shrink(self, now: int) -> None:
+        lag = self.settings.lag_time_max_ms
+        for p in self.broker.partitions.partitions.values():
+            info = p.info
+            if info is None or not p.is_leader or p.isr_change_in_flight or len(info.isr) < 2:
+                continue
+            out = []
+            for r in info.isr:
+                if r == self.broker.node_id:
+                    continue
+                f = p.followers.get(r)
+                caught_up = f.last_caught_up_ms if f is not None else p.leader_since_ms
+                if now - max(caught_up, p.leader_since_ms) > lag:
+                    out.append(r)
+            if out:
+                log.info(
+                    "[node %d] Shrinking the ISR of %s-%d from %s: %s not caught up within "
+                    "replica.lag.time.max.ms=%d",
+                    self.broker.node_id,
+                    p.topic,
+                    p.index,
+                    list(info.isr),
+                    out,
+                    lag,
+                )
+                self._propose(p, tuple(x for x in info.isr if x not in out))
+
+    async def _isr_loop(self) -> None:
+        interval = max(min(self.settings.lag_time_max_ms / 2000, 5.0), 0.05)
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._isr_wakeup.wait(), interval)
+            self._isr_wakeup.clear()
+            self._shrink(_now_ms())
+            if not self._pending:
+                continue
+            batch, self._pending = self._pending, {}
+            try:
+                top, results = await self.broker.controller.alter_partition(
+                    self.broker.node_id, self.broker.broker_epoch, list(batch.values())
+                )
+            except ControllerUnavailableError as e:
+                log.warning("[node %d] AlterPartition not sent: %s", self.broker.node_id, e)
+                top, results = None, []
+            failed = set(batch) if top is None or top.code != ErrorCode.none else set()
+            by_id = {(r.topic_id, r.partition): r for r in results}
+            for key, ch in batch.items():
+                res = by_id.get((ch.topic_id, ch.partition))
+                if res is None or res.error.code != ErrorCode.none:
+                    failed.add(key)
+                    if res is not None and res.error.code not in (
+                        ErrorCode.invalid_update_version,
+                        ErrorCode.fenced_leader_epoch,
+                    ):
+                        log.warning(
+                            "[node %d] AlterPartition of %s-%d refused: %s %s",
+                            self.broker.node_id,
+                            key[0],
+                            key[1],
+                            res.error.code.name,
+                            res.error.message or "",
+                        )
+            for key in failed:
+                p = self.broker.partitions.get(*key)
+                if p is not None:
+                    p.isr_change_in_flight = False  # retried at the next fetch or check

@@ -1,0 +1,90 @@
+"""A partition's leader-epoch cache: the first offset written in each leader epoch.
+
+Kept beside the log in ``leader-epoch-checkpoint`` (Kafka's file: a version line, a
+count line, then ``epoch start-offset`` lines) and rewritten, via a temporary file and a
+rename, when an epoch begins or the log is truncated. Leaders answer "where does epoch E
+end?" from it, so that a follower finds the point where its log diverged in one round
+trip (KIP-595 / KIP-320 style).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["UNDEFINED", "LeaderEpochCache"]
+
+UNDEFINED = (-1, -1)
+FILE_NAME = "leader-epoch-checkpoint"
+
+
+class LeaderEpochCache:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / FILE_NAME
+        self.entries: list[tuple[int, int]] = []  # (epoch, start offset), increasing
+        self.loaded = False
+        if self.path.exists():
+            self.entries = self._read()
+            self.loaded = True
+
+    def _read(self) -> list[tuple[int, int]]:
+        lines = self.path.read_text().split("\n")
+        try:
+            count = int(lines[1])
+            out = []
+            for line in lines[2 : 2 + count]:
+                epoch, start = line.split()
+                out.append((int(epoch), int(start)))
+        except (IndexError, ValueError):
+            return []  # a torn checkpoint: rebuilt from the log by the caller
+        return out
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        body = "0\n" + f"{len(self.entries)}\n" + "".join(f"{e} {o}\n" for e, o in self.entries)
+        with open(tmp, "w") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else -1
+
+    def assign(self, epoch: int, start_offset: int, persist: bool = True) -> None:
+        """Note that ``epoch`` began at ``start_offset`` (ignored unless it is newer)."""
+        if epoch < 0 or epoch <= self.latest_epoch:
+            return
+        self.entries.append((epoch, start_offset))
+        if persist:
+            self._write()
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """The log now ends at ``end_offset``: forget epochs that began at or after it."""
+        kept = [(e, o) for e, o in self.entries if o < end_offset]
+        if kept != self.entries:
+            self.entries = kept
+            self._write()
+
+    def clear(self) -> None:
+        self.entries = []
+        self._write()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(largest epoch <= ``epoch`` held here, the offset where it ends); UNDEFINED if
+        the log holds no epoch that old."""
+        found = -1
+        for i, (e, _) in enumerate(self.entries):
+            if e > epoch:
+                break
+            found = i
+        if found < 0:
+            return UNDEFINED
+        e = self.entries[found][0]
+        if found + 1 < len(self.entries):
+            return e, self.entries[found + 1][1]
+        return e, log_end_offset
+
+    def save(self) -> None:
+        self._write()
