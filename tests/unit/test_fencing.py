@@ -107,3 +107,39 @@ def test_fencing_a_leader_promotes_an_isr_member_and_shrinks_the_isr() -> None:
     c.replay(res.records, 60)
     p0 = c.image.topic("rf2").partitions[0]
     assert (p0.leader, p0.isr) == (-1, (other,))
+
+
+def test_the_broker_index_follows_every_change() -> None:
+    """Fencing uses the controller's broker -> partitions index; it must match a walk of
+    the image after creates, reassignment-free changes, deletes and a snapshot load."""
+    c = _cluster()
+    c.replay(c.create_topics([NewTopic("a", 3, 2), NewTopic("b", 2, 1)], False).records, 40)
+    c.replay(c.delete_topics(["b"], []).records, 41)
+
+    def walk() -> dict[int, set]:
+        out: dict[int, set] = {}
+        for t in c.image.topics.values():
+            for p, info in t.partitions.items():
+                for b in info.replicas:
+                    out.setdefault(b, set()).add((t.topic_id, p))
+        return out
+
+    def index() -> dict[int, set]:
+        return {b: s for b, s in c.partitions_by_broker.items() if s}
+
+    assert index() == walk()
+    res = c.broker_heartbeat(4, 0, True, True, 100)  # broker 4 stops cleanly
+    c.replay(res.records, 42)
+    assert index() == walk()
+    from keeperless.metadata.snapshot import image_records
+
+    c.load_snapshot(list(image_records(c.image)), 43)
+    assert index() == walk()
+    from keeperless.controller.fencing import leaders_after_fence
+
+    def key(rec: object) -> tuple:
+        return (rec.topic_id, rec.partition_id)  # type: ignore[attr-defined]
+
+    indexed = sorted(leaders_after_fence(c.image, 5, c.partitions_by_broker), key=key)
+    assert indexed
+    assert indexed == sorted(leaders_after_fence(c.image, 5), key=key)

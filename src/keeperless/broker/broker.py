@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from keeperless.broker.controller_channel import ControllerChannel
 from keeperless.broker.partitions import PartitionManager
-from keeperless.metadata.image import MetadataDelta, MetadataImage
+from keeperless.metadata.image import TOPIC_RESOURCE, MetadataDelta, MetadataImage
 from keeperless.metadata.topic_configs import TOPIC_CONFIG_DEFAULTS
 from keeperless.storage.log import LogConfig
 
@@ -57,6 +57,8 @@ class Broker:
         self._produce_settings: dict[str, tuple[int, bool, int]] = {}
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
         self._image_waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
+        # local partitions whose assignment changed in the last published delta
+        self.changed_partitions: list[tuple[str, int]] = []
 
     # -- metadata publisher -------------------------------------------------------------
 
@@ -94,12 +96,34 @@ class Broker:
                         tid,
                     )
                     self.partitions.remove(topic.name, p)
-        for tid in delta.changed_topics:
-            topic = new.topics[tid]
-            cfg = self.log_config(topic.name)
-            for p, info in topic.partitions.items():
-                if self.node_id in info.replicas:
-                    self.partitions.ensure(topic.name, p, tid, info, cfg, now)
+        changed: list[tuple[str, int]] = []
+        configs: dict[str, LogConfig] = {}
+        for tid, p in sorted(delta.changed_partitions):
+            found = new.topics.get(tid)
+            info = found.partitions.get(p) if found is not None else None
+            if found is None or info is None:
+                continue
+            name = found.name
+            if self.node_id in info.replicas:
+                cfg = configs.get(name)
+                if cfg is None:
+                    cfg = configs[name] = self.log_config(name)
+                self.partitions.ensure(name, p, tid, info, cfg, now)
+                changed.append((name, p))
+            elif self.partitions.get(name, p) is not None:
+                # reassigned away from this broker
+                self.partitions.remove(name, p)
+                changed.append((name, p))
+        for rtype, name in delta.changed_configs:
+            changed_topic = new.topic(name) if rtype == TOPIC_RESOURCE else None
+            if changed_topic is None:
+                continue
+            cfg = self.log_config(name)
+            for p in changed_topic.partitions:
+                local = self.partitions.get(name, p)
+                if local is not None:
+                    local.log.config = cfg
+        self.changed_partitions = changed
         for fn in self.on_image:
             fn(new)
         if self._image_waiters:

@@ -235,9 +235,9 @@ class ReplicaManager:
 
     def start(self) -> None:
         self._isr_task = asyncio.get_running_loop().create_task(self._isr_loop())
-        self.broker.on_image.append(lambda _img: self.update())
+        self.broker.on_image.append(lambda _img: self.update(self.broker.changed_partitions))
         self.broker.partitions.on_follower_fetch = self.maybe_expand_isr
-        self.update()
+        self.update(list(self.broker.partitions.partitions))
 
     def stop(self) -> None:
         for f in self.fetchers.values():
@@ -246,26 +246,33 @@ class ReplicaManager:
         if self._isr_task is not None:
             self._isr_task.cancel()
 
-    def update(self) -> None:
-        """Assign followed partitions to the fetcher of their leader."""
-        wanted: dict[int, set[tuple[str, int]]] = {}
-        for key, p in self.broker.partitions.partitions.items():
-            info = p.info
-            if info is None or info.leader in (-1, self.broker.node_id):
+    def update(self, keys: Sequence[tuple[str, int]]) -> None:
+        """Move the given partitions to the fetcher of their current leader (or stop
+        fetching them): work proportional to what changed."""
+        touched: set[int] = set()
+        for key in keys:
+            p = self.broker.partitions.get(*key)
+            info = p.info if p is not None else None
+            leader = -1
+            if info is not None and self.broker.node_id in info.replicas:
+                leader = info.leader
+            for fid, other in self.fetchers.items():
+                if fid != leader and key in other.partitions:
+                    other.partitions.discard(key)
+                    touched.add(fid)
+            if leader in (-1, self.broker.node_id):
                 continue
-            if self.broker.node_id not in info.replicas:
-                continue
-            wanted.setdefault(info.leader, set()).add(key)
-        for leader in list(self.fetchers):
-            if leader not in wanted:
-                self.fetchers.pop(leader).stop()
-        for leader, keys in wanted.items():
-            f = self.fetchers.get(leader)
-            if f is None:
-                f = self.fetchers[leader] = _Fetcher(self, leader)
-            if f.partitions != keys:
-                f.partitions = keys
+            fetcher = self.fetchers.get(leader)
+            if fetcher is None:
+                fetcher = self.fetchers[leader] = _Fetcher(self, leader)
+            fetcher.partitions.add(key)
+            touched.add(leader)
+        for fid in touched:
+            f = self.fetchers[fid]
+            if f.partitions:
                 f.wakeup.set()
+            else:
+                self.fetchers.pop(fid).stop()
 
     # -- leader side: ISR ----------------------------------------------------------------
 

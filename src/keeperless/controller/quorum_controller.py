@@ -32,6 +32,7 @@ __all__ = [
     "CreatePartitionsRequest",
     "CreateTopicResult",
     "NewTopic",
+    "PartitionKey",
     "QuorumController",
     "Result",
 ]
@@ -39,6 +40,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+PartitionKey = tuple[UUID, int]
 PRODUCER_ID_BLOCK = 1000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -110,6 +112,7 @@ class QuorumController:
         self.committed = MetadataImage()  # what the log has committed
         self.session_timeout_ms = 9000
         self._last_heartbeat_ms: dict[int, int] = {}  # in memory only, like Kafka's
+        self.partitions_by_broker: dict[int, set[PartitionKey]] = {}
 
     # -- state --------------------------------------------------------------------------
 
@@ -118,7 +121,8 @@ class QuorumController:
         for rec in records:
             delta.replay(rec)
         delta.offset = last_offset
-        self.image = delta.apply()
+        old, self.image = self.image, delta.apply()
+        self._index(old, delta)
 
     def replay_committed(self, records: Sequence[Any], last_offset: int) -> None:
         """Committed records from the log. The active controller already applied its own
@@ -129,9 +133,15 @@ class QuorumController:
         for rec in records:
             delta.replay(rec)
         delta.offset = last_offset
+        old_committed = self.committed
         self.committed = delta.apply()
         if last_offset > self.image.offset:
-            self.image = self.committed
+            in_step = self.image is old_committed
+            old, self.image = self.image, self.committed
+            if in_step:
+                self._index(old, delta)
+            else:
+                self._reindex()
 
     def load_snapshot(self, records: Sequence[Any], end_offset: int) -> None:
         delta = MetadataDelta(MetadataImage())
@@ -139,11 +149,43 @@ class QuorumController:
             delta.replay(rec)
         delta.offset = end_offset - 1
         self.committed = self.image = delta.apply()
+        self._reindex()
 
     def renounce(self) -> None:
         """Leadership lost: forget records that were appended but may never commit."""
-        self.image = self.committed
+        if self.image is not self.committed:
+            self.image = self.committed
+            self._reindex()
         self._last_heartbeat_ms.clear()
+
+    # -- which partitions each broker holds, so that fencing a broker costs its partitions
+
+    def _index(self, old: MetadataImage, delta: MetadataDelta) -> None:
+        idx = self.partitions_by_broker
+        new = self.image
+        for tid, p in delta.changed_partitions:
+            ot = old.topics.get(tid)
+            before = ot.partitions.get(p) if ot is not None else None
+            nt = new.topics.get(tid)
+            after = nt.partitions.get(p) if nt is not None else None
+            if before is not None and (after is None or before.replicas != after.replicas):
+                for b in before.replicas:
+                    idx.get(b, set()).discard((tid, p))
+            if after is not None:
+                for b in after.replicas:
+                    idx.setdefault(b, set()).add((tid, p))
+        for tid, t in delta.deleted_topics.items():
+            for p, info in t.partitions.items():
+                for b in info.replicas:
+                    idx.get(b, set()).discard((tid, p))
+
+    def _reindex(self) -> None:
+        idx: dict[int, set[PartitionKey]] = {}
+        for t in self.image.topics.values():
+            for p, info in t.partitions.items():
+                for b in info.replicas:
+                    idx.setdefault(b, set()).add((t.topic_id, p))
+        self.partitions_by_broker = idx
 
     def _uuid(self) -> UUID:
         while True:
@@ -243,7 +285,7 @@ class QuorumController:
 
         self._last_heartbeat_ms[broker_id] = now_ms
         if b.fenced and not want_fence and caught_up:
-            moves = leaders_after_unfence(self.image, broker_id)
+            moves = leaders_after_unfence(self.image, broker_id, self.partitions_by_broker)
             log.info(
                 "[node %d] Unfencing broker %d: caught up; it leads %d leaderless partition(s) "
                 "again",
@@ -258,7 +300,7 @@ class QuorumController:
         if want_fence:
             self._last_heartbeat_ms.pop(broker_id, None)  # a clean exit ends the session
         if not b.fenced and want_fence:
-            moves = leaders_after_fence(self.image, broker_id)
+            moves = leaders_after_fence(self.image, broker_id, self.partitions_by_broker)
             log.info(
                 "[node %d] Fencing broker %d at its request (shutting down); %d partition "
                 "change(s) move its leaderships",
@@ -332,7 +374,13 @@ class QuorumController:
         brokers = live
         if rf > len(live):
             brokers = live + self._rack_striped([b.broker_id for b in regs if b.fenced])
-        if rf > len(brokers) or not live:
+        if not live:
+            return ApiError(
+                ErrorCode.invalid_replication_factor,
+                f"Unable to replicate the partition {rf} time(s): All brokers are currently "
+                "fenced.",
+            )
+        if rf > len(brokers):
             return ApiError(
                 ErrorCode.invalid_replication_factor,
                 f"Unable to replicate the partition {rf} time(s): The target replication factor "

@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
+
+from immutables import Map, MapMutation
 
 from keeperless.metadata import _records_gen as r
 
@@ -23,6 +25,9 @@ __all__ = [
 ]
 
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
+_EMPTY_MAP: Map[Any, Any] = Map()
+K = TypeVar("K")
+V = TypeVar("V")
 
 BROKER_RESOURCE = 4
 TOPIC_RESOURCE = 2
@@ -59,12 +64,15 @@ class BrokerRegistration:
 
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
+    """Every map is persistent (a HAMT): the next image shares all it did not change, so
+    applying a delta costs what the delta touched, not the size of the cluster."""
+
     offset: int = -1
-    features: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
-    topics: Mapping[UUID, TopicImage] = field(default_factory=lambda: _EMPTY)
-    topic_ids: Mapping[str, UUID] = field(default_factory=lambda: _EMPTY)
-    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: _EMPTY)
-    configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
+    features: Mapping[str, int] = field(default_factory=lambda: _EMPTY_MAP)
+    topics: Mapping[UUID, TopicImage] = field(default_factory=lambda: _EMPTY_MAP)
+    topic_ids: Mapping[str, UUID] = field(default_factory=lambda: _EMPTY_MAP)
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: _EMPTY_MAP)
+    configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=lambda: _EMPTY_MAP)
     next_producer_id: int = 0
 
     def topic(self, name: str) -> TopicImage | None:
@@ -75,34 +83,55 @@ class MetadataImage:
         return self.configs.get((TOPIC_RESOURCE, name), _EMPTY)
 
 
+def _mutate(m: Mapping[K, V]) -> MapMutation[K, V]:
+    base = m if isinstance(m, Map) else Map(m)
+    return base.mutate()
+
+
 @dataclass(slots=True)
 class MetadataDelta:
     image: MetadataImage
-    _features: dict[str, int] | None = None
-    _topics: dict[UUID, TopicImage] | None = None
-    _topic_ids: dict[str, UUID] | None = None
-    _brokers: dict[int, BrokerRegistration] | None = None
-    _configs: dict[tuple[int, str], Mapping[str, str]] | None = None
+    _features: MapMutation[str, int] | None = None
+    _topics: MapMutation[UUID, TopicImage] | None = None
+    _topic_ids: MapMutation[str, UUID] | None = None
+    _brokers: MapMutation[int, BrokerRegistration] | None = None
+    _configs: MapMutation[tuple[int, str], Mapping[str, str]] | None = None
+    # partitions of the topics this delta changed, applied to their TopicImage at the end
+    _parts: dict[UUID, MapMutation[int, PartitionInfo]] = field(default_factory=dict)
     _next_producer_id: int | None = None
     offset: int = -1
     changed_topics: set[UUID] = field(default_factory=set)
     deleted_topics: dict[UUID, TopicImage] = field(default_factory=dict)
+    # (topic id, partition) changed by this delta, for publishers that care
+    changed_partitions: set[tuple[UUID, int]] = field(default_factory=set)
+    changed_configs: set[tuple[int, str]] = field(default_factory=set)
 
-    # copy-on-write views of the parts that change
-    def _t(self) -> dict[UUID, TopicImage]:
+    # copy-on-write views of the parts that change (O(1) to start, O(log n) per change)
+    def _t(self) -> MapMutation[UUID, TopicImage]:
         if self._topics is None:
-            self._topics = dict(self.image.topics)
+            self._topics = _mutate(self.image.topics)
         return self._topics
 
-    def _tid(self) -> dict[str, UUID]:
+    def _tid(self) -> MapMutation[str, UUID]:
         if self._topic_ids is None:
-            self._topic_ids = dict(self.image.topic_ids)
+            self._topic_ids = _mutate(self.image.topic_ids)
         return self._topic_ids
 
-    def _b(self) -> dict[int, BrokerRegistration]:
+    def _b(self) -> MapMutation[int, BrokerRegistration]:
         if self._brokers is None:
-            self._brokers = dict(self.image.brokers)
+            self._brokers = _mutate(self.image.brokers)
         return self._brokers
+
+    def _c(self) -> MapMutation[tuple[int, str], Mapping[str, str]]:
+        if self._configs is None:
+            self._configs = _mutate(self.image.configs)
+        return self._configs
+
+    def _p(self, tid: UUID) -> MapMutation[int, PartitionInfo]:
+        pm = self._parts.get(tid)
+        if pm is None:
+            pm = self._parts[tid] = _mutate(self._t()[tid].partitions)
+        return pm
 
     def replay(self, record: Any, offset: int = -1) -> None:
         handler = _HANDLERS.get(type(record))
@@ -115,52 +144,49 @@ class MetadataDelta:
 
     def _feature_level(self, rec: r.FeatureLevelRecord) -> None:
         if self._features is None:
-            self._features = dict(self.image.features)
+            self._features = _mutate(self.image.features)
         if rec.feature_level == 0:
             self._features.pop(rec.name, None)
         else:
             self._features[rec.name] = rec.feature_level
 
     def _topic(self, rec: r.TopicRecord) -> None:
-        self._t()[rec.topic_id] = TopicImage(rec.name, rec.topic_id, _EMPTY)
+        self._t()[rec.topic_id] = TopicImage(rec.name, rec.topic_id, _EMPTY_MAP)
         self._tid()[rec.name] = rec.topic_id
         self.changed_topics.add(rec.topic_id)
 
     def _partition(self, rec: r.PartitionRecord) -> None:
-        topics = self._t()
-        t = topics[rec.topic_id]
-        parts = dict(t.partitions)
-        parts[rec.partition_id] = PartitionInfo(
+        self._p(rec.topic_id)[rec.partition_id] = PartitionInfo(
             tuple(rec.replicas), tuple(rec.isr), rec.leader, rec.leader_epoch, rec.partition_epoch
         )
-        topics[rec.topic_id] = replace(t, partitions=MappingProxyType(parts))
         self.changed_topics.add(rec.topic_id)
+        self.changed_partitions.add((rec.topic_id, rec.partition_id))
 
     def _partition_change(self, rec: r.PartitionChangeRecord) -> None:
-        topics = self._t()
-        t = topics[rec.topic_id]
-        old = t.partitions[rec.partition_id]
+        parts = self._p(rec.topic_id)
+        old = parts[rec.partition_id]
         leader = old.leader if rec.leader == -2 else rec.leader
-        new = PartitionInfo(
+        parts[rec.partition_id] = PartitionInfo(
             tuple(rec.replicas) if rec.replicas is not None else old.replicas,
             tuple(rec.isr) if rec.isr is not None else old.isr,
             leader,
             old.leader_epoch + 1 if leader != old.leader or rec.replicas else old.leader_epoch,
             old.partition_epoch + 1,
         )
-        parts = dict(t.partitions)
-        parts[rec.partition_id] = new
-        topics[rec.topic_id] = replace(t, partitions=MappingProxyType(parts))
         self.changed_topics.add(rec.topic_id)
+        self.changed_partitions.add((rec.topic_id, rec.partition_id))
 
     def _remove_topic(self, rec: r.RemoveTopicRecord) -> None:
-        t = self._t().pop(rec.topic_id)
+        topics = self._t()
+        t = topics[rec.topic_id]
+        pm = self._parts.pop(rec.topic_id, None)
+        if pm is not None:
+            t = replace(t, partitions=pm.finish())
+        del topics[rec.topic_id]
         self._tid().pop(t.name, None)
         self.deleted_topics[rec.topic_id] = t
         self.changed_topics.discard(rec.topic_id)
-        if self._configs is None:
-            self._configs = dict(self.image.configs)
-        self._configs.pop((TOPIC_RESOURCE, t.name), None)
+        self._c().pop((TOPIC_RESOURCE, t.name), None)
 
     def _register_broker(self, rec: r.RegisterBrokerRecord) -> None:
         self._b()[rec.broker_id] = BrokerRegistration(
@@ -199,32 +225,37 @@ class MetadataDelta:
             b[rec.broker_id] = replace(cur, fenced=fenced, in_controlled_shutdown=shut)
 
     def _config(self, rec: r.ConfigRecord) -> None:
-        if self._configs is None:
-            self._configs = dict(self.image.configs)
+        configs = self._c()
         key = (rec.resource_type, rec.resource_name)
-        cur = dict(self._configs.get(key, _EMPTY))
+        cur = dict(configs.get(key, _EMPTY))
         if rec.value is None:
             cur.pop(rec.name, None)
         else:
             cur[rec.name] = rec.value
-        self._configs[key] = MappingProxyType(cur)
+        configs[key] = MappingProxyType(cur)
+        self.changed_configs.add(key)
 
     def _producer_ids(self, rec: r.ProducerIdsRecord) -> None:
         self._next_producer_id = rec.next_producer_id
 
     def apply(self) -> MetadataImage:
         img = self.image
+        if self._parts:
+            topics = self._t()
+            for tid, pm in self._parts.items():
+                topics[tid] = replace(topics[tid], partitions=pm.finish())
+            self._parts = {}
 
-        def frozen(d: Any, old: Any) -> Any:
-            return old if d is None else MappingProxyType(d)
+        def done(m: MapMutation[Any, Any] | None, old: Mapping[Any, Any]) -> Mapping[Any, Any]:
+            return old if m is None else m.finish()
 
         return MetadataImage(
             offset=self.offset if self.offset >= 0 else img.offset,
-            features=frozen(self._features, img.features),
-            topics=frozen(self._topics, img.topics),
-            topic_ids=frozen(self._topic_ids, img.topic_ids),
-            brokers=frozen(self._brokers, img.brokers),
-            configs=frozen(self._configs, img.configs),
+            features=done(self._features, img.features),
+            topics=done(self._topics, img.topics),
+            topic_ids=done(self._topic_ids, img.topic_ids),
+            brokers=done(self._brokers, img.brokers),
+            configs=done(self._configs, img.configs),
             next_producer_id=(
                 img.next_producer_id if self._next_producer_id is None else self._next_producer_id
             ),
