@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from keeperless.protocol.records import iter_batches
+from keeperless.protocol.records import CorruptBatchError, iter_batches
 from keeperless.raft.messages import Entry, SnapshotId
 from keeperless.storage.log import LogConfig, PartitionLog
 
@@ -113,18 +113,23 @@ class FileRaftLog:
             if sl is None:
                 break
             data = sl.read()
-            for pos, h in iter_batches(data, verify_crc=False):
-                if h.last_offset >= offset and len(out) < max_entries:
-                    out.append(
-                        Entry(
-                            h.base_offset,
-                            h.last_offset,
-                            h.partition_leader_epoch,
-                            data[pos : pos + h.size],
-                            h.is_control,
+            try:
+                for pos, h in iter_batches(data, verify_crc=False):
+                    if h.last_offset >= offset and len(out) < max_entries:
+                        out.append(
+                            Entry(
+                                h.base_offset,
+                                h.last_offset,
+                                h.partition_leader_epoch,
+                                data[pos : pos + h.size],
+                                h.is_control,
+                            )
                         )
-                    )
-                offset = h.last_offset + 1
+                    offset = h.last_offset + 1
+            except CorruptBatchError as e:
+                # a read of max bytes ends inside a batch: the next read starts with it
+                if e.position == 0:
+                    raise
         return out
 
     def append(self, entries: list[Entry]) -> None:

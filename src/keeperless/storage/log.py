@@ -314,8 +314,10 @@ class PartitionLog:
     # -- read -----------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FileSlice | None:
-        """The slice of whole batches starting at the batch holding ``offset``; at least
-        one batch even if larger than ``max_bytes``. None at or past the end."""
+        """The slice starting at the batch holding ``offset``: at least that whole batch
+        (even if larger than ``max_bytes``), then up to ``max_bytes`` — which may end
+        inside a batch, as Kafka's fetches do; readers drop the partial batch at the end.
+        None at or past the end."""
         limit = self.log_end_offset if max_offset is None else max_offset
         if offset >= limit:
             return None
