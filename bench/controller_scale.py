@@ -303,7 +303,8 @@ def main() -> None:
             )
             print(f"uncontrolled: {out['uncontrolled_recovery_s']} s", flush=True)
 
-            # controller failover
+            # controller failover: kill -9 whichever controller is active now
+            leader = cluster.leader()
             cluster.controllers[leader].kill9()
             t0 = time.perf_counter()
 
@@ -321,6 +322,18 @@ def main() -> None:
             wait_until(serving, 900, 0.5, "a new active controller")
             out["controller_failover_s"] = round(time.perf_counter() - t0, 1)
             print(f"controller failover: {out['controller_failover_s']} s", flush=True)
+            logs = "".join(n.logs() for n in cluster.controllers.values())
+            out["leader_resignations"] = logs.count("resigning leadership")
+            out["elections"] = logs.count("Became the active controller") - 1
+            if os.environ.get("BENCH_VERBOSE"):
+                for line in logs.splitlines():
+                    if "WARN" in line or "active controller" in line or "Fenc" in line:
+                        print(line[:200], file=sys.stderr)
+        except BaseException:
+            for n in cluster.controllers.values():
+                print(f"--- {n.log_path}", file=sys.stderr)
+                print(n.logs()[-4000:], file=sys.stderr)
+            raise
         finally:
             sims.stop.set()
             if broker is not None:
@@ -375,6 +388,7 @@ def _report(out: dict[str, Any], total: int) -> None:
             str(kafka["uncontrolled_recovery_s"]),
         ),
         ("active controller failover (s)", str(out["controller_failover_s"]), "-"),
+        ("leader elections during the run (excl. failover)", str(out["elections"]), "-"),
     ]
     w = max(len(r[0]) for r in rows)
     print(f"{'':<{w}}  {'keeperless':>22}  {'Kafka (2M partitions)':>22}")

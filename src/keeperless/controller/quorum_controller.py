@@ -158,6 +158,11 @@ class QuorumController:
             self._reindex()
         self._last_heartbeat_ms.clear()
 
+    def rollback(self, image: MetadataImage) -> None:
+        """Records applied as appended could not be appended after all."""
+        self.image = image
+        self._reindex()
+
     # -- which partitions each broker holds, so that fencing a broker costs its partitions
 
     def _index(self, old: MetadataImage, delta: MetadataDelta) -> None:

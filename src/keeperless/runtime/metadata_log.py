@@ -5,6 +5,7 @@ metadata records (and snapshots) to the listeners — the controller and the bro
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import random
@@ -25,6 +26,7 @@ from keeperless.runtime.raft_log import FileRaftLog
 __all__ = ["METADATA_TOPIC", "MetadataLog", "decode_entry"]
 
 log = logging.getLogger(__name__)
+_DRAIN_SLICE_S = 0.05
 
 METADATA_TOPIC = "__cluster_metadata"
 Listener = Callable[[list[Any], int], None]
@@ -87,6 +89,10 @@ class MetadataLog:
         self.listeners: list[Listener] = []
         self.snapshot_listeners: list[SnapshotListener] = []
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        # committed entries not yet applied to the listeners (see _drain)
+        self._backlog: collections.deque[Entry] = collections.deque()
+        self._drain_scheduled = False
+        self._delivered = -1  # the last offset applied to the listeners
         self._timer: asyncio.TimerHandle | None = None
         self.leadership_listeners: list[Callable[[bool], None]] = []
         self._flushing = False
@@ -112,6 +118,7 @@ class MetadataLog:
             records = decode_entry(self.raft_log.snapshot_data())
             for fn in self.snapshot_listeners:
                 fn(records, sid)
+            self._delivered = sid.end_offset - 1
             log.info(
                 "[node %d] Loaded metadata snapshot %020d-%010d (%d records)",
                 self.node_id,
@@ -135,7 +142,7 @@ class MetadataLog:
         return last
 
     async def wait_committed(self, offset: int) -> None:
-        if self.core.high_watermark > offset:
+        if self.core.high_watermark > offset and self._delivered >= offset:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((offset, fut))
@@ -167,8 +174,11 @@ class MetadataLog:
             if ready.snapshot is not None:
                 sid, data = ready.snapshot
                 records = decode_entry(data)
+                while self._backlog and self._backlog[0].last_offset < sid.end_offset:
+                    self._backlog.popleft()  # the snapshot covers them
                 for sfn in self.snapshot_listeners:
                     sfn(records, sid)
+                self._delivered = max(self._delivered, sid.end_offset - 1)
             self._deliver(ready.committed)
         self._maybe_snapshot()
         if self.core.is_leader != self._was_leader:
@@ -257,14 +267,14 @@ class MetadataLog:
         self._timer = loop.call_later(delay, self._tick)
 
     def _maybe_snapshot(self) -> None:
-        if self.snapshot_source is None or self._bytes_since_snapshot == 0:
-            return
+        if self.snapshot_source is None or self._bytes_since_snapshot == 0 or self._backlog:
+            return  # the image must be as of what was applied
         now = _now_ms()
         if self._bytes_since_snapshot < self.snapshot_every_bytes and (
             now - self._last_snapshot_ms < self.snapshot_every_ms
         ):
             return
-        end = self.core.applied
+        end = min(self.core.applied, self._delivered + 1)
         if end <= self.raft_log.start_offset:
             return
         t0 = time.monotonic()
@@ -286,23 +296,48 @@ class MetadataLog:
         )
 
     def _deliver(self, committed: list[Entry]) -> None:
-        for e in committed:
+        if committed:
+            self._backlog.extend(committed)
+        if not self._drain_scheduled:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Apply committed entries to the listeners, at most ~50 ms per turn of the event
+        loop: a follower catching up on a big change keeps fetching and voting meanwhile
+        (the leader's check-quorum would otherwise depose it)."""
+        self._drain_scheduled = False
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None  # tools: apply everything now
+        t0 = time.perf_counter()
+        delivered: list[Entry] = []
+        while self._backlog:
+            if loop is not None and delivered and time.perf_counter() - t0 > _DRAIN_SLICE_S:
+                self._drain_scheduled = True
+                loop.call_soon(self._drain)
+                break
+            e = self._backlog.popleft()
             self._bytes_since_snapshot += len(e.data)
             if not e.control:
                 recs = decode_entry(e.data)
                 for fn in self.listeners:
                     fn(recs, e.last_offset)
+            self._delivered = e.last_offset
+            delivered.append(e)
         hw = self.core.high_watermark
         if self.metrics is not None:
-            self._record_metrics(committed, hw)
+            self._record_metrics(delivered, hw)
         keep = []
         for off, fut in self._waiters:
-            if off < hw:
+            if off <= self._delivered and off < hw:
                 if not fut.done():
                     fut.set_result(None)
             else:
                 keep.append((off, fut))
         self._waiters = keep
+        if not self._backlog:
+            self._maybe_snapshot()
 
     def resign(self) -> None:
         """Graceful shutdown of the leader (EndQuorumEpoch to the voters)."""

@@ -23,6 +23,8 @@ from keeperless.server.config import NodeConfig
 __all__ = ["ControllerService", "NotControllerError"]
 
 log = logging.getLogger(__name__)
+
+PROPOSE_CHUNK = 2000  # records encoded between two turns of the event loop
 T = TypeVar("T")
 
 
@@ -52,6 +54,7 @@ class ControllerService:
         mlog.snapshot_listeners.append(lambda recs, sid: c.load_snapshot(recs, sid.end_offset))
         mlog.leadership_listeners.append(self._on_leadership)
         self._active = asyncio.Event()
+        self._append_lock = asyncio.Lock()
         self._activation: asyncio.Task[None] | None = None
         self._sessions: asyncio.Task[None] | None = None
 
@@ -119,21 +122,31 @@ class ControllerService:
         """Run an operation on the active controller; returns after its records commit."""
         if not self._active.is_set():
             raise NotControllerError(f"node {self.node_id} is not the active controller")
-        result = op(self.controller)
-        if result.records:
+        async with self._append_lock:
+            result = op(self.controller)
+            if not result.records:
+                return result.response
             # Applied as appended, so that the next operation sees them (pipelining);
             # their committed copies are then skipped.
             before = self.controller.image
-            expected = self.mlog.core.log_end_offset + len(result.records) - 1
-            self.controller.replay(result.records, expected)
+            last = -1
             try:
-                last = self.mlog.propose(result.records)
+                # Big operations (a controlled shutdown of a broker with many partitions)
+                # are applied and appended in chunks, letting the event loop answer the
+                # voters' fetches in between, so the leader never misses its check-quorum.
+                for i in range(0, len(result.records), PROPOSE_CHUNK):
+                    if i:
+                        await asyncio.sleep(0)
+                    chunk = result.records[i : i + PROPOSE_CHUNK]
+                    expected = self.mlog.core.log_end_offset + len(chunk) - 1
+                    self.controller.replay(chunk, expected)
+                    last = self.mlog.propose(chunk)
+                    assert last == expected, (last, expected)
             except NotLeaderError:
-                self.controller.image = before
+                self.controller.rollback(before)
                 raise NotControllerError(f"node {self.node_id} lost the leadership") from None
-            assert last == expected, (last, expected)
-            try:
-                await self.mlog.wait_committed(last)
-            except NotLeaderError as e:
-                raise NotControllerError(str(e)) from None
+        try:
+            await self.mlog.wait_committed(last)
+        except NotLeaderError as e:
+            raise NotControllerError(str(e)) from None
         return result.response
