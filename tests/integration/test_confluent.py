@@ -212,3 +212,86 @@ def test_log_append_time_and_min_insync_replicas(node: Node) -> None:
     leader_only = Producer({"bootstrap.servers": node.bootstrap, "acks": "1"})
     leader_only.produce("misr", value=b"y")
     assert leader_only.flush(10) == 0
+
+
+def test_acls_through_the_admin_client(node: Node) -> None:
+    """CreateAcls / DescribeAcls / DeleteAcls with confluent-kafka's AdminClient (the
+    records live in the metadata log; enforcement is a later issue)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    read = AclBinding(
+        ResourceType.TOPIC,
+        "orders",
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    write = AclBinding(
+        ResourceType.TOPIC,
+        "ord",
+        ResourcePatternType.PREFIXED,
+        "User:bob",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    for fut in admin.create_acls([read, write]).values():
+        fut.result(timeout=20)
+    everything = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    found = admin.describe_acls(everything).result(timeout=20)
+    assert sorted(found, key=str) == sorted([read, write], key=str)
+    matching_orders = AclBindingFilter(
+        ResourceType.TOPIC,
+        "orders",
+        ResourcePatternType.MATCH,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    assert len(admin.describe_acls(matching_orders).result(timeout=20)) == 2
+    bad = AclBinding(
+        ResourceType.TOPIC,
+        "x",
+        ResourcePatternType.LITERAL,
+        "alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    with pytest.raises(KafkaException, match="principal"):
+        admin.create_acls([bad])[bad].result(timeout=20)
+    bob = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        "User:bob",
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    deleted = admin.delete_acls([bob])[bob].result(timeout=20)
+    assert deleted == [write]
+    assert admin.describe_acls(everything).result(timeout=20) == [read]
+    # they live in the metadata log: a restart keeps them
+    node.restart()
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    assert admin.describe_acls(everything).result(timeout=20) == [read]

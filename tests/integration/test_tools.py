@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -467,6 +468,30 @@ def test_metadata_shell_tree(cluster3: Cluster) -> None:
     )
     assert shell("cat", "/configs/topic/shell/retention.ms").strip() == "4321"
     assert shell("cat", "/features/metadata.version").strip() == "21"
+    # an ACL created through a broker shows under /acls/byId as Kafka's shell shows it
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        "shell",
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    admin = AdminClient({"bootstrap.servers": cluster3.brokers[4].bootstrap})
+    admin.create_acls([binding])[binding].result(timeout=20)
+    [acl_path] = [p for p in shell("find", "/acls").split() if p.count("/") == 3]
+    acl = json.loads(shell("cat", acl_path))
+    assert (acl["resourceName"], acl["principal"], acl["operation"]) == ("shell", "User:alice", 3)
     assert shell("cat", "/metadataQuorum/leader").startswith(f"LeaderAndEpoch(leaderId={leader}")
     tid = shell("cat", "/topics/shell/id").strip()
     assert shell("cat", f"/topicIds/{tid}/name").strip() == "shell"

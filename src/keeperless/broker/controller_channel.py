@@ -17,6 +17,7 @@ from uuid import UUID
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from keeperless.controller.acls import AclFilter
 from keeperless.controller.isr import IsrChange, IsrResult
 from keeperless.controller.quorum_controller import (
     ApiError,
@@ -25,7 +26,7 @@ from keeperless.controller.quorum_controller import (
     NewTopic,
 )
 from keeperless.metadata.features import SUPPORTED_FEATURES
-from keeperless.metadata.image import PartitionInfo
+from keeperless.metadata.image import AclEntry, PartitionInfo
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
 
@@ -88,8 +89,26 @@ class ControllerChannel(Protocol):
         self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
     ) -> Awaitable[tuple[ApiError, list[IsrResult]]]: ...
 
+    def create_acls(self, acls: Sequence[AclEntry]) -> Awaitable[list[ApiError]]: ...
 
-_VERSIONS = {19: 7, 20: 6, 37: 3, 43: 2, 44: 1, 56: 3, 57: 1, 62: 3, 63: 1, 64: 0, 67: 0}
+    def delete_acls(self, filters: Sequence[AclFilter]) -> Awaitable[list[list[AclEntry]]]: ...
+
+
+_VERSIONS = {
+    19: 7,
+    20: 6,
+    30: 3,
+    31: 3,
+    37: 3,
+    43: 2,
+    44: 1,
+    56: 3,
+    57: 1,
+    62: 3,
+    63: 1,
+    64: 0,
+    67: 0,
+}
 
 
 class RemoteController:
@@ -329,6 +348,56 @@ class RemoteController:
         }
         resp = await self._rpc(57, body)
         return [(x.feature, ApiError(x.error_code, x.error_message)) for x in resp.results]
+
+    async def create_acls(self, acls: Sequence[AclEntry]) -> list[ApiError]:
+        body = {
+            "creations": [
+                {
+                    "resource_type": a.resource_type,
+                    "resource_name": a.resource_name,
+                    "resource_pattern_type": a.pattern_type,
+                    "principal": a.principal,
+                    "host": a.host,
+                    "operation": a.operation,
+                    "permission_type": a.permission_type,
+                }
+                for a in acls
+            ]
+        }
+        resp = await self._rpc(30, body)
+        return [ApiError(x.error_code, x.error_message) for x in resp.results]
+
+    async def delete_acls(self, filters: Sequence[AclFilter]) -> list[list[AclEntry]]:
+        body = {
+            "filters": [
+                {
+                    "resource_type_filter": f.resource_type,
+                    "resource_name_filter": f.resource_name,
+                    "pattern_type_filter": f.pattern_type,
+                    "principal_filter": f.principal,
+                    "host_filter": f.host,
+                    "operation": f.operation,
+                    "permission_type": f.permission_type,
+                }
+                for f in filters
+            ]
+        }
+        resp = await self._rpc(31, body)
+        return [
+            [
+                AclEntry(
+                    a.resource_type,
+                    a.resource_name,
+                    a.pattern_type,
+                    a.principal,
+                    a.host,
+                    a.operation,
+                    a.permission_type,
+                )
+                for a in fr.matching_acls
+            ]
+            for fr in resp.filter_results
+        ]
 
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]

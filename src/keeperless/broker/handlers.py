@@ -17,15 +17,20 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.broker import Broker
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.data_plane import DataPlane
+from keeperless.controller.acls import AclFilter, matching_acls
 from keeperless.controller.quorum_controller import (
     ApiError,
     CreateTopicResult,
     NewTopic,
 )
 from keeperless.controller.requests import (
+    acl_creations,
+    acl_filters,
     alter_configs_response,
     config_changes,
+    create_acls_response,
     create_partitions_response,
+    delete_acls_response,
     delete_targets,
     delete_topics_response,
     elect_leaders_response,
@@ -71,6 +76,9 @@ class BrokerHandlers:
             64: self.unregister_broker,
             43: self.elect_leaders,
             57: self.update_features,
+            29: self.describe_acls,
+            30: self.create_acls,
+            31: self.delete_acls,
         }
         self.handlers.update(extra or {})
         self.apis = {k: v for k, v in self.apis.items() if k in self.handlers}
@@ -334,6 +342,65 @@ class BrokerHandlers:
         if err.code == ErrorCode.none:
             await self._settle(lambda img: req.broker_id not in img.brokers)
         return unregister_response(header.api_version, err)
+
+    async def describe_acls(self, header: RequestHeader, req: Any) -> Any:
+        f = AclFilter(
+            req.resource_type_filter,
+            req.resource_name_filter,
+            req.pattern_type_filter,
+            req.principal_filter,
+            req.host_filter,
+            req.operation,
+            req.permission_type,
+        )
+        by_resource: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
+        for _, a in matching_acls(self.broker.image.acls, f):
+            by_resource.setdefault((a.resource_type, a.resource_name, a.pattern_type), []).append(
+                {
+                    "principal": a.principal,
+                    "host": a.host,
+                    "operation": a.operation,
+                    "permission_type": a.permission_type,
+                }
+            )
+        return build(
+            response_class(29, header.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "resources": [
+                    {"resource_type": t, "resource_name": n, "pattern_type": p, "acls": acls}
+                    for (t, n, p), acls in sorted(by_resource.items())
+                ],
+            },
+        )
+
+    async def create_acls(self, header: RequestHeader, req: Any) -> Any:
+        acls = acl_creations(req)
+        try:
+            results = await self.broker.controller.create_acls(acls)
+        except ControllerUnavailableError as e:
+            results = [ApiError(ErrorCode.request_timed_out, str(e)) for _ in acls]
+        made = [a for a, e in zip(acls, results, strict=False) if e.code == ErrorCode.none]
+        if made:
+            await self._settle(lambda img: set(made) <= set(img.acls.values()))
+        return create_acls_response(header.api_version, results)
+
+    async def delete_acls(self, header: RequestHeader, req: Any) -> Any:
+        filters = acl_filters(req)
+        try:
+            results = await self.broker.controller.delete_acls(filters)
+        except ControllerUnavailableError as e:
+            return delete_acls_response(
+                header.api_version,
+                [[] for _ in filters],
+                ApiError(ErrorCode.request_timed_out, str(e)),
+            )
+        removed = {a for rs in results for a in rs}
+        if removed:
+            await self._settle(lambda img: not removed & set(img.acls.values()))
+        return delete_acls_response(header.api_version, results)
 
     async def update_features(self, header: RequestHeader, req: Any) -> Any:
         updates = feature_updates(req, header.api_version)

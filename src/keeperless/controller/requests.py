@@ -9,7 +9,9 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.controller.acls import AclFilter
 from keeperless.controller.quorum_controller import CreatePartitionsRequest, NewTopic
+from keeperless.metadata.image import AclEntry
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
 
@@ -165,6 +167,76 @@ def elect_leaders_response(version: int, results: Any, top: Any = None) -> Any:
             "error_code": top.code if top is not None else ErrorCode.none,
             "replica_election_results": [
                 {"topic": t, "partition_result": parts} for t, parts in by_topic.items()
+            ],
+        },
+    )
+
+
+def acl_creations(req: Any) -> list[AclEntry]:
+    return [
+        AclEntry(
+            c.resource_type,
+            c.resource_name,
+            c.resource_pattern_type,
+            c.principal,
+            c.host,
+            c.operation,
+            c.permission_type,
+        )
+        for c in req.creations
+    ]
+
+
+def acl_filters(req: Any) -> list[AclFilter]:
+    return [
+        AclFilter(
+            f.resource_type_filter,
+            f.resource_name_filter,
+            f.pattern_type_filter,
+            f.principal_filter,
+            f.host_filter,
+            f.operation,
+            f.permission_type,
+        )
+        for f in req.filters
+    ]
+
+
+def create_acls_response(version: int, results: Any) -> Any:
+    return build(
+        response_class(30, version),
+        {
+            "throttle_time": 0,
+            "results": [{"error_code": e.code, "error_message": e.message} for e in results],
+        },
+    )
+
+
+def delete_acls_response(version: int, results: Any, top: Any = None) -> Any:
+    return build(
+        response_class(31, version),
+        {
+            "throttle_time": 0,
+            "filter_results": [
+                {
+                    "error_code": top.code if top is not None else ErrorCode.none,
+                    "error_message": top.message if top is not None else None,
+                    "matching_acls": [
+                        {
+                            "error_code": ErrorCode.none,
+                            "error_message": None,
+                            "resource_type": a.resource_type,
+                            "resource_name": a.resource_name,
+                            "pattern_type": a.pattern_type,
+                            "principal": a.principal,
+                            "host": a.host,
+                            "operation": a.operation,
+                            "permission_type": a.permission_type,
+                        }
+                        for a in removed
+                    ],
+                }
+                for removed in results
             ],
         },
     )

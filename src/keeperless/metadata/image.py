@@ -17,6 +17,7 @@ from immutables import Map, MapMutation
 from keeperless.metadata import _records_gen as r
 
 __all__ = [
+    "AclEntry",
     "BrokerRegistration",
     "MetadataDelta",
     "MetadataImage",
@@ -63,6 +64,19 @@ class BrokerRegistration:
 
 
 @dataclass(frozen=True, slots=True)
+class AclEntry:
+    """One ACL binding, as AccessControlEntryRecord carries it (Kafka's enum codes)."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     """Every map is persistent (a HAMT): the next image shares all it did not change, so
     applying a delta costs what the delta touched, not the size of the cluster."""
@@ -74,6 +88,7 @@ class MetadataImage:
     brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: _EMPTY_MAP)
     configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=lambda: _EMPTY_MAP)
     next_producer_id: int = 0
+    acls: Mapping[UUID, AclEntry] = field(default_factory=lambda: _EMPTY_MAP)
 
     def topic(self, name: str) -> TopicImage | None:
         tid = self.topic_ids.get(name)
@@ -99,6 +114,7 @@ class MetadataDelta:
     # partitions of the topics this delta changed, applied to their TopicImage at the end
     _parts: dict[UUID, MapMutation[int, PartitionInfo]] = field(default_factory=dict)
     _next_producer_id: int | None = None
+    _acls: MapMutation[UUID, AclEntry] | None = None
     offset: int = -1
     changed_topics: set[UUID] = field(default_factory=set)
     deleted_topics: dict[UUID, TopicImage] = field(default_factory=dict)
@@ -235,6 +251,25 @@ class MetadataDelta:
         configs[key] = MappingProxyType(cur)
         self.changed_configs.add(key)
 
+    def _a(self) -> MapMutation[UUID, AclEntry]:
+        if self._acls is None:
+            self._acls = _mutate(self.image.acls)
+        return self._acls
+
+    def _acl(self, rec: r.AccessControlEntryRecord) -> None:
+        self._a()[rec.id] = AclEntry(
+            rec.resource_type,
+            rec.resource_name,
+            rec.pattern_type,
+            rec.principal,
+            rec.host,
+            rec.operation,
+            rec.permission_type,
+        )
+
+    def _remove_acl(self, rec: r.RemoveAccessControlEntryRecord) -> None:
+        self._a().pop(rec.id, None)
+
     def _producer_ids(self, rec: r.ProducerIdsRecord) -> None:
         self._next_producer_id = rec.next_producer_id
 
@@ -259,6 +294,7 @@ class MetadataDelta:
             next_producer_id=(
                 img.next_producer_id if self._next_producer_id is None else self._next_producer_id
             ),
+            acls=done(self._acls, img.acls),
         )
 
 
@@ -275,4 +311,6 @@ _HANDLERS: dict[type, Any] = {
     r.BrokerRegistrationChangeRecord: MetadataDelta._broker_change,
     r.ConfigRecord: MetadataDelta._config,
     r.ProducerIdsRecord: MetadataDelta._producer_ids,
+    r.AccessControlEntryRecord: MetadataDelta._acl,
+    r.RemoveAccessControlEntryRecord: MetadataDelta._remove_acl,
 }

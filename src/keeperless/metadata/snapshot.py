@@ -62,6 +62,17 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
         yield r.ProducerIdsRecord(
             broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id
         )
+    for acl_id, a in sorted(image.acls.items()):
+        yield r.AccessControlEntryRecord(
+            id=acl_id,
+            resource_type=a.resource_type,
+            resource_name=a.resource_name,
+            pattern_type=a.pattern_type,
+            principal=a.principal,
+            host=a.host,
+            operation=a.operation,
+            permission_type=a.permission_type,
+        )
 
 
 def snapshot_of_records(records: Iterable[Any], timestamp_ms: int) -> bytes:

@@ -24,6 +24,9 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
     22: (0, 4),  # InitProducerId
+    29: (2, 3),  # DescribeAcls (from the image; enforcement comes later)
+    30: (2, 3),  # CreateAcls (forwarded to the controller)
+    31: (2, 3),  # DeleteAcls (forwarded to the controller)
     32: (1, 4),  # DescribeConfigs
     35: (1, 4),  # DescribeLogDirs
     37: (0, 3),  # CreatePartitions
@@ -42,6 +45,8 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     18: (0, 3),  # ApiVersions
     19: (7, 7),  # CreateTopics
     20: (6, 6),  # DeleteTopics
+    30: (2, 3),  # CreateAcls
+    31: (2, 3),  # DeleteAcls
     37: (3, 3),  # CreatePartitions
     43: (1, 2),  # ElectLeaders
     44: (0, 1),  # IncrementalAlterConfigs
@@ -77,6 +82,9 @@ API_NAMES = {
     19: "CreateTopics",
     20: "DeleteTopics",
     22: "InitProducerId",
+    29: "DescribeAcls",
+    30: "CreateAcls",
+    31: "DeleteAcls",
     32: "DescribeConfigs",
     37: "CreatePartitions",
     60: "DescribeCluster",

@@ -12,6 +12,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.controller_channel import RemoteController
+from keeperless.controller.acls import AclFilter, create_acls, delete_acls
 from keeperless.controller.configs import incremental_alter_configs
 from keeperless.controller.elections import elect_leaders
 from keeperless.controller.features import update_features
@@ -23,9 +24,13 @@ from keeperless.controller.quorum_controller import (
     NewTopic,
 )
 from keeperless.controller.requests import (
+    acl_creations,
+    acl_filters,
     alter_configs_response,
     config_changes,
+    create_acls_response,
     create_partitions_response,
+    delete_acls_response,
     delete_targets,
     delete_topics_response,
     elect_leaders_response,
@@ -36,6 +41,7 @@ from keeperless.controller.requests import (
     unregister_response,
     update_features_response,
 )
+from keeperless.metadata.image import AclEntry
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.server.controller_service import ControllerService, NotControllerError
@@ -116,6 +122,12 @@ class LocalController:
         self, election_type: int, partitions: Sequence[tuple[str, int]] | None
     ) -> list[tuple[str, int, ApiError]]:
         return await self.service.call(lambda c: elect_leaders(c, election_type, partitions))
+
+    async def create_acls(self, acls: Sequence[AclEntry]) -> list[ApiError]:
+        return await self.service.call(lambda c: create_acls(c, acls))
+
+    async def delete_acls(self, filters: Sequence[AclFilter]) -> list[list[AclEntry]]:
+        return await self.service.call(lambda c: delete_acls(c, filters))
 
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
@@ -229,6 +241,14 @@ class ControllerClient:
         )
         return result
 
+    async def create_acls(self, acls: Sequence[AclEntry]) -> list[ApiError]:
+        result: list[ApiError] = await self._call("create_acls", acls)
+        return result
+
+    async def delete_acls(self, filters: Sequence[AclFilter]) -> list[list[AclEntry]]:
+        result: list[list[AclEntry]] = await self._call("delete_acls", filters)
+        return result
+
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
     ) -> tuple[ApiError, list[IsrResult]]:
@@ -249,6 +269,8 @@ class ControllerApis:
         return {
             19: self.create_topics,
             20: self.delete_topics,
+            30: self.create_acls,
+            31: self.delete_acls,
             37: self.create_partitions,
             43: self.elect_leaders,
             44: self.incremental_alter_configs,
@@ -396,6 +418,24 @@ class ControllerApis:
                 header.api_version, [], ApiError(ErrorCode.not_controller)
             )
         return update_features_response(header.api_version, results)
+
+    async def create_acls(self, header: RequestHeader, req: Any) -> Any:
+        acls = acl_creations(req)
+        try:
+            results = await self.local.create_acls(acls)
+        except NotControllerError:
+            results = [ApiError(ErrorCode.not_controller) for _ in acls]
+        return create_acls_response(header.api_version, results)
+
+    async def delete_acls(self, header: RequestHeader, req: Any) -> Any:
+        filters = acl_filters(req)
+        try:
+            results = await self.local.delete_acls(filters)
+        except NotControllerError:
+            return delete_acls_response(
+                header.api_version, [[] for _ in filters], ApiError(ErrorCode.not_controller)
+            )
+        return delete_acls_response(header.api_version, results)
 
     async def alter_partition(self, header: RequestHeader, req: Any) -> Any:
         changes = [

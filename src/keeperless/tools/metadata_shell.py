@@ -204,7 +204,12 @@ def build_tree(image: MetadataImage, leader: str) -> Tree:
         "topicIds": topic_ids,
         "configs": configs,
         "features": {k: str(v) for k, v in image.features.items()},
-        "acls": {},
+        "acls": {
+            "byId": {
+                uuid_to_kafka(rec.id): js(rec)
+                for rec in by_kind.get("AccessControlEntryRecord", [])
+            }
+        },
         "clientQuotas": {},
         "metadataQuorum": {"leader": leader},
         "local": {"version": keeperless.__version__, "commitId": "unknown"},

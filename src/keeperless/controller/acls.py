@@ -1,0 +1,131 @@
+"""ACLs in the metadata log (Kafka's AclControlManager, the controller side of KIP-801):
+CreateAcls and DeleteAcls produce AccessControlEntryRecord / RemoveAccessControlEntryRecord;
+DescribeAcls is answered by brokers from their image. Enforcement is a later issue.
+
+Codes are Kafka's: resource types (2 TOPIC, 3 GROUP, 4 CLUSTER, 5 TRANSACTIONAL_ID,
+6 DELEGATION_TOKEN, 7 USER), pattern types (1 ANY, 2 MATCH, 3 LITERAL, 4 PREFIXED),
+operations (1 ANY, 2 ALL, 3 READ ... 14), permissions (1 ANY, 2 DENY, 3 ALLOW)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.controller.quorum_controller import ApiError, QuorumController, Result
+from keeperless.metadata import _records_gen as r
+from keeperless.metadata.image import AclEntry
+
+__all__ = ["AclFilter", "create_acls", "delete_acls", "matching_acls", "validate_acl"]
+
+ANY, MATCH, LITERAL, PREFIXED = 1, 2, 3, 4
+WILDCARD = "*"
+RESOURCE_TYPES = {2, 3, 4, 5, 6, 7}
+OPERATIONS = set(range(2, 15))
+PERMISSIONS = {2, 3}
+
+
+@dataclass(frozen=True, slots=True)
+class AclFilter:
+    resource_type: int
+    resource_name: str | None
+    pattern_type: int
+    principal: str | None
+    host: str | None
+    operation: int
+    permission_type: int
+
+
+def validate_acl(a: AclEntry) -> str | None:
+    if a.resource_type not in RESOURCE_TYPES:
+        return f"Invalid resource type {a.resource_type}"
+    if a.pattern_type not in (LITERAL, PREFIXED):
+        return f"Invalid pattern type {a.pattern_type}: ACLs are LITERAL (3) or PREFIXED (4)"
+    if not a.resource_name:
+        return "Resource name should not be empty"
+    if a.operation not in OPERATIONS:
+        return f"Invalid operation {a.operation}"
+    if a.permission_type not in PERMISSIONS:
+        return f"Invalid permission type {a.permission_type}: DENY (2) or ALLOW (3)"
+    kind, sep, name = a.principal.partition(":")
+    if not sep or not kind or not name:
+        return f"Could not parse principal from `{a.principal}` (no colon is present)"
+    if not a.host:
+        return "Host should not be empty"
+    return None
+
+
+def create_acls(c: QuorumController, acls: Sequence[AclEntry]) -> Result[list[ApiError]]:
+    existing = set(c.image.acls.values())
+    records: list[r.AccessControlEntryRecord] = []
+    results: list[ApiError] = []
+    for a in acls:
+        bad = validate_acl(a)
+        if bad is not None:
+            results.append(ApiError(ErrorCode.invalid_request, bad))
+            continue
+        results.append(ApiError.none())
+        if a in existing:
+            continue  # already there: nothing to write, as Kafka does
+        existing.add(a)
+        records.append(
+            r.AccessControlEntryRecord(
+                id=c._uuid(),
+                resource_type=a.resource_type,
+                resource_name=a.resource_name,
+                pattern_type=a.pattern_type,
+                principal=a.principal,
+                host=a.host,
+                operation=a.operation,
+                permission_type=a.permission_type,
+            )
+        )
+    return Result(list(records), results)
+
+
+def _name_matches(f: AclFilter, a: AclEntry) -> bool:
+    if f.resource_name is None:
+        return True
+    if f.pattern_type in (LITERAL, PREFIXED):
+        return a.pattern_type == f.pattern_type and a.resource_name == f.resource_name
+    if f.pattern_type == ANY:
+        return a.resource_name == f.resource_name
+    # MATCH: every ACL that would apply to a resource of that name
+    if a.pattern_type == LITERAL:
+        return a.resource_name in (f.resource_name, WILDCARD)
+    return a.pattern_type == PREFIXED and f.resource_name.startswith(a.resource_name)
+
+
+def _matches(f: AclFilter, a: AclEntry) -> bool:
+    return (
+        f.resource_type in (ANY, a.resource_type)
+        and (f.pattern_type in (ANY, MATCH) or f.pattern_type == a.pattern_type)
+        and _name_matches(f, a)
+        and f.principal in (None, a.principal)
+        and f.host in (None, a.host)
+        and f.operation in (ANY, a.operation)
+        and f.permission_type in (ANY, a.permission_type)
+    )
+
+
+def matching_acls(acls: Mapping[UUID, AclEntry], f: AclFilter) -> Iterable[tuple[UUID, AclEntry]]:
+    return ((i, a) for i, a in sorted(acls.items()) if _matches(f, a))
+
+
+def delete_acls(c: QuorumController, filters: Sequence[AclFilter]) -> Result[list[list[AclEntry]]]:
+    """Per filter, the ACLs it removed (an ACL matched by two filters goes once)."""
+    gone: set[UUID] = set()
+    records: list[r.RemoveAccessControlEntryRecord] = []
+    results: list[list[AclEntry]] = []
+    for f in filters:
+        removed = []
+        for acl_id, a in matching_acls(c.image.acls, f):
+            if acl_id in gone:
+                continue
+            gone.add(acl_id)
+            removed.append(a)
+            records.append(r.RemoveAccessControlEntryRecord(id=acl_id))
+        results.append(removed)
+    return Result(list(records), results)
