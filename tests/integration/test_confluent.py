@@ -295,3 +295,47 @@ def test_acls_through_the_admin_client(node: Node) -> None:
     node.restart()
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
     assert admin.describe_acls(everything).result(timeout=20) == [read]
+
+
+def test_client_quotas_round_trip(node: Node) -> None:
+    """AlterClientQuotas through a broker (forwarded to the controller), then
+    DescribeClientQuotas from the broker's image, across a restart."""
+    from keeperless.tools.client import call
+
+    server = [("127.0.0.1", node.port)]
+    alter = {
+        "entries": [
+            {
+                "entity": [{"entity_type": "user", "entity_name": "alice"}],
+                "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}],
+            },
+            {
+                "entity": [{"entity_type": "user", "entity_name": "bob"}],
+                "ops": [{"key": "bogus", "value": 1.0, "remove": False}],
+            },
+        ],
+        "validate_only": False,
+    }
+    resp = call(server, 49, 1, alter)
+    assert [int(e.error_code) for e in resp.entries] == [0, 42]  # INVALID_REQUEST
+    assert "Invalid configuration key bogus" in resp.entries[1].error_message
+
+    def describe() -> list[tuple[str, str | None, str, float]]:
+        d = call(
+            server,
+            48,
+            1,
+            {
+                "components": [{"entity_type": "user", "match_type": 2, "match": None}],
+                "strict": False,
+            },
+        )
+        return [
+            (e.entity[0].entity_type, e.entity[0].entity_name, v.key, v.value)
+            for e in d.entries
+            for v in e.values
+        ]
+
+    assert describe() == [("user", "alice", "producer_byte_rate", 1024.0)]
+    node.restart()
+    assert describe() == [("user", "alice", "producer_byte_rate", 1024.0)]

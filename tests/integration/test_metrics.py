@@ -18,10 +18,21 @@ def test_metrics_follow_a_failover_and_a_fenced_broker(tmp_path: Path) -> None:
     c.start()
     try:
         leader = c.leader()
-        page = c.controllers[leader].scrape()
+        # the gauges follow the controller's image: both brokers unfenced shortly
+        page = wait_until(
+            lambda: (
+                p
+                if _value(
+                    p := c.controllers[leader].scrape(), "kafka_controller_active_broker_count"
+                )
+                == 2.0
+                else None
+            ),
+            20,
+            what="two active brokers in the metrics",
+        )
         assert _value(page, "kafka_raft_current_state", '{state="leader"}') == 1.0
         assert _value(page, "kafka_controller_active_controller_count") == 1.0
-        assert _value(page, "kafka_controller_active_broker_count") == 2.0
         epoch = _value(page, "kafka_raft_current_epoch")
         assert epoch is not None
         follower = next(i for i in c.controllers if i != leader)
@@ -35,8 +46,18 @@ def test_metrics_follow_a_failover_and_a_fenced_broker(tmp_path: Path) -> None:
             20,
             what="a new leader",
         )
-        npage = c.controllers[new].scrape()
-        assert _value(npage, "kafka_raft_current_state", '{state="leader"}') == 1.0
+        npage = wait_until(
+            lambda: (
+                p
+                if _value(
+                    p := c.controllers[new].scrape(), "kafka_raft_current_state", '{state="leader"}'
+                )
+                == 1.0
+                else None
+            ),
+            20,
+            what="the new leader's state gauge",
+        )
         new_epoch = _value(npage, "kafka_raft_current_epoch")
         assert new_epoch is not None
         assert new_epoch > epoch

@@ -492,6 +492,21 @@ def test_metadata_shell_tree(cluster3: Cluster) -> None:
     [acl_path] = [p for p in shell("find", "/acls").split() if p.count("/") == 3]
     acl = json.loads(shell("cat", acl_path))
     assert (acl["resourceName"], acl["principal"], acl["operation"]) == ("shell", "User:alice", 3)
+    # a client quota shows under /clientQuotas/<type>/<name>/<key>
+    from keeperless.tools.client import call
+
+    quota = {
+        "entity": [{"entity_type": "user", "entity_name": "alice"}],
+        "ops": [{"key": "consumer_byte_rate", "value": 4096.0, "remove": False}],
+    }
+    resp = call(
+        [("127.0.0.1", cluster3.brokers[4].port)],
+        49,
+        1,
+        {"entries": [quota], "validate_only": False},
+    )
+    assert int(resp.entries[0].error_code) == 0
+    assert shell("cat", "/clientQuotas/user/alice/consumer_byte_rate").strip() == "4096.0"
     assert shell("cat", "/metadataQuorum/leader").startswith(f"LeaderAndEpoch(leaderId={leader}")
     tid = shell("cat", "/topics/shell/id").strip()
     assert shell("cat", f"/topicIds/{tid}/name").strip() == "shell"

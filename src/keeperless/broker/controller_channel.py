@@ -25,6 +25,7 @@ from keeperless.controller.quorum_controller import (
     CreateTopicResult,
     NewTopic,
 )
+from keeperless.controller.quotas import QuotaAlteration
 from keeperless.metadata.features import SUPPORTED_FEATURES
 from keeperless.metadata.image import AclEntry, PartitionInfo
 from keeperless.protocol.build import build
@@ -91,6 +92,10 @@ class ControllerChannel(Protocol):
 
     def create_acls(self, acls: Sequence[AclEntry]) -> Awaitable[list[ApiError]]: ...
 
+    def alter_client_quotas(
+        self, changes: Sequence[QuotaAlteration], validate_only: bool
+    ) -> Awaitable[list[ApiError]]: ...
+
     def delete_acls(self, filters: Sequence[AclFilter]) -> Awaitable[list[list[AclEntry]]]: ...
 
 
@@ -102,6 +107,7 @@ _VERSIONS = {
     37: 3,
     43: 2,
     44: 1,
+    49: 1,
     56: 3,
     57: 1,
     62: 3,
@@ -109,6 +115,17 @@ _VERSIONS = {
     64: 0,
     67: 0,
 }
+
+
+def _not_controller(resp: Any) -> bool:
+    """NOT_CONTROLLER at the top or in any per-item result (CreateTopics, CreateAcls...)."""
+    if getattr(resp, "error_code", ErrorCode.none) == ErrorCode.not_controller:
+        return True
+    for name in ("topics", "results", "responses", "entries", "filter_results"):
+        for item in getattr(resp, name, None) or ():
+            if getattr(item, "error_code", ErrorCode.none) == ErrorCode.not_controller:
+                return True
+    return False
 
 
 class RemoteController:
@@ -140,11 +157,19 @@ class RemoteController:
         """Send a request to the active controller; retried across leader changes."""
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
         last_error = "no leader known"
+        tried: set[int] = set()
         while time.monotonic() < deadline:
             target = self.leader()
-            if target < 0 or target not in self.voters:
-                await asyncio.sleep(0.05)
-                continue
+            if target < 0 or target not in self.voters or target in tried:
+                # No leader known yet (an election, or this observer has not heard):
+                # ask the voters in turn; only the active controller answers.
+                untried = [v for v in sorted(self.voters) if v not in tried]
+                if not untried:
+                    tried.clear()
+                    await asyncio.sleep(0.05)
+                    continue
+                target = untried[0]
+            tried.add(target)
             try:
                 resp = await asyncio.wait_for(
                     self._call(target, api_key, version, req),
@@ -155,7 +180,7 @@ class RemoteController:
                 self._drop(target)
                 await asyncio.sleep(0.05)
                 continue
-            if getattr(resp, "error_code", ErrorCode.none) == ErrorCode.not_controller:
+            if _not_controller(resp):
                 last_error = f"node {target} is not the active controller"
                 await asyncio.sleep(0.05)
                 continue
@@ -348,6 +373,22 @@ class RemoteController:
         }
         resp = await self._rpc(57, body)
         return [(x.feature, ApiError(x.error_code, x.error_message)) for x in resp.results]
+
+    async def alter_client_quotas(
+        self, changes: Sequence[QuotaAlteration], validate_only: bool
+    ) -> list[ApiError]:
+        body = {
+            "entries": [
+                {
+                    "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                    "ops": [{"key": k, "value": v, "remove": rm} for k, v, rm in ops],
+                }
+                for entity, ops in changes
+            ],
+            "validate_only": validate_only,
+        }
+        resp = await self._rpc(49, body)
+        return [ApiError(e.error_code, e.error_message) for e in resp.entries]
 
     async def create_acls(self, acls: Sequence[AclEntry]) -> list[ApiError]:
         body = {

@@ -23,9 +23,11 @@ from keeperless.controller.quorum_controller import (
     CreateTopicResult,
     NewTopic,
 )
+from keeperless.controller.quotas import describe_client_quotas
 from keeperless.controller.requests import (
     acl_creations,
     acl_filters,
+    alter_client_quotas_response,
     alter_configs_response,
     config_changes,
     create_acls_response,
@@ -38,6 +40,7 @@ from keeperless.controller.requests import (
     feature_updates,
     new_partitions,
     new_topics,
+    quota_alterations,
     unregister_response,
     update_features_response,
 )
@@ -77,6 +80,8 @@ class BrokerHandlers:
             43: self.elect_leaders,
             57: self.update_features,
             29: self.describe_acls,
+            48: self.describe_client_quotas,
+            49: self.alter_client_quotas,
             30: self.create_acls,
             31: self.delete_acls,
         }
@@ -375,6 +380,44 @@ class BrokerHandlers:
                 ],
             },
         )
+
+    async def describe_client_quotas(self, header: RequestHeader, req: Any) -> Any:
+        components = [(c.entity_type, int(c.match_type), c.match) for c in req.components]
+        found = describe_client_quotas(self.broker.image.client_quotas, components, req.strict)
+        return build(
+            response_class(48, header.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "entries": [
+                    {
+                        "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                        "values": [{"key": k, "value": v} for k, v in sorted(values.items())],
+                    }
+                    for entity, values in found
+                ],
+            },
+        )
+
+    async def alter_client_quotas(self, header: RequestHeader, req: Any) -> Any:
+        changes = quota_alterations(req)
+        try:
+            results = await self.broker.controller.alter_client_quotas(changes, req.validate_only)
+        except ControllerUnavailableError as e:
+            results = [ApiError(ErrorCode.request_timed_out, str(e)) for _ in changes]
+        if not req.validate_only:
+            wanted = [
+                (tuple(sorted(entity)), k, None if rm else v)
+                for (entity, ops), err in zip(changes, results, strict=True)
+                if err.code == ErrorCode.none
+                for k, v, rm in ops
+            ]
+            if wanted:
+                await self._settle(
+                    lambda img: all(img.client_quotas.get(e, {}).get(k) == v for e, k, v in wanted)
+                )
+        return alter_client_quotas_response(header.api_version, changes, results)
 
     async def create_acls(self, header: RequestHeader, req: Any) -> Any:
         acls = acl_creations(req)

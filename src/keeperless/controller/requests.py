@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.controller.acls import AclFilter
 from keeperless.controller.quorum_controller import CreatePartitionsRequest, NewTopic
+from keeperless.controller.quotas import QuotaAlteration
 from keeperless.metadata.image import AclEntry
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
@@ -237,6 +238,33 @@ def delete_acls_response(version: int, results: Any, top: Any = None) -> Any:
                     ],
                 }
                 for removed in results
+            ],
+        },
+    )
+
+
+def quota_alterations(req: Any) -> list[QuotaAlteration]:
+    return [
+        (
+            tuple((e.entity_type, e.entity_name) for e in entry.entity),
+            [(op.key, float(op.value), bool(op.remove)) for op in entry.ops],
+        )
+        for entry in req.entries
+    ]
+
+
+def alter_client_quotas_response(version: int, changes: Any, results: Any) -> Any:
+    return build(
+        response_class(49, version),
+        {
+            "throttle_time": 0,
+            "entries": [
+                {
+                    "error_code": e.code,
+                    "error_message": e.message,
+                    "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                }
+                for (entity, _), e in zip(changes, results, strict=True)
             ],
         },
     )

@@ -27,6 +27,7 @@ __all__ = [
 
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
 _EMPTY_MAP: Map[Any, Any] = Map()
+QuotaEntity = tuple[tuple[str, str | None], ...]
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -89,6 +90,10 @@ class MetadataImage:
     configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=lambda: _EMPTY_MAP)
     next_producer_id: int = 0
     acls: Mapping[UUID, AclEntry] = field(default_factory=lambda: _EMPTY_MAP)
+    # entity, e.g. (("client-id", "app"), ("user", "alice")) sorted by type -> key -> value
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(
+        default_factory=lambda: _EMPTY_MAP
+    )
 
     def topic(self, name: str) -> TopicImage | None:
         tid = self.topic_ids.get(name)
@@ -115,6 +120,7 @@ class MetadataDelta:
     _parts: dict[UUID, MapMutation[int, PartitionInfo]] = field(default_factory=dict)
     _next_producer_id: int | None = None
     _acls: MapMutation[UUID, AclEntry] | None = None
+    _quotas: MapMutation[QuotaEntity, Mapping[str, float]] | None = None
     offset: int = -1
     changed_topics: set[UUID] = field(default_factory=set)
     deleted_topics: dict[UUID, TopicImage] = field(default_factory=dict)
@@ -270,6 +276,20 @@ class MetadataDelta:
     def _remove_acl(self, rec: r.RemoveAccessControlEntryRecord) -> None:
         self._a().pop(rec.id, None)
 
+    def _client_quota(self, rec: r.ClientQuotaRecord) -> None:
+        if self._quotas is None:
+            self._quotas = _mutate(self.image.client_quotas)
+        entity = tuple(sorted((e.entity_type, e.entity_name) for e in rec.entity))
+        cur = dict(self._quotas.get(entity, _EMPTY))
+        if rec.remove:
+            cur.pop(rec.key, None)
+        else:
+            cur[rec.key] = rec.value
+        if cur:
+            self._quotas[entity] = MappingProxyType(cur)
+        else:
+            self._quotas.pop(entity, None)
+
     def _producer_ids(self, rec: r.ProducerIdsRecord) -> None:
         self._next_producer_id = rec.next_producer_id
 
@@ -295,6 +315,7 @@ class MetadataDelta:
                 img.next_producer_id if self._next_producer_id is None else self._next_producer_id
             ),
             acls=done(self._acls, img.acls),
+            client_quotas=done(self._quotas, img.client_quotas),
         )
 
 
@@ -313,4 +334,5 @@ _HANDLERS: dict[type, Any] = {
     r.ProducerIdsRecord: MetadataDelta._producer_ids,
     r.AccessControlEntryRecord: MetadataDelta._acl,
     r.RemoveAccessControlEntryRecord: MetadataDelta._remove_acl,
+    r.ClientQuotaRecord: MetadataDelta._client_quota,
 }

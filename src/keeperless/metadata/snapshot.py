@@ -62,6 +62,15 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
         yield r.ProducerIdsRecord(
             broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id
         )
+    for entity, values in sorted(image.client_quotas.items(), key=lambda kv: str(kv[0])):
+        for qkey, qvalue in sorted(values.items()):
+            yield r.ClientQuotaRecord(
+                entity=tuple(
+                    r.ClientQuotaRecordEntityData(entity_type=t, entity_name=n) for t, n in entity
+                ),
+                key=qkey,
+                value=qvalue,
+            )
     for acl_id, a in sorted(image.acls.items()):
         yield r.AccessControlEntryRecord(
             id=acl_id,

@@ -33,6 +33,8 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     42: (0, 2),  # DeleteGroups
     43: (1, 2),  # ElectLeaders (forwarded to the controller)
     44: (0, 1),  # IncrementalAlterConfigs
+    48: (0, 1),  # DescribeClientQuotas (from the image; enforcement comes later)
+    49: (0, 1),  # AlterClientQuotas (forwarded to the controller)
     57: (0, 1),  # UpdateFeatures (forwarded to the controller)
     60: (0, 1),  # DescribeCluster
     64: (0, 0),  # UnregisterBroker (forwarded to the controller)
@@ -50,6 +52,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     37: (3, 3),  # CreatePartitions
     43: (1, 2),  # ElectLeaders
     44: (0, 1),  # IncrementalAlterConfigs
+    49: (0, 1),  # AlterClientQuotas
     52: (2, 2),  # Vote
     53: (1, 1),  # BeginQuorumEpoch
     54: (1, 1),  # EndQuorumEpoch
@@ -91,6 +94,8 @@ API_NAMES = {
     42: "DeleteGroups",
     43: "ElectLeaders",
     44: "IncrementalAlterConfigs",
+    48: "DescribeClientQuotas",
+    49: "AlterClientQuotas",
     56: "AlterPartition",
     57: "UpdateFeatures",
     35: "DescribeLogDirs",

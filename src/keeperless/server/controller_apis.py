@@ -23,9 +23,11 @@ from keeperless.controller.quorum_controller import (
     CreateTopicResult,
     NewTopic,
 )
+from keeperless.controller.quotas import QuotaAlteration, alter_client_quotas
 from keeperless.controller.requests import (
     acl_creations,
     acl_filters,
+    alter_client_quotas_response,
     alter_configs_response,
     config_changes,
     create_acls_response,
@@ -38,6 +40,7 @@ from keeperless.controller.requests import (
     feature_updates,
     new_partitions,
     new_topics,
+    quota_alterations,
     unregister_response,
     update_features_response,
 )
@@ -125,6 +128,11 @@ class LocalController:
 
     async def create_acls(self, acls: Sequence[AclEntry]) -> list[ApiError]:
         return await self.service.call(lambda c: create_acls(c, acls))
+
+    async def alter_client_quotas(
+        self, changes: Sequence[QuotaAlteration], validate_only: bool
+    ) -> list[ApiError]:
+        return await self.service.call(lambda c: alter_client_quotas(c, changes, validate_only))
 
     async def delete_acls(self, filters: Sequence[AclFilter]) -> list[list[AclEntry]]:
         return await self.service.call(lambda c: delete_acls(c, filters))
@@ -245,6 +253,12 @@ class ControllerClient:
         result: list[ApiError] = await self._call("create_acls", acls)
         return result
 
+    async def alter_client_quotas(
+        self, changes: Sequence[QuotaAlteration], validate_only: bool
+    ) -> list[ApiError]:
+        result: list[ApiError] = await self._call("alter_client_quotas", changes, validate_only)
+        return result
+
     async def delete_acls(self, filters: Sequence[AclFilter]) -> list[list[AclEntry]]:
         result: list[list[AclEntry]] = await self._call("delete_acls", filters)
         return result
@@ -274,6 +288,7 @@ class ControllerApis:
             37: self.create_partitions,
             43: self.elect_leaders,
             44: self.incremental_alter_configs,
+            49: self.alter_client_quotas,
             56: self.alter_partition,
             57: self.update_features,
             62: self.register_broker,
@@ -418,6 +433,14 @@ class ControllerApis:
                 header.api_version, [], ApiError(ErrorCode.not_controller)
             )
         return update_features_response(header.api_version, results)
+
+    async def alter_client_quotas(self, header: RequestHeader, req: Any) -> Any:
+        changes = quota_alterations(req)
+        try:
+            results = await self.local.alter_client_quotas(changes, req.validate_only)
+        except NotControllerError:
+            results = [ApiError(ErrorCode.not_controller) for _ in changes]
+        return alter_client_quotas_response(header.api_version, changes, results)
 
     async def create_acls(self, header: RequestHeader, req: Any) -> Any:
         acls = acl_creations(req)

@@ -170,6 +170,18 @@ def _fetch_snapshot(
             return _replay(decode_entry(bytes(data))), sid.end_offset
 
 
+def _quota_tree(image: MetadataImage) -> Tree:
+    """/clientQuotas/<type>/<name>[/<type>/<name>...]/<key> = value."""
+    out: Tree = {}
+    for entity, values in image.client_quotas.items():
+        node = out
+        for etype, name in entity:
+            node = node.setdefault(etype, {}).setdefault(name or "<default>", {})
+        for key, value in values.items():
+            node[key] = str(value)
+    return out
+
+
 def build_tree(image: MetadataImage, leader: str) -> Tree:
     """The virtual file system of an image; files hold Kafka-style JSON."""
 
@@ -210,7 +222,7 @@ def build_tree(image: MetadataImage, leader: str) -> Tree:
                 for rec in by_kind.get("AccessControlEntryRecord", [])
             }
         },
-        "clientQuotas": {},
+        "clientQuotas": _quota_tree(image),
         "metadataQuorum": {"leader": leader},
         "local": {"version": keeperless.__version__, "commitId": "unknown"},
     }
