@@ -339,3 +339,29 @@ def test_client_quotas_round_trip(node: Node) -> None:
     assert describe() == [("user", "alice", "producer_byte_rate", 1024.0)]
     node.restart()
     assert describe() == [("user", "alice", "producer_byte_rate", 1024.0)]
+
+
+def test_scram_credentials_through_the_admin_client(node: Node) -> None:
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    up = UserScramCredentialUpsertion(
+        "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"secret"
+    )
+    for fut in admin.alter_user_scram_credentials([up]).values():
+        fut.result(timeout=20)
+    described = admin.describe_user_scram_credentials(["alice"])["alice"].result(timeout=20)
+    infos = described.scram_credential_infos
+    assert [(i.mechanism, i.iterations) for i in infos] == [(ScramMechanism.SCRAM_SHA_256, 8192)]
+    with pytest.raises(KafkaException, match="does not exist"):
+        admin.describe_user_scram_credentials(["nobody"])["nobody"].result(timeout=20)
+    gone = UserScramCredentialDeletion("alice", ScramMechanism.SCRAM_SHA_256)
+    for fut in admin.alter_user_scram_credentials([gone]).values():
+        fut.result(timeout=20)
+    with pytest.raises(KafkaException, match="does not exist"):
+        admin.describe_user_scram_credentials(["alice"])["alice"].result(timeout=20)

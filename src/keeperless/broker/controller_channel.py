@@ -92,6 +92,12 @@ class ControllerChannel(Protocol):
 
     def create_acls(self, acls: Sequence[AclEntry]) -> Awaitable[list[ApiError]]: ...
 
+    def alter_scram_credentials(
+        self,
+        deletions: Sequence[tuple[str, int]],
+        upsertions: Sequence[tuple[str, int, int, bytes, bytes]],
+    ) -> Awaitable[list[tuple[str, ApiError]]]: ...
+
     def alter_client_quotas(
         self, changes: Sequence[QuotaAlteration], validate_only: bool
     ) -> Awaitable[list[ApiError]]: ...
@@ -108,6 +114,7 @@ _VERSIONS = {
     43: 2,
     44: 1,
     49: 1,
+    51: 0,
     56: 3,
     57: 1,
     62: 3,
@@ -389,6 +396,21 @@ class RemoteController:
         }
         resp = await self._rpc(49, body)
         return [ApiError(e.error_code, e.error_message) for e in resp.entries]
+
+    async def alter_scram_credentials(
+        self,
+        deletions: Sequence[tuple[str, int]],
+        upsertions: Sequence[tuple[str, int, int, bytes, bytes]],
+    ) -> list[tuple[str, ApiError]]:
+        body = {
+            "deletions": [{"name": u, "mechanism": m} for u, m in deletions],
+            "upsertions": [
+                {"name": u, "mechanism": m, "iterations": i, "salt": s, "salted_password": p}
+                for u, m, i, s, p in upsertions
+            ],
+        }
+        resp = await self._rpc(51, body)
+        return [(x.user, ApiError(x.error_code, x.error_message)) for x in resp.results]
 
     async def create_acls(self, acls: Sequence[AclEntry]) -> list[ApiError]:
         body = {

@@ -29,6 +29,7 @@ from keeperless.controller.requests import (
     acl_filters,
     alter_client_quotas_response,
     alter_configs_response,
+    alter_scram_response,
     config_changes,
     create_acls_response,
     create_partitions_response,
@@ -41,6 +42,7 @@ from keeperless.controller.requests import (
     new_partitions,
     new_topics,
     quota_alterations,
+    scram_alterations,
     unregister_response,
     update_features_response,
 )
@@ -81,6 +83,8 @@ class BrokerHandlers:
             57: self.update_features,
             29: self.describe_acls,
             48: self.describe_client_quotas,
+            50: self.describe_scram_credentials,
+            51: self.alter_scram_credentials,
             49: self.alter_client_quotas,
             30: self.create_acls,
             31: self.delete_acls,
@@ -380,6 +384,59 @@ class BrokerHandlers:
                 ],
             },
         )
+
+    async def describe_scram_credentials(self, header: RequestHeader, req: Any) -> Any:
+        creds = self.broker.image.scram
+        users = sorted({u for u, _ in creds}) if req.users is None else [u.name for u in req.users]
+        results = []
+        for user in users:
+            infos = [
+                {"mechanism": m, "iterations": c.iterations}
+                for (u, m), c in sorted(creds.items())
+                if u == user
+            ]
+            missing = not infos
+            results.append(
+                {
+                    "user": user,
+                    "error_code": ErrorCode.resource_not_found if missing else ErrorCode.none,
+                    "error_message": "Attempt to describe a user credential that does not exist"
+                    if missing
+                    else None,
+                    "credential_infos": infos,
+                }
+            )
+        return build(
+            response_class(50, header.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "results": results,
+            },
+        )
+
+    async def alter_scram_credentials(self, header: RequestHeader, req: Any) -> Any:
+        deletions, upsertions = scram_alterations(req)
+        try:
+            results = await self.broker.controller.alter_scram_credentials(deletions, upsertions)
+        except ControllerUnavailableError as e:
+            users = dict.fromkeys([u for u, _ in deletions] + [u[0] for u in upsertions])
+            results = [(u, ApiError(ErrorCode.request_timed_out, str(e))) for u in users]
+        ok = {u for u, e in results if e.code == ErrorCode.none}
+        gone = [(u, m) for u, m in deletions if u in ok]
+        added = [(u, m, i) for u, m, i, _, _ in upsertions if u in ok]
+        if gone or added:
+            await self._settle(
+                lambda img: (
+                    all(k not in img.scram for k in gone)
+                    and all(
+                        (c := img.scram.get((u, m))) is not None and c.iterations == i
+                        for u, m, i in added
+                    )
+                )
+            )
+        return alter_scram_response(header.api_version, results)
 
     async def describe_client_quotas(self, header: RequestHeader, req: Any) -> Any:
         components = [(c.entity_type, int(c.match_type), c.match) for c in req.components]

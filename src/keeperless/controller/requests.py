@@ -268,3 +268,27 @@ def alter_client_quotas_response(version: int, changes: Any, results: Any) -> An
             ],
         },
     )
+
+
+def scram_alterations(
+    req: Any,
+) -> tuple[list[tuple[str, int]], list[tuple[str, int, int, bytes, bytes]]]:
+    return (
+        [(d.name, int(d.mechanism)) for d in req.deletions],
+        [
+            (u.name, int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password))
+            for u in req.upsertions
+        ],
+    )
+
+
+def alter_scram_response(version: int, results: Any) -> Any:
+    return build(
+        response_class(51, version),
+        {
+            "throttle_time": 0,
+            "results": [
+                {"user": u, "error_code": e.code, "error_message": e.message} for u, e in results
+            ],
+        },
+    )

@@ -22,6 +22,7 @@ __all__ = [
     "MetadataDelta",
     "MetadataImage",
     "PartitionInfo",
+    "ScramCredential",
     "TopicImage",
 ]
 
@@ -78,6 +79,14 @@ class AclEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class ScramCredential:
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     """Every map is persistent (a HAMT): the next image shares all it did not change, so
     applying a delta costs what the delta touched, not the size of the cluster."""
@@ -94,6 +103,8 @@ class MetadataImage:
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(
         default_factory=lambda: _EMPTY_MAP
     )
+    # (user, mechanism: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512) -> credential
+    scram: Mapping[tuple[str, int], ScramCredential] = field(default_factory=lambda: _EMPTY_MAP)
 
     def topic(self, name: str) -> TopicImage | None:
         tid = self.topic_ids.get(name)
@@ -121,6 +132,7 @@ class MetadataDelta:
     _next_producer_id: int | None = None
     _acls: MapMutation[UUID, AclEntry] | None = None
     _quotas: MapMutation[QuotaEntity, Mapping[str, float]] | None = None
+    _scram: MapMutation[tuple[str, int], ScramCredential] | None = None
     offset: int = -1
     changed_topics: set[UUID] = field(default_factory=set)
     deleted_topics: dict[UUID, TopicImage] = field(default_factory=dict)
@@ -276,6 +288,19 @@ class MetadataDelta:
     def _remove_acl(self, rec: r.RemoveAccessControlEntryRecord) -> None:
         self._a().pop(rec.id, None)
 
+    def _sc(self) -> MapMutation[tuple[str, int], ScramCredential]:
+        if self._scram is None:
+            self._scram = _mutate(self.image.scram)
+        return self._scram
+
+    def _scram_credential(self, rec: r.UserScramCredentialRecord) -> None:
+        self._sc()[(rec.name, rec.mechanism)] = ScramCredential(
+            rec.salt, rec.stored_key, rec.server_key, rec.iterations
+        )
+
+    def _remove_scram_credential(self, rec: r.RemoveUserScramCredentialRecord) -> None:
+        self._sc().pop((rec.name, rec.mechanism), None)
+
     def _client_quota(self, rec: r.ClientQuotaRecord) -> None:
         if self._quotas is None:
             self._quotas = _mutate(self.image.client_quotas)
@@ -316,6 +341,7 @@ class MetadataDelta:
             ),
             acls=done(self._acls, img.acls),
             client_quotas=done(self._quotas, img.client_quotas),
+            scram=done(self._scram, img.scram),
         )
 
 
@@ -335,4 +361,6 @@ _HANDLERS: dict[type, Any] = {
     r.AccessControlEntryRecord: MetadataDelta._acl,
     r.RemoveAccessControlEntryRecord: MetadataDelta._remove_acl,
     r.ClientQuotaRecord: MetadataDelta._client_quota,
+    r.UserScramCredentialRecord: MetadataDelta._scram_credential,
+    r.RemoveUserScramCredentialRecord: MetadataDelta._remove_scram_credential,
 }

@@ -71,6 +71,15 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
                 key=qkey,
                 value=qvalue,
             )
+    for (user, mechanism), cred in sorted(image.scram.items()):
+        yield r.UserScramCredentialRecord(
+            name=user,
+            mechanism=mechanism,
+            salt=cred.salt,
+            stored_key=cred.stored_key,
+            server_key=cred.server_key,
+            iterations=cred.iterations,
+        )
     for acl_id, a in sorted(image.acls.items()):
         yield r.AccessControlEntryRecord(
             id=acl_id,

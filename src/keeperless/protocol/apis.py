@@ -35,6 +35,8 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     44: (0, 1),  # IncrementalAlterConfigs
     48: (0, 1),  # DescribeClientQuotas (from the image; enforcement comes later)
     49: (0, 1),  # AlterClientQuotas (forwarded to the controller)
+    50: (0, 0),  # DescribeUserScramCredentials (from the image)
+    51: (0, 0),  # AlterUserScramCredentials (forwarded to the controller)
     57: (0, 1),  # UpdateFeatures (forwarded to the controller)
     60: (0, 1),  # DescribeCluster
     64: (0, 0),  # UnregisterBroker (forwarded to the controller)
@@ -53,6 +55,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     43: (1, 2),  # ElectLeaders
     44: (0, 1),  # IncrementalAlterConfigs
     49: (0, 1),  # AlterClientQuotas
+    51: (0, 0),  # AlterUserScramCredentials
     52: (2, 2),  # Vote
     53: (1, 1),  # BeginQuorumEpoch
     54: (1, 1),  # EndQuorumEpoch
@@ -96,6 +99,8 @@ API_NAMES = {
     44: "IncrementalAlterConfigs",
     48: "DescribeClientQuotas",
     49: "AlterClientQuotas",
+    50: "DescribeUserScramCredentials",
+    51: "AlterUserScramCredentials",
     56: "AlterPartition",
     57: "UpdateFeatures",
     35: "DescribeLogDirs",

@@ -29,6 +29,7 @@ from keeperless.controller.requests import (
     acl_filters,
     alter_client_quotas_response,
     alter_configs_response,
+    alter_scram_response,
     config_changes,
     create_acls_response,
     create_partitions_response,
@@ -41,9 +42,11 @@ from keeperless.controller.requests import (
     new_partitions,
     new_topics,
     quota_alterations,
+    scram_alterations,
     unregister_response,
     update_features_response,
 )
+from keeperless.controller.scram import alter_scram_credentials
 from keeperless.metadata.image import AclEntry
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
@@ -128,6 +131,13 @@ class LocalController:
 
     async def create_acls(self, acls: Sequence[AclEntry]) -> list[ApiError]:
         return await self.service.call(lambda c: create_acls(c, acls))
+
+    async def alter_scram_credentials(
+        self,
+        deletions: Sequence[tuple[str, int]],
+        upsertions: Sequence[tuple[str, int, int, bytes, bytes]],
+    ) -> list[tuple[str, ApiError]]:
+        return await self.service.call(lambda c: alter_scram_credentials(c, deletions, upsertions))
 
     async def alter_client_quotas(
         self, changes: Sequence[QuotaAlteration], validate_only: bool
@@ -253,6 +263,16 @@ class ControllerClient:
         result: list[ApiError] = await self._call("create_acls", acls)
         return result
 
+    async def alter_scram_credentials(
+        self,
+        deletions: Sequence[tuple[str, int]],
+        upsertions: Sequence[tuple[str, int, int, bytes, bytes]],
+    ) -> list[tuple[str, ApiError]]:
+        result: list[tuple[str, ApiError]] = await self._call(
+            "alter_scram_credentials", deletions, upsertions
+        )
+        return result
+
     async def alter_client_quotas(
         self, changes: Sequence[QuotaAlteration], validate_only: bool
     ) -> list[ApiError]:
@@ -289,6 +309,7 @@ class ControllerApis:
             43: self.elect_leaders,
             44: self.incremental_alter_configs,
             49: self.alter_client_quotas,
+            51: self.alter_scram_credentials,
             56: self.alter_partition,
             57: self.update_features,
             62: self.register_broker,
@@ -441,6 +462,15 @@ class ControllerApis:
         except NotControllerError:
             results = [ApiError(ErrorCode.not_controller) for _ in changes]
         return alter_client_quotas_response(header.api_version, changes, results)
+
+    async def alter_scram_credentials(self, header: RequestHeader, req: Any) -> Any:
+        deletions, upsertions = scram_alterations(req)
+        try:
+            results = await self.local.alter_scram_credentials(deletions, upsertions)
+        except NotControllerError:
+            users = dict.fromkeys([u for u, _ in deletions] + [u[0] for u in upsertions])
+            results = [(u, ApiError(ErrorCode.not_controller)) for u in users]
+        return alter_scram_response(header.api_version, results)
 
     async def create_acls(self, header: RequestHeader, req: Any) -> Any:
         acls = acl_creations(req)
