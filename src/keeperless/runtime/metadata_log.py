@@ -93,6 +93,7 @@ class MetadataLog:
         self._backlog: collections.deque[Entry] = collections.deque()
         self._drain_scheduled = False
         self._delivered = -1  # the last offset applied to the listeners
+        self._snapshotting = False
         self._timer: asyncio.TimerHandle | None = None
         self.leadership_listeners: list[Callable[[bool], None]] = []
         self._flushing = False
@@ -269,6 +270,8 @@ class MetadataLog:
     def _maybe_snapshot(self) -> None:
         if self.snapshot_source is None or self._bytes_since_snapshot == 0 or self._backlog:
             return  # the image must be as of what was applied
+        if self._snapshotting:
+            return
         now = _now_ms()
         if self._bytes_since_snapshot < self.snapshot_every_bytes and (
             now - self._last_snapshot_ms < self.snapshot_every_ms
@@ -277,15 +280,37 @@ class MetadataLog:
         end = min(self.core.applied, self._delivered + 1)
         if end <= self.raft_log.start_offset:
             return
+        image = self.snapshot_source()
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = now
         t0 = time.monotonic()
-        data = snapshot_bytes(self.snapshot_source(), now)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # tools and tests without a loop
+            self._finish_snapshot(end, snapshot_bytes(image, now), t0)
+            return
+        # Encoding a big image takes seconds of CPU: a worker thread does it, so the
+        # event loop keeps answering fetches and votes (the image is immutable).
+        self._snapshotting = True
+        fut = loop.run_in_executor(None, snapshot_bytes, image, now)
+        fut.add_done_callback(lambda f: self._snapshot_encoded(end, f, t0))
+
+    def _snapshot_encoded(self, end: int, fut: asyncio.Future[bytes], t0: float) -> None:
+        self._snapshotting = False
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.warning("[node %d] Snapshot at %d failed: %s", self.node_id, end, exc)
+            return
+        self._finish_snapshot(end, fut.result(), t0)
+
+    def _finish_snapshot(self, end: int, data: bytes, t0: float) -> None:
         try:
             sid = self.core.take_snapshot(end, data)
         except ValueError as e:
             log.warning("[node %d] Snapshot at %d skipped: %s", self.node_id, end, e)
             return
-        self._bytes_since_snapshot = 0
-        self._last_snapshot_ms = now
         log.info(
             "[node %d] Wrote metadata snapshot %020d-%010d: %d bytes in %.0f ms",
             self.node_id,
