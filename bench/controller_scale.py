@@ -228,6 +228,10 @@ def main() -> None:
             brokers=0,
             extra={
                 "broker.session.timeout.ms": str(SESSION_MS),
+                # Kafka's defaults (the test harness uses shorter ones)
+                "controller.quorum.fetch.timeout.ms": "2000",
+                "controller.quorum.election.timeout.ms": "1000",
+                "controller.quorum.request.timeout.ms": "2000",
             },
         )
         cluster.start()
