@@ -143,3 +143,11 @@ def test_the_broker_index_follows_every_change() -> None:
     indexed = sorted(leaders_after_fence(c.image, 5, c.partitions_by_broker), key=key)
     assert indexed
     assert indexed == sorted(leaders_after_fence(c.image, 5), key=key)
+
+
+def test_only_independent_changes_may_be_split_across_batches() -> None:
+    """CreateTopics must commit whole (a failover must never leave half a topic); the
+    leader moves of a fenced broker are independent and may be appended in chunks."""
+    c = _cluster()
+    assert c.create_topics([NewTopic("whole", 3, 2)], False).atomic
+    assert not c.broker_heartbeat(4, 0, True, True, 100).atomic

@@ -120,4 +120,4 @@ def elect_leaders(
             ", ".join(elected[:10]),
             more,
         )
-    return Result(list(records), results)
+    return Result(list(records), results, atomic=False)

@@ -91,4 +91,4 @@ def fence_stale_brokers(c: QuorumController, now_ms: int) -> Result[list[int]]:
     records.extend(leaders_after_fence(c.image, stale, c.partitions_by_broker))
     for b in stale:
         c._last_heartbeat_ms.pop(b, None)
-    return Result(records, stale)
+    return Result(records, stale, atomic=False)

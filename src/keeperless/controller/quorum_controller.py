@@ -60,6 +60,10 @@ class ApiError:
 class Result(Generic[T]):
     records: list[Any]
     response: T
+    # Atomic results go into one batch: all of them commit or none (a topic and its
+    # partitions). Others are independent changes (leader moves of a fenced broker) that
+    # may be appended in several batches, as Kafka does for big non-atomic operations.
+    atomic: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +305,7 @@ class QuorumController:
             return Result(
                 [r.UnfenceBrokerRecord(id=broker_id, epoch=epoch), *moves],
                 (ApiError.none(), False),
+                atomic=False,
             )
         if want_fence:
             self._last_heartbeat_ms.pop(broker_id, None)  # a clean exit ends the session
@@ -316,6 +321,7 @@ class QuorumController:
             return Result(
                 [r.FenceBrokerRecord(id=broker_id, epoch=epoch), *moves],
                 (ApiError.none(), True),
+                atomic=False,
             )
         return Result([], (ApiError.none(), b.fenced))
 

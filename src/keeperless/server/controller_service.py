@@ -131,13 +131,15 @@ class ControllerService:
             before = self.controller.image
             last = -1
             try:
-                # Big operations (a controlled shutdown of a broker with many partitions)
-                # are applied and appended in chunks, letting the event loop answer the
-                # voters' fetches in between, so the leader never misses its check-quorum.
-                for i in range(0, len(result.records), PROPOSE_CHUNK):
+                # Big non-atomic operations (a controlled shutdown of a broker with many
+                # partitions) are applied and appended in chunks, letting the event loop
+                # answer the voters' fetches in between; atomic ones (CreateTopics: a topic
+                # and all its partitions) go in one batch, so a failover never leaves half.
+                step = PROPOSE_CHUNK if not result.atomic else len(result.records)
+                for i in range(0, len(result.records), step):
                     if i:
                         await asyncio.sleep(0)
-                    chunk = result.records[i : i + PROPOSE_CHUNK]
+                    chunk = result.records[i : i + step]
                     expected = self.mlog.core.log_end_offset + len(chunk) - 1
                     self.controller.replay(chunk, expected)
                     last = self.mlog.propose(chunk)
