@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from keeperless.controller.quorum_controller import ApiError, QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.image import AclEntry
+from keeperless.metadata.snapshot import acl_record
 
 __all__ = ["AclFilter", "create_acls", "delete_acls", "matching_acls", "validate_acl"]
 
@@ -70,18 +71,7 @@ def create_acls(c: QuorumController, acls: Sequence[AclEntry]) -> Result[list[Ap
         if a in existing:
             continue  # already there: nothing to write, as Kafka does
         existing.add(a)
-        records.append(
-            r.AccessControlEntryRecord(
-                id=c._uuid(),
-                resource_type=a.resource_type,
-                resource_name=a.resource_name,
-                pattern_type=a.pattern_type,
-                principal=a.principal,
-                host=a.host,
-                operation=a.operation,
-                permission_type=a.permission_type,
-            )
-        )
+        records.append(acl_record(c._uuid(), a))
     return Result(list(records), results)
 
 

@@ -46,7 +46,8 @@ def alter_scram_credentials(
     def fail(user: str, code: ErrorCode, msg: str) -> None:
         errors.setdefault(user, ApiError(code, msg))
 
-    for user, mech in deletions:
+    def common(user: str, mech: int) -> bool:
+        """The checks deletions and upsertions share; True if one failed."""
         if user not in order:
             order.append(user)
         if not user:
@@ -59,7 +60,14 @@ def alter_scram_credentials(
             )
         elif mech not in MECHANISMS:
             fail(user, ErrorCode.unsupported_sasl_mechanism, f"Unknown SCRAM mechanism {mech}")
-        elif (user, mech) not in c.image.scram:
+        else:
+            return False
+        return True
+
+    for user, mech in deletions:
+        if common(user, mech):
+            continue
+        if (user, mech) not in c.image.scram:
             fail(
                 user,
                 ErrorCode.resource_not_found,
@@ -68,19 +76,9 @@ def alter_scram_credentials(
         else:
             records.append(r.RemoveUserScramCredentialRecord(name=user, mechanism=mech))
     for user, mech, iterations, salt, salted in upsertions:
-        if user not in order:
-            order.append(user)
-        if not user:
-            fail(user, ErrorCode.unacceptable_credential, "Username must not be empty")
-        elif seen[(user, mech)] > 1:
-            fail(
-                user,
-                ErrorCode.duplicate_resource,
-                "A user credential cannot be altered twice in the same request",
-            )
-        elif mech not in MECHANISMS:
-            fail(user, ErrorCode.unsupported_sasl_mechanism, f"Unknown SCRAM mechanism {mech}")
-        elif iterations < MIN_ITERATIONS:
+        if common(user, mech):
+            continue
+        if iterations < MIN_ITERATIONS:
             fail(
                 user,
                 ErrorCode.unacceptable_credential,

@@ -9,7 +9,7 @@ from uuid import UUID
 
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.codec import encode_record
-from keeperless.metadata.image import MetadataImage
+from keeperless.metadata.image import AclEntry, MetadataImage
 from keeperless.protocol.control import control_batch, snapshot_footer, snapshot_header
 from keeperless.protocol.records import build_batch
 
@@ -81,16 +81,20 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
             iterations=cred.iterations,
         )
     for acl_id, a in sorted(image.acls.items()):
-        yield r.AccessControlEntryRecord(
-            id=acl_id,
-            resource_type=a.resource_type,
-            resource_name=a.resource_name,
-            pattern_type=a.pattern_type,
-            principal=a.principal,
-            host=a.host,
-            operation=a.operation,
-            permission_type=a.permission_type,
-        )
+        yield acl_record(acl_id, a)
+
+
+def acl_record(acl_id: UUID, a: AclEntry) -> r.AccessControlEntryRecord:
+    return r.AccessControlEntryRecord(
+        id=acl_id,
+        resource_type=a.resource_type,
+        resource_name=a.resource_name,
+        pattern_type=a.pattern_type,
+        principal=a.principal,
+        host=a.host,
+        operation=a.operation,
+        permission_type=a.permission_type,
+    )
 
 
 def snapshot_of_records(records: Iterable[Any], timestamp_ms: int) -> bytes:
