@@ -32,23 +32,10 @@ SIZE = 100
 
 
 def spark_session():  # type: ignore[no-untyped-def]
-    from pyspark.sql import SparkSession
-
-    from keeperless.spark import register
+    from keeperless.spark import local_session
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
+    return local_session("keeperless-bench", **{"spark.driver.memory": "2g"})
 
 
 def spark_count(spark, bootstrap: str, topic: str) -> tuple[int, float]:  # type: ignore[no-untyped-def]
