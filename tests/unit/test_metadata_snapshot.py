@@ -1,12 +1,22 @@
 from __future__ import annotations
 
+import itertools
 import random
 import uuid
+from typing import Any
+
+import pytest
 
 from keeperless.controller.quorum_controller import NewTopic, QuorumController
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata import snapshot as snapshot_mod
 from keeperless.metadata.image import MetadataDelta, MetadataImage
-from keeperless.metadata.snapshot import snapshot_bytes
+from keeperless.metadata.snapshot import (
+    SnapshotWriter,
+    image_records,
+    snapshot_bytes,
+)
+from keeperless.protocol.records import iter_batches
 from keeperless.runtime.metadata_log import decode_entry
 
 
@@ -44,3 +54,40 @@ def test_snapshot_rebuilds_the_image() -> None:
         k: dict(v) for k, v in c.image.configs.items()
     }
     assert rebuilt.next_producer_id == c.image.next_producer_id == 1000
+
+
+def test_writer_reencodes_only_changed_topics(monkeypatch: pytest.MonkeyPatch) -> None:
+    c = _controller_with_state()
+    writer = SnapshotWriter()
+    first = writer.write(c.image, 1234)
+    assert decode_entry(first) == list(image_records(c.image))
+
+    encoded: list[str] = []
+    real = snapshot_mod.encode_record
+
+    def counting(rec: Any, version: int | None = None) -> bytes:
+        if isinstance(rec, r.PartitionRecord):
+            encoded.append(c.image.topics[rec.topic_id].name)
+        return real(rec, version)
+
+    monkeypatch.setattr(snapshot_mod, "encode_record", counting)
+    # one ISR change in topic "a", a new topic "c", topic "b" deleted
+    tid = c.image.topic_ids["a"]
+    p0 = c.image.topics[tid].partitions[0]
+    c.replay(
+        [
+            r.PartitionChangeRecord(topic_id=tid, partition_id=0, isr=p0.isr[:1]),
+            r.RemoveTopicRecord(topic_id=c.image.topic_ids["b"]),
+        ],
+        200,
+    )
+    c.replay(c.create_topics([NewTopic("c", 2, 1)], False).records, 201)
+    second = writer.write(c.image, 5678)
+    assert sorted(encoded) == ["a"] * 4 + ["c"] * 2  # "b"'s batches were not re-encoded
+    # the same records as a snapshot written from scratch, at the same offsets
+    assert decode_entry(second) == list(image_records(c.image))
+    # consecutive offsets from 0 (header) to the footer, every CRC valid
+    spans = [(h.base_offset, h.last_offset) for _, h in iter_batches(second)]
+    assert spans[0][0] == 0
+    assert all(b == a_last + 1 for (_, a_last), (b, _) in itertools.pairwise(spans))
+    assert spans[-1][1] == len(decode_entry(second)) + 1

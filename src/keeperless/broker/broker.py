@@ -69,19 +69,18 @@ class Broker:
         delta.offset = last_offset
         self._publish(delta)
 
-    def load_snapshot(self, records: list[Any], end_offset: int) -> None:
-        """Replace the image by a snapshot's (a broker that fell behind the log start)."""
+    def load_snapshot(self, delta: MetadataDelta, new: MetadataImage) -> None:
+        """Replace the image by a snapshot's (``delta`` from an empty image, already
+        applied as ``new``): a broker that starts or fell behind the log start."""
         old = self.image
-        delta = MetadataDelta(MetadataImage())
-        for rec in records:
-            delta.replay(rec)
-        delta.offset = end_offset - 1
-        new_ids = set(delta.changed_topics)
-        delta.deleted_topics = {tid: t for tid, t in old.topics.items() if tid not in new_ids}
-        self._publish(delta)
+        delta.deleted_topics = {
+            tid: t for tid, t in old.topics.items() if new.topics.get(tid) is None
+        }
+        self._publish(delta, new)
 
-    def _publish(self, delta: MetadataDelta) -> None:
-        new = delta.apply()
+    def _publish(self, delta: MetadataDelta, new: MetadataImage | None = None) -> None:
+        if new is None:
+            new = delta.apply()
         self.image = new
         self._produce_settings.clear()
         now = _now_ms()

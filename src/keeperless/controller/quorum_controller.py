@@ -152,7 +152,11 @@ class QuorumController:
         for rec in records:
             delta.replay(rec)
         delta.offset = end_offset - 1
-        self.committed = self.image = delta.apply()
+        self.load_image(delta.apply())
+
+    def load_image(self, image: MetadataImage) -> None:
+        """A snapshot's image replaces everything (a controller that fell behind)."""
+        self.committed = self.image = image
         self._reindex()
 
     def renounce(self) -> None:

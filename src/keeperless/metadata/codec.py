@@ -51,9 +51,13 @@ def decode_record(value: bytes | memoryview) -> tuple[Any, int]:
     """Decode a framed metadata record; returns (record instance, version)."""
     buf = value if isinstance(value, bytes) else bytes(value)
     try:
-        frame, pos = read_uvarint(buf, 0)
-        api_key, pos = read_uvarint(buf, pos)
-        version, pos = read_uvarint(buf, pos)
+        if len(buf) >= 3 and buf[0] < 128 and buf[1] < 128 and buf[2] < 128:
+            frame, api_key, version = buf[0], buf[1], buf[2]  # the usual one-byte varints
+            pos = 3
+        else:
+            frame, pos = read_uvarint(buf, 0)
+            api_key, pos = read_uvarint(buf, pos)
+            version, pos = read_uvarint(buf, pos)
     except (IndexError, ValueError) as e:
         raise MetadataRecordError(f"truncated metadata record: {e}") from None
     if frame != _FRAME_VERSION:

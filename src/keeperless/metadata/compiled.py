@@ -76,6 +76,10 @@ def _unpack_array(code: str, buf: bytes, pos: int, n: int) -> tuple[Any, ...]:
     return struct.unpack_from(f">{n}{code}", buf, pos)
 
 
+# replica lists are short: one precompiled unpacker per length
+_INT32_ARRAYS = tuple(struct.Struct(f">{n}i").unpack_from for n in range(16))
+
+
 _uuids: dict[bytes, UUID] = {}
 
 
@@ -105,6 +109,8 @@ class _Source:
             "_null": _null,
             "_pack_array": _pack_array,
             "_unpack_array": _unpack_array,
+            "_i32s": _INT32_ARRAYS,
+            "_uuids": _uuids,
             "_read_bytes": _read_bytes,
             "_uuid": _uuid,
         }
@@ -274,6 +280,12 @@ def _decode_value(src: _Source, d: int, var: str, spec: FieldSpec, version: int)
         src.emit(d + 1, f"{var} = None")
         src.emit(d, "else:")
         src.emit(d + 1, "n -= 1")
+        if inner == "int32":
+            src.emit(
+                d + 1, f"{var} = _i32s[n](buf, pos) if n < 16 else _unpack_array('i', buf, pos, n)"
+            )
+            src.emit(d + 1, "pos += 4 * n")
+            return
         if inner in _FMT:
             src.emit(d + 1, f"{var} = _unpack_array({_FMT[inner]!r}, buf, pos, n)")
             src.emit(d + 1, f"pos += {_SIZE[_FMT[inner]]} * n")
@@ -296,7 +308,8 @@ def _decode_scalar(src: _Source, d: int, var: str, t: str) -> None:
         src.emit(d, f"{var}, = {src.name('U', struct.Struct('>' + _FMT[t]).unpack_from)}(buf, pos)")
         src.emit(d, f"pos += {_SIZE[_FMT[t]]}")
     elif t == "uuid":
-        src.emit(d, f"{var} = _uuid(buf[pos:pos + 16])")
+        src.emit(d, "raw = buf[pos:pos + 16]")
+        src.emit(d, f"{var} = _uuids.get(raw) or _uuid(raw)")
         src.emit(d, "pos += 16")
     elif t in ("string", "bytes"):
         _read_uv(src, d, "n")

@@ -3,23 +3,61 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Iterator
 from typing import Any
 from uuid import UUID
 
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.codec import encode_record
-from keeperless.metadata.image import AclEntry, MetadataImage
+from keeperless.metadata.fieldspec import ZERO_UUID
+from keeperless.metadata.image import AclEntry, MetadataImage, TopicImage
 from keeperless.protocol.control import control_batch, snapshot_footer, snapshot_header
 from keeperless.protocol.records import build_batch
 
-__all__ = ["image_records", "snapshot_bytes", "snapshot_of_records"]
+__all__ = [
+    "SnapshotWriter",
+    "image_records",
+    "snapshot_bytes",
+    "snapshot_of_records",
+    "topic_records",
+]
 
 _BATCH_RECORDS = 1000
+_BASE_OFFSET = struct.Struct(">q")
+_RECORDS_COUNT = struct.Struct(">i")
+_RECORDS_COUNT_AT = 57  # the last int32 of the v2 batch header
 
 
 def image_records(image: MetadataImage) -> Iterator[Any]:
     """Records that, replayed in order on an empty image, rebuild ``image``."""
+    yield from _head_records(image)
+    for topic in _sorted_topics(image):
+        yield from topic_records(topic)
+    yield from _tail_records(image)
+
+
+def _sorted_topics(image: MetadataImage) -> list[TopicImage]:
+    return sorted(image.topics.values(), key=lambda t: t.name)
+
+
+def topic_records(topic: TopicImage) -> Iterator[Any]:
+    yield r.TopicRecord(name=topic.name, topic_id=topic.topic_id)
+    for idx in sorted(topic.partitions):
+        p = topic.partitions[idx]
+        yield r.PartitionRecord(
+            partition_id=idx,
+            topic_id=topic.topic_id,
+            replicas=p.replicas,
+            isr=p.isr,
+            leader=p.leader,
+            leader_epoch=p.leader_epoch,
+            partition_epoch=p.partition_epoch,
+            directories=tuple(ZERO_UUID for _ in p.replicas),
+        )
+
+
+def _head_records(image: MetadataImage) -> Iterator[Any]:
     for name, level in sorted(image.features.items()):
         yield r.FeatureLevelRecord(name=name, feature_level=level)
     for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
@@ -41,20 +79,9 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
             fenced=b.fenced,
             in_controlled_shutdown=b.in_controlled_shutdown,
         )
-    for topic in sorted(image.topics.values(), key=lambda t: t.name):
-        yield r.TopicRecord(name=topic.name, topic_id=topic.topic_id)
-        for idx in sorted(topic.partitions):
-            p = topic.partitions[idx]
-            yield r.PartitionRecord(
-                partition_id=idx,
-                topic_id=topic.topic_id,
-                replicas=p.replicas,
-                isr=p.isr,
-                leader=p.leader,
-                leader_epoch=p.leader_epoch,
-                partition_epoch=p.partition_epoch,
-                directories=tuple(UUID(int=0) for _ in p.replicas),
-            )
+
+
+def _tail_records(image: MetadataImage) -> Iterator[Any]:
     for (rtype, rname), entries in sorted(image.configs.items()):
         for key, value in sorted(entries.items()):
             yield r.ConfigRecord(resource_type=rtype, resource_name=rname, name=key, value=value)
@@ -97,27 +124,81 @@ def acl_record(acl_id: UUID, a: AclEntry) -> r.AccessControlEntryRecord:
     )
 
 
-def snapshot_of_records(records: Iterable[Any], timestamp_ms: int) -> bytes:
-    """A snapshot file: SNAPSHOT_HEADER, the records in batches, SNAPSHOT_FOOTER."""
-    out = bytearray(control_batch(snapshot_header(timestamp_ms), timestamp_ms=timestamp_ms))
-    offset = 1
+def _batches(records: Iterable[Any], timestamp_ms: int) -> Iterator[bytes]:
+    """The records in batches of up to _BATCH_RECORDS, each with base offset 0."""
     batch: list[tuple[bytes | None, bytes | None, tuple[()]]] = []
-
-    def flush() -> None:
-        nonlocal offset
-        if batch:
-            out.extend(build_batch(batch, base_offset=offset, timestamp_ms=timestamp_ms))
-            offset += len(batch)
-            batch.clear()
-
     for rec in records:
         batch.append((None, encode_record(rec), ()))
         if len(batch) >= _BATCH_RECORDS:
-            flush()
-    flush()
-    out.extend(control_batch(snapshot_footer(), base_offset=offset, timestamp_ms=timestamp_ms))
-    return bytes(out)
+            yield build_batch(batch, timestamp_ms=timestamp_ms)
+            batch.clear()
+    if batch:
+        yield build_batch(batch, timestamp_ms=timestamp_ms)
+
+
+class _Out:
+    """Snapshot bytes being assembled: batches placed at consecutive offsets."""
+
+    def __init__(self, timestamp_ms: int) -> None:
+        self.timestamp_ms = timestamp_ms
+        self.buf = bytearray(
+            control_batch(snapshot_header(timestamp_ms), timestamp_ms=timestamp_ms)
+        )
+        self.offset = 1
+
+    def add(self, batch: bytes) -> None:
+        # The base offset is outside the CRC: a cached batch is placed by patching it.
+        pos = len(self.buf)
+        self.buf += batch
+        _BASE_OFFSET.pack_into(self.buf, pos, self.offset)
+        self.offset += _RECORDS_COUNT.unpack_from(batch, _RECORDS_COUNT_AT)[0]
+
+    def finish(self) -> bytes:
+        self.buf += control_batch(
+            snapshot_footer(), base_offset=self.offset, timestamp_ms=self.timestamp_ms
+        )
+        return bytes(self.buf)
+
+
+def snapshot_of_records(records: Iterable[Any], timestamp_ms: int) -> bytes:
+    """A snapshot file: SNAPSHOT_HEADER, the records in batches, SNAPSHOT_FOOTER."""
+    out = _Out(timestamp_ms)
+    for batch in _batches(records, timestamp_ms):
+        out.add(batch)
+    return out.finish()
+
+
+class SnapshotWriter:
+    """Writes successive snapshots of an image, re-encoding only the topics that changed.
+
+    The image shares untouched ``TopicImage`` objects between versions, so a topic whose
+    object is the one encoded last time reuses its batches: at a million partitions a
+    snapshot costs what changed since the previous one plus copying bytes, not ~7 µs per
+    partition. One writer is used by one thread at a time.
+    """
+
+    def __init__(self) -> None:
+        self._topics: dict[UUID, tuple[TopicImage, list[bytes]]] = {}
+
+    def write(self, image: MetadataImage, timestamp_ms: int) -> bytes:
+        out = _Out(timestamp_ms)
+        for batch in _batches(_head_records(image), timestamp_ms):
+            out.add(batch)
+        cache: dict[UUID, tuple[TopicImage, list[bytes]]] = {}
+        for topic in _sorted_topics(image):
+            hit = self._topics.get(topic.topic_id)
+            if hit is not None and hit[0] is topic:
+                batches = hit[1]
+            else:
+                batches = list(_batches(topic_records(topic), timestamp_ms))
+            cache[topic.topic_id] = (topic, batches)
+            for batch in batches:
+                out.add(batch)
+        self._topics = cache  # deleted topics drop out
+        for batch in _batches(_tail_records(image), timestamp_ms):
+            out.add(batch)
+        return out.finish()
 
 
 def snapshot_bytes(image: MetadataImage, timestamp_ms: int) -> bytes:
-    return snapshot_of_records(image_records(image), timestamp_ms)
+    return SnapshotWriter().write(image, timestamp_ms)

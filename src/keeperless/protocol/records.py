@@ -265,6 +265,45 @@ def decode_records(batch: bytes | memoryview) -> list[Record]:
     return out
 
 
+def record_values(batch: bytes | memoryview) -> Iterator[bytes | None]:
+    """The values of an uncompressed batch's records, without building Record objects
+    (metadata snapshots and log entries: a million records load in seconds, not tens)."""
+    h = read_header(batch, 0)
+    if h.compression:
+        for rec in decode_records(batch):
+            yield rec.value
+        return
+    data = bytes(memoryview(batch)[BATCH_HEADER_SIZE : h.size])
+    pos = 0
+    for _ in range(h.record_count):
+        length, pos = read_varint(data, pos)
+        end = pos + length
+        # attributes, then timestamp delta, offset delta and key length as one-byte
+        # varints (zig-zag 0 = 0, -1 = 1) in the common case
+        b1, b2, b3 = data[pos + 1], data[pos + 2], data[pos + 3]
+        if b1 < 128 and b2 < 128 and b3 < 128:
+            pos += 4
+            if b3 > 1:
+                pos += b3 >> 1
+        else:
+            pos += 1
+            _, pos = read_varint(data, pos)  # timestamp delta
+            _, pos = read_varint(data, pos)  # offset delta
+            n, pos = read_varint(data, pos)  # key
+            if n > 0:
+                pos += n
+        n, pos = read_varint(data, pos)
+        if n < 0:
+            yield None
+        else:
+            if pos + n > end:
+                raise ValueError("record length mismatch")
+            yield data[pos : pos + n]
+        pos = end
+    if pos != len(data):
+        raise ValueError("record length mismatch")
+
+
 def _read_bytes(data: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
     n, pos = read_varint(data, pos)
     if n < 0:

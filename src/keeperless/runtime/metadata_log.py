@@ -6,47 +6,68 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from keeperless.metadata.codec import decode_record, encode_record
-from keeperless.metadata.image import MetadataImage
-from keeperless.metadata.snapshot import snapshot_bytes
-from keeperless.protocol.records import decode_records, iter_batches
+from keeperless.metadata.image import MetadataDelta, MetadataImage
+from keeperless.metadata.snapshot import SnapshotWriter
+from keeperless.protocol.records import iter_batches, record_values
 from keeperless.raft.core import NotLeaderError, RaftConfig, RaftCore
 from keeperless.raft.messages import Entry, Message, SnapshotId
 from keeperless.raft.state import ElectionState
 from keeperless.runtime.raft_log import FileRaftLog
 
-__all__ = ["METADATA_TOPIC", "MetadataLog", "decode_entry"]
+__all__ = ["METADATA_TOPIC", "MetadataLog", "decode_entry", "image_of_snapshot", "iter_entry"]
 
 log = logging.getLogger(__name__)
 _DRAIN_SLICE_S = 0.05
 
 METADATA_TOPIC = "__cluster_metadata"
 Listener = Callable[[list[Any], int], None]
-SnapshotListener = Callable[[list[Any], SnapshotId], None]
+# (the delta from an empty image that the snapshot is, the image it built, its id)
+SnapshotListener = Callable[[MetadataDelta, MetadataImage, SnapshotId], None]
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def decode_entry(data: bytes) -> list[Any]:
+def iter_entry(data: bytes) -> Iterator[Any]:
     """The metadata records of the data batches in ``data`` (control batches have none)."""
-    out = []
+    view = memoryview(data)
     for pos, h in iter_batches(data, verify_crc=False):
         if h.is_control:
             continue
-        for rec in decode_records(memoryview(data)[pos : pos + h.size]):
-            if rec.value is not None:
-                out.append(decode_record(rec.value)[0])
-    return out
+        for value in record_values(view[pos : pos + h.size]):
+            if value is not None:
+                yield decode_record(value)[0]
+
+
+def decode_entry(data: bytes) -> list[Any]:
+    return list(iter_entry(data))
+
+
+def image_of_snapshot(data: bytes, sid: SnapshotId) -> tuple[MetadataDelta, MetadataImage]:
+    """Replay a snapshot's records as they are decoded (never all in memory at once)."""
+    delta = MetadataDelta(MetadataImage())
+    # a million new long-lived objects would otherwise trigger full collections on the way
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for rec in iter_entry(data):
+            delta.replay(rec)
+    finally:
+        if was_enabled:
+            gc.enable()
+    delta.offset = sid.end_offset - 1
+    return delta, delta.apply()
 
 
 class MetadataLog:
@@ -94,6 +115,7 @@ class MetadataLog:
         self._drain_scheduled = False
         self._delivered = -1  # the last offset applied to the listeners
         self._snapshotting = False
+        self._snapshot_writer = SnapshotWriter()  # keeps unchanged topics' encoded batches
         self._timer: asyncio.TimerHandle | None = None
         self.leadership_listeners: list[Callable[[bool], None]] = []
         self._flushing = False
@@ -116,19 +138,27 @@ class MetadataLog:
         get the committed log as the high watermark becomes known."""
         sid = self.raft_log.snapshot_id
         if sid is not None:
-            records = decode_entry(self.raft_log.snapshot_data())
-            for fn in self.snapshot_listeners:
-                fn(records, sid)
+            self._load_snapshot(self.raft_log.snapshot_data(), sid)
             self._delivered = sid.end_offset - 1
-            log.info(
-                "[node %d] Loaded metadata snapshot %020d-%010d (%d records)",
-                self.node_id,
-                sid.end_offset,
-                sid.epoch,
-                len(records),
-            )
         self.core.start(_now_ms())
         self._process()
+
+    def _load_snapshot(self, data: bytes, sid: SnapshotId) -> None:
+        if not self.snapshot_listeners:
+            return
+        t0 = time.monotonic()
+        delta, image = image_of_snapshot(data, sid)
+        for fn in self.snapshot_listeners:
+            fn(delta, image, sid)
+        log.info(
+            "[node %d] Loaded metadata snapshot %020d-%010d (%d bytes, %d topics) in %.0f ms",
+            self.node_id,
+            sid.end_offset,
+            sid.epoch,
+            len(data),
+            len(image.topics),
+            (time.monotonic() - t0) * 1000,
+        )
 
     @property
     def committed_offset(self) -> int:
@@ -174,11 +204,9 @@ class MetadataLog:
                     self.send(msg)
             if ready.snapshot is not None:
                 sid, data = ready.snapshot
-                records = decode_entry(data)
                 while self._backlog and self._backlog[0].last_offset < sid.end_offset:
                     self._backlog.popleft()  # the snapshot covers them
-                for sfn in self.snapshot_listeners:
-                    sfn(records, sid)
+                self._load_snapshot(data, sid)
                 self._delivered = max(self._delivered, sid.end_offset - 1)
             self._deliver(ready.committed)
         self._maybe_snapshot()
@@ -287,12 +315,12 @@ class MetadataLog:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # tools and tests without a loop
-            self._finish_snapshot(end, snapshot_bytes(image, now), t0)
+            self._finish_snapshot(end, self._snapshot_writer.write(image, now), t0)
             return
         # Encoding a big image takes seconds of CPU: a worker thread does it, so the
         # event loop keeps answering fetches and votes (the image is immutable).
         self._snapshotting = True
-        fut = loop.run_in_executor(None, snapshot_bytes, image, now)
+        fut = loop.run_in_executor(None, self._snapshot_writer.write, image, now)
         fut.add_done_callback(lambda f: self._snapshot_encoded(end, f, t0))
 
     def _snapshot_encoded(self, end: int, fut: asyncio.Future[bytes], t0: float) -> None:

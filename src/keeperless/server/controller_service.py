@@ -51,7 +51,7 @@ class ControllerService:
         self.controller.session_timeout_ms = config["broker.session.timeout.ms"]
         c = self.controller
         mlog.listeners.append(c.replay_committed)
-        mlog.snapshot_listeners.append(lambda recs, sid: c.load_snapshot(recs, sid.end_offset))
+        mlog.snapshot_listeners.append(lambda delta, image, sid: c.load_image(image))
         mlog.leadership_listeners.append(self._on_leadership)
         self._active = asyncio.Event()
         self._append_lock = asyncio.Lock()

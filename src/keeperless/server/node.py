@@ -103,7 +103,7 @@ class Node:
             broker = self.broker
             self.mlog.listeners.append(broker.on_committed)
             self.mlog.snapshot_listeners.append(
-                lambda recs, sid: broker.load_snapshot(recs, sid.end_offset)
+                lambda delta, image, sid: broker.load_snapshot(delta, image)
             )
         if self.controller is not None:
             ctl = self.controller.controller
