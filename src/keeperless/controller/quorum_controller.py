@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import re
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -117,6 +118,10 @@ class QuorumController:
         self.session_timeout_ms = 9000
         self._last_heartbeat_ms: dict[int, int] = {}  # in memory only, like Kafka's
         self.partitions_by_broker: dict[int, set[PartitionKey]] = {}
+        # index changes made by records not yet committed, newest last, so that losing
+        # the leadership (or a failed append) undoes them instead of re-deriving the index
+        # from every partition: (image offset, [(broker, partition, added)])
+        self._journal: deque[tuple[int, list[tuple[int, PartitionKey, bool]]]] = deque()
 
     # -- state --------------------------------------------------------------------------
 
@@ -140,12 +145,12 @@ class QuorumController:
         old_committed = self.committed
         self.committed = delta.apply()
         if last_offset > self.image.offset:
-            in_step = self.image is old_committed
-            old, self.image = self.image, self.committed
-            if in_step:
-                self._index(old, delta)
-            else:
-                self._reindex()
+            if self.image is not old_committed:  # ours were not what the log committed
+                self._undo_to(old_committed.offset)
+            self.image = self.committed
+            self._index(old_committed, delta)
+        while self._journal and self._journal[0][0] <= self.committed.offset:
+            self._journal.popleft()
 
     def load_snapshot(self, records: Sequence[Any], end_offset: int) -> None:
         delta = MetadataDelta(MetadataImage())
@@ -157,25 +162,34 @@ class QuorumController:
     def load_image(self, image: MetadataImage) -> None:
         """A snapshot's image replaces everything (a controller that fell behind)."""
         self.committed = self.image = image
+        self._journal.clear()
         self._reindex()
 
     def renounce(self) -> None:
         """Leadership lost: forget records that were appended but may never commit."""
         if self.image is not self.committed:
+            self._undo_to(self.committed.offset)
             self.image = self.committed
-            self._reindex()
         self._last_heartbeat_ms.clear()
 
     def rollback(self, image: MetadataImage) -> None:
         """Records applied as appended could not be appended after all."""
+        self._undo_to(image.offset)
         self.image = image
-        self._reindex()
 
     # -- which partitions each broker holds, so that fencing a broker costs its partitions
 
     def _index(self, old: MetadataImage, delta: MetadataDelta) -> None:
         idx = self.partitions_by_broker
         new = self.image
+        changes: list[tuple[int, PartitionKey, bool]] = []
+
+        def drop(b: int, key: PartitionKey) -> None:
+            keys = idx.get(b)
+            if keys is not None and key in keys:
+                keys.discard(key)
+                changes.append((b, key, False))
+
         for tid, p in delta.changed_partitions:
             ot = old.topics.get(tid)
             before = ot.partitions.get(p) if ot is not None else None
@@ -183,14 +197,29 @@ class QuorumController:
             after = nt.partitions.get(p) if nt is not None else None
             if before is not None and (after is None or before.replicas != after.replicas):
                 for b in before.replicas:
-                    idx.get(b, set()).discard((tid, p))
+                    drop(b, (tid, p))
             if after is not None:
                 for b in after.replicas:
-                    idx.setdefault(b, set()).add((tid, p))
+                    keys = idx.setdefault(b, set())
+                    if (tid, p) not in keys:
+                        keys.add((tid, p))
+                        changes.append((b, (tid, p), True))
         for tid, t in delta.deleted_topics.items():
             for p, info in t.partitions.items():
                 for b in info.replicas:
-                    idx.get(b, set()).discard((tid, p))
+                    drop(b, (tid, p))
+        if changes and new.offset > self.committed.offset:
+            self._journal.append((new.offset, changes))
+
+    def _undo_to(self, offset: int) -> None:
+        """Undo the index changes of records after ``offset``."""
+        idx = self.partitions_by_broker
+        while self._journal and self._journal[-1][0] > offset:
+            for b, key, added in reversed(self._journal.pop()[1]):
+                if added:
+                    idx[b].discard(key)
+                else:
+                    idx.setdefault(b, set()).add(key)
 
     def _reindex(self) -> None:
         idx: dict[int, set[PartitionKey]] = {}
