@@ -308,6 +308,10 @@ class MetadataLog:
         end = min(self.core.applied, self._delivered + 1)
         if end <= self.raft_log.start_offset:
             return
+        entries = self.raft_log.read(end - 1, 1)
+        if not entries or entries[0].last_offset != end - 1:
+            return  # not at a batch boundary (the core would refuse it)
+        sid = SnapshotId(end, entries[0].epoch)
         image = self.snapshot_source()
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = now
@@ -317,11 +321,16 @@ class MetadataLog:
         except RuntimeError:  # tools and tests without a loop
             self._finish_snapshot(end, self._snapshot_writer.write(image, now), t0)
             return
-        # Encoding a big image takes seconds of CPU: a worker thread does it, so the
-        # event loop keeps answering fetches and votes (the image is immutable).
+        # Encoding and writing a big image takes seconds: a worker thread does both, so
+        # the event loop keeps answering fetches and votes (the image is immutable).
         self._snapshotting = True
-        fut = loop.run_in_executor(None, self._snapshot_writer.write, image, now)
+        fut = loop.run_in_executor(None, self._encode_and_stage, image, now, sid)
         fut.add_done_callback(lambda f: self._snapshot_encoded(end, f, t0))
+
+    def _encode_and_stage(self, image: MetadataImage, now: int, sid: SnapshotId) -> bytes:
+        data = self._snapshot_writer.write(image, now)
+        self.raft_log.stage_snapshot(sid, data)
+        return data
 
     def _snapshot_encoded(self, end: int, fut: asyncio.Future[bytes], t0: float) -> None:
         self._snapshotting = False

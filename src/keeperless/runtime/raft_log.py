@@ -40,6 +40,7 @@ class FileRaftLog:
             directory, LogConfig(segment_bytes=segment_bytes), _now_ms(), read_only=read_only
         )
         self._snapshot = self._latest_snapshot()
+        self._staged: SnapshotId | None = None
         # (base offset, last offset, epoch) of every batch, for epoch lookups
         self._index: list[tuple[int, int, int]] = []
         self._bases: list[int] = []
@@ -155,22 +156,36 @@ class FileRaftLog:
             return b""
         return (self.dir / snapshot_file_name(self._snapshot)).read_bytes()
 
-    def _write_snapshot(self, sid: SnapshotId, data: bytes) -> None:
-        path = self.dir / snapshot_file_name(sid)
-        tmp = path.with_name(path.name + ".tmp")
+    def stage_snapshot(self, sid: SnapshotId, data: bytes) -> None:
+        """Write and fsync a snapshot's file under a temporary name — from a worker thread,
+        since at a million partitions that is 100+ MB — so that ``take_snapshot`` on the
+        event loop only renames it."""
+        self._write_tmp(sid, data)
+        self._staged = sid
+
+    def _write_tmp(self, sid: SnapshotId, data: bytes) -> Path:
+        tmp = self.dir / (snapshot_file_name(sid) + ".tmp")
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        return tmp
+
+    def _write_snapshot(self, sid: SnapshotId, data: bytes) -> None:
+        path = self.dir / snapshot_file_name(sid)
+        tmp = path.with_name(path.name + ".tmp")
+        if self._staged != sid or not tmp.exists():
+            self._write_tmp(sid, data)
+        self._staged = None
         os.replace(tmp, path)
         fd = os.open(self.dir, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-        for p in self.dir.glob(f"*{SUFFIX}"):
+        for p in [*self.dir.glob(f"*{SUFFIX}"), *self.dir.glob(f"*{SUFFIX}.tmp")]:
             if p.name != path.name:
-                p.unlink()  # only the newest snapshot is needed
+                p.unlink()  # only the newest snapshot is needed (and no abandoned ones)
         self._snapshot = sid
 
     def take_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
