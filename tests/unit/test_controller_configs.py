@@ -15,7 +15,7 @@ def _controller() -> QuorumController:
     )
     res = c.register_broker(1, uuid.uuid4(), [("PLAINTEXT", "h", 1)], None, 0, 0)
     c.replay(res.records, 0)
-    c.replay(c.broker_heartbeat(1, 0, False, True, 0).records, 1)
+    c.replay(c.broker_heartbeat(1, 0, False, True, 0).all_records(), 1)
     c.replay(c.create_topics([NewTopic("t")], False).records, 5)
     return c
 

@@ -48,7 +48,7 @@ def _controller(
         assert res.response[0].code == ErrorCode.none
         log.apply(res.records)
         epoch = c.image.brokers[b].epoch
-        log.apply(c.broker_heartbeat(b, epoch, False, True, 0).records)
+        log.apply(c.broker_heartbeat(b, epoch, False, True, 0).all_records())
     return c, log
 
 

@@ -57,7 +57,7 @@ def _active() -> tuple[QuorumController, _Log]:
     for b in (1, 2, 3):
         epoch = log.offset + 1
         log.append(c.register_broker(b, uuid.uuid4(), [("P", "h", b)], None, epoch, 0).records)
-        log.append(c.broker_heartbeat(b, epoch, False, True, 0).records)
+        log.append(c.broker_heartbeat(b, epoch, False, True, 0).all_records())
     log.append(c.create_topics([NewTopic("a"), NewTopic("b", 3, 3)], False).records)
     log.commit(len(log.entries))
     return c, log
@@ -66,7 +66,7 @@ def _active() -> tuple[QuorumController, _Log]:
 def _more_changes(c: QuorumController, log: _Log) -> None:
     log.append(c.create_topics([NewTopic("c", 7, 3)], False).records)
     log.append([r.RemoveTopicRecord(topic_id=c.image.topic_ids["a"])])
-    log.append(c.broker_heartbeat(3, c.image.brokers[3].epoch, True, True, 100).records)
+    log.append(c.broker_heartbeat(3, c.image.brokers[3].epoch, True, True, 100).all_records())
     log.append(c.create_partitions([CreatePartitionsRequest("b", 6)], False).records)
 
 

@@ -5,6 +5,7 @@ import uuid
 
 from keeperless.controller.fencing import fence_stale_brokers, start_sessions
 from keeperless.controller.quorum_controller import NewTopic, QuorumController
+from keeperless.metadata import _records_gen as r
 
 
 def _cluster() -> QuorumController:
@@ -17,7 +18,7 @@ def _cluster() -> QuorumController:
         res = c.register_broker(b, uuid.uuid4(), [("PLAINTEXT", "h", b)], None, off, 0)
         c.replay(res.records, off)
         hb = c.broker_heartbeat(b, off, False, True, 0)
-        c.replay(hb.records, off + 1)
+        c.replay(hb.all_records(), off + 1)
         off += 2
     c.replay(c.create_topics([NewTopic("t")], False).records, 10)
     return c
@@ -29,8 +30,9 @@ def test_missed_session_fences_and_moves_leaders_then_recovery() -> None:
     assert led_by_5
     c.broker_heartbeat(4, 0, False, True, 8000)  # broker 4 keeps its session
     res = fence_stale_brokers(c, 9500)
+    records = res.all_records()
     assert res.response == [5]
-    c.replay(res.records, 20)
+    c.replay(records, 20)
     assert c.image.brokers[5].fenced
     parts = c.image.topic("t").partitions
     assert {i for i, p in parts.items() if p.leader == -1} == led_by_5
@@ -40,7 +42,7 @@ def test_missed_session_fences_and_moves_leaders_then_recovery() -> None:
     reg = c.register_broker(5, uuid.uuid4(), [("PLAINTEXT", "h", 5)], None, 30, 10_000)
     c.replay(reg.records, 30)
     hb = c.broker_heartbeat(5, 30, False, True, 10_000)
-    c.replay(hb.records, 31)
+    c.replay(hb.all_records(), 31)
     parts = c.image.topic("t").partitions
     assert {i for i, p in parts.items() if p.leader == 5} == led_by_5
     assert all(parts[i].leader_epoch == 2 for i in led_by_5)
@@ -62,7 +64,7 @@ def test_placement_spreads_racks_and_uses_fenced_brokers_only_when_needed() -> N
     for b, rack in ((1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c"), (6, "c")):
         res = c.register_broker(b, uuid.uuid4(), [("PLAINTEXT", "h", b)], rack, off, 0)
         c.replay(res.records, off)
-        c.replay(c.broker_heartbeat(b, off, False, True, 0).records, off + 1)
+        c.replay(c.broker_heartbeat(b, off, False, True, 0).all_records(), off + 1)
         off += 2
     c.replay(c.create_topics([NewTopic("racks")], False).records, 50)
     racks = {b: c.image.brokers[b].rack for b in c.image.brokers}
@@ -70,7 +72,7 @@ def test_placement_spreads_racks_and_uses_fenced_brokers_only_when_needed() -> N
         assert len({racks[x] for x in p.replicas}) == 3, p.replicas
     # fence two brokers: RF 5 still fits by using one of them, RF 3 avoids them
     for b in (5, 6):
-        c.replay(c.broker_heartbeat(b, 2 * (b - 1), True, True, 0).records, off)
+        c.replay(c.broker_heartbeat(b, 2 * (b - 1), True, True, 0).all_records(), off)
         off += 1
     c.replay(c.create_topics([NewTopic("rf3", 4, 3)], False).records, 100)
     assert all(
@@ -100,11 +102,11 @@ def test_fencing_a_leader_promotes_an_isr_member_and_shrinks_the_isr() -> None:
     other = 9 - leader
     c.broker_heartbeat(other, 2 * (other - 4), False, True, 8000)
     res = c.broker_heartbeat(leader, 2 * (leader - 4), True, True, 8000)  # leader stops
-    c.replay(res.records, 50)
+    c.replay(res.all_records(), 50)
     p0 = c.image.topic("rf2").partitions[0]
     assert (p0.leader, p0.isr, p0.leader_epoch) == (other, (other,), 1)
     res = c.broker_heartbeat(other, 2 * (other - 4), True, True, 8100)  # and the other one
-    c.replay(res.records, 60)
+    c.replay(res.all_records(), 60)
     p0 = c.image.topic("rf2").partitions[0]
     assert (p0.leader, p0.isr) == (-1, (other,))
 
@@ -129,7 +131,7 @@ def test_the_broker_index_follows_every_change() -> None:
 
     assert index() == walk()
     res = c.broker_heartbeat(4, 0, True, True, 100)  # broker 4 stops cleanly
-    c.replay(res.records, 42)
+    c.replay(res.all_records(), 42)
     assert index() == walk()
     from keeperless.metadata.snapshot import image_records
 
@@ -151,3 +153,22 @@ def test_only_independent_changes_may_be_split_across_batches() -> None:
     c = _cluster()
     assert c.create_topics([NewTopic("whole", 3, 2)], False).atomic
     assert not c.broker_heartbeat(4, 0, True, True, 100).atomic
+
+
+def test_a_fence_cut_short_by_a_failover_is_finished_by_the_next_heartbeat() -> None:
+    """Kafka's order: the leaderships move first and the fence record comes last, so a
+    failover that commits only part of a controlled shutdown leaves the broker unfenced;
+    its next heartbeat moves what is left and fences it."""
+    c = _cluster()
+    c.replay(c.create_topics([NewTopic("many", 40, 2)], False).records, 20)
+    led = {i for i, p in c.image.topic("many").partitions.items() if p.leader == 5}
+    assert len(led) > 2
+    records = c.broker_heartbeat(5, 2, True, True, 100).all_records()
+    assert isinstance(records[-1], r.FenceBrokerRecord)
+    c.replay(records[:2], 30)  # only the first batch made it
+    assert not c.image.brokers[5].fenced
+    c.replay(c.broker_heartbeat(5, 2, True, True, 200).all_records(), 40)
+    assert c.image.brokers[5].fenced
+    parts = c.image.topic("many").partitions
+    assert all(parts[i].leader != 5 for i in led)
+    assert all(5 not in p.isr or p.isr == (5,) for p in parts.values())

@@ -29,7 +29,7 @@ def _controller_with_state() -> QuorumController:
         res = c.register_broker(b, uuid.uuid4(), [("PLAINTEXT", "h", 9000 + b)], "r1", 10 * b, 0)
         c.replay(res.records, 10 * b)
         hb = c.broker_heartbeat(b, 10 * b, False, True, 0)
-        c.replay(hb.records, 10 * b + 1)
+        c.replay(hb.all_records(), 10 * b + 1)
     res2 = c.create_topics(
         [NewTopic("a", 4, 3, configs={"retention.ms": "1000"}), NewTopic("b")], False
     )

@@ -4,7 +4,8 @@ partitions it holds in its ISR."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -12,7 +13,14 @@ from keeperless.controller.quorum_controller import PartitionKey, QuorumControll
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.image import MetadataImage, PartitionInfo
 
-__all__ = ["fence_stale_brokers", "leaders_after_fence", "leaders_after_unfence", "start_sessions"]
+__all__ = [
+    "fence_stale_brokers",
+    "iter_leaders_after_fence",
+    "iter_leaders_after_unfence",
+    "leaders_after_fence",
+    "leaders_after_unfence",
+    "start_sessions",
+]
 
 NO_LEADER = -1
 
@@ -34,14 +42,42 @@ def _candidates(
             for idx, p in topic.partitions.items():
                 yield topic.topic_id, idx, p
         return
-    keys: set[PartitionKey] = set()
+    by_topic: dict[UUID, set[int]] = {}
     for b in brokers:
-        keys |= index.get(b, set())
-    for tid, idx in sorted(keys):
+        for tid, idx in index.get(b, ()):
+            by_topic.setdefault(tid, set()).add(idx)
+    # in (topic id, partition) order, sorting ints rather than a million UUID pairs
+    for tid in sorted(by_topic, key=lambda u: u.int):
         found = image.topics.get(tid)
-        info = found.partitions.get(idx) if found is not None else None
-        if info is not None:
-            yield tid, idx, info
+        if found is None:
+            continue
+        parts = found.partitions
+        for idx in sorted(by_topic[tid]):
+            info = parts.get(idx)
+            if info is not None:
+                yield tid, idx, info
+
+
+def iter_leaders_after_fence(
+    image: MetadataImage,
+    broker_id: int | Iterable[int],
+    index: Mapping[int, set[PartitionKey]] | None = None,
+) -> Iterator[Any]:
+    """Partition changes for fenced brokers: they leave every ISR (a partition keeps its
+    last ISR member), and where one led, the next live ISR member leads; with none left
+    the partition is offline (leader -1). Generated lazily from ``image``: a broker of a
+    million partitions yields a million changes, appended while they are computed."""
+    gone = {broker_id} if isinstance(broker_id, int) else set(broker_id)
+    live = {b.broker_id for b in image.brokers.values() if not b.fenced} - gone
+    for tid, idx, p in _candidates(image, index, gone):
+        if not gone.intersection(p.isr):
+            continue
+        isr = tuple(x for x in p.isr if x not in gone) or p.isr
+        if p.leader in gone:
+            new = next((x for x in p.replicas if x in live and x in isr), NO_LEADER)
+            yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=new, isr=isr)
+        elif isr != p.isr:
+            yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, isr=isr)
 
 
 def leaders_after_fence(
@@ -49,32 +85,22 @@ def leaders_after_fence(
     broker_id: int | Iterable[int],
     index: Mapping[int, set[PartitionKey]] | None = None,
 ) -> list[Any]:
-    """Partition changes for fenced brokers: they leave every ISR (a partition keeps its
-    last ISR member), and where one led, the next live ISR member leads; with none left
-    the partition is offline (leader -1)."""
-    gone = {broker_id} if isinstance(broker_id, int) else set(broker_id)
-    live = {b.broker_id for b in image.brokers.values() if not b.fenced} - gone
-    out: list[Any] = []
-    for tid, idx, p in _candidates(image, index, gone):
-        if not gone.intersection(p.isr):
-            continue
-        isr = tuple(x for x in p.isr if x not in gone) or p.isr
-        if p.leader in gone:
-            new = next((x for x in p.replicas if x in live and x in isr), NO_LEADER)
-            out.append(r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=new, isr=isr))
-        elif isr != p.isr:
-            out.append(r.PartitionChangeRecord(partition_id=idx, topic_id=tid, isr=isr))
-    return out
+    return list(iter_leaders_after_fence(image, broker_id, index))
+
+
+def iter_leaders_after_unfence(
+    image: MetadataImage, broker_id: int, index: Mapping[int, set[PartitionKey]] | None = None
+) -> Iterator[Any]:
+    """The leaderless partitions with ``broker_id`` in their ISR: it leads them again."""
+    for tid, idx, p in _candidates(image, index, (broker_id,)):
+        if p.leader == NO_LEADER and broker_id in p.isr:
+            yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=broker_id)
 
 
 def leaders_after_unfence(
     image: MetadataImage, broker_id: int, index: Mapping[int, set[PartitionKey]] | None = None
 ) -> list[Any]:
-    out: list[Any] = []
-    for tid, idx, p in _candidates(image, index, (broker_id,)):
-        if p.leader == NO_LEADER and broker_id in p.isr:
-            out.append(r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=broker_id))
-    return out
+    return list(iter_leaders_after_unfence(image, broker_id, index))
 
 
 def fence_stale_brokers(c: QuorumController, now_ms: int) -> Result[list[int]]:
@@ -87,8 +113,11 @@ def fence_stale_brokers(c: QuorumController, now_ms: int) -> Result[list[int]]:
     ]
     if not stale:
         return Result([], [])
-    records: list[Any] = [r.FenceBrokerRecord(id=b, epoch=c.image.brokers[b].epoch) for b in stale]
-    records.extend(leaders_after_fence(c.image, stale, c.partitions_by_broker))
+    # Kafka's order: the leaderships move first and the fence comes last, so that if a
+    # failover cuts this (non-atomic) change short, the broker is still unfenced and the
+    # next active controller fences it again, moving what is left
+    fences = [r.FenceBrokerRecord(id=b, epoch=c.image.brokers[b].epoch) for b in stale]
     for b in stale:
         c._last_heartbeat_ms.pop(b, None)
-    return Result(records, stale, atomic=False)
+    moves = iter_leaders_after_fence(c.image, stale, c.partitions_by_broker)
+    return Result([], stale, atomic=False, more=itertools.chain(moves, fences))

@@ -8,11 +8,12 @@ appended but not yet committed, so that pipelined operations see each other) and
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import re
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from uuid import UUID
@@ -65,6 +66,14 @@ class Result(Generic[T]):
     # partitions). Others are independent changes (leader moves of a fenced broker) that
     # may be appended in several batches, as Kafka does for big non-atomic operations.
     atomic: bool = True
+    # Further records of a non-atomic result, generated as the earlier ones are appended
+    # (from the image as it was when the operation ran): a broker of a million partitions
+    # is fenced without computing a million changes in one block of the event loop.
+    more: Iterable[Any] = ()
+
+    def all_records(self) -> list[Any]:
+        """``records`` and then ``more``, which this consumes."""
+        return [*self.records, *self.more]
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,38 +332,44 @@ class QuorumController:
                     True,
                 ),
             )
-        from keeperless.controller.fencing import leaders_after_fence, leaders_after_unfence
+        from keeperless.controller.fencing import (
+            iter_leaders_after_fence,
+            iter_leaders_after_unfence,
+        )
 
         self._last_heartbeat_ms[broker_id] = now_ms
+        held = len(self.partitions_by_broker.get(broker_id, ()))
         if b.fenced and not want_fence and caught_up:
-            moves = leaders_after_unfence(self.image, broker_id, self.partitions_by_broker)
             log.info(
-                "[node %d] Unfencing broker %d: caught up; it leads %d leaderless partition(s) "
-                "again",
+                "[node %d] Unfencing broker %d: caught up; it leads again the leaderless ones "
+                "of its %d partition(s)",
                 self.node_id,
                 broker_id,
-                len(moves),
+                held,
             )
+            # leaders first, the unfence last (a failover cutting this short leaves the
+            # broker fenced, and its next heartbeat finishes the job)
+            moves = iter_leaders_after_unfence(self.image, broker_id, self.partitions_by_broker)
+            unfence = r.UnfenceBrokerRecord(id=broker_id, epoch=epoch)
             return Result(
-                [r.UnfenceBrokerRecord(id=broker_id, epoch=epoch), *moves],
-                (ApiError.none(), False),
-                atomic=False,
+                [], (ApiError.none(), False), atomic=False, more=itertools.chain(moves, [unfence])
             )
         if want_fence:
             self._last_heartbeat_ms.pop(broker_id, None)  # a clean exit ends the session
         if not b.fenced and want_fence:
-            moves = leaders_after_fence(self.image, broker_id, self.partitions_by_broker)
             log.info(
-                "[node %d] Fencing broker %d at its request (shutting down); %d partition "
-                "change(s) move its leaderships",
+                "[node %d] Fencing broker %d at its request (shutting down): its leaderships "
+                "move and it leaves the ISR of its %d partition(s)",
                 self.node_id,
                 broker_id,
-                len(moves),
+                held,
             )
+            # moves first and the fence last, as Kafka does: a failover that cuts this
+            # short leaves the broker unfenced, so its next heartbeat finishes the job
+            moves = iter_leaders_after_fence(self.image, broker_id, self.partitions_by_broker)
+            fence = r.FenceBrokerRecord(id=broker_id, epoch=epoch)
             return Result(
-                [r.FenceBrokerRecord(id=broker_id, epoch=epoch), *moves],
-                (ApiError.none(), True),
-                atomic=False,
+                [], (ApiError.none(), True), atomic=False, more=itertools.chain(moves, [fence])
             )
         return Result([], (ApiError.none(), b.fenced))
 

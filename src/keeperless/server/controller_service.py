@@ -7,11 +7,12 @@ it appended but could not commit."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from keeperless.controller.fencing import fence_stale_brokers, start_sessions
 from keeperless.controller.quorum_controller import QuorumController, Result
@@ -124,7 +125,7 @@ class ControllerService:
             raise NotControllerError(f"node {self.node_id} is not the active controller")
         async with self._append_lock:
             result = op(self.controller)
-            if not result.records:
+            if not result.records and not result.more:
                 return result.response
             # Applied as appended, so that the next operation sees them (pipelining);
             # their committed copies are then skipped.
@@ -132,14 +133,18 @@ class ControllerService:
             last = -1
             try:
                 # Big non-atomic operations (a controlled shutdown of a broker with many
-                # partitions) are applied and appended in chunks, letting the event loop
-                # answer the voters' fetches in between; atomic ones (CreateTopics: a topic
-                # and all its partitions) go in one batch, so a failover never leaves half.
-                step = PROPOSE_CHUNK if not result.atomic else len(result.records)
-                for i in range(0, len(result.records), step):
+                # partitions) are generated, applied and appended in chunks, letting the
+                # event loop answer the voters' fetches in between; atomic ones
+                # (CreateTopics: a topic and all its partitions) go in one batch, so a
+                # failover never leaves half.
+                if result.atomic:
+                    chunks: Iterable[list[Any]] = [result.all_records()]
+                else:
+                    pending = itertools.chain(result.records, result.more)
+                    chunks = iter(lambda: list(itertools.islice(pending, PROPOSE_CHUNK)), [])
+                for i, chunk in enumerate(chunks):
                     if i:
                         await asyncio.sleep(0)
-                    chunk = result.records[i : i + step]
                     expected = self.mlog.core.log_end_offset + len(chunk) - 1
                     self.controller.replay(chunk, expected)
                     last = self.mlog.propose(chunk)
