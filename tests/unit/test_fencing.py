@@ -172,3 +172,13 @@ def test_a_fence_cut_short_by_a_failover_is_finished_by_the_next_heartbeat() -> 
     parts = c.image.topic("many").partitions
     assert all(parts[i].leader != 5 for i in led)
     assert all(5 not in p.isr or p.isr == (5,) for p in parts.values())
+
+
+def test_a_heartbeat_keeps_the_session_from_its_arrival() -> None:
+    """The session is touched when a heartbeat arrives (before it waits for its turn
+    behind a long operation), and only for the broker's current epoch."""
+    c = _cluster()
+    c.touch_session(5, 2, 8000)
+    c.touch_session(4, 99, 8000)  # a stale epoch does not count
+    c.broker_heartbeat(4, 0, False, True, 0)
+    assert fence_stale_brokers(c, 9500).response == [4]

@@ -316,6 +316,14 @@ class QuorumController:
         )
         return Result([rec], (ApiError.none(), epoch))
 
+    def touch_session(self, broker_id: int, epoch: int, now_ms: int) -> None:
+        """A heartbeat arrived: the broker's session is alive as of now, even while the
+        heartbeat itself waits behind a long operation (moving a million leaderships);
+        otherwise every other broker would expire behind it."""
+        b = self.image.brokers.get(broker_id)
+        if b is not None and b.epoch == epoch:
+            self._last_heartbeat_ms[broker_id] = now_ms
+
     def broker_heartbeat(
         self, broker_id: int, epoch: int, want_fence: bool, caught_up: bool, now_ms: int
     ) -> Result[tuple[ApiError, bool]]:
