@@ -174,11 +174,14 @@ def test_a_fence_cut_short_by_a_failover_is_finished_by_the_next_heartbeat() -> 
     assert all(5 not in p.isr or p.isr == (5,) for p in parts.values())
 
 
-def test_a_heartbeat_keeps_the_session_from_its_arrival() -> None:
-    """The session is touched when a heartbeat arrives (before it waits for its turn
-    behind a long operation), and only for the broker's current epoch."""
+def test_steady_heartbeats_are_answered_without_an_operation() -> None:
+    """A heartbeat that changes nothing keeps the session at once (it never waits behind
+    a long operation); anything else needs the full operation."""
     c = _cluster()
-    c.touch_session(5, 2, 8000)
-    c.touch_session(4, 99, 8000)  # a stale epoch does not count
+    assert c.steady_heartbeat(5, 2, False, 8000) is not None
+    assert c.steady_heartbeat(4, 99, False, 8000) is None  # a stale epoch
+    assert c.steady_heartbeat(4, 0, True, 8000) is None  # wants to be fenced
     c.broker_heartbeat(4, 0, False, True, 0)
     assert fence_stale_brokers(c, 9500).response == [4]
+    c.replay(fence_stale_brokers(c, 20_000).all_records(), 50)
+    assert c.steady_heartbeat(5, 2, False, 20_000) is None  # fenced: must catch up first

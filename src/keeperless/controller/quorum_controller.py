@@ -316,13 +316,19 @@ class QuorumController:
         )
         return Result([rec], (ApiError.none(), epoch))
 
-    def touch_session(self, broker_id: int, epoch: int, now_ms: int) -> None:
-        """A heartbeat arrived: the broker's session is alive as of now, even while the
-        heartbeat itself waits behind a long operation (moving a million leaderships);
-        otherwise every other broker would expire behind it."""
+    def steady_heartbeat(
+        self, broker_id: int, epoch: int, want_fence: bool, now_ms: int
+    ) -> tuple[ApiError, bool] | None:
+        """The answer to a heartbeat that changes nothing (a live, unfenced broker of the
+        current epoch), or None if it needs the full operation. Such heartbeats are
+        answered at once and keep the session from their arrival, never waiting behind a
+        long operation (moving a million leaderships) — otherwise every other broker would
+        miss its session behind it."""
         b = self.image.brokers.get(broker_id)
-        if b is not None and b.epoch == epoch:
-            self._last_heartbeat_ms[broker_id] = now_ms
+        if b is None or b.epoch != epoch or b.fenced or want_fence:
+            return None
+        self._last_heartbeat_ms[broker_id] = now_ms
+        return ApiError.none(), False
 
     def broker_heartbeat(
         self, broker_id: int, epoch: int, want_fence: bool, caught_up: bool, now_ms: int

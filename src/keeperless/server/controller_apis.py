@@ -100,8 +100,12 @@ class LocalController:
     ) -> tuple[ApiError, bool]:
         # caught up once the broker has applied its own registration record
         caught_up = metadata_offset >= epoch
-        if not want_fence and self.service.is_active:
-            self.service.controller.touch_session(broker_id, epoch, _now_ms())
+        if self.service.is_active:
+            steady = self.service.controller.steady_heartbeat(
+                broker_id, epoch, want_fence, _now_ms()
+            )
+            if steady is not None:
+                return steady
         return await self.service.call(
             lambda c: c.broker_heartbeat(broker_id, epoch, want_fence, caught_up, _now_ms())
         )
