@@ -7,7 +7,8 @@ do), then
 2. the active controller's resident memory, the newest snapshot's size, and the time a
    real broker takes from start to unfenced (it loads that snapshot and the log tail);
 3. controlled shutdown of a simulated broker that leads a third of the partitions
-   (a heartbeat asking to be fenced, answered after the leader moves commit);
+   (heartbeats asking to shut down, until the controller answers that it may: its
+   leaderships moved, committed, and applied by the other active broker);
 4. an uncontrolled broker failure (heartbeats stop): from session expiry to its
    partitions led elsewhere;
 5. failover of the active controller (kill -9) until a new one answers CreateTopics.
@@ -125,7 +126,9 @@ class SimBrokers:
             self.epochs[b] = resp.broker_epoch
         for t in self.threads:
             t.start()
-        wait_until(lambda: all(not self.heartbeat(b) for b in BROKERS), 30, what="unfenced")
+        wait_until(
+            lambda: all(not self.heartbeat(b).is_fenced for b in BROKERS), 30, what="unfenced"
+        )
 
     def _retry(self, key: int, version: int, body: dict[str, Any]) -> Any:
         deadline = time.monotonic() + 60
@@ -144,20 +147,24 @@ class SimBrokers:
                 raise TimeoutError(f"no answer to API {key}")
             time.sleep(0.1)
 
-    def heartbeat(self, b: int, fence: bool = False) -> bool:
-        resp = self._retry(
+    def heartbeat(self, b: int, shut_down: bool = False) -> Any:
+        return self._retry(
             63,
             1,
             {
                 "broker_id": b,
                 "broker_epoch": self.epochs[b],
                 "current_metadata_offset": 2**62,
-                "want_fence": fence,
-                "want_shut_down": fence,
+                "want_fence": False,
+                "want_shut_down": shut_down,
                 "offline_log_dirs": [],
             },
         )
-        return bool(resp.is_fenced)
+
+    def controlled_shutdown(self, b: int) -> None:
+        """Heartbeats asking to shut down until the controller says so, as a broker does."""
+        while not self.heartbeat(b, shut_down=True).should_shut_down:
+            time.sleep(0.1)
 
     def _beat(self, b: int) -> None:
         while not self.stop.wait(1.0):
@@ -310,7 +317,7 @@ def main() -> None:
             out["controlled_shutdown_leaderships"] = led.get(victim, 0)
             sims.alive.discard(victim)
             t0 = time.perf_counter()
-            assert sims.heartbeat(victim, fence=True)
+            sims.controlled_shutdown(victim)
             out["controlled_shutdown_s"] = round(time.perf_counter() - t0, 1)
             sample = names[:: max(1, len(names) // 100)]
             wait_until(

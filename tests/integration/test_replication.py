@@ -126,9 +126,12 @@ def test_failover_keeps_every_acknowledged_write(cluster33: Cluster) -> None:
         lambda: all(_partitions(rest)[p][0] not in (leader, -1) for p in led),
         what="leaderships moved off the stopped broker",
     )
-    # moved by its own request as it stopped, not by a session timeout
+    # moved by its own request as it stopped (Kafka's controlled shutdown: in controlled
+    # shutdown, then told to shut down and fenced), not by a session timeout
     controller_logs = "".join(n.logs() for n in cluster33.controllers.values())
-    assert f"Fencing broker {leader} at its request" in controller_logs
+    assert f"Broker {leader} is in controlled shutdown" in controller_logs
+    assert f"Broker {leader} finished its controlled shutdown" in controller_logs
+    assert "Controlled shutdown complete" in cluster33.brokers[leader].logs()
     if leader != victim:
         assert f"Fenced broker {leader}: no heartbeat" not in controller_logs
     _produce(rest, 4000, 300)

@@ -63,8 +63,15 @@ class ControllerChannel(Protocol):
     ) -> Awaitable[tuple[ApiError, int]]: ...
 
     def broker_heartbeat(
-        self, broker_id: int, epoch: int, want_fence: bool, metadata_offset: int
-    ) -> Awaitable[tuple[ApiError, bool]]: ...
+        self,
+        broker_id: int,
+        epoch: int,
+        want_fence: bool,
+        metadata_offset: int,
+        want_shut_down: bool = False,
+    ) -> Awaitable[tuple[ApiError, bool, bool]]:
+        """(error, is fenced, should shut down)"""
+        ...
 
     def allocate_producer_ids(
         self, broker_id: int, epoch: int
@@ -322,18 +329,23 @@ class RemoteController:
         return ApiError(resp.error_code), resp.broker_epoch
 
     async def broker_heartbeat(
-        self, broker_id: int, epoch: int, want_fence: bool, metadata_offset: int
-    ) -> tuple[ApiError, bool]:
+        self,
+        broker_id: int,
+        epoch: int,
+        want_fence: bool,
+        metadata_offset: int,
+        want_shut_down: bool = False,
+    ) -> tuple[ApiError, bool, bool]:
         body = {
             "broker_id": broker_id,
             "broker_epoch": epoch,
             "current_metadata_offset": metadata_offset,
             "want_fence": want_fence,
-            "want_shut_down": False,
+            "want_shut_down": want_shut_down,
             "offline_log_dirs": [],
         }
         resp = await self._rpc(63, body)
-        return ApiError(resp.error_code), bool(resp.is_fenced)
+        return ApiError(resp.error_code), bool(resp.is_fenced), bool(resp.should_shut_down)
 
     async def allocate_producer_ids(self, broker_id: int, epoch: int) -> tuple[ApiError, int, int]:
         resp = await self._rpc(67, {"broker_id": broker_id, "broker_epoch": epoch})

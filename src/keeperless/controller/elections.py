@@ -76,7 +76,7 @@ def elect_leaders(
     if election_type not in (PREFERRED, UNCLEAN):
         err = ApiError(ErrorCode.invalid_request, f"Unknown election type {election_type}")
         return Result([], [(t, p, err) for t, p in partitions or ()])
-    live = {b.broker_id for b in image.brokers.values() if not b.fenced}
+    live = {b.broker_id for b in image.brokers.values() if b.active}
     wanted: Sequence[tuple[str, int]]
     if partitions is None:
         wanted = [(t.name, idx) for t in image.topics.values() for idx in sorted(t.partitions)]

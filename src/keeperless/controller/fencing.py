@@ -5,24 +5,61 @@ partitions it holds in its ISR."""
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from uuid import UUID
 
-from keeperless.controller.quorum_controller import PartitionKey, QuorumController, Result
+from kio.schema.errors import ErrorCode
+
+from keeperless.controller.quorum_controller import (
+    ApiError,
+    PartitionKey,
+    QuorumController,
+    Result,
+)
 from keeperless.metadata import _records_gen as r
-from keeperless.metadata.image import MetadataImage, PartitionInfo
+from keeperless.metadata.image import BrokerRegistration, MetadataImage, PartitionInfo
 
 __all__ = [
+    "HeartbeatReply",
+    "broker_heartbeat",
+    "controlled_shutdown_record",
+    "fence_record",
     "fence_stale_brokers",
     "iter_leaders_after_fence",
     "iter_leaders_after_unfence",
     "leaders_after_fence",
     "leaders_after_unfence",
     "start_sessions",
+    "unfence_record",
 ]
 
+log = logging.getLogger(__name__)
+
 NO_LEADER = -1
+# Kafka's BrokerRegistrationFencingChange and BrokerRegistrationInControlledShutdownChange
+FENCE, UNFENCE = 1, -1
+IN_CONTROLLED_SHUTDOWN = 1
+
+# (error, is fenced, should shut down)
+HeartbeatReply = tuple[ApiError, bool, bool]
+
+
+def fence_record(broker_id: int, epoch: int) -> r.BrokerRegistrationChangeRecord:
+    """Since metadata.version 3.3-IV2 Kafka fences with BrokerRegistrationChangeRecord
+    (FenceBrokerRecord / UnfenceBrokerRecord are still replayed)."""
+    return r.BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch, fenced=FENCE)
+
+
+def unfence_record(broker_id: int, epoch: int) -> r.BrokerRegistrationChangeRecord:
+    return r.BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch, fenced=UNFENCE)
+
+
+def controlled_shutdown_record(broker_id: int, epoch: int) -> r.BrokerRegistrationChangeRecord:
+    return r.BrokerRegistrationChangeRecord(
+        broker_id=broker_id, broker_epoch=epoch, in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN
+    )
 
 
 def start_sessions(c: QuorumController, now_ms: int) -> None:
@@ -68,7 +105,7 @@ def iter_leaders_after_fence(
     the partition is offline (leader -1). Generated lazily from ``image``: a broker of a
     million partitions yields a million changes, appended while they are computed."""
     gone = {broker_id} if isinstance(broker_id, int) else set(broker_id)
-    live = {b.broker_id for b in image.brokers.values() if not b.fenced} - gone
+    live = {b.broker_id for b in image.brokers.values() if b.active} - gone
     for tid, idx, p in _candidates(image, index, gone):
         if not gone.intersection(p.isr):
             continue
@@ -116,8 +153,95 @@ def fence_stale_brokers(c: QuorumController, now_ms: int) -> Result[list[int]]:
     # Kafka's order: the leaderships move first and the fence comes last, so that if a
     # failover cuts this (non-atomic) change short, the broker is still unfenced and the
     # next active controller fences it again, moving what is left
-    fences = [r.FenceBrokerRecord(id=b, epoch=c.image.brokers[b].epoch) for b in stale]
+    fences = [fence_record(b, c.image.brokers[b].epoch) for b in stale]
     for b in stale:
         c._last_heartbeat_ms.pop(b, None)
     moves = iter_leaders_after_fence(c.image, stale, c.partitions_by_broker)
     return Result([], stale, atomic=False, more=itertools.chain(moves, fences))
+
+
+def broker_heartbeat(
+    c: QuorumController,
+    broker_id: int,
+    epoch: int,
+    *,
+    want_fence: bool,
+    want_shut_down: bool,
+    caught_up: bool,
+    metadata_offset: int,
+    now_ms: int,
+) -> Result[HeartbeatReply]:
+    """Kafka's broker states (BrokerHeartbeatManager): a fenced broker is unfenced once
+    caught up; an unfenced broker asking to shut down enters controlled shutdown — its
+    leaderships move and it leaves every ISR, then the InControlledShutdown change is
+    written — and is told to shut down (and fenced) once that is committed and every
+    other active broker has caught up with it. Every multi-record change puts the
+    broker's own state change last, so a failover that cuts it short leaves the old state
+    and the next heartbeat finishes the job."""
+    b = c.image.brokers.get(broker_id)
+    if b is None or b.epoch != epoch:
+        err = ApiError(
+            ErrorCode.stale_broker_epoch, f"Broker {broker_id} epoch {epoch} is not current"
+        )
+        return Result([], (err, True, False))
+    ok = ApiError.none()
+    c._last_heartbeat_ms[broker_id] = now_ms
+    c.broker_offsets[broker_id] = metadata_offset
+    index = c.partitions_by_broker
+    held = len(index.get(broker_id, ()))
+    if b.fenced:
+        if want_shut_down:
+            c._last_heartbeat_ms.pop(broker_id, None)  # a clean exit ends the session
+            return Result([], (ok, True, True))
+        if want_fence or not caught_up:
+            return Result([], (ok, True, False))
+        log.info(
+            "[node %d] Unfencing broker %d: caught up; it leads again the leaderless ones "
+            "of its %d partition(s)",
+            c.node_id,
+            broker_id,
+            held,
+        )
+        moves = iter_leaders_after_unfence(c.image, broker_id, index)
+        tail = [unfence_record(broker_id, epoch)]
+        return Result([], (ok, False, False), atomic=False, more=itertools.chain(moves, tail))
+    if want_fence or (want_shut_down and b.in_controlled_shutdown and _shutdown_done(c, b)):
+        if want_shut_down:
+            log.info(
+                "[node %d] Broker %d finished its controlled shutdown: fencing it",
+                c.node_id,
+                broker_id,
+            )
+        else:
+            log.info("[node %d] Fencing broker %d at its request", c.node_id, broker_id)
+        c._last_heartbeat_ms.pop(broker_id, None)
+        moves = iter_leaders_after_fence(c.image, broker_id, index)
+        tail = [fence_record(broker_id, epoch)]
+        return Result(
+            [], (ok, True, want_shut_down), atomic=False, more=itertools.chain(moves, tail)
+        )
+    if b.in_controlled_shutdown or not want_shut_down:
+        return Result([], (ok, False, False))
+    log.info(
+        "[node %d] Broker %d is in controlled shutdown: its leaderships move and it leaves "
+        "the ISR of its %d partition(s)",
+        c.node_id,
+        broker_id,
+        held,
+    )
+    moves = iter_leaders_after_fence(c.image, broker_id, index)
+    tail = [controlled_shutdown_record(broker_id, epoch)]
+    return Result([], (ok, False, False), atomic=False, more=itertools.chain(moves, tail))
+
+
+def _shutdown_done(c: QuorumController, b: BrokerRegistration) -> bool:
+    """The controlled-shutdown records are committed and every other active broker has
+    applied them (so clients learn the new leaders from any broker)."""
+    offset = c.shutdown_offsets.setdefault(b.broker_id, c.image.offset)  # unknown: now
+    if c.committed.offset < offset:
+        return False
+    return all(
+        c.broker_offsets.get(o.broker_id, -1) >= offset
+        for o in c.image.brokers.values()
+        if o.active and o.broker_id != b.broker_id
+    )

@@ -8,7 +8,6 @@ appended but not yet committed, so that pipelined operations see each other) and
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 import re
@@ -126,6 +125,9 @@ class QuorumController:
         self.committed = MetadataImage()  # what the log has committed
         self.session_timeout_ms = 9000
         self._last_heartbeat_ms: dict[int, int] = {}  # in memory only, like Kafka's
+        self.broker_offsets: dict[int, int] = {}  # metadata offset in the last heartbeat
+        # where each broker's InControlledShutdown change is in the log
+        self.shutdown_offsets: dict[int, int] = {}
         self.partitions_by_broker: dict[int, set[PartitionKey]] = {}
         # index changes made by records not yet committed, newest last, so that losing
         # the leadership (or a failed append) undoes them instead of re-deriving the index
@@ -134,6 +136,11 @@ class QuorumController:
 
     # -- state --------------------------------------------------------------------------
 
+    @property
+    def metadata_version(self) -> int | None:
+        """The finalized metadata.version: which record versions this controller writes."""
+        return self.image.features.get(METADATA_VERSION_FEATURE)
+
     def replay(self, records: Sequence[Any], last_offset: int) -> None:
         delta = MetadataDelta(self.image)
         for rec in records:
@@ -141,6 +148,7 @@ class QuorumController:
         delta.offset = last_offset
         old, self.image = self.image, delta.apply()
         self._index(old, delta)
+        self._note_shutdowns(old)
 
     def replay_committed(self, records: Sequence[Any], last_offset: int) -> None:
         """Committed records from the log. The active controller already applied its own
@@ -156,8 +164,10 @@ class QuorumController:
         if last_offset > self.image.offset:
             if self.image is not old_committed:  # ours were not what the log committed
                 self._undo_to(old_committed.offset)
+            old = self.image
             self.image = self.committed
             self._index(old_committed, delta)
+            self._note_shutdowns(old)
         while self._journal and self._journal[0][0] <= self.committed.offset:
             self._journal.popleft()
 
@@ -185,6 +195,19 @@ class QuorumController:
         """Records applied as appended could not be appended after all."""
         self._undo_to(image.offset)
         self.image = image
+
+    def _note_shutdowns(self, old: MetadataImage) -> None:
+        """Remember the offset at which a broker entered controlled shutdown (its change
+        comes last in its operation, so this is the operation's end)."""
+        if old.brokers is self.image.brokers:
+            return
+        for b in self.image.brokers.values():
+            if not b.in_controlled_shutdown:
+                self.shutdown_offsets.pop(b.broker_id, None)
+            elif b.broker_id not in self.shutdown_offsets:
+                prev = old.brokers.get(b.broker_id)
+                if prev is None or not prev.in_controlled_shutdown:
+                    self.shutdown_offsets[b.broker_id] = self.image.offset
 
     # -- which partitions each broker holds, so that fencing a broker costs its partitions
 
@@ -317,75 +340,51 @@ class QuorumController:
         return Result([rec], (ApiError.none(), epoch))
 
     def steady_heartbeat(
-        self, broker_id: int, epoch: int, want_fence: bool, now_ms: int
-    ) -> tuple[ApiError, bool] | None:
-        """The answer to a heartbeat that changes nothing (a live, unfenced broker of the
-        current epoch), or None if it needs the full operation. Such heartbeats are
-        answered at once and keep the session from their arrival, never waiting behind a
-        long operation (moving a million leaderships) — otherwise every other broker would
-        miss its session behind it."""
+        self,
+        broker_id: int,
+        epoch: int,
+        want_fence: bool,
+        now_ms: int,
+        *,
+        want_shut_down: bool = False,
+        metadata_offset: int = -1,
+    ) -> tuple[ApiError, bool, bool] | None:
+        """The answer to a heartbeat that changes nothing (an active broker of the current
+        epoch that wants to stay), or None if it needs the full operation. Such heartbeats
+        are answered at once and keep the session from their arrival, never waiting
+        behind a long operation (moving a million leaderships) — otherwise every other
+        broker would miss its session behind it."""
         b = self.image.brokers.get(broker_id)
-        if b is None or b.epoch != epoch or b.fenced or want_fence:
+        if b is None or b.epoch != epoch or not b.active or want_fence or want_shut_down:
             return None
         self._last_heartbeat_ms[broker_id] = now_ms
-        return ApiError.none(), False
+        self.broker_offsets[broker_id] = metadata_offset
+        return ApiError.none(), False, False
 
     def broker_heartbeat(
-        self, broker_id: int, epoch: int, want_fence: bool, caught_up: bool, now_ms: int
-    ) -> Result[tuple[ApiError, bool]]:
-        """Returns (error, is_fenced after this heartbeat)."""
-        b = self.image.brokers.get(broker_id)
-        if b is None or b.epoch != epoch:
-            return Result(
-                [],
-                (
-                    ApiError(
-                        ErrorCode.stale_broker_epoch,
-                        f"Broker {broker_id} epoch {epoch} is not current",
-                    ),
-                    True,
-                ),
-            )
-        from keeperless.controller.fencing import (
-            iter_leaders_after_fence,
-            iter_leaders_after_unfence,
-        )
+        self,
+        broker_id: int,
+        epoch: int,
+        want_fence: bool,
+        caught_up: bool,
+        now_ms: int,
+        *,
+        want_shut_down: bool = False,
+        metadata_offset: int = -1,
+    ) -> Result[tuple[ApiError, bool, bool]]:
+        """(error, is fenced, should shut down): see fencing.broker_heartbeat."""
+        from keeperless.controller.fencing import broker_heartbeat
 
-        self._last_heartbeat_ms[broker_id] = now_ms
-        held = len(self.partitions_by_broker.get(broker_id, ()))
-        if b.fenced and not want_fence and caught_up:
-            log.info(
-                "[node %d] Unfencing broker %d: caught up; it leads again the leaderless ones "
-                "of its %d partition(s)",
-                self.node_id,
-                broker_id,
-                held,
-            )
-            # leaders first, the unfence last (a failover cutting this short leaves the
-            # broker fenced, and its next heartbeat finishes the job)
-            moves = iter_leaders_after_unfence(self.image, broker_id, self.partitions_by_broker)
-            unfence = r.UnfenceBrokerRecord(id=broker_id, epoch=epoch)
-            return Result(
-                [], (ApiError.none(), False), atomic=False, more=itertools.chain(moves, [unfence])
-            )
-        if want_fence:
-            self._last_heartbeat_ms.pop(broker_id, None)  # a clean exit ends the session
-        if not b.fenced and want_fence:
-            log.info(
-                "[node %d] Fencing broker %d at its request (shutting down): its leaderships "
-                "move and it leaves the ISR of its %d partition(s)",
-                self.node_id,
-                broker_id,
-                held,
-            )
-            # moves first and the fence last, as Kafka does: a failover that cuts this
-            # short leaves the broker unfenced, so its next heartbeat finishes the job
-            moves = iter_leaders_after_fence(self.image, broker_id, self.partitions_by_broker)
-            fence = r.FenceBrokerRecord(id=broker_id, epoch=epoch)
-            return Result(
-                [], (ApiError.none(), True), atomic=False, more=itertools.chain(moves, [fence])
-            )
-        return Result([], (ApiError.none(), b.fenced))
+        return broker_heartbeat(
+            self,
+            broker_id,
+            epoch,
+            want_fence=want_fence,
+            want_shut_down=want_shut_down,
+            caught_up=caught_up,
+            metadata_offset=metadata_offset,
+            now_ms=now_ms,
+        )
 
     def unregister_broker(self, broker_id: int) -> Result[ApiError]:
         """Remove a broker's registration for good (it must be stopped: fenced)."""

@@ -13,6 +13,7 @@ __all__ = [
     "features_body",
     "metadata_changed_between",
     "metadata_version_for_release",
+    "record_version",
     "release_for_level",
 ]
 
@@ -46,6 +47,38 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
 # Levels that changed the metadata format (Kafka's MetadataVersion.didMetadataChange):
 # a downgrade across one of them could lose metadata, so it is refused.
 _METADATA_CHANGED = frozenset({7, 8, 11, 13, 14, 15, 17})
+
+
+# Kafka's MetadataVersion gates: the first level with each capability.
+_CONTROLLED_SHUTDOWN_STATE = 7  # 3.3-IV3: RegisterBrokerRecord v1
+_MIGRATION = 8  # 3.4-IV0: RegisterBrokerRecord v2
+_DIRECTORY_ASSIGNMENT = 17  # 3.7-IV2: PartitionRecord/PartitionChangeRecord v1, RegisterBroker v3
+
+
+def record_version(record: Any, level: int | None) -> int:
+    """The version of ``record`` that a controller at metadata.version ``level`` writes
+    (Kafka's MetadataVersion.partitionRecordVersion() and friends); None: the highest.
+    Fields a version lacks are not written, so older software can read what we write
+    until the cluster is upgraded."""
+    highest: int = record.HIGHEST_VERSION
+    if level is None:
+        return highest
+    name = type(record).__name__
+    if name in ("PartitionRecord", "PartitionChangeRecord"):
+        # v2 (ELR) needs 4.0-IV1, beyond the levels this build supports
+        return min(highest, 1 if level >= _DIRECTORY_ASSIGNMENT else 0)
+    if name == "RegisterBrokerRecord":
+        if level >= _DIRECTORY_ASSIGNMENT:
+            return min(highest, 3)
+        if level >= _MIGRATION:
+            return 2
+        return 1 if level >= _CONTROLLED_SHUTDOWN_STATE else 0
+    if name == "BrokerRegistrationChangeRecord":
+        # as Kafka writes them: v0 for fencing, v1 for the controlled-shutdown state
+        if record.log_dirs:
+            return 2
+        return 1 if record.in_controlled_shutdown else 0
+    return highest
 
 
 def metadata_changed_between(a: int, b: int) -> bool:

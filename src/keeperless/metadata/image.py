@@ -64,6 +64,11 @@ class BrokerRegistration:
     # feature name -> (min, max) supported level, as the broker registered it
     supported_features: Mapping[str, tuple[int, int]] = field(default_factory=lambda: _EMPTY)
 
+    @property
+    def active(self) -> bool:
+        """Unfenced and not shutting down: it may lead, join ISRs and take new replicas."""
+        return not self.fenced and not self.in_controlled_shutdown
+
 
 @dataclass(frozen=True, slots=True)
 class AclEntry:

@@ -10,6 +10,7 @@ from uuid import UUID
 
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.codec import encode_record
+from keeperless.metadata.features import METADATA_VERSION_FEATURE, record_version
 from keeperless.metadata.fieldspec import ZERO_UUID
 from keeperless.metadata.image import AclEntry, MetadataImage, TopicImage
 from keeperless.protocol.control import control_batch, snapshot_footer, snapshot_header
@@ -32,8 +33,9 @@ _RECORDS_COUNT_AT = 57  # the last int32 of the v2 batch header
 def image_records(image: MetadataImage) -> Iterator[Any]:
     """Records that, replayed in order on an empty image, rebuild ``image``."""
     yield from _head_records(image)
+    level = image.features.get(METADATA_VERSION_FEATURE)
     for topic in _sorted_topics(image):
-        yield from topic_records(topic)
+        yield from topic_records(topic, level)
     yield from _tail_records(image)
 
 
@@ -41,7 +43,9 @@ def _sorted_topics(image: MetadataImage) -> list[TopicImage]:
     return sorted(image.topics.values(), key=lambda t: t.name)
 
 
-def topic_records(topic: TopicImage) -> Iterator[Any]:
+def topic_records(topic: TopicImage, level: int | None = None) -> Iterator[Any]:
+    # directories exist from PartitionRecord v1 (metadata.version 3.7-IV2) on
+    dirs = level is None or record_version(r.PartitionRecord(), level) >= 1
     yield r.TopicRecord(name=topic.name, topic_id=topic.topic_id)
     for idx in sorted(topic.partitions):
         p = topic.partitions[idx]
@@ -53,7 +57,7 @@ def topic_records(topic: TopicImage) -> Iterator[Any]:
             leader=p.leader,
             leader_epoch=p.leader_epoch,
             partition_epoch=p.partition_epoch,
-            directories=tuple(ZERO_UUID for _ in p.replicas),
+            directories=tuple(ZERO_UUID for _ in p.replicas) if dirs else (),
         )
 
 
@@ -124,11 +128,14 @@ def acl_record(acl_id: UUID, a: AclEntry) -> r.AccessControlEntryRecord:
     )
 
 
-def _batches(records: Iterable[Any], timestamp_ms: int) -> Iterator[bytes]:
-    """The records in batches of up to _BATCH_RECORDS, each with base offset 0."""
+def _batches(
+    records: Iterable[Any], timestamp_ms: int, level: int | None = None
+) -> Iterator[bytes]:
+    """The records in batches of up to _BATCH_RECORDS, each with base offset 0, written
+    at the versions metadata.version ``level`` allows."""
     batch: list[tuple[bytes | None, bytes | None, tuple[()]]] = []
     for rec in records:
-        batch.append((None, encode_record(rec), ()))
+        batch.append((None, encode_record(rec, record_version(rec, level)), ()))
         if len(batch) >= _BATCH_RECORDS:
             yield build_batch(batch, timestamp_ms=timestamp_ms)
             batch.clear()
@@ -179,10 +186,14 @@ class SnapshotWriter:
 
     def __init__(self) -> None:
         self._topics: dict[UUID, tuple[TopicImage, list[bytes]]] = {}
+        self._level: int | None = None
 
     def write(self, image: MetadataImage, timestamp_ms: int) -> bytes:
+        level = image.features.get(METADATA_VERSION_FEATURE)
+        if level != self._level:  # other record versions: nothing cached is reusable
+            self._topics, self._level = {}, level
         out = _Out(timestamp_ms)
-        for batch in _batches(_head_records(image), timestamp_ms):
+        for batch in _batches(_head_records(image), timestamp_ms, level):
             out.add(batch)
         cache: dict[UUID, tuple[TopicImage, list[bytes]]] = {}
         for topic in _sorted_topics(image):
@@ -190,12 +201,12 @@ class SnapshotWriter:
             if hit is not None and hit[0] is topic:
                 batches = hit[1]
             else:
-                batches = list(_batches(topic_records(topic), timestamp_ms))
+                batches = list(_batches(topic_records(topic, level), timestamp_ms, level))
             cache[topic.topic_id] = (topic, batches)
             for batch in batches:
                 out.add(batch)
         self._topics = cache  # deleted topics drop out
-        for batch in _batches(_tail_records(image), timestamp_ms):
+        for batch in _batches(_tail_records(image), timestamp_ms, level):
             out.add(batch)
         return out.finish()
 

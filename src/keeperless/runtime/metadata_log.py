@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from keeperless.metadata.codec import decode_record, encode_record
+from keeperless.metadata.features import record_version
 from keeperless.metadata.image import MetadataDelta, MetadataImage
 from keeperless.metadata.snapshot import SnapshotWriter
 from keeperless.protocol.records import iter_batches, record_values
@@ -115,6 +116,7 @@ class MetadataLog:
         self._drain_scheduled = False
         self._delivered = -1  # the last offset applied to the listeners
         self._snapshotting = False
+        self._closed = False
         self._snapshot_writer = SnapshotWriter()  # keeps unchanged topics' encoded batches
         self._timer: asyncio.TimerHandle | None = None
         self.leadership_listeners: list[Callable[[bool], None]] = []
@@ -164,8 +166,10 @@ class MetadataLog:
     def committed_offset(self) -> int:
         return self.core.high_watermark - 1
 
-    def propose(self, records: list[Any]) -> int:
-        last = self.core.propose([encode_record(r) for r in records], _now_ms())
+    def propose(self, records: list[Any], metadata_version: int | None = None) -> int:
+        """Append ``records`` (written at the versions ``metadata_version`` allows)."""
+        encoded = [encode_record(r, record_version(r, metadata_version)) for r in records]
+        last = self.core.propose(encoded, _now_ms())
         if self.metrics is not None:
             self.metrics.append_records.inc(len(records))
             self._pending_commits.append((last, time.perf_counter()))
@@ -334,8 +338,8 @@ class MetadataLog:
 
     def _snapshot_encoded(self, end: int, fut: asyncio.Future[bytes], t0: float) -> None:
         self._snapshotting = False
-        if fut.cancelled():
-            return
+        if fut.cancelled() or self._closed:
+            return  # (stopping while a snapshot was being written: it is not needed)
         exc = fut.exception()
         if exc is not None:
             log.warning("[node %d] Snapshot at %d failed: %s", self.node_id, end, exc)
@@ -424,6 +428,7 @@ class MetadataLog:
             self._election_started = None
 
     def close(self) -> None:
+        self._closed = True
         if self._timer is not None:
             self._timer.cancel()
         if self._linger is not None:

@@ -96,18 +96,36 @@ class LocalController:
         )
 
     async def broker_heartbeat(
-        self, broker_id: int, epoch: int, want_fence: bool, metadata_offset: int
-    ) -> tuple[ApiError, bool]:
+        self,
+        broker_id: int,
+        epoch: int,
+        want_fence: bool,
+        metadata_offset: int,
+        want_shut_down: bool = False,
+    ) -> tuple[ApiError, bool, bool]:
         # caught up once the broker has applied its own registration record
         caught_up = metadata_offset >= epoch
         if self.service.is_active:
             steady = self.service.controller.steady_heartbeat(
-                broker_id, epoch, want_fence, _now_ms()
+                broker_id,
+                epoch,
+                want_fence,
+                _now_ms(),
+                want_shut_down=want_shut_down,
+                metadata_offset=metadata_offset,
             )
             if steady is not None:
                 return steady
         return await self.service.call(
-            lambda c: c.broker_heartbeat(broker_id, epoch, want_fence, caught_up, _now_ms())
+            lambda c: c.broker_heartbeat(
+                broker_id,
+                epoch,
+                want_fence,
+                caught_up,
+                _now_ms(),
+                want_shut_down=want_shut_down,
+                metadata_offset=metadata_offset,
+            )
         )
 
     async def allocate_producer_ids(self, broker_id: int, epoch: int) -> tuple[ApiError, int, int]:
@@ -222,10 +240,15 @@ class ControllerClient:
         return result
 
     async def broker_heartbeat(
-        self, broker_id: int, epoch: int, want_fence: bool, metadata_offset: int
-    ) -> tuple[ApiError, bool]:
-        result: tuple[ApiError, bool] = await self._call(
-            "broker_heartbeat", broker_id, epoch, want_fence, metadata_offset
+        self,
+        broker_id: int,
+        epoch: int,
+        want_fence: bool,
+        metadata_offset: int,
+        want_shut_down: bool = False,
+    ) -> tuple[ApiError, bool, bool]:
+        result: tuple[ApiError, bool, bool] = await self._call(
+            "broker_heartbeat", broker_id, epoch, want_fence, metadata_offset, want_shut_down
         )
         return result
 
@@ -401,8 +424,12 @@ class ControllerApis:
 
     async def broker_heartbeat(self, header: RequestHeader, req: Any) -> Any:
         try:
-            err, fenced = await self.local.broker_heartbeat(
-                req.broker_id, req.broker_epoch, req.want_fence, req.current_metadata_offset
+            err, fenced, shut_down = await self.local.broker_heartbeat(
+                req.broker_id,
+                req.broker_epoch,
+                req.want_fence,
+                req.current_metadata_offset,
+                req.want_shut_down,
             )
         except NotControllerError:
             return self._not_controller(
@@ -415,7 +442,7 @@ class ControllerApis:
                 "error_code": err.code,
                 "is_caught_up": not fenced,
                 "is_fenced": fenced,
-                "should_shut_down": False,
+                "should_shut_down": shut_down,
             },
         )
 

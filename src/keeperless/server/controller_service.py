@@ -147,7 +147,7 @@ class ControllerService:
                         await asyncio.sleep(0)
                     expected = self.mlog.core.log_end_offset + len(chunk) - 1
                     self.controller.replay(chunk, expected)
-                    last = self.mlog.propose(chunk)
+                    last = self.mlog.propose(chunk, self.controller.metadata_version)
                     assert last == expected, (last, expected)
             except NotLeaderError:
                 self.controller.rollback(before)

@@ -37,6 +37,9 @@ from keeperless.storage.log import LogConfig
 __all__ = ["ListenError", "Node", "run_node"]
 
 log = logging.getLogger(__name__)
+# how long a stopping broker waits for its controlled shutdown (Kafka waits up to 5 min)
+CONTROLLED_SHUTDOWN_S = 60.0
+CONTROLLED_SHUTDOWN_POLL_S = 0.1
 
 
 class ListenError(RuntimeError):
@@ -327,7 +330,7 @@ class Node:
         assert self.broker is not None
         b = self.broker
         try:
-            _err, fenced = await b.controller.broker_heartbeat(
+            _err, fenced, _ = await b.controller.broker_heartbeat(
                 b.node_id, b.broker_epoch, False, b.image.offset
             )
         except ControllerUnavailableError as e:
@@ -336,6 +339,26 @@ class Node:
         if fenced != b.fenced:
             log.info("[node %d] Broker is now %s", b.node_id, "fenced" if fenced else "unfenced")
         b.fenced = fenced
+
+    async def _controlled_shutdown(self) -> None:
+        """Kafka's controlled shutdown: heartbeats asking to shut down until the controller
+        answers that we may (our leaderships have moved and the other brokers know it);
+        it fences us then, which also ends our session so that a restart registers at
+        once."""
+        assert self.broker is not None
+        b = self.broker
+        logged = False
+        while True:
+            _err, _fenced, done = await b.controller.broker_heartbeat(
+                b.node_id, b.broker_epoch, False, b.image.offset, True
+            )
+            if done:
+                log.info("[node %d] Controlled shutdown complete", b.node_id)
+                return
+            if not logged:
+                log.info("[node %d] In controlled shutdown: waiting for the controller", b.node_id)
+                logged = True
+            await asyncio.sleep(CONTROLLED_SHUTDOWN_POLL_S)
 
     async def _heartbeat_loop(self) -> None:
         interval = self.config["broker.heartbeat.interval.ms"] / 1000
@@ -361,12 +384,8 @@ class Node:
             t.cancel()
         b = self.broker
         if b is not None and b.broker_epoch >= 0:
-            # end our session cleanly so that a restart can register at once
             with contextlib.suppress(ControllerUnavailableError, OSError, TimeoutError):
-                await asyncio.wait_for(
-                    b.controller.broker_heartbeat(b.node_id, b.broker_epoch, True, b.image.offset),
-                    2.0,
-                )
+                await asyncio.wait_for(self._controlled_shutdown(), CONTROLLED_SHUTDOWN_S)
         if self.replicas is not None:
             self.replicas.stop()
         if self.mlog.core.is_leader and len(self.mlog.core.voters) > 1:
