@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 from uuid import UUID
 
@@ -189,6 +189,17 @@ class SnapshotWriter:
         self._level: int | None = None
 
     def write(self, image: MetadataImage, timestamp_ms: int) -> bytes:
+        steps = self.steps(image, timestamp_ms)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                data: bytes = done.value
+                return data
+
+    def steps(self, image: MetadataImage, timestamp_ms: int) -> Generator[None, None, bytes]:
+        """The snapshot's bytes as the generator's return value; it yields after each
+        topic it had to encode, so that the caller can share the thread meanwhile."""
         level = image.features.get(METADATA_VERSION_FEATURE)
         if level != self._level:  # other record versions: nothing cached is reusable
             self._topics, self._level = {}, level
@@ -202,6 +213,7 @@ class SnapshotWriter:
                 batches = hit[1]
             else:
                 batches = list(_batches(topic_records(topic, level), timestamp_ms, level))
+                yield
             cache[topic.topic_id] = (topic, batches)
             for batch in batches:
                 out.add(batch)

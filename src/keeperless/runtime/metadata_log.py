@@ -29,6 +29,7 @@ __all__ = ["METADATA_TOPIC", "MetadataLog", "decode_entry", "image_of_snapshot",
 
 log = logging.getLogger(__name__)
 _DRAIN_SLICE_S = 0.05
+_SNAPSHOT_SLICE_S = 0.02
 
 METADATA_TOPIC = "__cluster_metadata"
 Listener = Callable[[list[Any], int], None]
@@ -117,6 +118,7 @@ class MetadataLog:
         self._delivered = -1  # the last offset applied to the listeners
         self._snapshotting = False
         self._closed = False
+        self._snapshot_task: asyncio.Task[None] | None = None
         self._snapshot_writer = SnapshotWriter()  # keeps unchanged topics' encoded batches
         self._timer: asyncio.TimerHandle | None = None
         self.leadership_listeners: list[Callable[[bool], None]] = []
@@ -325,26 +327,37 @@ class MetadataLog:
         except RuntimeError:  # tools and tests without a loop
             self._finish_snapshot(end, self._snapshot_writer.write(image, now), t0)
             return
-        # Encoding and writing a big image takes seconds: a worker thread does both, so
-        # the event loop keeps answering fetches and votes (the image is immutable).
+        # Encoding a big image takes seconds of CPU. It runs on the event loop in slices
+        # (a worker thread holding the GIL for seconds made every socket call of the loop
+        # wait up to the 5 ms switch interval, and followers missed the fetch timeout);
+        # writing and fsyncing the file, which releases the GIL, is done in a thread.
         self._snapshotting = True
-        fut = loop.run_in_executor(None, self._encode_and_stage, image, now, sid)
-        fut.add_done_callback(lambda f: self._snapshot_encoded(end, f, t0))
+        self._snapshot_task = loop.create_task(self._write_snapshot(image, now, sid, end, t0))
 
-    def _encode_and_stage(self, image: MetadataImage, now: int, sid: SnapshotId) -> bytes:
-        data = self._snapshot_writer.write(image, now)
-        self.raft_log.stage_snapshot(sid, data)
-        return data
-
-    def _snapshot_encoded(self, end: int, fut: asyncio.Future[bytes], t0: float) -> None:
-        self._snapshotting = False
-        if fut.cancelled() or self._closed:
-            return  # (stopping while a snapshot was being written: it is not needed)
-        exc = fut.exception()
-        if exc is not None:
-            log.warning("[node %d] Snapshot at %d failed: %s", self.node_id, end, exc)
+    async def _write_snapshot(
+        self, image: MetadataImage, now: int, sid: SnapshotId, end: int, t0: float
+    ) -> None:
+        try:
+            steps = self._snapshot_writer.steps(image, now)
+            turn_end = time.monotonic() + _SNAPSHOT_SLICE_S
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    data: bytes = done.value
+                    break
+                if time.monotonic() > turn_end:
+                    await asyncio.sleep(0)
+                    turn_end = time.monotonic() + _SNAPSHOT_SLICE_S
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self.raft_log.stage_snapshot, sid, data)
+        except Exception as e:  # an operator reads this; the next snapshot retries
+            log.warning("[node %d] Snapshot at %d failed: %s", self.node_id, end, e)
             return
-        self._finish_snapshot(end, fut.result(), t0)
+        finally:
+            self._snapshotting = False
+        if not self._closed:  # (stopping meanwhile: it is not needed)
+            self._finish_snapshot(end, data, t0)
 
     def _finish_snapshot(self, end: int, data: bytes, t0: float) -> None:
         try:
