@@ -63,3 +63,13 @@ def test_failed_append_rolls_back_the_index() -> None:
     _more_changes(c, log)
     c.rollback(before)
     assert _index(c) == _expected(before)
+
+
+def test_a_failed_append_keeps_what_committed_meanwhile() -> None:
+    c, log = active_cluster()
+    before = c.image
+    _more_changes(c, log)
+    log.commit(2)  # a big operation's first chunks committed before the append failed
+    c.rollback(before)
+    assert c.image is c.committed
+    assert _index(c) == _expected(c.committed)

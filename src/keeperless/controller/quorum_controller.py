@@ -192,7 +192,10 @@ class QuorumController:
         self._last_heartbeat_ms.clear()
 
     def rollback(self, image: MetadataImage) -> None:
-        """Records applied as appended could not be appended after all."""
+        """Records applied as appended could not be appended after all (those of them
+        that committed meanwhile stay)."""
+        if image.offset < self.committed.offset:
+            image = self.committed
         self._undo_to(image.offset)
         self.image = image
 

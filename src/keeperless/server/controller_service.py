@@ -26,6 +26,7 @@ __all__ = ["ControllerService", "NotControllerError"]
 log = logging.getLogger(__name__)
 
 PROPOSE_CHUNK = 2000  # records encoded between two turns of the event loop
+MAX_UNCOMMITTED = 10 * PROPOSE_CHUNK  # records a big operation may have appended, uncommitted
 T = TypeVar("T")
 
 
@@ -145,6 +146,12 @@ class ControllerService:
                 for i, chunk in enumerate(chunks):
                     if i:
                         await asyncio.sleep(0)
+                        # Flow control: a million changes must not run ahead of what the
+                        # voters can replicate and apply, or on a busy machine they miss
+                        # the fetch timeout and the leadership is lost over and over.
+                        behind = last - self.mlog.committed_offset
+                        if behind > MAX_UNCOMMITTED:
+                            await self.mlog.wait_committed(last - MAX_UNCOMMITTED // 2)
                     expected = self.mlog.core.log_end_offset + len(chunk) - 1
                     self.controller.replay(chunk, expected)
                     last = self.mlog.propose(chunk, self.controller.metadata_version)
