@@ -13,7 +13,10 @@ do), then
    partitions led elsewhere;
 5. failover of the active controller (kill -9) until a new one answers CreateTopics.
 
-    python bench/controller_scale.py [--topics 10000] [--partitions 100]
+    python bench/controller_scale.py [--topics 10000] [--partitions 100] [--fetch-timeout-ms 2000]
+
+(The 1M run on a 2-core machine needs --fetch-timeout-ms 10000: the four node processes
+starve each other past Kafka's 2 s default while a million changes replicate.)
 
 Prints a table beside Kafka's published KRaft figures for 2,000,000 partitions and
 writes bench/results/controller-scale-<time>.json.
