@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 NO_LEADER = -1
 # Kafka's BrokerRegistrationFencingChange and BrokerRegistrationInControlledShutdownChange
@@ -150,14 +151,19 @@ def fence_stale_brokers(c: QuorumController, now_ms: int) -> Result[list[int]]:
     ]
     if not stale:
         return Result([], [])
-    # Kafka's order: the leaderships move first and the fence comes last, so that if a
-    # failover cuts this (non-atomic) change short, the broker is still unfenced and the
-    # next active controller fences it again, moving what is left
     fences = [fence_record(b, c.image.brokers[b].epoch) for b in stale]
     for b in stale:
         c._last_heartbeat_ms.pop(b, None)
     moves = iter_leaders_after_fence(c.image, stale, c.partitions_by_broker)
-    return Result([], stale, atomic=False, more=itertools.chain(moves, fences))
+    return _moves_then(stale, moves, fences)
+
+
+def _moves_then(response: T, moves: Iterator[Any], state_changes: list[Any]) -> Result[T]:
+    """Kafka's order for a broker's state change: its partitions' changes first
+    (generated lazily, appended in chunks: not atomic), the broker's own record last — so a
+    failover that commits only part of it leaves the broker in its old state, and the next
+    heartbeat or session check finishes the job."""
+    return Result([], response, atomic=False, more=itertools.chain(moves, state_changes))
 
 
 def broker_heartbeat(
@@ -203,8 +209,7 @@ def broker_heartbeat(
             held,
         )
         moves = iter_leaders_after_unfence(c.image, broker_id, index)
-        tail = [unfence_record(broker_id, epoch)]
-        return Result([], (ok, False, False), atomic=False, more=itertools.chain(moves, tail))
+        return _moves_then((ok, False, False), moves, [unfence_record(broker_id, epoch)])
     if want_fence or (want_shut_down and b.in_controlled_shutdown and _shutdown_done(c, b)):
         if want_shut_down:
             log.info(
@@ -216,10 +221,7 @@ def broker_heartbeat(
             log.info("[node %d] Fencing broker %d at its request", c.node_id, broker_id)
         c._last_heartbeat_ms.pop(broker_id, None)
         moves = iter_leaders_after_fence(c.image, broker_id, index)
-        tail = [fence_record(broker_id, epoch)]
-        return Result(
-            [], (ok, True, want_shut_down), atomic=False, more=itertools.chain(moves, tail)
-        )
+        return _moves_then((ok, True, want_shut_down), moves, [fence_record(broker_id, epoch)])
     if b.in_controlled_shutdown or not want_shut_down:
         return Result([], (ok, False, False))
     log.info(
@@ -230,8 +232,7 @@ def broker_heartbeat(
         held,
     )
     moves = iter_leaders_after_fence(c.image, broker_id, index)
-    tail = [controlled_shutdown_record(broker_id, epoch)]
-    return Result([], (ok, False, False), atomic=False, more=itertools.chain(moves, tail))
+    return _moves_then((ok, False, False), moves, [controlled_shutdown_record(broker_id, epoch)])
 
 
 def _shutdown_done(c: QuorumController, b: BrokerRegistration) -> bool:
