@@ -133,18 +133,20 @@ def test_the_broker_index_follows_every_change() -> None:
     res = c.broker_heartbeat(4, 0, True, True, 100)  # broker 4 stops cleanly
     c.replay(res.all_records(), 42)
     assert index() == walk()
-    from keeperless.metadata.snapshot import image_records
+    from keeperless.metadata.snapshot import SnapshotWriter
+    from keeperless.raft.messages import SnapshotId
+    from keeperless.runtime.metadata_log import image_of_snapshot
 
-    c.load_snapshot(list(image_records(c.image)), 43)
+    c.load_image(image_of_snapshot(SnapshotWriter().write(c.image, 0), SnapshotId(43, 1))[1])
     assert index() == walk()
-    from keeperless.controller.fencing import leaders_after_fence
+    from keeperless.controller.fencing import iter_leaders_after_fence
 
     def key(rec: object) -> tuple:
         return (rec.topic_id, rec.partition_id)  # type: ignore[attr-defined]
 
-    indexed = sorted(leaders_after_fence(c.image, 5, c.partitions_by_broker), key=key)
+    indexed = sorted(iter_leaders_after_fence(c.image, 5, c.partitions_by_broker), key=key)
     assert indexed
-    assert indexed == sorted(leaders_after_fence(c.image, 5), key=key)
+    assert indexed == sorted(iter_leaders_after_fence(c.image, 5), key=key)
 
 
 def test_only_independent_changes_may_be_split_across_batches() -> None:

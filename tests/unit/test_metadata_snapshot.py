@@ -14,7 +14,6 @@ from keeperless.metadata.image import MetadataDelta, MetadataImage
 from keeperless.metadata.snapshot import (
     SnapshotWriter,
     image_records,
-    snapshot_bytes,
 )
 from keeperless.protocol.records import iter_batches
 from keeperless.runtime.metadata_log import decode_entry
@@ -40,7 +39,7 @@ def _controller_with_state() -> QuorumController:
 
 def test_snapshot_rebuilds_the_image() -> None:
     c = _controller_with_state()
-    data = snapshot_bytes(c.image, 1234)
+    data = SnapshotWriter().write(c.image, 1234)
     delta = MetadataDelta(MetadataImage())
     for rec in decode_entry(data):
         delta.replay(rec)

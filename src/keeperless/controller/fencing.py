@@ -29,8 +29,6 @@ __all__ = [
     "fence_stale_brokers",
     "iter_leaders_after_fence",
     "iter_leaders_after_unfence",
-    "leaders_after_fence",
-    "leaders_after_unfence",
     "start_sessions",
     "unfence_record",
 ]
@@ -118,14 +116,6 @@ def iter_leaders_after_fence(
             yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, isr=isr)
 
 
-def leaders_after_fence(
-    image: MetadataImage,
-    broker_id: int | Iterable[int],
-    index: Mapping[int, set[PartitionKey]] | None = None,
-) -> list[Any]:
-    return list(iter_leaders_after_fence(image, broker_id, index))
-
-
 def iter_leaders_after_unfence(
     image: MetadataImage, broker_id: int, index: Mapping[int, set[PartitionKey]] | None = None
 ) -> Iterator[Any]:
@@ -133,12 +123,6 @@ def iter_leaders_after_unfence(
     for tid, idx, p in _candidates(image, index, (broker_id,)):
         if p.leader == NO_LEADER and broker_id in p.isr:
             yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=broker_id)
-
-
-def leaders_after_unfence(
-    image: MetadataImage, broker_id: int, index: Mapping[int, set[PartitionKey]] | None = None
-) -> list[Any]:
-    return list(iter_leaders_after_unfence(image, broker_id, index))
 
 
 def fence_stale_brokers(c: QuorumController, now_ms: int) -> Result[list[int]]:

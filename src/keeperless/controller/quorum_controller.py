@@ -171,13 +171,6 @@ class QuorumController:
         while self._journal and self._journal[0][0] <= self.committed.offset:
             self._journal.popleft()
 
-    def load_snapshot(self, records: Sequence[Any], end_offset: int) -> None:
-        delta = MetadataDelta(MetadataImage())
-        for rec in records:
-            delta.replay(rec)
-        delta.offset = end_offset - 1
-        self.load_image(delta.apply())
-
     def load_image(self, image: MetadataImage) -> None:
         """A snapshot's image replaces everything (a controller that fell behind)."""
         self.committed = self.image = image

@@ -19,7 +19,6 @@ from keeperless.protocol.records import build_batch
 __all__ = [
     "SnapshotWriter",
     "image_records",
-    "snapshot_bytes",
     "snapshot_of_records",
     "topic_records",
 ]
@@ -221,7 +220,3 @@ class SnapshotWriter:
         for batch in _batches(_tail_records(image), timestamp_ms, level):
             out.add(batch)
         return out.finish()
-
-
-def snapshot_bytes(image: MetadataImage, timestamp_ms: int) -> bytes:
-    return SnapshotWriter().write(image, timestamp_ms)

@@ -209,15 +209,20 @@ class RaftCore:
             "observers": [replica(o) for o in sorted(self.progress) if o not in self.voters],
         }
 
-    def take_snapshot(self, end_offset: int, data: bytes) -> SnapshotId:
-        """Record the state machine's image of every record below ``end_offset`` (which
-        must be applied and committed, at a batch boundary) and drop the log it covers."""
+    def snapshot_id(self, end_offset: int) -> SnapshotId:
+        """The id a snapshot of every record below ``end_offset`` gets; raises ValueError
+        unless they are applied and committed and ``end_offset`` is a batch boundary."""
         if end_offset > min(self.high_watermark, self.applied):
             raise ValueError("a snapshot may only cover applied, committed records")
         entries = self.log.read(end_offset - 1, 1)
         if not entries or entries[0].last_offset != end_offset - 1:
             raise ValueError(f"snapshot end {end_offset} is not at a batch boundary")
-        sid = SnapshotId(end_offset, entries[0].epoch)
+        return SnapshotId(end_offset, entries[0].epoch)
+
+    def take_snapshot(self, end_offset: int, data: bytes) -> SnapshotId:
+        """Record the state machine's image of every record below ``end_offset`` and drop
+        the log it covers."""
+        sid = self.snapshot_id(end_offset)
         self.log.take_snapshot(sid, data)
         return sid
 

@@ -314,10 +314,10 @@ class MetadataLog:
         end = min(self.core.applied, self._delivered + 1)
         if end <= self.raft_log.start_offset:
             return
-        entries = self.raft_log.read(end - 1, 1)
-        if not entries or entries[0].last_offset != end - 1:
-            return  # not at a batch boundary (the core would refuse it)
-        sid = SnapshotId(end, entries[0].epoch)
+        try:
+            sid = self.core.snapshot_id(end)
+        except ValueError:
+            return  # not at a batch boundary yet
         image = self.snapshot_source()
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = now

@@ -194,7 +194,6 @@ class FileRaftLog:
         i = bisect.bisect_left(self._bases, self.plog.log_start_offset)
         del self._index[:i]
         del self._bases[:i]
-        log.info("Wrote metadata snapshot %s (%d bytes)", snapshot_file_name(snapshot), len(data))
 
     def install_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
         self.truncations += 1

@@ -11,7 +11,7 @@ import cmd
 import contextlib
 import json
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -19,7 +19,7 @@ import keeperless
 from keeperless.metadata.codec import record_to_json
 from keeperless.metadata.image import MetadataDelta, MetadataImage
 from keeperless.metadata.snapshot import image_records
-from keeperless.runtime.metadata_log import decode_entry
+from keeperless.runtime.metadata_log import decode_entry, iter_entry
 from keeperless.storage.meta_properties import uuid_to_kafka
 from keeperless.tools.client import ToolError
 
@@ -35,7 +35,7 @@ __all__ = [
 Tree = dict[str, Any]  # a directory: name -> Tree | str (file contents)
 
 
-def _replay(records: list[Any], image: MetadataImage | None = None) -> MetadataImage:
+def _replay(records: Iterable[Any], image: MetadataImage | None = None) -> MetadataImage:
     delta = MetadataDelta(image or MetadataImage())
     for r in records:
         delta.replay(r)
@@ -45,7 +45,7 @@ def _replay(records: list[Any], image: MetadataImage | None = None) -> MetadataI
 def load_snapshot(path: Path) -> MetadataImage:
     if not path.exists():
         raise ToolError(f"--snapshot {path} does not exist")
-    return _replay(decode_entry(path.read_bytes()))
+    return _replay(iter_entry(path.read_bytes()))
 
 
 def load_directory(path: Path) -> MetadataImage:
@@ -61,7 +61,7 @@ def load_directory(path: Path) -> MetadataImage:
     try:
         image = MetadataImage()
         if raft_log.snapshot_id is not None:
-            image = _replay(decode_entry(raft_log.snapshot_data()))
+            image = _replay(iter_entry(raft_log.snapshot_data()))
         for e in raft_log.read(raft_log.start_offset, 2**62):
             if not e.control:
                 image = _replay(decode_entry(e.data), image)
@@ -167,7 +167,7 @@ def _fetch_snapshot(
             raise ToolError(f"FetchSnapshot failed: {p.error_code.name}")
         data += bytes(p.unaligned_records or b"")
         if len(data) >= p.size:
-            return _replay(decode_entry(bytes(data))), sid.end_offset
+            return _replay(iter_entry(bytes(data))), sid.end_offset
 
 
 def _quota_tree(image: MetadataImage) -> Tree:
