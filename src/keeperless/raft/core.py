@@ -1,9 +1,17 @@
 """The KRaft consensus core (KIP-595 pull-based Raft, KIP-996 pre-vote), sans-I/O.
 
 Shaped like etcd's RawNode: the driver feeds messages (``step``), time (``tick``) and
-proposals, then takes ``ready()``: the election state to persist first, whether the log
-needs an fsync, messages to send (only after both are durable), committed entries and
-snapshots to apply. It reports durability with ``on_persisted``.
+proposals, then takes ``ready()`` and handles it in order: (1) write the election state
+durably, and only then (2) send the messages; (3) fsync the log when asked and report
+it with ``on_persisted``; (4) load a snapshot, (5) apply the committed entries.
+
+What must be durable before a message leaves is made so by the core itself, so the
+driver need not hold messages back while the log is being fsynced: a vote, a candidacy
+or a leadership is in the election state of step 1; a follower or observer sends its
+next fetch (whose offset the leader counts towards the high watermark) only once
+``on_persisted`` has covered its whole log; a leader counts only its own durable end,
+so a fetch response may carry entries it has not fsynced yet, as in Kafka. Committed
+entries are handed out only once durable locally.
 
 Roles follow Kafka's QuorumState: unattached, prospective, candidate, leader, follower,
 resigned; a node outside the voter set is an observer that only fetches. Every role
@@ -17,8 +25,8 @@ import logging
 import random
 from dataclasses import dataclass, field
 
-from keeperless.protocol.control import control_batch, leader_change
 from keeperless.protocol.records import build_batch
+from keeperless.raft import election
 from keeperless.raft import messages as m
 from keeperless.raft import replication as rep
 from keeperless.raft.log import RaftLog
@@ -97,12 +105,15 @@ class RaftCore:
         self._parked: list[tuple[m.FetchRequest, int]] = []
         self._leader_since_ms = now_ms
         self._last_quorum_warning_ms = -(2**62)
-        # elections
+        # elections: votes received, and the vote request in flight to each voter
         self._votes: dict[int, bool] = {}
+        self._vote_requests: dict[int, tuple[m.VoteRequest, int]] = {}
         # when we last heard from the leader itself (not about it): only that makes us
         # refuse pre-votes, so hearsay about a dead leader cannot livelock an election
         self._leader_contact_ms = -(2**62)
-        # follower / observer
+        # follower / observer: the one fetch (or snapshot fetch) in flight, and until
+        # when it may be answered (or, with none in flight, a backoff before the next)
+        self._fetching: m.FetchRequest | m.FetchSnapshotRequest | None = None
         self._inflight_until = -1
         self._snapshot_buf = bytearray()
         self._snapshot_target: SnapshotId | None = None
@@ -132,7 +143,7 @@ class RaftCore:
     def start(self, now_ms: int) -> None:
         s = self.state
         if self.voters == (self.node_id,):
-            self._become_candidate(now_ms)
+            election.become_candidate(self, now_ms)
         elif s.leader_id not in (-1, self.node_id):
             self._transition(Role.FOLLOWER, s.epoch, s.leader_id, s.voted_id, now_ms)
         else:
@@ -159,6 +170,9 @@ class RaftCore:
             deadlines.append(min(d for _, d in self._parked))
         if self._inflight_until >= 0:
             deadlines.append(self._inflight_until)
+        vote = election.vote_deadline(self)
+        if vote is not None:
+            deadlines.append(vote)
         return min(deadlines)
 
     def on_persisted(self, durable_end_offset: int, now_ms: int) -> None:
@@ -237,10 +251,12 @@ class RaftCore:
                     rep.answer_fetch(self, req, now_ms)
         if 0 <= self._inflight_until <= now_ms:
             self._inflight_until = -1
+            self._fetching = None  # timed out: a late answer to it will be dropped
             if self.role is Role.FOLLOWER and not self.is_voter:
                 self._transition(Role.UNATTACHED, self.epoch, -1, -1, now_ms)
         if now_ms >= self._deadline:
             self._on_deadline(now_ms)
+        election.retry_votes(self, now_ms)
         rep.maybe_fetch(self, now_ms)
 
     def _on_deadline(self, now_ms: int) -> None:
@@ -258,9 +274,9 @@ class RaftCore:
                 self.leader_id,
                 self.config.fetch_timeout_ms,
             )
-            self._become_prospective(now_ms)
+            election.become_prospective(self, now_ms)
         elif role in (Role.UNATTACHED, Role.RESIGNED, Role.PROSPECTIVE, Role.CANDIDATE):
-            self._become_prospective(now_ms)
+            election.become_prospective(self, now_ms)
 
     def _check_quorum(self, now_ms: int) -> None:
         cfg = self.config
@@ -294,6 +310,11 @@ class RaftCore:
     def _backoff(self, now_ms: int) -> int:
         return now_ms + 1 + self.rng.randrange(max(self.config.election_backoff_max_ms, 1))
 
+    def _new_request_id(self) -> int:
+        # random rather than counted, so that a restarted node never reuses the id of a
+        # request its previous incarnation sent (whose answer may still be on its way)
+        return self.rng.getrandbits(62)
+
     # -- transitions --------------------------------------------------------------------
 
     def _transition(self, role: Role, epoch: int, leader: int, voted: int, now_ms: int) -> None:
@@ -304,10 +325,12 @@ class RaftCore:
         self.state = new
         self.role = role
         self._votes = {}
+        self._vote_requests = {}
         parked, self._parked = self._parked, []
         for req, _ in parked:  # long-polling fetchers learn at once that we moved on
             rep.fetch_error(self, req, m.NOT_LEADER_OR_FOLLOWER)
         self._inflight_until = -1
+        self._fetching = None  # an answer to a request of the previous state is dropped
         if role is Role.FOLLOWER:
             self._deadline = now_ms + self.config.fetch_timeout_ms
         elif role is Role.LEADER:
@@ -328,84 +351,6 @@ class RaftCore:
                 old_role.value,
                 old_epoch,
             )
-
-    def _become_prospective(self, now_ms: int) -> None:
-        if not self.is_voter:
-            return
-        self._transition(Role.PROSPECTIVE, self.epoch, -1, self.state.voted_id, now_ms)
-        self._votes = {self.node_id: True}
-        if self._tally(now_ms):
-            return
-        for v in self.voters:
-            if v != self.node_id:
-                self._send(
-                    m.VoteRequest(
-                        self.node_id,
-                        v,
-                        self.epoch + 1,
-                        self.log.last_epoch(),
-                        self.log.end_offset,
-                        pre_vote=True,
-                    )
-                )
-
-    def _become_candidate(self, now_ms: int) -> None:
-        self._transition(Role.CANDIDATE, self.epoch + 1, -1, self.node_id, now_ms)
-        self._votes = {self.node_id: True}
-        if self._tally(now_ms):
-            return
-        for v in self.voters:
-            if v != self.node_id:
-                self._send(
-                    m.VoteRequest(
-                        self.node_id, v, self.epoch, self.log.last_epoch(), self.log.end_offset
-                    )
-                )
-
-    def _tally(self, now_ms: int) -> bool:
-        granted = sum(1 for g in self._votes.values() if g)
-        rejected = sum(1 for g in self._votes.values() if not g)
-        need = majority(len(self.voters))
-        if granted >= need:
-            if self.role is Role.PROSPECTIVE:
-                self._become_candidate(now_ms)
-            else:
-                self._become_leader(now_ms)
-            return True
-        if len(self.voters) - rejected < need:
-            # lost: try again after a randomized backoff
-            self._deadline = self._backoff(now_ms)
-        return False
-
-    def _become_leader(self, now_ms: int) -> None:
-        self._transition(Role.LEADER, self.epoch, self.node_id, self.node_id, now_ms)
-        self._leader_since_ms = now_ms
-        self.progress = {v: Progress() for v in self.voters if v != self.node_id}
-        self.epoch_start_offset = self.log.end_offset
-        batch = control_batch(
-            leader_change(
-                self.node_id,
-                list(self.voters),
-                [v for v, g in self._votes.items() if g] or [self.node_id],
-            ),
-            timestamp_ms=now_ms,
-        )
-        self._append_local(batch, 1, now_ms, control=True)
-        for v in self.voters:
-            if v != self.node_id:
-                self._send(m.BeginQuorumEpoch(self.node_id, v, self.epoch, self.node_id))
-
-    def _leave_voter_set(self, told_by: int, now_ms: int) -> None:
-        """A voter says we are not in its voter set: we were removed. Go on observing."""
-        log.warning(
-            "[node %d] Voter %d says node %d is not one of its voters (removed from "
-            "controller.quorum.voters?): continuing as an observer",
-            self.node_id,
-            told_by,
-            self.node_id,
-        )
-        self.voters = tuple(v for v in self.voters if v != self.node_id)
-        self._transition(Role.UNATTACHED, self.epoch, -1, -1, now_ms)
 
     def _follow(self, epoch: int, leader: int, now_ms: int) -> None:
         voted = self.state.voted_id if epoch == self.epoch else -1
@@ -471,9 +416,9 @@ class RaftCore:
     def step(self, msg: m.Message, now_ms: int) -> None:
         match msg:
             case m.VoteRequest():
-                self._on_vote_request(msg, now_ms)
+                election.on_vote_request(self, msg, now_ms)
             case m.VoteResponse():
-                self._on_vote_response(msg, now_ms)
+                election.on_vote_response(self, msg, now_ms)
             case m.BeginQuorumEpoch():
                 if msg.epoch >= self.epoch and self.is_voter:
                     self._observe_epoch(msg.epoch, msg.leader_id, now_ms)
@@ -491,93 +436,6 @@ class RaftCore:
                 rep.on_fetch_snapshot_response(self, msg, now_ms)
         self._deliver()
         rep.maybe_fetch(self, now_ms)
-
-    def _log_ok(self, last_epoch: int, end_offset: int) -> bool:
-        return (last_epoch, end_offset) >= (self.log.last_epoch(), self.log.end_offset)
-
-    def _on_vote_request(self, req: m.VoteRequest, now_ms: int) -> None:
-        def reply(granted: bool) -> None:
-            self._send(
-                m.VoteResponse(
-                    self.node_id,
-                    req.src,
-                    self.epoch if not req.pre_vote or not granted else req.epoch,
-                    granted,
-                    self.leader_id,
-                    req.pre_vote,
-                )
-            )
-
-        if req.src not in self.voters and self.is_voter:
-            # tell a node that thinks it is a voter that our configuration says otherwise
-            self._send(
-                m.VoteResponse(
-                    self.node_id,
-                    req.src,
-                    self.epoch,
-                    False,
-                    self.leader_id,
-                    req.pre_vote,
-                    m.INCONSISTENT_VOTER_SET,
-                )
-            )
-            return
-        if not self.is_voter:
-            reply(False)
-            return
-        if req.pre_vote:
-            # Grant only if we would vote, and we have no live leader (KIP-996).
-            has_leader = self.role is Role.LEADER or (
-                self.role is Role.FOLLOWER
-                and now_ms - self._leader_contact_ms < self.config.fetch_timeout_ms
-                and self.leader_id != req.src  # our own leader campaigning has given up
-            )
-            reply(
-                req.epoch > self.epoch
-                and not has_leader
-                and self._log_ok(req.last_epoch, req.end_offset)
-            )
-            return
-        if req.epoch < self.epoch:
-            reply(False)
-            return
-        if req.epoch > self.epoch:
-            self._transition(Role.UNATTACHED, req.epoch, -1, -1, now_ms)
-        s = self.state
-        grant = (
-            self.role is Role.UNATTACHED
-            and s.leader_id == -1
-            and s.voted_id in (-1, req.src)
-            and self._log_ok(req.last_epoch, req.end_offset)
-        )
-        if grant and s.voted_id != req.src:
-            # the vote is durable before the response leaves (Ready orders them)
-            self._transition(Role.UNATTACHED, s.epoch, -1, req.src, now_ms)
-        reply(grant)
-
-    def _on_vote_response(self, resp: m.VoteResponse, now_ms: int) -> None:
-        if resp.error == m.INCONSISTENT_VOTER_SET and self.is_voter:
-            self._leave_voter_set(resp.src, now_ms)
-            return
-        if resp.pre_vote:
-            if self.role is not Role.PROSPECTIVE:
-                return
-            if not resp.granted and (
-                resp.epoch > self.epoch or (resp.leader_id >= 0 and resp.leader_id != self.node_id)
-            ):
-                # a newer epoch, or a live leader: stop campaigning and follow it
-                self._observe_epoch(resp.epoch, resp.leader_id, now_ms)
-                return
-            if resp.granted and resp.epoch != self.epoch + 1:
-                return  # granted for an older campaign
-            self._votes[resp.src] = resp.granted
-            self._tally(now_ms)
-            return
-        if resp.epoch > self.epoch:
-            self._observe_epoch(resp.epoch, resp.leader_id, now_ms)
-        elif self.role is Role.CANDIDATE and resp.epoch == self.epoch:
-            self._votes[resp.src] = resp.granted
-            self._tally(now_ms)
 
     def _on_end_quorum_epoch(self, req: m.EndQuorumEpoch, now_ms: int) -> None:
         if req.epoch < self.epoch or not self.is_voter:

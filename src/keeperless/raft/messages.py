@@ -1,6 +1,12 @@
 """The KRaft RPCs (KIP-595, KIP-996, KIP-630) as the core sees them: plain values.
 The runtime maps them to Kafka's Vote (52), BeginQuorumEpoch (53), EndQuorumEpoch
-(54), Fetch (1) and FetchSnapshot (59) messages on the controller listener."""
+(54), Fetch (1) and FetchSnapshot (59) messages on the controller listener.
+
+Every request carries a ``request_id`` that its response echoes (on the wire the
+transport keeps it beside the correlation id). The core acts on a response only if it
+answers the request it still has in flight, with the same id and the same echoed
+fields; late, duplicated and stale responses are dropped (Kafka's RequestManager does
+the same with one in-flight request per destination)."""
 
 from __future__ import annotations
 
@@ -54,6 +60,7 @@ class VoteRequest:
     last_epoch: int
     end_offset: int
     pre_vote: bool = False
+    request_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +72,7 @@ class VoteResponse:
     leader_id: int = -1
     pre_vote: bool = False
     error: int = 0  # INCONSISTENT_VOTER_SET: the candidate is not one of our voters
+    request_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +100,7 @@ class FetchRequest:
     fetch_offset: int
     last_fetched_epoch: int
     max_wait_ms: int = 500
+    request_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +115,9 @@ class FetchResponse:
     entries: tuple[Entry, ...] = ()
     diverging: SnapshotId | None = None  # (end offset, epoch) to truncate to
     snapshot: SnapshotId | None = None  # fetch this snapshot first
-    fetch_offset: int = -1  # echo of the request, to match responses
+    fetch_offset: int = -1  # echoes of the request, to match responses
+    last_fetched_epoch: int = -1
+    request_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +128,7 @@ class FetchSnapshotRequest:
     snapshot: SnapshotId
     position: int
     max_bytes: int = 1 << 20
+    request_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +142,7 @@ class FetchSnapshotResponse:
     size: int = 0
     position: int = 0
     data: bytes = b""
+    request_id: int = 0
 
 
 Message = (

@@ -4,6 +4,12 @@ caught-up), the followers and observers fetch, truncate, append and load snapsho
 
 Functions of a RaftCore, split out by role (as etcd's raft has step functions per
 role) so that each part stays readable.
+
+A follower or observer has at most one fetch (or snapshot fetch) in flight and acts on
+a response only if it answers that request: same request id, same destination, same
+echoed fetch offset and last fetched epoch. A response to a request that timed out, was
+superseded by a role change, or was duplicated on the way is dropped: acting on a stale
+"diverging" answer after the log had moved on once truncated applied entries.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ if TYPE_CHECKING:
     from keeperless.raft.core import RaftCore
 
 __all__ = [
+    "RaftSafetyError",
     "answer_fetch",
     "maybe_fetch",
     "on_fetch_request",
@@ -31,11 +38,23 @@ __all__ = [
 log = logging.getLogger("keeperless.raft.core")
 
 
+class RaftSafetyError(AssertionError):
+    """The core was asked to break a safety rule (truncate committed entries); it stops
+    rather than lose them. Assertions of invariants stay on in production."""
+
+
 def fetch_error(core: RaftCore, req: m.FetchRequest, error: int) -> None:
     leader = -1 if core.role is Role.RESIGNED else core.leader_id
     core._send(
         m.FetchResponse(
-            core.node_id, req.src, core.epoch, leader, error, fetch_offset=req.fetch_offset
+            core.node_id,
+            req.src,
+            core.epoch,
+            leader,
+            error,
+            fetch_offset=req.fetch_offset,
+            last_fetched_epoch=req.last_fetched_epoch,
+            request_id=req.request_id,
         )
     )
 
@@ -106,6 +125,8 @@ def _leader_response(
             diverging,
             snapshot,
             req.fetch_offset,
+            req.last_fetched_epoch,
+            req.request_id,
         )
     )
 
@@ -129,14 +150,24 @@ def on_fetch_snapshot_request(core: RaftCore, req: m.FetchSnapshotRequest, now_m
     if core.role is not Role.LEADER or req.epoch != core.epoch:
         core._send(
             m.FetchSnapshotResponse(
-                core.node_id, req.src, core.epoch, core.leader_id, m.NOT_LEADER_OR_FOLLOWER
+                core.node_id,
+                req.src,
+                core.epoch,
+                core.leader_id,
+                m.NOT_LEADER_OR_FOLLOWER,
+                request_id=req.request_id,
             )
         )
         return
     if sid != req.snapshot:
         core._send(
             m.FetchSnapshotResponse(
-                core.node_id, req.src, core.epoch, core.node_id, m.SNAPSHOT_NOT_FOUND
+                core.node_id,
+                req.src,
+                core.epoch,
+                core.node_id,
+                m.SNAPSHOT_NOT_FOUND,
+                request_id=req.request_id,
             )
         )
         return
@@ -153,6 +184,7 @@ def on_fetch_snapshot_request(core: RaftCore, req: m.FetchSnapshotRequest, now_m
             len(data),
             req.position,
             chunk,
+            req.request_id,
         )
     )
 
@@ -172,33 +204,48 @@ def maybe_fetch(core: RaftCore, now_ms: int) -> None:
     if target < 0:
         target = core.rng.choice(core.voters)  # an observer looks for the leader
     core._inflight_until = now_ms + core.config.request_timeout_ms
+    req: m.FetchRequest | m.FetchSnapshotRequest
     if core._snapshot_target is not None:
-        core._send(
-            m.FetchSnapshotRequest(
-                core.node_id,
-                target,
-                core.epoch,
-                core._snapshot_target,
-                len(core._snapshot_buf),
-                core.config.snapshot_chunk_bytes,
-            )
+        req = m.FetchSnapshotRequest(
+            core.node_id,
+            target,
+            core.epoch,
+            core._snapshot_target,
+            len(core._snapshot_buf),
+            core.config.snapshot_chunk_bytes,
+            core._new_request_id(),
         )
-        return
-    core._send(
-        m.FetchRequest(
+    else:
+        req = m.FetchRequest(
             core.node_id,
             target,
             core.epoch,
             core.log.end_offset,
             core.log.last_epoch(),
             core.config.fetch_max_wait_ms,
+            core._new_request_id(),
         )
+    core._fetching = req
+    core._send(req)
+
+
+def _answers(core: RaftCore, resp: m.FetchResponse) -> bool:
+    """Whether ``resp`` answers the fetch in flight, and our log is still where that
+    fetch said it was."""
+    req = core._fetching
+    return (
+        isinstance(req, m.FetchRequest)
+        and resp.request_id == req.request_id
+        and resp.src == req.dst
+        and resp.fetch_offset == req.fetch_offset == core.log.end_offset
+        and resp.last_fetched_epoch == req.last_fetched_epoch == core.log.last_epoch()
     )
 
 
 def on_fetch_response(core: RaftCore, resp: m.FetchResponse, now_ms: int) -> None:
-    if resp.fetch_offset != core.log.end_offset or core._snapshot_target is not None:
-        return  # a stale or duplicated response
+    if not _answers(core, resp):
+        return  # a stale, duplicated or superseded response
+    core._fetching = None
     core._inflight_until = -1
     if resp.error != m.NONE:
         if (
@@ -232,9 +279,13 @@ def on_fetch_response(core: RaftCore, resp: m.FetchResponse, now_ms: int) -> Non
         # both logs (the follower's copy of that epoch may be shorter)
         mine = core.log.end_offset_for_epoch(resp.diverging.epoch).end_offset
         cut = min(resp.diverging.end_offset, mine, core.log.end_offset)
-        if cut < core.applied:
-            raise AssertionError(
-                f"node {core.node_id}: leader asks to truncate below applied offset"
+        if cut < max(core.applied, min(core.high_watermark, core.log.end_offset)):
+            # Committed entries are never truncated (Kafka refuses the same way); only a
+            # stale answer could ask it, and those are dropped above.
+            raise RaftSafetyError(
+                f"node {core.node_id}: asked by leader {resp.src} (epoch {resp.epoch}) to "
+                f"truncate to {cut}, below its high watermark {core.high_watermark} or "
+                f"applied offset {core.applied}"
             )
         core.log.truncate_to(cut)
         core.durable_end = min(core.durable_end, core.log.end_offset)
@@ -250,13 +301,20 @@ def on_fetch_response(core: RaftCore, resp: m.FetchResponse, now_ms: int) -> Non
 
 
 def on_fetch_snapshot_response(core: RaftCore, resp: m.FetchSnapshotResponse, now_ms: int) -> None:
+    req = core._fetching
+    if (
+        not isinstance(req, m.FetchSnapshotRequest)
+        or resp.request_id != req.request_id
+        or resp.src != req.dst
+    ):
+        return  # a stale, duplicated or superseded response
+    core._fetching = None
+    core._inflight_until = -1
     target = core._snapshot_target
     if target is None or resp.snapshot != target or resp.position != len(core._snapshot_buf):
         if resp.error != m.NONE:
-            core._snapshot_target = None
-            core._inflight_until = -1
+            core._snapshot_target = None  # that snapshot is gone: fetch from the log again
         return
-    core._inflight_until = -1
     core._deadline = now_ms + core.config.fetch_timeout_ms
     core._snapshot_buf += resp.data
     if len(core._snapshot_buf) < resp.size:
@@ -264,6 +322,11 @@ def on_fetch_snapshot_response(core: RaftCore, resp: m.FetchSnapshotResponse, no
     data = bytes(core._snapshot_buf)
     core._snapshot_target = None
     core._snapshot_buf = bytearray()
+    if target.end_offset < core.applied:
+        raise RaftSafetyError(
+            f"node {core.node_id}: asked by leader {resp.src} to replace its log by snapshot "
+            f"{target}, which ends below its applied offset {core.applied}"
+        )
     core.log.install_snapshot(target, data)
     core.durable_end = target.end_offset
     core.applied = target.end_offset

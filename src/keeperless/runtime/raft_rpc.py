@@ -146,8 +146,9 @@ def request_of(msg: m.Message, cluster_id: str, endpoint: tuple[str, int]) -> tu
     raise TypeError(f"not a request: {msg!r}")
 
 
-def request_to_message(api_key: int, req: Any, dst: int) -> m.Message:
-    """The core message for an inbound Raft request addressed to ``dst`` (this node)."""
+def request_to_message(api_key: int, req: Any, dst: int, request_id: int = 0) -> m.Message:
+    """The core message for an inbound Raft request addressed to ``dst`` (this node);
+    ``request_id`` is the transport's name for it, which the core's answer echoes."""
     if api_key == 52:
         p = req.topics[0].partitions[0]
         return m.VoteRequest(
@@ -157,6 +158,7 @@ def request_to_message(api_key: int, req: Any, dst: int) -> m.Message:
             p.last_offset_epoch,
             p.last_offset,
             bool(getattr(p, "pre_vote", False)),
+            request_id,
         )
     if api_key == 53:
         p = req.topics[0].partitions[0]
@@ -174,7 +176,13 @@ def request_to_message(api_key: int, req: Any, dst: int) -> m.Message:
         p = req.topics[0].partitions[0]
         wait = int(req.max_wait.total_seconds() * 1000)
         return m.FetchRequest(
-            req.replica_id, dst, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch, wait
+            req.replica_id,
+            dst,
+            p.current_leader_epoch,
+            p.fetch_offset,
+            p.last_fetched_epoch,
+            wait,
+            request_id,
         )
     if api_key == 59:
         p = req.topics[0].partitions[0]
@@ -185,6 +193,7 @@ def request_to_message(api_key: int, req: Any, dst: int) -> m.Message:
             SnapshotId(p.snapshot_id.end_offset, p.snapshot_id.epoch),
             p.position,
             req.max_bytes,
+            request_id,
         )
     raise TypeError(f"api key {api_key} is not a Raft request")
 
@@ -304,7 +313,9 @@ def response_of(
 
 
 def response_to_message(api_key: int, resp: Any, request: m.Message) -> m.Message | None:
-    """The core message for the response to ``request`` (None if it carries nothing)."""
+    """The core message for the response to ``request`` (None if it carries nothing):
+    the connection's correlation id tied it to ``request``, whose id and fields the
+    message echoes for the core to match."""
     src, dst = request.dst, request.src
     if api_key == 52:
         assert isinstance(request, m.VoteRequest)
@@ -319,6 +330,7 @@ def response_to_message(api_key: int, resp: Any, request: m.Message) -> m.Messag
             p.leader_id,
             request.pre_vote,
             int(p.error_code),
+            request.request_id,
         )
     if api_key == 1:
         assert isinstance(request, m.FetchRequest)
@@ -339,6 +351,8 @@ def response_to_message(api_key: int, resp: Any, request: m.Message) -> m.Messag
             SnapshotId(div.end_offset, div.epoch) if div.end_offset >= 0 else None,
             SnapshotId(snap.end_offset, snap.epoch) if snap.end_offset >= 0 else None,
             request.fetch_offset,
+            request.last_fetched_epoch,
+            request.request_id,
         )
     if api_key == 59:
         assert isinstance(request, m.FetchSnapshotRequest)
@@ -356,5 +370,6 @@ def response_to_message(api_key: int, resp: Any, request: m.Message) -> m.Messag
             p.size,
             p.position,
             bytes(p.unaligned_records or b""),
+            request.request_id,
         )
     return None  # BeginQuorumEpoch / EndQuorumEpoch responses carry nothing we need

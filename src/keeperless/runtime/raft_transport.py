@@ -139,6 +139,7 @@ class RaftTransport:
         self.endpoint = endpoint
         self.request_timeout_s = request_timeout_ms / 1000
         self.correlation = itertools.count(1)
+        self._inbound_ids = itertools.count(1)  # names inbound requests for the core
         self.step: Callable[[m.Message], None] | None = None
         self.state: Callable[[], tuple[int, int]] = lambda: (-1, 0)  # (leader id, epoch)
         self.describe: Callable[[], dict[str, Any] | None] = lambda: None
@@ -169,11 +170,7 @@ class RaftTransport:
         if not waiting:
             return
         for i, (req, fut) in enumerate(waiting):
-            if (
-                isinstance(msg, m.FetchResponse)
-                and isinstance(req, m.FetchRequest)
-                and req.fetch_offset != msg.fetch_offset
-            ):
+            if getattr(req, "request_id", None) != getattr(msg, "request_id", None):
                 continue
             del waiting[i]
             if not fut.done():
@@ -189,7 +186,7 @@ class RaftTransport:
         if key == 1 and (not req.topics or req.topics[0].topic != "__cluster_metadata"):
             leader, epoch = self.state()
             return response_of(1, header.api_version, None, leader, epoch)
-        msg = request_to_message(key, req, self.node_id)
+        msg = request_to_message(key, req, self.node_id, next(self._inbound_ids))
         expected = _EXPECTED.get(key)
         fut: asyncio.Future[Any] | None = None
         if expected is not None:

@@ -1,0 +1,213 @@
+"""Elections (KIP-595 with KIP-996 pre-vote): a voter that lost its leader becomes
+prospective and asks for pre-votes, then a candidate in the next epoch asking for real
+votes; voters grant at most one real vote per epoch, durably, and only to a candidate
+whose log is at least as up to date as theirs.
+
+Functions of a RaftCore, split out by role as replication is. A vote request stays in
+flight until it is answered or times out (``request_timeout_ms``), when it is sent
+again with a new request id; a response counts only if it answers the request in
+flight to that voter.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from keeperless.protocol.control import control_batch, leader_change
+from keeperless.raft import messages as m
+from keeperless.raft.quorum import majority
+from keeperless.raft.state import Progress, Role
+
+if TYPE_CHECKING:
+    from keeperless.raft.core import RaftCore
+
+__all__ = [
+    "become_candidate",
+    "become_prospective",
+    "on_vote_request",
+    "on_vote_response",
+    "retry_votes",
+    "vote_deadline",
+]
+
+log = logging.getLogger("keeperless.raft.core")
+
+
+def become_prospective(core: RaftCore, now_ms: int) -> None:
+    if not core.is_voter:
+        return
+    core._transition(Role.PROSPECTIVE, core.epoch, -1, core.state.voted_id, now_ms)
+    core._votes = {core.node_id: True}
+    if not _tally(core, now_ms):
+        retry_votes(core, now_ms)
+
+
+def become_candidate(core: RaftCore, now_ms: int) -> None:
+    core._transition(Role.CANDIDATE, core.epoch + 1, -1, core.node_id, now_ms)
+    core._votes = {core.node_id: True}
+    if not _tally(core, now_ms):
+        retry_votes(core, now_ms)
+
+
+def retry_votes(core: RaftCore, now_ms: int) -> None:
+    """(Re)send a vote request to every voter that has not answered and has no request
+    in flight (a first request, or one that timed out)."""
+    if core.role not in (Role.PROSPECTIVE, Role.CANDIDATE):
+        return
+    pre_vote = core.role is Role.PROSPECTIVE
+    for v in core.voters:
+        if v == core.node_id or v in core._votes:
+            continue
+        pending = core._vote_requests.get(v)
+        if pending is not None and pending[1] > now_ms:
+            continue
+        req = m.VoteRequest(
+            core.node_id,
+            v,
+            core.epoch + 1 if pre_vote else core.epoch,
+            core.log.last_epoch(),
+            core.log.end_offset,
+            pre_vote=pre_vote,
+            request_id=core._new_request_id(),
+        )
+        core._vote_requests[v] = (req, now_ms + core.config.request_timeout_ms)
+        core._send(req)
+
+
+def vote_deadline(core: RaftCore) -> int | None:
+    """When the next vote request times out (None if none is in flight)."""
+    if core.role not in (Role.PROSPECTIVE, Role.CANDIDATE) or not core._vote_requests:
+        return None
+    return min(d for _, d in core._vote_requests.values())
+
+
+def _tally(core: RaftCore, now_ms: int) -> bool:
+    granted = sum(1 for g in core._votes.values() if g)
+    rejected = sum(1 for g in core._votes.values() if not g)
+    need = majority(len(core.voters))
+    if granted >= need:
+        if core.role is Role.PROSPECTIVE:
+            become_candidate(core, now_ms)
+        else:
+            _become_leader(core, now_ms)
+        return True
+    if len(core.voters) - rejected < need:
+        # lost: try again after a randomized backoff
+        core._deadline = core._backoff(now_ms)
+    return False
+
+
+def _become_leader(core: RaftCore, now_ms: int) -> None:
+    granted = [v for v, g in core._votes.items() if g] or [core.node_id]
+    core._transition(Role.LEADER, core.epoch, core.node_id, core.node_id, now_ms)
+    core._leader_since_ms = now_ms
+    core.progress = {v: Progress() for v in core.voters if v != core.node_id}
+    core.epoch_start_offset = core.log.end_offset
+    batch = control_batch(
+        leader_change(core.node_id, list(core.voters), granted), timestamp_ms=now_ms
+    )
+    core._append_local(batch, 1, now_ms, control=True)
+    for v in core.voters:
+        if v != core.node_id:
+            core._send(m.BeginQuorumEpoch(core.node_id, v, core.epoch, core.node_id))
+
+
+def _leave_voter_set(core: RaftCore, told_by: int, now_ms: int) -> None:
+    """A voter says we are not in its voter set: we were removed. Go on observing."""
+    log.warning(
+        "[node %d] Voter %d says node %d is not one of its voters (removed from "
+        "controller.quorum.voters?): continuing as an observer",
+        core.node_id,
+        told_by,
+        core.node_id,
+    )
+    core.voters = tuple(v for v in core.voters if v != core.node_id)
+    core._transition(Role.UNATTACHED, core.epoch, -1, -1, now_ms)
+
+
+def _log_ok(core: RaftCore, last_epoch: int, end_offset: int) -> bool:
+    return (last_epoch, end_offset) >= (core.log.last_epoch(), core.log.end_offset)
+
+
+def on_vote_request(core: RaftCore, req: m.VoteRequest, now_ms: int) -> None:
+    def reply(granted: bool, error: int = m.NONE) -> None:
+        core._send(
+            m.VoteResponse(
+                core.node_id,
+                req.src,
+                core.epoch if not req.pre_vote or not granted else req.epoch,
+                granted,
+                core.leader_id,
+                req.pre_vote,
+                error,
+                req.request_id,
+            )
+        )
+
+    if req.src not in core.voters and core.is_voter:
+        # tell a node that thinks it is a voter that our configuration says otherwise
+        reply(False, m.INCONSISTENT_VOTER_SET)
+        return
+    if not core.is_voter:
+        reply(False)
+        return
+    if req.pre_vote:
+        # Grant only if we would vote, and we have no live leader (KIP-996).
+        has_leader = core.role is Role.LEADER or (
+            core.role is Role.FOLLOWER
+            and now_ms - core._leader_contact_ms < core.config.fetch_timeout_ms
+            and core.leader_id != req.src  # our own leader campaigning has given up
+        )
+        reply(
+            req.epoch > core.epoch
+            and not has_leader
+            and _log_ok(core, req.last_epoch, req.end_offset)
+        )
+        return
+    if req.epoch < core.epoch:
+        reply(False)
+        return
+    if req.epoch > core.epoch:
+        core._transition(Role.UNATTACHED, req.epoch, -1, -1, now_ms)
+    s = core.state
+    grant = (
+        core.role is Role.UNATTACHED
+        and s.leader_id == -1
+        and s.voted_id in (-1, req.src)
+        and _log_ok(core, req.last_epoch, req.end_offset)
+    )
+    if grant and s.voted_id != req.src:
+        # the vote is durable before the response leaves (Ready orders them)
+        core._transition(Role.UNATTACHED, s.epoch, -1, req.src, now_ms)
+    reply(grant)
+
+
+def on_vote_response(core: RaftCore, resp: m.VoteResponse, now_ms: int) -> None:
+    pending = core._vote_requests.get(resp.src)
+    if pending is None or pending[0].request_id != resp.request_id:
+        return  # it answers no request of ours still in flight: late or duplicated
+    req = pending[0]
+    del core._vote_requests[resp.src]
+    if resp.error == m.INCONSISTENT_VOTER_SET and core.is_voter:
+        _leave_voter_set(core, resp.src, now_ms)
+        return
+    if req.pre_vote:
+        if core.role is not Role.PROSPECTIVE:
+            return
+        if not resp.granted and (
+            resp.epoch > core.epoch or (resp.leader_id >= 0 and resp.leader_id != core.node_id)
+        ):
+            # a newer epoch, or a live leader: stop campaigning and follow it
+            core._observe_epoch(resp.epoch, resp.leader_id, now_ms)
+            return
+        if resp.granted and resp.epoch != core.epoch + 1:
+            return  # granted for an older campaign
+        core._votes[resp.src] = resp.granted
+        _tally(core, now_ms)
+        return
+    if resp.epoch > core.epoch:
+        core._observe_epoch(resp.epoch, resp.leader_id, now_ms)
+    elif core.role is Role.CANDIDATE and resp.epoch == core.epoch == req.epoch:
+        core._votes[resp.src] = resp.granted
+        _tally(core, now_ms)
