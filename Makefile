@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 CONFIG ?= config/server.properties
 SEEDS ?= 2000
 
-.PHONY: run test check venv sysdeps sim bench clean fmt
+.PHONY: run test check venv sysdeps sim mutants bench clean fmt
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,11 @@ sysdeps:
 		echo "installing kcat via apt"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 
-## test: everything — check, simulations, integration tests with real clients
+## test: everything — check, simulations, integration tests with real clients, and the
+## mutation self-check of the simulation
 test: check sysdeps
 	$(BIN)/pytest -q tests/sim tests/integration tests/spark
+	$(PY) -m tests.sim.mutants --seeds 2000
 
 fmt: venv
 	$(BIN)/ruff format src tests bench tools examples
@@ -46,6 +48,11 @@ fmt: venv
 ## sim: more seeded Raft simulations (make sim SEEDS=20000); a failure names its seed
 sim: venv
 	SIM_SEEDS=$(SEEDS) $(BIN)/pytest -q tests/sim -p no:cacheprovider
+
+## mutants: plant classic Raft safety bugs in a scratch copy, one at a time; the
+## simulation's safety invariants must catch each within the CI seed count
+mutants: venv
+	$(PY) -m tests.sim.mutants --seeds $(SEEDS)
 
 ## bench: produce/consume throughput vs raw file and socket baselines
 bench: venv

@@ -1,24 +1,49 @@
 """A deterministic simulation of a KRaft quorum (after Kafka's RaftEventSimulationTest).
 
-One seeded RNG drives a simulated clock, a network that drops, delays, reorders and
-duplicates messages and can be partitioned (symmetrically or not), node crashes and
-restarts (losing what was not fsynced, or not), proposals and snapshots. Invariants are
-checked after every event; a failure names the seed, and the same seed replays exactly.
+One seeded RNG drives everything: a simulated clock (each node reads it through its
+own drifting, offset clock); a network that drops, duplicates, delays (sometimes by
+several election timeouts, so messages overtake each other by seconds) and partitions
+(symmetrically or not), and that delivers stale copies of old messages long after,
+also to nodes that restarted meanwhile; crashes that lose unsynced log data, keep it,
+or keep part of it (a torn tail); crashes in the middle of writing the election state
+(the write is lost, or it is durable and the messages after it never leave); nodes
+started with a stale voter set; proposals and snapshots.
+
+Every observation goes to ``SafetyChecker`` (tests/sim/checker.py), which checks Raft's
+safety properties over the whole history after every event. A failure names the seed
+and the last events before it; the same seed replays exactly.
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from keeperless.protocol.records import decode_records
 from keeperless.raft.core import RaftConfig, RaftCore, Role
 from keeperless.raft.log import MemoryLog
-from keeperless.raft.messages import Entry, Message, SnapshotId
+from keeperless.raft.messages import (
+    INCONSISTENT_VOTER_SET,
+    Entry,
+    FetchResponse,
+    Message,
+    SnapshotId,
+    VoteResponse,
+)
 from keeperless.raft.state import ElectionState
+from tests.sim.checker import (
+    DiskView,
+    Key,
+    SafetyChecker,
+    entry_values,
+    key_of,
+    snapshot_key,
+    snapshot_values,
+)
 
 CONFIG = RaftConfig(
     election_timeout_ms=150,
@@ -29,6 +54,7 @@ CONFIG = RaftConfig(
     max_fetch_entries=8,
     snapshot_chunk_bytes=64,
 )
+NEVER = 2**62
 
 
 class InvariantError(AssertionError):
@@ -36,38 +62,92 @@ class InvariantError(AssertionError):
 
 
 @dataclass
-class Disk:
-    state: ElectionState
-    entries: list[Entry] = field(default_factory=list)
-    snapshot: tuple[SnapshotId, bytes] | None = None
-
-
-@dataclass
 class SimNode:
     node_id: int
-    disk: Disk
+    disk: DiskView
+    voters: tuple[int, ...]  # as its configuration says (stale for a "believer")
     core: RaftCore | None = None
-    log: MemoryLog | None = None
+    log: SimLog | None = None
     applied: list[tuple[int, bytes]] = field(default_factory=list)
+    applied_end: int = 0
     incarnation: int = 0
     hw: int = 0
     epoch: int = 0
+    leader_epoch: int | None = None
+    role: Role | None = None
     sync_pending: bool = False
+    dirty_from: int = NEVER  # the log changed at and after this offset since the last sync
     tick_at: int = -1
     tick_token: int = 0
+    clock_rate: float = 1.0
+    clock_skew: int = 0
+    crash_armed: bool = False  # crash at the next election-state write
 
 
-def _values(entry: Entry) -> list[tuple[int, bytes]]:
-    if entry.control:
-        return []
-    return [(r.offset, r.value or b"") for r in decode_records(entry.data)]
+def _precious(msg: Message) -> bool:
+    """Messages rare and consequential enough that a stale copy is always worth keeping."""
+    if isinstance(msg, FetchResponse):
+        return msg.diverging is not None or msg.snapshot is not None
+    return isinstance(msg, VoteResponse) and msg.granted
 
 
-def _has(entries: list[Entry], e: Entry) -> bool:
-    for x in reversed(entries):
-        if x.base_offset <= e.base_offset:
-            return x == e
-    return False
+class SimLog(MemoryLog):
+    """The in-memory log of a simulated node, reporting every change to the checker;
+    snapshots are written to the node's disk at once, as the runtime writes their files
+    durably before it goes on."""
+
+    def __init__(self, sim: Simulation, node: SimNode) -> None:
+        super().__init__()
+        self.sim = sim
+        self.node = node
+        self.hooked = False
+
+    def _leading(self) -> bool:
+        core = self.node.core
+        return core is not None and core.role is Role.LEADER
+
+    def _last_key(self) -> Key | None:
+        if self.entries:
+            return key_of(self.entries[-1])
+        return snapshot_key(self._snapshot) if self._snapshot else None
+
+    def append(self, entries: list[Entry]) -> None:
+        if self.hooked and entries:
+            core = self.node.core
+            epoch = core.epoch if core is not None and self._leading() else None
+            self.sim.checker.appended(self.node.node_id, self._last_key(), entries, epoch)
+            self.node.dirty_from = min(self.node.dirty_from, entries[0].base_offset)
+        super().append(entries)
+
+    def truncate_to(self, offset: int) -> None:
+        if self.hooked:
+            removed = [e for e in self.entries if e.last_offset >= offset]
+            n = self.node
+            self.sim.checker.truncated(n.node_id, offset, removed, self._leading(), n.applied_end)
+            if removed:
+                n.dirty_from = min(n.dirty_from, removed[0].base_offset)
+                self.sim.stir(n.node_id, 200)
+        super().truncate_to(offset)
+
+    def install_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
+        if self.hooked:
+            n = self.node
+            if self._leading():
+                self.sim.fail(f"leader {n.node_id} replaced its log by a snapshot")
+            self.sim.checker.snapshot_made(n.node_id, snapshot, data, n.applied_end)
+            n.disk.snapshot = (snapshot, data)
+            n.disk.entries = []
+            n.dirty_from = NEVER
+            self.sim.checker.disk_changed(n.node_id, n.disk, None)
+        super().install_snapshot(snapshot, data)
+
+    def take_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
+        n = self.node
+        self.sim.checker.snapshot_made(n.node_id, snapshot, data, None)
+        super().take_snapshot(snapshot, data)
+        n.disk.snapshot = (snapshot, data)
+        n.disk.entries = [e for e in n.disk.entries if e.last_offset >= snapshot.end_offset]
+        self.sim.checker.disk_changed(n.node_id, n.disk, snapshot.end_offset)
 
 
 class Simulation:
@@ -85,21 +165,46 @@ class Simulation:
         self.queue: list[tuple[int, int, str, Any]] = []
         self.seq = 0
         self.voter_ids = tuple(range(1, voters + 1))
-        ids = list(range(1, voters + observers + 1))
-        self.nodes = {i: SimNode(i, Disk(ElectionState(voters=self.voter_ids))) for i in ids}
+        self.checker = SafetyChecker(self.voter_ids, self.fail)
+        self.trace: collections.deque[str] = collections.deque(maxlen=40)
         # nodes whose (stale) configuration still lists them as voters
         self.believers = believers
-        self.blocked: set[tuple[int, int]] = set()
+        self.nodes: dict[int, SimNode] = {}
         self.faults = faults
-        self.drop_p = self.rng.choice([0.0, 0.02, 0.1]) if faults else 0.0
-        self.dup_p = self.rng.choice([0.0, 0.05]) if faults else 0.0
-        self.leaders: dict[int, int] = {}  # epoch -> leader
-        self.committed: dict[int, Entry] = {}  # base offset -> entry, as committed
-        self.committed_hw = 0
+        rng = self.rng
+        self.drop_p = rng.choice([0.0, 0.02, 0.1]) if faults else 0.0
+        self.dup_p = rng.choice([0.0, 0.05]) if faults else 0.0
+        self.slow_p = rng.choice([0.0, 0.02, 0.05]) if faults else 0.0
+        self.slow_max_ms = rng.choice([4 * CONFIG.election_timeout_ms, 2000])
+        self.replay_p = rng.choice([0.0, 0.05, 0.2]) if faults else 0.0
+        drift = rng.choice([0.0, 0.05, 0.1]) if faults else 0.0
+        self.fsync_max_ms = rng.choice([3, 3, 40]) if faults else 3  # sometimes a slow disk
+        # old messages, for stale redelivery (the rare, consequential ones kept apart so
+        # that the everyday ones do not push them out)
+        self.pool: list[Message] = []
+        self.precious: list[Message] = []
+        self.blocked: set[tuple[int, int]] = set()
         self.proposals = 0
         self.epoch_of_chaos = 0
+        self.told: dict[int, int] = {}  # node -> INCONSISTENT_VOTER_SET answers it got
+        for i in range(1, voters + observers + 1):
+            configured = self.voter_ids + ((i,) if i in believers else ())
+            n = SimNode(i, DiskView(ElectionState(voters=configured)), configured)
+            n.clock_rate = 1.0 + rng.uniform(-drift, drift)
+            self.nodes[i] = n
         for n in self.nodes.values():
             self._boot(n)
+
+    # -- clocks ---------------------------------------------------------------------
+
+    def _local(self, n: SimNode) -> int:
+        return n.clock_skew + int(self.now * n.clock_rate)
+
+    def _sim_time(self, n: SimNode, local_ms: int) -> int:
+        t = math.ceil((local_ms - n.clock_skew) / n.clock_rate)
+        while n.clock_skew + int(t * n.clock_rate) < local_ms:
+            t += 1
+        return t
 
     # -- events -------------------------------------------------------------------------
 
@@ -109,63 +214,99 @@ class Simulation:
 
     def _boot(self, n: SimNode) -> None:
         n.incarnation += 1
-        log = MemoryLog()
+        log = SimLog(self, n)
+        applied: list[tuple[int, bytes]] = []
         if n.disk.snapshot is not None:
             sid, data = n.disk.snapshot
             log.install_snapshot(sid, data)
+            applied = snapshot_values(data)
         log.append(list(n.disk.entries))
+        log.hooked = True
         n.log = log
-        n.applied = self._load_snapshot(n.disk.snapshot)
+        n.applied = applied
+        n.applied_end = log.start_offset
+        n.dirty_from = NEVER
+        n.clock_skew = self.rng.randrange(10**6)  # a restarted monotonic clock
         n.core = RaftCore(
             n.node_id,
-            self.voter_ids,
+            n.voters,
             log,
             n.disk.state,
             CONFIG,
             random.Random(self.rng.random()),
-            self.now,
+            self._local(n),
         )
-        n.hw = 0
+        n.hw = n.core.high_watermark  # what its snapshot holds: committed before
+        if n.hw > 0:
+            self.checker.high_watermark(n.node_id, n.hw, None, log.read)
+        n.epoch = n.disk.state.epoch
+        n.leader_epoch = None
+        n.role = None
         n.sync_pending = False
-        n.core.start(self.now)
-        self._process(n)
-        n.tick_at = -1
-        self._reschedule(n)
+        n.crash_armed = False
+        self.trace.append(f"t={self.now} boot node {n.node_id} (epoch {n.epoch})")
+        n.core.start(self._local(n))
+        if self._process(n):
+            n.tick_at = -1
+            self._reschedule(n)
 
-    @staticmethod
-    def _load_snapshot(snap: tuple[SnapshotId, bytes] | None) -> list[tuple[int, bytes]]:
-        if snap is None:
-            return []
-        return [(o, bytes.fromhex(v)) for o, v in json.loads(snap[1])]
-
-    def _process(self, n: SimNode) -> None:
-        core = n.core
+    def _process(self, n: SimNode) -> bool:
+        """Carry out the core's Ready as the runtime does; False if the node crashed."""
+        core, log = n.core, n.log
         assert core is not None
+        assert log is not None
         r = core.ready()
         if r.state is not None:
-            if r.state.epoch < n.disk.state.epoch:
-                raise InvariantError(f"node {n.node_id} epoch went back on disk")
+            if n.crash_armed:
+                # a crash while the election state is written: the rename did not happen
+                # (the old state stays), or it did and nothing after it was sent
+                if self.rng.random() < 0.5:
+                    self.checker.state_written(n.node_id, n.disk.state, r.state)
+                    n.disk.state = r.state
+                self.trace.append(f"t={self.now} node {n.node_id} crashed writing {r.state}")
+                self._crash(n, "lose")
+                self._at(self.now + self.rng.randint(20, 400), "restart", n.node_id)
+                return False
+            self.checker.state_written(n.node_id, n.disk.state, r.state)
             n.disk.state = r.state  # durable before any message leaves
         for msg in r.messages:
+            self.checker.sent(n.node_id, msg, n.disk)
             self._send(msg)
         if r.snapshot is not None:
             sid, data = r.snapshot
-            n.disk.snapshot = (sid, data)  # snapshot files are written durably
-            n.disk.entries = []
-            n.applied = self._load_snapshot(r.snapshot)
+            n.applied = snapshot_values(data)
+            n.applied_end = sid.end_offset
+        self._check_node(n)  # (a leader's new high watermark commits what it applies)
         for e in r.committed:
-            n.applied.extend(_values(e))
+            self.checker.applied(n.node_id, e, n.applied_end)
+            n.applied.extend(entry_values(e))
+            n.applied_end = e.last_offset + 1
         if r.sync_log and not n.sync_pending:
             n.sync_pending = True
-            self._at(self.now + self.rng.randint(0, 3), "sync", (n.node_id, n.incarnation))
-        self._check_node(n)
+            delay = self.rng.randint(0, self.fsync_max_ms)
+            self._at(self.now + delay, "sync", (n.node_id, n.incarnation))
+        return True
+
+    def _delay(self) -> int:
+        if self.slow_p and self.rng.random() < self.slow_p:
+            return self.rng.randint(16, self.slow_max_ms)
+        return self.rng.randint(1, 15)
 
     def _send(self, msg: Message) -> None:
+        if self.replay_p:
+            pool = self.precious if _precious(msg) else self.pool
+            if pool is self.precious or self.rng.random() < self.replay_p:
+                if len(pool) < 64:
+                    pool.append(msg)
+                else:
+                    pool[self.rng.randrange(64)] = msg
         if (msg.src, msg.dst) in self.blocked or self.rng.random() < self.drop_p:
             return
-        copies = 2 if self.rng.random() < self.dup_p else 1
-        for _ in range(copies):
-            self._at(self.now + self.rng.randint(1, 15), "msg", msg)
+        self._at(self.now + self._delay(), "msg", msg)
+        if self.rng.random() < self.dup_p:  # the copy may come much later
+            late = self.rng.random() < 0.5
+            delay = self.rng.randint(16, self.slow_max_ms) if late else self._delay()
+            self._at(self.now + delay, "msg", msg)
 
     def _live(self, node_id: int, incarnation: int | None = None) -> SimNode | None:
         n = self.nodes[node_id]
@@ -183,54 +324,65 @@ class Simulation:
             self._handle(kind, payload)
         self.now = end
 
+    def _step(self, n: SimNode, fn: Any) -> None:
+        """Run ``fn(core, local_now)`` on a live node, then carry out its Ready."""
+        assert n.core is not None
+        fn(n.core, self._local(n))
+        if self._process(n):
+            self._reschedule(n)
+
     def _handle(self, kind: str, payload: Any) -> None:
         if kind == "msg":
             n = self._live(payload.dst)
             if n is not None and (payload.src, payload.dst) not in self.blocked:
-                assert n.core is not None
-                n.core.step(payload, self.now)
-                self._process(n)
-                self._reschedule(n)
+                if getattr(payload, "error", 0) == INCONSISTENT_VOTER_SET:
+                    self.told[payload.dst] = self.told.get(payload.dst, 0) + 1
+                self._step(n, lambda core, now: core.step(payload, now))
         elif kind == "tick":
             node_id, incarnation, token = payload
             n = self._live(node_id, incarnation)
             if n is not None and token == n.tick_token:
-                assert n.core is not None
                 n.tick_at = -1
-                n.core.tick(self.now)
-                self._process(n)
-                self._reschedule(n)
+                self._step(n, lambda core, now: core.tick(now))
         elif kind == "sync":
             n = self._live(*payload)
             if n is not None:
-                assert n.core is not None
                 assert n.log is not None
                 n.sync_pending = False
                 n.disk.entries = list(n.log.entries)
-                if n.log.snapshot_id is not None:
-                    n.disk.snapshot = (n.log.snapshot_id, n.log.snapshot_data())
-                n.core.on_persisted(n.log.end_offset, self.now)
-                self._process(n)
-                self._reschedule(n)
+                self.checker.disk_changed(n.node_id, n.disk, n.dirty_from)
+                n.dirty_from = NEVER
+                end = n.log.end_offset
+                self._step(n, lambda core, now: core.on_persisted(end, now))
         elif kind == "propose":
             if payload is None or payload == self.epoch_of_chaos:
                 self._propose()
         elif kind == "snapshot":
             self._snapshot(payload)
         elif kind == "crash":
-            self._crash(*payload)
+            if self.nodes[payload[0]].core is not None:
+                self.crash(*payload)
+        elif kind == "arm":
+            n = self._live(payload)
+            if n is not None:
+                n.crash_armed = True
         elif kind == "restart":
             n = self.nodes[payload]
             if n.core is None:
                 self._boot(n)
+                if self.replay_p:
+                    self._at(self.now + self.rng.randint(1, 50), "replay", n.node_id)
+        elif kind == "replay":
+            self._replay(payload)
         elif kind == "partition":
+            self.trace.append(f"t={self.now} partition {sorted(payload)}")
             self.blocked = payload
-        self._check_global()
+        self.checker.check_durable({v: self.nodes[v].disk for v in self.voter_ids})
 
     def _reschedule(self, n: SimNode) -> None:
         """Keep one pending tick per node, at its core's next deadline."""
         assert n.core is not None
-        dl = max(n.core.next_deadline(), self.now + 1)
+        dl = max(self._sim_time(n, n.core.next_deadline()), self.now + 1)
         if n.tick_at < 0 or dl < n.tick_at:
             n.tick_at = dl
             n.tick_token += 1
@@ -239,41 +391,85 @@ class Simulation:
     # -- chaos and workload ---------------------------------------------------------------
 
     def _schedule_chaos(self, end: int) -> None:
+        rng = self.rng
         t = self.now
         self.epoch_of_chaos += 1
         while t < end:
-            t += self.rng.randint(5, 40)
+            t += rng.randint(5, 40)
             self._at(t, "propose", self.epoch_of_chaos)
         if not self.faults:
             return
         ids = list(self.nodes)
-        for _ in range(self.rng.randint(1, 4)):
-            t = self.now + self.rng.randint(0, max(end - self.now - 400, 1))
-            victim = self.rng.choice(ids)
-            self._at(t, "crash", (victim, self.rng.random() < 0.5))
-            self._at(t + self.rng.randint(20, 400), "restart", victim)
-        for _ in range(self.rng.randint(0, 3)):
-            t = self.now + self.rng.randint(0, max(end - self.now - 400, 1))
-            group = set(self.rng.sample(ids, self.rng.randint(1, len(ids) - 1)))
-            symmetric = self.rng.random() < 0.6
+
+        def some_time() -> int:
+            return self.now + rng.randint(0, max(end - self.now - 400, 1))
+
+        for _ in range(rng.randint(1, 4)):
+            t = some_time()
+            victim = rng.choice(ids)
+            if rng.random() < 0.25:
+                self._at(t, "arm", victim)  # crash at its next election-state write
+            else:
+                self._at(t, "crash", (victim, rng.choice(["keep", "lose", "partial"])))
+                self._at(t + rng.randint(20, 400), "restart", victim)
+        for _ in range(rng.randint(0, 3)):
+            t = some_time()
+            group = set(rng.sample(ids, rng.randint(1, len(ids) - 1)))
+            symmetric = rng.random() < 0.6
             cut = {(a, b) for a in group for b in ids if b not in group}
             if symmetric:
                 cut |= {(b, a) for a, b in cut}
             self._at(t, "partition", cut)
-            self._at(t + self.rng.randint(50, 600), "partition", set())
-        for _ in range(self.rng.randint(0, 3)):
-            self._at(
-                self.now + self.rng.randint(0, end - self.now), "snapshot", self.rng.choice(ids)
-            )
+            self._at(t + rng.randint(50, 600), "partition", set())
+        for _ in range(rng.randint(0, 3)):
+            self._at(self.now + rng.randint(0, end - self.now), "snapshot", rng.choice(ids))
+        if self.replay_p:
+            for _ in range(rng.randint(2, 12)):
+                self._at(some_time(), "replay", None)
+
+    def stir(self, node_id: int, within_ms: int) -> None:
+        """``node_id`` just changed state (role, or its log was cut): stale copies of old
+        messages to it are likely to arrive within ``within_ms``, when they matter most."""
+        if self.replay_p and self.rng.random() < 0.3:
+            for _ in range(self.rng.randint(1, 3)):
+                self._at(self.now + self.rng.randint(0, within_ms), "replay", node_id)
+
+    def _replay(self, target: int | None) -> None:
+        """Deliver stale copies of old messages to ``target`` (a random live node if
+        None). Like a nemesis that knows the protocol, it prefers the copies the node
+        could still mistake for current: answers to a fetch at its present log end, vote
+        answers while it campaigns."""
+        if target is None:
+            live = [n for n in self.nodes.values() if n.core is not None]
+            if not live:
+                return
+            target = self.rng.choice(live).node_id
+        n = self.nodes[target]
+        pool = [msg for msg in self.pool + self.precious if msg.dst == target]
+        if n.core is not None and n.log is not None and self.rng.random() < 0.7:
+            end, role = n.log.end_offset, n.core.role
+            apt = [
+                msg
+                for msg in pool
+                if (isinstance(msg, FetchResponse) and msg.fetch_offset == end)
+                or (
+                    isinstance(msg, VoteResponse)
+                    and role in (Role.PROSPECTIVE, Role.CANDIDATE)
+                    and msg.granted
+                )
+            ]
+            pool = apt or pool
+        for msg in self.rng.sample(pool, min(len(pool), self.rng.randint(1, 5))):
+            self._at(self.now + self.rng.randint(0, 10), "msg", msg)
 
     def _propose(self) -> None:
-        for n in self.nodes.values():
-            if n.core is not None and n.core.role is Role.LEADER:
-                self.proposals += 1
-                n.core.propose([b"v%d" % self.proposals], self.now)
-                self._process(n)
-                self._reschedule(n)
-                return
+        """A client writes to a node that believes it leads (a deposed leader that has
+        not noticed yet gathers entries that must never commit)."""
+        leaders = [n for n in self.nodes.values() if n.core is not None and n.core.is_leader]
+        if leaders:
+            self.proposals += 1
+            value = b"v%d" % self.proposals
+            self._step(self.rng.choice(leaders), lambda core, now: core.propose([value], now))
 
     def _snapshot(self, node_id: int) -> None:
         n = self._live(node_id)
@@ -288,87 +484,88 @@ class Simulation:
         data = json.dumps([(o, v.hex()) for o, v in n.applied if o < end]).encode()
         n.core.take_snapshot(end, data)
 
-    def _crash(self, node_id: int, lose_unsynced: bool) -> None:
-        n = self.nodes[node_id]
+    def _crash(self, n: SimNode, mode: str) -> None:
+        """Stop ``n``. Its disk keeps what was synced ("lose"), everything ("keep"), or
+        the part of the unsynced tail that reached the disk ("partial", a torn tail that
+        recovery cuts back to whole batches)."""
         if n.core is None or n.log is None:
             return
-        if not lose_unsynced:
-            n.disk.entries = list(n.log.entries)
-            if n.log.snapshot_id is not None:
-                n.disk.snapshot = (n.log.snapshot_id, n.log.snapshot_data())
+        mem, disk = n.log.entries, n.disk.entries
+        if mode == "keep":
+            n.disk.entries = list(mem)
+            self.checker.disk_changed(n.node_id, n.disk, n.dirty_from)
+        elif mode == "partial":
+            common = 0
+            while common < min(len(mem), len(disk)) and mem[common] == disk[common]:
+                common += 1
+            n.disk.entries = list(mem[: self.rng.randint(common, len(mem))])
+            self.checker.disk_changed(n.node_id, n.disk, None)
+        if n.leader_epoch is not None:
+            self.checker.leader_gone(n.node_id)
         n.core = None
         n.log = None
 
+    def crash(self, node_id: int, mode: str = "lose") -> None:
+        self.trace.append(f"t={self.now} crash node {node_id} ({mode})")
+        self._crash(self.nodes[node_id], mode)
+
+    def restart(self, node_id: int) -> None:
+        if self.nodes[node_id].core is None:
+            self._boot(self.nodes[node_id])
+
     def heal(self) -> None:
-        """End every fault and stop the workload (pending chaos events are dropped)."""
+        """End every fault and stop the workload (pending chaos events are dropped;
+        messages already on their way still arrive)."""
         self.epoch_of_chaos += 1
         self.queue = [ev for ev in self.queue if ev[2] in ("msg", "tick", "sync")]
         heapq.heapify(self.queue)
         self.blocked = set()
-        self.drop_p = 0.0
-        self.dup_p = 0.0
+        self.drop_p = self.dup_p = self.slow_p = self.replay_p = 0.0
         for n in self.nodes.values():
+            n.crash_armed = False
             if n.core is None:
                 self._boot(n)
 
     # -- invariants ---------------------------------------------------------------------
 
     def fail(self, msg: str) -> None:
-        raise InvariantError(f"seed {self.seed} at t={self.now}ms: {msg}")
+        history = "\n  ".join(self.trace)
+        raise InvariantError(
+            f"seed {self.seed} at t={self.now}ms: {msg}\n last events:\n  {history}"
+        )
 
     def _check_node(self, n: SimNode) -> None:
-        core = n.core
+        core, log = n.core, n.log
         assert core is not None
+        assert log is not None
         if core.epoch < n.epoch:
             self.fail(f"node {n.node_id} epoch went back {n.epoch} -> {core.epoch}")
+        if core.role is not n.role:
+            n.role = core.role
+            campaigning = core.role in (Role.PROSPECTIVE, Role.CANDIDATE)
+            self.stir(n.node_id, 10 if campaigning else 40)  # a campaign is over quickly
+        if core.epoch != n.epoch or (core.role is Role.LEADER) != (n.leader_epoch is not None):
+            self.trace.append(
+                f"t={self.now} node {n.node_id}: {core.role.value} epoch {core.epoch} "
+                f"leader {core.leader_id} log {log.start_offset}-{log.end_offset} "
+                f"hw {core.high_watermark}"
+            )
         n.epoch = core.epoch
-        if core.role is Role.LEADER:
-            prev = self.leaders.setdefault(core.epoch, n.node_id)
-            if prev != n.node_id:
-                self.fail(f"two leaders in epoch {core.epoch}: {prev} and {n.node_id}")
-        if core.high_watermark < n.hw:
-            self.fail(f"node {n.node_id} high watermark went back")
-        n.hw = core.high_watermark
-        if core.role is Role.LEADER and core.high_watermark > self.committed_hw:
-            assert n.log is not None
-            for e in n.log.read(self.committed_hw, 10**9):
-                if e.last_offset < core.high_watermark:
-                    old = self.committed.get(e.base_offset)
-                    if old is not None and old != e:
-                        self.fail(f"committed entry at {e.base_offset} changed")
-                    self.committed[e.base_offset] = e
-            self.committed_hw = core.high_watermark
-
-    def _check_global(self) -> None:
-        # Every committed entry is durable, unchanged, on a majority of voters.
-        voters = [self.nodes[v] for v in self.voter_ids]
-        need = len(voters) // 2 + 1
-        for base, e in list(self.committed.items())[-3:]:
-            have = 0
-            for n in voters:
-                snap = n.disk.snapshot
-                in_snapshot = snap is not None and snap[0].end_offset > e.last_offset
-                if in_snapshot or _has(n.disk.entries, e):
-                    have += 1
-            if have < need:
-                self.fail(f"committed entry {base} is durable on {have} voters only")
-        # Leader completeness: a leader of an epoch >= an entry's holds it once committed.
-        for n in self.nodes.values():
-            if n.core is not None and n.core.role is Role.LEADER and n.log is not None:
-                for base, e in list(self.committed.items())[-3:]:
-                    if base < n.log.start_offset or n.core.epoch < e.epoch:
-                        continue
-                    got = n.log.read(base, 1)
-                    if not got or got[0] != e:
-                        self.fail(f"leader {n.node_id} lacks committed entry {base}")
-        # Applied state machines agree on their common prefix.
-        seqs = [n.applied for n in self.nodes.values() if n.core is not None]
-        if len(seqs) > 1:
-            shortest = min(len(s) for s in seqs)
-            k = max(shortest - 5, 0)
-            for s in seqs[1:]:
-                if s[k:shortest] != seqs[0][k:shortest]:
-                    self.fail("applied state machines disagree")
+        leading = core.role is Role.LEADER
+        if leading and n.leader_epoch != core.epoch:
+            if n.leader_epoch is not None:
+                self.checker.leader_gone(n.node_id)
+            n.leader_epoch = core.epoch
+            self.checker.leader_elected(n.node_id, core.epoch, log.read, log.start_offset)
+        elif not leading and n.leader_epoch is not None:
+            n.leader_epoch = None
+            self.checker.leader_gone(n.node_id)
+        hw = core.high_watermark
+        if hw < n.hw:
+            self.fail(f"node {n.node_id} high watermark went back {n.hw} -> {hw}")
+        if hw > n.hw:
+            self.checker.high_watermark(n.node_id, hw, n.leader_epoch, log.read)
+        n.hw = hw
 
     def check_full_agreement(self) -> None:
         seqs = [n.applied for n in self.nodes.values()]
@@ -379,6 +576,10 @@ class Simulation:
         values = [v for _, v in seqs[0]]
         if len(values) != len(set(values)):
             self.fail("a proposal was applied twice")
+
+    @property
+    def committed_hw(self) -> int:
+        return self.checker.committed_end
 
     def leader(self) -> SimNode | None:
         for n in self.nodes.values():

@@ -1,0 +1,371 @@
+"""Mutation self-check of the Raft simulation: ``make mutants``.
+
+Each mutant plants one classic Raft safety bug in a scratch copy of ``src/`` and runs
+the simulation's CI seeds (the same cases as ``make test``, interleaved so that every
+kind of run comes early) against it until one fails. A mutant counts as caught only if
+a safety invariant of the checker fails (``InvariantError``): not a crash of the code,
+not the end-of-run liveness check. The simulation is only as good as the bugs it
+catches; every mutant must be caught within the CI seed count.
+
+    python -m tests.sim.mutants [--jobs 2] [--only NAME ...] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SEEDS = int(os.environ.get("SIM_SEEDS", "2000"))
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug: str
+    path: str  # under src/keeperless/raft/
+    edits: tuple[tuple[str, str], ...]  # (original text, replacement), each found once
+
+
+MUTANTS = [
+    Mutant(
+        "vote-not-recorded",
+        "a voter grants its vote without recording it (so not durably either)",
+        "election.py",
+        (
+            (
+                "        core._transition(Role.UNATTACHED, s.epoch, -1, req.src, now_ms)\n"
+                "    reply(grant)",
+                "        pass\n    reply(grant)",
+            ),
+        ),
+    ),
+    Mutant(
+        "vote-not-persisted",
+        "a vote changes the election state in memory but is never written to disk",
+        "core.py",
+        (
+            (
+                "        if new != self.state:\n            self._ready.state = new",
+                "        if (new.epoch, new.leader_id) != (self.state.epoch, self.state.leader_id):\n"
+                "            self._ready.state = new",
+            ),
+        ),
+    ),
+    Mutant(
+        "vote-not-reloaded",
+        "a restarted voter forgets the vote it cast in its current epoch",
+        "core.py",
+        (("        self.state = state\n", "        self.state = state.__class__(state.epoch)\n"),),
+    ),
+    Mutant(
+        "double-vote",
+        "a voter grants a second vote in an epoch where it already voted",
+        "election.py",
+        (("        and s.voted_id in (-1, req.src)\n", ""),),
+    ),
+    Mutant(
+        "no-log-check",
+        "a voter grants its vote without comparing logs",
+        "election.py",
+        (
+            (
+                "    return (last_epoch, end_offset) >= (core.log.last_epoch(), core.log.end_offset)",
+                "    return True",
+            ),
+        ),
+    ),
+    Mutant(
+        "log-check-offset-only",
+        "a voter compares log length only, not the last epoch",
+        "election.py",
+        (
+            (
+                "    return (last_epoch, end_offset) >= (core.log.last_epoch(), core.log.end_offset)",
+                "    return end_offset >= core.log.end_offset",
+            ),
+        ),
+    ),
+    Mutant(
+        "stale-vote-counted",
+        "a candidate counts a vote granted in an older epoch (responses not matched)",
+        "election.py",
+        (
+            (
+                "    if pending is None or pending[0].request_id != resp.request_id:\n"
+                "        return  # it answers no request of ours still in flight: late or duplicated\n"
+                "    req = pending[0]\n"
+                "    del core._vote_requests[resp.src]\n",
+                "    core._vote_requests.pop(resp.src, None)\n"
+                "    req = m.VoteRequest(core.node_id, resp.src, resp.epoch, 0, 0, resp.pre_vote)\n",
+            ),
+            (
+                "    elif core.role is Role.CANDIDATE and resp.epoch == core.epoch == req.epoch:",
+                "    elif core.role is Role.CANDIDATE and resp.epoch <= core.epoch:",
+            ),
+        ),
+    ),
+    Mutant(
+        "candidate-same-epoch",
+        "a candidate stands in its current epoch instead of the next",
+        "election.py",
+        (
+            (
+                "    core._transition(Role.CANDIDATE, core.epoch + 1, -1, core.node_id, now_ms)",
+                "    core._transition(Role.CANDIDATE, max(core.epoch, 1), -1, core.node_id, now_ms)",
+            ),
+        ),
+    ),
+    Mutant(
+        "pre-vote-elects",
+        "a prospective node that wins the pre-vote leads without a real election",
+        "election.py",
+        (
+            (
+                "        if core.role is Role.PROSPECTIVE:\n            become_candidate(core, now_ms)",
+                "        if core.role is Role.PROSPECTIVE:\n            _become_leader(core, now_ms)",
+            ),
+        ),
+    ),
+    Mutant(
+        "figure-8",
+        "a leader commits entries of an earlier epoch by counting replicas",
+        "core.py",
+        (
+            (
+                "        if hw > self.high_watermark and hw > self.epoch_start_offset:",
+                "        if hw > self.high_watermark:",
+            ),
+        ),
+    ),
+    Mutant(
+        "leader-counts-unsynced",
+        "a leader counts its own log end, not its durable end, towards the high watermark",
+        "core.py",
+        (
+            (
+                "        offsets = [self.durable_end] + [",
+                "        offsets = [self.log.end_offset] + [",
+            ),
+        ),
+    ),
+    Mutant(
+        "observers-counted",
+        "a leader counts observers' fetches towards the high watermark",
+        "core.py",
+        (
+            (
+                "            p.fetch_offset for v, p in self.progress.items() if v in self.voters\n",
+                "            p.fetch_offset for v, p in self.progress.items()\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "fetch-before-durable",
+        "a follower fetches (reports its log end) before its appends are durable",
+        "replication.py",
+        (
+            (
+                "    if core.log.end_offset != core.durable_end:\n        return  #",
+                "    if False:\n        return  #",
+            ),
+        ),
+    ),
+    Mutant(
+        "no-consistency-check",
+        "a leader sends entries without checking the follower's last fetched epoch",
+        "replication.py",
+        (("    if req.fetch_offset > 0:\n        at = ", "    if False:\n        at = "),),
+    ),
+    Mutant(
+        "stale-fetch-response",
+        "responses matched on the fetch offset alone, and no guard against truncating "
+        "committed entries (the bug of seeds 3577 and 5073)",
+        "replication.py",
+        (
+            (
+                "    req = core._fetching\n    return (\n",
+                "    return resp.fetch_offset == core.log.end_offset\n    req = core._fetching\n    return (\n",
+            ),
+            (
+                "        if cut < max(core.applied, min(core.high_watermark, core.log.end_offset)):",
+                "        if False:",
+            ),
+        ),
+    ),
+    Mutant(
+        "apply-uncommitted",
+        "a node applies entries that are durable but not known to be committed",
+        "core.py",
+        (
+            (
+                "        limit = min(self.high_watermark, self.durable_end)",
+                "        limit = self.durable_end",
+            ),
+        ),
+    ),
+]
+
+
+# -- the cases of the simulation, in CI's numbers --------------------------------------------
+
+
+def cases(seeds: int = SEEDS) -> list[tuple[str, int]]:
+    """Every simulation case `make test` runs, interleaved round-robin by kind."""
+    groups = [
+        [("q3", s) for s in range(seeds * 3 // 4)],
+        [("q5", s) for s in range(seeds // 4)],
+        [("q1", s) for s in range(100)],
+        [("majority", s) for s in range(50)],
+        [("removed", s) for s in range(30)],
+    ]
+    out: list[tuple[str, int]] = []
+    for i in range(max(len(g) for g in groups)):
+        out.extend(g[i] for g in groups if i < len(g))
+    return out
+
+
+def _run_case(kind: str, seed: int) -> None:
+    from tests.sim import test_raft_quorum as t
+
+    {
+        "q3": t.test_three_voters,
+        "q5": t.test_five_voters,
+        "q1": t.test_single_voter_with_crashes,
+        "majority": t.test_majority_lost_and_regained,
+        "removed": t.test_removed_voter_is_told_and_observes,
+    }[kind](seed)
+
+
+def _child(seeds: int) -> int:
+    """Run the cases until a safety invariant fails; print the result as one JSON line.
+    Liveness failures and crashes on the way are counted, not taken as a catch."""
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    from tests.sim.raft_sim import InvariantError
+
+    other: dict[str, int] = {}
+    for n, (kind, seed) in enumerate(cases(seeds), 1):
+        try:
+            _run_case(kind, seed)
+        except InvariantError as e:
+            first = (str(e).splitlines() or ["InvariantError"])[0]
+            print(
+                json.dumps(
+                    {
+                        "case": f"{kind}_seed_{seed}",
+                        "runs": n,
+                        "verdict": "invariant",
+                        "error": first,
+                        "other": other,
+                    }
+                )
+            )
+            return 0
+        except AssertionError:
+            other["liveness"] = other.get("liveness", 0) + 1
+        except Exception as e:
+            other[type(e).__name__] = other.get(type(e).__name__, 0) + 1
+    print(
+        json.dumps(
+            {
+                "case": None,
+                "runs": len(cases(seeds)),
+                "verdict": "survived",
+                "error": "",
+                "other": other,
+            }
+        )
+    )
+    return 0
+
+
+# -- the parent: one scratch copy per mutant ------------------------------------------------
+
+
+def _apply(mutant: Mutant, scratch: Path) -> None:
+    shutil.copytree(ROOT / "src", scratch / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    target = scratch / "src" / "keeperless" / "raft" / mutant.path
+    text = target.read_text()
+    for old, new in mutant.edits:
+        if text.count(old) != 1:
+            raise SystemExit(
+                f"mutant {mutant.name}: the text to replace occurs {text.count(old)} times in "
+                f"raft/{mutant.path} (the code changed; update the mutant):\n{old}"
+            )
+        text = text.replace(old, new)
+    target.write_text(text)
+
+
+def run_mutant(mutant: Mutant, seeds: int) -> dict[str, object]:
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
+        scratch = Path(tmp)
+        _apply(mutant, scratch)
+        env = dict(os.environ, PYTHONPATH=f"{scratch / 'src'}{os.pathsep}{ROOT}")
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.sim.mutants", "--child", "--seeds", str(seeds)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        result: dict[str, object] = {
+            "case": None,
+            "runs": 0,
+            "verdict": "broken",
+            "error": (proc.stderr.strip().splitlines() or ["no output"])[-1],
+        }
+    else:
+        result = json.loads(lines[-1])
+    result.update(name=mutant.name, bug=mutant.bug, seconds=round(time.monotonic() - t0, 1))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--seeds", type=int, default=SEEDS, help="the CI seed count (SIM_SEEDS)")
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return _child(args.seeds)
+    chosen = [mt for mt in MUTANTS if args.only is None or mt.name in args.only]
+    print(f"{len(chosen)} mutants of raft/, {len(cases(args.seeds))} simulation cases each at most")
+    results = []
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        for r in pool.map(lambda mt: run_mutant(mt, args.seeds), chosen):
+            results.append(r)
+            mark = "caught" if r["verdict"] == "invariant" else r["verdict"].upper()  # type: ignore[union-attr]
+            print(
+                f"  {r['name']:<24} {mark:<9} {r['case'] or '-'!s:<22} "
+                f"after {r['runs']:>4} runs {r['seconds']:>6}s  {r['error']}",
+                flush=True,
+            )
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2))
+    bad = [r["name"] for r in results if r["verdict"] != "invariant"]
+    if bad:
+        print(f"NOT caught by a safety invariant: {', '.join(map(str, bad))}")
+        return 1
+    print(f"all {len(results)} mutants caught by a safety invariant")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
