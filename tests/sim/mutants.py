@@ -1,11 +1,16 @@
-"""Mutation self-check of the Raft simulation: ``make mutants``.
+"""Mutation self-check of the Raft simulation and scenario tests: ``make mutants``.
 
-Each mutant plants one classic Raft safety bug in a scratch copy of ``src/`` and runs
-the simulation's CI seeds (the same cases as ``make test``, interleaved so that every
-kind of run comes early) against it until one fails. A mutant counts as caught only if
-a safety invariant of the checker fails (``InvariantError``): not a crash of the code,
-not the end-of-run liveness check. The simulation is only as good as the bugs it
-catches; every mutant must be caught within the CI seed count.
+Each mutant plants one classic Raft bug in a scratch copy of ``src/``.
+
+* A safety mutant runs the simulation's CI seeds (the same cases as ``make test``,
+  interleaved so that every kind of run comes early) until one fails. It counts as
+  caught only if a safety invariant of the checker fails (``InvariantError``): not a
+  crash of the code, not the end-of-run liveness check. Every safety mutant must be
+  caught within the CI seed count.
+* Every mutant also runs the scenario tests (tests/sim/test_raft_paper.py). A scenario
+  mutant (a liveness rule, or a bug the code's own guards stop) must fail at least one
+  of them, and every scenario test must fail for at least one mutant: a scenario test
+  that no broken rule turns red checks nothing.
 
     python -m tests.sim.mutants [--jobs 2] [--only NAME ...] [--json PATH]
 """
@@ -34,6 +39,7 @@ class Mutant:
     bug: str
     path: str  # under src/keeperless/raft/
     edits: tuple[tuple[str, str], ...]  # (original text, replacement), each found once
+    kind: str = "safety"  # or "scenario": only the scenario tests must catch it
 
 
 MUTANTS = [
@@ -213,7 +219,39 @@ MUTANTS = [
             ),
         ),
     ),
+    Mutant(
+        "pre-vote-ignores-leader",
+        "a voter grants pre-votes while it follows a live leader (disruptive rejoins)",
+        "election.py",
+        (
+            (
+                "        has_leader = core.role is Role.LEADER or (\n",
+                "        has_leader = False and (\n",
+            ),
+        ),
+        kind="scenario",
+    ),
+    Mutant(
+        "no-check-quorum",
+        "a leader cut off from the majority never resigns",
+        "core.py",
+        (("        if len(recent) + 1 >= majority(len(self.voters)):\n", "        if True:\n"),),
+        kind="scenario",
+    ),
+    Mutant(
+        "snapshot-divergence-truncates",
+        "a leader answers a divergence inside its snapshot with a truncation point",
+        "replication.py",
+        (
+            (
+                "                answer(snapshot=sid)  # the divergence lies inside our snapshot",
+                "                answer(diverging=at)  # the divergence lies inside our snapshot",
+            ),
+        ),
+        kind="scenario",
+    ),
 ]
+SCENARIOS = ROOT / "tests" / "sim" / "test_raft_paper.py"
 
 
 # -- the cases of the simulation, in CI's numbers --------------------------------------------
@@ -307,32 +345,66 @@ def _apply(mutant: Mutant, scratch: Path) -> None:
     target.write_text(text)
 
 
+def _failing_scenarios(env: dict[str, str]) -> list[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", str(SCENARIOS)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return sorted(
+        {
+            ln.split("::", 1)[1].split(" ", 1)[0].split("[", 1)[0]
+            for ln in proc.stdout.splitlines()
+            if ln.startswith("FAILED ") and "::" in ln
+        }
+    )
+
+
 def run_mutant(mutant: Mutant, seeds: int) -> dict[str, object]:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
         scratch = Path(tmp)
         _apply(mutant, scratch)
         env = dict(os.environ, PYTHONPATH=f"{scratch / 'src'}{os.pathsep}{ROOT}")
-        proc = subprocess.run(
-            [sys.executable, "-m", "tests.sim.mutants", "--child", "--seeds", str(seeds)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        result: dict[str, object] = {
-            "case": None,
-            "runs": 0,
-            "verdict": "broken",
-            "error": (proc.stderr.strip().splitlines() or ["no output"])[-1],
-        }
-    else:
-        result = json.loads(lines[-1])
-    result.update(name=mutant.name, bug=mutant.bug, seconds=round(time.monotonic() - t0, 1))
+        scenarios = _failing_scenarios(env)
+        result: dict[str, object] = {"case": None, "runs": 0, "verdict": "-", "error": ""}
+        if mutant.kind == "safety":
+            proc = subprocess.run(
+                [sys.executable, "-m", "tests.sim.mutants", "--child", "--seeds", str(seeds)],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                result["verdict"] = "broken"
+                result["error"] = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            else:
+                result = json.loads(lines[-1])
+        elif scenarios:
+            result["verdict"] = "scenario"
+    result.update(
+        name=mutant.name,
+        bug=mutant.bug,
+        kind=mutant.kind,
+        scenarios=scenarios,
+        seconds=round(time.monotonic() - t0, 1),
+    )
     return result
+
+
+def _scenario_names() -> list[str]:
+    import ast
+
+    tree = ast.parse(SCENARIOS.read_text())
+    return [
+        f.name for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -351,19 +423,36 @@ def main(argv: list[str] | None = None) -> int:
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         for r in pool.map(lambda mt: run_mutant(mt, args.seeds), chosen):
             results.append(r)
-            mark = "caught" if r["verdict"] == "invariant" else r["verdict"].upper()  # type: ignore[union-attr]
+            mark = {"invariant": "caught", "scenario": "scenario", "-": "MISSED"}.get(
+                str(r["verdict"]), str(r["verdict"]).upper()
+            )
+            other = ", ".join(f"{v} {k}" for k, v in dict(r.get("other") or {}).items())
+            failing = ", ".join(map(str, r["scenarios"])) or "none"  # type: ignore[call-overload]
             print(
-                f"  {r['name']:<24} {mark:<9} {r['case'] or '-'!s:<22} "
-                f"after {r['runs']:>4} runs {r['seconds']:>6}s  {r['error']}",
+                f"  {r['name']:<30} {mark:<9} {r['case'] or '-'!s:<18} "
+                f"after {r['runs']:>4} runs {r['seconds']:>6}s  {r['error']}"
+                + (f"  (before it: {other} failures)" if other else "")
+                + f"\n  {'':<30} scenario tests failing: {failing}",
                 flush=True,
             )
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
-    bad = [r["name"] for r in results if r["verdict"] != "invariant"]
+    bad = [r["name"] for r in results if r["verdict"] not in ("invariant", "scenario")]
+    untouched: list[str] = []
+    if args.only is None:
+        broken = {t for r in results for t in r["scenarios"]}  # type: ignore[attr-defined]
+        untouched = [t for t in _scenario_names() if t not in broken]
     if bad:
-        print(f"NOT caught by a safety invariant: {', '.join(map(str, bad))}")
+        print(f"NOT caught: {', '.join(map(str, bad))}")
+    if untouched:
+        print(f"scenario tests that no mutant turns red: {', '.join(untouched)}")
+    if bad or untouched:
         return 1
-    print(f"all {len(results)} mutants caught by a safety invariant")
+    n_safety = sum(1 for r in results if r["kind"] == "safety")
+    print(
+        f"all {n_safety} safety mutants caught by a safety invariant; every scenario "
+        "mutant fails a scenario test, and every scenario test fails for some mutant"
+    )
     return 0
 
 
