@@ -24,6 +24,7 @@ from keeperless.raft.core import NotLeaderError, RaftConfig, RaftCore
 from keeperless.raft.messages import Entry, Message, SnapshotId
 from keeperless.raft.state import ElectionState
 from keeperless.runtime.raft_log import FileRaftLog
+from keeperless.storage.durable import write_atomically
 
 __all__ = ["METADATA_TOPIC", "MetadataLog", "decode_entry", "image_of_snapshot", "iter_entry"]
 
@@ -98,7 +99,14 @@ class MetadataLog:
         self.state_path = self.log_dir / "quorum-state"
         state = ElectionState(voters=voters)
         if self.state_path.exists():
-            state = ElectionState.decode(self.state_path.read_bytes())
+            try:
+                state = ElectionState.decode(self.state_path.read_bytes())
+            except ValueError as e:
+                raise ValueError(
+                    f"{self.state_path}: {e}. It holds this node's vote and epoch; starting "
+                    "without it could vote twice in one epoch. Restore it from a backup, or "
+                    "wipe this controller's metadata log directory and let it rejoin"
+                ) from None
         self.core = RaftCore(
             node_id,
             voters,
@@ -284,12 +292,8 @@ class MetadataLog:
                 )
 
     def _write_state(self, state: ElectionState) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(state.encode())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.state_path)
+        # durable, name and all, before any message that depends on it is sent
+        write_atomically(self.state_path, state.encode())
 
     def _schedule(self) -> None:
         try:

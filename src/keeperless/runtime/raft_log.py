@@ -12,6 +12,7 @@ from pathlib import Path
 
 from keeperless.protocol.records import CorruptBatchError, iter_batches
 from keeperless.raft.messages import Entry, SnapshotId
+from keeperless.storage.durable import fsync_dir
 from keeperless.storage.log import LogConfig, PartitionLog
 
 __all__ = ["FileRaftLog", "snapshot_file_name"]
@@ -178,11 +179,7 @@ class FileRaftLog:
             self._write_tmp(sid, data)
         self._staged = None
         os.replace(tmp, path)
-        fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(self.dir)
         for p in [*self.dir.glob(f"*{SUFFIX}"), *self.dir.glob(f"*{SUFFIX}.tmp")]:
             if p.name != path.name:
                 p.unlink()  # only the newest snapshot is needed (and no abandoned ones)

@@ -9,8 +9,9 @@ trip (KIP-595 / KIP-320 style).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from keeperless.storage.durable import write_atomically
 
 __all__ = ["UNDEFINED", "LeaderEpochCache"]
 
@@ -40,13 +41,8 @@ class LeaderEpochCache:
         return out
 
     def _write(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
         body = "0\n" + f"{len(self.entries)}\n" + "".join(f"{e} {o}\n" for e, o in self.entries)
-        with open(tmp, "w") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_atomically(self.path, body.encode())
 
     @property
     def latest_epoch(self) -> int:

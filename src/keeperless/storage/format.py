@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from keeperless.metadata.bootstrap import BOOTSTRAP_CHECKPOINT, bootstrap_records, build_snapshot
 from keeperless.metadata.features import LATEST_METADATA_VERSION, metadata_version_for_release
+from keeperless.storage.durable import write_atomically
 from keeperless.storage.meta_properties import (
     META_PROPERTIES,
     MetaProperties,
@@ -65,13 +65,8 @@ def format_storage(
             )
         write_meta_properties(d, MetaProperties(cluster_id, node_id, random_kafka_uuid()))
         if d == metadata_log_dir:
-            path = d / BOOTSTRAP_CHECKPOINT
-            tmp = path.with_suffix(".tmp")
-            with open(tmp, "wb") as f:
-                f.write(build_snapshot(bootstrap_records(level), now_ms))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            snapshot = build_snapshot(bootstrap_records(level), now_ms)
+            write_atomically(d / BOOTSTRAP_CHECKPOINT, snapshot)
         formatted.append(d)
     return FormatResult(formatted, skipped, level)
 

@@ -26,6 +26,7 @@ from keeperless.protocol.records import (
     iter_batches,
     read_header,
 )
+from keeperless.storage.durable import fsync_dir
 
 __all__ = ["FileSlice", "LogConfig", "PartitionLog", "segment_name"]
 
@@ -156,8 +157,9 @@ class PartitionLog:
         self.dir = directory
         self.config = config
         self.read_only = read_only
-        if not read_only:
-            directory.mkdir(parents=True, exist_ok=True)
+        if not read_only and not directory.exists():
+            directory.mkdir(parents=True)
+            fsync_dir(directory.parent)
         self._segments: list[_Segment] = []
         self._bases: list[int] = []
         self._unflushed = 0
@@ -177,6 +179,7 @@ class PartitionLog:
             if self.read_only:
                 raise FileNotFoundError(f"{self.dir} holds no log segment")
             self._segments.append(_Segment(self.dir, 0, now_ms))
+            fsync_dir(self.dir)
         self._bases = [s.base_offset for s in self._segments]
 
     def _scan(
@@ -297,6 +300,7 @@ class PartitionLog:
         old = self._segments[-1]
         os.fsync(old.fd)
         seg = _Segment(self.dir, old.next_offset, now_ms)
+        fsync_dir(self.dir)  # the new segment's name survives a crash
         seg.next_offset = old.next_offset
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
@@ -431,9 +435,13 @@ class PartitionLog:
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch not wholly below ``offset`` (Raft log divergence)."""
+        dropped = False
         while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
             self._drop(self._segments.pop())
             self._bases.pop()
+            dropped = True
+        if dropped:
+            fsync_dir(self.dir)  # a removed segment must not come back after a crash
         seg = self._segments[-1]
         if offset >= seg.next_offset:
             return
@@ -472,6 +480,7 @@ class PartitionLog:
         for seg in self._segments:
             self._drop(seg)
         seg = _Segment(self.dir, offset, now_ms)
+        fsync_dir(self.dir)
         seg.next_offset = offset
         self._segments = [seg]
         self._bases = [offset]

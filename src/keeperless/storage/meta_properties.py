@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import base64
-import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from keeperless._properties import parse_properties
+from keeperless.storage.durable import write_atomically
 
 __all__ = [
     "META_PROPERTIES",
@@ -69,12 +69,7 @@ def write_meta_properties(log_dir: Path, meta: MetaProperties) -> None:
         f"version={meta.version}\n"
         f"cluster.id={meta.cluster_id}\n"
     )
-    tmp = log_dir / (META_PROPERTIES + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, log_dir / META_PROPERTIES)
+    write_atomically(log_dir / META_PROPERTIES, text.encode())
 
 
 def read_meta_properties(log_dir: Path) -> MetaProperties | None:

@@ -1,0 +1,34 @@
+"""Making file-system changes durable: a file's data needs an fsync of the file, and
+its name (creating, renaming or removing it) an fsync of the directory holding it.
+Without the second, a crash can undo a rename that was already acted on: a vote's
+`quorum-state`, a new segment, a checkpoint."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["fsync_dir", "write_atomically"]
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the entries of ``directory`` (names created, renamed or removed) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` so that after a crash at any point it holds either
+    the old content or the new, whole (write a temporary file, fsync it, rename it over
+    ``path``, fsync the directory). A temporary file left by a crash is overwritten by
+    the next write and never read."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
