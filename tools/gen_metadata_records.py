@@ -2,8 +2,10 @@
 
     python tools/gen_metadata_records.py [SPEC_DIR] [OUT_FILE]
 
-SPEC_DIR defaults to ../shared/spec/metadata-records. The output is checked in; a unit
-test regenerates it and fails if it differs, so the classes always match the specs.
+SPEC_DIR defaults to spec/metadata-records (Kafka's schemas, vendored so that a clone is
+self-contained; refresh them from ../shared/spec/metadata-records or Apache Kafka). The
+output is checked in; a unit test regenerates it and fails if it differs, so the classes
+always match the specs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SPEC = ROOT.parent / "shared" / "spec" / "metadata-records"
+DEFAULT_SPEC = ROOT / "spec" / "metadata-records"
 DEFAULT_OUT = ROOT / "src" / "keeperless" / "metadata" / "_records_gen.py"
 
 PY_TYPES = {

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).parents[2]
 
@@ -244,22 +245,28 @@ class Cluster:
         return int(wait_until(ask, timeout, interval=0.1, what="an active controller"))
 
 
-def describe_quorum(port: int) -> dict:
-    """DescribeQuorum (v1) sent to a controller listener, as a dict."""
+def kafka_request(port: int, api_key: int, version: int, body: dict, timeout: float = 10) -> Any:
+    """Send one request, as built by kio from ``body``, and return the decoded response
+    (for what no client library lets a test do, such as sending a batch twice)."""
     from kio.index import load_request_schema
 
     from keeperless.protocol.build import build
     from keeperless.protocol.framing import decode_response, encode_request
 
-    req = build(
-        load_request_schema(55, 1),
-        {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
-    )
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(encode_request(55, 1, 1, "test", req))
+    req = build(load_request_schema(api_key, version), body)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(encode_request(api_key, version, 1, "test", req))
         size = struct.unpack(">i", _recv(s, 4))[0]
-        _, resp = decode_response(memoryview(_recv(s, size)), 55, 1)
-    p = resp.topics[0].partitions[0]
+        _, resp = decode_response(memoryview(_recv(s, size)), api_key, version)
+    return resp
+
+
+def describe_quorum(port: int) -> dict:
+    """DescribeQuorum (v1) sent to a controller listener, as a dict."""
+    body = {
+        "topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]
+    }
+    p = kafka_request(port, 55, 1, body).topics[0].partitions[0]
     return {
         "error_code": int(p.error_code),
         "leader_id": p.leader_id,

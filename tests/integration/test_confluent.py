@@ -9,7 +9,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
-from tests.integration.cluster import Node, wait_until
+from keeperless.protocol.records import build_batch
+from tests.integration.cluster import Node, kafka_request, wait_until
 
 
 def create(node: Node, name: str, partitions: int = 1, config: dict[str, str] | None = None):
@@ -156,15 +157,57 @@ def test_group_of_two_commit_restart_resume(node: Node) -> None:
 
 
 def test_idempotent_duplicates_are_rejected(node: Node) -> None:
-    # librdkafka retries a batch whose response was lost; the broker must dedupe it.
+    """A producer retries a batch whose response was lost: the same batch (producer id,
+    epoch, base sequence) arrives twice. The broker answers the retry with the offset it
+    gave the first copy and stores it once; a batch that skips a sequence is refused
+    (OUT_OF_ORDER_SEQUENCE_NUMBER). The batches go over the wire by hand, since no client
+    library sends a duplicate on purpose."""
     topic = "idem"
     create(node, topic)
-    p = Producer({"bootstrap.servers": node.bootstrap, "enable.idempotence": True})
-    for i in range(50):
-        p.produce(topic, value=b"%d" % i)
-    assert p.flush(20) == 0
-    msgs = consume_all(node, topic, 50)
-    assert [m.value() for m in msgs] == [b"%d" % i for i in range(50)]
+    init = kafka_request(
+        node.port,
+        22,
+        4,
+        {
+            "transactional_id": None,
+            "transaction_timeout": 60000,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        },
+    )
+    assert int(init.error_code) == 0
+    pid, epoch = init.producer_id, init.producer_epoch
+
+    def produce(records: list[bytes], sequence: int) -> tuple[int, int]:
+        batch = build_batch(
+            [(None, v, ()) for v in records],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=sequence,
+            timestamp_ms=int(time.time() * 1000),
+        )
+        body = {
+            "transactional_id": None,
+            "acks": -1,
+            "timeout": 10000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+        }
+        part = kafka_request(node.port, 0, 8, body).responses[0].partition_responses[0]
+        return int(part.error_code), part.base_offset
+
+    assert produce([b"a", b"b"], 0) == (0, 0)
+    assert produce([b"c"], 2) == (0, 2)
+    assert produce([b"c"], 2) == (0, 2), "a retried batch must get its first offset"
+    assert produce([b"a", b"b"], 0) == (0, 0), "an older duplicate too"
+    err, _ = produce([b"e"], 5)  # sequence 3 and 4 never came
+    assert err == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert produce([b"d"], 3) == (0, 3)
+    msgs = consume_all(node, topic, 4)
+    assert [m.value() for m in msgs] == [b"a", b"b", b"c", b"d"]
+    assert [m.offset() for m in msgs] == [0, 1, 2, 3]
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "idem-hw"})
+    assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 4)
+    c.close()
 
 
 def test_auto_create_on_produce_and_list_offsets(node: Node) -> None:

@@ -33,6 +33,10 @@ def test_metrics_follow_a_failover_and_a_fenced_broker(tmp_path: Path) -> None:
         )
         assert _value(page, "kafka_raft_current_state", '{state="leader"}') == 1.0
         assert _value(page, "kafka_controller_active_controller_count") == 1.0
+        # every operation (the brokers' registrations, at least) waited its turn
+        queued = _value(page, "kafka_controller_event_queue_time_ms_count")
+        assert queued is not None
+        assert queued >= 2
         epoch = _value(page, "kafka_raft_current_epoch")
         assert epoch is not None
         follower = next(i for i in c.controllers if i != leader)

@@ -65,16 +65,55 @@ def test_corrupt_batch_in_middle_of_tail(tmp_path: Path) -> None:
     assert again.log_end_offset == 2
 
 
-def test_retention_by_size_and_time(tmp_path: Path) -> None:
-    cfg = LogConfig(segment_bytes=300, retention_bytes=600, retention_ms=10_000)
+def _segments(d: Path) -> list[tuple[int, int]]:
+    """(base offset, bytes) of each segment file, oldest first, as on disk."""
+    return sorted((int(p.name[:20]), p.stat().st_size) for p in d.glob("*.log"))
+
+
+def test_retention_by_bytes_deletes_exactly_the_oldest_segments_over_the_limit(
+    tmp_path: Path,
+) -> None:
+    """Kafka's retention.bytes: delete the oldest segment while the log would still hold
+    at least retention.bytes without it; never the active segment."""
+    cfg = LogConfig(segment_bytes=300, retention_bytes=600, retention_ms=-1)
     plog = PartitionLog(tmp_path / "t-0", cfg, 0)
     for i in range(20):
         _append(plog, 1, now=i)
-    before = plog.size_bytes
-    assert plog.enforce_retention(now_ms=20) > 0
-    assert plog.size_bytes <= max(600, before)
-    assert plog.log_start_offset > 0
-    assert plog.read(0, 100) is not None
+    segs = _segments(tmp_path / "t-0")
+    assert len(segs) >= 5
+    total, keep = sum(size for _, size in segs), list(segs)
+    while len(keep) > 1 and total - keep[0][1] >= 600:
+        total -= keep.pop(0)[1]
+    assert 0 < len(segs) - len(keep) < len(segs) - 1  # some, not all, go
+    assert plog.enforce_retention(now_ms=10**12) == len(segs) - len(keep)
+    assert _segments(tmp_path / "t-0") == keep
+    assert plog.log_start_offset == keep[0][0]
+    assert plog.size_bytes == total >= 600
+    assert total - keep[0][1] < 600  # one more would go below the limit
+    assert plog.read(keep[0][0] - 1, 100) is not None  # reads start at the new start
+    assert plog.enforce_retention(now_ms=10**12) == 0
+
+
+def test_retention_by_time_deletes_exactly_the_segments_older_than_the_limit(
+    tmp_path: Path,
+) -> None:
+    """Kafka's retention.ms: a segment goes once its newest record is older than
+    retention.ms; younger segments and the active one stay, whatever their size."""
+    cfg = LogConfig(segment_bytes=300, retention_bytes=-1, retention_ms=10_000)
+    plog = PartitionLog(tmp_path / "t-0", cfg, 0)
+    for i in range(20):
+        _append(plog, 1, now=i * 1000)  # offset i written at i seconds
+    segs = _segments(tmp_path / "t-0")
+    now = 25_500  # records before 15.5 s are past retention
+    newest = [min(segs[j + 1][0], 20) - 1 for j in range(len(segs) - 1)]  # newest offset
+    expired = [segs[j] for j, last in enumerate(newest) if last * 1000 < now - 10_000]
+    assert 0 < len(expired) < len(segs) - 1
+    assert plog.enforce_retention(now_ms=now) == len(expired)
+    assert _segments(tmp_path / "t-0") == segs[len(expired) :]
+    assert plog.log_start_offset == segs[len(expired)][0]
+    assert plog.enforce_retention(now_ms=now) == 0
+    assert plog.enforce_retention(now_ms=10**9) == len(segs) - len(expired) - 1  # not active
+    assert len(_segments(tmp_path / "t-0")) == 1
     os.sync()
 
 

@@ -59,6 +59,7 @@ class ControllerService:
         self._append_lock = asyncio.Lock()
         self._activation: asyncio.Task[None] | None = None
         self._sessions: asyncio.Task[None] | None = None
+        self.metrics: Any = None  # runtime.metrics.Metrics when enabled
 
     @property
     def is_active(self) -> bool:
@@ -124,7 +125,10 @@ class ControllerService:
         """Run an operation on the active controller; returns after its records commit."""
         if not self._active.is_set():
             raise NotControllerError(f"node {self.node_id} is not the active controller")
+        queued = time.perf_counter()
         async with self._append_lock:
+            if self.metrics is not None:  # Kafka's EventQueueTimeMs: the wait for our turn
+                self.metrics.event_queue_time.observe((time.perf_counter() - queued) * 1000)
             result = op(self.controller)
             if not result.records and not result.more:
                 return result.response

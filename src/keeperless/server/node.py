@@ -120,6 +120,8 @@ class Node:
             self.mlog.metrics = self.metrics
             if self.broker is not None:
                 self.broker.metrics = self.metrics
+            if self.controller is not None:
+                self.controller.metrics = self.metrics
         self.servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
 
