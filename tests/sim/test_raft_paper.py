@@ -185,6 +185,42 @@ def test_pre_vote_keeps_a_rejoining_node_from_deposing_a_live_leader() -> None:
     assert (net.core(2).epoch, net.core(2).leader_id) == (1, 1)
 
 
+def test_a_voter_stranded_in_a_newer_epoch_brings_the_quorum_to_it() -> None:
+    """KIP-996 as Kafka implements it: a pre-vote carries the sender's current epoch, and
+    a voter (even the leader) that receives one from a newer epoch moves to it. Node 1,
+    cut off, won a pre-vote and stood as candidate in epoch 2, but nobody heard its vote
+    requests; the leader of epoch 1 goes on. Back in the network, node 1 can neither win
+    epoch 2 nor go back to epoch 1; its pre-votes in epoch 2 must bring everyone to epoch
+    2 so that an election in epoch 3 reunites the quorum (found by seeds 11872 and 13904
+    of make sim SEEDS=20000: the node stayed out of the quorum for good)."""
+    net = Net(3)
+    net.elect(3, [1, 2])
+    net.replicate(3, [1, 2])
+    skip_past_fetch_timeout(net)  # nobody has heard from leader 3 lately
+    net.timeout(1)
+    net.wave(lambda msg: msg.src == 1 and msg.dst == 2)  # pre-vote to node 2 only
+    net.wave(lambda msg: msg.src == 2 and msg.dst == 1)  # granted
+    assert (net.core(1).role, net.core(1).epoch) == (Role.CANDIDATE, 2)
+    while net.core(1).role is Role.CANDIDATE:  # its vote requests are lost until it
+        net.drop(lambda msg: msg.src == 1)  # gives up the candidacy
+        net.timeout(1)
+    net.drop(lambda msg: msg.src == 1)
+    assert (net.core(1).role, net.core(1).epoch) == (Role.PROSPECTIVE, 2)
+    net.replicate(3, [2])  # node 2 hears from leader 3 again
+    assert (net.core(3).role, net.core(3).epoch) == (Role.LEADER, 1)
+
+    def reunited() -> bool:
+        leaders = [i for i in net.nodes if net.core(i).role is Role.LEADER]
+        return (
+            len(leaders) == 1
+            and all(net.core(i).epoch == net.core(leaders[0]).epoch for i in net.nodes)
+            and all(net.core(i).leader_id == leaders[0] for i in net.nodes)
+        )
+
+    net.deliver_until(reunited, lambda _: True, waves=3000)
+    assert net.core(1).epoch >= 3
+
+
 def test_check_quorum_a_cut_off_leader_resigns() -> None:
     """KIP-595 (check quorum): a leader that has not been fetched from by a majority
     of the voters within the fetch timeout resigns, so that clients stop writing to a

@@ -3,6 +3,11 @@ prospective and asks for pre-votes, then a candidate in the next epoch asking fo
 votes; voters grant at most one real vote per epoch, durably, and only to a candidate
 whose log is at least as up to date as theirs.
 
+As in Kafka, a pre-vote request carries the prospective's current epoch. A voter that
+receives one from a higher epoch moves to that epoch first (a leader of an older epoch
+resigns): this is how a voter that stood as a candidate while cut off, and so is in a
+newer epoch than the leader, brings the quorum to its epoch instead of being stranded.
+
 Functions of a RaftCore, split out by role as replication is. A vote request stays in
 flight until it is answered or times out (``request_timeout_ms``), when it is sent
 again with a new request id; a response counts only if it answers the request in
@@ -65,7 +70,7 @@ def retry_votes(core: RaftCore, now_ms: int) -> None:
         req = m.VoteRequest(
             core.node_id,
             v,
-            core.epoch + 1 if pre_vote else core.epoch,
+            core.epoch,
             core.log.last_epoch(),
             core.log.end_offset,
             pre_vote=pre_vote,
@@ -136,7 +141,7 @@ def on_vote_request(core: RaftCore, req: m.VoteRequest, now_ms: int) -> None:
             m.VoteResponse(
                 core.node_id,
                 req.src,
-                core.epoch if not req.pre_vote or not granted else req.epoch,
+                core.epoch,
                 granted,
                 core.leader_id,
                 req.pre_vote,
@@ -152,24 +157,23 @@ def on_vote_request(core: RaftCore, req: m.VoteRequest, now_ms: int) -> None:
     if not core.is_voter:
         reply(False)
         return
-    if req.pre_vote:
-        # Grant only if we would vote, and we have no live leader (KIP-996).
-        has_leader = core.role is Role.LEADER or (
-            core.role is Role.FOLLOWER
-            and now_ms - core._leader_contact_ms < core.config.fetch_timeout_ms
-            and core.leader_id != req.src  # our own leader campaigning has given up
-        )
-        reply(
-            req.epoch > core.epoch
-            and not has_leader
-            and _log_ok(core, req.last_epoch, req.end_offset)
-        )
-        return
     if req.epoch < core.epoch:
         reply(False)
         return
     if req.epoch > core.epoch:
         core._transition(Role.UNATTACHED, req.epoch, -1, -1, now_ms)
+    if req.pre_vote:
+        # Grant if we would vote for it in the next epoch and have no live leader
+        # (KIP-996); the epoch stays where it is.
+        has_leader = core.role is Role.LEADER or (
+            core.role is Role.FOLLOWER
+            and now_ms - core._leader_contact_ms < core.config.fetch_timeout_ms
+            and core.leader_id != req.src  # our own leader campaigning has given up
+        )
+        # (a vote already cast in this epoch, even for ourselves, does not matter: the
+        # pre-vote is for the next epoch, as in Kafka 4)
+        reply(not has_leader and _log_ok(core, req.last_epoch, req.end_offset))
+        return
     s = core.state
     grant = (
         core.role is Role.UNATTACHED
@@ -201,8 +205,8 @@ def on_vote_response(core: RaftCore, resp: m.VoteResponse, now_ms: int) -> None:
             # a newer epoch, or a live leader: stop campaigning and follow it
             core._observe_epoch(resp.epoch, resp.leader_id, now_ms)
             return
-        if resp.granted and resp.epoch != core.epoch + 1:
-            return  # granted for an older campaign
+        if resp.granted and resp.epoch != core.epoch:
+            return  # granted in another epoch
         core._votes[resp.src] = resp.granted
         _tally(core, now_ms)
         return
