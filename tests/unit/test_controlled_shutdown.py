@@ -4,9 +4,12 @@ leaderships and ISR memberships, is marked InControlledShutdown, and is told to 
 
 from __future__ import annotations
 
-from keeperless.controller.quorum_controller import NewTopic
+import random
+import uuid
+
+from keeperless.controller.quorum_controller import NewTopic, QuorumController
 from keeperless.metadata import _records_gen as r
-from tests.unit.controller_log import active_cluster
+from tests.unit.controller_log import ActiveLog, active_cluster
 
 
 def test_controlled_shutdown_moves_waits_for_the_others_then_fences() -> None:
@@ -34,10 +37,15 @@ def test_controlled_shutdown_moves_waits_for_the_others_then_fences() -> None:
         for p in t.partitions.values():
             assert p.leader != 3
             assert 3 not in p.isr or p.isr == (3,)
-    # no new replicas while it shuts down, and no steady answer for it
-    res = c.create_topics([NewTopic("new", 6, 2)], False)
+    # no new replicas while it shuts down unless the replication factor needs it (then
+    # as a follower: a rolling restart keeps the replication factor), no steady answer
+    res = c.create_topics([NewTopic("new", 6, 2), NewTopic("all3", 6, 3)], False)
     log.append(res.records)
     assert all(3 not in p.replicas for p in c.image.topic("new").partitions.values())
+    for p in c.image.topic("all3").partitions.values():
+        assert sorted(p.replicas) == [1, 2, 3]
+        assert p.leader != 3
+        assert 3 not in p.isr
     assert c.steady_heartbeat(3, epoch3, False, 200, want_shut_down=True) is None
 
     # not committed yet: keep waiting
@@ -91,3 +99,35 @@ def test_a_registration_ends_the_controlled_shutdown_state() -> None:
     log.append(reg.records)
     assert not c.image.brokers[3].in_controlled_shutdown
     assert c.image.brokers[3].fenced
+
+
+def test_a_rolling_restart_keeps_the_replication_factor() -> None:
+    """Two brokers, one in controlled shutdown (SIGTERM during a roll): an RF 2 topic is
+    still created, led by the other broker, as Kafka places replicas on registered
+    brokers that are fenced or shutting down when the replication factor needs them
+    (it was refused with "only 1 broker(s) are registered")."""
+    c = QuorumController(
+        1, random.Random(3), {"num.partitions": 1, "default.replication.factor": 2}
+    )
+    log = ActiveLog(c)
+    log.append([r.FeatureLevelRecord(name="metadata.version", feature_level=21)])
+    epochs = {}
+    for b in (1, 2):
+        epochs[b] = log.offset + 1
+        log.append(c.register_broker(b, uuid.uuid4(), [("P", "h", b)], None, epochs[b], 0).records)
+        log.append(c.broker_heartbeat(b, epochs[b], False, True, 0).all_records())
+    log.commit()
+    hb = c.broker_heartbeat(2, epochs[2], False, True, 10, want_shut_down=True, metadata_offset=0)
+    log.append(hb.all_records())
+    assert c.image.brokers[2].in_controlled_shutdown
+    res = c.create_topics([NewTopic("rolled", 3, 2)], False)
+    assert [t.error.code for t in res.response] == [0]
+    log.append(res.records)
+    for p in c.image.topic("rolled").partitions.values():
+        assert sorted(p.replicas) == [1, 2]
+        assert (p.leader, p.isr) == (1, (1,))
+    # with both brokers resting, no leader can be placed: refused, saying why
+    log.append(c.broker_heartbeat(1, epochs[1], True, True, 20).all_records())
+    refused = c.create_topics([NewTopic("nowhere", 1, 2)], False).response[0].error
+    assert refused.code == 38  # INVALID_REPLICATION_FACTOR
+    assert "fenced" in (refused.message or "")

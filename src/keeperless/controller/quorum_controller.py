@@ -434,14 +434,18 @@ class QuorumController:
     def _place(
         self, num_partitions: int, rf: int, start_partition: int = 0
     ) -> list[list[int]] | ApiError:
-        """Replica placement: unfenced brokers first, striped across racks; a registered
-        but fenced broker (down for a rolling restart) is used only when the replication
-        factor needs it."""
-        regs = [b for b in self.image.brokers.values() if not b.in_controlled_shutdown]
-        live = self._rack_striped([b.broker_id for b in regs if not b.fenced])
+        """Replica placement as Kafka's StripedReplicaPlacer: unfenced brokers first,
+        striped across racks; a registered broker that is fenced or in controlled shutdown
+        (down for a rolling restart) is used only when the replication factor needs it,
+        and never as the leader (the first replica)."""
+        regs = list(self.image.brokers.values())
+        live = self._rack_striped(
+            [b.broker_id for b in regs if not b.fenced and not b.in_controlled_shutdown]
+        )
         brokers = live
         if rf > len(live):
-            brokers = live + self._rack_striped([b.broker_id for b in regs if b.fenced])
+            resting = [b.broker_id for b in regs if b.fenced or b.in_controlled_shutdown]
+            brokers = live + self._rack_striped(resting)
         if not live:
             return ApiError(
                 ErrorCode.invalid_replication_factor,
@@ -554,10 +558,14 @@ class QuorumController:
 
     def _partition_record(self, tid: UUID, p: int, reps: Sequence[int]) -> r.PartitionRecord:
         brokers = self.image.brokers
-        live = [b for b in reps if b in brokers and not brokers[b].fenced]
+        live = [
+            b
+            for b in reps
+            if b in brokers and not brokers[b].fenced and not brokers[b].in_controlled_shutdown
+        ]
         leader = live[0] if live else -1
-        # A new partition is empty everywhere: every live replica is in sync. Fenced ones
-        # (down during a rolling restart) join the ISR once they have caught up.
+        # A new partition is empty everywhere: every active replica is in sync. Fenced ones
+        # and those shutting down (a rolling restart) join the ISR once they have caught up.
         isr = tuple(live) if live else tuple(reps)
         return r.PartitionRecord(
             partition_id=p,
