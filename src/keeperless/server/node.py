@@ -184,9 +184,17 @@ class Node:
         )
         loop = asyncio.get_running_loop()
         if self.broker is not None:
+            # Bind first, as Kafka does: a listener that cannot be bound stops the node
+            # before it registers (and is unfenced, and given partitions it cannot serve);
+            # requests are accepted once the broker has caught up.
+            router = self._broker_router()
+            bound = [
+                await self._listen(ep, router, serve=False) for ep in self.config.broker_listeners
+            ]
             await self._register_broker()
-            for ep in self.config.broker_listeners:
-                await self._listen(ep, self._broker_router())
+            for server in bound:
+                await server.start_serving()
+            log.info("[node %d] Broker listeners accepting requests", self.node_id)
             self.replicas = ReplicaManager(
                 self.broker,
                 ReplicationSettings(
@@ -208,11 +216,14 @@ class Node:
             self.cluster_id,
         )
 
-    async def _listen(self, ep: Endpoint, router: RequestRouter) -> None:
+    async def _listen(
+        self, ep: Endpoint, router: RequestRouter, serve: bool = True
+    ) -> asyncio.Server:
+        """Bind a listener (and accept connections on it unless ``serve`` is False)."""
         host = ep.host or "0.0.0.0"
         try:
             server = await asyncio.get_running_loop().create_server(
-                _protocol_factory(router), host, ep.port, reuse_address=True
+                _protocol_factory(router), host, ep.port, reuse_address=True, start_serving=serve
             )
         except OSError as e:
             raise ListenError(
@@ -221,7 +232,15 @@ class Node:
             ) from None
         router.metrics = self.metrics
         self.servers.append(server)
-        log.info("[node %d] Listening on %s://%s:%d", self.node_id, ep.listener, host, ep.port)
+        log.info(
+            "[node %d] %s %s://%s:%d",
+            self.node_id,
+            "Listening on" if serve else "Bound",
+            ep.listener,
+            host,
+            ep.port,
+        )
+        return server
 
     def _broker_router(self) -> RequestRouter:
         assert self.broker is not None
