@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Cluster, wait_until
+from tests.integration.cluster import Cluster
 
 
 @pytest.fixture
