@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, describe_quorum, wait_until
 
 
 @pytest.fixture
@@ -54,3 +54,69 @@ def test_a_broker_that_cannot_bind_its_listener_never_registers(one_and_one: Clu
     assert "Registering broker 2" in c.controllers[1].logs()
     assert "Broker listeners accepting requests" in broker.logs()
     assert broker.logs().index("Bound PLAINTEXT") < broker.logs().index("Registered broker")
+
+
+def _random_uuid() -> str:
+    from tests.integration.cluster import keeperless
+
+    return keeperless("storage", "random-uuid", check=True).stdout.strip()
+
+
+def test_a_broker_formatted_for_another_cluster_is_refused(one_and_one: Cluster) -> None:
+    """Kafka refuses a broker whose cluster id differs (INCONSISTENT_CLUSTER_ID): it is
+    never registered, unfenced or shown, and both sides say why."""
+    c = one_and_one
+    ours, theirs = _random_uuid(), _random_uuid()
+    c.controllers[1].format(ours)
+    broker = c.brokers[2]
+    broker.format(theirs)
+    c.controllers[1].start_background()
+    c.controllers[1].wait_listening()
+    c.leader()
+    broker.start_background()
+    assert broker.proc is not None
+    assert broker.proc.wait(60) != 0
+    blog, clog = broker.logs(), c.controllers[1].logs()
+    assert "INCONSISTENT_CLUSTER_ID" in blog
+    assert theirs in blog
+    assert f"expected cluster ID {ours}, but got cluster ID {theirs}" in clog
+    assert "Registering broker 2" not in clog
+    assert "Registered broker" not in blog
+    broker.proc = None
+
+
+def test_a_controller_formatted_for_another_cluster_never_joins_the_quorum(
+    tmp_path: Path,
+) -> None:
+    c = Cluster(tmp_path, controllers=3, brokers=0)
+    try:
+        ours, theirs = _random_uuid(), _random_uuid()
+        for i, n in c.controllers.items():
+            n.format(theirs if i == 3 else ours)
+        for n in c.controllers.values():
+            n.start_background()
+        for n in c.controllers.values():
+            n.wait_listening()
+        leader = c.leader()
+        assert leader in (1, 2)
+        wait_until(
+            lambda: "INCONSISTENT_CLUSTER_ID" in c.controllers[3].logs(),
+            30,
+            what="the foreign controller to be told",
+        )
+        wait_until(
+            lambda: any(
+                "INCONSISTENT_CLUSTER_ID" in c.controllers[i].logs()
+                and f"of cluster {theirs}" in c.controllers[i].logs()
+                for i in (1, 2)
+            ),
+            30,
+            what="a voter to log the refusal",
+        )
+        info = describe_quorum(c.controllers[leader].port)
+        assert dict(info["voters"])[3] == -1  # never fetched from the leader
+        assert "Completed transition to Follower" not in c.controllers[3].logs()
+        # the quorum of the two others works
+        assert describe_quorum(c.controllers[leader].port)["high_watermark"] > 0
+    finally:
+        c.stop()

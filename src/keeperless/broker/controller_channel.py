@@ -151,8 +151,10 @@ class RemoteController:
         voters: dict[int, tuple[str, int]],
         leader: Callable[[], int],
         timeout_ms: int,
+        cluster_id: str = "",
     ) -> None:
         self.node_id = node_id
+        self.cluster_id = cluster_id  # sent where the RPC carries it (registration)
         self.voters = voters
         self.leader = leader
         self.timeout_s = timeout_ms / 1000
@@ -312,7 +314,7 @@ class RemoteController:
     ) -> tuple[ApiError, int]:
         body = {
             "broker_id": broker_id,
-            "cluster_id": "",
+            "cluster_id": self.cluster_id,
             "incarnation_id": incarnation_id,
             "listeners": [
                 {"name": n, "host": h, "port": p, "security_protocol": 0} for n, h, p in endpoints

@@ -1,12 +1,17 @@
 """Carries the Raft core's messages between nodes as Kafka RPCs on the controller
 listener. Outbound requests go over two connections per peer (fetches long-poll, so
 votes get their own lane); an inbound request is stepped into the core and answered
-with the core's matching response message."""
+with the core's matching response message.
+
+Every Raft RPC carries the cluster id (KIP-595): a request from a node formatted for
+another cluster is refused with INCONSISTENT_CLUSTER_ID and never reaches the core,
+and such a refusal is logged by the requester too (rate-limited on both sides)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import struct
@@ -110,6 +115,14 @@ class _Lane:
             key, version, request = entry
             try:
                 _, resp = decode_response(frame, key, version)
+                if getattr(resp, "error_code", None) == ErrorCode.inconsistent_cluster_id:
+                    self.t.foreign(
+                        self.peer,
+                        f"node {self.peer} refused our {type(request).__name__} as coming "
+                        f"from another cluster: this node is formatted for cluster "
+                        f"{self.t.cluster_id}",
+                    )
+                    continue
                 msg = response_to_message(key, resp, request)
             except Exception:
                 log.exception("[node %d] Bad Raft response from node %d", self.t.node_id, self.peer)
@@ -147,6 +160,7 @@ class RaftTransport:
         self._inbound: dict[tuple[int, type], list[tuple[m.Message, asyncio.Future[Any]]]] = {}
         self._down: dict[int, float] = {}
         self._last_warning = -1e9
+        self._foreign_warnings: dict[int, float] = {}
 
     # -- the core's outbound messages ---------------------------------------------------
 
@@ -187,6 +201,16 @@ class RaftTransport:
             leader, epoch = self.state()
             return response_of(1, header.api_version, None, leader, epoch)
         msg = request_to_message(key, req, self.node_id, next(self._inbound_ids))
+        theirs = getattr(req, "cluster_id", None)
+        if theirs is not None and theirs != self.cluster_id:  # (null: an old client)
+            self.foreign(
+                msg.src,
+                f"refused {type(msg).__name__} from node {msg.src} of cluster {theirs}: "
+                f"this node belongs to cluster {self.cluster_id}",
+            )
+            leader, epoch = self.state()
+            refusal = response_of(key, header.api_version, None, leader, epoch)
+            return dataclasses.replace(refusal, error_code=ErrorCode.inconsistent_cluster_id)
         expected = _EXPECTED.get(key)
         fut: asyncio.Future[Any] | None = None
         if expected is not None:
@@ -251,6 +275,13 @@ class RaftTransport:
                 addr[1],
                 why,
             )
+
+    def foreign(self, peer: int, what: str) -> None:
+        """A node of another cluster: say so once per peer every minute."""
+        now = time.monotonic()
+        if now - self._foreign_warnings.get(peer, -1e9) >= 60:
+            self._foreign_warnings[peer] = now
+            log.error("[node %d] INCONSISTENT_CLUSTER_ID: %s", self.node_id, what)
 
     def reachable(self, peer: int) -> None:
         if self._down.pop(peer, None) is not None:

@@ -4,6 +4,7 @@ handlers of the controller listener for the same RPCs (Kafka's ControllerApis)."
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -53,6 +54,8 @@ from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.server.controller_service import ControllerService, NotControllerError
 
 __all__ = ["ControllerApis", "ControllerClient", "LocalController"]
+
+log = logging.getLogger(__name__)
 
 
 def _now_ms() -> int:
@@ -324,8 +327,9 @@ class ControllerClient:
 class ControllerApis:
     """Handlers of the controller listener for the broker-to-controller RPCs."""
 
-    def __init__(self, service: ControllerService) -> None:
+    def __init__(self, service: ControllerService, cluster_id: str) -> None:
         self.service = service
+        self.cluster_id = cluster_id
         self.local = LocalController(service)
 
     def handlers(self) -> dict[int, Any]:
@@ -407,6 +411,24 @@ class ControllerApis:
         return create_partitions_response(header.api_version, results)
 
     async def register_broker(self, header: RequestHeader, req: Any) -> Any:
+        if req.cluster_id != self.cluster_id:
+            # Kafka: "Expected cluster ID X, but got cluster ID Y"
+            log.warning(
+                "[node %d] Refused the registration of broker %d: expected cluster ID %s, "
+                "but got cluster ID %s",
+                self.service.node_id,
+                req.broker_id,
+                self.cluster_id,
+                req.cluster_id,
+            )
+            return build(
+                response_class(62, header.api_version),
+                {
+                    "throttle_time": 0,
+                    "error_code": ErrorCode.inconsistent_cluster_id,
+                    "broker_epoch": -1,
+                },
+            )
         try:
             err, epoch = await self.local.register_broker(
                 req.broker_id,

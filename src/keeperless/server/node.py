@@ -95,6 +95,7 @@ class Node:
             voters,
             lambda: core.leader_id,
             config["controller.quorum.request.timeout.ms"] * 5,
+            self.cluster_id,
         )
         self.broker: Broker | None = None
         self.replicas: ReplicaManager | None = None
@@ -300,7 +301,7 @@ class Node:
         handlers: dict[int, Any] = {18: api_versions}
         for key in (1, 52, 53, 54, 55, 59):
             handlers[key] = self.transport.handle
-        handlers.update(ControllerApis(self.controller).handlers())
+        handlers.update(ControllerApis(self.controller, self.cluster_id).handlers())
         handlers[60] = self._describe_cluster_controllers
         return RequestRouter(self.node_id, dict(CONTROLLER_APIS), handlers, body)
 
@@ -335,6 +336,14 @@ class Node:
                 )
                 await asyncio.sleep(1.0)
                 continue
+            if err.code == ErrorCode.inconsistent_cluster_id:
+                raise RuntimeError(
+                    f"broker registration refused: INCONSISTENT_CLUSTER_ID: the controllers "
+                    f"belong to another cluster than this broker's {self.cluster_id} (the "
+                    f"cluster.id in meta.properties of {b.settings.log_dir}); format its "
+                    "directories with the cluster's id (keeperless storage info -c on a "
+                    "controller shows it)"
+                )
             if err.code != ErrorCode.none:
                 raise RuntimeError(
                     f"broker registration refused: {err.code.name} {err.message or ''}"
