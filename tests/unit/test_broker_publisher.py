@@ -32,6 +32,7 @@ def _broker(tmp_path: Path) -> Broker:
 
 def test_partitions_and_topic_configs_follow_the_image(tmp_path: Path) -> None:
     b = _broker(tmp_path)
+    b.catch_up_to(-1)  # caught up from the start
     tid = uuid.uuid4()
     b.on_committed(
         [
@@ -68,4 +69,99 @@ def test_partitions_and_topic_configs_follow_the_image(tmp_path: Path) -> None:
     )
     assert sorted(b.partitions.partitions) == [("t", 0), ("t", 2)]
     assert b.changed_partitions == [("t", 1)]
+    b.close()
+
+
+def _topic(name: str, tid: uuid.UUID, partitions: int = 1) -> list[Any]:
+    return [
+        r.TopicRecord(name=name, topic_id=tid),
+        *(
+            r.PartitionRecord(partition_id=p, topic_id=tid, replicas=(1,), isr=(1,), leader=1)
+            for p in range(partitions)
+        ),
+    ]
+
+
+def _write(b: Broker, topic: str, n: int) -> None:
+    from keeperless.protocol.records import build_batch
+
+    p = b.partitions.get(topic, 0)
+    assert p is not None
+    for i in range(n):
+        res = p.append(build_batch([(None, b"v%d" % i, ())]), 0, 1 << 20, 0)
+        assert res.error == 0
+
+
+def test_a_recreated_topic_survives_a_restart_that_replays_the_log(tmp_path: Path) -> None:
+    """Create t1, delete it, create it again, write to it; restart. Replaying the log
+    creates and deletes the first t1 again: that must not touch the second one's
+    directory (it did: 50 acknowledged records lost). Partitions appear only once the
+    broker has caught up past its registration, and are bound to their topic id."""
+    old, new = uuid.uuid4(), uuid.uuid4()
+    history: list[tuple[list[Any], int]] = [
+        (_topic("t1", old), 1),
+        ([r.RemoveTopicRecord(topic_id=old)], 2),
+        (_topic("t1", new), 3),
+    ]
+    first = _broker(tmp_path)
+    first.catch_up_to(-1)
+    for records, offset in history:
+        first.on_committed(records, offset)
+    _write(first, "t1", 50)
+    first.close()
+
+    again = _broker(tmp_path)
+    registration = 7
+    for records, offset in history:
+        again.on_committed(records, offset)
+        assert again.partitions.partitions == {}  # not caught up: nothing touched
+    again.catch_up_to(registration)
+    assert not again.partitions_live
+    again.on_committed([r.NoOpRecord()], registration)
+    assert again.partitions_live
+    p = again.partitions.get("t1", 0)
+    assert p is not None
+    assert p.topic_id == new
+    assert p.log.log_end_offset == 50
+    again.close()
+
+
+def test_a_partition_directory_of_a_deleted_incarnation_is_never_served(tmp_path: Path) -> None:
+    """The broker was down while t1 was deleted and re-created (its snapshot shows only
+    the new t1): the old directory goes, by topic id, and the new partition starts
+    empty instead of serving the old topic's records."""
+    old, new = uuid.uuid4(), uuid.uuid4()
+    first = _broker(tmp_path)
+    first.catch_up_to(-1)
+    first.on_committed(_topic("t1", old) + _topic("gone", uuid.uuid4()), 1)
+    _write(first, "t1", 5)
+    _write(first, "gone", 3)
+    first.close()
+    (tmp_path / "junk-0.0123abcd-delete").mkdir()  # left by a crash mid-deletion
+
+    again = _broker(tmp_path)
+    again.catch_up_to(4)
+    again.on_committed(_topic("t1", new), 4)  # as if from a snapshot: no old t1, no "gone"
+    p = again.partitions.get("t1", 0)
+    assert p is not None
+    assert p.topic_id == new
+    assert p.log.log_end_offset == 0
+    left = sorted(d.name for d in tmp_path.iterdir())
+    assert left == ["t1-0"], left  # "gone" (stray) and the leftover are removed
+    again.close()
+
+
+def test_deleting_a_topic_renames_its_partitions_out_of_the_way(tmp_path: Path) -> None:
+    b = _broker(tmp_path)
+    b.catch_up_to(-1)
+    old, new = uuid.uuid4(), uuid.uuid4()
+    b.on_committed(_topic("t1", old), 1)
+    _write(b, "t1", 4)
+    b.on_committed([r.RemoveTopicRecord(topic_id=old)], 2)
+    assert b.partitions.get("t1", 0) is None
+    b.on_committed(_topic("t1", new), 3)
+    p = b.partitions.get("t1", 0)
+    assert p is not None
+    assert p.log.log_end_offset == 0
+    assert sorted(d.name for d in tmp_path.iterdir()) == ["t1-0"]
     b.close()

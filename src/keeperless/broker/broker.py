@@ -10,10 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from uuid import UUID
 
 from keeperless.broker.controller_channel import ControllerChannel
 from keeperless.broker.partitions import PartitionManager
-from keeperless.metadata.image import TOPIC_RESOURCE, MetadataDelta, MetadataImage
+from keeperless.metadata.image import TOPIC_RESOURCE, MetadataDelta, MetadataImage, PartitionInfo
 from keeperless.metadata.topic_configs import TOPIC_CONFIG_DEFAULTS
 from keeperless.storage.log import LogConfig
 
@@ -59,6 +60,12 @@ class Broker:
         self._image_waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
         # local partitions whose assignment changed in the last published delta
         self.changed_partitions: list[tuple[str, int]] = []
+        # Partitions are published only once the image has caught up to this offset (the
+        # broker's own registration): replaying the log record by record from the start
+        # would create and delete directories of topics long gone, under names a
+        # re-created topic now uses. Kafka's first publish is the whole caught-up image.
+        self.publish_from: int | None = None
+        self.partitions_live = False
 
     # -- metadata publisher -------------------------------------------------------------
 
@@ -78,23 +85,52 @@ class Broker:
         }
         self._publish(delta, new)
 
+    def catch_up_to(self, offset: int) -> None:
+        """Start publishing partitions once the image reaches ``offset``."""
+        self.publish_from = offset
+        if not self.partitions_live and self.image.offset >= offset:
+            self._go_live(self.image)
+            self._notify(self.image)
+
+    def _go_live(self, image: MetadataImage) -> None:
+        """The first publication of partitions: the whole caught-up image at once."""
+        self.partitions_live = True
+        now = _now_ms()
+        mine: dict[tuple[str, int], tuple[UUID, PartitionInfo]] = {}
+        for tid, topic in image.topics.items():
+            for p, info in topic.partitions.items():
+                if self.node_id in info.replicas:
+                    mine[(topic.name, p)] = (tid, info)
+        self.partitions.remove_strays({k: tid for k, (tid, _) in mine.items()})
+        configs: dict[str, LogConfig] = {}
+        for (name, p), (tid, info) in sorted(mine.items()):
+            cfg = configs.get(name)
+            if cfg is None:
+                cfg = configs[name] = self.log_config(name)
+            self.partitions.ensure(name, p, tid, info, cfg, now)
+        self.changed_partitions = sorted(mine)
+        log.info(
+            "[node %d] Caught up with the metadata at offset %d: hosting %d partition(s)",
+            self.node_id,
+            image.offset,
+            len(mine),
+        )
+
     def _publish(self, delta: MetadataDelta, new: MetadataImage | None = None) -> None:
         if new is None:
             new = delta.apply()
         self.image = new
         self._produce_settings.clear()
+        if not self.partitions_live:
+            self.changed_partitions = []
+            if self.publish_from is not None and new.offset >= self.publish_from:
+                self._go_live(new)
+            self._notify(new)
+            return
         now = _now_ms()
         for tid, topic in delta.deleted_topics.items():
             for p in topic.partitions:
-                if self.partitions.get(topic.name, p) is not None:
-                    log.info(
-                        "[node %d] Deleting partition %s-%d (topic %s deleted)",
-                        self.node_id,
-                        topic.name,
-                        p,
-                        tid,
-                    )
-                    self.partitions.remove(topic.name, p)
+                self.partitions.remove(topic.name, p, tid, "its topic was deleted")
         changed: list[tuple[str, int]] = []
         configs: dict[str, LogConfig] = {}
         for tid, p in sorted(delta.changed_partitions):
@@ -109,9 +145,7 @@ class Broker:
                     cfg = configs[name] = self.log_config(name)
                 self.partitions.ensure(name, p, tid, info, cfg, now)
                 changed.append((name, p))
-            elif self.partitions.get(name, p) is not None:
-                # reassigned away from this broker
-                self.partitions.remove(name, p)
+            elif self.partitions.remove(name, p, tid, "reassigned away from this broker"):
                 changed.append((name, p))
         for rtype, name in delta.changed_configs:
             changed_topic = new.topic(name) if rtype == TOPIC_RESOURCE else None
@@ -123,6 +157,9 @@ class Broker:
                 if local is not None:
                     local.log.config = cfg
         self.changed_partitions = changed
+        self._notify(new)
+
+    def _notify(self, new: MetadataImage) -> None:
         for fn in self.on_image:
             fn(new)
         if self._image_waiters:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,13 @@ from keeperless.protocol.records import (
 )
 from keeperless.storage.epochs import LeaderEpochCache
 from keeperless.storage.log import FileSlice, LogConfig, PartitionLog
+from keeperless.storage.partition_dirs import (
+    discard,
+    partition_dirs,
+    read_topic_id,
+    remove_discarded,
+    write_topic_id,
+)
 
 __all__ = [
     "AppendResult",
@@ -84,7 +92,12 @@ class Partition:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
+        self.directory = directory
         self.producers: dict[int, _ProducerEntry] = {}
+        if read_topic_id(directory) is None:
+            # bound to this incarnation of the topic before any data is written
+            directory.mkdir(parents=True, exist_ok=True)
+            write_topic_id(directory, topic_id)
         self.log = PartitionLog(directory, config, now_ms, self._recover_producer)
         self.info: PartitionInfo | None = None
         self.node_id = -1
@@ -101,11 +114,6 @@ class Partition:
         self.isr_change_in_flight = False
         self.leader_since_ms = now_ms
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        meta = directory / "partition.metadata"
-        if not meta.exists():
-            from keeperless.storage.meta_properties import uuid_to_kafka
-
-            meta.write_text(f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}\n")
 
     @property
     def is_leader(self) -> bool:
@@ -391,8 +399,25 @@ class PartitionManager:
         now_ms: int,
     ) -> Partition:
         p = self.partitions.get((topic, index))
+        if p is not None and p.topic_id != topic_id:
+            # an older incarnation of the topic is still open here: it goes first
+            self.remove(topic, index, p.topic_id, "its topic was re-created")
+            p = None
         if p is None:
-            p = Partition(topic, index, topic_id, self.log_dir / f"{topic}-{index}", config, now_ms)
+            directory = self.log_dir / f"{topic}-{index}"
+            found = read_topic_id(directory) if directory.exists() else None
+            if found is not None and found != topic_id:
+                log.info(
+                    "[node %d] Deleting %s: it belongs to topic id %s, not %s (a deleted "
+                    "incarnation of %s)",
+                    self.node_id,
+                    directory.name,
+                    found,
+                    topic_id,
+                    topic,
+                )
+                self._discard(directory)
+            p = Partition(topic, index, topic_id, directory, config, now_ms)
             self.partitions[(topic, index)] = p
             if p.log.truncated_bytes:
                 log.warning(
@@ -409,10 +434,58 @@ class PartitionManager:
         p.on_info(info, now_ms)
         return p
 
-    def remove(self, topic: str, index: int) -> None:
-        p = self.partitions.pop((topic, index), None)
-        if p is not None:
-            p.log.delete()
+    def remove(self, topic: str, index: int, topic_id: UUID, why: str) -> bool:
+        """Delete the local replica of ``topic``-``index`` if it belongs to topic id
+        ``topic_id`` (a re-created topic of the same name is another partition)."""
+        p = self.partitions.get((topic, index))
+        if p is None or p.topic_id != topic_id:
+            return False
+        del self.partitions[(topic, index)]
+        log.info(
+            "[node %d] Deleting partition %s-%d of topic id %s (%s)",
+            self.node_id,
+            topic,
+            index,
+            topic_id,
+            why,
+        )
+        p.fail_waiters()
+        p.log.close()
+        self._discard(p.directory)
+        return True
+
+    def _discard(self, directory: Path) -> None:
+        target = discard(directory)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            shutil.rmtree(target, ignore_errors=True)
+            return
+        loop.run_in_executor(None, shutil.rmtree, target, True)
+
+    def remove_strays(self, expected: dict[tuple[str, int], UUID]) -> None:
+        """At start, once the metadata is caught up: delete what a crash left of
+        discarded partitions, and every partition directory that the metadata does not
+        assign to this broker with that topic id (deleted while it was down, or an older
+        incarnation of a re-created topic)."""
+        remove_discarded(self.log_dir)
+        for key, directory in partition_dirs(self.log_dir).items():
+            if key in self.partitions:
+                continue
+            found = read_topic_id(directory)
+            want = expected.get(key)
+            if found is not None and found == want:
+                continue
+            if found is None and want is not None:
+                continue  # a directory from before partition.metadata: it is adopted
+            log.info(
+                "[node %d] Deleting stray partition directory %s (topic id %s is not "
+                "assigned here)",
+                self.node_id,
+                directory.name,
+                found,
+            )
+            self._discard(directory)
 
     def notify_append(self) -> None:
         fut = self._data_arrived

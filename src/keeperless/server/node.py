@@ -351,6 +351,7 @@ class Node:
             break
         b.broker_epoch = epoch
         log.info("[node %d] Registered broker with epoch %d", b.node_id, epoch)
+        b.catch_up_to(epoch)  # its partitions appear once it has replayed its registration
         deadline = time.monotonic() + 30
         while b.fenced and time.monotonic() < deadline:
             await b.wait_for(lambda img: img.offset >= epoch, 1.0)

@@ -1,0 +1,90 @@
+"""Partition directories as Kafka keeps them: `<topic>-<partition>` in a log directory,
+bound to one incarnation of the topic by the topic id in its `partition.metadata`.
+
+A directory whose topic id is not the one the metadata names for that partition belongs
+to a deleted incarnation of the topic: it is never opened for the new one. A deleted
+partition is first renamed to `<topic>-<partition>.<unique id>-delete`, so that a topic
+re-created under the same name never meets the old files, then removed; a restart
+removes what a crash left behind.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+from keeperless.storage.durable import fsync_dir, write_atomically
+from keeperless.storage.meta_properties import uuid_from_kafka, uuid_to_kafka
+
+__all__ = [
+    "PARTITION_METADATA",
+    "discard",
+    "partition_dirs",
+    "read_topic_id",
+    "remove_discarded",
+    "write_topic_id",
+]
+
+PARTITION_METADATA = "partition.metadata"
+DELETE_SUFFIX = "-delete"
+_NAME = re.compile(r"^(?P<topic>.+)-(?P<index>\d+)$")
+
+
+def write_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
+    write_atomically(
+        directory / PARTITION_METADATA,
+        f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}\n".encode(),
+    )
+
+
+def read_topic_id(directory: Path) -> uuid.UUID | None:
+    """The topic id a partition directory belongs to (None if it has no
+    `partition.metadata`, as directories written before it existed)."""
+    path = directory / PARTITION_METADATA
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line and line.strip())
+    try:
+        return uuid_from_kafka(fields["topic_id"].strip())
+    except (KeyError, ValueError):
+        raise ValueError(
+            f"{path} is damaged ({text[:80]!r}): it should name the partition's topic id"
+        ) from None
+
+
+def partition_dirs(log_dir: Path) -> dict[tuple[str, int], Path]:
+    """The partition directories in ``log_dir`` by (topic, partition), leaving out the
+    metadata log's (which may share the directory) and discarded ones."""
+    out: dict[tuple[str, int], Path] = {}
+    if not log_dir.is_dir():
+        return out
+    for d in log_dir.iterdir():
+        m = _NAME.match(d.name)
+        if m and d.is_dir() and m["topic"] != "__cluster_metadata":
+            out[(m["topic"], int(m["index"]))] = d
+    return out
+
+
+def discard(directory: Path) -> Path:
+    """Rename a partition directory out of the way (`<name>.<id>-delete`, durably);
+    returns where it went, for the caller to remove (off the event loop: it may be big).
+    What is not removed by a crash is removed at the next start."""
+    target = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    directory.rename(target)
+    fsync_dir(directory.parent)
+    return target
+
+
+def remove_discarded(log_dir: Path) -> int:
+    """Remove what a crash left of discarded partitions; returns how many."""
+    n = 0
+    if log_dir.is_dir():
+        for d in log_dir.glob(f"*{DELETE_SUFFIX}"):
+            if d.is_dir():
+                shutil.rmtree(d, ignore_errors=True)
+                n += 1
+    return n
