@@ -5,8 +5,11 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 CONFIG ?= config/server.properties
 SEEDS ?= 2000
+RUNS ?= 4
+SEED ?=
+DURATION ?= 60
 
-.PHONY: run test check venv sysdeps sim mutants bench clean fmt
+.PHONY: run test check venv sysdeps sim mutants chaos bench clean fmt
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,10 +38,10 @@ sysdeps:
 		echo "installing kcat via apt"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 
-## test: everything — check, simulations, integration tests with real clients, and the
-## mutation self-check of the simulation
+## test: everything — check, simulations, integration tests with real clients, a short
+## fault schedule on real processes, and the mutation self-check of the simulation
 test: check sysdeps
-	$(BIN)/pytest -q tests/sim tests/integration tests/spark
+	$(BIN)/pytest -q tests/sim tests/integration tests/spark tests/chaos
 	$(PY) -m tests.sim.mutants --seeds 2000
 
 fmt: venv
@@ -53,6 +56,11 @@ sim: venv
 ## simulation's safety invariants must catch each within the CI seed count
 mutants: venv
 	$(PY) -m tests.sim.mutants --seeds $(SEEDS)
+
+## chaos: the fault harness on real processes in network namespaces (root): RUNS runs
+## from seed SEED (random if empty), DURATION seconds of faults each; a failing seed replays
+chaos: venv
+	$(PY) -m tests.chaos.run --runs $(RUNS) $(if $(SEED),--seed $(SEED)) --duration $(DURATION)
 
 ## bench: produce/consume throughput vs raw file and socket baselines
 bench: venv

@@ -3,6 +3,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from keeperless.protocol.records import build_batch, iter_batches, patch_offsets
 from keeperless.storage.log import LogConfig, PartitionLog
 
@@ -140,3 +142,42 @@ def test_timestamp_lookup_answers_the_record_inside_a_batch(tmp_path: Path) -> N
     assert plog.offset_of_max_timestamp() == (3, 1030)
     _append(plog, 2, now=900)  # a later batch with older timestamps
     assert plog.offset_of_max_timestamp() == (3, 1030)
+
+
+def test_a_failed_write_fails_the_log_directory_and_leaves_no_torn_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short write (full disk) is rolled back, the failure goes to the handler (the
+    server's stops the node) and nothing is ever appended after it; the log reopens
+    with every earlier batch."""
+    from keeperless.storage import dir_failure
+
+    reported: list[Path] = []
+    dir_failure.set_failure_handler(lambda d, e: reported.append(d))
+    try:
+        plog = PartitionLog(tmp_path / "t-0", LogConfig(), 0)
+        for _ in range(3):
+            _append(plog, 2)
+        size = (tmp_path / "t-0" / "00000000000000000000.log").stat().st_size
+        real_write = os.write
+
+        def short_write(fd: int, data: bytes) -> int:
+            return real_write(fd, bytes(data)[: len(data) // 2])
+
+        monkeypatch.setattr(os, "write", short_write)
+        with pytest.raises(dir_failure.LogDirFailure, match="No space left on device"):
+            _append(plog, 2)
+        monkeypatch.setattr(os, "write", real_write)
+        assert reported == [tmp_path / "t-0"]
+        assert (tmp_path / "t-0" / "00000000000000000000.log").stat().st_size == size
+        with pytest.raises(dir_failure.LogDirFailure):
+            _append(plog, 1)  # the disk has room again, but the log never takes more
+        with pytest.raises(dir_failure.LogDirFailure):
+            plog.flush()
+        assert reported == [tmp_path / "t-0"]
+        plog.close()
+        again = PartitionLog(tmp_path / "t-0", LogConfig(), 0)
+        assert again.log_end_offset == 6
+        assert again.truncated_bytes == 0
+    finally:
+        dir_failure.set_failure_handler(None)

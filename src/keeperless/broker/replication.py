@@ -232,6 +232,8 @@ class ReplicaManager:
         self._isr_task: asyncio.Task[None] | None = None
         self._pending: dict[tuple[str, int], IsrChange] = {}
         self._isr_wakeup = asyncio.Event()
+        # rate limit of refusal warnings: partition -> (last logged, refusals since)
+        self._refusals: dict[tuple[str, int], tuple[float, int]] = {}
 
     def start(self) -> None:
         self._isr_task = asyncio.get_running_loop().create_task(self._isr_loop())
@@ -239,12 +241,17 @@ class ReplicaManager:
         self.broker.partitions.on_follower_fetch = self.maybe_expand_isr
         self.update(list(self.broker.partitions.partitions))
 
-    def stop(self) -> None:
+    def stop(self) -> list[asyncio.Task[None]]:
+        """Cancel the fetchers and the ISR loop; returns their tasks, to be awaited."""
+        tasks = []
         for f in self.fetchers.values():
             f.stop()
+            tasks.append(f.task)
         self.fetchers.clear()
         if self._isr_task is not None:
             self._isr_task.cancel()
+            tasks.append(self._isr_task)
+        return tasks
 
     def update(self, keys: Sequence[tuple[str, int]]) -> None:
         """Move the given partitions to the fetcher of their current leader (or stop
@@ -301,6 +308,24 @@ class ReplicaManager:
         )
         self._isr_wakeup.set()
 
+    def _warn_refused(self, key: tuple[str, int], error: Any) -> None:
+        """One line per partition every 30 s, however often the change is retried."""
+        now = time.monotonic()
+        last, since = self._refusals.get(key, (-1e9, 0))
+        if now - last < 30.0:
+            self._refusals[key] = (last, since + 1)
+            return
+        self._refusals[key] = (now, 0)
+        log.warning(
+            "[node %d] AlterPartition of %s-%d refused: %s %s%s",
+            self.broker.node_id,
+            key[0],
+            key[1],
+            error.code.name,
+            error.message or "",
+            f" ({since} more refusals in the last 30 s)" if since else "",
+        )
+
     def _shrink(self, now: int) -> None:
         lag = self.settings.lag_time_max_ms
         for p in self.broker.partitions.partitions.values():
@@ -355,14 +380,7 @@ class ReplicaManager:
                         ErrorCode.invalid_update_version,
                         ErrorCode.fenced_leader_epoch,
                     ):
-                        log.warning(
-                            "[node %d] AlterPartition of %s-%d refused: %s %s",
-                            self.broker.node_id,
-                            key[0],
-                            key[1],
-                            res.error.code.name,
-                            res.error.message or "",
-                        )
+                        self._warn_refused(key, res.error)
             for key in failed:
                 p = self.broker.partitions.get(*key)
                 if p is not None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -32,6 +34,7 @@ from keeperless.runtime.raft_transport import RaftTransport
 from keeperless.server.config import Endpoint, NodeConfig
 from keeperless.server.controller_apis import ControllerApis, ControllerClient, LocalController
 from keeperless.server.controller_service import ControllerService
+from keeperless.storage.dir_failure import set_failure_handler
 from keeperless.storage.log import LogConfig
 
 __all__ = ["ListenError", "Node", "run_node"]
@@ -160,7 +163,20 @@ class Node:
 
     # -- lifecycle ----------------------------------------------------------------------
 
+    def _halt_on_log_dir_failure(self, directory: Path, error: OSError) -> None:
+        log.critical(
+            "[node %d] Log directory %s failed: %s. Stopping, as Kafka does when its log "
+            "directory fails (nothing more is written to it; a restart recovers the log, "
+            "cutting off any torn tail)",
+            self.node_id,
+            directory,
+            error,
+        )
+        logging.shutdown()
+        os._exit(1)
+
     async def start(self) -> None:
+        set_failure_handler(self._halt_on_log_dir_failure)
         t0 = time.monotonic()
         if self.metrics is not None:
             host, port = self.config["metrics.http.listener"]
@@ -417,8 +433,11 @@ class Node:
         if b is not None and b.broker_epoch >= 0:
             with contextlib.suppress(ControllerUnavailableError, OSError, TimeoutError):
                 await asyncio.wait_for(self._controlled_shutdown(), CONTROLLED_SHUTDOWN_S)
+        stopped = list(self._tasks)
         if self.replicas is not None:
-            self.replicas.stop()
+            stopped += self.replicas.stop()
+        # cancelled tasks end before the loop closes ("Task was destroyed but it is pending")
+        await asyncio.gather(*stopped, return_exceptions=True)
         if self.mlog.core.is_leader and len(self.mlog.core.voters) > 1:
             # hand over: the voters elect a successor without waiting for a timeout
             self.mlog.resign()

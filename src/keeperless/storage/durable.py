@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from keeperless.storage.dir_failure import log_dir_failed
+
 __all__ = ["fsync_dir", "write_atomically"]
 
 
@@ -26,9 +28,12 @@ def write_atomically(path: Path, data: bytes) -> None:
     ``path``, fsync the directory). A temporary file left by a crash is overwritten by
     the next write and never read."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as e:
+        raise log_dir_failed(path.parent, e) from None

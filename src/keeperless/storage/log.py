@@ -9,6 +9,8 @@ and a torn tail left by a crash is truncated and reported.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -16,6 +18,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from keeperless.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
@@ -26,9 +29,32 @@ from keeperless.protocol.records import (
     iter_batches,
     read_header,
 )
+from keeperless.storage.dir_failure import LogDirFailure, log_dir_failed
 from keeperless.storage.durable import fsync_dir
 
 __all__ = ["FileSlice", "LogConfig", "PartitionLog", "segment_name"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _guarded(
+    fn: Callable[Concatenate[PartitionLog, _P], _R],
+) -> Callable[Concatenate[PartitionLog, _P], _R]:
+    """A write of the log: refused once the log failed; a failure fails the log."""
+
+    def wrapper(self: PartitionLog, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        self._check_writable()
+        try:
+            return fn(self, *args, **kwargs)
+        except LogDirFailure:
+            raise
+        except OSError as e:
+            raise self._fail(e) from None
+
+    wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+    return wrapper
+
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +189,7 @@ class PartitionLog:
         self._segments: list[_Segment] = []
         self._bases: list[int] = []
         self._unflushed = 0
+        self._failed: LogDirFailure | None = None  # a failed write: never write again
         self.truncated_bytes = 0
         self._open(now_ms, on_recovered_batch)
 
@@ -274,25 +301,49 @@ class PartitionLog:
 
     # -- append ---------------------------------------------------------------------
 
+    def _fail(self, error: OSError) -> LogDirFailure:
+        self._failed = log_dir_failed(self.dir, error)
+        return self._failed
+
+    def _check_writable(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+
     def append(
         self, data: bytes | bytearray, headers: list[tuple[int, BatchHeader]], now_ms: int
     ) -> None:
         """Append batches (offsets already assigned) given with their parsed headers."""
+        self._check_writable()
         seg = self._segments[-1]
-        if seg.size > 0 and (
-            seg.size + len(data) > self.config.segment_bytes
-            or now_ms - seg.created_ms >= self.config.segment_ms
-        ):
-            seg = self._roll(now_ms)
-        start = seg.size
-        written = os.write(seg.fd, data)
-        if written != len(data):
-            raise OSError(f"short write to {self.dir}: {written} of {len(data)} bytes")
+        try:
+            if seg.size > 0 and (
+                seg.size + len(data) > self.config.segment_bytes
+                or now_ms - seg.created_ms >= self.config.segment_ms
+            ):
+                seg = self._roll(now_ms)
+            start = seg.size
+            try:
+                written = os.write(seg.fd, data)
+                if written != len(data):
+                    raise OSError(
+                        errno.ENOSPC,
+                        f"{os.strerror(errno.ENOSPC)} (a short write: {written} of "
+                        f"{len(data)} bytes)",
+                    )
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(seg.fd, start)  # leave no torn batch behind if we can
+                raise
+        except OSError as e:
+            raise self._fail(e) from None
         seg.size += written
         interval = self.config.index_interval_bytes
-        for rel, h in headers:
-            seg.note_batch(start + rel, h, interval, persist=True)
-            self._unflushed += h.record_count
+        try:
+            for rel, h in headers:
+                seg.note_batch(start + rel, h, interval, persist=True)
+                self._unflushed += h.record_count
+        except OSError as e:  # (the index is rebuilt from the log at recovery)
+            raise self._fail(e) from None
         if self._unflushed >= self.config.flush_interval_messages:
             self.flush()
 
@@ -312,7 +363,11 @@ class PartitionLog:
         return seg
 
     def flush(self) -> None:
-        os.fsync(self._segments[-1].fd)
+        self._check_writable()
+        try:
+            os.fsync(self._segments[-1].fd)
+        except OSError as e:
+            raise self._fail(e) from None
         self._unflushed = 0
 
     # -- read -----------------------------------------------------------------------
@@ -408,6 +463,7 @@ class PartitionLog:
 
     # -- retention and deletion -----------------------------------------------------
 
+    @_guarded
     def enforce_retention(self, now_ms: int) -> int:
         """Delete whole old segments by time and size; return how many were deleted."""
         deleted = 0
@@ -433,6 +489,7 @@ class PartitionLog:
             )
         return deleted
 
+    @_guarded
     def truncate_to(self, offset: int) -> None:
         """Remove every batch not wholly below ``offset`` (Raft log divergence)."""
         dropped = False
@@ -469,12 +526,14 @@ class PartitionLog:
         seg.max_timestamp = max((t for t, _ in seg.time_index), default=-1)
         seg.rewrite_indexes()
 
+    @_guarded
     def delete_before(self, offset: int) -> None:
         """Delete whole segments that lie entirely below ``offset`` (after a snapshot)."""
         while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
             self._drop(self._segments.pop(0))
             self._bases.pop(0)
 
+    @_guarded
     def reset_to(self, offset: int, now_ms: int) -> None:
         """Drop everything and start an empty log at ``offset`` (a snapshot was installed)."""
         for seg in self._segments:

@@ -1,0 +1,384 @@
+"""Checkers of a chaos run. Each states a property and reads only the recorded history,
+what the cluster serves after healing, and the nodes' files after a clean stop:
+
+* writes: every acknowledged value is in its partition at the offset it was acknowledged
+  with; no value twice; nothing never sent; one producer's values in send order;
+* reads: every record a consumer was given is in the final log at that offset;
+* commits: the committed offsets the cluster reports never go back and never point past
+  the log; an acknowledged commit is never lost;
+* admin: the admin client's results are linearizable against a sequential model of
+  topics (existence, partition count) and configs (an operation whose outcome is
+  unknown may take effect at any later point, or never);
+* controllers: at most one active controller per epoch; a controller cut off from the
+  majority resigns and idles;
+* agreement: after healing, every node's metadata log holds the same records at the same
+  offsets and builds the same image; every replica of a partition holds the same
+  batches; no directory of a deleted or foreign topic is left;
+* logs: no traceback, no ERROR or CRITICAL line that the faults do not explain.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tests.chaos.history import Event, History
+
+__all__ = [
+    "check_admin",
+    "check_commits",
+    "check_controllers",
+    "check_logs",
+    "check_metadata_agreement",
+    "check_reads",
+    "check_replicas",
+    "check_writes",
+]
+
+Anomaly = dict[str, Any]
+Final = dict[int, tuple[int, int, list[tuple[int, str]]]]  # partition -> (lo, hi, records)
+
+
+def _anomaly(kind: str, **detail: Any) -> Anomaly:
+    return {"kind": kind, **detail}
+
+
+# -- writes and reads --------------------------------------------------------------------
+
+
+def check_writes(history: History, final: Final) -> tuple[list[Anomaly], dict[str, int]]:
+    sent: dict[str, Event] = {}
+    acked: dict[str, tuple[int, int]] = {}
+    unknown = 0
+    for e in history.of("producer-", "send"):
+        v = e.value["value"]
+        if e.type == "invoke":
+            sent[v] = e
+        elif e.type == "ok":
+            acked[v] = (e.value["partition"], e.value["offset"])
+        elif e.type == "info":
+            unknown += 1
+    where: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for p, (_lo, _hi, records) in final.items():
+        for offset, value in records:
+            where[value].append((p, offset))
+    out: list[Anomaly] = []
+    for value, (p, offset) in sorted(acked.items()):
+        if offset is None or offset < 0:
+            # librdkafka's idempotent producer acknowledges a batch whose request timed
+            # out once a later batch's sequence shows it was persisted, without an offset
+            if not any(q == p for q, _ in where.get(value, [])):
+                out.append(_anomaly("lost", value=value, acked_at=[p, None], found=[]))
+            continue
+        if (p, offset) not in where.get(value, []):
+            out.append(
+                _anomaly("lost", value=value, acked_at=[p, offset], found=where.get(value, []))
+            )
+    for value, places in sorted(where.items()):
+        if len(places) > 1:
+            out.append(_anomaly("duplicated", value=value, at=places))
+        if value not in sent:
+            out.append(_anomaly("phantom", value=value, at=places))
+    for p, (_lo, _hi, records) in final.items():
+        last: dict[str, int] = {}
+        for offset, value in records:
+            producer, _, seq = value.rpartition("-")
+            if producer in last and int(seq) < last[producer]:
+                out.append(
+                    _anomaly("reordered", partition=p, offset=offset, value=value,
+                             after=f"{producer}-{last[producer]}")
+                )  # fmt: skip
+            last[producer] = max(last.get(producer, -1), int(seq))
+    stats = {
+        "sent": len(sent),
+        "acked": len(acked),
+        "unknown_outcome": unknown,
+        "unknown_but_written": sum(1 for v in where if v in sent and v not in acked),
+        "in_log": sum(len(r) for _, _, r in final.values()),
+    }
+    return out, stats
+
+
+def check_reads(history: History, final: Final) -> list[Anomaly]:
+    logs = {p: dict(records) for p, (_lo, _hi, records) in final.items()}
+    out = []
+    for e in history.of("consumer-", "read"):
+        for p, offset, value in e.value:
+            got = logs.get(p, {}).get(offset)
+            if got != value:
+                out.append(
+                    _anomaly("read-not-in-log", consumer=e.process, partition=p,
+                             offset=offset, read=value, log=got, t=e.time_s)
+                )  # fmt: skip
+    return out
+
+
+def check_commits(history: History, final: Final) -> list[Anomaly]:
+    out: list[Anomaly] = []
+    seen: dict[int, tuple[int, float]] = {}
+    for e in history.of("monitor", "committed"):
+        if e.type != "ok":
+            continue
+        for p, offset in e.value.items():
+            if offset < 0:
+                continue
+            if p in seen and offset < seen[p][0]:
+                out.append(
+                    _anomaly("commit-went-back", partition=p, before=seen[p][0],
+                             before_t=seen[p][1], now=offset, t=e.time_s)
+                )  # fmt: skip
+            seen[p] = (offset, e.time_s)
+            hi = final.get(p, (0, 0, []))[1]
+            if offset > hi:
+                out.append(_anomaly("commit-past-log", partition=p, offset=offset, log_end=hi))
+    acked: dict[int, int] = {}
+    for e in history.of("consumer-", "commit"):
+        if e.type == "ok":
+            for p, offset in e.value.items():
+                acked[p] = max(acked.get(p, -1), offset)
+    for p, offset in sorted(acked.items()):
+        last = seen.get(p, (-1, 0.0))[0]
+        if last < offset:
+            out.append(_anomaly("commit-lost", partition=p, acknowledged=offset, final=last))
+    return out
+
+
+# -- admin ------------------------------------------------------------------------------
+
+
+def _apply(state: dict[str, tuple[int, str | None]], f: str, v: dict[str, Any]) -> str:
+    """Apply an admin operation to the model; returns the outcome the controller gives."""
+    topic = v["topic"]
+    parts, retention = state.get(topic, (0, None))
+    if f == "create":
+        if parts:
+            return "topic_exists"
+        state[topic] = (v["partitions"], None)
+        return "none"
+    if not parts:
+        return "unknown_topic"
+    if f == "delete":
+        state[topic] = (0, None)
+        return "none"
+    if f == "partitions":
+        if v["total"] <= parts:
+            return "invalid_partitions"
+        state[topic] = (v["total"], retention)
+        return "none"
+    state[topic] = (parts, v["retention.ms"])  # config
+    return "none"
+
+
+PENDING_S = 30.0
+
+# outcomes that may be answered whatever the model says, and change nothing: the
+# request was refused for lack of live brokers or controller, before taking effect
+_REFUSALS = {"invalid_replication_factor", "not_controller"}
+
+
+def check_admin(history: History) -> tuple[list[Anomaly], dict[str, int]]:
+    ops: list[tuple[Event, Event]] = []
+    invokes: dict[int, Event] = {}
+    for e in history.of("admin"):
+        if e.type == "invoke":
+            invokes[e.op] = e
+        elif e.op in invokes:
+            ops.append((invokes.pop(e.op), e))
+    # a state: the topics, and the operations of unknown outcome that may still happen
+    Config = tuple[frozenset[tuple[str, int, str | None]], frozenset[int]]
+    states: set[Config] = {(frozenset(), frozenset())}
+    pending: dict[int, tuple[str, dict[str, Any]]] = {}
+    pending_since: dict[int, tuple[float, str, dict[str, Any]]] = {}
+    stats = {"ops": len(ops), "unknown_outcome": 0}
+
+    def as_dict(topics: frozenset[tuple[str, int, str | None]]) -> dict[str, Any]:
+        return {t: (p, r) for t, p, r in topics}
+
+    def freeze(d: dict[str, Any]) -> frozenset[tuple[str, int, str | None]]:
+        return frozenset((t, p, r) for t, (p, r) in d.items() if p)
+
+    def closure(configs: set[Config]) -> set[Config]:
+        out, todo = set(configs), list(configs)
+        while todo:
+            topics, waiting = todo.pop()
+            for op in waiting:
+                f, v = pending[op]
+                d = as_dict(topics)
+                _apply(d, f, v)  # a pending operation's outcome is whatever it was
+                nxt = (freeze(d), waiting - {op})
+                if nxt not in out:
+                    out.add(nxt)
+                    todo.append(nxt)
+        return out
+
+    for inv, done in ops:
+        f, v = inv.f, inv.value
+        # an operation of unknown outcome takes effect within PENDING_S of its timeout
+        # or never (a forwarded request that did not commit by then never will)
+        expired = {op for op, (t, _f, _v) in pending_since.items() if t < inv.time_s - PENDING_S}
+        if expired:
+            states = {(t, w - expired) for t, w in closure(states)}
+            for op in expired:
+                del pending_since[op]
+        if done.type == "info":
+            stats["unknown_outcome"] += 1
+            pending[inv.op] = (f, v)
+            pending_since[inv.op] = (done.time_s, f, v)
+            states = {(t, w | {inv.op}) for t, w in states}
+            continue
+        code = done.value["code"]
+        nxt: set[Config] = set()
+        for topics, waiting in closure(states):
+            if code in _REFUSALS:
+                nxt.add((topics, waiting))
+                continue
+            d = as_dict(topics)
+            if _apply(d, f, v) == code:
+                nxt.add((freeze(d), waiting))
+        if not nxt:
+            possible = sorted(sorted(t) for t, _ in closure(states))[:5]
+            found = _anomaly(
+                "admin-not-linearizable",
+                op=f,
+                value=v,
+                outcome=code,
+                t=done.time_s,
+                possible_states=possible,
+            )
+            return [found], stats
+        states = nxt
+        if len(states) > 100_000:
+            return [_anomaly("admin-check-too-many-states", t=done.time_s)], stats
+    return [], stats
+
+
+# -- controllers, logs -----------------------------------------------------------------
+
+_ACTIVE = re.compile(r"\[node (\d+)\] Became the active controller in epoch (\d+)")
+
+
+def check_controllers(logs: dict[int, str], isolated: list[dict[str, Any]]) -> list[Anomaly]:
+    by_epoch: dict[int, set[int]] = defaultdict(set)
+    for text in logs.values():
+        for node, epoch in _ACTIVE.findall(text):
+            by_epoch[int(epoch)].add(int(node))
+    out = [
+        _anomaly("two-active-controllers", epoch=e, nodes=sorted(n))
+        for e, n in sorted(by_epoch.items())
+        if len(n) > 1
+    ]
+    for cut in isolated:
+        text = logs.get(cut["node"], "")
+        if cut["cpu_pct"] > 25.0:
+            out.append(_anomaly("busy-while-cut-off", **cut))
+        if "resigning leadership" not in text and "No longer the active controller" not in text:
+            out.append(_anomaly("never-resigned-while-cut-off", **cut))
+    return out
+
+
+_BAD = re.compile(r"Traceback|\b(ERROR|CRITICAL)\b")
+# lines the injected faults explain (reason in the comment)
+_EXPLAINED = (
+    "No space left on device",  # disk-full fault
+    "INCONSISTENT_CLUSTER_ID",  # never expected here, but explained if seen with a fault
+)
+
+
+def check_logs(logs: dict[int, str], disk_full_nodes: Iterable[int]) -> list[Anomaly]:
+    full = set(disk_full_nodes)
+    out = []
+    for node, text in sorted(logs.items()):
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if not _BAD.search(line):
+                continue
+            context = "\n".join(lines[i : i + 12])
+            if node in full and "No space left on device" in context:
+                continue
+            out.append(_anomaly("log-error", node=node, line=line[:300], context=context[:1500]))
+            if len(out) > 20:
+                return out
+    return out
+
+
+# -- offline agreement -------------------------------------------------------------------
+
+
+def check_metadata_agreement(data_dirs: dict[int, Path]) -> list[Anomaly]:
+    from keeperless.runtime.raft_log import FileRaftLog
+
+    entries: dict[int, dict[int, bytes]] = {}
+    ends: dict[int, int] = {}
+    for node, d in data_dirs.items():
+        path = d / "__cluster_metadata-0"
+        if not path.exists():
+            continue
+        log = FileRaftLog(path, read_only=True)
+        try:
+            entries[node] = {e.base_offset: e.data for e in log.read(log.start_offset, 10**9)}
+            ends[node] = log.end_offset
+        finally:
+            log.close()
+    out: list[Anomaly] = []
+    nodes = sorted(entries)
+    for i, a in enumerate(nodes):
+        for b in nodes[i + 1 :]:
+            common = set(entries[a]) & set(entries[b])
+            upto = min(ends[a], ends[b])
+            for off in sorted(o for o in common if o < upto):
+                if entries[a][off] != entries[b][off]:  # followers keep the leader's bytes
+                    out.append(_anomaly("metadata-logs-differ", nodes=[a, b], offset=off))
+                    break
+    return out
+
+
+def check_replicas(data_dirs: dict[int, Path], topics: dict[str, Any]) -> list[Anomaly]:
+    """``topics``: name -> (topic id, {partition: replicas}) as the metadata says."""
+    from keeperless.protocol.records import CorruptBatchError, iter_batches
+    from keeperless.storage.partition_dirs import partition_dirs, read_topic_id
+
+    out: list[Anomaly] = []
+    found: dict[tuple[str, int], dict[int, list[tuple[int, int, bytes]]]] = defaultdict(dict)
+    for node, d in data_dirs.items():
+        for (topic, p), pdir in partition_dirs(d).items():
+            tid = read_topic_id(pdir)
+            expected = topics.get(topic)
+            if expected is None or expected[0] != tid or node not in expected[1].get(p, ()):
+                out.append(
+                    _anomaly("stray-partition-directory", node=node, dir=pdir.name,
+                             topic_id=str(tid))
+                )  # fmt: skip
+                continue
+            batches = []
+            try:
+                for seg in sorted(pdir.glob("*.log")):
+                    data = seg.read_bytes()
+                    for pos, h in iter_batches(data):
+                        batches.append((h.base_offset, h.last_offset, data[pos : pos + h.size]))
+            except CorruptBatchError as e:
+                out.append(
+                    _anomaly("corrupt-segment", node=node, segment=f"{pdir.name}/{seg.name}",
+                             error=str(e))
+                )  # fmt: skip
+                continue
+            found[(topic, p)][node] = batches
+    for key, replicas in sorted(found.items()):
+        if len(replicas) < 2:
+            continue
+        upto = min((b[-1][1] + 1 if b else 0) for b in replicas.values())
+        views = {
+            node: [(base, body) for base, last, body in b if last < upto]
+            for node, b in replicas.items()
+        }
+        first = next(iter(views.values()))
+        for node, v in views.items():
+            if v != first:
+                out.append(
+                    _anomaly("replicas-differ", partition=f"{key[0]}-{key[1]}",
+                             nodes=sorted(views), below=upto, node=node)
+                )  # fmt: skip
+                break
+    return out

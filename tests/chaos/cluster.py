@@ -1,0 +1,279 @@
+"""Real keeperless processes for the fault harness, each in its own network namespace
+with its data on its own small tmpfs (so that a full disk is a real ENOSPC).
+
+Topologies: "split" (controllers 1-3, brokers 4-6) and "combined" (nodes 1-3, each both
+broker and controller). Timeouts are short so that faults resolve within a run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.chaos.netns import Network
+
+__all__ = ["ChaosCluster", "ChaosNode"]
+
+BROKER_PORT = 9092
+CONTROLLER_PORT = 9093
+TMPFS_BYTES = 256 * 1024 * 1024
+
+# Timeouts of a cluster under attack: faults must resolve within seconds.
+TIMEOUTS = {
+    "controller.quorum.election.timeout.ms": "500",
+    "controller.quorum.fetch.timeout.ms": "1000",
+    "controller.quorum.election.backoff.max.ms": "300",
+    "controller.quorum.request.timeout.ms": "1000",
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.backoff.ms": "200",
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+}
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it if the harness dies (PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, check=True)
+
+
+class ChaosNode:
+    def __init__(self, cluster: ChaosCluster, node_id: int, roles: list[str]) -> None:
+        self.cluster = cluster
+        self.node_id = node_id
+        self.roles = roles
+        self.dir = cluster.workdir / f"node-{node_id}"
+        self.data = self.dir / "data"
+        self.config = self.dir / "server.properties"
+        self.log_path = self.dir / "node.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
+        self.mounted = False
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def addr(self) -> str:
+        return self.cluster.net.addr(self.node_id)
+
+    def prepare(self, voters: str) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.data.mkdir(exist_ok=True)
+        _run("mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(self.data))
+        self.mounted = True
+        listeners, advertised = [], []
+        if self.is_broker:
+            listeners.append(f"PLAINTEXT://{self.addr}:{BROKER_PORT}")
+            advertised.append(f"PLAINTEXT://{self.addr}:{BROKER_PORT}")
+        if self.is_controller:
+            listeners.append(f"CONTROLLER://{self.addr}:{CONTROLLER_PORT}")
+        props = {
+            "process.roles": ",".join(self.roles),
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": ",".join(listeners),
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.data),
+            "default.replication.factor": "3",
+            "min.insync.replicas": "2",
+            "offsets.topic.replication.factor": "3",
+            "offsets.topic.num.partitions": "3",
+            "auto.create.topics.enable": "false",
+            "log.segment.bytes": str(1024 * 1024),
+            **TIMEOUTS,
+        }
+        if advertised:
+            props["advertised.listeners"] = ",".join(advertised)
+        self.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def start(self) -> None:
+        assert self.proc is None or self.proc.poll() is not None
+        out = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
+        self.proc = subprocess.Popen(
+            [
+                *self.cluster.net.exec_prefix(self.node_id),
+                sys.executable,
+                "-m",
+                "keeperless",
+                "server",
+                "start",
+                str(self.config),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=self.dir,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=_die_with_parent,
+        )
+        out.close()
+        self.paused = False
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(sig)
+
+    def kill9(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            if self.paused:
+                self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(30)
+        self.paused = False
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM (a controlled shutdown), SIGKILL if it does not end in time."""
+        if not self.alive:
+            return
+        assert self.proc is not None
+        if self.paused:
+            self.resume()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def pause(self) -> None:
+        self.signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.paused = False
+
+    def serving(self) -> bool:
+        if not self.is_broker or not self.alive or self.paused:
+            return False
+        try:
+            with socket.create_connection((self.addr, BROKER_PORT), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def cpu_seconds(self) -> float:
+        if not self.alive:
+            return 0.0
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    # -- disk -----------------------------------------------------------------------
+
+    def fill_disk(self) -> int:
+        """Take every free byte of the node's tmpfs; returns how many."""
+        st = os.statvfs(self.data)
+        free = st.f_bavail * st.f_frsize
+        with open(self.data / "ballast", "wb") as f:
+            chunk = b"\0" * (1 << 20)
+            try:
+                while True:
+                    f.write(chunk)
+            except OSError:
+                pass
+        return free
+
+    def free_disk(self) -> None:
+        (self.data / "ballast").unlink(missing_ok=True)
+
+    def unmount(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.data)], capture_output=True, check=False)
+            self.mounted = False
+
+
+class ChaosCluster:
+    def __init__(self, workdir: Path, topology: str, net: Network) -> None:
+        self.workdir = workdir
+        self.topology = topology
+        self.net = net
+        if topology == "split":
+            layout = {1: ["controller"], 2: ["controller"], 3: ["controller"]}
+            layout |= {4: ["broker"], 5: ["broker"], 6: ["broker"]}
+        elif topology == "combined":
+            layout = {i: ["broker", "controller"] for i in (1, 2, 3)}
+        else:
+            raise ValueError(f"unknown topology {topology!r} (split or combined)")
+        self.nodes = {i: ChaosNode(self, i, roles) for i, roles in layout.items()}
+
+    @property
+    def brokers(self) -> list[ChaosNode]:
+        return [n for n in self.nodes.values() if n.is_broker]
+
+    @property
+    def controllers(self) -> list[ChaosNode]:
+        return [n for n in self.nodes.values() if n.is_controller]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{n.addr}:{BROKER_PORT}" for n in self.brokers)
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        voters = ",".join(f"{n.node_id}@{n.addr}:{CONTROLLER_PORT}" for n in self.controllers)
+        for n in self.nodes.values():
+            n.prepare(voters)
+        cid = _run(sys.executable, "-m", "keeperless", "storage", "random-uuid").stdout.strip()
+        for n in self.nodes.values():
+            _run(
+                sys.executable, "-m", "keeperless", "storage", "format", "-t", cid,
+                "-c", str(n.config),
+            )  # fmt: skip
+        for n in self.nodes.values():
+            n.start()
+        self.wait_serving(timeout_s)
+
+    def wait_serving(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            down = [n for n in self.brokers if not n.serving()]
+            if not down:
+                return
+            for n in down:
+                if n.proc is not None and n.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"node {n.node_id} exited ({n.proc.returncode}):\n{n.logs()[-3000:]}"
+                    )
+            time.sleep(0.2)
+        raise TimeoutError(f"brokers not serving after {timeout_s} s")
+
+    def close(self) -> None:
+        for n in self.nodes.values():
+            n.kill9()
+        for n in self.nodes.values():
+            n.unmount()
+
+    def copy_data(self, dest: Path) -> None:
+        """Keep every node's data and log (for the offline checks and a failing run)."""
+        for n in self.nodes.values():
+            shutil.copytree(n.data, dest / f"node-{n.node_id}", dirs_exist_ok=True)
+            if n.log_path.exists():
+                shutil.copy(n.log_path, dest / f"node-{n.node_id}.log")

@@ -1,0 +1,301 @@
+"""The nemesis: faults on a seeded schedule, one at a time, each held for a while and then
+healed, every start and end recorded in the history.
+
+Faults: kill -9 and restart (any node, the active controller, a partition leader, two
+nodes at once); SIGSTOP/SIGCONT pauses longer than the session and fetch timeouts;
+partitions (random halves, the active controller isolated, one-way cuts, a bridge where
+one node sees both sides); a broker's disk full; a rolling restart of the brokers; a
+broker's power loss (its unflushed segment tails are lost: the active segments are cut
+back to their size when the fault began, as Kafka does not fsync partition data; the
+metadata log, fsynced before anything depends on it, is kept).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.chaos.cluster import CONTROLLER_PORT, ChaosCluster, ChaosNode
+from tests.chaos.history import History
+from tests.chaos.netns import Network, symmetric
+from tests.chaos.workload import TOPIC
+
+__all__ = ["FAULTS", "Nemesis", "active_controller"]
+
+FAULTS = (
+    "kill",
+    "kill-controller",
+    "kill-leader",
+    "kill-two",
+    "pause",
+    "partition-halves",
+    "isolate-controller",
+    "one-way",
+    "bridge",
+    "disk-full",
+    "roll",
+    "power-loss",
+)
+
+
+def active_controller(cluster: ChaosCluster) -> int:
+    """The active controller as the live controllers report it (-1 if none)."""
+    for n in cluster.controllers:
+        if not n.alive or n.paused:
+            continue
+        try:
+            leader = _describe_quorum_leader(n.addr)
+        except OSError:
+            continue
+        if leader >= 0:
+            return leader
+    return -1
+
+
+def _describe_quorum_leader(host: str) -> int:
+    from kio.index import load_request_schema
+
+    from keeperless.protocol.build import build
+    from keeperless.protocol.framing import decode_response, encode_request
+
+    req = build(
+        load_request_schema(55, 1),
+        {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
+    )
+    with socket.create_connection((host, CONTROLLER_PORT), timeout=2) as s:
+        s.settimeout(2)
+        s.sendall(encode_request(55, 1, 1, "chaos", req))
+        head = _recv(s, 4)
+        (size,) = struct.unpack(">i", head)
+        _, resp = decode_response(memoryview(_recv(s, size)), 55, 1)
+    p = resp.topics[0].partitions[0]
+    return int(p.leader_id) if int(p.error_code) == 0 else -1
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise OSError("closed")
+        buf += chunk
+    return buf
+
+
+def _leaders(cluster: ChaosCluster) -> dict[int, int]:
+    from confluent_kafka.admin import AdminClient
+
+    from tests.chaos.workload import _quiet
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "logger": _quiet})
+    try:
+        md = admin.list_topics(TOPIC, timeout=5)
+    except Exception:
+        return {}
+    t = md.topics.get(TOPIC)
+    return {p: pm.leader for p, pm in (t.partitions.items() if t else ())}
+
+
+class Nemesis:
+    def __init__(
+        self,
+        cluster: ChaosCluster,
+        net: Network,
+        history: History,
+        rng: random.Random,
+        faults: tuple[str, ...] = FAULTS,
+    ) -> None:
+        self.cluster = cluster
+        self.net = net
+        self.history = history
+        self.rng = random.Random(rng.random())
+        self.faults = faults
+        self.log: list[dict[str, Any]] = []  # (kind, target, start, end) per fault
+        # measurements for the checkers: CPU of a cut-off controller
+        self.isolated_controllers: list[dict[str, Any]] = []
+
+    # -- schedule -------------------------------------------------------------------------
+
+    def run(self, duration_s: float, stop: Any) -> None:
+        end = time.monotonic() + duration_s
+        while time.monotonic() < end and not stop.is_set():
+            if stop.wait(self.rng.uniform(2.0, 4.0)):
+                break
+            kind = self.rng.choice(self.faults)
+            self.inject(kind)
+        self.heal_all()
+
+    def inject(self, kind: str) -> None:
+        rng = self.rng
+        hold = rng.uniform(3.0, 7.0)
+        started = self.history.now()
+        target: Any = None
+        fn = getattr(self, "_" + kind.replace("-", "_"))
+        self.history.info("nemesis", "start", {"fault": kind})
+        try:
+            target = fn(hold)
+        finally:
+            self.history.info("nemesis", "stop", {"fault": kind, "target": target})
+            self.log.append(
+                {
+                    "fault": kind,
+                    "target": target,
+                    "start_s": round(started, 2),
+                    "end_s": round(self.history.now(), 2),
+                }
+            )
+
+    def heal_all(self) -> None:
+        self.net.heal()
+        for n in self.cluster.nodes.values():
+            n.free_disk()
+            if n.paused:
+                n.resume()
+            if not n.alive:
+                n.start()
+
+    # -- faults (each returns its target, for the report) ----------------------------------
+
+    def _pick(self, nodes: list[ChaosNode] | None = None) -> ChaosNode:
+        return self.rng.choice(nodes or list(self.cluster.nodes.values()))
+
+    def _restart_after(self, nodes: list[ChaosNode], hold: float) -> None:
+        for n in nodes:
+            n.kill9()
+        time.sleep(hold)
+        for n in nodes:
+            n.start()
+
+    def _kill(self, hold: float) -> Any:
+        n = self._pick()
+        self._restart_after([n], hold)
+        return n.node_id
+
+    def _kill_controller(self, hold: float) -> Any:
+        leader = active_controller(self.cluster)
+        n = self.cluster.nodes.get(leader) or self._pick(self.cluster.controllers)
+        self._restart_after([n], hold)
+        return n.node_id
+
+    def _kill_leader(self, hold: float) -> Any:
+        leaders = [b for b in _leaders(self.cluster).values() if b in self.cluster.nodes]
+        n = self.cluster.nodes[self.rng.choice(leaders)] if leaders else self._pick()
+        self._restart_after([n], hold)
+        return n.node_id
+
+    def _kill_two(self, hold: float) -> Any:
+        two = self.rng.sample(list(self.cluster.nodes.values()), 2)
+        self._restart_after(two, hold)
+        return [n.node_id for n in two]
+
+    def _pause(self, hold: float) -> Any:
+        n = self._pick()
+        n.pause()
+        time.sleep(hold + 2.0)  # past the 3 s broker session and 1 s fetch timeouts
+        n.resume()
+        return n.node_id
+
+    def _cut(self, pairs: set[tuple[int, int]], hold: float) -> None:
+        self.net.set_cut(pairs)
+        time.sleep(hold)
+        self.net.heal()
+
+    def _partition_halves(self, hold: float) -> Any:
+        ids = list(self.cluster.nodes)
+        self.rng.shuffle(ids)
+        k = self.rng.randint(1, len(ids) // 2)
+        groups = [set(ids[:k]), set(ids[k:])]
+        self._cut(symmetric(groups), hold)
+        return [sorted(g) for g in groups]
+
+    def _isolate_controller(self, hold: float) -> Any:
+        leader = active_controller(self.cluster)
+        if leader < 0:
+            leader = self._pick(self.cluster.controllers).node_id
+        node = self.cluster.nodes[leader]
+        others = set(self.cluster.nodes) - {leader}
+        self.net.set_cut(symmetric([{leader}, others]))
+        t0 = time.monotonic()
+        # after the fetch timeout (1 s) and a margin, it must have stopped acting: measure
+        # its CPU over the rest of the hold
+        time.sleep(2.0)
+        cpu0, w0 = node.cpu_seconds(), time.monotonic()
+        time.sleep(max(hold, 3.0))
+        cpu1, w1 = node.cpu_seconds(), time.monotonic()
+        self.net.heal()
+        self.isolated_controllers.append(
+            {
+                "node": leader,
+                "cut_at_s": round(self.history.now() - (time.monotonic() - t0), 2),
+                "cpu_pct": round(100 * (cpu1 - cpu0) / (w1 - w0), 1),
+                "window_s": round(w1 - w0, 1),
+            }
+        )
+        return leader
+
+    def _one_way(self, hold: float) -> Any:
+        ids = list(self.cluster.nodes)
+        pairs = {tuple(self.rng.sample(ids, 2)) for _ in range(self.rng.randint(1, 3))}
+        self._cut(set(pairs), hold)  # type: ignore[arg-type]
+        return sorted(pairs)
+
+    def _bridge(self, hold: float) -> Any:
+        ids = list(self.cluster.nodes)
+        self.rng.shuffle(ids)
+        bridge, rest = ids[0], ids[1:]
+        half = len(rest) // 2
+        a, b = set(rest[:half]), set(rest[half:])
+        self._cut(symmetric([a, b]), hold)  # the bridge node sees both sides
+        return {"bridge": bridge, "sides": [sorted(a), sorted(b)]}
+
+    def _disk_full(self, hold: float) -> Any:
+        n = self._pick(self.cluster.brokers)
+        n.fill_disk()
+        time.sleep(hold)
+        n.free_disk()
+        if not n.alive:  # a broker that cannot write stops, as Kafka's does; it restarts
+            n.start()
+        return n.node_id
+
+    def _roll(self, hold: float) -> Any:
+        for n in self.cluster.brokers:
+            n.stop()
+            n.start()
+            deadline = time.monotonic() + 30
+            while not n.serving() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        return [n.node_id for n in self.cluster.brokers]
+
+    def _power_loss(self, hold: float) -> Any:
+        n = self._pick(self.cluster.brokers)
+        sizes = _active_segments(n.data)
+        time.sleep(hold)
+        n.signal(signal.SIGKILL)
+        n.kill9()
+        lost = 0
+        now = _active_segments(n.data)
+        for path, size in now.items():
+            keep = sizes.get(path, 0)
+            if size > keep:
+                with open(path, "r+b") as f:
+                    f.truncate(keep)
+                lost += size - keep
+        n.start()
+        return {"node": n.node_id, "bytes_lost": lost}
+
+
+def _active_segments(data: Path) -> dict[Path, int]:
+    """The newest segment of every partition (not the metadata log's) and its size."""
+    out: dict[Path, int] = {}
+    for d in data.iterdir():
+        if not d.is_dir() or d.name.startswith("__cluster_metadata") or d.name.endswith("-delete"):
+            continue
+        logs = sorted(d.glob("*.log"))
+        if logs:
+            out[logs[-1]] = logs[-1].stat().st_size
+    return out

@@ -1,0 +1,249 @@
+"""Run the fault harness: ``make chaos RUNS=N SEED=S`` (or ``python -m tests.chaos.run``).
+
+A run: a cluster of real processes in network namespaces (topology "split": 3
+controllers + 3 brokers, or "combined": 3 nodes), the workloads recording a history,
+the nemesis injecting faults on a schedule drawn from the seed, then healing, settling,
+reading everything back, a clean stop, and the checkers. It prints the seed, the faults,
+the operations and every anomaly (with the latency the faults cost), keeps the history
+and logs under ``chaos-results/``, and exits 1 on any anomaly. The same seed replays the
+same schedule of faults and operations (the timing of real processes varies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.chaos import checkers
+from tests.chaos.cluster import ChaosCluster
+from tests.chaos.history import History
+from tests.chaos.nemesis import FAULTS, Nemesis
+from tests.chaos.netns import Network, remove_stale
+from tests.chaos.workload import (
+    TOPIC,
+    Workload,
+    committed_reader,
+    read_committed,
+    read_partition,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "chaos-results"
+
+
+def _settle(cluster: ChaosCluster, partitions: int, timeout_s: float = 90.0) -> bool:
+    """After healing: every broker serves and every partition of the topic has a leader
+    and all three replicas in sync."""
+    from confluent_kafka.admin import AdminClient
+
+    from tests.chaos.workload import _quiet
+
+    cluster.wait_serving(timeout_s)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "logger": _quiet})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            t = admin.list_topics(TOPIC, timeout=5).topics[TOPIC]
+            if len(t.partitions) == partitions and all(
+                pm.leader >= 0 and len(pm.isrs) == 3 for pm in t.partitions.values()
+            ):
+                return True
+        except Exception:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def _final_committed(bootstrap: str, partitions: int) -> dict[int, int]:
+    reader = committed_reader(bootstrap)
+    try:
+        return read_committed(reader, partitions)
+    finally:
+        reader.close()
+
+
+def _metadata(bootstrap: str) -> dict[str, Any]:
+    """name -> (topic id, {partition: replicas}) for every topic the cluster has."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    from keeperless.storage.meta_properties import uuid_from_kafka
+    from tests.chaos.workload import _quiet
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})
+    names = list(admin.list_topics(timeout=10).topics)
+    out = {}
+    for name, fut in admin.describe_topics(TopicCollection(names)).items():
+        d = fut.result(10)
+        replicas = {p.id: [r.id for r in p.replicas] for p in d.partitions}
+        out[name] = (uuid_from_kafka(str(d.topic_id)), replicas)
+    return out
+
+
+def _latency(history: History, faults: list[dict[str, Any]]) -> dict[str, Any]:
+    """Acknowledgement latency of produces, outside and during faults."""
+    invokes = {e.op: e.time_s for e in history.of("producer-", "send") if e.type == "invoke"}
+    quiet, faulty = [], []
+    spans = [(f["start_s"], f["end_s"] + 5.0) for f in faults]
+    for e in history.of("producer-", "send"):
+        if e.type != "ok" or e.op not in invokes:
+            continue
+        t0 = invokes[e.op]
+        ms = (e.time_s - t0) * 1000
+        (faulty if any(a <= t0 <= b for a, b in spans) else quiet).append(ms)
+
+    def pct(v: list[float], q: float) -> float | None:
+        return round(sorted(v)[min(int(q * len(v)), len(v) - 1)], 1) if v else None
+
+    return {
+        "quiet_p50_ms": pct(quiet, 0.5),
+        "quiet_p99_ms": pct(quiet, 0.99),
+        "during_faults_p50_ms": pct(faulty, 0.5),
+        "during_faults_p99_ms": pct(faulty, 0.99),
+    }
+
+
+def run_once(
+    seed: int,
+    topology: str,
+    duration_s: float,
+    faults: tuple[str, ...] = FAULTS,
+    keep: Path | None = None,
+) -> dict[str, Any]:
+    rng = random.Random(seed)
+    remove_stale()
+    ids = range(1, 7) if topology == "split" else range(1, 4)
+    net = Network(ids, rng)
+    workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-{topology}-"))
+    cluster = ChaosCluster(workdir, topology, net)
+    history = History()
+    report: dict[str, Any] = {"seed": seed, "topology": topology, "duration_s": duration_s}
+    anomalies: list[dict[str, Any]] = []
+    t_start = time.monotonic()
+    net.open()
+    try:
+        cluster.start()
+        workload = Workload(cluster.bootstrap, history, rng)
+        workload.setup()
+        workload.start()
+        time.sleep(3.0)  # some quiet traffic first: the baseline latency
+        nemesis = Nemesis(cluster, net, history, rng, faults)
+        nemesis.run(duration_s, threading.Event())
+        history.info("nemesis", "healed")
+        settled = _settle(cluster, workload.partitions)
+        time.sleep(3.0)  # quiet traffic after healing
+        workload.finish()
+        if not settled:
+            anomalies.append({"kind": "did-not-settle", "after_s": 90})
+        final = {p: read_partition(cluster.bootstrap, TOPIC, p) for p in range(workload.partitions)}
+        committed = _final_committed(cluster.bootstrap, workload.partitions)
+        history.complete(history.invoke("monitor", "committed"), "monitor", "ok", "committed",
+                         committed)  # fmt: skip
+        topics = _metadata(cluster.bootstrap)
+        write_anomalies, write_stats = checkers.check_writes(history, final)
+        anomalies += write_anomalies
+        anomalies += checkers.check_reads(history, final)
+        anomalies += checkers.check_commits(history, final)
+        admin_anomalies, admin_stats = checkers.check_admin(history)
+        anomalies += admin_anomalies
+        # a clean stop, then the nodes' files
+        for n in cluster.brokers:
+            n.stop()
+        for n in cluster.controllers:
+            n.stop()
+        logs = {i: n.logs() for i, n in cluster.nodes.items()}
+        data = {i: n.data for i, n in cluster.nodes.items()}
+        anomalies += checkers.check_controllers(logs, nemesis.isolated_controllers)
+        disk_full = [f["target"] for f in nemesis.log if f["fault"] == "disk-full"]
+        anomalies += checkers.check_logs(logs, disk_full)
+        anomalies += checkers.check_metadata_agreement(data)
+        anomalies += checkers.check_replicas(data, topics)
+        report.update(
+            faults=nemesis.log,
+            writes=write_stats,
+            admin=admin_stats,
+            commits=sum(1 for e in history.of("consumer-", "commit") if e.type == "ok"),
+            reads=sum(len(e.value) for e in history.of("consumer-", "read")),
+            isolated_controllers=nemesis.isolated_controllers,
+            latency=_latency(history, nemesis.log),
+        )
+    except Exception as e:
+        anomalies.append({"kind": "harness-error", "error": f"{type(e).__name__}: {e}"})
+        raise
+    finally:
+        report["anomalies"] = anomalies
+        report["seconds"] = round(time.monotonic() - t_start, 1)
+        out = (keep or RESULTS) / f"{seed}-{topology}"
+        out.mkdir(parents=True, exist_ok=True)
+        history.dump(out / "history.jsonl")
+        for n in cluster.nodes.values():
+            if n.log_path.exists():
+                shutil.copy(n.log_path, out / f"node-{n.node_id}.log")
+        if anomalies:
+            cluster.copy_data(out / "data")
+        (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+        report["output"] = str(out)
+        cluster.close()
+        net.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return report
+
+
+def print_report(r: dict[str, Any]) -> None:
+    w = r.get("writes", {})
+    print(
+        f"seed {r['seed']} {r['topology']}: {len(r.get('faults', []))} faults in "
+        f"{r['seconds']} s; produced {w.get('sent', 0)} (acked {w.get('acked', 0)}, "
+        f"unknown {w.get('unknown_outcome', 0)}), consumed {r.get('reads', 0)}, "
+        f"{r.get('commits', 0)} commits, {r.get('admin', {}).get('ops', 0)} admin ops; "
+        f"anomalies: {len(r['anomalies'])}"
+    )
+    for f in r.get("faults", []):
+        print(f"    {f['start_s']:>7.1f}-{f['end_s']:<7.1f} {f['fault']:<20} {f['target']}")
+    if r.get("latency"):
+        print(f"    produce ack latency: {r['latency']}")
+    for c in r.get("isolated_controllers", []):
+        print(f"    cut-off controller {c['node']}: {c['cpu_pct']}% CPU over {c['window_s']} s")
+    for a in r["anomalies"]:
+        print(f"  ANOMALY {json.dumps(a, default=str)[:600]}")
+    print(f"    history and logs: {r.get('output')}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=None, help="first seed (random if not given)")
+    ap.add_argument("--topology", choices=["split", "combined", "both"], default="both")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds of faults per run")
+    ap.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
+    args = ap.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(10**6)
+    faults = tuple(f for f in args.faults.split(",") if f)
+    unknown = set(faults) - set(FAULTS)
+    if unknown:
+        ap.error(f"unknown faults: {', '.join(sorted(unknown))} (known: {', '.join(FAULTS)})")
+    topologies = ["split", "combined"] if args.topology == "both" else [args.topology]
+    bad = 0
+    summary = []
+    for i in range(args.runs):
+        topo = topologies[i % len(topologies)]
+        r = run_once(seed + i, topo, args.duration, faults)
+        print_report(r)
+        summary.append({k: r.get(k) for k in ("seed", "topology", "seconds", "anomalies")})
+        bad += bool(r["anomalies"])
+    print(f"{args.runs} run(s) from seed {seed}: {bad} with anomalies")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"summary-{seed}.json").write_text(json.dumps(summary, indent=2, default=str))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

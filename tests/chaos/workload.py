@@ -1,0 +1,337 @@
+"""Client workloads of a chaos run, each a thread in the root namespace recording what it
+asked and what it was told:
+
+* producers: idempotent, acks=all, unique values, explicit partitions (RF 3, min ISR 2);
+* a consumer group: members that poll and commit their positions synchronously;
+* a monitor reading the group's committed offsets back (OffsetFetch) every second;
+* an admin client: one operation at a time on a few topics (create, delete, re-create,
+  add partitions, alter a config), so that its history is sequential.
+
+Every loop is bounded (a rate and a total) and stops when asked.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+from tests.chaos.history import History
+
+__all__ = ["ADMIN_TOPICS", "GROUP", "TOPIC", "Workload"]
+
+TOPIC = "chaos"
+GROUP = "chaos-g"
+ADMIN_TOPICS = ("adm-0", "adm-1", "adm-2")
+# outcomes the controller decides (anything else, e.g. a timeout, is unknown: "info")
+DEFINITE = {
+    0: "none",
+    3: "unknown_topic",
+    36: "topic_exists",
+    37: "invalid_partitions",
+    38: "invalid_replication_factor",
+    41: "not_controller",
+}
+
+
+_quiet = logging.getLogger("chaos.librdkafka")  # librdkafka's own chatter, dropped
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+
+class Workload:
+    def __init__(
+        self,
+        bootstrap: str,
+        history: History,
+        rng: random.Random,
+        partitions: int = 6,
+        producers: int = 2,
+        rate_per_s: float = 80.0,
+        max_messages: int = 20_000,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.history = history
+        self.rng = random.Random(rng.random())
+        self.partitions = partitions
+        self.producers = producers
+        self.rate_per_s = rate_per_s
+        self.max_messages = max_messages
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def _common(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, "logger": _quiet, "log_level": 0}
+
+    def setup(self) -> None:
+        admin = AdminClient(self._common())
+        fs = admin.create_topics(
+            [NewTopic(TOPIC, self.partitions, 3, config={"min.insync.replicas": "2"})]
+        )
+        fs[TOPIC].result(30)
+
+    def start(self) -> None:
+        targets: list[tuple[str, Any]] = [
+            (f"producer-{k}", lambda k=k: self._produce(k)) for k in range(self.producers)
+        ]
+        targets += [(f"consumer-{k}", lambda k=k: self._consume(k)) for k in range(2)]
+        targets += [("monitor", self._monitor), ("admin", self._admin)]
+        for name, fn in targets:
+            t = threading.Thread(target=fn, name=name, daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def finish(self, timeout_s: float = 60.0) -> None:
+        self.stop.set()
+        deadline = time.monotonic() + timeout_s
+        for t in self.threads:
+            t.join(max(deadline - time.monotonic(), 0.1))
+
+    # -- producers ---------------------------------------------------------------------
+
+    def _produce(self, k: int) -> None:
+        name = f"producer-{k}"
+        h = self.history
+        p = Producer(
+            {
+                **self._common(),
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 20_000,
+                "request.timeout.ms": 5_000,
+            }
+        )
+        pending: dict[int, tuple[str, int]] = {}
+
+        def report(op: int, value: str, partition: int) -> Any:
+            def cb(err: KafkaError | None, msg: Any) -> None:
+                pending.pop(op, None)
+                if err is None:
+                    h.complete(
+                        op, name, "ok", "send",
+                        {"value": value, "partition": msg.partition(), "offset": msg.offset()},
+                    )  # fmt: skip
+                else:
+                    h.complete(
+                        op, name, "info", "send",
+                        {"value": value, "partition": partition, "error": err.name()},
+                    )  # fmt: skip
+
+            return cb
+
+        interval = 1.0 / self.rate_per_s
+        seq = 0
+        next_at = time.monotonic()
+        while not self.stop.is_set() and seq < self.max_messages // self.producers:
+            value = f"p{k}-{seq}"
+            partition = seq % self.partitions
+            op = h.invoke(name, "send", {"value": value, "partition": partition})
+            pending[op] = (value, partition)
+            try:
+                p.produce(
+                    TOPIC, value=value.encode(), partition=partition,
+                    on_delivery=report(op, value, partition),
+                )  # fmt: skip
+            except BufferError:
+                pending.pop(op, None)
+                h.complete(op, name, "fail", "send", {"value": value, "error": "queue full"})
+            seq += 1
+            p.poll(0)
+            next_at += interval
+            time.sleep(max(next_at - time.monotonic(), 0))
+        p.flush(30)
+        for op, (value, partition) in list(pending.items()):
+            h.complete(
+                op, name, "info", "send",
+                {"value": value, "partition": partition, "error": "undelivered at the end"},
+            )  # fmt: skip
+
+    # -- consumer group ------------------------------------------------------------------
+
+    def _consume(self, k: int) -> None:
+        name = f"consumer-{k}"
+        h = self.history
+        c = Consumer(
+            {
+                **self._common(),
+                "group.id": GROUP,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 1000,
+            }
+        )
+        c.subscribe([TOPIC])
+        since_commit = 0
+        last_commit = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                msgs = c.consume(100, 0.5)
+                read = [
+                    (m.partition(), m.offset(), m.value().decode())
+                    for m in msgs
+                    if m.error() is None and m.value() is not None
+                ]
+                if read:
+                    h.info(name, "read", read)
+                since_commit += len(read)
+                if since_commit >= 50 or (since_commit and time.monotonic() - last_commit > 1):
+                    self._commit(c, name)
+                    since_commit = 0
+                    last_commit = time.monotonic()
+        finally:
+            c.close()
+
+    def _commit(self, c: Consumer, name: str) -> None:
+        h = self.history
+        op = h.invoke(name, "commit")
+        try:
+            done = c.commit(asynchronous=False)
+        except KafkaException as e:
+            h.complete(op, name, "info", "commit", {"error": e.args[0].name()})
+            return
+        offsets = {tp.partition: tp.offset for tp in done or [] if tp.error is None}
+        h.complete(op, name, "ok", "commit", offsets)
+
+    def _monitor(self) -> None:
+        """The group's committed offsets as the cluster reports them, every second."""
+        h = self.history
+        reader = committed_reader(self.bootstrap)
+        try:
+            while not self.stop.wait(1.0):
+                op = h.invoke("monitor", "committed")
+                try:
+                    offsets = read_committed(reader, self.partitions)
+                except KafkaException as e:
+                    h.complete(op, "monitor", "fail", "committed", {"error": str(e)[:200]})
+                    continue
+                h.complete(op, "monitor", "ok", "committed", offsets)
+        finally:
+            reader.close()
+
+    # -- admin ----------------------------------------------------------------------------
+
+    def _admin(self) -> None:
+        h = self.history
+        admin = AdminClient(self._common())
+        rng = self.rng
+        while not self.stop.wait(rng.uniform(0.5, 1.5)):
+            topic = rng.choice(ADMIN_TOPICS)
+            f = rng.choice(["create", "create", "delete", "partitions", "config"])
+            value: dict[str, Any] = {"topic": topic}
+            if f == "create":
+                value["partitions"] = rng.randint(1, 3)
+            elif f == "partitions":
+                value["total"] = rng.randint(2, 5)
+            elif f == "config":
+                value["retention.ms"] = str(rng.randrange(60_000, 10**9))
+            op = h.invoke("admin", f, value)
+            code = self._admin_op(admin, f, value)
+            if code in DEFINITE:
+                kind = "ok" if code == 0 else "fail"
+                h.complete(op, "admin", kind, f, {**value, "code": DEFINITE[code]})
+            else:
+                h.complete(op, "admin", "info", f, {**value, "code": code})
+
+    @staticmethod
+    def _admin_op(admin: AdminClient, f: str, v: dict[str, Any]) -> int | str:
+        topic = v["topic"]
+        try:
+            if f == "create":
+                admin.create_topics([NewTopic(topic, v["partitions"], 3)], request_timeout=8)[
+                    topic
+                ].result(15)
+            elif f == "delete":
+                admin.delete_topics([topic], request_timeout=8)[topic].result(15)
+            elif f == "partitions":
+                admin.create_partitions([NewPartitions(topic, v["total"])], request_timeout=8)[
+                    topic
+                ].result(15)
+            else:
+                res = ConfigResource(
+                    ConfigResource.Type.TOPIC,
+                    topic,
+                    incremental_configs=[
+                        ConfigEntry(
+                            "retention.ms",
+                            v["retention.ms"],
+                            incremental_operation=AlterConfigOpType.SET,
+                        )
+                    ],
+                )
+                for fut in admin.incremental_alter_configs([res], request_timeout=8).values():
+                    fut.result(15)
+        except KafkaException as e:
+            err = e.args[0]
+            return int(err.code()) if isinstance(err, KafkaError) else str(err)[:100]
+        except Exception as e:  # a client-side timeout of the future
+            return type(e).__name__
+        return 0
+
+
+def committed_reader(bootstrap: str) -> Consumer:
+    """A consumer of the group that never subscribes (so never joins it), to read its
+    committed offsets. (AdminClient.list_consumer_group_offsets would be simpler, but
+    librdkafka crashes on its NOT_COORDINATOR answers: librdkafka issue #5040.)"""
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": GROUP,
+            "enable.auto.commit": False,
+            "logger": _quiet,
+            "log_level": 0,
+        }
+    )
+
+
+def read_committed(reader: Consumer, partitions: int) -> dict[int, int]:
+    tps = reader.committed([TopicPartition(TOPIC, p) for p in range(partitions)], timeout=5)
+    return {tp.partition: tp.offset for tp in tps if tp.error is None}
+
+
+def read_partition(bootstrap: str, topic: str, partition: int, timeout_s: float = 30.0) -> Any:
+    """Every record of one partition, (offset, value), from its start to its high
+    watermark, read by a consumer outside any group."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "chaos-reader",
+            "enable.auto.commit": False,
+            "logger": _quiet,
+            "log_level": 0,
+        }
+    )
+    try:
+        tp = TopicPartition(topic, partition)
+        lo, hi = c.get_watermark_offsets(tp, timeout=10)
+        c.assign([TopicPartition(topic, partition, lo)])
+        out: list[tuple[int, str]] = []
+        deadline = time.monotonic() + timeout_s
+        while (not out or out[-1][0] < hi - 1) and hi > lo:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}-{partition}: read up to {out[-1:]} of {hi}")
+            for m in c.consume(500, 1.0):
+                if m.error() is None:
+                    out.append((m.offset(), m.value().decode()))
+        return lo, hi, out
+    finally:
+        c.close()

@@ -1,0 +1,216 @@
+"""The fault harness's checkers find what they claim to: each anomaly is planted in a
+small synthetic history or set of files, and a clean one passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.chaos import checkers
+from tests.chaos.history import History
+
+
+def _sends(h: History, rows: list[tuple[str, int, int | None]]) -> None:
+    """(value, partition, acked offset or None for an unknown outcome)"""
+    for value, p, offset in rows:
+        op = h.invoke("producer-0", "send", {"value": value, "partition": p})
+        if offset is None:
+            h.complete(op, "producer-0", "info", "send", {"value": value, "partition": p})
+        else:
+            h.complete(
+                op, "producer-0", "ok", "send", {"value": value, "partition": p, "offset": offset}
+            )
+
+
+def test_writes_clean_and_each_anomaly() -> None:
+    h = History()
+    _sends(h, [("p0-0", 0, 0), ("p0-1", 0, 1), ("p0-2", 0, None), ("p0-3", 1, 0)])
+    final = {0: (0, 3, [(0, "p0-0"), (1, "p0-1"), (2, "p0-2")]), 1: (0, 1, [(0, "p0-3")])}
+    anomalies, stats = checkers.check_writes(h, final)
+    assert anomalies == []
+    assert (stats["acked"], stats["unknown_outcome"], stats["unknown_but_written"]) == (3, 1, 1)
+
+    kinds = lambda final: sorted({a["kind"] for a in checkers.check_writes(h, final)[0]})  # noqa: E731
+    assert kinds({0: (0, 1, [(0, "p0-0")]), 1: (0, 1, [(0, "p0-3")])}) == ["lost"]
+    moved = {0: (0, 2, [(0, "p0-1"), (1, "p0-0")]), 1: (0, 1, [(0, "p0-3")])}
+    assert "lost" in kinds(moved)  # at another offset than acknowledged
+    dup = {0: (0, 3, [(0, "p0-0"), (1, "p0-1"), (2, "p0-1")]), 1: (0, 1, [(0, "p0-3")])}
+    assert kinds(dup) == ["duplicated"]
+    phantom = {0: (0, 3, [(0, "p0-0"), (1, "p0-1"), (2, "p9-9")]), 1: (0, 1, [(0, "p0-3")])}
+    assert kinds(phantom) == ["phantom"]
+    h2 = History()
+    _sends(h2, [("p0-0", 0, None), ("p0-1", 0, None)])
+    reordered = {0: (0, 2, [(0, "p0-1"), (1, "p0-0")])}
+    assert [a["kind"] for a in checkers.check_writes(h2, reordered)[0]] == ["reordered"]
+
+
+def test_reads_must_be_in_the_final_log() -> None:
+    h = History()
+    h.info("consumer-0", "read", [(0, 0, "p0-0"), (0, 1, "p0-1")])
+    final = {0: (0, 2, [(0, "p0-0"), (1, "p0-1")])}
+    assert checkers.check_reads(h, final) == []
+    h.info("consumer-1", "read", [(0, 2, "p0-2")])  # read beyond what survived
+    assert [a["kind"] for a in checkers.check_reads(h, final)] == ["read-not-in-log"]
+
+
+def test_commits_never_go_back_past_the_log_or_lost() -> None:
+    def monitor(h: History, offsets: dict[int, int]) -> None:
+        h.complete(h.invoke("monitor", "committed"), "monitor", "ok", "committed", offsets)
+
+    final = {0: (0, 10, [])}
+    h = History()
+    monitor(h, {0: 3})
+    h.complete(h.invoke("consumer-0", "commit"), "consumer-0", "ok", "commit", {0: 5})
+    monitor(h, {0: 5})
+    assert checkers.check_commits(h, final) == []
+    monitor(h, {0: 4})
+    assert "commit-went-back" in [a["kind"] for a in checkers.check_commits(h, final)]
+    h2 = History()
+    monitor(h2, {0: 11})
+    assert [a["kind"] for a in checkers.check_commits(h2, final)] == ["commit-past-log"]
+    h3 = History()
+    h3.complete(h3.invoke("consumer-0", "commit"), "consumer-0", "ok", "commit", {0: 7})
+    monitor(h3, {0: 6})
+    assert [a["kind"] for a in checkers.check_commits(h3, final)] == ["commit-lost"]
+
+
+def _admin(h: History, f: str, value: dict[str, object], outcome: str | None) -> None:
+    op = h.invoke("admin", f, value)
+    if outcome is None:
+        h.complete(op, "admin", "info", f, {**value, "code": "timed out"})
+    else:
+        kind = "ok" if outcome == "none" else "fail"
+        h.complete(op, "admin", kind, f, {**value, "code": outcome})
+
+
+def test_admin_linearizability() -> None:
+    h = History()
+    _admin(h, "create", {"topic": "a", "partitions": 1}, "none")
+    _admin(h, "create", {"topic": "a", "partitions": 2}, "topic_exists")
+    _admin(h, "partitions", {"topic": "a", "total": 1}, "invalid_partitions")
+    _admin(h, "partitions", {"topic": "a", "total": 3}, "none")
+    _admin(h, "delete", {"topic": "a"}, "none")
+    _admin(h, "config", {"topic": "a", "retention.ms": "5"}, "unknown_topic")
+    _admin(h, "create", {"topic": "a", "partitions": 1}, "invalid_replication_factor")
+    assert checkers.check_admin(h)[0] == []
+
+    bad = History()
+    _admin(bad, "create", {"topic": "a", "partitions": 1}, "none")
+    _admin(bad, "delete", {"topic": "a"}, "none")
+    _admin(bad, "delete", {"topic": "a"}, "none")  # deleted twice
+    found = checkers.check_admin(bad)[0]
+    assert [a["kind"] for a in found] == ["admin-not-linearizable"]
+    assert found[0]["op"] == "delete"
+
+
+def test_admin_an_unknown_outcome_may_take_effect_later_or_never() -> None:
+    later = History()
+    _admin(later, "create", {"topic": "a", "partitions": 1}, None)  # timed out
+    _admin(later, "config", {"topic": "b", "retention.ms": "1"}, "unknown_topic")
+    _admin(later, "create", {"topic": "a", "partitions": 1}, "topic_exists")  # it happened
+    assert checkers.check_admin(later)[0] == []
+    never = History()
+    _admin(never, "create", {"topic": "a", "partitions": 1}, None)
+    _admin(never, "create", {"topic": "a", "partitions": 1}, "none")  # it never did
+    _admin(never, "delete", {"topic": "a"}, "none")
+    assert checkers.check_admin(never)[0] == []
+    # but not both: created by the timed-out call *and* by the next one
+    both = History()
+    _admin(both, "create", {"topic": "a", "partitions": 1}, None)
+    _admin(both, "delete", {"topic": "a"}, "unknown_topic")  # so it had not happened yet
+    _admin(both, "create", {"topic": "a", "partitions": 1}, "none")
+    _admin(both, "delete", {"topic": "a"}, "none")
+    _admin(both, "delete", {"topic": "a"}, "none")  # only if the first create came last
+    assert checkers.check_admin(both)[0] == []
+    _admin(both, "delete", {"topic": "a"}, "none")  # a third time: impossible
+    assert [a["kind"] for a in checkers.check_admin(both)[0]] == ["admin-not-linearizable"]
+
+
+def test_controllers_one_active_per_epoch_and_idle_when_cut_off() -> None:
+    line = "INFO x: [node {n}] Became the active controller in epoch {e}\n"
+    logs = {1: line.format(n=1, e=3), 2: line.format(n=2, e=4) + "resigning leadership"}
+    cut = [{"node": 2, "cpu_pct": 1.0, "window_s": 5}]
+    assert checkers.check_controllers(logs, cut) == []
+    logs[3] = line.format(n=3, e=4)
+    assert [a["kind"] for a in checkers.check_controllers(logs, [])] == ["two-active-controllers"]
+    busy = [{"node": 1, "cpu_pct": 80.0, "window_s": 5}]
+    found = {a["kind"] for a in checkers.check_controllers({1: ""}, busy)}
+    assert found == {"busy-while-cut-off", "never-resigned-while-cut-off"}
+
+
+def test_logs_without_errors() -> None:
+    clean = {1: "2026 INFO a: fine\n"}
+    assert checkers.check_logs(clean, []) == []
+    bad = {1: "2026 ERROR a: boom\nTraceback (most recent call last):\n  x\n"}
+    assert len(checkers.check_logs(bad, [])) == 2
+    full = {1: "2026 ERROR a: cannot write\nOSError: [Errno 28] No space left on device\n"}
+    assert checkers.check_logs(full, [1]) == []
+    assert len(checkers.check_logs(full, [2])) == 1
+
+
+def test_replicas_and_metadata_logs_must_agree(tmp_path: Path) -> None:
+    import uuid
+
+    from keeperless.protocol.records import build_batch, iter_batches, patch_offsets
+    from keeperless.storage.log import LogConfig, PartitionLog
+    from keeperless.storage.partition_dirs import write_topic_id
+
+    tid = uuid.uuid4()
+    dirs = {}
+    for node, values in ((4, [b"a", b"b"]), (5, [b"a", b"x"])):
+        d = tmp_path / f"n{node}"
+        (d / "t-0").mkdir(parents=True)
+        write_topic_id(d / "t-0", tid)
+        log = PartitionLog(d / "t-0", LogConfig(), 0)
+        for i, v in enumerate(values):
+            buf = bytearray(build_batch([(None, v, ())]))
+            patch_offsets(buf, 0, i, 0)
+            log.append(bytes(buf), list(iter_batches(buf)), 0)
+        log.close()
+        dirs[node] = d
+    topics = {"t": (tid, {0: [4, 5]})}
+    found = checkers.check_replicas(dirs, topics)
+    assert [a["kind"] for a in found] == ["replicas-differ"]
+    other = {"t": (uuid.uuid4(), {0: [4, 5]})}  # the directories belong to another t
+    assert {a["kind"] for a in checkers.check_replicas(dirs, other)} == {
+        "stray-partition-directory"
+    }
+
+
+def test_metadata_logs_must_hold_the_same_records(tmp_path: Path) -> None:
+    from keeperless.protocol.records import build_batch
+    from keeperless.raft.messages import Entry
+    from keeperless.runtime.raft_log import FileRaftLog
+
+    def entry(base: int, value: bytes) -> Entry:
+        data = bytearray(build_batch([(None, value, ())]))
+        data[0:8] = base.to_bytes(8, "big")
+        data[12:16] = (1).to_bytes(4, "big")
+        return Entry(base, base, 1, bytes(data))
+
+    dirs = {}
+    for node, values in ((1, [b"a", b"b", b"c"]), (2, [b"a", b"b"]), (3, [b"a", b"z", b"c"])):
+        d = tmp_path / f"n{node}"
+        log = FileRaftLog(d / "__cluster_metadata-0")
+        log.append([entry(i, v) for i, v in enumerate(values)])
+        log.flush()
+        log.close()
+        dirs[node] = d
+    found = checkers.check_metadata_agreement({1: dirs[1], 2: dirs[2]})
+    assert found == []  # a shorter log agrees on what it has
+    found = checkers.check_metadata_agreement(dirs)
+    assert {(a["kind"], tuple(a["nodes"]), a["offset"]) for a in found} == {
+        ("metadata-logs-differ", (1, 3), 1),
+        ("metadata-logs-differ", (2, 3), 1),
+    }
+
+
+def test_writes_acknowledged_without_an_offset() -> None:
+    """An idempotent producer may acknowledge a batch without its offset (persisted, as a
+    later sequence showed): it must be in its partition, once."""
+    h = History()
+    op = h.invoke("producer-0", "send", {"value": "p0-0", "partition": 0})
+    h.complete(op, "producer-0", "ok", "send", {"value": "p0-0", "partition": 0, "offset": None})
+    assert checkers.check_writes(h, {0: (0, 1, [(0, "p0-0")])})[0] == []
+    assert [a["kind"] for a in checkers.check_writes(h, {0: (0, 0, [])})[0]] == ["lost"]
+    moved = {0: (0, 0, []), 1: (0, 1, [(0, "p0-0")])}
+    assert [a["kind"] for a in checkers.check_writes(h, moved)[0]] == ["lost"]
