@@ -35,6 +35,7 @@ __all__ = [
     "check_metadata_agreement",
     "check_reads",
     "check_replicas",
+    "check_upgrades",
     "check_writes",
 ]
 
@@ -255,6 +256,22 @@ def check_admin(history: History) -> tuple[list[Anomaly], dict[str, int]]:
     return [], stats
 
 
+def check_upgrades(history: History, first: str, final: str | None) -> list[Anomaly]:
+    """The finalized metadata.version after healing is at least the last acknowledged
+    upgrade, and no more than the highest attempted."""
+    from keeperless.metadata.features import metadata_version_for_release as level
+
+    acked = [e.value["release"] for e in history.of("nemesis", "upgrade") if e.type == "ok"]
+    tried = [e.value["release"] for e in history.of("nemesis", "upgrade") if e.type == "invoke"]
+    if final is None:
+        return [_anomaly("upgrade-unknown-final-level")]
+    low = max([level(first), *(level(r) for r in acked)])
+    high = max([level(first), *(level(r) for r in tried)])
+    if not low <= level(final) <= high:
+        return [_anomaly("upgrade-lost", acknowledged=acked[-1:] or [first], final=final)]
+    return []
+
+
 # -- controllers, logs -----------------------------------------------------------------
 
 _ACTIVE = re.compile(r"\[node (\d+)\] Became the active controller in epoch (\d+)")
@@ -323,6 +340,7 @@ def check_metadata_agreement(data_dirs: dict[int, Path]) -> list[Anomaly]:
         finally:
             log.close()
     out: list[Anomaly] = []
+    out += _compare_images(data_dirs, entries, ends)
     nodes = sorted(entries)
     for i, a in enumerate(nodes):
         for b in nodes[i + 1 :]:
@@ -333,6 +351,59 @@ def check_metadata_agreement(data_dirs: dict[int, Path]) -> list[Anomaly]:
                     out.append(_anomaly("metadata-logs-differ", nodes=[a, b], offset=off))
                     break
     return out
+
+
+def _compare_images(
+    data_dirs: dict[int, Path], entries: dict[int, dict[int, bytes]], ends: dict[int, int]
+) -> list[Anomaly]:
+    """Every node's image (its own snapshot plus its own log) at the highest offset all of
+    them reach must be the same image."""
+    from keeperless.metadata.image import MetadataDelta
+    from keeperless.runtime.metadata_log import decode_entry, image_of_snapshot
+    from keeperless.runtime.raft_log import FileRaftLog
+
+    if len(ends) < 2:
+        return []
+    upto = min(ends.values())
+    images = {}
+    for node, d in data_dirs.items():
+        if node not in entries:
+            continue
+        log = FileRaftLog(d / "__cluster_metadata-0", read_only=True)
+        try:
+            sid = log.snapshot_id
+            if sid is not None and sid.end_offset > upto:
+                continue  # its snapshot is past the common offset: not comparable there
+            delta, image = (
+                image_of_snapshot(log.snapshot_data(), sid) if sid is not None else (None, None)
+            )
+        finally:
+            log.close()
+        delta = MetadataDelta(image) if image is not None else MetadataDelta(_empty_image())
+        start = sid.end_offset if sid is not None else 0
+        for base in sorted(entries[node]):
+            if start <= base < upto:
+                for rec in decode_entry(entries[node][base]):
+                    delta.replay(rec)
+        images[node] = delta.apply()
+    out: list[Anomaly] = []
+    nodes = sorted(images)
+    for n in nodes[1:]:
+        a, b = images[nodes[0]], images[n]
+        if (a.topics, a.brokers, a.configs, a.features) != (
+            b.topics,
+            b.brokers,
+            b.configs,
+            b.features,
+        ):
+            out.append(_anomaly("metadata-images-differ", nodes=[nodes[0], n], at=upto))
+    return out
+
+
+def _empty_image() -> Any:
+    from keeperless.metadata.image import MetadataImage
+
+    return MetadataImage()
 
 
 def check_replicas(data_dirs: dict[int, Path], topics: dict[str, Any]) -> list[Anomaly]:

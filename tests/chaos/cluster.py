@@ -23,6 +23,9 @@ __all__ = ["ChaosCluster", "ChaosNode"]
 BROKER_PORT = 9092
 CONTROLLER_PORT = 9093
 TMPFS_BYTES = 256 * 1024 * 1024
+# formatted at an older metadata.version, which the nemesis upgrades during the run
+# (record versions change mid-stream, as when a rolling upgrade is finalized)
+FIRST_RELEASE = "3.5-IV2"
 
 # Timeouts of a cluster under attack: faults must resolve within seconds.
 TIMEOUTS = {
@@ -245,7 +248,7 @@ class ChaosCluster:
         for n in self.nodes.values():
             _run(
                 sys.executable, "-m", "keeperless", "storage", "format", "-t", cid,
-                "-c", str(n.config),
+                "-c", str(n.config), "--release-version", FIRST_RELEASE,
             )  # fmt: skip
         for n in self.nodes.values():
             n.start()

@@ -40,7 +40,10 @@ FAULTS = (
     "disk-full",
     "roll",
     "power-loss",
+    "upgrade",
 )
+# the releases the upgrade fault may finalize, in order (FIRST_RELEASE is the start)
+RELEASES = ("3.6-IV2", "3.7-IV0", "3.7-IV2", "3.7-IV4", "3.8-IV0", "3.9-IV0")
 
 
 def active_controller(cluster: ChaosCluster) -> int:
@@ -115,6 +118,7 @@ class Nemesis:
         self.history = history
         self.rng = random.Random(rng.random())
         self.faults = faults
+        self.release = -1  # index in RELEASES of the last finalized upgrade
         self.log: list[dict[str, Any]] = []  # (kind, target, start, end) per fault
         # measurements for the checkers: CPU of a cut-off controller
         self.isolated_controllers: list[dict[str, Any]] = []
@@ -270,6 +274,34 @@ class Nemesis:
             while not n.serving() and time.monotonic() < deadline:
                 time.sleep(0.2)
         return [n.node_id for n in self.cluster.brokers]
+
+    def _upgrade(self, hold: float) -> Any:
+        """Finalize a later metadata.version with Kafka's features command (recorded as
+        an operation: an acknowledged upgrade must never be lost)."""
+        import subprocess
+        import sys
+
+        if self.release >= len(RELEASES) - 1:
+            return "already at the latest release"
+        nxt = self.rng.randrange(self.release + 1, len(RELEASES))
+        release = RELEASES[nxt]
+        h = self.history
+        op = h.invoke("nemesis", "upgrade", {"release": release})
+        res = subprocess.run(
+            [
+                sys.executable, "-m", "keeperless", "features", "upgrade",
+                "--bootstrap-server", self.cluster.bootstrap, "--metadata", release,
+            ],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        out = (res.stdout + res.stderr).strip()[-300:]
+        if res.returncode == 0:
+            self.release = nxt
+            h.complete(op, "nemesis", "ok", "upgrade", {"release": release, "output": out})
+        else:
+            h.complete(op, "nemesis", "info", "upgrade", {"release": release, "output": out})
+        time.sleep(min(hold, 2.0))
+        return {"release": release, "ok": res.returncode == 0}
 
     def _power_loss(self, hold: float) -> Any:
         n = self._pick(self.cluster.brokers)

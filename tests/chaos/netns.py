@@ -8,13 +8,18 @@ symmetric one). Nothing else on the machine is touched, and ``close`` removes it
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import subprocess
 from collections.abc import Iterable
+from pathlib import Path
 
 __all__ = ["Network", "NetworkUnavailableError", "remove_stale"]
 
 _BOGUS_MAC = "02:00:00:00:00:01"
+# one file per live run, naming the harness process that owns its namespaces and mounts
+_OWNERS = Path("/tmp/keeperless-chaos-owners")
 
 
 class NetworkUnavailableError(RuntimeError):
@@ -25,12 +30,31 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def remove_stale() -> None:
     """Remove what a harness that died left behind: its namespaces (and the processes in
-    them), bridges and tmpfs mounts, recognised by the names only this harness uses."""
+    them), bridges, veths and tmpfs mounts, recognised by the names only this harness
+    uses; a run whose harness process is alive is left alone."""
+    live_ids, live_dirs = set(), []
+    for f in _OWNERS.glob("*.json") if _OWNERS.exists() else ():
+        owner = json.loads(f.read_text())
+        if _alive(owner["pid"]):
+            live_ids.add(owner["run_id"])
+            live_dirs.append(owner["workdir"])
+        else:
+            f.unlink(missing_ok=True)
     listed = _ip("netns", "list", check=False).stdout.split()
     for name in listed:
-        if name.startswith("klc"):
+        if name.startswith("klc") and name[3:7] not in live_ids:
             pids = subprocess.run(
                 ["ip", "netns", "pids", name], capture_output=True, text=True, check=False
             ).stdout.split()
@@ -39,18 +63,23 @@ def remove_stale() -> None:
             _ip("netns", "del", name, check=False)
     for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
         name = line.split(":")[1].strip().split("@")[0]
-        if name.startswith(("klb", "klv")):
+        if name.startswith(("klb", "klv")) and name[3:7] not in live_ids:
             _ip("link", "del", name, check=False)
     with open("/proc/mounts") as f:
         mounts = [line.split()[1] for line in f if "/chaos-" in line and line.startswith("tmpfs")]
     for m in mounts:
-        subprocess.run(["umount", "-l", m], capture_output=True, check=False)
+        if not any(m.startswith(d) for d in live_dirs):
+            subprocess.run(["umount", "-l", m], capture_output=True, check=False)
 
 
 class Network:
-    def __init__(self, node_ids: Iterable[int], rng: random.Random) -> None:
+    def __init__(self, node_ids: Iterable[int], workdir: Path) -> None:
+        # names and addresses are random, not drawn from the run's seed: two runs (even
+        # of one seed) on one machine never collide
+        rng = random.SystemRandom()
         self.run_id = f"{rng.randrange(16**4):04x}"
         self.prefix = f"10.{rng.randrange(100, 200)}.{rng.randrange(1, 250)}"
+        self.workdir = workdir
         self.bridge = f"klb{self.run_id}"
         self.node_ids = sorted(node_ids)
         self.cut: set[tuple[int, int]] = set()  # (from, to) pairs whose packets drop
@@ -67,6 +96,9 @@ class Network:
         return ["ip", "netns", "exec", self.ns(node)]
 
     def open(self) -> None:
+        _OWNERS.mkdir(exist_ok=True)
+        owner = {"pid": os.getpid(), "run_id": self.run_id, "workdir": str(self.workdir)}
+        (_OWNERS / f"{self.run_id}.json").write_text(json.dumps(owner))
         try:
             _ip("link", "add", self.bridge, "type", "bridge")
         except (subprocess.CalledProcessError, FileNotFoundError) as e:
@@ -96,6 +128,7 @@ class Network:
             else:
                 _ip("link", "del", name, check=False)
         self._created.clear()
+        (_OWNERS / f"{self.run_id}.json").unlink(missing_ok=True)
 
     # -- partitions ---------------------------------------------------------------------
 

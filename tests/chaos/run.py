@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos import checkers
-from tests.chaos.cluster import ChaosCluster
+from tests.chaos.cluster import FIRST_RELEASE, ChaosCluster
 from tests.chaos.history import History
 from tests.chaos.nemesis import FAULTS, Nemesis
 from tests.chaos.netns import Network, remove_stale
@@ -88,6 +88,19 @@ def _metadata(bootstrap: str) -> dict[str, Any]:
     return out
 
 
+def _finalized_release(bootstrap: str) -> str | None:
+    import re
+    import subprocess
+
+    res = subprocess.run(
+        [sys.executable, "-m", "keeperless", "features", "describe",
+         "--bootstrap-server", bootstrap],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    m = re.search(r"Feature: metadata.version\t.*FinalizedVersionLevel: (\S+)", res.stdout)
+    return m.group(1) if m else None
+
+
 def _latency(history: History, faults: list[dict[str, Any]]) -> dict[str, Any]:
     """Acknowledgement latency of produces, outside and during faults."""
     invokes = {e.op: e.time_s for e in history.of("producer-", "send") if e.type == "invoke"}
@@ -121,8 +134,8 @@ def run_once(
     rng = random.Random(seed)
     remove_stale()
     ids = range(1, 7) if topology == "split" else range(1, 4)
-    net = Network(ids, rng)
     workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-{topology}-"))
+    net = Network(ids, workdir)
     cluster = ChaosCluster(workdir, topology, net)
     history = History()
     report: dict[str, Any] = {"seed": seed, "topology": topology, "duration_s": duration_s}
@@ -154,6 +167,8 @@ def run_once(
         anomalies += checkers.check_commits(history, final)
         admin_anomalies, admin_stats = checkers.check_admin(history)
         anomalies += admin_anomalies
+        final_release = _finalized_release(cluster.bootstrap)
+        anomalies += checkers.check_upgrades(history, FIRST_RELEASE, final_release)
         # a clean stop, then the nodes' files
         for n in cluster.brokers:
             n.stop()
@@ -173,6 +188,7 @@ def run_once(
             commits=sum(1 for e in history.of("consumer-", "commit") if e.type == "ok"),
             reads=sum(len(e.value) for e in history.of("consumer-", "read")),
             isolated_controllers=nemesis.isolated_controllers,
+            metadata_version=final_release,
             latency=_latency(history, nemesis.log),
         )
     except Exception as e:

@@ -116,7 +116,11 @@ def test_a_controller_formatted_for_another_cluster_never_joins_the_quorum(
         info = describe_quorum(c.controllers[leader].port)
         assert dict(info["voters"])[3] == -1  # never fetched from the leader
         assert "Completed transition to Follower" not in c.controllers[3].logs()
-        # the quorum of the two others works
-        assert describe_quorum(c.controllers[leader].port)["high_watermark"] > 0
+        # the quorum of the two others commits
+        wait_until(
+            lambda: describe_quorum(c.controllers[leader].port)["high_watermark"] > 0,
+            20,
+            what="the two others to commit",
+        )
     finally:
         c.stop()

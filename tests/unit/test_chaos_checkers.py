@@ -177,12 +177,17 @@ def test_replicas_and_metadata_logs_must_agree(tmp_path: Path) -> None:
 
 
 def test_metadata_logs_must_hold_the_same_records(tmp_path: Path) -> None:
+    import uuid
+
+    from keeperless.metadata import _records_gen as r
+    from keeperless.metadata.codec import encode_record
     from keeperless.protocol.records import build_batch
     from keeperless.raft.messages import Entry
     from keeperless.runtime.raft_log import FileRaftLog
 
-    def entry(base: int, value: bytes) -> Entry:
-        data = bytearray(build_batch([(None, value, ())]))
+    def entry(base: int, name: bytes) -> Entry:
+        rec = r.TopicRecord(name=name.decode(), topic_id=uuid.UUID(int=base + 1))
+        data = bytearray(build_batch([(None, encode_record(rec), ())]))
         data[0:8] = base.to_bytes(8, "big")
         data[12:16] = (1).to_bytes(4, "big")
         return Entry(base, base, 1, bytes(data))
@@ -198,7 +203,8 @@ def test_metadata_logs_must_hold_the_same_records(tmp_path: Path) -> None:
     found = checkers.check_metadata_agreement({1: dirs[1], 2: dirs[2]})
     assert found == []  # a shorter log agrees on what it has
     found = checkers.check_metadata_agreement(dirs)
-    assert {(a["kind"], tuple(a["nodes"]), a["offset"]) for a in found} == {
+    assert {(a["kind"], tuple(a["nodes"]), a.get("offset")) for a in found} == {
+        ("metadata-images-differ", (1, 3), None),
         ("metadata-logs-differ", (1, 3), 1),
         ("metadata-logs-differ", (2, 3), 1),
     }
@@ -214,3 +220,16 @@ def test_writes_acknowledged_without_an_offset() -> None:
     assert [a["kind"] for a in checkers.check_writes(h, {0: (0, 0, [])})[0]] == ["lost"]
     moved = {0: (0, 0, []), 1: (0, 1, [(0, "p0-0")])}
     assert [a["kind"] for a in checkers.check_writes(h, moved)[0]] == ["lost"]
+
+
+def test_an_acknowledged_upgrade_is_never_lost() -> None:
+    h = History()
+    assert checkers.check_upgrades(h, "3.5-IV2", "3.5-IV2") == []
+    op = h.invoke("nemesis", "upgrade", {"release": "3.7-IV2"})
+    h.complete(op, "nemesis", "ok", "upgrade", {"release": "3.7-IV2"})
+    assert checkers.check_upgrades(h, "3.5-IV2", "3.7-IV2") == []
+    assert [a["kind"] for a in checkers.check_upgrades(h, "3.5-IV2", "3.6-IV2")] == ["upgrade-lost"]
+    op = h.invoke("nemesis", "upgrade", {"release": "3.9-IV0"})
+    h.complete(op, "nemesis", "info", "upgrade", {"release": "3.9-IV0"})  # timed out
+    assert checkers.check_upgrades(h, "3.5-IV2", "3.9-IV0") == []  # it may have happened
+    assert checkers.check_upgrades(h, "3.5-IV2", "3.7-IV2") == []  # or not

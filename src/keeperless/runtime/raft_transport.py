@@ -118,6 +118,7 @@ class _Lane:
                 if getattr(resp, "error_code", None) == ErrorCode.inconsistent_cluster_id:
                     self.t.foreign(
                         self.peer,
+                        "refused-us",
                         f"node {self.peer} refused our {type(request).__name__} as coming "
                         f"from another cluster: this node is formatted for cluster "
                         f"{self.t.cluster_id}",
@@ -160,7 +161,7 @@ class RaftTransport:
         self._inbound: dict[tuple[int, type], list[tuple[m.Message, asyncio.Future[Any]]]] = {}
         self._down: dict[int, float] = {}
         self._last_warning = -1e9
-        self._foreign_warnings: dict[int, float] = {}
+        self._foreign_warnings: dict[tuple[int, str], float] = {}
 
     # -- the core's outbound messages ---------------------------------------------------
 
@@ -205,6 +206,7 @@ class RaftTransport:
         if theirs is not None and theirs != self.cluster_id:  # (null: an old client)
             self.foreign(
                 msg.src,
+                "refused-them",
                 f"refused {type(msg).__name__} from node {msg.src} of cluster {theirs}: "
                 f"this node belongs to cluster {self.cluster_id}",
             )
@@ -276,11 +278,12 @@ class RaftTransport:
                 why,
             )
 
-    def foreign(self, peer: int, what: str) -> None:
-        """A node of another cluster: say so once per peer every minute."""
+    def foreign(self, peer: int, direction: str, what: str) -> None:
+        """A node of another cluster: say so once a minute per peer and direction (we
+        refused it, or it refused us; both are worth a line)."""
         now = time.monotonic()
-        if now - self._foreign_warnings.get(peer, -1e9) >= 60:
-            self._foreign_warnings[peer] = now
+        if now - self._foreign_warnings.get((peer, direction), -1e9) >= 60:
+            self._foreign_warnings[(peer, direction)] = now
             log.error("[node %d] INCONSISTENT_CLUSTER_ID: %s", self.node_id, what)
 
     def reachable(self, peer: int) -> None:
