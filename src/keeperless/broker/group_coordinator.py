@@ -7,6 +7,7 @@ import asyncio
 import logging
 import struct
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -19,7 +20,7 @@ from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import decode_records, iter_batches
 
-__all__ = ["OFFSETS_TOPIC", "GroupCoordinator", "partition_for_group"]
+__all__ = ["OFFSETS_TOPIC", "GroupCoordinator", "GroupSettings", "partition_for_group"]
 
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -70,34 +71,81 @@ def _now_ms() -> int:
 Offsets = dict[tuple[str, int], tuple[int, int, str | None]]
 
 
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """The broker's group.* and offsets.* keys (Kafka's names and defaults)."""
+
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1800000
+    offsets_commit_timeout_ms: int = 5000
+
+
 class GroupCoordinator:
-    def __init__(self, broker: Broker, initial_rebalance_delay_ms: int) -> None:
+    def __init__(self, broker: Broker, settings: GroupSettings) -> None:
         self.broker = broker
-        self.initial_delay_ms = initial_rebalance_delay_ms
+        self.settings = settings
+        self.initial_delay_ms = settings.initial_rebalance_delay_ms
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, Offsets] = {}
-        self._loaded: set[int] = set()
+        # __consumer_offsets partitions led here and loaded: index -> leader epoch
+        self._loaded: dict[int, int] = {}
         broker.on_image.append(self._on_image)
 
     # -- loading --------------------------------------------------------------------------
 
     def _on_image(self, image: MetadataImage) -> None:
+        """Load the groups of the partitions this broker now leads; forget those of the
+        partitions it no longer leads (another coordinator owns them now, and what it
+        commits meanwhile is read again if the leadership comes back)."""
         t = image.topic(OFFSETS_TOPIC)
-        if t is None:
-            return
-        for idx, info in t.partitions.items():
-            if info.leader == self.broker.node_id and idx not in self._loaded:
-                self._load(idx)
+        led = (
+            {}
+            if t is None
+            else {
+                idx: info.leader_epoch
+                for idx, info in t.partitions.items()
+                if info.leader == self.broker.node_id
+            }
+        )
+        for idx, epoch in list(self._loaded.items()):
+            if led.get(idx) != epoch:
+                self._unload(idx, len(t.partitions) if t is not None else 0)
+        for idx, epoch in led.items():
+            if idx not in self._loaded:
+                self._load(idx, epoch)
 
-    def _load(self, idx: int) -> None:
+    def _unload(self, idx: int, partitions: int) -> None:
+        del self._loaded[idx]
+        gone = [
+            gid
+            for gid in set(self.groups) | set(self.offsets)
+            if partitions == 0 or partition_for_group(gid, partitions) == idx
+        ]
+        for gid in gone:
+            g = self.groups.pop(gid, None)
+            if g is not None:
+                g.abandon()
+            self.offsets.pop(gid, None)
+        log.info(
+            "[node %d] Unloaded %d group(s) of %s-%d: no longer its leader",
+            self.broker.node_id,
+            len(gone),
+            OFFSETS_TOPIC,
+            idx,
+        )
+
+    def _load(self, idx: int, epoch: int) -> None:
         p = self.broker.partitions.get(OFFSETS_TOPIC, idx)
         if p is None:
             return
-        self._loaded.add(idx)
+        self._loaded[idx] = epoch
         off = p.log.log_start_offset
         n = 0
         while True:
-            sl = p.read(off, 1 << 20)
+            # up to the log end: as the new leader, its whole log is what gets committed
+            # (its own high watermark can lag behind commits the old leader acknowledged)
+            sl = p.read(off, 1 << 20, for_replica=True)
             if sl is None:
                 break
             data = sl.read()

@@ -15,11 +15,25 @@ from keeperless.broker.group_coordinator import (
     partition_for_group,
 )
 from keeperless.broker.groups import GroupState
+from keeperless.broker.partitions import NotLeaderError
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import build_batch
 
 __all__ = ["GroupOffsets"]
+
+# Kafka's GroupMetadataManager: what an append error means to a committing client
+_COMMIT_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.invalid_commit_offset_size,
+    ErrorCode.record_list_too_large: ErrorCode.invalid_commit_offset_size,
+    ErrorCode.invalid_fetch_size: ErrorCode.invalid_commit_offset_size,
+}
 
 
 class GroupOffsets:
@@ -61,8 +75,8 @@ class GroupOffsets:
         now = int(time.time() * 1000)
         records = []
         topics = []
+        applied: list[tuple[str, int, int, int, str | None]] = []
         for t in req.topics:
-            parts = []
             for p in t.partitions:
                 e = err
                 if e is None and self.broker.image.topic(t.name) is None:
@@ -76,26 +90,18 @@ class GroupOffsets:
                             (),
                         )
                     )
-                    parts.append(
-                        (p.partition_index, p.committed_offset, epoch, p.committed_metadata)
+                    applied.append(
+                        (t.name, p.partition_index, p.committed_offset, epoch, p.committed_metadata)
                     )
                 topics.append((t.name, p.partition_index, e or ErrorCode.none))
-            if err is None:
-                offsets = self.gc.offsets.setdefault(group_id, {})
-                for idx, off, epoch, meta in parts:
-                    offsets[(t.name, idx)] = (off, epoch, meta)
         if records:
-            t_img = self.broker.image.topic(OFFSETS_TOPIC)
-            assert t_img is not None
-            idx = partition_for_group(group_id, len(t_img.partitions))
-            part = self.broker.partitions.get(OFFSETS_TOPIC, idx)
-            assert part is not None
-            assert part.info is not None
-            res = part.append(
-                build_batch(records, timestamp_ms=now), part.info.leader_epoch, 2**31 - 1, now
-            )
-            if res.error != ErrorCode.none:
-                topics = [(n, i, res.error) for n, i, _ in topics]
+            failed = await self._store(group_id, build_batch(records, timestamp_ms=now), now)
+            if failed is not None:
+                topics = [(n, i, failed if e == ErrorCode.none else e) for n, i, e in topics]
+            else:
+                offsets = self.gc.offsets.setdefault(group_id, {})
+                for name, idx, off, epoch, meta in applied:
+                    offsets[(name, idx)] = (off, epoch, meta)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for name, idx, e in topics:
             by_topic.setdefault(name, []).append({"partition_index": idx, "error_code": e})
@@ -106,6 +112,31 @@ class GroupOffsets:
                 "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
             },
         )
+
+    async def _store(self, group_id: str, batch: bytes, now_ms: int) -> ErrorCode | None:
+        """Write the group's records to its __consumer_offsets partition and wait until
+        every in-sync replica has them (Kafka writes them with acks=all): an answer before
+        that could be lost with this broker. None when stored, else the error for the
+        client, mapped as Kafka's coordinator maps append errors."""
+        t_img = self.broker.image.topic(OFFSETS_TOPIC)
+        if t_img is None:
+            return ErrorCode.coordinator_not_available
+        part = self.broker.partitions.get(
+            OFFSETS_TOPIC, partition_for_group(group_id, len(t_img.partitions))
+        )
+        if part is None or part.info is None or not part.is_leader:
+            return ErrorCode.not_coordinator
+        res = part.append(batch, part.info.leader_epoch, 2**31 - 1, now_ms)
+        if res.error != ErrorCode.none:
+            return _COMMIT_ERRORS.get(res.error, res.error)
+        self.broker.partitions.notify_append()
+        try:
+            ok = await part.wait_for_hw(
+                part.log.log_end_offset, self.gc.settings.offsets_commit_timeout_ms / 1000
+            )
+        except NotLeaderError:
+            return ErrorCode.not_coordinator
+        return None if ok else ErrorCode.coordinator_not_available
 
     def _fetch_group(self, group_id: str, topics: Any) -> tuple[ErrorCode, list[dict[str, Any]]]:
         err = self.gc._group_error(group_id)
@@ -226,24 +257,14 @@ class GroupOffsets:
             elif err is None and g is None and gid not in self.gc.offsets:
                 err = ErrorCode.group_id_not_found
             if err is None:
-                offsets = self.gc.offsets.pop(gid, {})
-                self.gc.groups.pop(gid, None)
+                offsets = self.gc.offsets.get(gid, {})
                 if offsets:
                     # tombstones, so that the deletion survives a restart
                     tombstones = [(offset_key(gid, t, p), None, ()) for t, p in offsets]
-                    t_img = self.broker.image.topic(OFFSETS_TOPIC)
-                    assert t_img is not None
-                    part = self.broker.partitions.get(
-                        OFFSETS_TOPIC, partition_for_group(gid, len(t_img.partitions))
-                    )
-                    assert part is not None
-                    assert part.info is not None
-                    part.append(
-                        build_batch(tombstones, timestamp_ms=now),
-                        part.info.leader_epoch,
-                        2**31 - 1,
-                        now,
-                    )
+                    err = await self._store(gid, build_batch(tombstones, timestamp_ms=now), now)
+                if err is None:
+                    self.gc.offsets.pop(gid, None)
+                    self.gc.groups.pop(gid, None)
             results.append({"group_id": gid, "error_code": err or ErrorCode.none})
         return build(
             response_class(42, header.api_version), {"throttle_time": 0, "results": results}

@@ -328,6 +328,19 @@ class Group:
             self.leader = None
             self.generation += 1
 
+    def abandon(self) -> None:
+        """This broker is no longer the group's coordinator: every waiting member is told
+        so (NOT_COORDINATOR) and looks the coordinator up again."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for m in self.members.values():
+            if m.join_future is not None and not m.join_future.done():
+                m.join_future.set_result(JoinResult(ErrorCode.not_coordinator))
+            if m.sync_future is not None and not m.sync_future.done():
+                m.sync_future.set_result((ErrorCode.not_coordinator, b""))
+        self.state = GroupState.DEAD
+
     def expire_sessions(self, now: float) -> None:
         for mid, m in list(self.members.items()):
             waiting = m.join_future is not None and not m.join_future.done()

@@ -187,6 +187,7 @@ _SCHEMA: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "group.initial.rebalance.delay.ms": (_int(0), "3000"),
     "group.min.session.timeout.ms": (_int(0), "6000"),
     "group.max.session.timeout.ms": (_int(0), "1800000"),
+    "offsets.commit.timeout.ms": (_int(1), "5000"),
     "broker.rack": (_str, None),
     "controller.quorum.election.timeout.ms": (_int(1), "1000"),
     "controller.quorum.fetch.timeout.ms": (_int(1), "2000"),

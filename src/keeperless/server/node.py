@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker, BrokerSettings
 from keeperless.broker.controller_channel import ControllerUnavailableError, RemoteController
-from keeperless.broker.group_coordinator import GroupCoordinator
+from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.handlers import BrokerHandlers
 from keeperless.broker.replication import ReplicaManager, ReplicationSettings
@@ -106,7 +106,15 @@ class Node:
         if config.is_broker:
             local = LocalController(self.controller) if self.controller else None
             self.broker = Broker(self._broker_settings(), ControllerClient(local, self.remote))
-            self.groups = GroupCoordinator(self.broker, config["group.initial.rebalance.delay.ms"])
+            self.groups = GroupCoordinator(
+                self.broker,
+                GroupSettings(
+                    config["group.initial.rebalance.delay.ms"],
+                    config["group.min.session.timeout.ms"],
+                    config["group.max.session.timeout.ms"],
+                    config["offsets.commit.timeout.ms"],
+                ),
+            )
             broker = self.broker
             self.mlog.listeners.append(broker.on_committed)
             self.mlog.snapshot_listeners.append(

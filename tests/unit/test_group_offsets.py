@@ -1,0 +1,161 @@
+"""Committed offsets are as durable as acks=all writes, and a coordinator that loses a
+group's partition forgets the group (found by the fault harness: a coordinator answered
+commits before its followers had them; killed, its successor went back in time)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.offset_commit.v8 import request as oc
+from kio.schema.offset_fetch.v8 import request as of
+
+from keeperless.broker.broker import Broker, BrokerSettings
+from keeperless.broker.group_coordinator import (
+    OFFSETS_TOPIC,
+    GroupCoordinator,
+    GroupSettings,
+    offset_key,
+    offset_value,
+)
+from keeperless.broker.group_offsets import GroupOffsets
+from keeperless.metadata import _records_gen as r
+from keeperless.protocol.framing import RequestHeader
+from keeperless.protocol.records import build_batch
+from keeperless.storage.log import LogConfig
+
+TID = uuid.uuid4()
+GROUP = "g"
+
+
+def _broker(tmp_path: Path) -> Broker:
+    settings = BrokerSettings(
+        node_id=1,
+        cluster_id="c",
+        log_dir=tmp_path,
+        endpoints=(("PLAINTEXT", "127.0.0.1", 9092),),
+        rack=None,
+        log_defaults=LogConfig(),
+        auto_create_topics=False,
+        max_message_bytes=1_048_588,
+        offsets_topic_partitions=1,
+        offsets_topic_replication_factor=2,
+        static_configs={"min.insync.replicas": "1"},
+    )
+    controller: Any = None
+    b = Broker(settings, controller)
+    b.catch_up_to(-1)
+    return b
+
+
+def _setup(tmp_path: Path) -> tuple[Broker, GroupOffsets]:
+    b = _broker(tmp_path)
+    gc = GroupCoordinator(b, GroupSettings(offsets_commit_timeout_ms=60_000))
+    b.on_committed(
+        [
+            r.TopicRecord(name=OFFSETS_TOPIC, topic_id=TID),
+            r.PartitionRecord(partition_id=0, topic_id=TID, replicas=(1, 2), isr=(1, 2), leader=1),
+            r.TopicRecord(name="t", topic_id=uuid.uuid4()),
+        ],
+        3,
+    )
+    return b, GroupOffsets(gc)
+
+
+def _commit(offset: int) -> Any:
+    part = oc.OffsetCommitRequestPartition(
+        partition_index=0, committed_offset=offset, committed_leader_epoch=-1, committed_metadata=""
+    )
+    return oc.OffsetCommitRequest(
+        group_id=GROUP,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(oc.OffsetCommitRequestTopic(name="t", partitions=(part,)),),
+    )
+
+
+def _header(key: int, version: int = 8) -> RequestHeader:
+    return RequestHeader(key, version, 1, "test")
+
+
+async def _committed(offsets: GroupOffsets) -> int:
+    req = of.OffsetFetchRequest(
+        groups=(of.OffsetFetchRequestGroup(group_id=GROUP, topics=None),), require_stable=False
+    )
+    resp = await offsets.offset_fetch(_header(9), req)
+    topics = resp.groups[0].topics
+    return -1 if not topics else int(topics[0].partitions[0].committed_offset)
+
+
+def test_a_commit_is_answered_only_once_the_in_sync_replicas_have_it(tmp_path: Path) -> None:
+    async def go() -> None:
+        b, offsets = _setup(tmp_path)
+        task = asyncio.create_task(offsets.offset_commit(_header(8), _commit(42)))
+        await asyncio.sleep(0.05)
+        assert not task.done(), "acknowledged before follower 2 had the commit"
+        assert await _committed(offsets) == -1  # not visible before it is durable
+        p = b.partitions.get(OFFSETS_TOPIC, 0)
+        assert p is not None
+        p.record_follower_fetch(2, p.log.log_end_offset, 0)
+        resp = await asyncio.wait_for(task, 5)
+        assert resp.topics[0].partitions[0].error_code == ErrorCode.none
+        assert await _committed(offsets) == 42
+        b.close()
+
+    asyncio.run(go())
+
+
+def test_a_commit_that_loses_its_leader_is_refused_and_not_visible(tmp_path: Path) -> None:
+    async def go() -> None:
+        b, offsets = _setup(tmp_path)
+        task = asyncio.create_task(offsets.offset_commit(_header(8), _commit(42)))
+        await asyncio.sleep(0.05)
+        b.on_committed(
+            [r.PartitionChangeRecord(partition_id=0, topic_id=TID, leader=2, isr=(2,))], 4
+        )
+        resp = await asyncio.wait_for(task, 5)
+        assert resp.topics[0].partitions[0].error_code == ErrorCode.not_coordinator
+        b.close()
+
+    asyncio.run(go())
+
+
+def test_a_coordinator_that_leads_again_reads_what_was_committed_meanwhile(
+    tmp_path: Path,
+) -> None:
+    async def go() -> None:
+        b, offsets = _setup(tmp_path)
+        task = asyncio.create_task(offsets.offset_commit(_header(8), _commit(10)))
+        p = b.partitions.get(OFFSETS_TOPIC, 0)
+        assert p is not None
+        await asyncio.sleep(0)
+        p.record_follower_fetch(2, p.log.log_end_offset, 0)
+        await asyncio.wait_for(task, 5)
+        assert await _committed(offsets) == 10
+        # broker 2 becomes the coordinator; a commit of 20 reaches this broker as a replica
+        b.on_committed(
+            [r.PartitionChangeRecord(partition_id=0, topic_id=TID, leader=2, isr=(1, 2))], 4
+        )
+        assert p.is_leader is False
+        batch = bytearray(
+            build_batch([(offset_key(GROUP, "t", 0), offset_value(20, -1, "", 0), ())])
+        )
+        batch[0:8] = p.log.log_end_offset.to_bytes(8, "big")
+        batch[12:16] = (1).to_bytes(4, "big")
+        from keeperless.protocol.records import iter_batches, patch_offsets
+
+        for pos, _ in iter_batches(batch):
+            patch_offsets(batch, pos, p.log.log_end_offset, 1)
+        p.append_replica(bytes(batch), 0)
+        # leadership comes back: the group is read again, not served from the old cache
+        b.on_committed(
+            [r.PartitionChangeRecord(partition_id=0, topic_id=TID, leader=1, isr=(1, 2))], 5
+        )
+        assert await _committed(offsets) == 20
+        b.close()
+
+    asyncio.run(go())
