@@ -8,7 +8,12 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from keeperless.protocol.build import build
-from keeperless.protocol.fetch_response import FetchPartition, encode_fetch_response
+from keeperless.protocol.fetch_response import (
+    MAX_VERSION,
+    FetchPartition,
+    NodeEndpoint,
+    encode_fetch_response,
+)
 from keeperless.protocol.framing import RequestHeader, encode_response, response_class
 
 partition_st = st.builds(
@@ -22,20 +27,42 @@ partition_st = st.builds(
     diverging_epoch=st.one_of(
         st.none(), st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**40))
     ),
+    current_leader=st.one_of(
+        st.none(), st.tuples(st.integers(-1, 2**31 - 1), st.integers(-1, 2**31 - 1))
+    ),
 )
 topics_st = st.lists(
-    st.tuples(st.text("abc.-_", min_size=1, max_size=10), st.lists(partition_st, max_size=3)),
+    st.tuples(
+        st.text("abc.-_", min_size=1, max_size=10),
+        st.uuids(),
+        st.lists(partition_st, max_size=3),
+    ),
+    max_size=3,
+)
+endpoints_st = st.lists(
+    st.builds(
+        NodeEndpoint,
+        node_id=st.integers(0, 2**31 - 1),
+        host=st.text(min_size=1, max_size=12),
+        port=st.integers(0, 65535),
+        rack=st.one_of(st.none(), st.text(max_size=5)),
+    ),
     max_size=3,
 )
 
 
-@pytest.mark.parametrize("version", range(4, 13))
+@pytest.mark.parametrize("version", range(4, MAX_VERSION + 1))
 @settings(max_examples=40, deadline=None)
-@given(topics=topics_st, session_id=st.integers(0, 100))
-def test_matches_kio_encoding(version: int, topics: list, session_id: int) -> None:
+@given(topics=topics_st, session_id=st.integers(0, 100), endpoints=endpoints_st)
+def test_matches_kio_encoding(
+    version: int, topics: list, session_id: int, endpoints: list[NodeEndpoint]
+) -> None:
+    keyed = [(tid if version >= 13 else name, parts) for name, tid, parts in topics]
     ours = b"".join(
         p
-        for p in encode_fetch_response(version, 7, topics, session_id=session_id)
+        for p in encode_fetch_response(
+            version, 7, keyed, session_id=session_id, node_endpoints=endpoints
+        )
         if isinstance(p, bytes)
     )
     resp = build(
@@ -44,9 +71,19 @@ def test_matches_kio_encoding(version: int, topics: list, session_id: int) -> No
             "throttle_time": datetime.timedelta(0),
             "error_code": ErrorCode.none,
             "session_id": session_id,
+            **(
+                {
+                    "node_endpoints": [
+                        {"node_id": e.node_id, "host": e.host, "port": e.port, "rack": e.rack}
+                        for e in endpoints
+                    ]
+                }
+                if version >= 16
+                else {}
+            ),
             "responses": [
                 {
-                    "topic": name,
+                    **({"topic_id": tid} if version >= 13 else {"topic": name}),
                     "partitions": [
                         {
                             "partition_index": p.index,
@@ -67,11 +104,21 @@ def test_matches_kio_encoding(version: int, topics: list, session_id: int) -> No
                                 if p.diverging_epoch is not None and version >= 12
                                 else {}
                             ),
+                            **(
+                                {
+                                    "current_leader": {
+                                        "leader_id": p.current_leader[0],
+                                        "leader_epoch": p.current_leader[1],
+                                    }
+                                }
+                                if p.current_leader is not None and version >= 12
+                                else {}
+                            ),
                         }
                         for p in parts
                     ],
                 }
-                for name, parts in topics
+                for name, tid, parts in topics
             ],
         },
     )

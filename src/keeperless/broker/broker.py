@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
 
+from keeperless.broker.auto_create import AutoTopicCreator
 from keeperless.broker.controller_channel import ControllerChannel
 from keeperless.broker.partitions import PartitionManager
 from keeperless.metadata.image import TOPIC_RESOURCE, MetadataDelta, MetadataImage, PartitionInfo
@@ -48,6 +49,7 @@ class Broker:
         self.settings = settings
         self.node_id = settings.node_id
         self.controller = controller
+        self.auto_create = AutoTopicCreator(settings.node_id, controller)
         self.image = MetadataImage()
         self.partitions = PartitionManager(
             settings.node_id, settings.log_dir, settings.log_defaults
@@ -243,4 +245,5 @@ class Broker:
             p.log.enforce_retention(now)
 
     def close(self) -> None:
+        self.auto_create.close()
         self.partitions.close()

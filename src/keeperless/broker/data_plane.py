@@ -6,6 +6,7 @@ import asyncio
 import datetime
 import time
 from typing import Any
+from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
@@ -14,6 +15,7 @@ from keeperless.broker.partitions import AppendResult, NotLeaderError
 from keeperless.protocol.build import build
 from keeperless.protocol.fetch_response import (
     FetchPartition,
+    NodeEndpoint,
     RecordsSource,
     encode_fetch_response,
 )
@@ -25,6 +27,10 @@ __all__ = ["DataPlane"]
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4  # KIP-405 (ListOffsets v8+)
+LATEST_TIERED = -5  # KIP-1005 (ListOffsets v9+)
+# errors after which a client needs the partition's new leader (KIP-951: told at once)
+_NEW_LEADER_ERRORS = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
 
 def _now_ms() -> int:
@@ -56,34 +62,54 @@ class DataPlane:
 
     async def produce(self, header: RequestHeader, req: Any) -> Any:
         now = _now_ms()
+        version = header.api_version
         appended = False
         responses: list[dict[str, Any]] = []
         waits: list[tuple[str, int, Any, int]] = []
+        leaders: set[int] = set()
+        image = self.broker.image
         for td in req.topic_data:
             parts = []
+            if version >= 13:  # KIP-516: topics named by id
+                t_img = image.topics.get(td.topic_id)
+                name = t_img.name if t_img is not None else None
+            else:
+                name = td.name
             for pd in td.partition_data:
-                err = self._partition_error(td.name, pd.index)
-                p = self.broker.partitions.get(td.name, pd.index)
+                err = (
+                    ErrorCode.unknown_topic_id
+                    if name is None
+                    else self._partition_error(name, pd.index)
+                )
+                p = self.broker.partitions.get(name, pd.index) if name is not None else None
                 if err is None and p is None:
                     err = ErrorCode.not_leader_or_follower
                 if req.transactional_id is not None and err is None:
                     err = ErrorCode.transactional_id_authorization_failed
-                if err is not None or p is None:
-                    parts.append(
-                        {
-                            "index": pd.index,
-                            "error_code": err,
-                            "base_offset": -1,
-                            "record_errors": (),
-                        }
-                    )
+                if err is not None or p is None or name is None:
+                    entry: dict[str, Any] = {
+                        "index": pd.index,
+                        "error_code": err,
+                        "base_offset": -1,
+                        "record_errors": (),
+                    }
+                    if version >= 10 and err in _NEW_LEADER_ERRORS and name is not None:
+                        current = self._current_leader(name, pd.index)
+                        if current is not None:
+                            entry["current_leader"] = {
+                                "leader_id": current[0],
+                                "leader_epoch": current[1],
+                            }
+                            if current[0] >= 0:
+                                leaders.add(current[0])
+                    parts.append(entry)
                     continue
                 assert p.info is not None
-                max_bytes, append_time, min_isr = self.broker.produce_settings(td.name)
+                max_bytes, append_time, min_isr = self.broker.produce_settings(name)
                 if req.acks == -1 and len(p.info.isr) < min_isr:
                     res = AppendResult(
                         ErrorCode.not_enough_replicas,
-                        message=f"The in-sync replicas ({len(p.info.isr)}) of {td.name}-"
+                        message=f"The in-sync replicas ({len(p.info.isr)}) of {name}-"
                         f"{pd.index} are fewer than min.insync.replicas ({min_isr})",
                     )
                 else:
@@ -92,7 +118,7 @@ class DataPlane:
                     )
                 appended = appended or res.error == ErrorCode.none
                 if res.error == ErrorCode.none and req.acks == -1:
-                    waits.append((td.name, pd.index, p, p.log.log_end_offset))
+                    waits.append((name, pd.index, p, p.log.log_end_offset))
                 parts.append(
                     {
                         "index": pd.index,
@@ -104,7 +130,8 @@ class DataPlane:
                         "error_message": res.message,
                     }
                 )
-            responses.append({"name": td.name, "partition_responses": parts})
+            key = {"topic_id": td.topic_id} if version >= 13 else {"name": td.name}
+            responses.append({**key, "_name": name, "partition_responses": parts})
         if appended:
             self.broker.partitions.notify_append()
             if self.broker.metrics is not None:
@@ -115,9 +142,13 @@ class DataPlane:
             await self._await_isr(waits, _td_ms(req.timeout) / 1000, responses)
         if req.acks == 0:
             return None
-        return build(
-            response_class(0, header.api_version), {"responses": responses, "throttle_time": 0}
-        )
+        body: dict[str, Any] = {"responses": responses, "throttle_time": 0}
+        if leaders:
+            body["node_endpoints"] = [
+                {"node_id": e.node_id, "host": e.host, "port": e.port, "rack": e.rack}
+                for e in self._endpoints(leaders)
+            ]
+        return build(response_class(0, version), body)
 
     async def _await_isr(
         self,
@@ -140,7 +171,7 @@ class DataPlane:
             return
         for r in responses:
             for part in r["partition_responses"]:
-                code = failed.get((r["name"], part["index"]))
+                code = failed.get((r["_name"], part["index"]))
                 if code is not None:
                     part["error_code"] = code
                     part["error_message"] = (
@@ -176,23 +207,47 @@ class DataPlane:
         return None, None
 
     def _fetch_once(
-        self, req: Any, budget: int, first: bool
-    ) -> tuple[list[tuple[str, list[FetchPartition]]], int, bool]:
+        self, req: Any, version: int, budget: int, first: bool
+    ) -> tuple[list[tuple[str | UUID, list[FetchPartition]]], int, bool, set[int]]:
+        """One pass over the partitions: (topics, bytes, whether to answer at once, the
+        leaders named in current_leader fields)."""
         total = 0
         errors = False
         replica = getattr(req, "replica_id", -1)
-        out: list[tuple[str, list[FetchPartition]]] = []
+        if version >= 15:
+            replica = req.replica_state.replica_id
+        image = self.broker.image
+        leaders: set[int] = set()
+        out: list[tuple[str | UUID, list[FetchPartition]]] = []
         for t in req.topics:
             parts = []
+            if version >= 13:  # KIP-516: topics named by id
+                key: str | UUID = t.topic_id
+                t_img = image.topics.get(t.topic_id)
+                name = t_img.name if t_img is not None else None
+            else:
+                key = name = t.topic
             for fp in t.partitions:
-                err = self._partition_error(t.topic, fp.partition)
-                p = self.broker.partitions.get(t.topic, fp.partition)
+                if name is None:
+                    code = ErrorCode.unknown_topic_id
+                    parts.append(FetchPartition(fp.partition, code.value, -1, -1, -1, b""))
+                    errors = True
+                    continue
+                err = self._partition_error(name, fp.partition)
+                p = self.broker.partitions.get(name, fp.partition)
                 diverging = None
                 if err is None and p is not None and replica >= 0 and first:
                     err, diverging = self._replica_check(p, replica, fp)
                 if err is not None or p is None:
                     code = err or ErrorCode.not_leader_or_follower
-                    parts.append(FetchPartition(fp.partition, code.value, -1, -1, -1, b""))
+                    current = None
+                    if version >= 16 and code in _NEW_LEADER_ERRORS:
+                        current = self._current_leader(name, fp.partition)
+                        if current is not None and current[0] >= 0:
+                            leaders.add(current[0])
+                    parts.append(
+                        FetchPartition(fp.partition, code.value, -1, -1, -1, b"", None, current)
+                    )
                     errors = True
                     continue
                 hw = p.high_watermark
@@ -214,16 +269,33 @@ class DataPlane:
                 parts.append(
                     FetchPartition(fp.partition, code.value, hw, hw, start, records, diverging)
                 )
-            out.append((t.topic, parts))
-        return out, total, errors
+            out.append((key, parts))
+        return out, total, errors, leaders
+
+    def _current_leader(self, topic: str, index: int) -> tuple[int, int] | None:
+        t = self.broker.image.topic(topic)
+        if t is None or index not in t.partitions:
+            return None
+        info = t.partitions[index]
+        return (info.leader, info.leader_epoch)
+
+    def _endpoints(self, nodes: set[int]) -> list[NodeEndpoint]:
+        out = []
+        for n in sorted(nodes):
+            b = self.broker.image.brokers.get(n)
+            if b is not None and not b.fenced and b.endpoints:
+                _, host, port = b.endpoints[0]
+                out.append(NodeEndpoint(n, host, port, b.rack))
+        return out
 
     async def fetch(self, header: RequestHeader, req: Any) -> list[bytes | RecordsSource]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _td_ms(req.max_wait) / 1000
         budget = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
         first = True
+        version = header.api_version
         while True:
-            topics, total, errors = self._fetch_once(req, budget, first)
+            topics, total, errors, leaders = self._fetch_once(req, version, budget, first)
             first = False
             remaining = deadline - loop.time()
             if total >= max(req.min_bytes, 1) or remaining <= 0 or errors:
@@ -233,7 +305,12 @@ class DataPlane:
             self.broker.metrics.bytes_out.inc(total)
         # Encoded by hand: record data goes from the segment file to the socket
         # (sendfile) without passing through Python objects.
-        return encode_fetch_response(header.api_version, header.correlation_id, topics)
+        return encode_fetch_response(
+            version,
+            header.correlation_id,
+            topics,
+            node_endpoints=self._endpoints(leaders) if leaders else (),
+        )
 
     # -- ListOffsets ----------------------------------------------------------------------
 
@@ -260,8 +337,10 @@ class DataPlane:
                     ts = lp.timestamp
                     if ts == LATEST:
                         entry["offset"] = p.high_watermark
-                    elif ts == EARLIEST:
+                    elif ts in (EARLIEST, EARLIEST_LOCAL):  # all of the log is local
                         entry["offset"] = p.log.log_start_offset
+                    elif ts == LATEST_TIERED:  # nothing is tiered: Kafka answers -1
+                        entry["leader_epoch"] = -1
                     else:
                         found = (
                             p.log.offset_of_max_timestamp()

@@ -188,37 +188,28 @@ class GroupCoordinator:
 
     # -- coordinator lookup -------------------------------------------------------------
 
-    async def _ensure_offsets_topic(self) -> ErrorCode:
+    def _ensure_offsets_topic(self) -> ErrorCode:
+        """The coordinators live on __consumer_offsets: until it exists, its creation goes
+        to the controller in the background and the client is told to ask again."""
         if self.broker.image.topic(OFFSETS_TOPIC) is not None:
             return ErrorCode.none
         s = self.broker.settings
-        topic = NewTopic(
-            OFFSETS_TOPIC,
-            s.offsets_topic_partitions,
-            s.offsets_topic_replication_factor,
-            configs={"cleanup.policy": "compact", "segment.bytes": "104857600"},
+        self.broker.auto_create.create(
+            [
+                NewTopic(
+                    OFFSETS_TOPIC,
+                    s.offsets_topic_partitions,
+                    s.offsets_topic_replication_factor,
+                    configs={"cleanup.policy": "compact", "segment.bytes": "104857600"},
+                )
+            ]
         )
-        results = await self.broker.controller.create_topics([topic], False)
-        await self.broker.wait_for(lambda img: img.topic(OFFSETS_TOPIC) is not None, 10)
-        err = results[0].error
-        if err.code not in (ErrorCode.none, ErrorCode.topic_already_exists):
-            log.warning(
-                "[node %d] Cannot create %s: %s (check offsets.topic.replication.factor)",
-                self.broker.node_id,
-                OFFSETS_TOPIC,
-                err.message,
-            )
-            return ErrorCode.coordinator_not_available
-        return ErrorCode.none
+        return ErrorCode.coordinator_not_available
 
     async def find_coordinator(self, header: RequestHeader, req: Any) -> Any:
         keys = list(req.coordinator_keys) if header.api_version >= 4 else [req.key]
         key_type = getattr(req, "key_type", 0)
-        err = (
-            await self._ensure_offsets_topic()
-            if key_type == 0
-            else ErrorCode.coordinator_not_available
-        )
+        err = self._ensure_offsets_topic() if key_type == 0 else ErrorCode.coordinator_not_available
         coords = [self._coordinator_of(k, err) for k in keys]
         body: dict[str, Any] = {"throttle_time": 0, "coordinators": coords}
         if header.api_version < 4:

@@ -196,19 +196,24 @@ class GroupOffsets:
         return build(cls, {"throttle_time": 0, "topics": topics, "error_code": err})
 
     async def list_groups(self, header: RequestHeader, req: Any) -> Any:
-        states = set(getattr(req, "states_filter", ()) or ())
+        # Kafka compares state and type filters case-insensitively
+        states = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
+        types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
         names = set(self.gc.groups) | set(self.gc.offsets)
         out = []
         for gid in sorted(names):
             g = self.gc.groups.get(gid)
             state = g.state if g else GroupState.EMPTY
-            if states and state not in states:
+            if states and state.lower() not in states:
+                continue
+            if types and "classic" not in types:
                 continue
             out.append(
                 {
                     "group_id": gid,
                     "protocol_type": (g.protocol_type if g else "") or "consumer",
                     "group_state": state,
+                    "group_type": "classic",
                 }
             )
         return build(

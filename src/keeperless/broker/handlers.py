@@ -6,7 +6,6 @@ answered after their records commit and the broker's own image has them.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -22,6 +21,7 @@ from keeperless.controller.quorum_controller import (
     ApiError,
     CreateTopicResult,
     NewTopic,
+    validate_topic_name,
 )
 from keeperless.controller.quotas import describe_client_quotas
 from keeperless.controller.requests import (
@@ -48,7 +48,7 @@ from keeperless.controller.requests import (
 )
 from keeperless.metadata.features import features_body
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
-from keeperless.protocol.apis import BROKER_APIS
+from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 
@@ -106,7 +106,7 @@ class BrokerHandlers:
         return {
             "error_code": error,
             "api_keys": [
-                {"api_key": k, "min_version": lo, "max_version": hi}
+                {"api_key": k, "min_version": ADVERTISED_MIN.get(k, lo), "max_version": hi}
                 for k, (lo, hi) in sorted(self.apis.items())
             ],
             "throttle_time": 0,
@@ -115,10 +115,10 @@ class BrokerHandlers:
 
     # -- Metadata -------------------------------------------------------------------------
 
-    def _brokers(self) -> list[dict[str, Any]]:
+    def _brokers(self, include_fenced: bool = False) -> list[dict[str, Any]]:
         out = []
         for b in sorted(self.broker.image.brokers.values(), key=lambda b: b.broker_id):
-            if b.fenced and b.broker_id != self.broker.node_id:
+            if b.fenced and b.broker_id != self.broker.node_id and not include_fenced:
                 continue
             ep = b.endpoints[0] if b.endpoints else ("", "", 0)
             out.append(
@@ -128,6 +128,7 @@ class BrokerHandlers:
                     "port": ep[2],
                     "rack": b.rack,
                     "broker_id": b.broker_id,
+                    "is_fenced": b.fenced,
                 }
             )
         return out
@@ -142,20 +143,29 @@ class BrokerHandlers:
             getattr(req, "allow_auto_topic_creation", True)
             and self.broker.settings.auto_create_topics
         )
-        missing = [n for n in names if n not in image.topic_ids]
-        if auto and missing and req.topics is not None:
-            wanted = [n for n in missing if not n.startswith("__")]
-            with contextlib.suppress(ControllerUnavailableError):
-                await self.broker.controller.create_topics([NewTopic(n) for n in wanted], False)
-                await self._settle(lambda img: all(n in img.topic_ids for n in wanted))
-            image = self.broker.image
+        # Kafka's answers for missing topics, at once: an illegal name is
+        # INVALID_TOPIC_EXCEPTION; one being auto-created (in the background) is
+        # LEADER_NOT_AVAILABLE until it exists; any other is UNKNOWN_TOPIC_OR_PARTITION
+        missing: dict[str, ErrorCode] = {}
+        for n in names:
+            if n in image.topic_ids:
+                continue
+            if validate_topic_name(n) is not None:
+                missing[n] = ErrorCode.invalid_topic_exception
+            elif auto and req.topics is not None and not n.startswith("__"):
+                missing[n] = ErrorCode.leader_not_available
+            else:
+                missing[n] = ErrorCode.unknown_topic_or_partition
+        creatable = [n for n, e in missing.items() if e == ErrorCode.leader_not_available]
+        if creatable:
+            self.broker.auto_create.create([NewTopic(n) for n in creatable])
         topics = []
         for name in names:
             t = image.topic(name)
             if t is None:
                 topics.append(
                     {
-                        "error_code": ErrorCode.unknown_topic_or_partition,
+                        "error_code": missing[name],
                         "name": name,
                         "topic_id": None,
                         "partitions": (),
@@ -196,19 +206,28 @@ class BrokerHandlers:
                 "cluster_id": self.broker.settings.cluster_id,
                 "controller_id": self.broker.node_id,
                 "topics": topics,
+                "error_code": ErrorCode.none,
             },
         )
 
     async def describe_cluster(self, header: RequestHeader, req: Any) -> Any:
+        err, msg = ErrorCode.none, None
+        if getattr(req, "endpoint_type", 1) != 1:  # KIP-919: controllers are asked directly
+            err = ErrorCode.unsupported_endpoint_type
+            msg = "The broker listener only describes brokers (endpoint type 1)"
         return build(
             response_class(60, header.api_version),
             {
                 "throttle_time": 0,
-                "error_code": ErrorCode.none,
-                "error_message": None,
+                "error_code": err,
+                "error_message": msg,
+                "endpoint_type": 1,
                 "cluster_id": self.broker.settings.cluster_id,
                 "controller_id": self.broker.node_id,
-                "brokers": self._brokers(),
+                "brokers": self._brokers(getattr(req, "include_fenced_brokers", False))
+                if err == ErrorCode.none
+                else [],
+                "cluster_authorized_operations": -2147483648,
             },
         )
 

@@ -134,6 +134,9 @@ def feature_updates(req: Any, version: int) -> list[tuple[str, int, int]]:
 
 
 def update_features_response(version: int, results: Any, top: Any = None) -> Any:
+    if version >= 2 and top is None:
+        # v2 has no per-feature results: the first failure is the answer
+        top = next((e for _, e in results if e.code != ErrorCode.none), None)
     return build(
         response_class(57, version),
         {
@@ -149,8 +152,8 @@ def update_features_response(version: int, results: Any, top: Any = None) -> Any
 
 def election_targets(req: Any) -> tuple[int, list[tuple[str, int]] | None]:
     if req.topic_partitions is None:
-        return int(req.election_type), None
-    return int(req.election_type), [
+        return int(getattr(req, "election_type", 0)), None
+    return int(getattr(req, "election_type", 0)), [
         (tp.topic, int(p)) for tp in req.topic_partitions for p in tp.partitions
     ]
 

@@ -2,45 +2,51 @@
 
 from __future__ import annotations
 
-__all__ = ["API_NAMES", "BROKER_APIS", "CONTROLLER_APIS"]
+__all__ = ["ADVERTISED_MIN", "API_NAMES", "BROKER_APIS", "CONTROLLER_APIS"]
 
-# api key -> (min version, max version). The minimums are Kafka 4.0's (what kio
-# provides); maximums are what the handlers implement.
+# api key -> (min version, max version) served on the broker listener: Apache Kafka
+# 4.1's ranges for every API implemented here (tests/unit/test_api_versions.py holds
+# Kafka's table and checks each entry against it).
 BROKER_APIS: dict[int, tuple[int, int]] = {
-    0: (3, 9),  # Produce
-    1: (4, 12),  # Fetch
-    2: (1, 7),  # ListOffsets
-    3: (0, 12),  # Metadata
-    8: (2, 8),  # OffsetCommit
-    9: (1, 8),  # OffsetFetch
-    10: (0, 4),  # FindCoordinator
-    11: (0, 7),  # JoinGroup
+    0: (3, 13),  # Produce (v13: topic ids, KIP-516)
+    1: (4, 18),  # Fetch (v13+: topic ids)
+    2: (1, 10),  # ListOffsets
+    3: (0, 13),  # Metadata
+    8: (2, 9),  # OffsetCommit
+    9: (1, 9),  # OffsetFetch
+    10: (0, 6),  # FindCoordinator
+    11: (0, 9),  # JoinGroup
     12: (0, 4),  # Heartbeat
-    13: (0, 4),  # LeaveGroup
+    13: (0, 5),  # LeaveGroup
     14: (0, 5),  # SyncGroup
-    15: (0, 5),  # DescribeGroups
-    16: (0, 4),  # ListGroups
-    18: (0, 3),  # ApiVersions
+    15: (0, 6),  # DescribeGroups
+    16: (0, 5),  # ListGroups
+    18: (0, 4),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
-    22: (0, 4),  # InitProducerId
-    29: (2, 3),  # DescribeAcls (from the image; enforcement comes later)
-    30: (2, 3),  # CreateAcls (forwarded to the controller)
-    31: (2, 3),  # DeleteAcls (forwarded to the controller)
+    22: (0, 5),  # InitProducerId
+    29: (1, 3),  # DescribeAcls (from the image; enforcement comes later)
+    30: (1, 3),  # CreateAcls (forwarded to the controller)
+    31: (1, 3),  # DeleteAcls (forwarded to the controller)
     32: (1, 4),  # DescribeConfigs
     35: (1, 4),  # DescribeLogDirs
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
-    43: (1, 2),  # ElectLeaders (forwarded to the controller)
+    43: (0, 2),  # ElectLeaders (forwarded to the controller)
     44: (0, 1),  # IncrementalAlterConfigs
     48: (0, 1),  # DescribeClientQuotas (from the image; enforcement comes later)
     49: (0, 1),  # AlterClientQuotas (forwarded to the controller)
     50: (0, 0),  # DescribeUserScramCredentials (from the image)
     51: (0, 0),  # AlterUserScramCredentials (forwarded to the controller)
-    57: (0, 1),  # UpdateFeatures (forwarded to the controller)
-    60: (0, 1),  # DescribeCluster
+    57: (0, 2),  # UpdateFeatures (forwarded to the controller)
+    60: (0, 2),  # DescribeCluster
     64: (0, 0),  # UnregisterBroker (forwarded to the controller)
 }
+
+# Kafka 4.x advertises Produce from v0 although it serves v3 and later only: librdkafka
+# before 2.0 looks for v0-v2 to decide which message formats a broker takes
+# (KAFKA-18659). A request below the served range is refused like any unsupported one.
+ADVERTISED_MIN = {0: 0}
 
 # The controller listener: Raft between voters and observers, and the RPCs brokers send
 # to the active controller.

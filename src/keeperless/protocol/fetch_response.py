@@ -1,4 +1,4 @@
-"""Fetch responses (v4-v12) encoded by hand so that record data is never copied.
+"""Fetch responses (v4-v18) encoded by hand so that record data is never copied.
 
 The encoder returns the response frame as parts: ``bytes`` for the protocol fields and,
 for each partition's records, the caller's own object (e.g. a file slice) standing for
@@ -12,15 +12,20 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+from uuid import UUID
 
 from keeperless.protocol.varint import write_uvarint
 
-__all__ = ["FetchPartition", "RecordsSource", "encode_fetch_response"]
+__all__ = ["FetchPartition", "NodeEndpoint", "RecordsSource", "encode_fetch_response"]
+
+MAX_VERSION = 18
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
 _EPOCH_END = struct.Struct(">iqB")  # epoch, end offset, no tagged fields
+_LEADER = struct.Struct(">iiB")  # leader id, leader epoch, no tagged fields
+_UNKNOWN = (-1, -1)  # a tagged field's default: not written
 
 
 class RecordsSource(Protocol):
@@ -38,6 +43,18 @@ class FetchPartition:
     records: bytes | RecordsSource | None
     # (epoch, end offset) where a follower's log diverged from the leader's (v12+)
     diverging_epoch: tuple[int, int] | None = None
+    # (leader id, leader epoch) of a partition this node does not lead (v12+, KIP-951)
+    current_leader: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEndpoint:
+    """A leader named in ``current_leader`` (v16+: the client need not ask Metadata)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
 
 
 def _uvarint(n: int) -> bytes:
@@ -46,16 +63,25 @@ def _uvarint(n: int) -> bytes:
     return bytes(out)
 
 
+def _compact_str(s: str | None) -> bytes:
+    if s is None:
+        return b"\x00"
+    raw = s.encode()
+    return _uvarint(len(raw) + 1) + raw
+
+
 def encode_fetch_response(
     version: int,
     correlation_id: int,
-    topics: Sequence[tuple[str, Sequence[FetchPartition]]],
+    topics: Sequence[tuple[str | UUID, Sequence[FetchPartition]]],
     error_code: int = 0,
     session_id: int = 0,
     throttle_ms: int = 0,
+    node_endpoints: Sequence[NodeEndpoint] = (),
 ) -> list[bytes | RecordsSource]:
-    """The whole response frame (size prefix included) as a list of parts."""
-    if not 4 <= version <= 12:
+    """The whole response frame (size prefix included) as a list of parts. Topics are
+    named by name up to v12 and by topic id from v13 (KIP-516)."""
+    if not 4 <= version <= MAX_VERSION:
         raise ValueError(f"Fetch v{version} is not encoded here")
     flexible = version >= 12
     parts: list[bytes | RecordsSource] = []
@@ -71,9 +97,14 @@ def encode_fetch_response(
 
     buf += array_len(len(topics))
     total = 0
-    for name, partitions in topics:
-        raw = name.encode()
-        buf += (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+    for topic, partitions in topics:
+        if version >= 13:
+            assert isinstance(topic, UUID)
+            buf += topic.bytes
+        else:
+            assert isinstance(topic, str)
+            raw = topic.encode()
+            buf += (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
         buf += array_len(len(partitions))
         for p in partitions:
             buf += _PART.pack(
@@ -95,15 +126,23 @@ def encode_fetch_response(
                     parts.append(rec)
                     total += n
             if flexible:
-                if p.diverging_epoch is not None:
-                    # one tagged field: tag 0 (DivergingEpoch), 13 bytes
-                    buf += b"\x01\x00\x0d" + _EPOCH_END.pack(*p.diverging_epoch, 0)
-                else:
-                    buf.append(0)  # partition tagged fields
+                tags = []
+                if p.diverging_epoch not in (None, _UNKNOWN):  # tag 0: DivergingEpoch, 13 bytes
+                    tags.append(b"\x00\x0d" + _EPOCH_END.pack(*p.diverging_epoch, 0))
+                if p.current_leader not in (None, _UNKNOWN):  # tag 1: CurrentLeader, 9 bytes
+                    tags.append(b"\x01\x09" + _LEADER.pack(*p.current_leader, 0))
+                buf += _uvarint(len(tags)) + b"".join(tags)
         if flexible:
             buf.append(0)  # topic tagged fields
     if flexible:
-        buf.append(0)  # response tagged fields
+        if version >= 16 and node_endpoints:  # tag 0: NodeEndpoints
+            body = bytearray(_uvarint(len(node_endpoints) + 1))
+            for ep in node_endpoints:
+                body += _I32.pack(ep.node_id) + _compact_str(ep.host) + _I32.pack(ep.port)
+                body += _compact_str(ep.rack) + b"\x00"
+            buf += b"\x01\x00" + _uvarint(len(body)) + body
+        else:
+            buf.append(0)  # response tagged fields
     parts.append(bytes(buf))
     total += len(buf)
     parts.insert(0, _I32.pack(total))
