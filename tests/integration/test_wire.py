@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.integration.cluster import Node, _recv, wait_until
+from tests.integration.cluster import Cluster, Node, _recv, kafka_request, wait_until
 
 
 class Pipe:
@@ -142,3 +142,171 @@ def test_requests_that_cannot_succeed_are_answered_at_once(rf3_offsets: Node) ->
     wait_until(lambda: "Cannot create topic __consumer_offsets" in node.logs(), 10)
     assert "offsets.topic.replication.factor" in node.logs()
     assert node.logs().count("Cannot create topic __consumer_offsets") == 1
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One controller and three brokers, as client suites assume (RF 3 topics)."""
+    c = Cluster(
+        tmp_path_factory.mktemp("three"),
+        controllers=1,
+        brokers=3,
+        extra={"offsets.topic.replication.factor": "3"},
+    )
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _leader(c: Cluster, topic: str, partition: int = 0) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    md = admin.list_topics(topic, timeout=10).topics[topic].partitions[partition]
+    return int(md.leader)
+
+
+def test_offset_for_leader_epoch_names_where_each_epoch_ends(three: Cluster) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": three.bootstrap})
+    admin.create_topics([NewTopic("ofle", 1, 3)])["ofle"].result(20)
+    p = Producer({"bootstrap.servers": three.bootstrap, "acks": "all"})
+    for i in range(5):
+        p.produce("ofle", value=b"%d" % i)
+    assert p.flush(30) == 0
+    first = _leader(three, "ofle")
+    three.brokers[first].stop()  # controlled shutdown: leader epoch 1 elsewhere
+    try:
+        wait_until(lambda: _leader(three, "ofle") not in (first, -1), 30)
+        for i in range(3):
+            p.produce("ofle", value=b"x%d" % i)
+        assert p.flush(30) == 0
+        second = _leader(three, "ofle")
+
+        def ask(leader_epoch: int, current: int = -1) -> Any:
+            body = {
+                "replica_id": -1,
+                "topics": [
+                    {
+                        "topic": "ofle",
+                        "partitions": [
+                            {
+                                "partition": 0,
+                                "current_leader_epoch": current,
+                                "leader_epoch": leader_epoch,
+                            }
+                        ],
+                    }
+                ],
+            }
+            return kafka_request(three.brokers[second].port, 23, 4, body).topics[0].partitions[0]
+
+        e0 = ask(0)
+        assert (e0.error_code, e0.leader_epoch, e0.end_offset) == (ErrorCode.none, 0, 5)
+        e1 = ask(1)
+        assert (e1.error_code, e1.leader_epoch, e1.end_offset) == (ErrorCode.none, 1, 8)
+        assert ask(1, current=0).error_code == ErrorCode.fenced_leader_epoch
+        assert ask(1, current=7).error_code == ErrorCode.unknown_leader_epoch
+        other = next(b for b in three.brokers if b not in (first, second))
+        body = {"replica_id": -1, "topics": [{"topic": "ofle", "partitions": [
+            {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}  # fmt: skip
+        r = kafka_request(three.brokers[other].port, 23, 4, body).topics[0].partitions[0]
+        assert r.error_code == ErrorCode.not_leader_or_follower
+    finally:
+        three.brokers[first].start()
+
+
+def _topic_configs(bootstrap: str, topic: str) -> dict[str, Any]:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    return admin.describe_configs([res])[res].result(10)
+
+
+def test_legacy_alter_configs_replaces_the_set(three: Cluster) -> None:
+    """AlterConfigs (API 33): deprecated but served by Kafka 4.x (librdkafka's and
+    kafka-python's alter_configs use it): the given set replaces the topic's own."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": three.bootstrap})
+    new = NewTopic("legacy", 1, 3, config={"retention.ms": "1000", "segment.ms": "5000"})
+    admin.create_topics([new])["legacy"].result(20)
+    res = ConfigResource(
+        ConfigResource.Type.TOPIC, "legacy", set_config={"cleanup.policy": "compact"}
+    )
+    with pytest.warns(DeprecationWarning, match="alter_configs"):
+        futures = admin.alter_configs([res])
+    futures[res].result(20)
+    got = _topic_configs(three.bootstrap, "legacy")
+    assert got["cleanup.policy"].value == "compact"
+    assert got["retention.ms"].value == "604800000"  # not in the set: back to the default
+    assert got["retention.ms"].source != 1  # not a dynamic topic config any more
+
+    # Kafka's refusals, one resource at a time; a resource named twice is refused
+    def alter(*resources: tuple[str, dict[str, str]]) -> list[ErrorCode]:
+        body = {
+            "resources": [
+                {
+                    "resource_type": 2,
+                    "resource_name": name,
+                    "configs": [{"name": k, "value": v} for k, v in cfg.items()],
+                }
+                for name, cfg in resources
+            ],
+            "validate_only": False,
+        }
+        port = next(iter(three.brokers.values())).port
+        return [r.error_code for r in kafka_request(port, 33, 2, body).responses]
+
+    assert alter(("legacy", {"retention.ms": "soon"}), ("nope", {})) == [
+        ErrorCode.invalid_config,
+        ErrorCode.unknown_topic_or_partition,
+    ]
+    assert alter(("legacy", {"retention.ms": "3"}), ("legacy", {})) == [
+        ErrorCode.invalid_request,
+        ErrorCode.invalid_request,
+    ]
+    assert _topic_configs(three.bootstrap, "legacy")["cleanup.policy"].value == "compact"
+    assert alter(("legacy", {"retention.ms": "2000"})) == [ErrorCode.none]
+    got = _topic_configs(three.bootstrap, "legacy")
+    assert (got["retention.ms"].value, got["cleanup.policy"].value) == ("2000", "delete")
+
+
+def test_offset_delete(three: Cluster) -> None:
+    """OffsetDelete (KIP-496) through kafka-python: offsets of a topic the group no
+    longer consumes go; those of a subscribed topic stay (GROUP_SUBSCRIBED_TO_TOPIC)."""
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTP
+    from kafka.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, NoError
+
+    admin = AdminClient({"bootstrap.servers": three.bootstrap})
+    for f in admin.create_topics([NewTopic("od-a", 1, 3), NewTopic("od-b", 1, 3)]).values():
+        f.result(20)
+    c = CConsumer(
+        {"bootstrap.servers": three.bootstrap, "group.id": "od", "session.timeout.ms": 6000}
+    )
+    c.subscribe(["od-a"])
+    wait_until(lambda: c.poll(0.2) is None and c.assignment() != [], 30, what="an assignment")
+    c.commit(
+        offsets=[TopicPartition("od-a", 0, 3), TopicPartition("od-b", 0, 5)], asynchronous=False
+    )
+    kadmin = KafkaAdminClient(bootstrap_servers=three.bootstrap)
+    try:
+        got = kadmin.delete_group_offsets("od", [KTP("od-b", 0), KTP("od-a", 0)])
+        assert got == {KTP("od-b", 0): NoError, KTP("od-a", 0): GroupSubscribedToTopicError}
+        committed = c.committed([TopicPartition("od-a", 0), TopicPartition("od-b", 0)], 10)
+        assert [tp.offset for tp in committed] == [3, -1001]
+        c.close()
+        assert kadmin.delete_group_offsets("od", [KTP("od-a", 0)]) == {KTP("od-a", 0): NoError}
+        with pytest.raises(GroupIdNotFoundError):
+            kadmin.delete_group_offsets("never-was", [KTP("od-a", 0)])
+    finally:
+        kadmin.close()

@@ -55,3 +55,43 @@ def test_rejections_carry_kafka_error_codes() -> None:
     ok = incremental_alter_configs(c, [(4, "", [("log.retention.ms", SET, "5")])], True)
     assert ok.response[0][2].code == ErrorCode.none
     assert ok.records == []  # validate_only
+
+
+def test_subtracting_the_last_value_stores_an_empty_list() -> None:
+    """Kafka stores the empty value (issue 13: it was refused as an invalid policy)."""
+    c = _controller()
+    c.replay(
+        incremental_alter_configs(
+            c, [(2, "t", [("cleanup.policy", SET, "delete")])], False
+        ).records,
+        10,
+    )
+    res = incremental_alter_configs(c, [(2, "t", [("cleanup.policy", SUBTRACT, "delete")])], False)
+    assert res.response[0][2].code == ErrorCode.none, res.response[0][2].message
+    c.replay(res.records, 11)
+    assert c.image.topic_config("t")["cleanup.policy"] == ""
+
+
+def test_legacy_alter_configs_replaces_the_whole_set() -> None:
+    from keeperless.controller.configs import alter_configs
+
+    c = _controller()
+    res = incremental_alter_configs(
+        c, [(2, "t", [("retention.ms", SET, "10"), ("segment.bytes", SET, "1048576")])], False
+    )
+    c.replay(res.records, 10)
+    res = alter_configs(c, [(2, "t", [("cleanup.policy", "compact")])], False)
+    assert res.response[0][2].code == ErrorCode.none
+    c.replay(res.records, 11)
+    assert dict(c.image.topic_config("t")) == {"cleanup.policy": "compact"}
+    # refusals change nothing
+    for configs, code in [
+        ([("retention.ms", None)], ErrorCode.invalid_request),
+        ([("retention.ms", "1"), ("retention.ms", "2")], ErrorCode.invalid_request),
+        ([("retention.ms", "soon")], ErrorCode.invalid_config),
+    ]:
+        res = alter_configs(c, [(2, "t", configs)], False)
+        assert res.response[0][2].code == code, configs
+        assert res.records == []
+    res = alter_configs(c, [(2, "missing", [])], False)
+    assert res.response[0][2].code == ErrorCode.unknown_topic_or_partition

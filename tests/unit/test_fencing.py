@@ -187,3 +187,46 @@ def test_steady_heartbeats_are_answered_without_an_operation() -> None:
     assert fence_stale_brokers(c, 9500).response == [4]
     c.replay(fence_stale_brokers(c, 20_000).all_records(), 50)
     assert c.steady_heartbeat(5, 2, False, 20_000) is None  # fenced: must catch up first
+
+
+def test_a_restarted_broker_is_fenced_before_its_new_incarnation_registers() -> None:
+    """A broker killed while leading (then maybe missing its unflushed tail) comes back
+    after its session ran out but before the session check fenced it: the old
+    incarnation is fenced first (leaderships move, it leaves the ISRs), and only then is
+    the new one registered. Registered in place, it went on leading with a shorter log
+    and followers truncated acknowledged writes (fault harness, seed 7001)."""
+    from kio.schema.errors import ErrorCode
+
+    from keeperless.controller.fencing import register_broker
+
+    c = QuorumController(
+        1, random.Random(3), {"num.partitions": 4, "default.replication.factor": 2}
+    )
+    c.session_timeout_ms = 9000
+    off = 0
+    for b in (4, 5):
+        res = c.register_broker(b, uuid.uuid4(), [("PLAINTEXT", "h", b)], None, off, 0)
+        c.replay(res.records, off)
+        c.replay(c.broker_heartbeat(b, off, False, True, 0).all_records(), off + 1)
+        off += 2
+    c.replay(c.create_topics([NewTopic("t")], False).records, 10)
+    led_by_5 = {i for i, p in c.image.topic("t").partitions.items() if p.leader == 5}
+    assert led_by_5
+    c.broker_heartbeat(4, 0, False, True, 9500)
+    # while the old session lives, a new incarnation is refused and nothing changes
+    live = register_broker(c, 5, uuid.uuid4(), [("PLAINTEXT", "h", 5)], None, 20, 5000)
+    assert live.response[0].code == ErrorCode.duplicate_broker_registration
+    assert live.all_records() == []
+    # session over, not fenced yet: the old incarnation is fenced first
+    first = register_broker(c, 5, uuid.uuid4(), [("PLAINTEXT", "h", 5)], None, 20, 9600)
+    assert first.response[0].code == ErrorCode.duplicate_broker_registration
+    c.replay(first.all_records(), 20)
+    assert c.image.brokers[5].fenced
+    parts = c.image.topic("t").partitions
+    assert all(parts[i].leader == 4 and 5 not in parts[i].isr for i in led_by_5)
+    assert all(5 not in p.isr for p in parts.values())
+    # the retry registers the new incarnation, which leads nothing until it catches up
+    again = register_broker(c, 5, uuid.uuid4(), [("PLAINTEXT", "h", 5)], None, 40, 9700)
+    assert again.response[0].code == ErrorCode.none
+    c.replay(again.records, 40)
+    assert not any(p.leader == 5 for p in c.image.topic("t").partitions.values())

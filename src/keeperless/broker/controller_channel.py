@@ -31,7 +31,12 @@ from keeperless.metadata.image import AclEntry, PartitionInfo
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
 
-__all__ = ["ControllerChannel", "ControllerUnavailableError", "RemoteController"]
+__all__ = [
+    "ControllerChannel",
+    "ControllerUnavailableError",
+    "RemoteController",
+    "not_controller",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -42,6 +47,10 @@ class ControllerUnavailableError(RuntimeError):
 
 
 class ControllerChannel(Protocol):
+    def forward_request(self, api_key: int, version: int, req: Any) -> Awaitable[Any]:
+        """A client's admin request, unchanged, to the active controller."""
+        ...
+
     def create_topics(
         self, topics: Sequence[NewTopic], validate_only: bool
     ) -> Awaitable[list[CreateTopicResult]]: ...
@@ -131,7 +140,7 @@ _VERSIONS = {
 }
 
 
-def _not_controller(resp: Any) -> bool:
+def not_controller(resp: Any) -> bool:
     """NOT_CONTROLLER at the top or in any per-item result (CreateTopics, CreateAcls...)."""
     if getattr(resp, "error_code", ErrorCode.none) == ErrorCode.not_controller:
         return True
@@ -196,7 +205,7 @@ class RemoteController:
                 self._drop(target)
                 await asyncio.sleep(0.05)
                 continue
-            if _not_controller(resp):
+            if not_controller(resp):
                 last_error = f"node {target} is not the active controller"
                 await asyncio.sleep(0.05)
                 continue
@@ -223,6 +232,9 @@ class RemoteController:
             if got != corr:
                 raise OSError(f"correlation id {got} != {corr}")
             return resp
+
+    async def forward_request(self, api_key: int, version: int, req: Any) -> Any:
+        return await self.forward(api_key, version, req)
 
     def _drop(self, target: int) -> None:
         conn = self._conns.pop(target, None)

@@ -353,3 +353,34 @@ class DataPlane:
                 parts.append(entry)
             topics.append({"name": t.name, "partitions": parts})
         return build(response_class(2, header.api_version), {"throttle_time": 0, "topics": topics})
+
+    # -- OffsetForLeaderEpoch -------------------------------------------------------------
+
+    async def offset_for_leader_epoch(self, header: RequestHeader, req: Any) -> Any:
+        """Where a leader epoch ends in the leader's log (KIP-101/KIP-320): a consumer
+        that saw a leader change checks its position has not been truncated away."""
+        topics = []
+        for t in req.topics:
+            parts = []
+            for op in t.partitions:
+                entry: dict[str, Any] = {"partition": op.partition, "error_code": ErrorCode.none}
+                err = self._partition_error(t.topic, op.partition)
+                p = self.broker.partitions.get(t.topic, op.partition)
+                if err is None and p is None:
+                    err = ErrorCode.not_leader_or_follower
+                if err is None and p is not None:
+                    assert p.info is not None
+                    current = op.current_leader_epoch
+                    if 0 <= current < p.info.leader_epoch:
+                        err = ErrorCode.fenced_leader_epoch
+                    elif current > p.info.leader_epoch:
+                        err = ErrorCode.unknown_leader_epoch
+                    else:
+                        entry["leader_epoch"], entry["end_offset"] = p.end_offset_for_epoch(
+                            op.leader_epoch
+                        )
+                if err is not None:
+                    entry.update(error_code=err, leader_epoch=-1, end_offset=-1)
+                parts.append(entry)
+            topics.append({"topic": t.topic, "partitions": parts})
+        return build(response_class(23, header.api_version), {"throttle_time": 0, "topics": topics})

@@ -54,6 +54,7 @@ class GroupOffsets:
             15: self.describe_groups,
             16: self.list_groups,
             42: self.delete_groups,
+            47: self.offset_delete,
         }
 
     async def offset_commit(self, header: RequestHeader, req: Any) -> Any:
@@ -273,4 +274,47 @@ class GroupOffsets:
             results.append({"group_id": gid, "error_code": err or ErrorCode.none})
         return build(
             response_class(42, header.api_version), {"throttle_time": 0, "results": results}
+        )
+
+    async def offset_delete(self, header: RequestHeader, req: Any) -> Any:
+        """OffsetDelete (KIP-496): drop a group's committed offsets for topics its members
+        no longer consume (GROUP_SUBSCRIBED_TO_TOPIC for those they do)."""
+        gid = req.group_id
+        err = self.gc._group_error(gid)
+        g = self.gc.groups.get(gid)
+        offsets = self.gc.offsets.get(gid, {})
+        if err is None and g is None and gid not in self.gc.offsets:
+            err = ErrorCode.group_id_not_found
+        subscribed: set[str] = set()
+        if err is None and g is not None and g.members:
+            if (g.protocol_type or "consumer") != "consumer":
+                err = ErrorCode.non_empty_group
+            else:
+                subscribed = g.subscribed_topics()
+        topics = []
+        doomed: list[tuple[str, int]] = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                e = ErrorCode.none
+                if t.name in subscribed:
+                    e = ErrorCode.group_subscribed_to_topic
+                elif (t.name, p.partition_index) in offsets:
+                    doomed.append((t.name, p.partition_index))
+                parts.append({"partition_index": p.partition_index, "error_code": e})
+            topics.append({"name": t.name, "partitions": parts})
+        if err is None and doomed:
+            now = int(time.time() * 1000)
+            tombstones = [(offset_key(gid, t, i), None, ()) for t, i in doomed]
+            err = await self._store(gid, build_batch(tombstones, timestamp_ms=now), now)
+            if err is None:
+                for key in doomed:
+                    self.gc.offsets.get(gid, {}).pop(key, None)
+        return build(
+            response_class(47, header.api_version),
+            {
+                "error_code": err or ErrorCode.none,
+                "throttle_time": 0,
+                "topics": topics if err is None else [],
+            },
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,6 +29,19 @@ class GroupState:
     COMPLETING = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
+
+
+def _subscription_topics(meta: bytes) -> list[str]:
+    try:
+        (count,) = struct.unpack_from(">i", meta, 2)
+        pos, out = 6, []
+        for _ in range(max(count, 0)):
+            (n,) = struct.unpack_from(">h", meta, pos)
+            out.append(meta[pos + 2 : pos + 2 + n].decode())
+            pos += 2 + n
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return []  # not a consumer's subscription
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +341,17 @@ class Group:
             self.protocol = None
             self.leader = None
             self.generation += 1
+
+    def subscribed_topics(self) -> set[str]:
+        """The topics the members subscribe to (ConsumerProtocolSubscription: a version,
+        then an array of topic names), for the chosen protocol."""
+        out: set[str] = set()
+        for m in self.members.values():
+            meta = m.metadata_for(self.protocol or "") or (
+                m.protocols[0][1] if m.protocols else b""
+            )
+            out.update(_subscription_topics(meta))
+        return out
 
     def abandon(self) -> None:
         """This broker is no longer the group's coordinator: every waiting member is told

@@ -39,6 +39,7 @@ from keeperless.controller.requests import (
     elect_leaders_response,
     election_targets,
     feature_updates,
+    legacy_config_sets,
     new_partitions,
     new_topics,
     quota_alterations,
@@ -68,6 +69,7 @@ class BrokerHandlers:
             0: self.data.produce,
             1: self.data.fetch,
             2: self.data.list_offsets,
+            23: self.data.offset_for_leader_epoch,
             3: self.metadata,
             18: self.api_versions,
             19: self.create_topics,
@@ -76,6 +78,7 @@ class BrokerHandlers:
             32: self.describe_configs,
             37: self.create_partitions,
             35: self.describe_log_dirs,
+            33: self.alter_configs,
             44: self.incremental_alter_configs,
             60: self.describe_cluster,
             64: self.unregister_broker,
@@ -339,6 +342,25 @@ class BrokerHandlers:
         for k, v in img.configs.get((BROKER_RESOURCE, str(self.broker.node_id)), {}).items():
             out[k] = (v, 2)
         return out
+
+    async def alter_configs(self, header: RequestHeader, req: Any) -> Any:
+        """Legacy AlterConfigs, forwarded as it is; answered once this broker's image
+        holds the new set of every resource that was altered."""
+        try:
+            resp = await self.broker.controller.forward_request(33, header.api_version, req)
+        except ControllerUnavailableError as e:
+            results = [
+                (r.resource_type, r.resource_name, ApiError(ErrorCode.request_timed_out, str(e)))
+                for r in req.resources
+            ]
+            return alter_configs_response(header.api_version, results, 33)
+        done = {(r.resource_type, r.resource_name) for r in resp.responses if r.error_code == 0}
+        wanted = {(t, n): dict(kv) for t, n, kv in legacy_config_sets(req) if (t, n) in done}
+        if wanted and not req.validate_only:
+            await self._settle(
+                lambda img: all(dict(img.configs.get(k, {})) == v for k, v in wanted.items())
+            )
+        return resp
 
     async def incremental_alter_configs(self, header: RequestHeader, req: Any) -> Any:
         changes = config_changes(req)

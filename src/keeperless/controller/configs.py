@@ -13,7 +13,12 @@ from keeperless.metadata import _records_gen as r
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from keeperless.metadata.topic_configs import TopicConfigError, validate_topic_configs
 
-__all__ = ["DYNAMIC_BROKER_CONFIGS", "ConfigChange", "incremental_alter_configs"]
+__all__ = [
+    "DYNAMIC_BROKER_CONFIGS",
+    "ConfigChange",
+    "alter_configs",
+    "incremental_alter_configs",
+]
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # broker keys that may change while running (Kafka's "cluster-wide"/"per-broker" kind)
@@ -116,3 +121,38 @@ def incremental_alter_configs(
         records.extend(mine)
         out.append((rtype, name, ApiError.none()))
     return Result([] if validate_only else records, out)
+
+
+def alter_configs(
+    c: QuorumController,
+    resources: Sequence[tuple[int, str, Sequence[tuple[str, str | None]]]],
+    validate_only: bool,
+) -> Result[list[tuple[int, str, ApiError]]]:
+    """The legacy AlterConfigs (API 33, still served by Kafka 4.x): each resource's
+    dynamic configs become exactly the given set; keys left out are deleted. Results
+    come in the order of the request."""
+    named = [(rtype, name) for rtype, name, _ in resources]
+    refusals: dict[int, ApiError] = {}
+    changes: list[ConfigChange] = []
+    for i, (rtype, name, configs) in enumerate(resources):
+        keys = [k for k, _ in configs]
+        if named.count((rtype, name)) > 1:
+            refusals[i] = ApiError(ErrorCode.invalid_request, "Duplicate resource.")
+        elif len(set(keys)) != len(keys):
+            dup = sorted({k for k in keys if keys.count(k) > 1})
+            refusals[i] = ApiError(ErrorCode.invalid_request, f"Duplicate key(s): {dup}")
+        elif any(v is None for _, v in configs):
+            nulls = [k for k, v in configs if v is None]
+            refusals[i] = ApiError(ErrorCode.invalid_request, f"Null value not supported: {nulls}")
+        else:
+            current = c.image.configs.get((rtype, name), {})
+            ops: list[tuple[str, int, str | None]] = [(k, SET, v) for k, v in configs]
+            ops += [(k, DELETE, None) for k in sorted(current) if k not in set(keys)]
+            changes.append((rtype, name, ops))
+    result = incremental_alter_configs(c, changes, validate_only)
+    applied = iter(result.response)
+    out = [
+        (rtype, name, refusals[i]) if i in refusals else next(applied)
+        for i, (rtype, name, _) in enumerate(resources)
+    ]
+    return Result(result.records, out)

@@ -99,9 +99,17 @@ def create_partitions_response(version: int, results: Any) -> Any:
     )
 
 
-def alter_configs_response(version: int, results: Any) -> Any:
+def legacy_config_sets(req: Any) -> list[tuple[int, str, list[tuple[str, str | None]]]]:
+    """(resource type, name, [(key, value)]) of the legacy AlterConfigs: the whole set."""
+    return [
+        (r.resource_type, r.resource_name, [(c.name, c.value) for c in r.configs])
+        for r in req.resources
+    ]
+
+
+def alter_configs_response(version: int, results: Any, api_key: int = 44) -> Any:
     return build(
-        response_class(44, version),
+        response_class(api_key, version),
         {
             "throttle_time": 0,
             "responses": [

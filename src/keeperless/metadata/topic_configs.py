@@ -29,7 +29,20 @@ def _long(lo: int) -> Callable[[str, str], None]:
 
 def _choice(*options: str) -> Callable[[str, str], None]:
     def check(key: str, v: str) -> None:
-        parts = [p.strip() for p in v.split(",")]
+        if v not in options:
+            raise TopicConfigError(
+                f"Invalid value {v} for configuration {key}: "
+                f"String must be one of: {', '.join(options)}"
+            )
+
+    return check
+
+
+def _list_of(*options: str) -> Callable[[str, str], None]:
+    """A LIST config of these values; empty is a list too (Kafka stores it)."""
+
+    def check(key: str, v: str) -> None:
+        parts = [p.strip() for p in v.split(",") if p.strip()]
         if not all(p in options for p in parts):
             raise TopicConfigError(
                 f"Invalid value {v} for configuration {key}: "
@@ -48,7 +61,7 @@ def _bool(key: str, v: str) -> None:
 
 # key -> (validator, Kafka default)
 _TOPIC_CONFIGS: dict[str, tuple[Callable[[str, str], None], str]] = {
-    "cleanup.policy": (_choice("delete", "compact"), "delete"),
+    "cleanup.policy": (_list_of("delete", "compact"), "delete"),
     "compression.type": (
         _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
         "producer",

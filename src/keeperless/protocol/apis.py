@@ -25,15 +25,18 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
     22: (0, 5),  # InitProducerId
+    23: (2, 4),  # OffsetForLeaderEpoch
     29: (1, 3),  # DescribeAcls (from the image; enforcement comes later)
     30: (1, 3),  # CreateAcls (forwarded to the controller)
     31: (1, 3),  # DeleteAcls (forwarded to the controller)
     32: (1, 4),  # DescribeConfigs
+    33: (0, 2),  # AlterConfigs (forwarded to the controller)
     35: (1, 4),  # DescribeLogDirs
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     43: (0, 2),  # ElectLeaders (forwarded to the controller)
     44: (0, 1),  # IncrementalAlterConfigs
+    47: (0, 0),  # OffsetDelete
     48: (0, 1),  # DescribeClientQuotas (from the image; enforcement comes later)
     49: (0, 1),  # AlterClientQuotas (forwarded to the controller)
     50: (0, 0),  # DescribeUserScramCredentials (from the image)
@@ -57,6 +60,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     20: (6, 6),  # DeleteTopics
     30: (2, 3),  # CreateAcls
     31: (2, 3),  # DeleteAcls
+    33: (0, 2),  # AlterConfigs
     37: (3, 3),  # CreatePartitions
     43: (1, 2),  # ElectLeaders
     44: (0, 1),  # IncrementalAlterConfigs
@@ -94,6 +98,14 @@ API_NAMES = {
     19: "CreateTopics",
     20: "DeleteTopics",
     22: "InitProducerId",
+    23: "OffsetForLeaderEpoch",
+    33: "AlterConfigs",
+    34: "AlterReplicaLogDirs",
+    47: "OffsetDelete",
+    68: "ConsumerGroupHeartbeat",
+    69: "ConsumerGroupDescribe",
+    74: "ListConfigResources",
+    75: "DescribeTopicPartitions",
     29: "DescribeAcls",
     30: "CreateAcls",
     31: "DeleteAcls",

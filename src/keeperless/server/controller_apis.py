@@ -12,11 +12,12 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.controller_channel import RemoteController
+from keeperless.broker.controller_channel import RemoteController, not_controller
 from keeperless.controller.acls import AclFilter, create_acls, delete_acls
-from keeperless.controller.configs import incremental_alter_configs
+from keeperless.controller.configs import alter_configs, incremental_alter_configs
 from keeperless.controller.elections import elect_leaders
 from keeperless.controller.features import update_features
+from keeperless.controller.fencing import register_broker
 from keeperless.controller.isr import IsrChange, IsrResult, alter_partition
 from keeperless.controller.quorum_controller import (
     ApiError,
@@ -40,6 +41,7 @@ from keeperless.controller.requests import (
     elect_leaders_response,
     election_targets,
     feature_updates,
+    legacy_config_sets,
     new_partitions,
     new_topics,
     quota_alterations,
@@ -65,8 +67,15 @@ def _now_ms() -> int:
 class LocalController:
     """The ControllerChannel of a node whose own controller is active."""
 
-    def __init__(self, service: ControllerService) -> None:
+    def __init__(self, service: ControllerService, apis: ControllerApis | None = None) -> None:
         self.service = service
+        self.apis = apis
+
+    async def forward_request(self, api_key: int, version: int, req: Any) -> Any:
+        """A client's request answered by this controller as if sent to its listener."""
+        assert self.apis is not None
+        header = RequestHeader(api_key, version, 0, f"node-{self.service.node_id}")
+        return await self.apis.handlers()[api_key](header, req)
 
     async def create_topics(
         self, topics: Sequence[NewTopic], validate_only: bool
@@ -93,8 +102,8 @@ class LocalController:
     ) -> tuple[ApiError, int]:
         next_offset = self.service.mlog.core.log_end_offset
         return await self.service.call(
-            lambda c: c.register_broker(
-                broker_id, incarnation_id, endpoints, rack, next_offset, _now_ms(), features
+            lambda c: register_broker(
+                c, broker_id, incarnation_id, endpoints, rack, next_offset, _now_ms(), features
             )
         )
 
@@ -207,6 +216,15 @@ class ControllerClient:
             return await getattr(target, name)(*args)
         except NotControllerError:
             return await getattr(self.remote, name)(*args)
+
+    async def forward_request(self, api_key: int, version: int, req: Any) -> Any:
+        """The client's request, unchanged, to the active controller (Kafka's forwarding
+        of admin requests); its answer goes back to the client as it is."""
+        target = await self._target()
+        resp = await target.forward_request(api_key, version, req)
+        if target is not self.remote and not_controller(resp):
+            resp = await self.remote.forward_request(api_key, version, req)
+        return resp
 
     async def create_topics(
         self, topics: Sequence[NewTopic], validate_only: bool
@@ -330,7 +348,7 @@ class ControllerApis:
     def __init__(self, service: ControllerService, cluster_id: str) -> None:
         self.service = service
         self.cluster_id = cluster_id
-        self.local = LocalController(service)
+        self.local = LocalController(service, self)
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -340,6 +358,7 @@ class ControllerApis:
             31: self.delete_acls,
             37: self.create_partitions,
             43: self.elect_leaders,
+            33: self.alter_configs,
             44: self.incremental_alter_configs,
             49: self.alter_client_quotas,
             51: self.alter_scram_credentials,
@@ -484,6 +503,14 @@ class ControllerApis:
                 "producer_id_len": count,
             },
         )
+
+    async def alter_configs(self, header: RequestHeader, req: Any) -> Any:
+        sets = legacy_config_sets(req)
+        try:
+            results = await self.service.call(lambda c: alter_configs(c, sets, req.validate_only))
+        except NotControllerError:
+            results = [(t, n, ApiError(ErrorCode.not_controller)) for t, n, _ in sets]
+        return alter_configs_response(header.api_version, results, 33)
 
     async def incremental_alter_configs(self, header: RequestHeader, req: Any) -> Any:
         changes = config_changes(req)

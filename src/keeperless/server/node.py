@@ -32,7 +32,7 @@ from keeperless.runtime.metadata_log import MetadataLog
 from keeperless.runtime.metrics import Metrics
 from keeperless.runtime.raft_transport import RaftTransport
 from keeperless.server.config import Endpoint, NodeConfig
-from keeperless.server.controller_apis import ControllerApis, ControllerClient, LocalController
+from keeperless.server.controller_apis import ControllerApis, ControllerClient
 from keeperless.server.controller_service import ControllerService
 from keeperless.storage.dir_failure import set_failure_handler
 from keeperless.storage.log import LogConfig
@@ -93,6 +93,9 @@ class Node:
         self.transport.state = lambda: (core.leader_id, core.epoch)
         self.transport.describe = lambda: core.describe(int(time.time() * 1000))
         self.controller = ControllerService(config, self.mlog) if config.is_controller else None
+        self.controller_apis = (
+            ControllerApis(self.controller, self.cluster_id) if self.controller else None
+        )
         self.remote = RemoteController(
             self.node_id,
             voters,
@@ -104,7 +107,7 @@ class Node:
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinator | None = None
         if config.is_broker:
-            local = LocalController(self.controller) if self.controller else None
+            local = self.controller_apis.local if self.controller_apis else None
             self.broker = Broker(self._broker_settings(), ControllerClient(local, self.remote))
             self.groups = GroupCoordinator(
                 self.broker,
@@ -325,7 +328,8 @@ class Node:
         handlers: dict[int, Any] = {18: api_versions}
         for key in (1, 52, 53, 54, 55, 59):
             handlers[key] = self.transport.handle
-        handlers.update(ControllerApis(self.controller, self.cluster_id).handlers())
+        assert self.controller_apis is not None
+        handlers.update(self.controller_apis.handlers())
         handlers[60] = self._describe_cluster_controllers
         return RequestRouter(self.node_id, dict(CONTROLLER_APIS), handlers, body)
 
