@@ -310,3 +310,99 @@ def test_offset_delete(three: Cluster) -> None:
             kadmin.delete_group_offsets("never-was", [KTP("od-a", 0)])
     finally:
         kadmin.close()
+
+
+def test_describe_quorum_through_a_broker(three: Cluster) -> None:
+    """Brokers forward DescribeQuorum to the active controller (Kafka 4.x serves it on
+    the broker listener: kafka-metadata-quorum --bootstrap-server)."""
+    from tests.integration.cluster import keeperless
+
+    body = {
+        "topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]
+    }
+    for b in three.brokers.values():
+        resp = kafka_request(b.port, 55, 2, body)
+        p = resp.topics[0].partitions[0]
+        assert p.error_code == ErrorCode.none
+        assert p.leader_id == 1
+        assert [v.replica_id for v in p.current_voters] == [1]
+        assert sorted(o.replica_id for o in p.observers) == sorted(three.brokers)
+    out = keeperless(
+        "metadata-quorum", "--bootstrap-server", three.bootstrap, "describe", "--status", check=True
+    ).stdout
+    fields = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in out.splitlines())}
+    assert fields["LeaderId"] == "1"
+    assert fields["CurrentVoters"] == "[1]"
+    assert fields["CurrentObservers"] == "[" + ",".join(map(str, sorted(three.brokers))) + "]"
+
+
+def test_list_config_resources(three: Cluster) -> None:
+    """ListConfigResources v1 (KIP-1142) through kafka-python: topics, brokers, broker
+    loggers; a resource type outside Kafka 4.1's set is UNSUPPORTED_VERSION."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka import KafkaAdminClient
+
+    admin = AdminClient({"bootstrap.servers": three.bootstrap})
+    admin.create_topics([NewTopic("lcr", 1, 1)])["lcr"].result(20)
+    kadmin = KafkaAdminClient(bootstrap_servers=three.bootstrap)
+    try:
+        got = kadmin.list_config_resources(["TOPIC", "BROKER"])
+        assert "lcr" in got["topic"]
+        assert sorted(got["broker"]) == sorted(str(b) for b in three.brokers)
+        everything = kadmin.list_config_resources()
+        assert sorted(everything["broker_logger"]) == sorted(got["broker"])
+    finally:
+        kadmin.close()
+    port = next(iter(three.brokers.values())).port
+    assert kafka_request(port, 74, 1, {"resource_types": [1]}).error_code == (
+        ErrorCode.unsupported_version
+    )
+    assert kafka_request(port, 74, 0, {}).config_resources == ()  # no client metrics
+
+
+def test_describe_topic_partitions_pages_with_a_cursor(three: Cluster) -> None:
+    """DescribeTopicPartitions (KIP-966): name order, a partition limit per answer and
+    a cursor to resume from; unknown and illegal names answered in place."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": three.bootstrap})
+    for f in admin.create_topics([NewTopic("dtp-a", 3, 1), NewTopic("dtp-b", 2, 1)]).values():
+        f.result(20)
+    port = next(iter(three.brokers.values())).port
+    names = ["dtp-b", "dtp-a", "dtp-missing", "bad name!"]
+
+    def page(cursor: dict[str, Any] | None, limit: int) -> Any:
+        body = {
+            "topics": [{"name": n} for n in names],
+            "response_partition_limit": limit,
+            "cursor": cursor,
+        }
+        return kafka_request(port, 75, 0, body)
+
+    seen: list[tuple[str, int]] = []
+    errors: dict[str, ErrorCode] = {}
+    cursor = None
+    for _ in range(10):
+        resp = page(cursor, 2)
+        for t in resp.topics:
+            if t.error_code != ErrorCode.none:
+                errors[t.name] = t.error_code
+            seen += [(t.name, p.partition_index) for p in t.partitions]
+            assert all(len(p.isr_nodes) == 1 and p.leader_id in three.brokers for p in t.partitions)
+        assert sum(len(t.partitions) for t in resp.topics) <= 2
+        if resp.next_cursor is None:
+            break
+        cursor = {
+            "topic_name": resp.next_cursor.topic_name,
+            "partition_index": resp.next_cursor.partition_index,
+        }
+    assert seen == [("dtp-a", 0), ("dtp-a", 1), ("dtp-a", 2), ("dtp-b", 0), ("dtp-b", 1)]
+    assert errors == {
+        "bad name!": ErrorCode.invalid_topic_exception,
+        "dtp-missing": ErrorCode.unknown_topic_or_partition,
+    }
+    # confluent-kafka's describe_topics uses it on a 4.x broker
+    from confluent_kafka import TopicCollection
+
+    described = admin.describe_topics(TopicCollection(["dtp-a"]))["dtp-a"].result(10)
+    assert [p.id for p in described.partitions] == [0, 1, 2]

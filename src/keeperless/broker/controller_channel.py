@@ -148,6 +148,11 @@ def not_controller(resp: Any) -> bool:
         for item in getattr(resp, name, None) or ():
             if getattr(item, "error_code", ErrorCode.none) == ErrorCode.not_controller:
                 return True
+            if type(resp).__name__ == "DescribeQuorumResponse":
+                # a voter that does not lead the quorum cannot describe it
+                for part in getattr(item, "partitions", ()):
+                    if part.error_code == ErrorCode.not_leader_or_follower:
+                        return True
     return False
 
 

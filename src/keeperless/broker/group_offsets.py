@@ -22,6 +22,9 @@ from keeperless.protocol.records import build_batch
 
 __all__ = ["GroupOffsets"]
 
+# TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP: what ListConfigResources v1 lists
+_CONFIG_RESOURCE_TYPES = (2, 4, 8, 16, 32)
+
 # Kafka's GroupMetadataManager: what an append error means to a committing client
 _COMMIT_ERRORS = {
     ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
@@ -55,6 +58,7 @@ class GroupOffsets:
             16: self.list_groups,
             42: self.delete_groups,
             47: self.offset_delete,
+            74: self.list_config_resources,
         }
 
     async def offset_commit(self, header: RequestHeader, req: Any) -> Any:
@@ -317,4 +321,35 @@ class GroupOffsets:
                 "throttle_time": 0,
                 "topics": topics if err is None else [],
             },
+        )
+
+    async def list_config_resources(self, header: RequestHeader, req: Any) -> Any:
+        """ListConfigResources (KIP-1142; v0 was ListClientMetricsResources): the
+        resources whose configs can be described. Types outside Kafka 4.1's set are
+        refused with UNSUPPORTED_VERSION, as Kafka does."""
+        wanted = set(getattr(req, "resource_types", ()) or ()) if header.api_version else {16}
+        if not wanted:
+            wanted = set(_CONFIG_RESOURCE_TYPES)
+        if not wanted <= set(_CONFIG_RESOURCE_TYPES):
+            return build(
+                response_class(74, header.api_version),
+                {
+                    "throttle_time": 0,
+                    "error_code": ErrorCode.unsupported_version,
+                    "config_resources": [],
+                },
+            )
+        image = self.broker.image
+        brokers = [str(b) for b in sorted(image.brokers)]
+        names = {
+            2: sorted(image.topic_ids),
+            4: brokers,
+            8: brokers,
+            16: [],  # no client metrics subscriptions (KIP-714) here
+            32: sorted(set(self.gc.groups) | set(self.gc.offsets)),
+        }
+        out = [{"resource_name": n, "resource_type": t} for t in sorted(wanted) for n in names[t]]
+        return build(
+            response_class(74, header.api_version),
+            {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": out},
         )

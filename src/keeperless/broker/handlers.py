@@ -51,13 +51,15 @@ from keeperless.metadata.features import features_body
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS
 from keeperless.protocol.build import build
-from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.protocol.framing import ProtocolError, RequestHeader, response_class
 
 __all__ = ["BrokerHandlers"]
 
 log = logging.getLogger(__name__)
 Handler = Callable[[RequestHeader, Any], Awaitable[Any]]
 SETTLE_TIMEOUT_S = 10.0
+# Kafka's max.request.partition.size.limit: DescribeTopicPartitions' page size at most
+MAX_PARTITIONS_PER_DESCRIBE = 2000
 
 
 class BrokerHandlers:
@@ -80,7 +82,9 @@ class BrokerHandlers:
             35: self.describe_log_dirs,
             33: self.alter_configs,
             44: self.incremental_alter_configs,
+            55: self.describe_quorum,
             60: self.describe_cluster,
+            75: self.describe_topic_partitions,
             64: self.unregister_broker,
             43: self.elect_leaders,
             57: self.update_features,
@@ -175,23 +179,7 @@ class BrokerHandlers:
                     }
                 )
                 continue
-            parts = []
-            for idx in sorted(t.partitions):
-                info = t.partitions[idx]
-                leader_ok = info.leader in image.brokers
-                parts.append(
-                    {
-                        "error_code": ErrorCode.none
-                        if leader_ok
-                        else ErrorCode.leader_not_available,
-                        "partition_index": idx,
-                        "leader_id": info.leader,
-                        "leader_epoch": info.leader_epoch,
-                        "replica_nodes": info.replicas,
-                        "isr_nodes": info.isr,
-                        "offline_replicas": (),
-                    }
-                )
+            parts = [self._partition_entry(image, t.partitions[i], i) for i in sorted(t.partitions)]
             topics.append(
                 {
                     "error_code": ErrorCode.none,
@@ -212,6 +200,80 @@ class BrokerHandlers:
                 "error_code": ErrorCode.none,
             },
         )
+
+    async def describe_topic_partitions(self, header: RequestHeader, req: Any) -> Any:
+        """DescribeTopicPartitions (KIP-966): topics in name order, at most
+        response_partition_limit partitions an answer (and never more than Kafka's
+        max.request.partition.size.limit, 2000), resumed from a cursor."""
+        image = self.broker.image
+        limit = max(min(req.response_partition_limit, MAX_PARTITIONS_PER_DESCRIBE), 1)
+        cursor = req.cursor
+        wanted = sorted({t.name for t in req.topics}) if req.topics else sorted(image.topic_ids)
+        if cursor is not None and req.topics and cursor.topic_name not in wanted:
+            raise ProtocolError(
+                f"DescribeTopicPartitions: the cursor's topic {cursor.topic_name!r} is not "
+                "one of the requested topics"
+            )
+        if cursor is not None:
+            wanted = [n for n in wanted if n >= cursor.topic_name]
+        topics: list[dict[str, Any]] = []
+        next_cursor = None
+        for i, name in enumerate(wanted):
+            t = image.topic(name)
+            if t is None:
+                code = (
+                    ErrorCode.invalid_topic_exception
+                    if validate_topic_name(name)
+                    else ErrorCode.unknown_topic_or_partition
+                )
+                topics.append(
+                    {"error_code": code, "name": name, "topic_id": None, "partitions": []}
+                )
+                continue
+            if limit == 0:
+                next_cursor = {"topic_name": name, "partition_index": 0}
+                break
+            start = cursor.partition_index if cursor and name == cursor.topic_name else 0
+            indexes = [p for p in sorted(t.partitions) if p >= start]
+            taken, rest = indexes[:limit], indexes[limit:]
+            limit -= len(taken)
+            topics.append(
+                {
+                    "error_code": ErrorCode.none,
+                    "name": name,
+                    "topic_id": t.topic_id,
+                    "is_internal": name.startswith("__"),
+                    "partitions": [self._partition_entry(image, t.partitions[p], p) for p in taken],
+                    "topic_authorized_operations": -2147483648,
+                }
+            )
+            if rest:
+                next_cursor = {"topic_name": name, "partition_index": rest[0]}
+                break
+            if limit == 0 and i + 1 < len(wanted):
+                nxt = wanted[i + 1]
+                next_cursor = {"topic_name": nxt, "partition_index": 0}
+                break
+        return build(
+            response_class(75, header.api_version),
+            {"throttle_time": 0, "topics": topics, "next_cursor": next_cursor},
+        )
+
+    @staticmethod
+    def _partition_entry(image: MetadataImage, info: Any, idx: int) -> dict[str, Any]:
+        return {
+            "error_code": ErrorCode.none
+            if info.leader in image.brokers
+            else ErrorCode.leader_not_available,
+            "partition_index": idx,
+            "leader_id": info.leader,
+            "leader_epoch": info.leader_epoch,
+            "replica_nodes": info.replicas,
+            "isr_nodes": info.isr,
+            "eligible_leader_replicas": None,
+            "last_known_elr": None,
+            "offline_replicas": (),
+        }
 
     async def describe_cluster(self, header: RequestHeader, req: Any) -> Any:
         err, msg = ErrorCode.none, None
@@ -342,6 +404,22 @@ class BrokerHandlers:
         for k, v in img.configs.get((BROKER_RESOURCE, str(self.broker.node_id)), {}).items():
             out[k] = (v, 2)
         return out
+
+    async def describe_quorum(self, header: RequestHeader, req: Any) -> Any:
+        """Forwarded to the active controller, as Kafka's brokers do
+        (kafka-metadata-quorum --bootstrap-server)."""
+        try:
+            return await self.broker.controller.forward_request(55, header.api_version, req)
+        except ControllerUnavailableError as e:
+            return build(
+                response_class(55, header.api_version),
+                {
+                    "error_code": ErrorCode.request_timed_out,
+                    "error_message": str(e),
+                    "topics": [],
+                    "nodes": [],
+                },
+            )
 
     async def alter_configs(self, header: RequestHeader, req: Any) -> Any:
         """Legacy AlterConfigs, forwarded as it is; answered once this broker's image

@@ -41,9 +41,12 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     49: (0, 1),  # AlterClientQuotas (forwarded to the controller)
     50: (0, 0),  # DescribeUserScramCredentials (from the image)
     51: (0, 0),  # AlterUserScramCredentials (forwarded to the controller)
+    55: (0, 2),  # DescribeQuorum (forwarded to the controller)
     57: (0, 2),  # UpdateFeatures (forwarded to the controller)
     60: (0, 2),  # DescribeCluster
     64: (0, 0),  # UnregisterBroker (forwarded to the controller)
+    74: (0, 1),  # ListConfigResources
+    75: (0, 0),  # DescribeTopicPartitions
 }
 
 # Kafka 4.x advertises Produce from v0 although it serves v3 and later only: librdkafka

@@ -16,6 +16,7 @@ import itertools
 import logging
 import struct
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,8 @@ from keeperless.runtime.raft_rpc import (
     response_of,
     response_to_message,
 )
+
+_NO_DIRECTORY = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: the directory is unknown
 
 __all__ = ["RaftTransport"]
 
@@ -152,6 +155,7 @@ class RaftTransport:
         self.voters = voters
         self.endpoint = endpoint
         self.request_timeout_s = request_timeout_ms / 1000
+        self.listener_name = "CONTROLLER"  # the first of controller.listener.names
         self.correlation = itertools.count(1)
         self._inbound_ids = itertools.count(1)  # names inbound requests for the core
         self.step: Callable[[m.Message], None] | None = None
@@ -239,6 +243,7 @@ class RaftTransport:
         leader, epoch = self.state()
         part: dict[str, Any] = {
             "partition_index": 0,
+            "error_message": None,
             "leader_id": leader,
             "leader_epoch": epoch,
             "high_watermark": -1,
@@ -250,12 +255,21 @@ class RaftTransport:
         else:
             part["error_code"] = ErrorCode.none
             part.update(info)
+            for key in ("current_voters", "observers"):  # v2: no directory ids (KIP-853)
+                part[key] = [{**r, "replica_directory_id": _NO_DIRECTORY} for r in part[key]]
         return build(
             response_class(55, header.api_version),
             {
                 "error_code": ErrorCode.none,
                 "error_message": None,
-                "nodes": [],
+                # v2: where the voters listen (KIP-853)
+                "nodes": [
+                    {
+                        "node_id": v,
+                        "listeners": [{"name": self.listener_name, "host": h, "port": p}],
+                    }
+                    for v, (h, p) in sorted(self.voters.items())
+                ],
                 "topics": [{"topic_name": "__cluster_metadata", "partitions": [part]}],
             },
         )

@@ -349,9 +349,12 @@ class ControllerApis:
         self.service = service
         self.cluster_id = cluster_id
         self.local = LocalController(service, self)
+        # handlers of the node's own (the Raft transport's DescribeQuorum)
+        self.extra: dict[int, Any] = {}
 
     def handlers(self) -> dict[int, Any]:
         return {
+            **self.extra,
             19: self.create_topics,
             20: self.delete_topics,
             30: self.create_acls,

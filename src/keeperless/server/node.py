@@ -77,6 +77,8 @@ class Node:
             (ep.host, ep.port) if ep else ("", 0),
             config["controller.quorum.request.timeout.ms"],
         )
+        if config.controller_listener_names:
+            self.transport.listener_name = config.controller_listener_names[0]
         self.mlog = MetadataLog(
             self.node_id,
             tuple(sorted(voters)),
@@ -96,6 +98,8 @@ class Node:
         self.controller_apis = (
             ControllerApis(self.controller, self.cluster_id) if self.controller else None
         )
+        if self.controller_apis is not None:
+            self.controller_apis.extra[55] = self.transport.handle
         self.remote = RemoteController(
             self.node_id,
             voters,
@@ -274,17 +278,8 @@ class Node:
         assert self.broker is not None
         assert self.groups is not None
         extra = GroupOffsets(self.groups).handlers()
-        extra[55] = self._forward_describe_quorum
         h = BrokerHandlers(self.broker, extra)
-        h.apis[55] = (0, 2)
         return RequestRouter(self.node_id, h.apis, h.handlers, h.api_versions_body)
-
-    async def _forward_describe_quorum(self, header: Any, req: Any) -> Any:
-        """Brokers answer DescribeQuorum by asking the active controller (as Kafka's do)."""
-        try:
-            return await self.remote.forward(55, header.api_version, req)
-        except ControllerUnavailableError:
-            return self.transport.describe_quorum_response(header)  # "no leader" from our view
 
     async def _describe_cluster_controllers(self, header: Any, req: Any) -> Any:
         """DescribeCluster on the controller listener (KIP-919): the controllers."""
