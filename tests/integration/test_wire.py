@@ -406,3 +406,32 @@ def test_describe_topic_partitions_pages_with_a_cursor(three: Cluster) -> None:
 
     described = admin.describe_topics(TopicCollection(["dtp-a"]))["dtp-a"].result(10)
     assert [p.id for p in described.partitions] == [0, 1, 2]
+
+
+def test_describe_scram_credentials_of_every_user(three: Cluster) -> None:
+    """An empty users array means every user, as a null one does (Kafka); a user named
+    twice is DUPLICATE_RESOURCE."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": three.bootstrap})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    for user in ("ann", "bob"):
+        up = UserScramCredentialUpsertion(user, info, b"secret-" + user.encode())
+        admin.alter_user_scram_credentials([up])[user].result(20)
+    port = next(iter(three.brokers.values())).port
+
+    def users(body: dict[str, Any]) -> dict[str, ErrorCode]:
+        wait_until(lambda: kafka_request(port, 50, 0, body).results, 10)
+        return {r.user: r.error_code for r in kafka_request(port, 50, 0, body).results}
+
+    assert users({"users": []}) == {"ann": ErrorCode.none, "bob": ErrorCode.none}
+    assert users({"users": None}) == {"ann": ErrorCode.none, "bob": ErrorCode.none}
+    assert users({"users": [{"name": "ann"}, {"name": "ann"}]}) == {
+        "ann": ErrorCode.duplicate_resource
+    }
+    assert set(admin.describe_user_scram_credentials().result(20)) == {"ann", "bob"}

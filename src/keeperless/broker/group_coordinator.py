@@ -266,6 +266,10 @@ class GroupCoordinator:
 
     async def join_group(self, header: RequestHeader, req: Any) -> Any:
         err = self._group_error(req.group_id)
+        session_ms = int(req.session_timeout.total_seconds() * 1000)
+        bounds = self.settings.min_session_timeout_ms, self.settings.max_session_timeout_ms
+        if err is None and not bounds[0] <= session_ms <= bounds[1]:
+            err = ErrorCode.invalid_session_timeout  # group.{min,max}.session.timeout.ms
         if err is not None:
             res: JoinResult = JoinResult(err, member_id=req.member_id)
         else:
@@ -287,6 +291,7 @@ class GroupCoordinator:
                     {"member_id": m, "group_instance_id": gi, "metadata": md}
                     for m, gi, md in res.members
                 ],
+                "skip_assignment": res.skip_assignment,
             },
         )
 
@@ -298,7 +303,8 @@ class GroupCoordinator:
         assignment = b""
         if err is None and g is not None:
             assigns = {a.member_id: bytes(a.assignment) for a in req.assignments}
-            out = g.sync(req.member_id, req.generation_id, assigns, time.monotonic())
+            instance = getattr(req, "group_instance_id", None)
+            out = g.sync(req.member_id, req.generation_id, assigns, time.monotonic(), instance)
             err, assignment = await out if isinstance(out, asyncio.Future) else out
         return build(
             response_class(14, header.api_version),
@@ -318,28 +324,41 @@ class GroupCoordinator:
             err = (
                 ErrorCode.unknown_member_id
                 if g is None
-                else g.heartbeat(req.member_id, req.generation_id, time.monotonic())
+                else g.heartbeat(
+                    req.member_id,
+                    req.generation_id,
+                    time.monotonic(),
+                    getattr(req, "group_instance_id", None),
+                )
             )
         return build(
             response_class(12, header.api_version), {"throttle_time": 0, "error_code": err}
         )
 
     async def leave_group(self, header: RequestHeader, req: Any) -> Any:
-        ids = [m.member_id for m in req.members] if header.api_version >= 3 else [req.member_id]
+        who = (
+            [(m.member_id, getattr(m, "group_instance_id", None)) for m in req.members]
+            if header.api_version >= 3
+            else [(req.member_id, None)]
+        )
         err = self._group_error(req.group_id)
         g = self.groups.get(req.group_id)
         results = []
-        for mid in ids:
+        for mid, instance in who:
             e = (
                 err
                 if err is not None
-                else (ErrorCode.unknown_member_id if g is None else g.leave(mid, time.monotonic()))
+                else (
+                    ErrorCode.unknown_member_id
+                    if g is None
+                    else g.leave(mid, time.monotonic(), instance)
+                )
             )
-            results.append({"member_id": mid, "group_instance_id": None, "error_code": e})
+            results.append({"member_id": mid, "group_instance_id": instance, "error_code": e})
         top = (
             err
             if err is not None
-            else (results[0]["error_code"] if len(ids) == 1 else ErrorCode.none)
+            else (results[0]["error_code"] if len(who) == 1 else ErrorCode.none)
         )
         return build(
             response_class(13, header.api_version),

@@ -70,7 +70,9 @@ class GroupOffsets:
             err = (
                 ErrorCode.unknown_member_id
                 if g is None
-                else g.check_member(req.member_id, generation)
+                else g.check_member(
+                    req.member_id, generation, getattr(req, "group_instance_id", None)
+                )
             )
             if err == ErrorCode.none and g is not None and g.state == GroupState.PREPARING:
                 err = ErrorCode.rebalance_in_progress

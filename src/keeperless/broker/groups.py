@@ -13,7 +13,7 @@ import logging
 import struct
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -53,6 +53,7 @@ class JoinResult:
     leader: str = ""
     member_id: str = ""
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    skip_assignment: bool = False  # JoinGroup v9: a static leader rejoined, nothing to do
 
 
 @dataclass(slots=True)
@@ -88,7 +89,10 @@ class Group:
     protocol: str | None = None
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    pending: set[str] = field(default_factory=set)  # ids handed out, not yet joined
+    # member ids handed out with MEMBER_ID_REQUIRED, not joined yet: id -> expiry (a
+    # client that never comes back must not hold every later rebalance)
+    pending: dict[str, float] = field(default_factory=dict)
+    static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     rebalance_deadline: float = 0.0
     _timer: asyncio.TimerHandle | None = None
 
@@ -97,68 +101,163 @@ class Group:
     def join(
         self, req: Any, client_id: str, client_host: str, version: int, now: float
     ) -> asyncio.Future[JoinResult] | JoinResult:
-        loop = asyncio.get_running_loop()
+        """Kafka's GroupCoordinator.handleJoinGroup for the classic protocol."""
         session_ms = int(req.session_timeout.total_seconds() * 1000)
         rebalance_td = getattr(req, "rebalance_timeout", None)
         rebalance_ms = int(rebalance_td.total_seconds() * 1000) if rebalance_td else session_ms
         if rebalance_ms <= 0:
             rebalance_ms = session_ms
         protocols = [(p.name, bytes(p.metadata)) for p in req.protocols]
-        if (
-            self.protocol_type is not None
-            and self.members
-            and req.protocol_type != self.protocol_type
-        ):
-            return JoinResult(ErrorCode.inconsistent_group_protocol)
-        if (
-            self.members
-            and self.protocol
-            and not any(
-                all(any(n == name for n, _ in m.protocols) for m in self.members.values())
-                for name, _ in protocols
-            )
-        ):
-            return JoinResult(ErrorCode.inconsistent_group_protocol)
+        instance = getattr(req, "group_instance_id", None)
+        if not self._supports(req.protocol_type, protocols):
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=req.member_id)
+        spec = (client_id, client_host, session_ms, rebalance_ms, req.protocol_type, protocols)
+        if not req.member_id:
+            new_id = f"{client_id}-{uuid.uuid4()}"
+            if instance is not None:
+                old = self.static.get(instance)
+                if old is not None and old in self.members:
+                    return self._replace_static(old, new_id, instance, spec, version, now)
+                return self._add(new_id, instance, spec, now)
+            if version >= 4:  # KIP-394: the id first, the join with it next
+                self.pending[new_id] = now + session_ms / 1000
+                return JoinResult(ErrorCode.member_id_required, member_id=new_id)
+            return self._add(new_id, None, spec, now)
         member_id = req.member_id
-        if not member_id:
-            member_id = f"{client_id}-{uuid.uuid4()}"
-            if version >= 4:
-                self.pending.add(member_id)
-                return JoinResult(ErrorCode.member_id_required, member_id=member_id)
-        elif member_id not in self.members and member_id not in self.pending:
-            return JoinResult(ErrorCode.unknown_member_id, member_id=member_id)
-        self.pending.discard(member_id)
-        m = self.members.get(member_id)
-        if m is None:
-            m = Member(
-                member_id,
-                getattr(req, "group_instance_id", None),
-                client_id,
-                client_host,
-                session_ms,
-                rebalance_ms,
-                req.protocol_type,
-                protocols,
-            )
-            self.members[member_id] = m
-            log.info("[node %d] Group %s: member %s joined", self.node_id, self.group_id, member_id)
-        else:
-            changed = m.protocols != protocols
-            m.protocols = protocols
-            m.session_timeout_ms, m.rebalance_timeout_ms = session_ms, rebalance_ms
-            if self.state == GroupState.STABLE and not changed and m.member_id != self.leader:
-                # Rejoin without change in a stable group: hand back the current state.
-                return self._join_result(m)
+        if member_id in self.pending:
+            del self.pending[member_id]
+            return self._add(member_id, instance, spec, now)
+        err = self._validate(member_id, instance)
+        if err != ErrorCode.none:
+            return JoinResult(err, member_id=member_id)
+        m = self.members[member_id]
         m.last_heartbeat = now
+        unchanged = m.protocols == protocols
+        if self.state == GroupState.COMPLETING and unchanged:
+            return self._join_result(m, version)  # a repeated join: the same answer
+        if self.state == GroupState.STABLE and unchanged and member_id != self.leader:
+            return self._join_result(m, version, stable=True)
+        m.protocols = protocols
+        m.session_timeout_ms, m.rebalance_timeout_ms = session_ms, rebalance_ms
+        return self._await_join(m, now)
+
+    def _supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        if not self.members:
+            return bool(protocol_type) and bool(protocols)
+        if self.protocol_type is not None and protocol_type != self.protocol_type:
+            return False
+        names = {n for n, _ in protocols}
+        return any(
+            all(any(n == name for n, _ in m.protocols) for m in self.members.values())
+            for name in names
+        )
+
+    def _validate(self, member_id: str, instance: str | None) -> ErrorCode:
+        """KIP-345: a static member's id must be the one its instance id has now."""
+        if instance is not None and self.static.get(instance) != member_id:
+            return ErrorCode.fenced_instance_id
+        if member_id not in self.members:
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none
+
+    def _add(
+        self, member_id: str, instance: str | None, spec: tuple[Any, ...], now: float
+    ) -> asyncio.Future[JoinResult]:
+        client_id, client_host, session_ms, rebalance_ms, protocol_type, protocols = spec
+        m = Member(
+            member_id,
+            instance,
+            client_id,
+            client_host,
+            session_ms,
+            rebalance_ms,
+            protocol_type,
+            protocols,
+        )
+        m.last_heartbeat = now
+        if not self.members:
+            self.protocol_type = protocol_type  # the first member sets it (Kafka's rule)
+        self.members[member_id] = m
+        if instance is not None:
+            self.static[instance] = member_id
+        log.info(
+            "[node %d] Group %s: member %s joined%s",
+            self.node_id,
+            self.group_id,
+            member_id,
+            f" (static, instance {instance})" if instance else "",
+        )
+        return self._await_join(m, now)
+
+    def _await_join(self, m: Member, now: float) -> asyncio.Future[JoinResult]:
         if m.join_future is not None and not m.join_future.done():
             m.join_future.set_result(JoinResult(ErrorCode.rebalance_in_progress))
-        fut: asyncio.Future[JoinResult] = loop.create_future()
+        fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         m.join_future = fut
         if self.state != GroupState.PREPARING:
             self._prepare_rebalance(now, initial=self.state == GroupState.EMPTY)
         else:
             self._maybe_complete_join()
         return fut
+
+    def _replace_static(
+        self,
+        old_id: str,
+        new_id: str,
+        instance: str,
+        spec: tuple[Any, ...],
+        version: int,
+        now: float,
+    ) -> asyncio.Future[JoinResult] | JoinResult:
+        """KIP-345: a restarted static member takes its instance's place and, in a stable
+        group whose protocol it still shares, its assignment, without a rebalance; the
+        old member id is fenced (FENCED_INSTANCE_ID)."""
+        client_id, client_host, session_ms, rebalance_ms, _, protocols = spec
+        old = self.members.pop(old_id)
+        if old.join_future is not None and not old.join_future.done():
+            old.join_future.set_result(JoinResult(ErrorCode.fenced_instance_id))
+        if old.sync_future is not None and not old.sync_future.done():
+            old.sync_future.set_result((ErrorCode.fenced_instance_id, b""))
+        m = Member(
+            new_id,
+            instance,
+            client_id,
+            client_host,
+            session_ms,
+            rebalance_ms,
+            old.protocol_type,
+            protocols,
+            assignment=old.assignment,
+            last_heartbeat=now,
+        )
+        self.members[new_id] = m
+        self.static[instance] = new_id
+        old_leader = self.leader
+        if self.leader == old_id:
+            self.leader = new_id
+        log.info(
+            "[node %d] Group %s: static member %s (instance %s) replaced by %s",
+            self.node_id,
+            self.group_id,
+            old_id,
+            instance,
+            new_id,
+        )
+        if self.state == GroupState.STABLE and self.protocol in {n for n, _ in protocols}:
+            was_leader = old_leader == old_id
+            if was_leader and version >= 9:
+                return replace(self._join_result(m, version), skip_assignment=True)
+            # before v9 the leader id stays the old one: the client does not assign
+            return JoinResult(
+                ErrorCode.none,
+                self.generation,
+                self.protocol_type,
+                self.protocol,
+                (old_leader if was_leader else self.leader) or "",
+                new_id,
+                (),
+            )
+        return self._await_join(m, now)
 
     def _prepare_rebalance(self, now: float, initial: bool = False) -> None:
         for m in self.members.values():
@@ -186,19 +285,22 @@ class Group:
         self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_join_deadline)
 
     def _on_join_deadline(self) -> None:
+        """The rebalance timeout passed: dynamic members that did not rejoin are removed
+        (static ones stay, to come back under their instance id), and so are member ids
+        handed out and never used; the generation completes with who is there."""
         self._timer = None
         if self.state != GroupState.PREPARING:
             return
-        for mid in [
-            mid for mid, m in self.members.items() if m.join_future is None or m.join_future.done()
-        ]:
-            log.info(
-                "[node %d] Group %s: removing member %s, which did not rejoin in time",
-                self.node_id,
-                self.group_id,
-                mid,
-            )
-            del self.members[mid]
+        for mid, m in list(self.members.items()):
+            if (m.join_future is None or m.join_future.done()) and m.group_instance_id is None:
+                log.info(
+                    "[node %d] Group %s: removing member %s, which did not rejoin in time",
+                    self.node_id,
+                    self.group_id,
+                    mid,
+                )
+                del self.members[mid]
+        self.pending.clear()
         self._complete_join()
 
     def _maybe_complete_join(self) -> None:
@@ -223,11 +325,16 @@ class Group:
             return
         self.generation += 1
         self.state = GroupState.COMPLETING
-        first = next(iter(self.members.values()))
+        joined = [
+            m
+            for m in self.members.values()
+            if m.join_future is not None and not m.join_future.done()
+        ]
+        first = joined[0] if joined else next(iter(self.members.values()))
         self.protocol_type = first.protocol_type
         self.protocol = self._select_protocol()
-        if self.leader not in self.members:
-            self.leader = first.member_id
+        if self.leader not in {m.member_id for m in joined}:
+            self.leader = first.member_id  # the leader must be one that is waiting
         log.info(
             "[node %d] Group %s: generation %d with %d members, protocol %s",
             self.node_id,
@@ -254,9 +361,9 @@ class Group:
                     break
         return votes.most_common(1)[0][0] if votes else next(iter(candidates or {""}))
 
-    def _join_result(self, m: Member) -> JoinResult:
+    def _join_result(self, m: Member, version: int = 0, stable: bool = False) -> JoinResult:
         members: tuple[tuple[str, str | None, bytes], ...] = ()
-        if m.member_id == self.leader:
+        if m.member_id == self.leader and not stable:
             members = tuple(
                 (o.member_id, o.group_instance_id, o.metadata_for(self.protocol or ""))
                 for o in self.members.values()
@@ -273,17 +380,25 @@ class Group:
 
     # -- sync, heartbeat, leave ---------------------------------------------------------
 
-    def check_member(self, member_id: str, generation: int) -> ErrorCode:
-        if member_id not in self.members:
-            return ErrorCode.unknown_member_id
+    def check_member(
+        self, member_id: str, generation: int, instance: str | None = None
+    ) -> ErrorCode:
+        err = self._validate(member_id, instance)
+        if err != ErrorCode.none:
+            return err
         if generation != self.generation:
             return ErrorCode.illegal_generation
         return ErrorCode.none
 
     def sync(
-        self, member_id: str, generation: int, assignments: dict[str, bytes], now: float
+        self,
+        member_id: str,
+        generation: int,
+        assignments: dict[str, bytes],
+        now: float,
+        instance: str | None = None,
     ) -> asyncio.Future[tuple[ErrorCode, bytes]] | tuple[ErrorCode, bytes]:
-        err = self.check_member(member_id, generation)
+        err = self.check_member(member_id, generation, instance)
         if err != ErrorCode.none:
             return err, b""
         if self.state == GroupState.PREPARING:
@@ -310,8 +425,10 @@ class Group:
                 o.sync_future = None
         return fut
 
-    def heartbeat(self, member_id: str, generation: int, now: float) -> ErrorCode:
-        err = self.check_member(member_id, generation)
+    def heartbeat(
+        self, member_id: str, generation: int, now: float, instance: str | None = None
+    ) -> ErrorCode:
+        err = self.check_member(member_id, generation, instance)
         if err != ErrorCode.none:
             return err
         self.members[member_id].last_heartbeat = now
@@ -319,10 +436,21 @@ class Group:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def leave(self, member_id: str, now: float) -> ErrorCode:
+    def leave(self, member_id: str, now: float, instance: str | None = None) -> ErrorCode:
+        """A member leaves; a static one may be named by its instance id alone (an admin
+        removing it), and a stale id of an instance is FENCED_INSTANCE_ID."""
+        if instance is not None:
+            current = self.static.get(instance)
+            if current is None:
+                return ErrorCode.unknown_member_id
+            if member_id and member_id != current:
+                return ErrorCode.fenced_instance_id
+            member_id = current
         m = self.members.pop(member_id, None)
         if m is None:
             return ErrorCode.unknown_member_id
+        if m.group_instance_id is not None:
+            self.static.pop(m.group_instance_id, None)
         log.info("[node %d] Group %s: member %s left", self.node_id, self.group_id, member_id)
         self._member_gone(m, now)
         return ErrorCode.none
@@ -367,6 +495,11 @@ class Group:
         self.state = GroupState.DEAD
 
     def expire_sessions(self, now: float) -> None:
+        gone = [mid for mid, expiry in self.pending.items() if now > expiry]
+        for mid in gone:
+            del self.pending[mid]  # handed an id, never joined with it
+        if gone and self.state == GroupState.PREPARING:
+            self._maybe_complete_join()
         for mid, m in list(self.members.items()):
             waiting = m.join_future is not None and not m.join_future.done()
             if not waiting and now - m.last_heartbeat > m.session_timeout_ms / 1000:
@@ -377,4 +510,6 @@ class Group:
                     mid,
                 )
                 del self.members[mid]
+                if m.group_instance_id is not None:
+                    self.static.pop(m.group_instance_id, None)
                 self._member_gone(m, now)

@@ -506,9 +506,22 @@ class BrokerHandlers:
 
     async def describe_scram_credentials(self, header: RequestHeader, req: Any) -> Any:
         creds = self.broker.image.scram
-        users = sorted({u for u, _ in creds}) if req.users is None else [u.name for u in req.users]
+        # null or empty: every user (Kafka's DescribeUserScramCredentials)
+        asked = [u.name for u in req.users or ()]
+        users = asked or sorted({u for u, _ in creds})
         results = []
-        for user in users:
+        for user in dict.fromkeys(users):
+            if asked.count(user) > 1:
+                results.append(
+                    {
+                        "user": user,
+                        "error_code": ErrorCode.duplicate_resource,
+                        "error_message": "Cannot describe SCRAM credentials for the same user "
+                        "twice in a single request",
+                        "credential_infos": [],
+                    }
+                )
+                continue
             infos = [
                 {"mechanism": m, "iterations": c.iterations}
                 for (u, m), c in sorted(creds.items())
