@@ -234,6 +234,9 @@ class ReplicaManager:
         self._isr_wakeup = asyncio.Event()
         # rate limit of refusal warnings: partition -> (last logged, refusals since)
         self._refusals: dict[tuple[str, int], tuple[float, int]] = {}
+        # fetchers stopped when their partitions moved, still ending (awaited at stop)
+        self._retired: set[asyncio.Task[None]] = set()
+        self._stopped = False
 
     def start(self) -> None:
         self._isr_task = asyncio.get_running_loop().create_task(self._isr_loop())
@@ -242,8 +245,10 @@ class ReplicaManager:
         self.update(list(self.broker.partitions.partitions))
 
     def stop(self) -> list[asyncio.Task[None]]:
-        """Cancel the fetchers and the ISR loop; returns their tasks, to be awaited."""
-        tasks = []
+        """Cancel the fetchers and the ISR loop; returns their tasks, to be awaited. No
+        fetcher starts after this (metadata keeps arriving while the node stops)."""
+        self._stopped = True
+        tasks = list(self._retired)
         for f in self.fetchers.values():
             f.stop()
             tasks.append(f.task)
@@ -256,6 +261,8 @@ class ReplicaManager:
     def update(self, keys: Sequence[tuple[str, int]]) -> None:
         """Move the given partitions to the fetcher of their current leader (or stop
         fetching them): work proportional to what changed."""
+        if self._stopped:
+            return
         touched: set[int] = set()
         for key in keys:
             p = self.broker.partitions.get(*key)
@@ -280,6 +287,8 @@ class ReplicaManager:
                 f.wakeup.set()
             else:
                 self.fetchers.pop(fid).stop()
+                self._retired.add(f.task)
+                f.task.add_done_callback(self._retired.discard)
 
     # -- leader side: ISR ----------------------------------------------------------------
 

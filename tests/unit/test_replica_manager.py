@@ -1,0 +1,71 @@
+"""The replica fetchers' lifecycle: nothing is left pending when a broker stops (the
+fault harness saw "Task was destroyed but it is pending!" for a fetcher during a roll)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import uuid
+from pathlib import Path
+from typing import Any
+
+from keeperless.broker.broker import Broker, BrokerSettings
+from keeperless.broker.replication import ReplicaManager, ReplicationSettings
+from keeperless.metadata import _records_gen as r
+from keeperless.storage.log import LogConfig
+
+
+def _broker(tmp_path: Path) -> Broker:
+    settings = BrokerSettings(
+        node_id=1,
+        cluster_id="c",
+        log_dir=tmp_path,
+        endpoints=(("PLAINTEXT", "127.0.0.1", 9092),),
+        rack=None,
+        log_defaults=LogConfig(),
+        auto_create_topics=False,
+        max_message_bytes=1_048_588,
+        offsets_topic_partitions=1,
+        offsets_topic_replication_factor=1,
+        static_configs={"min.insync.replicas": "1"},
+    )
+    controller: Any = None
+    b = Broker(settings, controller)
+    b.catch_up_to(-1)
+    return b
+
+
+def test_no_fetcher_outlives_the_stop(tmp_path: Path) -> None:
+    async def go() -> None:
+        b = _broker(tmp_path)
+        rm = ReplicaManager(b, ReplicationSettings())
+        rm.start()
+        tid = uuid.uuid4()
+        b.on_committed(
+            [
+                r.TopicRecord(name="t", topic_id=tid),
+                r.PartitionRecord(
+                    partition_id=0, topic_id=tid, replicas=(1, 2), isr=(1, 2), leader=2
+                ),
+                r.PartitionRecord(
+                    partition_id=1, topic_id=tid, replicas=(1, 3), isr=(1, 3), leader=3
+                ),
+            ],
+            3,
+        )
+        assert set(rm.fetchers) == {2, 3}
+        retired = rm.fetchers[3].task
+        # partition 1 moves to this broker: the fetcher of leader 3 is retired
+        b.on_committed([r.PartitionChangeRecord(partition_id=1, topic_id=tid, leader=1)], 4)
+        assert set(rm.fetchers) == {2}
+        tasks = rm.stop()
+        assert retired in tasks or retired.done()
+        # metadata that arrives while the node stops starts no fetcher
+        b.on_committed([r.PartitionChangeRecord(partition_id=1, topic_id=tid, leader=3)], 5)
+        assert rm.fetchers == {}
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(t.done() for t in tasks)
+        b.close()
+
+    asyncio.run(go())
+    gc.collect()
