@@ -435,3 +435,73 @@ def test_describe_scram_credentials_of_every_user(three: Cluster) -> None:
         "ann": ErrorCode.duplicate_resource
     }
     assert set(admin.describe_user_scram_credentials().result(20)) == {"ann", "bob"}
+
+
+def test_describe_configs_as_kafka_fills_them(three: Cluster) -> None:
+    """Every broker config (clients look up e.g. advertised.listeners), topic configs
+    with their types, sources and synonyms, and the cluster-wide dynamic default
+    reaching topics without their own value."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+        NewTopic,
+    )
+
+    admin = AdminClient({"bootstrap.servers": three.bootstrap})
+    admin.create_topics([NewTopic("dc", 1, 3, config={"retention.ms": "1000"})])["dc"].result(20)
+    broker_id = str(min(three.brokers))
+    res = ConfigResource(ConfigResource.Type.BROKER, broker_id)
+    configs = admin.describe_configs([res])[res].result(10)
+    assert len(configs) > 60
+    port = three.brokers[int(broker_id)].port
+    assert configs["advertised.listeners"].value == f"PLAINTEXT://127.0.0.1:{port}"
+    assert configs["advertised.listeners"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert configs["num.partitions"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert configs["node.id"].is_read_only
+    assert not configs["log.retention.ms"].is_read_only
+    # a topic: its own value, then what the brokers say
+    t = ConfigResource(ConfigResource.Type.TOPIC, "dc")
+    got = admin.describe_configs([t])[t].result(10)
+    assert got["retention.ms"].value == "1000"
+    assert got["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert [s.name for s in got["retention.ms"].synonyms.values()][:2] == [
+        "retention.ms",
+        "log.retention.hours",
+    ]
+    assert got["cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
+    # the raw answer carries types and documentation (v4)
+    body = {
+        "resources": [
+            {"resource_type": 2, "resource_name": "dc", "configuration_keys": ["cleanup.policy"]}
+        ],
+        "include_synonyms": False,
+        "include_documentation": True,
+    }
+    (entry,) = kafka_request(port, 32, 4, body).results[0].configs
+    assert (entry.name, entry.config_type) == ("cleanup.policy", 7)  # LIST
+    assert entry.documentation
+    # the cluster-wide dynamic default reaches the topic configs that have no value
+    from tests.integration.cluster import keeperless
+
+    keeperless(
+        "configs", "--bootstrap-server", three.bootstrap, "--entity-type", "brokers",
+        "--entity-default", "--alter", "--add-config", "log.segment.bytes=2097152", check=True,
+    )  # fmt: skip
+
+    def segment_bytes() -> Any:
+        return admin.describe_configs([t])[t].result(10)["segment.bytes"]
+
+    wait_until(lambda: segment_bytes().value == "2097152", 10)
+    assert segment_bytes().source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    body = {
+        "resources": [{"resource_type": 4, "resource_name": "", "configuration_keys": None}],
+        "include_synonyms": False,
+        "include_documentation": False,
+    }
+    cluster = kafka_request(port, 32, 4, body).results[0].configs
+    assert [(c.name, c.value, c.config_source) for c in cluster] == [
+        ("log.segment.bytes", "2097152", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    ]

@@ -15,7 +15,14 @@ from uuid import UUID
 from keeperless.broker.auto_create import AutoTopicCreator
 from keeperless.broker.controller_channel import ControllerChannel
 from keeperless.broker.partitions import PartitionManager
-from keeperless.metadata.image import TOPIC_RESOURCE, MetadataDelta, MetadataImage, PartitionInfo
+from keeperless.metadata.config_catalog import Resolved, resolve_topic
+from keeperless.metadata.image import (
+    BROKER_RESOURCE,
+    TOPIC_RESOURCE,
+    MetadataDelta,
+    MetadataImage,
+    PartitionInfo,
+)
 from keeperless.metadata.topic_configs import TOPIC_CONFIG_DEFAULTS
 from keeperless.storage.log import LogConfig
 
@@ -149,8 +156,11 @@ class Broker:
                 changed.append((name, p))
             elif self.partitions.remove(name, p, tid, "reassigned away from this broker"):
                 changed.append((name, p))
-        for rtype, name in delta.changed_configs:
-            changed_topic = new.topic(name) if rtype == TOPIC_RESOURCE else None
+        touched = {name for rtype, name in delta.changed_configs if rtype == TOPIC_RESOURCE}
+        if any(rtype == BROKER_RESOURCE for rtype, _ in delta.changed_configs):
+            touched = {name for name, _ in self.partitions.partitions}  # broker defaults
+        for name in sorted(touched):
+            changed_topic = new.topic(name)
             if changed_topic is None:
                 continue
             cfg = self.log_config(name)
@@ -187,30 +197,35 @@ class Broker:
             return False
         return True
 
-    def topic_config(self, name: str) -> dict[str, str]:
-        out = dict(TOPIC_CONFIG_DEFAULTS)
-        d = self.settings.log_defaults
-        out.update(
-            {
-                "retention.ms": str(d.retention_ms),
-                "retention.bytes": str(d.retention_bytes),
-                "segment.bytes": str(d.segment_bytes),
-                "segment.ms": str(d.segment_ms),
-                "index.interval.bytes": str(d.index_interval_bytes),
-                "flush.messages": str(d.flush_interval_messages),
-                "max.message.bytes": str(self.settings.max_message_bytes),
-                "min.insync.replicas": self.settings.static_configs["min.insync.replicas"],
-            }
+    def config_layers(self) -> tuple[Mapping[str, str], Mapping[str, str], Mapping[str, str]]:
+        """This broker's configs by precedence: set dynamically for it, set dynamically as
+        the cluster default, set in its file."""
+        img = self.image
+        return (
+            img.configs.get((BROKER_RESOURCE, str(self.node_id)), {}),
+            img.configs.get((BROKER_RESOURCE, ""), {}),
+            self.settings.static_configs,
         )
-        out.update(self.image.topic_config(name))
-        return out
+
+    def topic_config_details(self, name: str) -> dict[str, Resolved]:
+        """Every topic config of ``name``: value, source and synonyms, as Kafka resolves
+        them (the topic's own, then its broker synonyms dynamic, default, static)."""
+        own = self.image.topic_config(name)
+        layers = self.config_layers()
+        return {k: resolve_topic(k, own, *layers) for k in TOPIC_CONFIG_DEFAULTS}
+
+    def topic_config(self, name: str) -> dict[str, str]:
+        return {k: v for k, (v, _, _) in self.topic_config_details(name).items() if v is not None}
 
     def log_config(self, name: str) -> LogConfig:
+        c = self.topic_config(name)
         d = self.settings.log_defaults
-        c = self.image.topic_config(name)
 
         def get(key: str, default: int) -> int:
-            return int(c[key]) if key in c else default
+            try:
+                return int(c[key])
+            except (KeyError, ValueError):
+                return default
 
         return LogConfig(
             segment_bytes=get("segment.bytes", d.segment_bytes),
@@ -226,15 +241,11 @@ class Broker:
         until the next metadata change."""
         cached = self._produce_settings.get(name)
         if cached is None:
-            c = self.image.topic_config(name)
+            c = self.topic_config(name)
             cached = (
                 int(c.get("max.message.bytes", self.settings.max_message_bytes)),
                 c.get("message.timestamp.type") == "LogAppendTime",
-                int(
-                    c.get(
-                        "min.insync.replicas", self.settings.static_configs["min.insync.replicas"]
-                    )
-                ),
+                int(c.get("min.insync.replicas", "1")),
             )
             self._produce_settings[name] = cached
         return cached

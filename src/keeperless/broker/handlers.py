@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.broker import Broker
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.data_plane import DataPlane
+from keeperless.broker.describe_configs import describe_configs
 from keeperless.controller.acls import AclFilter, matching_acls
 from keeperless.controller.quorum_controller import (
     ApiError,
@@ -48,7 +49,7 @@ from keeperless.controller.requests import (
     update_features_response,
 )
 from keeperless.metadata.features import features_body
-from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from keeperless.metadata.image import MetadataImage
 from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import ProtocolError, RequestHeader, response_class
@@ -394,17 +395,6 @@ class BrokerHandlers:
             self._producer_ids = list(range(start + count - 1, start - 1, -1))
         return reply(ErrorCode.none, self._producer_ids.pop(), 0)
 
-    def _broker_configs(self) -> dict[str, tuple[str, int]]:
-        """This broker's configs with their Kafka ConfigSource: static file values,
-        overridden by dynamic cluster defaults, overridden by dynamic per-broker values."""
-        out = {k: (v, 4) for k, v in self.broker.settings.static_configs.items()}
-        img = self.broker.image
-        for k, v in img.configs.get((BROKER_RESOURCE, ""), {}).items():
-            out[k] = (v, 3)
-        for k, v in img.configs.get((BROKER_RESOURCE, str(self.broker.node_id)), {}).items():
-            out[k] = (v, 2)
-        return out
-
     async def describe_quorum(self, header: RequestHeader, req: Any) -> Any:
         """Forwarded to the active controller, as Kafka's brokers do
         (kafka-metadata-quorum --bootstrap-server)."""
@@ -716,62 +706,4 @@ class BrokerHandlers:
         )
 
     async def describe_configs(self, header: RequestHeader, req: Any) -> Any:
-        results = []
-        for res in req.resources:
-            entry: dict[str, Any] = {
-                "error_code": ErrorCode.none,
-                "error_message": None,
-                "resource_type": res.resource_type,
-                "resource_name": res.resource_name,
-                "configs": (),
-            }
-            if res.resource_type == TOPIC_RESOURCE:
-                if self.broker.image.topic(res.resource_name) is None:
-                    entry.update(
-                        error_code=ErrorCode.unknown_topic_or_partition,
-                        error_message=f"Topic {res.resource_name} does not exist",
-                    )
-                else:
-                    explicit = self.broker.image.topic_config(res.resource_name)
-                    cfgs = self.broker.topic_config(res.resource_name)
-                    entry["configs"] = [
-                        _config_entry(k, v, 1 if k in explicit else 5)
-                        for k, v in sorted(cfgs.items())
-                        if not res.configuration_keys or k in res.configuration_keys
-                    ]
-            elif res.resource_type == BROKER_RESOURCE:
-                if res.resource_name not in ("", str(self.broker.node_id)):
-                    entry.update(
-                        error_code=ErrorCode.invalid_request,
-                        error_message=f"Unknown broker {res.resource_name}",
-                    )
-                else:
-                    entry["configs"] = [
-                        _config_entry(k, v, src)
-                        for k, (v, src) in sorted(self._broker_configs().items())
-                        if not res.configuration_keys or k in res.configuration_keys
-                    ]
-            else:
-                entry.update(
-                    error_code=ErrorCode.invalid_request,
-                    error_message=f"Unsupported resource type {res.resource_type}",
-                )
-            results.append(entry)
-        return build(
-            response_class(32, header.api_version), {"throttle_time": 0, "results": results}
-        )
-
-
-def _config_entry(name: str, value: str, source: int) -> dict[str, Any]:
-    # sources: 1 topic, 2 dynamic broker, 3 dynamic cluster default, 4 static, 5 default
-    return {
-        "name": name,
-        "value": value,
-        "read_only": source == 4,
-        "config_source": source,
-        "is_sensitive": False,
-        "synonyms": (),
-        "config_type": 0,
-        "documentation": None,
-        "is_default": source == 5,
-    }
+        return describe_configs(self.broker, header, req)

@@ -10,6 +10,12 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.controller.quorum_controller import ApiError, QuorumController, Result
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.config_catalog import (
+    BROKER_CONFIGS,
+    READ_ONLY,
+    TOPIC_SYNONYMS,
+    ConfigType,
+)
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from keeperless.metadata.topic_configs import TopicConfigError, validate_topic_configs
 
@@ -22,20 +28,14 @@ __all__ = [
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # broker keys that may change while running (Kafka's "cluster-wide"/"per-broker" kind)
-DYNAMIC_BROKER_CONFIGS = frozenset(
-    {
-        "log.retention.ms",
-        "log.retention.bytes",
-        "log.segment.bytes",
-        "log.roll.ms",
-        "message.max.bytes",
-        "min.insync.replicas",
-        "compression.type",
-        "log.flush.interval.messages",
-        "unclean.leader.election.enable",
-        "log.cleaner.threads",
-    }
-)
+DYNAMIC_BROKER_CONFIGS = frozenset(k for k, d in BROKER_CONFIGS.items() if d.scope != READ_ONLY)
+# a broker key that stands for a topic config in the same unit is validated as that one
+_TOPIC_KEY_OF = {
+    broker_key: topic_key
+    for topic_key, chain in TOPIC_SYNONYMS.items()
+    for broker_key, factor in chain
+    if factor == 1
+}
 
 ConfigChange = tuple[int, str, Sequence[tuple[str, int, str | None]]]
 
@@ -49,11 +49,24 @@ def _validate(rtype: int, name: str, key: str, value: str | None) -> str | None:
         return None
     if key not in DYNAMIC_BROKER_CONFIGS:
         return f"Cannot update these configs dynamically: [{key}]" if key else "Empty config name"
-    if value is not None and key.endswith((".ms", ".bytes", ".messages", ".replicas")):
-        try:
+    if value is None:
+        return None
+    kind = BROKER_CONFIGS[key].type
+    try:
+        if kind in (ConfigType.INT, ConfigType.LONG, ConfigType.SHORT):
             int(value)
-        except ValueError:
-            return f"Invalid value {value} for configuration {key}: Not a number"
+        elif kind == ConfigType.DOUBLE:
+            float(value)
+        elif kind == ConfigType.BOOLEAN and value.lower() not in ("true", "false"):
+            return f"Invalid value {value} for configuration {key}: Expected true or false"
+    except ValueError:
+        return f"Invalid value {value} for configuration {key}: Not a number"
+    topic_key = _TOPIC_KEY_OF.get(key)
+    if topic_key is not None:
+        try:
+            validate_topic_configs({topic_key: value})
+        except TopicConfigError as e:
+            return str(e).replace(topic_key, key)
     return None
 
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-__all__ = ["TOPIC_CONFIG_DEFAULTS", "TopicConfigError", "validate_topic_configs"]
+__all__ = [
+    "TOPIC_CONFIG_DEFAULTS",
+    "TOPIC_CONFIG_DOCS",
+    "TopicConfigError",
+    "validate_topic_configs",
+]
 
 
 class TopicConfigError(ValueError):
@@ -86,9 +91,40 @@ _TOPIC_CONFIGS: dict[str, tuple[Callable[[str, str], None], str]] = {
     "file.delete.delay.ms": (_long(0), "60000"),
     "preallocate": (_bool, "false"),
     "message.timestamp.before.max.ms": (_long(0), "9223372036854775807"),
-    "message.timestamp.after.max.ms": (_long(0), "9223372036854775807"),
+    "message.timestamp.after.max.ms": (_long(0), "3600000"),
 }
 TOPIC_CONFIG_DEFAULTS: Mapping[str, str] = {k: d for k, (_, d) in _TOPIC_CONFIGS.items()}
+
+TOPIC_CONFIG_DOCS: Mapping[str, str] = {
+    "cleanup.policy": "What happens to old data: delete (by retention), compact (keep the last "
+    "record of each key), or both.",
+    "compression.type": "The compression of stored batches; producer keeps what the producer sent.",
+    "retention.ms": "How long data is kept before its segments may be deleted (-1: forever).",
+    "retention.bytes": "The most data a partition keeps before old segments are deleted "
+    "(-1: no limit).",
+    "segment.bytes": "The size at which the active segment is rolled.",
+    "segment.ms": "The age at which the active segment is rolled, even if not full.",
+    "max.message.bytes": "The largest record batch the topic accepts.",
+    "min.insync.replicas": "In-sync replicas an acks=all write needs to succeed.",
+    "message.timestamp.type": "CreateTime keeps the producer's timestamps; LogAppendTime "
+    "stamps records with the broker's time.",
+    "unclean.leader.election.enable": "Allow a replica outside the ISR to lead when no ISR "
+    "member is alive (acknowledged data may be lost).",
+    "flush.messages": "Records written before the partition is flushed to disk.",
+    "flush.ms": "Time before the partition is flushed to disk.",
+    "index.interval.bytes": "Bytes between entries of the offset index.",
+    "delete.retention.ms": "How long tombstones stay readable on a compacted topic.",
+    "min.compaction.lag.ms": "The minimum age of a record before it may be compacted.",
+    "max.compaction.lag.ms": "The maximum age of a record before it must be compacted.",
+    "min.cleanable.dirty.ratio": "The share of uncompacted data above which the log is cleaned.",
+    "segment.index.bytes": "The largest size of a segment's offset index.",
+    "segment.jitter.ms": "A random amount subtracted from segment.ms so segments do not all "
+    "roll at once.",
+    "file.delete.delay.ms": "How long a deleted segment's files stay before removal.",
+    "preallocate": "Preallocate the file of a new segment.",
+    "message.timestamp.before.max.ms": "How far in the past a record's timestamp may be.",
+    "message.timestamp.after.max.ms": "How far in the future a record's timestamp may be.",
+}
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +236,8 @@ class NodeConfig:
     """A validated node configuration. ``values`` holds every key, defaults included."""
 
     values: Mapping[str, Any]
+    # the keys set in the file and overrides, as written (DescribeConfigs' static values)
+    raw: Mapping[str, str] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -363,7 +365,7 @@ def load_config(
         if key not in values:
             values[key] = None if default is None else parser(key, default)
     _validate(values)
-    return NodeConfig(values)
+    return NodeConfig(values, {k: v.strip() for k, v in raw.items()})
 
 
 def _validate(v: dict[str, Any]) -> None:

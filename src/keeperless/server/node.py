@@ -146,15 +146,8 @@ class Node:
 
     def _broker_settings(self) -> BrokerSettings:
         c = self.config
-        static = {
-            "num.partitions": str(c["num.partitions"]),
-            "default.replication.factor": str(c["default.replication.factor"]),
-            "min.insync.replicas": str(c["min.insync.replicas"]),
-            "auto.create.topics.enable": str(c["auto.create.topics.enable"]).lower(),
-            "log.segment.bytes": str(c["log.segment.bytes"]),
-            "log.retention.ms": str(c.retention_ms),
-            "log.retention.bytes": str(c["log.retention.bytes"]),
-        }
+        # what the file sets, as written: the static layer of every config
+        static = dict(c.raw)
         return BrokerSettings(
             node_id=self.node_id,
             cluster_id=self.cluster_id,

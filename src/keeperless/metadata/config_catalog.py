@@ -1,0 +1,632 @@
+"""Every broker and topic config keeperless knows, as DescribeConfigs reports them: type,
+default, documentation, whether it may change while running (Kafka's read-only,
+per-broker and cluster-wide), and how a topic config falls back to its broker synonyms
+(``retention.ms`` <- ``log.retention.ms`` <- ``log.retention.minutes`` <- ``log.retention.hours``).
+
+Resolution follows Kafka's precedence: a topic's own value, then the broker synonyms set
+dynamically for this broker, then those set as the cluster-wide dynamic default, then
+those in the broker's static file, then the default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+
+from keeperless.metadata.topic_configs import TOPIC_CONFIG_DEFAULTS, TOPIC_CONFIG_DOCS
+
+__all__ = [
+    "BROKER_CONFIGS",
+    "CLUSTER_WIDE",
+    "PER_BROKER",
+    "READ_ONLY",
+    "TOPIC_CONFIG_TYPES",
+    "TOPIC_SYNONYMS",
+    "ConfigDef",
+    "ConfigSource",
+    "ConfigType",
+    "Resolved",
+    "resolve_broker",
+    "resolve_topic",
+]
+
+
+class ConfigType(IntEnum):
+    """DescribeConfigs' config_type (v3+)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(IntEnum):
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+READ_ONLY, PER_BROKER, CLUSTER_WIDE = "read-only", "per-broker", "cluster-wide"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: ConfigType
+    default: str | None
+    doc: str
+    scope: str = READ_ONLY
+    sensitive: bool = False
+
+
+# (value, source, synonyms as (name, value, source) in precedence order)
+Resolved = tuple[str | None, ConfigSource, tuple[tuple[str, str | None, ConfigSource], ...]]
+
+T = ConfigType
+_HOUR_MS = 3_600_000
+_LONG_MAX = str(2**63 - 1)
+
+
+def _d(
+    name: str, t: ConfigType, default: str | None, doc: str, scope: str = READ_ONLY
+) -> ConfigDef:
+    return ConfigDef(name, t, default, doc, scope)
+
+
+_BROKER: list[ConfigDef] = [
+    # roles and identity
+    _d("process.roles", T.LIST, None, "The roles this node plays: broker, controller or both."),
+    _d(
+        "node.id",
+        T.INT,
+        None,
+        "This node's id in the cluster, unique among brokers and controllers.",
+    ),
+    _d("broker.rack", T.STRING, None, "The rack of this broker, used to spread replicas."),
+    # listeners
+    _d(
+        "listeners",
+        T.STRING,
+        "PLAINTEXT://:9092",
+        "The addresses this node listens on, as NAME://host:port.",
+    ),
+    _d(
+        "advertised.listeners",
+        T.STRING,
+        None,
+        "The addresses clients are told to use, when they differ from listeners.",
+        PER_BROKER,
+    ),
+    _d("controller.listener.names", T.STRING, None, "The listeners the controllers use."),
+    _d(
+        "listener.security.protocol.map",
+        T.STRING,
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+        "The security protocol of each listener name.",
+        PER_BROKER,
+    ),
+    _d(
+        "inter.broker.listener.name",
+        T.STRING,
+        None,
+        "The listener brokers use to reach each other.",
+    ),
+    # the quorum
+    _d(
+        "controller.quorum.voters",
+        T.LIST,
+        "",
+        "The static quorum: id@host:port of every controller.",
+    ),
+    _d(
+        "controller.quorum.bootstrap.servers",
+        T.LIST,
+        "",
+        "Controller addresses to discover the quorum from.",
+    ),
+    _d(
+        "controller.quorum.election.timeout.ms",
+        T.INT,
+        "1000",
+        "How long a voter waits without a leader before it stands for election.",
+    ),
+    _d(
+        "controller.quorum.fetch.timeout.ms",
+        T.INT,
+        "2000",
+        "How long without a fetch from the leader before a voter suspects it is gone.",
+    ),
+    _d(
+        "controller.quorum.election.backoff.max.ms",
+        T.INT,
+        "1000",
+        "The longest a voter waits before standing again after a failed election.",
+    ),
+    _d(
+        "controller.quorum.request.timeout.ms",
+        T.INT,
+        "2000",
+        "How long a quorum request may take before it is retried.",
+    ),
+    _d(
+        "controller.quorum.append.linger.ms",
+        T.INT,
+        "25",
+        "How long the leader gathers records before it writes them as one batch.",
+    ),
+    _d(
+        "broker.session.timeout.ms",
+        T.INT,
+        "9000",
+        "A broker that misses heartbeats this long is fenced.",
+    ),
+    _d(
+        "broker.heartbeat.interval.ms",
+        T.INT,
+        "2000",
+        "How often a broker heartbeats the active controller.",
+    ),
+    _d(
+        "metadata.log.dir",
+        T.STRING,
+        None,
+        "Where the metadata log lives (the first of log.dirs if not set).",
+    ),
+    _d("metadata.log.segment.bytes", T.INT, str(1024**3), "The size of a metadata log segment."),
+    _d(
+        "metadata.log.max.record.bytes.between.snapshots",
+        T.LONG,
+        str(20 * 1024**2),
+        "Metadata bytes appended before a new snapshot is written.",
+    ),
+    _d(
+        "metadata.log.max.snapshot.interval.ms",
+        T.LONG,
+        "3600000",
+        "The longest time between metadata snapshots (0: by size only).",
+    ),
+    # logs
+    _d("log.dirs", T.STRING, None, "The directories holding partition data."),
+    _d(
+        "log.dir",
+        T.STRING,
+        "/tmp/kraft-combined-logs",
+        "The data directory when log.dirs is not set.",
+    ),
+    _d(
+        "num.partitions",
+        T.INT,
+        "1",
+        "The number of partitions of a new topic that names none.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "default.replication.factor",
+        T.INT,
+        "1",
+        "The replication factor of a new topic that names none.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "auto.create.topics.enable",
+        T.BOOLEAN,
+        "true",
+        "Create a topic when a client asks for one that does not exist.",
+    ),
+    _d(
+        "log.segment.bytes",
+        T.INT,
+        str(1024**3),
+        "The size at which a log segment is rolled.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.roll.ms",
+        T.LONG,
+        None,
+        "The age at which a log segment is rolled (log.roll.hours if not set).",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.roll.hours",
+        T.INT,
+        "168",
+        "The age in hours at which a log segment is rolled.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.roll.jitter.ms",
+        T.LONG,
+        None,
+        "A random amount subtracted from the roll time.",
+        CLUSTER_WIDE,
+    ),
+    _d("log.roll.jitter.hours", T.INT, "0", "log.roll.jitter.ms in hours.", CLUSTER_WIDE),
+    _d(
+        "log.retention.ms",
+        T.LONG,
+        None,
+        "How long data is kept (log.retention.minutes if not set; -1: forever).",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.retention.minutes",
+        T.INT,
+        None,
+        "How long data is kept, in minutes (log.retention.hours if not set).",
+        CLUSTER_WIDE,
+    ),
+    _d("log.retention.hours", T.INT, "168", "How long data is kept, in hours.", CLUSTER_WIDE),
+    _d(
+        "log.retention.bytes",
+        T.LONG,
+        "-1",
+        "The most data a partition keeps (-1: no limit).",
+        CLUSTER_WIDE,
+    ),
+    _d("log.retention.check.interval.ms", T.LONG, "300000", "How often retention is enforced."),
+    _d(
+        "log.index.interval.bytes",
+        T.INT,
+        "4096",
+        "Bytes between offset index entries.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.index.size.max.bytes",
+        T.INT,
+        "10485760",
+        "The largest an offset index grows.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.flush.interval.messages",
+        T.LONG,
+        _LONG_MAX,
+        "Messages written before a partition is flushed to disk.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.flush.interval.ms",
+        T.LONG,
+        None,
+        "Time before a partition is flushed to disk (unset: never on a timer).",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.cleanup.policy",
+        T.LIST,
+        "delete",
+        "The default cleanup policy: delete, compact or both.",
+        CLUSTER_WIDE,
+    ),
+    _d("log.cleaner.enable", T.BOOLEAN, "true", "Run the log cleaner for compacted topics."),
+    _d("log.cleaner.threads", T.INT, "1", "Threads cleaning compacted logs.", CLUSTER_WIDE),
+    _d(
+        "log.cleaner.delete.retention.ms",
+        T.LONG,
+        "86400000",
+        "How long tombstones are kept on compacted topics.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.cleaner.min.compaction.lag.ms",
+        T.LONG,
+        "0",
+        "The minimum age of a record before it may be compacted.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.cleaner.max.compaction.lag.ms",
+        T.LONG,
+        _LONG_MAX,
+        "The maximum age of a record before it must be compacted.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.cleaner.min.cleanable.ratio",
+        T.DOUBLE,
+        "0.5",
+        "The dirty share of a log above which it is cleaned.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.segment.delete.delay.ms",
+        T.LONG,
+        "60000",
+        "How long a deleted segment's files stay before removal.",
+        CLUSTER_WIDE,
+    ),
+    _d("log.preallocate", T.BOOLEAN, "false", "Preallocate new segment files.", CLUSTER_WIDE),
+    _d(
+        "log.message.timestamp.type",
+        T.STRING,
+        "CreateTime",
+        "CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.message.timestamp.before.max.ms",
+        T.LONG,
+        _LONG_MAX,
+        "How far in the past a record's timestamp may be.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.message.timestamp.after.max.ms",
+        T.LONG,
+        "3600000",
+        "How far in the future a record's timestamp may be.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "message.max.bytes",
+        T.INT,
+        "1048588",
+        "The largest record batch a partition accepts.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "compression.type",
+        T.STRING,
+        "producer",
+        "The compression of stored batches (producer: as the producer sent them).",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "min.insync.replicas", T.INT, "1", "In-sync replicas an acks=all write needs.", CLUSTER_WIDE
+    ),
+    _d(
+        "unclean.leader.election.enable",
+        T.BOOLEAN,
+        "false",
+        "Elect a replica outside the ISR when no ISR member is alive (may lose data).",
+        CLUSTER_WIDE,
+    ),
+    _d("delete.topic.enable", T.BOOLEAN, "true", "Topics may be deleted."),
+    # replication
+    _d(
+        "replica.lag.time.max.ms",
+        T.LONG,
+        "30000",
+        "A follower that has not caught up for this long leaves the ISR.",
+    ),
+    _d("replica.fetch.wait.max.ms", T.INT, "500", "How long a follower's fetch waits for data."),
+    _d("replica.fetch.max.bytes", T.INT, "1048576", "Bytes a follower fetches per partition."),
+    _d(
+        "replica.fetch.response.max.bytes",
+        T.INT,
+        "10485760",
+        "Bytes a follower fetches per request.",
+    ),
+    _d(
+        "replica.fetch.backoff.ms", T.INT, "1000", "How long a follower waits after a failed fetch."
+    ),
+    _d("num.replica.fetchers", T.INT, "1", "Fetcher threads per source broker.", CLUSTER_WIDE),
+    # groups
+    _d(
+        "offsets.topic.replication.factor",
+        T.SHORT,
+        "3",
+        "The replication factor of __consumer_offsets.",
+    ),
+    _d("offsets.topic.num.partitions", T.INT, "50", "The partitions of __consumer_offsets."),
+    _d(
+        "offsets.commit.timeout.ms",
+        T.INT,
+        "5000",
+        "How long an offset commit waits for the in-sync replicas.",
+    ),
+    _d(
+        "group.initial.rebalance.delay.ms",
+        T.INT,
+        "3000",
+        "How long a new group waits for more members before its first rebalance.",
+    ),
+    _d(
+        "group.min.session.timeout.ms",
+        T.INT,
+        "6000",
+        "The shortest session timeout a member may ask for.",
+    ),
+    _d(
+        "group.max.session.timeout.ms",
+        T.INT,
+        "1800000",
+        "The longest session timeout a member may ask for.",
+    ),
+    # accepted without effect here
+    _d(
+        "num.network.threads",
+        T.INT,
+        "3",
+        "Network threads (one event loop serves all connections here).",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "num.io.threads",
+        T.INT,
+        "8",
+        "I/O threads (one event loop serves all requests here).",
+        CLUSTER_WIDE,
+    ),
+    _d("socket.send.buffer.bytes", T.INT, "102400", "The socket send buffer (-1: the OS default)."),
+    _d(
+        "socket.receive.buffer.bytes",
+        T.INT,
+        "102400",
+        "The socket receive buffer (-1: the OS default).",
+    ),
+    _d("socket.request.max.bytes", T.INT, "104857600", "The largest request accepted."),
+    _d(
+        "num.recovery.threads.per.data.dir",
+        T.INT,
+        "2",
+        "Threads recovering logs at start.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "transaction.state.log.replication.factor",
+        T.SHORT,
+        "3",
+        "The replication factor of __transaction_state.",
+    ),
+    _d("transaction.state.log.min.isr", T.INT, "2", "min.insync.replicas of __transaction_state."),
+    _d(
+        "share.coordinator.state.topic.replication.factor",
+        T.SHORT,
+        "3",
+        "The replication factor of __share_group_state.",
+    ),
+    _d(
+        "share.coordinator.state.topic.min.isr",
+        T.SHORT,
+        "2",
+        "min.insync.replicas of __share_group_state.",
+    ),
+    _d(
+        "metrics.http.listener",
+        T.STRING,
+        None,
+        "host:port of the Prometheus metrics endpoint (keeperless).",
+    ),
+]
+
+BROKER_CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in _BROKER}
+
+# topic config -> its broker synonyms, most specific first, with the factor from the
+# broker key's unit to the topic key's (Kafka's LogConfig synonyms)
+TOPIC_SYNONYMS: Mapping[str, tuple[tuple[str, int], ...]] = {
+    "cleanup.policy": (("log.cleanup.policy", 1),),
+    "compression.type": (("compression.type", 1),),
+    "delete.retention.ms": (("log.cleaner.delete.retention.ms", 1),),
+    "file.delete.delay.ms": (("log.segment.delete.delay.ms", 1),),
+    "flush.messages": (("log.flush.interval.messages", 1),),
+    "flush.ms": (("log.flush.interval.ms", 1),),
+    "index.interval.bytes": (("log.index.interval.bytes", 1),),
+    "max.compaction.lag.ms": (("log.cleaner.max.compaction.lag.ms", 1),),
+    "max.message.bytes": (("message.max.bytes", 1),),
+    "message.timestamp.type": (("log.message.timestamp.type", 1),),
+    "message.timestamp.before.max.ms": (("log.message.timestamp.before.max.ms", 1),),
+    "message.timestamp.after.max.ms": (("log.message.timestamp.after.max.ms", 1),),
+    "min.cleanable.dirty.ratio": (("log.cleaner.min.cleanable.ratio", 1),),
+    "min.compaction.lag.ms": (("log.cleaner.min.compaction.lag.ms", 1),),
+    "min.insync.replicas": (("min.insync.replicas", 1),),
+    "preallocate": (("log.preallocate", 1),),
+    "retention.bytes": (("log.retention.bytes", 1),),
+    "retention.ms": (
+        ("log.retention.ms", 1),
+        ("log.retention.minutes", 60_000),
+        ("log.retention.hours", _HOUR_MS),
+    ),
+    "segment.bytes": (("log.segment.bytes", 1),),
+    "segment.index.bytes": (("log.index.size.max.bytes", 1),),
+    "segment.jitter.ms": (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", _HOUR_MS)),
+    "segment.ms": (("log.roll.ms", 1), ("log.roll.hours", _HOUR_MS)),
+    "unclean.leader.election.enable": (("unclean.leader.election.enable", 1),),
+}
+
+TOPIC_CONFIG_TYPES: Mapping[str, ConfigType] = {
+    "cleanup.policy": T.LIST,
+    "compression.type": T.STRING,
+    "message.timestamp.type": T.STRING,
+    "min.cleanable.dirty.ratio": T.DOUBLE,
+    "unclean.leader.election.enable": T.BOOLEAN,
+    "preallocate": T.BOOLEAN,
+    "segment.bytes": T.INT,
+    "max.message.bytes": T.INT,
+    "min.insync.replicas": T.INT,
+    "index.interval.bytes": T.INT,
+    "segment.index.bytes": T.INT,
+}
+
+
+def topic_config_type(key: str) -> ConfigType:
+    return TOPIC_CONFIG_TYPES.get(key, T.LONG)
+
+
+def _scaled(value: str | None, factor: int) -> str | None:
+    if value is None or factor == 1:
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        return value
+    return str(n * factor) if n >= 0 else str(n)
+
+
+def _chain(
+    keys: tuple[tuple[str, int], ...],
+    per_broker: Mapping[str, str],
+    cluster: Mapping[str, str],
+    static: Mapping[str, str],
+) -> list[tuple[str, str | None, ConfigSource, int]]:
+    """(broker key, raw value, source, factor) wherever one of ``keys`` is set, in
+    Kafka's precedence, then the first key's default."""
+    out: list[tuple[str, str | None, ConfigSource, int]] = []
+    levels = (
+        (per_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+        (cluster, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        (static, ConfigSource.STATIC_BROKER_CONFIG),
+    )
+    for values, source in levels:
+        for key, factor in keys:
+            if key in values:
+                out.append((key, values[key], source, factor))
+    for key, factor in keys:
+        d = BROKER_CONFIGS.get(key)
+        if d is not None and d.default is not None:
+            out.append((key, d.default, ConfigSource.DEFAULT_CONFIG, factor))
+            break
+    return out
+
+
+def resolve_broker(
+    key: str,
+    per_broker: Mapping[str, str],
+    cluster: Mapping[str, str],
+    static: Mapping[str, str],
+) -> Resolved:
+    """A broker config's value and source on this broker, with its synonyms."""
+    keys: tuple[tuple[str, int], ...] = ((key, 1),)
+    for chained in TOPIC_SYNONYMS.values():  # log.retention.ms also from minutes/hours
+        if chained[0][0] == key:
+            keys = chained
+    chain = _chain(keys, per_broker, cluster, static)
+    found = tuple((k, v, src) for k, v, src, _ in chain)
+    if not chain:
+        return None, ConfigSource.DEFAULT_CONFIG, ()
+    k, v, src, factor = chain[0]
+    return (v if k == key else _scaled(v, factor)), src, found
+
+
+def resolve_topic(
+    key: str,
+    topic: Mapping[str, str],
+    per_broker: Mapping[str, str],
+    cluster: Mapping[str, str],
+    static: Mapping[str, str],
+) -> Resolved:
+    """A topic config's effective value and source, with its synonyms."""
+    chain = _chain(TOPIC_SYNONYMS.get(key, ()), per_broker, cluster, static)
+    synonyms = [(k, _scaled(v, f), s) for k, v, s, f in chain]
+    if key in topic:
+        synonyms.insert(0, (key, topic[key], ConfigSource.DYNAMIC_TOPIC_CONFIG))
+    if not synonyms:
+        return TOPIC_CONFIG_DEFAULTS.get(key), ConfigSource.DEFAULT_CONFIG, ()
+    value, source = synonyms[0][1], synonyms[0][2]
+    return value, source, tuple(synonyms)
+
+
+def topic_doc(key: str) -> str:
+    return TOPIC_CONFIG_DOCS.get(key, "")

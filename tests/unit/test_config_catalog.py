@@ -1,0 +1,80 @@
+"""Config resolution as Kafka's DescribeConfigs reports it: a topic config falls back to
+its broker synonyms, dynamic per-broker before the cluster default before the file."""
+
+from __future__ import annotations
+
+from keeperless.metadata.config_catalog import (
+    BROKER_CONFIGS,
+    READ_ONLY,
+    TOPIC_SYNONYMS,
+    ConfigSource,
+    ConfigType,
+    resolve_broker,
+    resolve_topic,
+    topic_config_type,
+)
+from keeperless.metadata.topic_configs import TOPIC_CONFIG_DEFAULTS, TOPIC_CONFIG_DOCS
+
+S = ConfigSource
+
+
+def test_a_topic_config_falls_back_through_its_broker_synonyms() -> None:
+    static = {"log.retention.hours": "24"}
+    value, source, synonyms = resolve_topic("retention.ms", {}, {}, {}, static)
+    assert (value, source) == (str(24 * 3_600_000), S.STATIC_BROKER_CONFIG)
+    assert synonyms[0] == ("log.retention.hours", str(24 * 3_600_000), S.STATIC_BROKER_CONFIG)
+    # the cluster-wide dynamic default wins over the file, per-broker over both
+    cluster = {"log.retention.ms": "5000"}
+    assert resolve_topic("retention.ms", {}, {}, cluster, static)[:2] == (
+        "5000",
+        S.DYNAMIC_DEFAULT_BROKER_CONFIG,
+    )
+    per = {"log.retention.minutes": "2"}
+    value, source, synonyms = resolve_topic("retention.ms", {}, per, cluster, static)
+    assert (value, source) == ("120000", S.DYNAMIC_BROKER_CONFIG)
+    assert [s for _, _, s in synonyms] == [
+        S.DYNAMIC_BROKER_CONFIG,
+        S.DYNAMIC_DEFAULT_BROKER_CONFIG,
+        S.STATIC_BROKER_CONFIG,
+        S.DEFAULT_CONFIG,
+    ]
+    # the topic's own value first of all
+    value, source, synonyms = resolve_topic(
+        "retention.ms", {"retention.ms": "7"}, per, cluster, static
+    )
+    assert (value, source) == ("7", S.DYNAMIC_TOPIC_CONFIG)
+    assert synonyms[0] == ("retention.ms", "7", S.DYNAMIC_TOPIC_CONFIG)
+    # nothing set anywhere: Kafka's default through the last synonym (168 hours)
+    assert resolve_topic("retention.ms", {}, {}, {}, {})[:2] == ("604800000", S.DEFAULT_CONFIG)
+    assert resolve_topic("segment.ms", {}, {}, {}, {})[:2] == ("604800000", S.DEFAULT_CONFIG)
+
+
+def test_broker_configs_resolve_with_their_sources() -> None:
+    assert resolve_broker("num.partitions", {}, {}, {})[:2] == ("1", S.DEFAULT_CONFIG)
+    assert resolve_broker("num.partitions", {}, {}, {"num.partitions": "3"})[:2] == (
+        "3",
+        S.STATIC_BROKER_CONFIG,
+    )
+    assert resolve_broker("log.retention.ms", {}, {}, {"log.retention.hours": "1"})[:2] == (
+        "3600000",
+        S.STATIC_BROKER_CONFIG,
+    )
+    assert resolve_broker("advertised.listeners", {}, {}, {})[:2] == (None, S.DEFAULT_CONFIG)
+
+
+def test_every_topic_config_has_a_type_a_default_a_doc_and_known_synonyms() -> None:
+    for key in TOPIC_CONFIG_DEFAULTS:
+        assert TOPIC_CONFIG_DOCS.get(key), key
+        assert topic_config_type(key) != ConfigType.UNKNOWN
+        for broker_key, _ in TOPIC_SYNONYMS.get(key, ()):
+            assert broker_key in BROKER_CONFIGS, broker_key
+            assert BROKER_CONFIGS[broker_key].scope != READ_ONLY, broker_key
+    assert topic_config_type("cleanup.policy") == ConfigType.LIST
+    assert topic_config_type("retention.ms") == ConfigType.LONG
+
+
+def test_every_key_a_server_properties_may_set_is_in_the_catalog() -> None:
+    from keeperless.server.config import _SCHEMA, ACCEPTED_KAFKA_KEYS
+
+    missing = sorted((set(_SCHEMA) | ACCEPTED_KAFKA_KEYS) - set(BROKER_CONFIGS))
+    assert not missing
