@@ -443,8 +443,6 @@ def test_describe_configs_as_kafka_fills_them(three: Cluster) -> None:
     reaching topics without their own value."""
     from confluent_kafka.admin import (
         AdminClient,
-        AlterConfigOpType,
-        ConfigEntry,
         ConfigResource,
         ConfigSource,
         NewTopic,
