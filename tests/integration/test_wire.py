@@ -503,3 +503,22 @@ def test_describe_configs_as_kafka_fills_them(three: Cluster) -> None:
     assert [(c.name, c.value, c.config_source) for c in cluster] == [
         ("log.segment.bytes", "2097152", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
     ]
+
+
+def test_alter_replica_log_dirs(three: Cluster) -> None:
+    """One log directory per broker: moving a replica to it is done at once; another
+    directory is LOG_DIR_NOT_FOUND, a replica not hosted here REPLICA_NOT_AVAILABLE."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": three.bootstrap})
+    admin.create_topics([NewTopic("arld", 1, 3)])["arld"].result(20)
+    b = next(iter(three.brokers.values()))
+    wait_until(lambda: (b.data / "arld-0").exists(), 10)
+
+    def move(path: str, topic: str) -> ErrorCode:
+        body = {"dirs": [{"path": path, "topics": [{"name": topic, "partitions": [0]}]}]}
+        return kafka_request(b.port, 34, 2, body).results[0].partitions[0].error_code
+
+    assert move(str(b.data), "arld") == ErrorCode.none
+    assert move("/nonexistent/dir", "arld") == ErrorCode.log_dir_not_found
+    assert move(str(b.data), "no-such-topic") == ErrorCode.replica_not_available

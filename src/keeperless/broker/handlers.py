@@ -80,6 +80,7 @@ class BrokerHandlers:
             22: self.init_producer_id,
             32: self.describe_configs,
             37: self.create_partitions,
+            34: self.alter_replica_log_dirs,
             35: self.describe_log_dirs,
             33: self.alter_configs,
             44: self.incremental_alter_configs,
@@ -705,5 +706,37 @@ class BrokerHandlers:
             },
         )
 
+    async def alter_replica_log_dirs(self, header: RequestHeader, req: Any) -> Any:
+        """Move replicas between this broker's log directories. It keeps every partition
+        in its one log directory: asking for that one is done at once, another path is
+        LOG_DIR_NOT_FOUND, a partition not hosted here REPLICA_NOT_AVAILABLE."""
+        here = self.broker.settings.log_dir
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for d in req.dirs:
+            same = _same_dir(d.path, here)
+            for t in d.topics:
+                for idx in t.partitions:
+                    if not same:
+                        err = ErrorCode.log_dir_not_found
+                    elif self.broker.partitions.get(t.name, idx) is None:
+                        err = ErrorCode.replica_not_available
+                    else:
+                        err = ErrorCode.none
+                    by_topic.setdefault(t.name, []).append(
+                        {"partition_index": idx, "error_code": err}
+                    )
+        return build(
+            response_class(34, header.api_version),
+            {
+                "throttle_time": 0,
+                "results": [{"topic_name": n, "partitions": ps} for n, ps in by_topic.items()],
+            },
+        )
+
     async def describe_configs(self, header: RequestHeader, req: Any) -> Any:
         return describe_configs(self.broker, header, req)
+
+
+def _same_dir(path: str, log_dir: os.PathLike[str]) -> bool:
+    """Whether an operator's path names this broker's log directory (a string check)."""
+    return os.path.normpath(os.path.abspath(path)) == os.path.normpath(os.path.abspath(log_dir))

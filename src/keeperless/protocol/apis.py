@@ -31,6 +31,7 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     31: (1, 3),  # DeleteAcls (forwarded to the controller)
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs (forwarded to the controller)
+    34: (1, 2),  # AlterReplicaLogDirs (one log directory per broker)
     35: (1, 4),  # DescribeLogDirs
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
