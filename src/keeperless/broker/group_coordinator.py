@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
+from keeperless.broker.consumer_group import ConsumerGroup
 from keeperless.broker.groups import Group, JoinResult
 from keeperless.controller.quorum_controller import NewTopic
 from keeperless.metadata.image import MetadataImage
@@ -79,6 +80,10 @@ class GroupSettings:
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1800000
     offsets_commit_timeout_ms: int = 5000
+    # KIP-848's group.consumer.* keys
+    consumer_heartbeat_interval_ms: int = 5000
+    consumer_session_timeout_ms: int = 45000
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
 
 
 class GroupCoordinator:
@@ -87,6 +92,7 @@ class GroupCoordinator:
         self.settings = settings
         self.initial_delay_ms = settings.initial_rebalance_delay_ms
         self.groups: dict[str, Group] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.offsets: dict[str, Offsets] = {}
         # __consumer_offsets partitions led here and loaded: index -> leader epoch
         self._loaded: dict[int, int] = {}
@@ -122,10 +128,16 @@ class GroupCoordinator:
             for gid in set(self.groups) | set(self.offsets)
             if partitions == 0 or partition_for_group(gid, partitions) == idx
         ]
+        gone += [
+            gid
+            for gid in self.consumer_groups
+            if gid not in gone and (partitions == 0 or partition_for_group(gid, partitions) == idx)
+        ]
         for gid in gone:
             g = self.groups.pop(gid, None)
             if g is not None:
                 g.abandon()
+            self.consumer_groups.pop(gid, None)  # its members hear NOT_COORDINATOR
             self.offsets.pop(gid, None)
         log.info(
             "[node %d] Unloaded %d group(s) of %s-%d: no longer its leader",
@@ -270,6 +282,10 @@ class GroupCoordinator:
         bounds = self.settings.min_session_timeout_ms, self.settings.max_session_timeout_ms
         if err is None and not bounds[0] <= session_ms <= bounds[1]:
             err = ErrorCode.invalid_session_timeout  # group.{min,max}.session.timeout.ms
+        cg = self.consumer_groups.get(req.group_id)
+        if err is None and cg is not None and cg.members:
+            # classic members do not join a group of the consumer protocol here
+            err = ErrorCode.inconsistent_group_protocol
         if err is not None:
             res: JoinResult = JoinResult(err, member_id=req.member_id)
         else:
@@ -369,3 +385,5 @@ class GroupCoordinator:
         now = time.monotonic()
         for g in self.groups.values():
             g.expire_sessions(now)
+        for cg in self.consumer_groups.values():
+            cg.expire(now, self.settings.consumer_session_timeout_ms)

@@ -66,7 +66,10 @@ class GroupOffsets:
         err = self.gc._group_error(group_id)
         g = self.gc.groups.get(group_id)
         generation = getattr(req, "generation_id_or_member_epoch", -1)
-        if err is None and generation >= 0:
+        cg = self.gc.consumer_groups.get(group_id)
+        if err is None and cg is not None and (cg.members or g is None or not g.members):
+            err = _consumer_member_error(cg, req.member_id, generation)
+        elif err is None and generation >= 0:
             err = (
                 ErrorCode.unknown_member_id
                 if g is None
@@ -206,21 +209,26 @@ class GroupOffsets:
         # Kafka compares state and type filters case-insensitively
         states = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
         types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
-        names = set(self.gc.groups) | set(self.gc.offsets)
+        names = set(self.gc.groups) | set(self.gc.offsets) | set(self.gc.consumer_groups)
         out = []
         for gid in sorted(names):
             g = self.gc.groups.get(gid)
-            state = g.state if g else GroupState.EMPTY
+            cg = self.gc.consumer_groups.get(gid)
+            if cg is not None and (cg.members or g is None or not g.members):
+                state, kind, protocol_type = cg.state, "consumer", "consumer"
+            else:
+                state = g.state if g else GroupState.EMPTY
+                kind, protocol_type = "classic", (g.protocol_type if g else "") or "consumer"
             if states and state.lower() not in states:
                 continue
-            if types and "classic" not in types:
+            if types and kind not in types:
                 continue
             out.append(
                 {
                     "group_id": gid,
-                    "protocol_type": (g.protocol_type if g else "") or "consumer",
+                    "protocol_type": protocol_type,
                     "group_state": state,
-                    "group_type": "classic",
+                    "group_type": kind,
                 }
             )
         return build(
@@ -233,6 +241,20 @@ class GroupOffsets:
         for gid in req.groups:
             err = self.gc._group_error(gid)
             g = self.gc.groups.get(gid)
+            cg = self.gc.consumer_groups.get(gid)
+            if err is None and cg is not None and cg.members:
+                out.append(
+                    {
+                        "error_code": ErrorCode.group_id_not_found,
+                        "error_message": f"Group {gid} is not a classic group.",
+                        "group_id": gid,
+                        "group_state": GroupState.DEAD,
+                        "protocol_type": "",
+                        "protocol_data": "",
+                        "members": [],
+                    }
+                )
+                continue
             entry: dict[str, Any] = {
                 "error_code": err or ErrorCode.none,
                 "group_id": gid,
@@ -264,9 +286,10 @@ class GroupOffsets:
         for gid in req.groups_names:
             err = self.gc._group_error(gid)
             g = self.gc.groups.get(gid)
-            if err is None and g is not None and g.members:
+            cg = self.gc.consumer_groups.get(gid)
+            if err is None and ((g is not None and g.members) or (cg is not None and cg.members)):
                 err = ErrorCode.non_empty_group
-            elif err is None and g is None and gid not in self.gc.offsets:
+            elif err is None and g is None and cg is None and gid not in self.gc.offsets:
                 err = ErrorCode.group_id_not_found
             if err is None:
                 offsets = self.gc.offsets.get(gid, {})
@@ -277,6 +300,7 @@ class GroupOffsets:
                 if err is None:
                     self.gc.offsets.pop(gid, None)
                     self.gc.groups.pop(gid, None)
+                    self.gc.consumer_groups.pop(gid, None)
             results.append({"group_id": gid, "error_code": err or ErrorCode.none})
         return build(
             response_class(42, header.api_version), {"throttle_time": 0, "results": results}
@@ -289,10 +313,21 @@ class GroupOffsets:
         err = self.gc._group_error(gid)
         g = self.gc.groups.get(gid)
         offsets = self.gc.offsets.get(gid, {})
-        if err is None and g is None and gid not in self.gc.offsets:
+        if (
+            err is None
+            and g is None
+            and gid not in self.gc.offsets
+            and gid not in (self.gc.consumer_groups)
+        ):
             err = ErrorCode.group_id_not_found
         subscribed: set[str] = set()
-        if err is None and g is not None and g.members:
+        cg = self.gc.consumer_groups.get(gid)
+        if err is None and g is None and cg is not None:
+            err = None
+            image = self.broker.image
+            view = {t.name: (t.topic_id, len(t.partitions)) for t in image.topics.values()}
+            subscribed = cg.subscribed_topics(view)
+        elif err is None and g is not None and g.members:
             if (g.protocol_type or "consumer") != "consumer":
                 err = ErrorCode.non_empty_group
             else:
@@ -355,3 +390,16 @@ class GroupOffsets:
             response_class(74, header.api_version),
             {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": out},
         )
+
+
+def _consumer_member_error(cg: Any, member_id: str, epoch: int) -> ErrorCode | None:
+    """KIP-848: a commit to a consumer group comes from a member at its epoch (or the
+    previous one while it moves on); a simple commit only to a group without members."""
+    if epoch < 0 and not member_id:
+        return ErrorCode.unknown_member_id if cg.members else None
+    m = cg.members.get(member_id)
+    if m is None:
+        return ErrorCode.unknown_member_id
+    if epoch not in (m.member_epoch, m.previous_epoch):
+        return ErrorCode.stale_member_epoch
+    return None

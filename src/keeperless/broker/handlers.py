@@ -144,10 +144,16 @@ class BrokerHandlers:
 
     async def metadata(self, header: RequestHeader, req: Any) -> Any:
         image = self.broker.image
+        by_id: list[Any] = []  # v10+: topics asked for by id (a KIP-848 assignment's)
         if req.topics is None or (header.api_version == 0 and not req.topics):
             names = sorted(image.topic_ids)
         else:
             names = [t.name for t in req.topics if t.name is not None]
+            by_id = [
+                t.topic_id
+                for t in req.topics
+                if t.name is None and getattr(t, "topic_id", None) is not None
+            ]
         auto = (
             getattr(req, "allow_auto_topic_creation", True)
             and self.broker.settings.auto_create_topics
@@ -169,6 +175,19 @@ class BrokerHandlers:
         if creatable:
             self.broker.auto_create.create([NewTopic(n) for n in creatable])
         topics = []
+        for tid in by_id:
+            found = image.topics.get(tid)
+            if found is None:
+                topics.append(
+                    {
+                        "error_code": ErrorCode.unknown_topic_id,
+                        "name": None,
+                        "topic_id": tid,
+                        "partitions": (),
+                    }
+                )
+            else:
+                names.append(found.name)
         for name in names:
             t = image.topic(name)
             if t is None:

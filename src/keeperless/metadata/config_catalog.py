@@ -445,6 +445,24 @@ _BROKER: list[ConfigDef] = [
         "1800000",
         "The longest session timeout a member may ask for.",
     ),
+    _d(
+        "group.consumer.heartbeat.interval.ms",
+        T.INT,
+        "5000",
+        "How often members of a consumer-protocol group heartbeat (KIP-848).",
+    ),
+    _d(
+        "group.consumer.session.timeout.ms",
+        T.INT,
+        "45000",
+        "A consumer-protocol member that misses heartbeats this long leaves the group.",
+    ),
+    _d(
+        "group.consumer.assignors",
+        T.LIST,
+        "uniform,range",
+        "The server assignors of consumer-protocol groups, the first the default.",
+    ),
     # accepted without effect here
     _d(
         "num.network.threads",

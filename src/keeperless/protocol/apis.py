@@ -46,6 +46,8 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     57: (0, 2),  # UpdateFeatures (forwarded to the controller)
     60: (0, 2),  # DescribeCluster
     64: (0, 0),  # UnregisterBroker (forwarded to the controller)
+    68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848)
+    69: (0, 1),  # ConsumerGroupDescribe
     74: (0, 1),  # ListConfigResources
     75: (0, 0),  # DescribeTopicPartitions
 }

@@ -136,6 +136,26 @@ def _http_listener(key: str, raw: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def _assignors(key: str, raw: str) -> list[str]:
+    """group.consumer.assignors: Kafka's names, or its class names for them."""
+    known = {
+        "uniform": "uniform",
+        "range": "range",
+        "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+        "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+    }
+    out = []
+    for item in _list(key, raw):
+        if item not in known:
+            raise ConfigError(
+                f"Invalid value {item!r} for {key}: the assignors are uniform and range"
+            )
+        out.append(known[item])
+    if not out:
+        raise ConfigError(f"{key} must name at least one assignor")
+    return out
+
+
 def _protocol_map(key: str, raw: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in _list(key, raw):
@@ -188,6 +208,9 @@ _SCHEMA: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "group.min.session.timeout.ms": (_int(0), "6000"),
     "group.max.session.timeout.ms": (_int(0), "1800000"),
     "offsets.commit.timeout.ms": (_int(1), "5000"),
+    "group.consumer.heartbeat.interval.ms": (_int(1), "5000"),
+    "group.consumer.session.timeout.ms": (_int(1), "45000"),
+    "group.consumer.assignors": (_assignors, "uniform,range"),
     "broker.rack": (_str, None),
     "controller.quorum.election.timeout.ms": (_int(1), "1000"),
     "controller.quorum.fetch.timeout.ms": (_int(1), "2000"),

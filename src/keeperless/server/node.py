@@ -17,6 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker, BrokerSettings
+from keeperless.broker.consumer_group_apis import ConsumerGroupApis
 from keeperless.broker.controller_channel import ControllerUnavailableError, RemoteController
 from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.group_offsets import GroupOffsets
@@ -120,6 +121,9 @@ class Node:
                     config["group.min.session.timeout.ms"],
                     config["group.max.session.timeout.ms"],
                     config["offsets.commit.timeout.ms"],
+                    config["group.consumer.heartbeat.interval.ms"],
+                    config["group.consumer.session.timeout.ms"],
+                    tuple(config["group.consumer.assignors"]),
                 ),
             )
             broker = self.broker
@@ -271,6 +275,7 @@ class Node:
         assert self.broker is not None
         assert self.groups is not None
         extra = GroupOffsets(self.groups).handlers()
+        extra.update(ConsumerGroupApis(self.groups).handlers())
         h = BrokerHandlers(self.broker, extra)
         return RequestRouter(self.node_id, h.apis, h.handlers, h.api_versions_body)
 

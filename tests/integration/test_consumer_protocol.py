@@ -1,0 +1,124 @@
+"""The consumer group protocol of KIP-848 with confluent-kafka's group.protocol=consumer:
+server-side assignment, rebalances as members join and leave, commits, describe."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.integration.cluster import Node
+
+
+@pytest.fixture
+def node848(tmp_path: Path) -> Iterator[Node]:
+    n = Node(tmp_path, extra={"group.consumer.heartbeat.interval.ms": "500"})
+    n.format()
+    n.start()
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+def _consumer(node: Node, group: str, **extra: Any) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": node.bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **extra,
+        }
+    )
+
+
+def _assigned(c: Consumer) -> set[tuple[str, int]]:
+    return {(p.topic, p.partition) for p in c.assignment()}
+
+
+def _poll_until(
+    consumers: list[Consumer], cond: Any, timeout: float, what: str, got: list[Any] | None = None
+) -> list[Any]:
+    got = [] if got is None else got
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in consumers:
+            m = c.poll(0.05)
+            if m is not None and not m.error():
+                got.append(m)
+        if cond():
+            return got
+    raise TimeoutError(f"timed out waiting for {what}: {[_assigned(c) for c in consumers]}")
+
+
+def test_members_join_share_and_leave(node848: Node) -> None:
+    node = node848
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    admin.create_topics([NewTopic("kip848", 6, 1)])["kip848"].result(20)
+    p = Producer({"bootstrap.servers": node.bootstrap})
+    for i in range(60):
+        p.produce("kip848", value=b"%d" % i, partition=i % 6)
+    assert p.flush(20) == 0
+    everything = {("kip848", i) for i in range(6)}
+    a = _consumer(node, "g848")
+    a.subscribe(["kip848"])
+    got: list[Any] = []
+    _poll_until([a], lambda: _assigned(a) == everything, 30, "a gets every partition", got)
+    _poll_until([a], lambda: len(got) >= 60, 30, "a reads everything", got)
+    assert sorted(int(m.value()) for m in got) == list(range(60))
+    a.commit(asynchronous=False)
+    committed = a.committed([TopicPartition("kip848", i) for i in range(6)], timeout=10)
+    assert sum(tp.offset for tp in committed) == 60
+    b = _consumer(node, "g848")
+    b.subscribe(["kip848"])
+    _poll_until(
+        [a, b],
+        lambda: len(_assigned(a)) == 3 and len(_assigned(b)) == 3,
+        40,
+        "three partitions each",
+    )
+    assert _assigned(a) | _assigned(b) == everything
+    # the coordinator describes the group as a consumer group
+    desc = admin.describe_consumer_groups(["g848"])["g848"].result(10)
+    assert str(desc.type).endswith("CONSUMER")
+    assert len(desc.members) == 2
+    assert sorted(
+        (tp.topic, tp.partition) for m in desc.members for tp in m.assignment.topic_partitions
+    ) == sorted(everything)
+    listed = admin.list_consumer_groups().result(10)
+    assert "g848" in {g.group_id for g in listed.valid}
+    b.close()  # leaves: a gets everything back
+    _poll_until([a], lambda: _assigned(a) == everything, 40, "a gets b's partitions")
+    a.close()
+
+
+def test_a_classic_member_cannot_join_a_consumer_group(node848: Node) -> None:
+    from confluent_kafka import KafkaError
+
+    node = node848
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    admin.create_topics([NewTopic("mixed", 2, 1)])["mixed"].result(20)
+    a = _consumer(node, "mixed-g")
+    a.subscribe(["mixed"])
+    _poll_until([a], lambda: len(_assigned(a)) == 2, 30, "the consumer member")
+    errors: list[Any] = []
+    classic = Consumer(
+        {"bootstrap.servers": node.bootstrap, "group.id": "mixed-g", "error_cb": errors.append}
+    )
+    classic.subscribe(["mixed"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not _assigned(classic):
+        classic.poll(0.1)
+        a.poll(0.05)
+    assert not _assigned(classic)
+    assert _assigned(a) == {("mixed", 0), ("mixed", 1)}
+    classic.close()
+    a.close()
+    assert all(e.code() != KafkaError._FATAL for e in errors)
