@@ -69,3 +69,44 @@ def test_no_fetcher_outlives_the_stop(tmp_path: Path) -> None:
 
     asyncio.run(go())
     gc.collect()
+
+
+def test_the_high_watermark_waits_for_a_replica_whose_isr_expansion_is_in_flight(
+    tmp_path: Path,
+) -> None:
+    """Kafka's maximal ISR: once the leader has asked to add replica 3 to the ISR, the
+    controller may commit that and elect 3 at any moment, so nothing 3 lacks may be
+    acknowledged. Counting only the committed ISR, a leader acknowledged a write only 2
+    had; the controller then elected 3 and the write was lost (fault harness, seed 8011)."""
+    from keeperless.protocol.records import build_batch
+
+    async def go() -> None:
+        b = _broker(tmp_path)
+        rm = ReplicaManager(b, ReplicationSettings())
+        tid = uuid.uuid4()
+        b.on_committed(
+            [
+                r.TopicRecord(name="t", topic_id=tid),
+                r.PartitionRecord(
+                    partition_id=0, topic_id=tid, replicas=(1, 2, 3), isr=(1, 2), leader=1
+                ),
+            ],
+            3,
+        )
+        p = b.partitions.get("t", 0)
+        assert p is not None
+        assert p.info is not None
+        p.append(build_batch([(None, b"a", ())]), p.info.leader_epoch, 2**20, 0)
+        p.record_follower_fetch(2, 1, 0)
+        p.record_follower_fetch(3, 1, 0)
+        assert p.high_watermark == 1
+        rm.maybe_expand_isr(p, 3)  # 3 caught up: asked to join the ISR
+        assert p.pending_isr == (1, 2, 3)
+        p.append(build_batch([(None, b"b", ())]), p.info.leader_epoch, 2**20, 0)
+        p.record_follower_fetch(2, 2, 0)
+        assert p.high_watermark == 1, "acknowledged what replica 3 does not have"
+        p.record_follower_fetch(3, 2, 0)
+        assert p.high_watermark == 2
+        b.close()
+
+    asyncio.run(go())

@@ -111,9 +111,21 @@ class Partition:
         # alone has everything; otherwise it rises as followers fetch.
         self._hw = self.log.log_start_offset
         self.followers: dict[int, FollowerState] = {}
-        self.isr_change_in_flight = False
+        # the ISR this leader asked the controller for and has no answer to yet
+        self.pending_isr: tuple[int, ...] | None = None
         self.leader_since_ms = now_ms
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    @property
+    def isr_change_in_flight(self) -> bool:
+        return self.pending_isr is not None
+
+    def maximal_isr(self) -> set[int]:
+        """The ISR as it is or may become: while an expansion is in flight the controller
+        may commit it and elect the new member at any moment, so the high watermark must
+        not pass what that member has (Kafka's maximal ISR, KIP-497)."""
+        assert self.info is not None
+        return set(self.info.isr) | set(self.pending_isr or ())
 
     @property
     def is_leader(self) -> bool:
@@ -123,7 +135,7 @@ class Partition:
     def high_watermark(self) -> int:
         if self.is_leader:
             assert self.info is not None
-            if all(r == self.node_id for r in self.info.isr):
+            if all(r == self.node_id for r in self.maximal_isr()):
                 self._set_hw(self.log.log_end_offset)
         return min(self._hw, self.log.log_end_offset)
 
@@ -147,7 +159,7 @@ class Partition:
             return False
         assert self.info is not None
         hw = self.log.log_end_offset
-        for r in self.info.isr:
+        for r in self.maximal_isr():
             if r != self.node_id:
                 f = self.followers.get(r)
                 hw = min(hw, f.log_end_offset if f is not None else -1)
@@ -181,11 +193,11 @@ class Partition:
         if old is None or old.leader_epoch != info.leader_epoch or old.leader != info.leader:
             self.followers = {}
             self.leader_since_ms = now_ms
-            self.isr_change_in_flight = False
+            self.pending_isr = None
             if info.leader != self.node_id:
                 self.fail_waiters()
         elif old.isr != info.isr or old.partition_epoch != info.partition_epoch:
-            self.isr_change_in_flight = False
+            self.pending_isr = None
         self.maybe_advance_hw()
 
     def record_follower_fetch(self, replica: int, fetch_offset: int, now_ms: int) -> None:

@@ -311,7 +311,7 @@ class ReplicaManager:
     def _propose(self, p: Partition, new_isr: tuple[int, ...]) -> None:
         info = p.info
         assert info is not None
-        p.isr_change_in_flight = True
+        p.pending_isr = new_isr
         self._pending[(p.topic, p.index)] = IsrChange(
             p.topic_id, p.index, info.leader_epoch, new_isr, info.partition_epoch
         )
@@ -393,4 +393,4 @@ class ReplicaManager:
             for key in failed:
                 p = self.broker.partitions.get(*key)
                 if p is not None:
-                    p.isr_change_in_flight = False  # retried at the next fetch or check
+                    p.pending_isr = None  # retried at the next fetch or check
