@@ -94,6 +94,17 @@ def test_members_join_share_and_leave(node848: Node) -> None:
     ) == sorted(everything)
     listed = admin.list_consumer_groups().result(10)
     assert "g848" in {g.group_id for g in listed.valid}
+    # Kafka's consumer-groups --describe shows the members that own each partition
+    from tests.integration.cluster import keeperless
+
+    out = keeperless(
+        "consumer-groups", "--bootstrap-server", node.bootstrap, "--describe", "--group",
+        "g848", check=True,
+    ).stdout  # fmt: skip
+    rows = [line.split() for line in out.splitlines()[1:] if line.startswith("g848")]
+    assert len(rows) == 6
+    members = {m.member_id for m in desc.members}
+    assert {r[6] for r in rows} == members
     b.close()  # leaves: a gets everything back
     _poll_until([a], lambda: _assigned(a) == everything, 40, "a gets b's partitions")
     a.close()
