@@ -48,6 +48,11 @@ def test_override_wins() -> None:
         ("controller.quorum.voters", "one@host", "controller.quorum.voters"),
         ("no.such.key", "1", "no.such.key"),
         ("node.id", "7", "controller.quorum.voters"),
+        # Kafka refuses a controller listener among a broker's advertised listeners
+        ("advertised.listeners", "CONTROLLER://127.0.0.1:9093", "controller listener"),
+        ("advertised.listeners", "OTHER://127.0.0.1:9099", "not one of listeners"),
+        ("advertised.listeners", "PLAINTEXT://0.0.0.0:9092", "nonroutable"),
+        ("group.consumer.assignors", "sticky", "group.consumer.assignors"),
     ],
 )
 def test_bad_values_name_the_key(key: str, value: str, message: str) -> None:

@@ -15,7 +15,7 @@ from uuid import UUID
 from keeperless.broker.auto_create import AutoTopicCreator
 from keeperless.broker.controller_channel import ControllerChannel
 from keeperless.broker.partitions import PartitionManager
-from keeperless.metadata.config_catalog import Resolved, resolve_topic
+from keeperless.metadata.config_catalog import Resolved, resolve_broker, resolve_topic
 from keeperless.metadata.image import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
@@ -206,6 +206,15 @@ class Broker:
             img.configs.get((BROKER_RESOURCE, ""), {}),
             self.settings.static_configs,
         )
+
+    def new_topic_defaults(self) -> tuple[int, int]:
+        """(num.partitions, default.replication.factor) of this broker, for the topics it
+        creates on a client's behalf (Kafka: the broker's values for auto-creation, the
+        controller's for a CreateTopics that names neither)."""
+        layers = self.config_layers()
+        partitions = resolve_broker("num.partitions", *layers)[0] or "1"
+        rf = resolve_broker("default.replication.factor", *layers)[0] or "1"
+        return int(partitions), int(rf)
 
     def topic_config_details(self, name: str) -> dict[str, Resolved]:
         """Every topic config of ``name``: value, source and synonyms, as Kafka resolves

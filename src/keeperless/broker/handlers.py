@@ -173,7 +173,8 @@ class BrokerHandlers:
                 missing[n] = ErrorCode.unknown_topic_or_partition
         creatable = [n for n, e in missing.items() if e == ErrorCode.leader_not_available]
         if creatable:
-            self.broker.auto_create.create([NewTopic(n) for n in creatable])
+            partitions, rf = self.broker.new_topic_defaults()
+            self.broker.auto_create.create([NewTopic(n, partitions, rf) for n in creatable])
         topics = []
         for tid in by_id:
             found = image.topics.get(tid)

@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from keeperless.server.config import ConfigError, load_config
 from keeperless.storage.meta_properties import StorageError, random_kafka_uuid
@@ -56,6 +57,10 @@ def _storage(args: argparse.Namespace) -> int:
 
 
 def _server(args: argparse.Namespace) -> int:
+    if args.server_cmd == "stop":
+        from keeperless.tools.server_stop import stop_servers
+
+        return stop_servers(args.node_id, args.process_role, sys.stdout)
     from keeperless.storage.format import check_storage
 
     cfg = load_config(args.config, args.override or ())
@@ -91,7 +96,9 @@ def _tools(args: argparse.Namespace) -> int:
         from keeperless.tools.dump_log import dump_file
 
         ok = True
-        for f in args.files.split(","):
+        # comma-separated as Kafka's, or several (a shell glob: --files dir/*.log)
+        files = [f for arg in args.files for f in arg.split(",") if f.strip()]
+        for f in files:
             path = Path(f.strip())
             if not path.exists():
                 raise ToolError(f"--files: {path} does not exist")
@@ -102,6 +109,7 @@ def _tools(args: argparse.Namespace) -> int:
                     args.cluster_metadata_decoder,
                     args.print_data_log,
                     args.deep_iteration,
+                    args.skip_record_metadata,
                 )
                 and ok
             )
@@ -182,15 +190,29 @@ def _tools(args: argparse.Namespace) -> int:
     return run_topics(args, extra, sys.stdout)
 
 
-def _connection_flags(p: argparse.ArgumentParser, controller: bool = True) -> None:
-    p.add_argument("--bootstrap-server", help="host:port of brokers")
+def _connection_flags(
+    p: argparse.ArgumentParser, controller: bool = True, under: bool = False
+) -> None:
+    """--bootstrap-server, --bootstrap-controller, --command-config. ``under``: flags of
+    a subcommand whose parent takes them too (Kafka's tools take them before the
+    subcommand); unset, they leave the parent's value alone."""
+    kw: dict[str, object] = {"default": argparse.SUPPRESS} if under else {}
+    p.add_argument("--bootstrap-server", help="host:port of brokers", **kw)  # type: ignore[arg-type]
     if controller:
-        p.add_argument("--bootstrap-controller", help="host:port of controllers")
-    p.add_argument("--command-config", help="client properties file")
+        p.add_argument("--bootstrap-controller", help="host:port of controllers", **kw)  # type: ignore[arg-type]
+    p.add_argument("--command-config", help="client properties file", **kw)  # type: ignore[arg-type]
+
+
+class _Parser(argparse.ArgumentParser):
+    """Kafka's tools fail with one line and exit 1 (argparse prints the usage, exits 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"ERROR: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(1)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="keeperless", description=__doc__)
+    p = _Parser(prog="keeperless", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
     st = sub.add_parser("storage", help="format and inspect log directories")
@@ -211,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     start = sv_sub.add_parser("start", help="start a node from server.properties")
     start.add_argument("config")
     start.add_argument("--override", action="append", metavar="KEY=VALUE")
+    stop = sv_sub.add_parser("stop", help="stop the nodes running on this machine (SIGTERM)")
+    stop.add_argument("--node-id", type=int, help="only the node with this node.id")
+    stop.add_argument("--process-role", choices=["broker", "controller"])
 
     tp = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
     _connection_flags(tp, controller=False)
@@ -310,12 +335,13 @@ def build_parser() -> argparse.ArgumentParser:
     un.add_argument("--id", type=int, required=True)
 
     ft = sub.add_parser("features", help="metadata.version and other feature levels")
+    _connection_flags(ft)
     ft_sub = ft.add_subparsers(dest="features_cmd", required=True)
     fd = ft_sub.add_parser("describe", help="supported and finalized feature levels")
-    _connection_flags(fd)
+    _connection_flags(fd, under=True)
     for verb in ("upgrade", "downgrade"):
         fu = ft_sub.add_parser(verb, help=f"{verb} finalized feature levels (metadata.version)")
-        _connection_flags(fu)
+        _connection_flags(fu, under=True)
         fu.add_argument("--metadata", help="a release for metadata.version, e.g. 3.9 or 3.7-IV2")
         fu.add_argument("--release-version", help="the same as --metadata")
         fu.add_argument("--feature", action="append", help="NAME=LEVEL, e.g. metadata.version=21")
@@ -342,7 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     ld.add_argument("--topic-list")
 
     dl = sub.add_parser("dump-log", help="print log segments, metadata logs and snapshots")
-    dl.add_argument("--files", required=True, help="comma-separated files")
+    dl.add_argument("--files", required=True, nargs="+", help="files (comma-separated)")
+    dl.add_argument("--skip-record-metadata", action="store_true")
     dl.add_argument("--cluster-metadata-decoder", action="store_true")
     dl.add_argument("--print-data-log", action="store_true")
     dl.add_argument("--deep-iteration", action="store_true")
@@ -359,7 +386,13 @@ def _skip_hypothesis_hooks() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     _skip_hypothesis_hooks()
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if any(w == "--zookeeper" or w.startswith("--zookeeper=") for w in words):
+        return _fail(
+            "--zookeeper is not supported: keeperless has no ZooKeeper (as Kafka 4); "
+            "use --bootstrap-server (or --bootstrap-controller)"
+        )
+    args = build_parser().parse_args(words)
     try:
         if args.command == "storage":
             return _storage(args)

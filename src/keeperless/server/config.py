@@ -421,6 +421,26 @@ def _validate(v: dict[str, Any]) -> None:
                 f"node.id {v['node.id']} is a controller but is not in controller.quorum.voters "
                 f"({','.join(map(str, ids))})"
             )
+    adv = v["advertised.listeners"] or ()
+    if "broker" in roles:
+        bad = [e.listener for e in adv if e.listener in ctl_upper]
+        if bad:
+            raise ConfigError(
+                f"advertised.listeners must not contain the controller listener {bad[0]} "
+                "(controller.listener.names) on a node with the broker role: clients that "
+                "connect through advertised listeners could not talk to a controller"
+            )
+    unknown = [e.listener for e in adv if e.listener not in names]
+    if unknown:
+        raise ConfigError(
+            f"advertised.listeners names {unknown[0]}, which is not one of listeners "
+            f"({','.join(sorted(names))})"
+        )
+    if any(e.host in ("0.0.0.0", "::") for e in adv):
+        raise ConfigError(
+            "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0; use a "
+            "routable host name or address"
+        )
     protos = v["listener.security.protocol.map"]
     for e in v["listeners"]:
         proto = protos.get(e.listener, e.listener if e.listener == "PLAINTEXT" else None)

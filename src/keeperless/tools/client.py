@@ -12,7 +12,11 @@ from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
 from keeperless.tools.errors import ToolError
 
-__all__ = ["ToolError", "call", "parse_servers"]
+__all__ = ["QUIET", "ToolError", "call", "parse_servers"]
+
+# librdkafka in the tools: errors only on stderr (no informational chatter such as
+# "BGQUEUE ... Purging" when an admin client is destroyed); --command-config may override
+QUIET = {"log_level": 3}
 
 
 def parse_servers(value: str, flag: str) -> list[tuple[str, int]]:

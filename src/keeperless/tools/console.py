@@ -7,9 +7,25 @@ import sys
 import time
 from typing import Any, TextIO
 
-from keeperless.tools.client import ToolError
+from keeperless.tools.client import QUIET, ToolError
 
 __all__ = ["run_consumer", "run_consumer_groups", "run_producer"]
+
+NEVER_ASSIGNED_S = 30.0
+
+
+def _offset(value: str) -> int:
+    """--offset as Kafka's console consumer takes it: earliest, latest or a number."""
+    v = value.strip().lower()
+    if v == "earliest":
+        return -2
+    if v == "latest":
+        return -1
+    if v.isdigit():
+        return int(v)
+    raise ToolError(
+        f"--offset {value!r}: the offset must be earliest, latest or a non-negative number"
+    )
 
 
 def _props(pairs: list[str] | None, flag: str) -> dict[str, str]:
@@ -46,6 +62,7 @@ def run_producer(args: Any, extra: dict[str, str], lines: TextIO) -> int:
     p = Producer(
         {
             "bootstrap.servers": args.bootstrap_server,
+            **QUIET,
             **extra,
             **_props(args.producer_property, "--producer-property"),
         }
@@ -97,25 +114,37 @@ def run_consumer(args: Any, extra: dict[str, str], out: TextIO) -> int:
     group = args.group or f"console-consumer-{int(time.time() * 1000)}"
     conf = {
         "bootstrap.servers": args.bootstrap_server,
+        **QUIET,
         "group.id": group,
         "auto.offset.reset": "earliest" if args.from_beginning else "latest",
         "enable.auto.commit": bool(args.group),
         **extra,
         **_props(args.consumer_property, "--consumer-property"),
     }
+    offset = -2 if args.from_beginning else -1
+    if args.offset is not None:
+        if args.partition is None:
+            raise ToolError("The partition is required when offset is specified.")
+        offset = _offset(args.offset)
     c = Consumer(conf)
+    # --timeout-ms counts from when there is something to read from: the assignment
+    # (joining the group can take longer than the timeout itself); never assigned, the
+    # consumer gives up after NEVER_ASSIGNED_S
+    assigned = [args.partition is not None]
     if args.partition is not None:
-        offset = -2 if args.from_beginning else -1
-        if args.offset is not None:
-            offset = int(args.offset)
         c.assign([TopicPartition(args.topic, args.partition, offset)])
     else:
-        c.subscribe([args.topic])
+        c.subscribe([args.topic], on_assign=lambda _c, parts: assigned.__setitem__(0, True))
     seen = 0
+    started = time.monotonic()
     idle_deadline = (time.monotonic() + args.timeout_ms / 1000) if args.timeout_ms else None
     sep = props.get("key.separator", "\t")
     try:
         while args.max_messages is None or seen < args.max_messages:
+            if idle_deadline is not None and not assigned[0]:
+                idle_deadline = time.monotonic() + args.timeout_ms / 1000
+                if time.monotonic() - started > max(NEVER_ASSIGNED_S, args.timeout_ms / 1000):
+                    break
             if idle_deadline is not None and time.monotonic() > idle_deadline:
                 break
             m = c.poll(0.2)
@@ -155,7 +184,7 @@ def run_consumer_groups(args: Any, extra: dict[str, str], out: TextIO) -> int:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    conf = {"bootstrap.servers": args.bootstrap_server, **extra}
+    conf = {"bootstrap.servers": args.bootstrap_server, **QUIET, **extra}
     admin = AdminClient(conf)
     if args.list:
         res = _result(admin.list_consumer_groups(request_timeout=30))

@@ -54,8 +54,17 @@ def _batches(path: Path) -> Iterator[tuple[int, bytes]]:
             pos += h.size
 
 
-def dump_file(path: Path, out: TextIO, decoder: bool, print_data: bool, deep: bool) -> bool:
-    """Print one file; returns False if it was found corrupt (after printing the rest)."""
+def dump_file(
+    path: Path,
+    out: TextIO,
+    decoder: bool,
+    print_data: bool,
+    deep: bool,
+    skip_record_metadata: bool = False,
+) -> bool:
+    """Print one file; returns False if it was found corrupt (after printing the rest).
+    ``skip_record_metadata`` prints only each record's contents (Kafka's
+    --skip-record-metadata)."""
     metadata = (
         decoder
         or path.name.endswith(".checkpoint")
@@ -86,7 +95,9 @@ def dump_file(path: Path, out: TextIO, decoder: bool, print_data: bool, deep: bo
                 continue
             for rec in decode_records(data):
                 line = (
-                    f"| offset: {rec.offset} {ts_type}: {rec.timestamp} keySize: "
+                    ""
+                    if skip_record_metadata
+                    else f"| offset: {rec.offset} {ts_type}: {rec.timestamp} keySize: "
                     f"{-1 if rec.key is None else len(rec.key)} valueSize: "
                     f"{-1 if rec.value is None else len(rec.value)} headerKeys: "
                     f"[{','.join(k for k, _ in rec.headers)}]"

@@ -11,6 +11,7 @@ import cmd
 import contextlib
 import json
 import shlex
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -85,6 +86,10 @@ def load_from_quorum(servers: list[tuple[str, int]]) -> tuple[MetadataImage, int
     target = [addrs.get(leader.leader_id, servers[0])]
     image = MetadataImage()
     offset = 0
+    # the epoch of the last record (or snapshot) read, as a follower sends it: with -1
+    # past offset 0 the leader sees a divergence inside its snapshot and points at the
+    # snapshot again, for ever (the shell spun at 70% CPU once a snapshot existed)
+    last_epoch = -1
     while offset < leader.high_watermark:
         resp = call(
             target,
@@ -106,7 +111,7 @@ def load_from_quorum(servers: list[tuple[str, int]]) -> tuple[MetadataImage, int
                                 "partition": 0,
                                 "current_leader_epoch": leader.leader_epoch,
                                 "fetch_offset": offset,
-                                "last_fetched_epoch": -1,
+                                "last_fetched_epoch": last_epoch,
                                 "log_start_offset": -1,
                                 "partition_max_bytes": 8 << 20,
                             }
@@ -119,7 +124,13 @@ def load_from_quorum(servers: list[tuple[str, int]]) -> tuple[MetadataImage, int
         )
         p = resp.responses[0].partitions[0]
         if p.snapshot_id.end_offset >= 0:
+            if offset == p.snapshot_id.end_offset and last_epoch == p.snapshot_id.epoch:
+                raise ToolError(
+                    f"the leader keeps pointing at snapshot {p.snapshot_id.end_offset}-"
+                    f"{p.snapshot_id.epoch} although it was loaded"
+                )
             image, offset = _fetch_snapshot(target, leader, p.snapshot_id)
+            last_epoch = p.snapshot_id.epoch
             continue
         data = bytes(p.records or b"")
         if not data:
@@ -130,6 +141,7 @@ def load_from_quorum(servers: list[tuple[str, int]]) -> tuple[MetadataImage, int
             if not h.is_control:
                 image = _replay(decode_entry(data[pos : pos + h.size]), image)
             offset = h.last_offset + 1
+            last_epoch = h.partition_leader_epoch
     return image, leader.leader_id, leader.leader_epoch
 
 
@@ -237,6 +249,7 @@ class MetadataShell(cmd.Cmd):
         self.cwd: list[str] = []
         self.out = out
         self.history: list[str] = []
+        self.errors = 0  # a one-shot command that failed exits 1
         self._update_prompt()
 
     # -- paths --------------------------------------------------------------------------
@@ -267,6 +280,18 @@ class MetadataShell(cmd.Cmd):
     def _say(self, text: str) -> None:
         print(text, file=self.out)
 
+    def _err(self, text: str) -> None:
+        self.errors += 1
+        print(text, file=sys.stderr)
+
+    def onecmd(self, line: str) -> bool:
+        """Commands separated by ';' run in turn (cd brokers/1 ; cat registration)."""
+        if ";" in line:
+            return any(
+                [super(MetadataShell, self).onecmd(part.strip()) for part in line.split(";")]
+            )
+        return super().onecmd(line)
+
     def precmd(self, line: str) -> str:
         if line.strip():
             self.history.append(line)
@@ -281,7 +306,7 @@ class MetadataShell(cmd.Cmd):
             try:
                 node = self._node(self._resolve(t))
             except KeyError as e:
-                self._say(f"ls: {t}: no such file or directory ({e.args[0]})")
+                self._err(f"ls: {t}: no such file or directory ({e.args[0]})")
                 continue
             if isinstance(node, dict):
                 if len(targets) > 1:
@@ -297,10 +322,10 @@ class MetadataShell(cmd.Cmd):
         try:
             node = self._node(parts)
         except KeyError:
-            self._say(f"cd: {arg}: no such directory")
+            self._err(f"cd: {arg}: no such directory")
             return
         if not isinstance(node, dict):
-            self._say(f"cd: {arg}: not a directory")
+            self._err(f"cd: {arg}: not a directory")
             return
         self.cwd = parts
         self._update_prompt()
@@ -315,10 +340,10 @@ class MetadataShell(cmd.Cmd):
             try:
                 node = self._node(self._resolve(t))
             except KeyError:
-                self._say(f"cat: {t}: no such file")
+                self._err(f"cat: {t}: no such file")
                 continue
             if isinstance(node, dict):
-                self._say(f"cat: {t}: is a directory")
+                self._err(f"cat: {t}: is a directory")
             else:
                 self._say(str(node))
 
@@ -334,7 +359,7 @@ class MetadataShell(cmd.Cmd):
         try:
             node = self._node(parts)
         except KeyError:
-            self._say(f"find: {arg}: no such file or directory")
+            self._err(f"find: {arg}: no such file or directory")
             return
         for p, _ in self._walk(parts, node):
             self._say("/" + "/".join(p))
@@ -345,7 +370,7 @@ class MetadataShell(cmd.Cmd):
         try:
             node = self._node(parts)
         except KeyError:
-            self._say(f"tree: {arg}: no such file or directory")
+            self._err(f"tree: {arg}: no such file or directory")
             return
         for p, n in self._walk(parts, node):
             depth = len(p) - len(parts)
@@ -368,7 +393,7 @@ class MetadataShell(cmd.Cmd):
     do_EOF = do_exit
 
     def default(self, line: str) -> None:
-        self._say(f"Unknown command {line.split()[0]!r}; type help for the list")
+        self._err(f"Unknown command {line.split()[0]!r}; type help for the list")
 
     def emptyline(self) -> bool:
         return False
@@ -411,7 +436,7 @@ def run_shell(args: Any, out: TextIO) -> int:
     command = [c for c in (args.shell_command or []) if c != "--"]
     if command:
         shell.onecmd(shlex.join(command))
-        return 0
+        return 1 if shell.errors else 0
     try:
         import readline
 

@@ -14,17 +14,33 @@ _TOPIC = "__cluster_metadata"
 
 
 def describe_quorum(servers: list[tuple[str, int]]) -> Any:
-    """The DescribeQuorum answer of the active controller (asked directly, or through a
-    broker, which forwards it)."""
+    """The DescribeQuorum answer of the active controller, asked directly or through a
+    broker (which forwards it). Every bootstrap address is tried, and a controller that
+    does not lead names the leader, whose address its answer (v2) carries."""
     body = {"topics": [{"topic_name": _TOPIC, "partitions": [{"partition_index": 0}]}]}
     last = "no server answered"
-    for server in servers:
-        resp = call([server], 55, 1, body)
+    queue = list(servers)
+    seen: set[tuple[str, int]] = set()
+    while queue:
+        server = queue.pop(0)
+        if server in seen:
+            continue
+        seen.add(server)
+        try:
+            resp = call([server], 55, 2, body)
+        except ToolError as e:
+            last = str(e)
+            continue
         p = resp.topics[0].partitions[0] if resp.topics else None
         if p is not None and int(p.error_code) == 0:
             return p
         if p is not None and p.leader_id >= 0:
             last = f"{server[0]}:{server[1]} is not the leader (leader is node {p.leader_id})"
+            for node in resp.nodes:
+                if node.node_id == p.leader_id:
+                    queue[:0] = [(lst.host, lst.port) for lst in node.listeners]
+        elif p is None:
+            last = f"{server[0]}:{server[1]}: {resp.error_message or resp.error_code}"
         else:
             last = f"{server[0]}:{server[1]} knows no leader: the quorum may have no majority"
     raise ToolError(f"no active controller answered DescribeQuorum: {last}")

@@ -7,7 +7,7 @@ import uuid
 from typing import Any, TextIO
 
 from keeperless.storage.meta_properties import uuid_to_kafka
-from keeperless.tools.client import ToolError
+from keeperless.tools.client import QUIET, ToolError
 
 __all__ = ["run_topics"]
 
@@ -17,7 +17,7 @@ TIMEOUT_S = 30.0
 def _admin(bootstrap: str, extra: dict[str, str]) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, **extra})
+    return AdminClient({"bootstrap.servers": bootstrap, **QUIET, **extra})
 
 
 def _result(fut: Any) -> Any:

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Kafka's kafka-cluster.sh, served by keeperless (keeperless cluster).
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -x "$here/../.venv/bin/keeperless" ]; then
+  exec "$here/../.venv/bin/keeperless" cluster "$@"
+fi
+exec keeperless cluster "$@"

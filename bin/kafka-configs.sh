@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Kafka's kafka-configs.sh, served by keeperless (keeperless configs).
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -x "$here/../.venv/bin/keeperless" ]; then
+  exec "$here/../.venv/bin/keeperless" configs "$@"
+fi
+exec keeperless configs "$@"

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Kafka's kafka-console-producer.sh, served by keeperless (keeperless console-producer).
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -x "$here/../.venv/bin/keeperless" ]; then
+  exec "$here/../.venv/bin/keeperless" console-producer "$@"
+fi
+exec keeperless console-producer "$@"

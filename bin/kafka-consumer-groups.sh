@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Kafka's kafka-consumer-groups.sh, served by keeperless (keeperless consumer-groups).
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -x "$here/../.venv/bin/keeperless" ]; then
+  exec "$here/../.venv/bin/keeperless" consumer-groups "$@"
+fi
+exec keeperless consumer-groups "$@"

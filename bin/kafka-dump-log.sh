@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Kafka's kafka-dump-log.sh, served by keeperless (keeperless dump-log).
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -x "$here/../.venv/bin/keeperless" ]; then
+  exec "$here/../.venv/bin/keeperless" dump-log "$@"
+fi
+exec keeperless dump-log "$@"

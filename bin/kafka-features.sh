@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Kafka's kafka-features.sh, served by keeperless (keeperless features).
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -x "$here/../.venv/bin/keeperless" ]; then
+  exec "$here/../.venv/bin/keeperless" features "$@"
+fi
+exec keeperless features "$@"

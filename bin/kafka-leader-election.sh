@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Kafka's kafka-leader-election.sh, served by keeperless (keeperless leader-election).
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -x "$here/../.venv/bin/keeperless" ]; then
+  exec "$here/../.venv/bin/keeperless" leader-election "$@"
+fi
+exec keeperless leader-election "$@"

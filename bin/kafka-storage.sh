@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Kafka's kafka-storage.sh, served by keeperless (keeperless storage).
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -x "$here/../.venv/bin/keeperless" ]; then
+  exec "$here/../.venv/bin/keeperless" storage "$@"
+fi
+exec keeperless storage "$@"

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Kafka's kafka-topics.sh, served by keeperless (keeperless topics).
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -x "$here/../.venv/bin/keeperless" ]; then
+  exec "$here/../.venv/bin/keeperless" topics "$@"
+fi
+exec keeperless topics "$@"
