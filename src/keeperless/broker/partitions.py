@@ -263,8 +263,11 @@ class Partition:
         self.log.truncate_to(offset)
         self.epochs.truncate_from_end(self.log.log_end_offset)
         self._hw = min(self._hw, self.log.log_end_offset)
+        # the producers' state as the remaining log has it, all of it (a producer whose
+        # last batch is in an older segment would be forgotten, and its retries appended
+        # again: duplicates)
         self.producers.clear()
-        for h in self.log.batch_headers(active_only=True):
+        for h in self.log.batch_headers():
             self._recover_producer(h)
 
     def reset_to(self, offset: int, now_ms: int) -> None:

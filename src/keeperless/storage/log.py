@@ -200,7 +200,9 @@ class PartitionLog:
         for i, base in enumerate(bases):
             seg = _Segment(self.dir, base, now_ms, self.read_only)
             last = i == len(bases) - 1
-            self._scan(seg, validate=last, on_batch=on_batch if last else None)
+            # every segment's batches: the producers' state (idempotent sequences) must
+            # know a producer whose last batch lies in an older segment
+            self._scan(seg, validate=last, on_batch=on_batch)
             self._segments.append(seg)
         if not self._segments:
             if self.read_only:
@@ -235,6 +237,8 @@ class PartitionLog:
                         if consumed + h.size > len(chunk) or h.batch_length <= 0:
                             break
                         seg.note_batch(pos + consumed, h, interval, persist=False)
+                        if on_batch is not None:
+                            on_batch(h)
                         consumed += h.size
             except CorruptBatchError as e:
                 if consumed == 0 and e.position == 0 and len(chunk) == _RECOVERY_CHUNK:
@@ -244,6 +248,8 @@ class PartitionLog:
                     try:
                         for _, hh in iter_batches(big):
                             seg.note_batch(pos, hh, interval, persist=False)
+                            if on_batch is not None:
+                                on_batch(hh)
                         pos += h.size
                         valid_end = pos
                         continue
