@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +162,39 @@ def test_no_client_chatter_on_stderr(snapshotting: Cluster) -> None:
         res = keeperless(*args)
         assert res.returncode == 0, res.stderr
         assert res.stderr == "", res.stderr
+
+
+def test_a_controlled_shutdown_is_logged_in_a_few_lines(tmp_path: Path) -> None:
+    """A peer's controlled shutdown refuses the ISR changes of every partition it
+    shares: one warning per AlterPartition answer, not one per partition (163 lines for
+    163 partitions), and the controller's ISR changes one line per request."""
+    c = Cluster(tmp_path, controllers=1, brokers=3)
+    c.start()
+    try:
+        keeperless(
+            "topics", "--bootstrap-server", c.bootstrap, "--create", "--topic", "many",
+            "--partitions", "60", "--replication-factor", "3", check=True,
+        )  # fmt: skip
+        gone = 4
+        c.brokers[gone].stop()
+        c.brokers[gone].start()
+        wait_until(lambda: "Broker listeners accepting requests" in c.brokers[gone].logs(), 30)
+        # the ISRs grow back: 60 partitions, in a few lines
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+
+        def full() -> bool:
+            parts = admin.list_topics("many", timeout=10).topics["many"].partitions.values()
+            return all(len(p.isrs) == 3 for p in parts)
+
+        wait_until(full, 60, what="every ISR whole again")
+        for b in c.brokers.values():
+            refusals = [ln for ln in b.logs().splitlines() if "AlterPartition" in ln]
+            assert len(refusals) <= 3, refusals
+            shrinks = [ln for ln in b.logs().splitlines() if "Shrinking the ISR" in ln]
+            assert len(shrinks) <= 60, len(shrinks)
+        isr_lines = [ln for ln in c.controllers[1].logs().splitlines() if "ISR of" in ln]
+        assert len(isr_lines) <= 20, len(isr_lines)
+    finally:
+        c.stop()

@@ -29,6 +29,12 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # KIP-405 (ListOffsets v8+)
 LATEST_TIERED = -5  # KIP-1005 (ListOffsets v9+)
+_AWAIT_ERRORS = {
+    ErrorCode.request_timed_out: "The in-sync replicas did not acknowledge the records in time",
+    ErrorCode.not_leader_or_follower: "Leadership moved before the in-sync replicas acknowledged",
+    ErrorCode.not_enough_replicas_after_append: "The records are written, but the in-sync "
+    "replicas fell below min.insync.replicas before they were acknowledged",
+}
 # errors after which a client needs the partition's new leader (KIP-951: told at once)
 _NEW_LEADER_ERRORS = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
@@ -65,7 +71,7 @@ class DataPlane:
         version = header.api_version
         appended = False
         responses: list[dict[str, Any]] = []
-        waits: list[tuple[str, int, Any, int]] = []
+        waits: list[tuple[str, int, Any, int, int]] = []
         leaders: set[int] = set()
         image = self.broker.image
         for td in req.topic_data:
@@ -118,7 +124,7 @@ class DataPlane:
                     )
                 appended = appended or res.error == ErrorCode.none
                 if res.error == ErrorCode.none and req.acks == -1:
-                    waits.append((name, pd.index, p, p.log.log_end_offset))
+                    waits.append((name, pd.index, p, p.log.log_end_offset, min_isr))
                 parts.append(
                     {
                         "index": pd.index,
@@ -152,21 +158,28 @@ class DataPlane:
 
     async def _await_isr(
         self,
-        waits: list[tuple[str, int, Any, int]],
+        waits: list[tuple[str, int, Any, int, int]],
         timeout_s: float,
         responses: list[dict[str, Any]],
     ) -> None:
-        """acks=all: answer once every ISR member has the appended records."""
+        """acks=all: answer once every ISR member has the appended records, and only if
+        the ISR still has min.insync.replicas members then (Kafka's
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND): an ISR that shrank to the leader alone while
+        the write waited would otherwise acknowledge what one broker has."""
 
-        async def one(p: Any, end: int) -> ErrorCode:
+        async def one(p: Any, end: int, min_isr: int) -> ErrorCode:
             try:
                 ok = await p.wait_for_hw(end, timeout_s)
             except NotLeaderError:
                 return ErrorCode.not_leader_or_follower
-            return ErrorCode.none if ok else ErrorCode.request_timed_out
+            if not ok:
+                return ErrorCode.request_timed_out
+            if p.info is None or len(p.info.isr) < min_isr:
+                return ErrorCode.not_enough_replicas_after_append
+            return ErrorCode.none
 
-        codes = await asyncio.gather(*(one(p, end) for _, _, p, end in waits))
-        failed = {(t, i): c for (t, i, _, _), c in zip(waits, codes, strict=True) if c}
+        codes = await asyncio.gather(*(one(p, end, m) for _, _, p, end, m in waits))
+        failed = {(t, i): c for (t, i, _, _, _), c in zip(waits, codes, strict=True) if c}
         if not failed:
             return
         for r in responses:
@@ -174,11 +187,7 @@ class DataPlane:
                 code = failed.get((r["_name"], part["index"]))
                 if code is not None:
                     part["error_code"] = code
-                    part["error_message"] = (
-                        "The in-sync replicas did not acknowledge the records in time"
-                        if code == ErrorCode.request_timed_out
-                        else "Leadership moved before the in-sync replicas acknowledged"
-                    )
+                    part["error_message"] = _AWAIT_ERRORS[code]
 
     # -- Fetch ----------------------------------------------------------------------------
 

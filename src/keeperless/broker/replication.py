@@ -60,6 +60,9 @@ class ReplicationSettings:
     fetch_backoff_ms: int = 1000
 
 
+REFUSAL_BACKOFF_S = 1.0  # before an ISR change refused for the same metadata is tried again
+
+
 class _Fetcher:
     """Fetches every partition this broker follows from one leader."""
 
@@ -232,8 +235,11 @@ class ReplicaManager:
         self._isr_task: asyncio.Task[None] | None = None
         self._pending: dict[tuple[str, int], IsrChange] = {}
         self._isr_wakeup = asyncio.Event()
-        # rate limit of refusal warnings: partition -> (last logged, refusals since)
-        self._refusals: dict[tuple[str, int], tuple[float, int]] = {}
+        # rate limit of refusal warnings: error names -> (last logged, refusals since)
+        self._refusals: dict[tuple[str, ...], tuple[float, int]] = {}
+        # partitions whose last ISR change was refused: (leader epoch, partition epoch) it
+        # was refused at, and when to try again if the metadata has not moved on meanwhile
+        self._refused_at: dict[tuple[str, int], tuple[int, int, float]] = {}
         # fetchers stopped when their partitions moved, still ending (awaited at stop)
         self._retired: set[asyncio.Task[None]] = set()
         self._stopped = False
@@ -308,31 +314,56 @@ class ReplicaManager:
             return
         self._propose(p, (*info.isr, replica))
 
+    def _may_propose(self, p: Partition) -> bool:
+        """Not again for the same metadata right after a refusal (a leader that has not
+        seen its leadership move retried every millisecond, flooding the log)."""
+        info = p.info
+        refused = self._refused_at.get((p.topic, p.index))
+        if info is None or refused is None:
+            return True
+        if (info.leader_epoch, info.partition_epoch) != refused[:2]:
+            del self._refused_at[(p.topic, p.index)]
+            return True
+        return time.monotonic() >= refused[2]
+
     def _propose(self, p: Partition, new_isr: tuple[int, ...]) -> None:
         info = p.info
         assert info is not None
+        if not self._may_propose(p):
+            return
         p.pending_isr = new_isr
         self._pending[(p.topic, p.index)] = IsrChange(
             p.topic_id, p.index, info.leader_epoch, new_isr, info.partition_epoch
         )
         self._isr_wakeup.set()
 
-    def _warn_refused(self, key: tuple[str, int], error: Any) -> None:
-        """One line per partition every 30 s, however often the change is retried."""
+    def _warn_refused(self, refusals: dict[str, list[str]], results: Any) -> None:
+        """One line per AlterPartition answer, whatever the number of partitions, and
+        for the same errors at most every 30 s (a peer's controlled shutdown refuses the
+        ISR changes of every partition it shares)."""
         now = time.monotonic()
-        last, since = self._refusals.get(key, (-1e9, 0))
+        kinds = tuple(sorted(refusals))
+        last, since = self._refusals.get(kinds, (-1e9, 0))
+        count = sum(len(v) for v in refusals.values())
         if now - last < 30.0:
-            self._refusals[key] = (last, since + 1)
+            self._refusals[kinds] = (last, since + count)
             return
-        self._refusals[key] = (now, 0)
+        self._refusals[kinds] = (now, 0)
+        first = next(
+            (r.error.message for r in results if r.error.code.name == kinds[0] and r.error.message),
+            "",
+        )
+        parts = "; ".join(
+            f"{name} for {len(keys)} partition(s): {', '.join(keys[:5])}"
+            + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+            for name, keys in sorted(refusals.items())
+        )
         log.warning(
-            "[node %d] AlterPartition of %s-%d refused: %s %s%s",
+            "[node %d] AlterPartition refused: %s (%s)%s",
             self.broker.node_id,
-            key[0],
-            key[1],
-            error.code.name,
-            error.message or "",
-            f" ({since} more refusals in the last 30 s)" if since else "",
+            parts,
+            first,
+            f"; {since} more refusals in the last 30 s" if since else "",
         )
 
     def _shrink(self, now: int) -> None:
@@ -349,7 +380,7 @@ class ReplicaManager:
                 caught_up = f.last_caught_up_ms if f is not None else p.leader_since_ms
                 if now - max(caught_up, p.leader_since_ms) > lag:
                     out.append(r)
-            if out:
+            if out and self._may_propose(p):
                 log.info(
                     "[node %d] Shrinking the ISR of %s-%d from %s: %s not caught up within "
                     "replica.lag.time.max.ms=%d",
@@ -381,6 +412,7 @@ class ReplicaManager:
                 top, results = None, []
             failed = set(batch) if top is None or top.code != ErrorCode.none else set()
             by_id = {(r.topic_id, r.partition): r for r in results}
+            refusals: dict[str, list[str]] = {}
             for key, ch in batch.items():
                 res = by_id.get((ch.topic_id, ch.partition))
                 if res is None or res.error.code != ErrorCode.none:
@@ -389,8 +421,13 @@ class ReplicaManager:
                         ErrorCode.invalid_update_version,
                         ErrorCode.fenced_leader_epoch,
                     ):
-                        self._warn_refused(key, res.error)
+                        refusals.setdefault(res.error.code.name, []).append(f"{key[0]}-{key[1]}")
+            if refusals:
+                self._warn_refused(refusals, results)
+            retry_at = time.monotonic() + REFUSAL_BACKOFF_S
             for key in failed:
+                ch = batch[key]
+                self._refused_at[key] = (ch.leader_epoch, ch.partition_epoch, retry_at)
                 p = self.broker.partitions.get(*key)
                 if p is not None:
                     p.pending_isr = None  # retried at the next fetch or check

@@ -96,6 +96,7 @@ def alter_partition(
         )
     records: list[r.PartitionChangeRecord] = []
     results: list[IsrResult] = []
+    changed: list[str] = []
     for ch in changes:
         topic = c.image.topics.get(ch.topic_id)
         if topic is None:
@@ -127,14 +128,15 @@ def alter_partition(
             info.leader_epoch,
             info.partition_epoch + 1,
         )
-        log.info(
-            "[node %d] ISR of %s-%d: %s -> %s (requested by its leader %d)",
-            c.node_id,
-            topic.name,
-            ch.partition,
-            list(info.isr),
-            list(ch.new_isr),
-            broker_id,
-        )
+        changed.append(f"{topic.name}-{ch.partition} {list(info.isr)} -> {list(ch.new_isr)}")
         results.append(IsrResult(ch.topic_id, ch.partition, ApiError.none(), after))
+    if changed:  # one line per request, however many partitions it changes
+        log.info(
+            "[node %d] ISR of %d partition(s) changed at the request of their leader %d: %s%s",
+            c.node_id,
+            len(changed),
+            broker_id,
+            ", ".join(changed[:5]),
+            f" and {len(changed) - 5} more" if len(changed) > 5 else "",
+        )
     return Result(list(records), (ApiError.none(), results))

@@ -1,0 +1,101 @@
+"""acks=all as Kafka answers it: the in-sync replicas have the records and there are
+still min.insync.replicas of them (NOT_ENOUGH_REPLICAS_AFTER_APPEND otherwise)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import uuid
+from pathlib import Path
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+from keeperless.broker.broker import Broker, BrokerSettings
+from keeperless.broker.data_plane import DataPlane
+from keeperless.metadata import _records_gen as r
+from keeperless.protocol.framing import RequestHeader
+from keeperless.protocol.records import build_batch
+from keeperless.storage.log import LogConfig
+
+TID = uuid.uuid4()
+
+
+def _broker(tmp_path: Path) -> Broker:
+    settings = BrokerSettings(
+        node_id=1,
+        cluster_id="c",
+        log_dir=tmp_path,
+        endpoints=(("PLAINTEXT", "127.0.0.1", 9092),),
+        rack=None,
+        log_defaults=LogConfig(),
+        auto_create_topics=False,
+        max_message_bytes=1_048_588,
+        offsets_topic_partitions=1,
+        offsets_topic_replication_factor=1,
+        static_configs={"min.insync.replicas": "2"},
+    )
+    controller: Any = None
+    b = Broker(settings, controller)
+    b.catch_up_to(-1)
+    b.on_committed(
+        [
+            r.TopicRecord(name="t", topic_id=TID),
+            r.PartitionRecord(partition_id=0, topic_id=TID, replicas=(1, 2), isr=(1, 2), leader=1),
+        ],
+        3,
+    )
+    return b
+
+
+def _produce() -> Any:
+    return ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            TopicProduceData(
+                name="t",
+                partition_data=(
+                    PartitionProduceData(index=0, records=build_batch([(None, b"v", ())])),
+                ),
+            ),
+        ),
+    )
+
+
+def test_an_isr_that_shrank_below_min_insync_replicas_is_not_an_acknowledgement(
+    tmp_path: Path,
+) -> None:
+    async def go() -> None:
+        b = _broker(tmp_path)
+        plane = DataPlane(b)
+        task = asyncio.create_task(plane.produce(RequestHeader(0, 9, 1, "t"), _produce()))
+        await asyncio.sleep(0.05)
+        assert not task.done()  # waiting for replica 2
+        # replica 2 falls out of the ISR: the leader alone has the record
+        b.on_committed([r.PartitionChangeRecord(partition_id=0, topic_id=TID, isr=(1,))], 4)
+        resp = await asyncio.wait_for(task, 5)
+        part = resp.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.not_enough_replicas_after_append
+        b.close()
+
+    asyncio.run(go())
+
+
+def test_acks_all_is_answered_once_the_isr_has_the_records(tmp_path: Path) -> None:
+    async def go() -> None:
+        b = _broker(tmp_path)
+        plane = DataPlane(b)
+        task = asyncio.create_task(plane.produce(RequestHeader(0, 9, 1, "t"), _produce()))
+        await asyncio.sleep(0.05)
+        p = b.partitions.get("t", 0)
+        assert p is not None
+        p.record_follower_fetch(2, 1, 0)
+        resp = await asyncio.wait_for(task, 5)
+        part = resp.responses[0].partition_responses[0]
+        assert (part.error_code, part.base_offset) == (ErrorCode.none, 0)
+        b.close()
+
+    asyncio.run(go())
