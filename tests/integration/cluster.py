@@ -205,6 +205,9 @@ class Cluster:
                 "offsets.topic.num.partitions": "3",
                 "group.initial.rebalance.delay.ms": "0",
             }
+            if metrics:
+                n.metrics_port = free_port()
+                props["metrics.http.listener"] = f"127.0.0.1:{n.metrics_port}"
             n.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             self.brokers[j] = n
 

@@ -135,6 +135,9 @@ class MetadataLog:
         self._linger: asyncio.TimerHandle | None = None
         self.append_linger_ms = append_linger_ms
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
+        # Kafka's MetadataErrorCount / snapshot errors (an apply error stops the node)
+        self.metadata_errors = 0
+        self.snapshot_errors = 0
         self._pending_commits: list[tuple[int, float]] = []
         self._election_started: float | None = None
         self._was_leader = False
@@ -356,6 +359,7 @@ class MetadataLog:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, self.raft_log.stage_snapshot, sid, data)
         except Exception as e:  # an operator reads this; the next snapshot retries
+            self.snapshot_errors += 1
             log.warning("[node %d] Snapshot at %d failed: %s", self.node_id, end, e)
             return
         finally:

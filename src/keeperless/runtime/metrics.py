@@ -39,6 +39,17 @@ def _gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamil
     return g
 
 
+class _Both:
+    """One observation, two names (ours and the JMX exporter's)."""
+
+    def __init__(self, *histograms: Histogram) -> None:
+        self.histograms = histograms
+
+    def observe(self, value: float) -> None:
+        for h in self.histograms:
+            h.observe(value)
+
+
 class Metrics:
     """All of a node's metrics, in one registry served over HTTP."""
 
@@ -64,11 +75,25 @@ class Metrics:
         self.fetch_records = Counter(
             "kafka_raft_fetch_records", "Records fetched from the leader", registry=r
         )
-        self.event_queue_time = Histogram(
-            "kafka_controller_event_queue_time_ms",
-            "Time a controller operation waited",
-            registry=r,
+        self.event_queue_time = _Both(
+            Histogram(
+                "kafka_controller_event_queue_time_ms",
+                "Time a controller operation waited",
+                registry=r,
+                buckets=_LATENCY_BUCKETS_MS,
+            ),
+            Histogram(
+                "kafka_controller_controllereventmanager_eventqueuetimems",
+                "Time a controller operation waited for its turn (Kafka's EventQueueTimeMs)",
+                registry=r,
+                buckets=_LATENCY_BUCKETS_MS,
+            ),
+        )
+        self.event_processing_time = Histogram(
+            "kafka_controller_controllereventmanager_eventqueueprocessingtimems",
+            "Time a controller operation took to run (Kafka's EventQueueProcessingTimeMs)",
             buckets=_LATENCY_BUCKETS_MS,
+            registry=r,
         )
         self.requests = Counter(
             "kafka_network_requests", "Requests handled", ["request"], registry=r
@@ -100,6 +125,9 @@ class Metrics:
             buckets=(0.5, 1, 2, 5, 10, 20, 50, 100, 250, 1000),
         )
         r.register(_LiveCollector(self._live))
+        from keeperless.runtime.kafka_metrics import KafkaJmxNames
+
+        r.register(_LiveCollector(KafkaJmxNames(node).collect))
 
     async def watch_loop_lag(self) -> None:
         """Sample the event loop's lag every 100 ms."""

@@ -60,6 +60,8 @@ class ControllerService:
         self._activation: asyncio.Task[None] | None = None
         self._sessions: asyncio.Task[None] | None = None
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
+        self.new_active_controllers = 0
+        self.timed_out_heartbeats = 0
 
     @property
     def is_active(self) -> bool:
@@ -85,6 +87,7 @@ class ControllerService:
         await self.mlog.wait_committed(self.mlog.core.log_end_offset - 1)
         self.controller.image = self.controller.committed
         self._active.set()
+        self.new_active_controllers += 1  # Kafka's NewActiveControllersCount
         log.info(
             "[node %d] Became the active controller in epoch %d", self.node_id, self.mlog.core.epoch
         )
@@ -106,6 +109,7 @@ class ControllerService:
                 fenced = await self.call(lambda c: fence_stale_brokers(c, _now_ms()))
             except NotControllerError:
                 return
+            self.timed_out_heartbeats += len(fenced)  # Kafka's TimedOutBrokerHeartbeatCount
             for b in fenced:
                 log.warning(
                     "[node %d] Fenced broker %d: no heartbeat within %d ms",
@@ -129,7 +133,10 @@ class ControllerService:
         async with self._append_lock:
             if self.metrics is not None:  # Kafka's EventQueueTimeMs: the wait for our turn
                 self.metrics.event_queue_time.observe((time.perf_counter() - queued) * 1000)
+            started = time.perf_counter()
             result = op(self.controller)
+            if self.metrics is not None:  # Kafka's EventQueueProcessingTimeMs
+                self.metrics.event_processing_time.observe((time.perf_counter() - started) * 1000)
             if not result.records and not result.more:
                 return result.response
             # Applied as appended, so that the next operation sees them (pipelining);
