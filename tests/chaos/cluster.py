@@ -125,7 +125,7 @@ class ChaosNode:
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=self.dir,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "KEEPERLESS_TRACE": "acks"},
             preexec_fn=_die_with_parent,
         )
         out.close()

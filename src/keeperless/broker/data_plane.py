@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import time
 from typing import Any
 from uuid import UUID
@@ -23,6 +24,9 @@ from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.storage.log import FileSlice
 
 __all__ = ["DataPlane"]
+
+# acks=all answers, one line each, for the fault harness (KEEPERLESS_TRACE=acks)
+trace = logging.getLogger("keeperless.trace.acks")
 
 LATEST = -1
 EARLIEST = -2
@@ -176,6 +180,19 @@ class DataPlane:
                 return ErrorCode.request_timed_out
             if p.info is None or len(p.info.isr) < min_isr:
                 return ErrorCode.not_enough_replicas_after_append
+            if trace.isEnabledFor(logging.INFO):
+                trace.info(
+                    "[node %d] acked %s-%d below %d: epoch %d hw %d isr %s pending %s followers %s",
+                    self.broker.node_id,
+                    p.topic,
+                    p.index,
+                    end,
+                    p.info.leader_epoch,
+                    p.high_watermark,
+                    list(p.info.isr),
+                    p.pending_isr,
+                    {r: f.log_end_offset for r, f in p.followers.items()},
+                )
             return ErrorCode.none
 
         codes = await asyncio.gather(*(one(p, end, m) for _, _, p, end, m in waits))

@@ -334,7 +334,8 @@ class Node:
         assert self.broker is not None
         b = self.broker
         incarnation = uuid.uuid4()
-        give_up = time.monotonic() + 2 * self.config["broker.session.timeout.ms"] / 1000
+        waited_since = time.monotonic()
+        told = -1e9
         while True:
             try:
                 err, epoch = await b.controller.register_broker(
@@ -347,18 +348,23 @@ class Node:
                     e,
                 )
                 continue
-            if err.code == ErrorCode.duplicate_broker_registration and (time.monotonic() < give_up):
-                # our previous incarnation's session has not expired yet
-                log.warning(
-                    "[node %d] Broker id %d is still registered by a previous "
-                    "process; retrying until its session expires",
-                    self.node_id,
-                    b.node_id,
-                )
+            if err.code == ErrorCode.duplicate_broker_registration:
+                # our previous incarnation's session has not expired yet, or the
+                # controller is fencing it first: retriable, for as long as it takes
+                if time.monotonic() - told >= 30:
+                    told = time.monotonic()
+                    log.warning(
+                        "[node %d] Broker id %d is still registered by a previous process "
+                        "(%s); retrying until it is fenced (waiting %.0f s so far)",
+                        self.node_id,
+                        b.node_id,
+                        err.message or "its session has not expired",
+                        told - waited_since,
+                    )
                 await asyncio.sleep(1.0)
                 continue
             if err.code == ErrorCode.inconsistent_cluster_id:
-                raise RuntimeError(
+                raise RegistrationRefused(
                     f"broker registration refused: INCONSISTENT_CLUSTER_ID: the controllers "
                     f"belong to another cluster than this broker's {self.cluster_id} (the "
                     f"cluster.id in meta.properties of {b.settings.log_dir}); format its "
@@ -366,7 +372,7 @@ class Node:
                     "controller shows it)"
                 )
             if err.code != ErrorCode.none:
-                raise RuntimeError(
+                raise RegistrationRefused(
                     f"broker registration refused: {err.code.name} {err.message or ''}"
                 )
             break
@@ -473,6 +479,11 @@ class Node:
         await self.stop()
 
 
+class RegistrationRefused(RuntimeError):
+    """The controllers refuse this broker for good (another cluster, an unsupported
+    metadata.version): it stops with one line saying why."""
+
+
 def _protocol_factory(router: RequestRouter) -> Callable[[], KafkaProtocol]:
     return lambda: KafkaProtocol(router)
 
@@ -481,6 +492,11 @@ def run_node(config: NodeConfig, cluster_id: str) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # traces for the fault harness: KEEPERLESS_TRACE=acks,...
+    traces = set(os.environ.get("KEEPERLESS_TRACE", "").split(","))
+    logging.getLogger("keeperless.trace").setLevel(logging.WARNING)
+    for name in traces - {""}:
+        logging.getLogger(f"keeperless.trace.{name}").setLevel(logging.INFO)
     try:
         import uvloop
 
@@ -490,7 +506,7 @@ def run_node(config: NodeConfig, cluster_id: str) -> int:
     node = Node(config, cluster_id)
     try:
         asyncio.run(node.run_forever())
-    except ListenError as e:
+    except (ListenError, RegistrationRefused) as e:
         log.error("[node %d] %s", config.node_id, e)
         return 1
     return 0
