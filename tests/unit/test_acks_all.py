@@ -12,33 +12,18 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
-from keeperless.broker.broker import Broker, BrokerSettings
+from keeperless.broker.broker import Broker
 from keeperless.broker.data_plane import DataPlane
 from keeperless.metadata import _records_gen as r
 from keeperless.protocol.framing import RequestHeader
 from keeperless.protocol.records import build_batch
-from keeperless.storage.log import LogConfig
+from tests.unit.brokers import make_broker
 
 TID = uuid.uuid4()
 
 
 def _broker(tmp_path: Path) -> Broker:
-    settings = BrokerSettings(
-        node_id=1,
-        cluster_id="c",
-        log_dir=tmp_path,
-        endpoints=(("PLAINTEXT", "127.0.0.1", 9092),),
-        rack=None,
-        log_defaults=LogConfig(),
-        auto_create_topics=False,
-        max_message_bytes=1_048_588,
-        offsets_topic_partitions=1,
-        offsets_topic_replication_factor=1,
-        static_configs={"min.insync.replicas": "2"},
-    )
-    controller: Any = None
-    b = Broker(settings, controller)
-    b.catch_up_to(-1)
+    b = make_broker(tmp_path, static={"min.insync.replicas": "2"})
     b.on_committed(
         [
             r.TopicRecord(name="t", topic_id=TID),

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.offset_commit.v8 import request as oc
 from kio.schema.offset_fetch.v8 import request as of
 
-from keeperless.broker.broker import Broker, BrokerSettings
+from keeperless.broker.broker import Broker
 from keeperless.broker.group_coordinator import (
     OFFSETS_TOPIC,
     GroupCoordinator,
@@ -25,30 +25,14 @@ from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.metadata import _records_gen as r
 from keeperless.protocol.framing import RequestHeader
 from keeperless.protocol.records import build_batch
-from keeperless.storage.log import LogConfig
+from tests.unit.brokers import make_broker
 
 TID = uuid.uuid4()
 GROUP = "g"
 
 
 def _broker(tmp_path: Path) -> Broker:
-    settings = BrokerSettings(
-        node_id=1,
-        cluster_id="c",
-        log_dir=tmp_path,
-        endpoints=(("PLAINTEXT", "127.0.0.1", 9092),),
-        rack=None,
-        log_defaults=LogConfig(),
-        auto_create_topics=False,
-        max_message_bytes=1_048_588,
-        offsets_topic_partitions=1,
-        offsets_topic_replication_factor=2,
-        static_configs={"min.insync.replicas": "1"},
-    )
-    controller: Any = None
-    b = Broker(settings, controller)
-    b.catch_up_to(-1)
-    return b
+    return make_broker(tmp_path, offsets_rf=2)
 
 
 def _setup(tmp_path: Path) -> tuple[Broker, GroupOffsets]:

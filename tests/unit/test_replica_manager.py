@@ -7,32 +7,15 @@ import asyncio
 import gc
 import uuid
 from pathlib import Path
-from typing import Any
 
-from keeperless.broker.broker import Broker, BrokerSettings
+from keeperless.broker.broker import Broker
 from keeperless.broker.replication import ReplicaManager, ReplicationSettings
 from keeperless.metadata import _records_gen as r
-from keeperless.storage.log import LogConfig
+from tests.unit.brokers import make_broker
 
 
 def _broker(tmp_path: Path) -> Broker:
-    settings = BrokerSettings(
-        node_id=1,
-        cluster_id="c",
-        log_dir=tmp_path,
-        endpoints=(("PLAINTEXT", "127.0.0.1", 9092),),
-        rack=None,
-        log_defaults=LogConfig(),
-        auto_create_topics=False,
-        max_message_bytes=1_048_588,
-        offsets_topic_partitions=1,
-        offsets_topic_replication_factor=1,
-        static_configs={"min.insync.replicas": "1"},
-    )
-    controller: Any = None
-    b = Broker(settings, controller)
-    b.catch_up_to(-1)
-    return b
+    return make_broker(tmp_path)
 
 
 def test_no_fetcher_outlives_the_stop(tmp_path: Path) -> None:

@@ -210,7 +210,7 @@ class ConsumerGroup:
     ) -> ConsumerMember:
         """A member (re)joins with epoch 0. A static member whose instance left for a
         while (epoch -2) takes its place and assignment."""
-        rack, client_id, client_host, rebalance_ms, subscription, assignor = spec
+        subscription, assignor = spec[4], spec[5]
         if instance_id is not None:
             old_id = self.static.get(instance_id)
             old = self.members.get(old_id) if old_id is not None else None
@@ -222,21 +222,9 @@ class ConsumerGroup:
                         "present in the group",
                     )
                 del self.members[old_id]
-                m = ConsumerMember(
-                    member_id,
-                    instance_id,
-                    rack,
-                    client_id,
-                    client_host,
-                    rebalance_ms,
-                    subscription,
-                    assignor,
-                    member_epoch=old.previous_epoch,
-                    previous_epoch=old.previous_epoch,
-                    assigned=old.assigned,
-                    last_heartbeat=now,
-                )
-                self.members[member_id] = m
+                m = self._new_member(member_id, instance_id, spec, now)
+                m.member_epoch = m.previous_epoch = old.previous_epoch
+                m.assigned = old.assigned
                 self.static[instance_id] = member_id
                 self.target[member_id] = self.target.pop(old_id, {})
                 if subscription != old.subscription or assignor != old.assignor:
@@ -245,6 +233,27 @@ class ConsumerGroup:
         existing = self.members.pop(member_id, None)
         if existing is not None:
             self.target.pop(member_id, None)  # rejoining after being fenced: anew
+        m = self._new_member(member_id, instance_id, spec, now)
+        if instance_id is not None:
+            self.static[instance_id] = member_id
+        log.info(
+            "[node %d] Consumer group %s: member %s joined%s",
+            self.node_id,
+            self.group_id,
+            member_id,
+            f" (instance {instance_id})" if instance_id else "",
+        )
+        self._bump("a member joined")
+        return m
+
+    def _new_member(
+        self,
+        member_id: str,
+        instance_id: str | None,
+        spec: tuple[str | None, str, str, int, Subscription, str | None],
+        now: float,
+    ) -> ConsumerMember:
+        rack, client_id, client_host, rebalance_ms, subscription, assignor = spec
         m = ConsumerMember(
             member_id,
             instance_id,
@@ -257,16 +266,6 @@ class ConsumerGroup:
             last_heartbeat=now,
         )
         self.members[member_id] = m
-        if instance_id is not None:
-            self.static[instance_id] = member_id
-        log.info(
-            "[node %d] Consumer group %s: member %s joined%s",
-            self.node_id,
-            self.group_id,
-            member_id,
-            f" (instance {instance_id})" if instance_id else "",
-        )
-        self._bump("a member joined")
         return m
 
     def leave(self, member_id: str, static: bool) -> None:
