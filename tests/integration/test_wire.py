@@ -522,3 +522,25 @@ def test_alter_replica_log_dirs(three: Cluster) -> None:
     assert move(str(b.data), "arld") == ErrorCode.none
     assert move("/nonexistent/dir", "arld") == ErrorCode.log_dir_not_found
     assert move(str(b.data), "no-such-topic") == ErrorCode.replica_not_available
+
+
+def test_authorized_operations_without_an_authorizer(three: Cluster) -> None:
+    """Asked for, the authorized operations are every operation the resource supports
+    (no authorizer: Kafka's answer); not asked for, they are absent."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": three.bootstrap})
+    admin.create_topics([NewTopic("authops", 1, 1)])["authops"].result(20)
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(10)
+    assert AclOperation.DESCRIBE in cluster.authorized_operations
+    assert AclOperation.IDEMPOTENT_WRITE in cluster.authorized_operations
+    assert AclOperation.READ not in cluster.authorized_operations
+    assert admin.describe_cluster().result(10).authorized_operations is None
+    topic = admin.describe_topics(TopicCollection(["authops"]), include_authorized_operations=True)[
+        "authops"
+    ].result(10)
+    assert {AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE} <= set(
+        topic.authorized_operations
+    )
+    assert AclOperation.CLUSTER_ACTION not in topic.authorized_operations

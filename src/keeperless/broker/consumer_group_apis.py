@@ -20,6 +20,7 @@ from keeperless.broker.consumer_group import (
     TopicsView,
 )
 from keeperless.broker.group_coordinator import GroupCoordinator
+from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 
@@ -180,7 +181,9 @@ class ConsumerGroupApis:
                 "assignment_epoch": -1,
                 "assignor_name": "",
                 "members": [],
-                "authorized_operations": -2147483648,
+                "authorized_operations": all_operations("group")
+                if req.include_authorized_operations
+                else NOT_REQUESTED,
             }
             err = self.gc._group_error(gid)
             g = self.gc.consumer_groups.get(gid)

@@ -16,6 +16,7 @@ from keeperless.broker.group_coordinator import (
 )
 from keeperless.broker.groups import GroupState
 from keeperless.broker.partitions import NotLeaderError
+from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import build_batch
@@ -264,6 +265,9 @@ class GroupOffsets:
                 "protocol_type": (g.protocol_type if g else "") or "",
                 "protocol_data": (g.protocol if g else "") or "",
                 "members": [],
+                "authorized_operations": all_operations("group")
+                if getattr(req, "include_authorized_operations", False)
+                else NOT_REQUESTED,
             }
             if g is not None and err is None:
                 entry["members"] = [

@@ -50,6 +50,7 @@ from keeperless.controller.requests import (
 )
 from keeperless.metadata.features import features_body
 from keeperless.metadata.image import MetadataImage
+from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import ProtocolError, RequestHeader, response_class
@@ -209,6 +210,9 @@ class BrokerHandlers:
                     "topic_id": t.topic_id,
                     "is_internal": name.startswith("__"),
                     "partitions": parts,
+                    "topic_authorized_operations": all_operations("topic")
+                    if getattr(req, "include_topic_authorized_operations", False)
+                    else NOT_REQUESTED,
                 }
             )
         return build(
@@ -220,6 +224,9 @@ class BrokerHandlers:
                 "controller_id": self.broker.node_id,
                 "topics": topics,
                 "error_code": ErrorCode.none,
+                "cluster_authorized_operations": all_operations("cluster")
+                if getattr(req, "include_cluster_authorized_operations", False)
+                else NOT_REQUESTED,
             },
         )
 
@@ -266,7 +273,7 @@ class BrokerHandlers:
                     "topic_id": t.topic_id,
                     "is_internal": name.startswith("__"),
                     "partitions": [self._partition_entry(image, t.partitions[p], p) for p in taken],
-                    "topic_authorized_operations": -2147483648,
+                    "topic_authorized_operations": all_operations("topic"),
                 }
             )
             if rest:
@@ -314,7 +321,9 @@ class BrokerHandlers:
                 "brokers": self._brokers(getattr(req, "include_fenced_brokers", False))
                 if err == ErrorCode.none
                 else [],
-                "cluster_authorized_operations": -2147483648,
+                "cluster_authorized_operations": all_operations("cluster")
+                if getattr(req, "include_cluster_authorized_operations", False)
+                else NOT_REQUESTED,
             },
         )
 
