@@ -181,9 +181,13 @@ def run_once(
         anomalies += checkers.check_logs(logs, disk_full)
         anomalies += checkers.check_metadata_agreement(data)
         anomalies += checkers.check_replicas(data, topics)
+        anomalies, client_duplicates = checkers.explain_duplicates(anomalies, data, TOPIC)
         report.update(
             faults=nemesis.log,
             writes=write_stats,
+            # copies of a value written under two epochs of its producer: librdkafka
+            # re-sent it after bumping its epoch (a message timed out), as against Kafka
+            client_duplicates=client_duplicates,
             admin=admin_stats,
             commits=sum(1 for e in history.of("consumer-", "commit") if e.type == "ok"),
             reads=sum(len(e.value) for e in history.of("consumer-", "read")),
@@ -228,6 +232,8 @@ def print_report(r: dict[str, Any]) -> None:
         print(f"    produce ack latency: {r['latency']}")
     for c in r.get("isolated_controllers", []):
         print(f"    cut-off controller {c['node']}: {c['cpu_pct']}% CPU over {c['window_s']} s")
+    if r.get("client_duplicates"):
+        print(f"    explained by a client epoch bump: {len(r['client_duplicates'])}")
     for a in r["anomalies"]:
         print(f"  ANOMALY {json.dumps(a, default=str)[:600]}")
     print(f"    history and logs: {r.get('output')}")

@@ -233,3 +233,71 @@ def test_an_acknowledged_upgrade_is_never_lost() -> None:
     h.complete(op, "nemesis", "info", "upgrade", {"release": "3.9-IV0"})  # timed out
     assert checkers.check_upgrades(h, "3.5-IV2", "3.9-IV0") == []  # it may have happened
     assert checkers.check_upgrades(h, "3.5-IV2", "3.7-IV2") == []  # or not
+
+
+def test_admin_a_retried_request_finds_its_own_work_done() -> None:
+    """A broker sends a forwarded request again when the controller moves before it
+    answers (as Kafka does): the second attempt answers TOPIC_ALREADY_EXISTS for a create
+    that did happen (seed 11005), INVALID_PARTITIONS for partitions it added (11021)."""
+    h = History()
+    _admin(h, "create", {"topic": "a", "partitions": 3}, "topic_exists")
+    _admin(h, "partitions", {"topic": "a", "total": 4}, "invalid_partitions")
+    _admin(h, "partitions", {"topic": "a", "total": 4}, "invalid_partitions")
+    _admin(h, "delete", {"topic": "a"}, "unknown_topic")
+    _admin(h, "create", {"topic": "a", "partitions": 1}, "none")
+    assert checkers.check_admin(h)[0] == []
+    # but its effect is kept: the topic it says exists must exist afterwards
+    bad = History()
+    _admin(bad, "create", {"topic": "a", "partitions": 3}, "topic_exists")
+    _admin(bad, "create", {"topic": "a", "partitions": 3}, "none")
+    assert [a["kind"] for a in checkers.check_admin(bad)[0]] == ["admin-not-linearizable"]
+    fewer = History()  # and it cannot explain a refusal to shrink
+    _admin(fewer, "create", {"topic": "a", "partitions": 3}, "none")
+    _admin(fewer, "partitions", {"topic": "a", "total": 5}, "invalid_partitions")
+    _admin(fewer, "partitions", {"topic": "a", "total": 4}, "none")
+    assert [a["kind"] for a in checkers.check_admin(fewer)[0]] == ["admin-not-linearizable"]
+
+
+def test_duplicates_under_two_producer_epochs_are_the_clients(tmp_path: Path) -> None:
+    """librdkafka re-sends what it had in flight under a new epoch after a message timed
+    out (seed 11041): copies under two epochs of one producer are the client's doing;
+    copies under one epoch are a broker that did not recognise a retry."""
+    import uuid
+
+    from keeperless.protocol.records import build_batch, iter_batches, patch_offsets
+    from keeperless.storage.log import LogConfig, PartitionLog
+    from keeperless.storage.partition_dirs import write_topic_id
+
+    d = tmp_path / "n1"
+    (d / "t-0").mkdir(parents=True)
+    write_topic_id(d / "t-0", uuid.uuid4())
+    log = PartitionLog(d / "t-0", LogConfig(), 0)
+    # p0-1 under epochs 0 and 1 (re-sent after a bump); p1-1 twice under epoch 1
+    writes = [(b"p0-1", 0, 5), (b"p0-1", 1, 0), (b"p1-1", 1, 1), (b"p1-1", 1, 1)]
+    for i, (v, epoch, seq) in enumerate(writes):
+        buf = bytearray(
+            build_batch([(None, v, ())], producer_id=1000, producer_epoch=epoch,
+                        base_sequence=seq)
+        )  # fmt: skip
+        patch_offsets(buf, 0, i, 0)
+        log.append(bytes(buf), list(iter_batches(buf)), 0)
+    log.close()
+    dups = [
+        {"kind": "duplicated", "value": "p0-1", "at": [[0, 0], [0, 1]]},
+        {"kind": "duplicated", "value": "p1-1", "at": [[0, 2], [0, 3]]},
+        {"kind": "lost", "value": "p0-9"},
+        {"kind": "reordered", "partition": 0, "offset": 1, "value": "p0-1", "after": "p0-2"},
+        {"kind": "reordered", "partition": 0, "offset": 3, "value": "p1-1", "after": "p1-2"},
+    ]
+    kept, explained = checkers.explain_duplicates(dups, {1: d}, "t")
+    assert [(a["kind"], a["value"], a.get("writers")) for a in explained] == [
+        ("duplicated", "p0-1", [(1000, 0), (1000, 1)]),
+        ("reordered", "p0-1", None),
+    ]
+    assert [(a["kind"], a["value"]) for a in kept] == [
+        ("duplicated", "p1-1"),
+        ("lost", "p0-9"),
+        ("reordered", "p1-1"),
+    ]
+    # copies the files do not show are not explained away
+    assert checkers.explain_duplicates(dups, {}, "t")[0] == dups
