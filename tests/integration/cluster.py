@@ -205,6 +205,7 @@ class Cluster:
                 "offsets.topic.num.partitions": "3",
                 "group.initial.rebalance.delay.ms": "0",
             }
+            props.update({k: v for k, v in (extra or {}).items() if k in props})  # extra wins
             if metrics:
                 n.metrics_port = free_port()
                 props["metrics.http.listener"] = f"127.0.0.1:{n.metrics_port}"

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import uuid
 from pathlib import Path
+from typing import Any
 
 from keeperless.broker.broker import Broker
 from keeperless.broker.replication import ReplicaManager, ReplicationSettings
@@ -69,12 +70,13 @@ def test_the_high_watermark_waits_for_a_replica_whose_isr_expansion_is_in_flight
         tid = uuid.uuid4()
         b.on_committed(
             [
+                *_registered(2, 3),
                 r.TopicRecord(name="t", topic_id=tid),
                 r.PartitionRecord(
                     partition_id=0, topic_id=tid, replicas=(1, 2, 3), isr=(1, 2), leader=1
                 ),
             ],
-            3,
+            5,
         )
         p = b.partitions.get("t", 0)
         assert p is not None
@@ -90,6 +92,52 @@ def test_the_high_watermark_waits_for_a_replica_whose_isr_expansion_is_in_flight
         assert p.high_watermark == 1, "acknowledged what replica 3 does not have"
         p.record_follower_fetch(3, 2, 0)
         assert p.high_watermark == 2
+        b.close()
+
+    asyncio.run(go())
+
+
+def _registered(*ids: int, fenced: bool = False) -> list[Any]:
+    return [
+        r.RegisterBrokerRecord(broker_id=i, incarnation_id=uuid.UUID(int=i), broker_epoch=i,
+                               fenced=fenced)
+        for i in ids
+    ]  # fmt: skip
+
+
+def test_a_replica_fenced_or_shutting_down_is_not_proposed_into_the_isr(tmp_path: Path) -> None:
+    """As Kafka's leaders (KIP-841): the controller refuses such a replica, and every
+    leader sharing partitions with a broker in controlled shutdown logged the refusals."""
+    from keeperless.protocol.records import build_batch
+
+    async def go() -> None:
+        b = _broker(tmp_path)
+        rm = ReplicaManager(b, ReplicationSettings())
+        tid = uuid.uuid4()
+        b.on_committed(
+            [
+                *_registered(2),
+                *_registered(3, fenced=True),
+                r.BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=2,
+                                                 in_controlled_shutdown=1),
+                r.TopicRecord(name="t", topic_id=tid),
+                r.PartitionRecord(
+                    partition_id=0, topic_id=tid, replicas=(1, 2, 3), isr=(1,), leader=1
+                ),
+            ],
+            5,
+        )  # fmt: skip
+        p = b.partitions.get("t", 0)
+        assert p is not None
+        assert p.info is not None
+        p.append(build_batch([(None, b"a", ())]), p.info.leader_epoch, 2**20, 0)
+        for replica in (2, 3):
+            p.record_follower_fetch(replica, 1, 0)
+            rm.maybe_expand_isr(p, replica)
+            assert p.pending_isr is None, f"proposed {replica}"
+        b.on_committed([r.UnfenceBrokerRecord(id=3, epoch=3)], 6)  # 3 is back
+        rm.maybe_expand_isr(p, 3)
+        assert p.pending_isr == (1, 3)
         b.close()
 
     asyncio.run(go())

@@ -86,6 +86,11 @@ class GroupSettings:
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
 
 
+def _some(items: list[int], shown: int = 10) -> str:
+    head = ", ".join(map(str, items[:shown]))
+    return head + (f" and {len(items) - shown} more" if len(items) > shown else "")
+
+
 class GroupCoordinator:
     def __init__(self, broker: Broker, settings: GroupSettings) -> None:
         self.broker = broker
@@ -114,14 +119,38 @@ class GroupCoordinator:
                 if info.leader == self.broker.node_id
             }
         )
+        unloaded: list[int] = []
+        groups = 0
         for idx, epoch in list(self._loaded.items()):
             if led.get(idx) != epoch:
-                self._unload(idx, len(t.partitions) if t is not None else 0)
+                groups += self._unload(idx, len(t.partitions) if t is not None else 0)
+                unloaded.append(idx)
+        if unloaded:  # one line for all (a controlled shutdown moves them together)
+            log.info(
+                "[node %d] Unloaded %d group(s) of %d %s partition(s) no longer led here: %s",
+                self.broker.node_id,
+                groups,
+                len(unloaded),
+                OFFSETS_TOPIC,
+                _some(sorted(unloaded)),
+            )
+        loaded: list[int] = []
+        offsets = 0
         for idx, epoch in led.items():
             if idx not in self._loaded:
-                self._load(idx, epoch)
+                offsets += self._load(idx, epoch)
+                loaded.append(idx)
+        if offsets:
+            log.info(
+                "[node %d] Loaded %d committed offsets from %d %s partition(s) now led here",
+                self.broker.node_id,
+                offsets,
+                len(loaded),
+                OFFSETS_TOPIC,
+            )
 
-    def _unload(self, idx: int, partitions: int) -> None:
+    def _unload(self, idx: int, partitions: int) -> int:
+        """Forget the groups of one partition; returns how many."""
         del self._loaded[idx]
         gone = [
             gid
@@ -139,18 +168,13 @@ class GroupCoordinator:
                 g.abandon()
             self.consumer_groups.pop(gid, None)  # its members hear NOT_COORDINATOR
             self.offsets.pop(gid, None)
-        log.info(
-            "[node %d] Unloaded %d group(s) of %s-%d: no longer its leader",
-            self.broker.node_id,
-            len(gone),
-            OFFSETS_TOPIC,
-            idx,
-        )
+        return len(gone)
 
-    def _load(self, idx: int, epoch: int) -> None:
+    def _load(self, idx: int, epoch: int) -> int:
+        """Read one partition's groups and offsets; returns the offsets read."""
         p = self.broker.partitions.get(OFFSETS_TOPIC, idx)
         if p is None:
-            return
+            return 0
         self._loaded[idx] = epoch
         off = p.log.log_start_offset
         n = 0
@@ -166,14 +190,7 @@ class GroupCoordinator:
                 for rec in decode_records(memoryview(data)[pos : pos + h.size]):
                     if rec.key is not None:
                         n += self._replay(rec.key, rec.value)
-        if n:
-            log.info(
-                "[node %d] Loaded %d committed offsets from %s-%d",
-                self.broker.node_id,
-                n,
-                OFFSETS_TOPIC,
-                idx,
-            )
+        return n
 
     def _replay(self, key: bytes, value: bytes | None) -> int:
         (version,) = _S16.unpack_from(key, 0)

@@ -306,6 +306,12 @@ class ReplicaManager:
         f = p.followers.get(replica)
         if f is None or f.log_end_offset < p.high_watermark:
             return
+        # as Kafka's leader (KIP-841): not a replica the metadata shows fenced or in
+        # controlled shutdown, which the controller would refuse (a peer stopping made
+        # every leader it shared partitions with propose, and log the refusals)
+        reg = self.broker.image.brokers.get(replica)
+        if reg is None or not reg.active:
+            return
         # it must also have reached the current leader epoch's first offset
         start_of_epoch = next(
             (o for e, o in p.epochs.entries if e == info.leader_epoch), p.log.log_end_offset
