@@ -210,3 +210,20 @@ def test_a_controlled_shutdown_is_logged_in_a_few_lines(tmp_path: Path) -> None:
         assert len(isr_lines) <= 20, len(isr_lines)
     finally:
         c.stop()
+
+
+def test_a_broker_stopping_without_controllers_says_why_it_took_long(tmp_path: Path) -> None:
+    """The last nodes of a cluster cannot shut down in a controlled way: the broker waits
+    for a controller, then says in one line that it stops without it (it took 10-12 s in
+    silence)."""
+    c = Cluster(tmp_path, controllers=1, brokers=1)
+    c.start()
+    try:
+        c.controllers[1].stop()
+        rc = c.brokers[2].stop(timeout=90)
+        assert rc == 0, c.brokers[2].logs()[-2000:]
+        logs = c.brokers[2].logs()
+        assert "Controlled shutdown: asking the controller" in logs
+        assert "Stopping without a controlled shutdown: " in logs, logs[-2000:]
+    finally:
+        c.stop()

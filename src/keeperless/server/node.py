@@ -4,7 +4,6 @@ transport, the controller role, the broker role, listeners, and their lifecycle.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -405,7 +404,11 @@ class Node:
         once."""
         assert self.broker is not None
         b = self.broker
-        logged = False
+        log.info(
+            "[node %d] Controlled shutdown: asking the controller to move this broker's "
+            "leaderships",
+            b.node_id,
+        )
         while True:
             _err, _fenced, done = await b.controller.broker_heartbeat(
                 b.node_id, b.broker_epoch, False, b.image.offset, True
@@ -413,9 +416,6 @@ class Node:
             if done:
                 log.info("[node %d] Controlled shutdown complete", b.node_id)
                 return
-            if not logged:
-                log.info("[node %d] In controlled shutdown: waiting for the controller", b.node_id)
-                logged = True
             await asyncio.sleep(CONTROLLED_SHUTDOWN_POLL_S)
 
     async def _heartbeat_loop(self) -> None:
@@ -442,8 +442,16 @@ class Node:
             t.cancel()
         b = self.broker
         if b is not None and b.broker_epoch >= 0:
-            with contextlib.suppress(ControllerUnavailableError, OSError, TimeoutError):
+            try:
                 await asyncio.wait_for(self._controlled_shutdown(), CONTROLLED_SHUTDOWN_S)
+            except (ControllerUnavailableError, OSError, TimeoutError) as e:
+                # the last nodes of a cluster stop this way: say why it took this long
+                log.warning(
+                    "[node %d] Stopping without a controlled shutdown: %s; the leaders of "
+                    "its partitions move when its session expires",
+                    self.node_id,
+                    str(e) or f"no answer within {CONTROLLED_SHUTDOWN_S:.0f} s",
+                )
         stopped = list(self._tasks)
         if self.replicas is not None:
             stopped += self.replicas.stop()
