@@ -22,3 +22,31 @@ def test_a_foreign_peer_is_reported_in_both_directions(caplog: pytest.LogCapture
     assert len(lines) == 2, lines
     assert any("node 3 refused our VoteRequest" in x for x in lines)
     assert any("of cluster theirs" in x for x in lines)
+
+
+def test_a_peer_starting_up_is_not_reported_unreachable(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Voters started together failed each other's first connections: a warning named
+    them, and 'reached again' followed at once. Only a voter unreachable for a while is
+    named, and only a named one is said to be reached again."""
+    from keeperless.runtime import raft_transport
+
+    now = [100.0]
+    monkeypatch.setattr(raft_transport.time, "monotonic", lambda: now[0])
+    t = RaftTransport(1, "ours", {2: ("127.0.0.1", 1), 3: ("127.0.0.1", 3)}, ("127.0.0.1", 2))
+    with caplog.at_level(logging.INFO, logger="keeperless.runtime.raft_transport"):
+        t.unreachable(3, ("127.0.0.1", 3), "refused")
+        now[0] += 0.5
+        t.reachable(3)  # up a moment later: nothing to say
+        assert caplog.records == []
+        t.unreachable(2, ("127.0.0.1", 1), "refused")
+        now[0] += raft_transport.UNREACHABLE_GRACE_S
+        t.unreachable(2, ("127.0.0.1", 1), "refused")
+        t.unreachable(3, ("127.0.0.1", 3), "refused")  # just went down: not named yet
+        t.reachable(3)
+        t.reachable(2)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "Cannot reach voter(s) 2 (" in lines[0]
+    assert "Reached voter 2 again" in lines[1]

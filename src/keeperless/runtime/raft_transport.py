@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 _EXPECTED: dict[int, type] = {52: m.VoteResponse, 1: m.FetchResponse, 59: m.FetchSnapshotResponse}
 _RESPONSES = tuple(_EXPECTED.values())
 _RECONNECT_BACKOFF_S = 0.2
+UNREACHABLE_GRACE_S = 2.0  # a peer starting up is not worth a warning
 
 
 class _Lane:
@@ -163,7 +164,8 @@ class RaftTransport:
         self.describe: Callable[[], dict[str, Any] | None] = lambda: None
         self._lanes: dict[tuple[int, str], _Lane] = {}
         self._inbound: dict[tuple[int, type], list[tuple[m.Message, asyncio.Future[Any]]]] = {}
-        self._down: dict[int, float] = {}
+        self._down: dict[int, float] = {}  # peer -> since when it has been unreachable
+        self._warned: set[int] = set()  # peers a warning named
         self._last_warning = -1e9
         self._foreign_warnings: dict[tuple[int, str], float] = {}
 
@@ -277,11 +279,14 @@ class RaftTransport:
     # -- reachability, for operators ----------------------------------------------------
 
     def unreachable(self, peer: int, addr: tuple[str, int], why: str) -> None:
-        self._down[peer] = time.monotonic()
+        """Warn (every 10 s at most) about voters unreachable for a while: not about a
+        peer that is starting at the same moment (a warning, then 'reached again')."""
         now = time.monotonic()
-        if now - self._last_warning >= 10:
+        self._down.setdefault(peer, now)
+        down = sorted(p for p, since in self._down.items() if now - since >= UNREACHABLE_GRACE_S)
+        if down and now - self._last_warning >= 10:
             self._last_warning = now
-            down = sorted(self._down)
+            self._warned.update(down)
             log.warning(
                 "[node %d] Cannot reach voter(s) %s (last: node %d at %s:%d: %s)",
                 self.node_id,
@@ -301,7 +306,9 @@ class RaftTransport:
             log.error("[node %d] INCONSISTENT_CLUSTER_ID: %s", self.node_id, what)
 
     def reachable(self, peer: int) -> None:
-        if self._down.pop(peer, None) is not None:
+        self._down.pop(peer, None)
+        if peer in self._warned:
+            self._warned.discard(peer)
             log.info("[node %d] Reached voter %d again", self.node_id, peer)
 
     def close(self) -> None:
