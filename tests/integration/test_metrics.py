@@ -96,13 +96,16 @@ CONTROLLER = [
     "kafka_server_raft_metrics_log_end_offset",
     "kafka_server_raft_metrics_commit_rate",
 ]
-ACTIVE = [
+IMAGE = [  # on every controller
     "kafka_controller_kafkacontroller_activebrokercount",
     "kafka_controller_kafkacontroller_fencedbrokercount",
     "kafka_controller_kafkacontroller_globaltopiccount",
     "kafka_controller_kafkacontroller_globalpartitioncount",
     "kafka_controller_kafkacontroller_offlinepartitionscount",
     "kafka_controller_kafkacontroller_preferredreplicaimbalancecount",
+]
+ACTIVE = [
+    *IMAGE,
     "kafka_controller_controllereventmanager_eventqueuetimems_count",
     "kafka_controller_controllereventmanager_eventqueueprocessingtimems_count",
 ]
@@ -156,6 +159,14 @@ def test_kafkas_metric_names_through_a_failover(tmp_path: Path) -> None:
         follower = next(i for i in c.controllers if i != leader)
         fpage = scrape(c.controllers[follower])
         assert _value(fpage, "kafka_controller_kafkacontroller_activecontrollercount") == 0.0
+        for name in IMAGE:  # a standby shows the cluster as the active controller does
+            wait_until(
+                lambda name=name: (
+                    _value(scrape(c.controllers[follower]), name) == _value(page, name)
+                ),
+                10,
+                what=f"{name} on a standby controller",
+            )
         # the active controller dies: another takes over and says so
         c.controllers[leader].kill9()
         new = wait_until(lambda: (lambda lead: lead if lead != leader else None)(c.leader()), 20)

@@ -138,8 +138,8 @@ class KafkaJmxNames:
             if committed.offset >= self.node.mlog.committed_offset
             else svc.controller.session_timeout_ms,
         )
-        if not active:
-            return
+        # from the committed image, on every controller as Kafka's (a standby's dashboard
+        # shows the cluster too)
         brokers = list(image.brokers.values())
         fenced = sum(1 for b in brokers if b.fenced)
         live = {b.broker_id for b in brokers if not b.fenced}
