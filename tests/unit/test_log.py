@@ -181,3 +181,45 @@ def test_a_failed_write_fails_the_log_directory_and_leaves_no_torn_batch(
         assert again.truncated_bytes == 0
     finally:
         dir_failure.set_failure_handler(None)
+
+
+def test_the_log_start_moves_inside_a_segment_and_drops_the_segments_below(
+    tmp_path: Path,
+) -> None:
+    """DeleteRecords: the start may land inside a segment (nothing below it is served:
+    the broker answers OFFSET_OUT_OF_RANGE below log_start_offset) and the segments
+    wholly below it are deleted; past the end, the log starts over there, empty."""
+    plog = PartitionLog(tmp_path, LogConfig(segment_bytes=200), 0)
+    for _ in range(12):
+        _append(plog, 1)
+    segments = len(list(tmp_path.glob("*.log")))
+    assert segments > 2
+    assert plog.advance_start(5, 0)
+    assert plog.log_start_offset == 5
+    assert not plog.advance_start(3, 0), "the start never goes back"
+    assert plog.log_start_offset == 5
+    left = sorted(tmp_path.glob("*.log"))
+    assert len(left) < segments
+    assert int(left[0].stem) <= 5, "the segment holding the start is kept"
+    assert plog.log_end_offset == 12
+    assert plog.advance_start(20, 0)
+    assert (plog.log_start_offset, plog.log_end_offset) == (20, 20)
+    plog.close()
+
+
+def test_offset_checkpoint_files_round_trip_and_a_damaged_one_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from keeperless.storage.offset_checkpoint import (
+        read_offset_checkpoint,
+        write_offset_checkpoint,
+    )
+
+    path = tmp_path / "log-start-offset-checkpoint"
+    assert read_offset_checkpoint(path) == {}
+    write_offset_checkpoint(path, {("orders", 1): 40, ("a.b-c", 0): 7})
+    assert path.read_text() == "0\n2\na.b-c 0 7\norders 1 40\n"  # Kafka's format
+    assert read_offset_checkpoint(path) == {("orders", 1): 40, ("a.b-c", 0): 7}
+    path.write_text("0\n3\norders 1 40\n")  # damaged from outside: reported, ignored
+    assert read_offset_checkpoint(path) == {}
+    assert "Ignoring" in caplog.text

@@ -224,7 +224,7 @@ class DataPlane:
                 return None, (epoch, end)
         if fp.fetch_offset <= p.log.log_end_offset:
             before = p.high_watermark
-            p.record_follower_fetch(replica, fp.fetch_offset, _now_ms())
+            p.record_follower_fetch(replica, fp.fetch_offset, _now_ms(), fp.log_start_offset)
             if p.high_watermark > before:
                 self.broker.partitions.notify_append()  # wake consumers' long polls
             hook = self.broker.partitions.on_follower_fetch
@@ -379,6 +379,60 @@ class DataPlane:
                 parts.append(entry)
             topics.append({"name": t.name, "partitions": parts})
         return build(response_class(2, header.api_version), {"throttle_time": 0, "topics": topics})
+
+    # -- DeleteRecords --------------------------------------------------------------------
+
+    async def delete_records(self, header: RequestHeader, req: Any) -> Any:
+        """Kafka's DeleteRecords (API 21): move the log start offset of each partition
+        to the offset asked (-1: the high watermark), then wait, up to the request's
+        timeout, until every live replica's start has followed (the low watermark)."""
+        moved: list[tuple[dict[str, Any], Any, int]] = []
+        topics = []
+        now = _now_ms()
+        for t in req.topics:
+            parts = []
+            for dp in t.partitions:
+                entry: dict[str, Any] = {
+                    "partition_index": dp.partition_index,
+                    "low_watermark": -1,
+                    "error_code": ErrorCode.none,
+                }
+                parts.append(entry)
+                err = self._partition_error(t.name, dp.partition_index)
+                p = self.broker.partitions.get(t.name, dp.partition_index)
+                if err is None and p is None:
+                    err = ErrorCode.not_leader_or_follower
+                if err is None and p is not None:
+                    policy = self.broker.topic_config(t.name).get("cleanup.policy", "delete")
+                    target = p.high_watermark if dp.offset == -1 else dp.offset
+                    if "delete" not in policy.split(","):
+                        err = ErrorCode.policy_violation
+                    elif target < 0 or target > p.high_watermark:
+                        err = ErrorCode.offset_out_of_range
+                    else:
+                        self.broker.partitions.advance_start(p, target, now)
+                        moved.append((entry, p, target))
+                if err is not None:
+                    entry["error_code"] = err
+            topics.append({"name": t.name, "partitions": parts})
+        deadline = time.monotonic() + max(_td_ms(req.timeout), 0) / 1000
+
+        def alive(node: int) -> bool:
+            b = self.broker.image.brokers.get(node)
+            return b is not None and not b.fenced
+
+        while True:
+            waiting = False
+            for entry, p, target in moved:
+                entry["low_watermark"] = low = p.low_watermark(alive)
+                waiting = waiting or low < target
+            if not waiting or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.02)  # followers move their start as they fetch
+        for entry, _p, target in moved:
+            if entry["low_watermark"] < target:
+                entry["error_code"] = ErrorCode.request_timed_out
+        return build(response_class(21, header.api_version), {"throttle_time": 0, "topics": topics})
 
     # -- OffsetForLeaderEpoch -------------------------------------------------------------
 

@@ -74,6 +74,7 @@ class BrokerHandlers:
             1: self.data.fetch,
             2: self.data.list_offsets,
             23: self.data.offset_for_leader_epoch,
+            21: self.data.delete_records,
             3: self.metadata,
             18: self.api_versions,
             19: self.create_topics,

@@ -26,6 +26,11 @@ from keeperless.protocol.records import (
 )
 from keeperless.storage.epochs import LeaderEpochCache
 from keeperless.storage.log import FileSlice, LogConfig, PartitionLog
+from keeperless.storage.offset_checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
 from keeperless.storage.partition_dirs import (
     discard,
     partition_dirs,
@@ -64,6 +69,7 @@ class FollowerState:
     """What the leader knows of a follower from its fetches."""
 
     log_end_offset: int = -1
+    log_start_offset: int = -1  # as its last fetch said (the low watermark's input)
     last_fetch_ms: int = 0
     last_caught_up_ms: int = 0
 
@@ -200,14 +206,41 @@ class Partition:
             self.pending_isr = None
         self.maybe_advance_hw()
 
-    def record_follower_fetch(self, replica: int, fetch_offset: int, now_ms: int) -> None:
+    def record_follower_fetch(
+        self, replica: int, fetch_offset: int, now_ms: int, log_start_offset: int = -1
+    ) -> None:
         """A follower asked for ``fetch_offset``: it has everything below it."""
         f = self.followers.setdefault(replica, FollowerState())
         f.log_end_offset = fetch_offset
+        f.log_start_offset = log_start_offset
         f.last_fetch_ms = now_ms
         if fetch_offset >= self.log.log_end_offset:
             f.last_caught_up_ms = now_ms
         self.maybe_advance_hw()
+
+    def low_watermark(self, alive: Callable[[int], bool]) -> int:
+        """Kafka's low watermark: the smallest log start offset of the leader and of its
+        live followers (what DeleteRecords waits for)."""
+        assert self.info is not None
+        starts = [self.log.log_start_offset]
+        for r in self.info.replicas:
+            if r == self.node_id or not alive(r):
+                continue
+            f = self.followers.get(r)
+            starts.append(f.log_start_offset if f is not None else -1)
+        return min(starts)
+
+    def advance_start(self, offset: int, now_ms: int) -> bool:
+        """Move the log start offset up to ``offset`` (DeleteRecords; a follower
+        following its leader's); True if it moved. Past the log end, start over there."""
+        if offset <= self.log.log_start_offset:
+            return False
+        if offset > self.log.log_end_offset:
+            self.reset_to(offset, now_ms)
+            return True
+        self.log.advance_start(offset, now_ms)
+        self._hw = max(self._hw, offset)
+        return True
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self.epochs.end_offset_for(epoch, self.log.log_end_offset)
@@ -397,6 +430,10 @@ class PartitionManager:
         self.log_dir = log_dir
         self.defaults = defaults
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # log start offsets moved inside a segment (DeleteRecords), as checkpointed;
+        # applied to each partition when it opens
+        self._start_checkpoint = log_dir / LOG_START_OFFSET_CHECKPOINT
+        self._starts = read_offset_checkpoint(self._start_checkpoint)
         self._data_arrived: asyncio.Future[None] | None = None
         # set by the replica manager: a follower fetched from a partition led here
         self.on_follower_fetch: Callable[[Partition, int], None] | None = None
@@ -434,6 +471,9 @@ class PartitionManager:
                 self._discard(directory)
             p = Partition(topic, index, topic_id, directory, config, now_ms)
             self.partitions[(topic, index)] = p
+            start = self._starts.pop((topic, index), None)
+            if start is not None and found == topic_id:
+                p.advance_start(start, now_ms)
             if p.log.truncated_bytes:
                 log.warning(
                     "[node %d] Recovered %s-%d: truncated %d torn bytes, log end %d",
@@ -448,6 +488,19 @@ class PartitionManager:
         p.node_id = self.node_id
         p.on_info(info, now_ms)
         return p
+
+    def advance_start(self, p: Partition, offset: int, now_ms: int) -> bool:
+        """Move a partition's log start offset and checkpoint every moved start (the
+        deleted records must stay deleted across a restart)."""
+        if not p.advance_start(offset, now_ms):
+            return False
+        starts = dict(self._starts)  # of partitions not opened yet: kept
+        for key, q in self.partitions.items():
+            first = q.log.first_segment_base
+            if q.log.log_start_offset > first:
+                starts[key] = q.log.log_start_offset
+        write_offset_checkpoint(self._start_checkpoint, starts)
+        return True
 
     def remove(self, topic: str, index: int, topic_id: UUID, why: str) -> bool:
         """Delete the local replica of ``topic``-``index`` if it belongs to topic id

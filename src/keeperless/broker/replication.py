@@ -204,6 +204,11 @@ class _Fetcher:
                             backoff = True
                             continue
                     p.follower_hw(pr.high_watermark)
+                    if pr.log_start_offset > p.log.log_start_offset:
+                        # records deleted at the leader (DeleteRecords): here too
+                        broker.partitions.advance_start(
+                            p, min(pr.log_start_offset, p.log.log_end_offset), now
+                        )
                 elif code == ErrorCode.offset_out_of_range:
                     if p.log.log_end_offset < pr.log_start_offset:
                         p.reset_to(pr.log_start_offset, now)

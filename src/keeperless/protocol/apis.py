@@ -24,6 +24,7 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     18: (0, 4),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
+    21: (0, 2),  # DeleteRecords
     22: (0, 5),  # InitProducerId
     23: (2, 4),  # OffsetForLeaderEpoch
     29: (1, 3),  # DescribeAcls (from the image; enforcement comes later)

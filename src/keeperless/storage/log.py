@@ -191,6 +191,9 @@ class PartitionLog:
         self._unflushed = 0
         self._failed: LogDirFailure | None = None  # a failed write: never write again
         self.truncated_bytes = 0
+        # a log start offset inside the first segment (DeleteRecords), kept across
+        # restarts by the broker's log-start-offset-checkpoint
+        self._start: int | None = None
         self._open(now_ms, on_recovered_batch)
 
     # -- opening and recovery ------------------------------------------------------
@@ -284,9 +287,40 @@ class PartitionLog:
     # -- state ----------------------------------------------------------------------
 
     @property
-    def log_start_offset(self) -> int:
+    def first_segment_base(self) -> int:
         first = self._segments[0]
         return first.index[0][0] if first.index else first.base_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        base = self.first_segment_base
+        return base if self._start is None else max(base, self._start)
+
+    @_guarded
+    def advance_start(self, offset: int, now_ms: int) -> bool:
+        """Move the log start offset up to ``offset`` (DeleteRecords, or a follower
+        following its leader's): nothing below is served again, and the segments wholly
+        below it are deleted. Past the end, the log starts over there, empty. True if
+        the start moved."""
+        if offset <= self.log_start_offset:
+            return False
+        if offset > self.log_end_offset:
+            self.reset_to(offset, now_ms)
+        self._start = offset
+        self.delete_below_start()
+        log.info("Moved the log start offset of %s to %d", self.dir.name, offset)
+        return True
+
+    def delete_below_start(self) -> int:
+        """Delete the segments that hold nothing at or above the log start offset."""
+        deleted = 0
+        while len(self._segments) > 1 and self._segments[0].next_offset <= self.log_start_offset:
+            self._drop(self._segments.pop(0))
+            self._bases.pop(0)
+            deleted += 1
+        if deleted:
+            fsync_dir(self.dir)
+        return deleted
 
     @property
     def log_end_offset(self) -> int:
@@ -549,6 +583,8 @@ class PartitionLog:
         seg.next_offset = offset
         self._segments = [seg]
         self._bases = [offset]
+        if self._start is not None and self._start < offset:
+            self._start = None
 
     def _drop(self, seg: _Segment) -> None:
         seg.close()
