@@ -6,6 +6,9 @@ what the cluster serves after healing, and the nodes' files after a clean stop:
   value librdkafka sent again under a bumped producer epoch after a message timed out is
   the client's duplicate, as against Kafka: told apart by the batches' epochs);
 * reads: every record a consumer was given is in the final log at that offset;
+* deletions (DeleteRecords on the workload's topic): the final log start is at or after
+  every acknowledged low watermark and at or before the highest offset asked; only
+  what lies below it may be missing;
 * commits: the committed offsets the cluster reports never go back and never point past
   the log; an acknowledged commit is never lost;
 * admin: the admin client's results are linearizable against a sequential model of
@@ -34,12 +37,14 @@ __all__ = [
     "check_admin",
     "check_commits",
     "check_controllers",
+    "check_deletions",
     "check_logs",
     "check_metadata_agreement",
     "check_reads",
     "check_replicas",
     "check_upgrades",
     "check_writes",
+    "explain_duplicates",
 ]
 
 Anomaly = dict[str, Any]
@@ -53,7 +58,36 @@ def _anomaly(kind: str, **detail: Any) -> Anomaly:
 # -- writes and reads --------------------------------------------------------------------
 
 
+def _deletions(history: History) -> tuple[dict[int, int], dict[int, int]]:
+    """DeleteRecords on the workload's topic: per partition, the highest offset asked
+    (whatever the outcome) and the highest low watermark acknowledged."""
+    asked: dict[int, int] = {}
+    acked: dict[int, int] = {}
+    for e in history.of("admin", "delete-records"):
+        p = e.value["partition"]
+        if e.type == "invoke":
+            asked[p] = max(asked.get(p, 0), e.value["offset"])
+        elif e.type == "ok":
+            acked[p] = max(acked.get(p, 0), e.value["low_watermark"])
+    return asked, acked
+
+
+def check_deletions(history: History, final: Final) -> list[Anomaly]:
+    """An acknowledged DeleteRecords is never undone (the log starts at or after it),
+    and nothing is deleted that was not asked (the log starts at or before the highest
+    offset asked)."""
+    asked, acked = _deletions(history)
+    out = []
+    for p, (lo, _hi, _records) in sorted(final.items()):
+        if lo < acked.get(p, 0):
+            out.append(_anomaly("deletion-undone", partition=p, acknowledged=acked[p], start=lo))
+        if lo > asked.get(p, 0):
+            out.append(_anomaly("deleted-unasked", partition=p, asked=asked.get(p, 0), start=lo))
+    return out
+
+
 def check_writes(history: History, final: Final) -> tuple[list[Anomaly], dict[str, int]]:
+    asked, _ = _deletions(history)
     sent: dict[str, Event] = {}
     acked: dict[str, tuple[int, int]] = {}
     unknown = 0
@@ -77,6 +111,8 @@ def check_writes(history: History, final: Final) -> tuple[list[Anomaly], dict[st
             if not any(q == p for q, _ in where.get(value, [])):
                 out.append(_anomaly("lost", value=value, acked_at=[p, None], found=[]))
             continue
+        if p in final and offset < min(asked.get(p, 0), final[p][0]):
+            continue  # deleted by a DeleteRecords (check_deletions checks the start)
         if (p, offset) not in where.get(value, []):
             out.append(
                 _anomaly("lost", value=value, acked_at=[p, offset], found=where.get(value, []))
@@ -160,10 +196,13 @@ def explain_duplicates(
 
 
 def check_reads(history: History, final: Final) -> list[Anomaly]:
+    asked, _ = _deletions(history)
     logs = {p: dict(records) for p, (_lo, _hi, records) in final.items()}
     out = []
     for e in history.of("consumer-", "read"):
         for p, offset, value in e.value:
+            if p in final and offset < min(asked.get(p, 0), final[p][0]):
+                continue  # deleted since it was read
             got = logs.get(p, {}).get(offset)
             if got != value:
                 out.append(
@@ -248,6 +287,8 @@ def check_admin(history: History) -> tuple[list[Anomaly], dict[str, int]]:
     ops: list[tuple[Event, Event]] = []
     invokes: dict[int, Event] = {}
     for e in history.of("admin"):
+        if e.f == "delete-records":  # of the workload's topic: check_deletions
+            continue
         if e.type == "invoke":
             invokes[e.op] = e
         elif e.op in invokes:
@@ -505,8 +546,11 @@ def check_replicas(data_dirs: dict[int, Path], topics: dict[str, Any]) -> list[A
         if len(replicas) < 2:
             continue
         upto = min((b[-1][1] + 1 if b else 0) for b in replicas.values())
+        # from the highest first offset: below the log start (DeleteRecords) each replica
+        # deleted whole segments, and each rolled its segments where it did
+        since = max((b[0][0] if b else 0) for b in replicas.values())
         views = {
-            node: [(base, body) for base, last, body in b if last < upto]
+            node: [(base, body) for base, last, body in b if since <= base and last < upto]
             for node, b in replicas.items()
         }
         first = next(iter(views.values()))

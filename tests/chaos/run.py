@@ -164,6 +164,7 @@ def run_once(
         write_anomalies, write_stats = checkers.check_writes(history, final)
         anomalies += write_anomalies
         anomalies += checkers.check_reads(history, final)
+        anomalies += checkers.check_deletions(history, final)
         anomalies += checkers.check_commits(history, final)
         admin_anomalies, admin_stats = checkers.check_admin(history)
         anomalies += admin_anomalies
@@ -185,6 +186,7 @@ def run_once(
         report.update(
             faults=nemesis.log,
             writes=write_stats,
+            delete_records=sum(1 for e in history.of("admin", "delete-records") if e.type == "ok"),
             # copies of a value written under two epochs of its producer: librdkafka
             # re-sent it after bumping its epoch (a message timed out), as against Kafka
             client_duplicates=client_duplicates,
@@ -223,7 +225,8 @@ def print_report(r: dict[str, Any]) -> None:
         f"seed {r['seed']} {r['topology']}: {len(r.get('faults', []))} faults in "
         f"{r['seconds']} s; produced {w.get('sent', 0)} (acked {w.get('acked', 0)}, "
         f"unknown {w.get('unknown_outcome', 0)}), consumed {r.get('reads', 0)}, "
-        f"{r.get('commits', 0)} commits, {r.get('admin', {}).get('ops', 0)} admin ops; "
+        f"{r.get('commits', 0)} commits, {r.get('admin', {}).get('ops', 0)} admin ops, "
+        f"{r.get('delete_records', 0)} record deletions; "
         f"anomalies: {len(r['anomalies'])}"
     )
     for f in r.get("faults", []):

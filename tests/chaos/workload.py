@@ -5,7 +5,8 @@ asked and what it was told:
 * a consumer group: members that poll and commit their positions synchronously;
 * a monitor reading the group's committed offsets back (OffsetFetch) every second;
 * an admin client: one operation at a time on a few topics (create, delete, re-create,
-  add partitions, alter a config), so that its history is sequential.
+  add partitions, alter a config), so that its history is sequential; now and then a
+  DeleteRecords of a few records at the start of a partition of the workload's topic.
 
 Every loop is bounded (a rate and a total) and stops when asked.
 """
@@ -32,6 +33,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewPartitions,
     NewTopic,
+    OffsetSpec,
 )
 
 from tests.chaos.history import History
@@ -235,6 +237,9 @@ class Workload:
         admin = AdminClient(self._common())
         rng = self.rng
         while not self.stop.wait(rng.uniform(0.5, 1.5)):
+            if rng.random() < 0.1:
+                self._delete_records(admin)
+                continue
             topic = rng.choice(ADMIN_TOPICS)
             f = rng.choice(["create", "create", "delete", "partitions", "config"])
             value: dict[str, Any] = {"topic": topic}
@@ -251,6 +256,38 @@ class Workload:
                 h.complete(op, "admin", kind, f, {**value, "code": DEFINITE[code]})
             else:
                 h.complete(op, "admin", "info", f, {**value, "code": code})
+
+    def _delete_records(self, admin: AdminClient) -> None:
+        """DeleteRecords of a few records at the start of a partition of the workload's
+        topic (a few: what stays is what the write checker can verify)."""
+        h = self.history
+        p = self.rng.randrange(self.partitions)
+        tp = TopicPartition(TOPIC, p)
+        try:
+            lo = admin.list_offsets({tp: OffsetSpec.earliest()}, request_timeout=8)[tp]
+            start = lo.result(15).offset
+        except Exception:
+            return  # not an operation: nothing was asked
+        value = {"partition": p, "offset": start + self.rng.randint(1, 30)}
+        op = h.invoke("admin", "delete-records", value)
+        try:
+            res = admin.delete_records(
+                [TopicPartition(TOPIC, p, value["offset"])], request_timeout=8
+            )[TopicPartition(TOPIC, p)].result(15)
+        except KafkaException as e:
+            err = e.args[0]
+            code = int(err.code()) if isinstance(err, KafkaError) else -1
+            if code == 1:  # OFFSET_OUT_OF_RANGE: past the high watermark, nothing done
+                h.complete(op, "admin", "fail", "delete-records", {**value, "code": code})
+            else:
+                h.complete(op, "admin", "info", "delete-records", {**value, "code": code})
+            return
+        except Exception as e:
+            h.complete(op, "admin", "info", "delete-records",
+                       {**value, "code": type(e).__name__})  # fmt: skip
+            return
+        h.complete(op, "admin", "ok", "delete-records",
+                   {**value, "low_watermark": res.low_watermark})  # fmt: skip
 
     @staticmethod
     def _admin_op(admin: AdminClient, f: str, v: dict[str, Any]) -> int | str:

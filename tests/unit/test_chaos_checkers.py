@@ -301,3 +301,27 @@ def test_duplicates_under_two_producer_epochs_are_the_clients(tmp_path: Path) ->
     ]
     # copies the files do not show are not explained away
     assert checkers.explain_duplicates(dups, {}, "t")[0] == dups
+
+
+def test_deleted_records_may_be_missing_and_a_deletion_is_never_undone() -> None:
+    """DeleteRecords in the workload: acknowledged writes (and reads) below the final
+    log start are gone by request, only if a deletion asked that far; the start never
+    falls below an acknowledged low watermark, never passes what was asked."""
+    h = History()
+    _sends(h, [("p0-0", 0, 0), ("p0-1", 0, 1), ("p0-2", 0, 2), ("p0-3", 0, 3)])
+    h.info("consumer-0", "read", [[0, 0, "p0-0"], [0, 1, "p0-1"]])
+    after = {0: (2, 4, [(2, "p0-2"), (3, "p0-3")])}
+    # no deletion asked: the first two are lost, and were read
+    assert {a["kind"] for a in checkers.check_writes(h, after)[0]} == {"lost"}
+    assert {a["kind"] for a in checkers.check_reads(h, after)} == {"read-not-in-log"}
+    assert [a["kind"] for a in checkers.check_deletions(h, after)] == ["deleted-unasked"]
+    d = h.invoke("admin", "delete-records", {"partition": 0, "offset": 2})
+    h.complete(d, "admin", "ok", "delete-records",
+               {"partition": 0, "offset": 2, "low_watermark": 2})  # fmt: skip
+    assert checkers.check_writes(h, after)[0] == []
+    assert checkers.check_reads(h, after) == []
+    assert checkers.check_deletions(h, after) == []
+    assert checkers.check_admin(h)[0] == []  # not one of the admin model's operations
+    undone = {0: (1, 4, [(1, "p0-1"), (2, "p0-2"), (3, "p0-3")])}
+    assert [a["kind"] for a in checkers.check_deletions(h, undone)] == ["deletion-undone"]
+    assert checkers.check_writes(h, {0: (3, 4, [(3, "p0-3")])})[0] != []  # too far
