@@ -230,3 +230,21 @@ def test_a_restarted_broker_is_fenced_before_its_new_incarnation_registers() -> 
     assert again.response[0].code == ErrorCode.none
     c.replay(again.records, 40)
     assert not any(p.leader == 5 for p in c.image.topic("t").partitions.values())
+
+
+def test_a_late_copy_of_a_registration_keeps_the_epoch_the_broker_has() -> None:
+    """The same process's registration arriving again (a TCP retransmission after a
+    partition healed, after the broker had timed out and registered on a new connection)
+    registered it anew: an epoch the broker never heard of, its heartbeats refused, fenced
+    for good (fault harness, seed 12001). Kafka's brokers register once per process."""
+    c = _cluster()
+    inc = uuid.uuid4()
+    first = c.register_broker(6, inc, [("PLAINTEXT", "h", 6)], None, 30, 1000)
+    c.replay(first.records, 30)
+    again = c.register_broker(6, inc, [("PLAINTEXT", "h", 6)], None, 31, 1500)
+    assert again.records == []
+    assert again.response[1] == 30
+    assert c.image.brokers[6].epoch == 30
+    # another process of broker 6 is still told to wait while this one lives
+    other = c.register_broker(6, uuid.uuid4(), [("PLAINTEXT", "h", 6)], None, 32, 2000)
+    assert other.response[0].code.name == "duplicate_broker_registration"

@@ -294,6 +294,14 @@ class QuorumController:
         existing = self.image.brokers.get(broker_id)
         last = self._last_heartbeat_ms.get(broker_id)
         live = last is not None and now_ms - last < self.session_timeout_ms
+        if existing and existing.incarnation_id == incarnation_id:
+            # the same process again: a copy of its request that arrived late (a TCP
+            # retransmission after a partition healed, or the broker's retry after a
+            # timeout). Registering it again gave it a new epoch the process never
+            # heard of, and its heartbeats with the old one kept it fenced for good
+            # (fault harness, seed 12001): answer with the epoch it has.
+            self._last_heartbeat_ms[broker_id] = now_ms
+            return Result([], (ApiError.none(), existing.epoch))
         if existing and existing.incarnation_id != incarnation_id and live:
             return Result(
                 [],

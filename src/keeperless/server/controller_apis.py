@@ -100,10 +100,18 @@ class LocalController:
         rack: str | None,
         features: Mapping[str, tuple[int, int]] | None = None,
     ) -> tuple[ApiError, int]:
-        next_offset = self.service.mlog.core.log_end_offset
+        # the epoch is the offset of the registration record: read when the operation
+        # runs (its turn may come after others were appended), not when it arrived
         return await self.service.call(
             lambda c: register_broker(
-                c, broker_id, incarnation_id, endpoints, rack, next_offset, _now_ms(), features
+                c,
+                broker_id,
+                incarnation_id,
+                endpoints,
+                rack,
+                self.service.mlog.core.log_end_offset,
+                _now_ms(),
+                features,
             )
         )
 

@@ -146,6 +146,7 @@ class Node:
                 self.controller.metrics = self.metrics
         self.servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._stale_told = -1e9  # when a refused heartbeat was last reported
 
     def _broker_settings(self) -> BrokerSettings:
         c = self.config
@@ -387,12 +388,21 @@ class Node:
         assert self.broker is not None
         b = self.broker
         try:
-            _err, fenced, _ = await b.controller.broker_heartbeat(
+            err, fenced, _ = await b.controller.broker_heartbeat(
                 b.node_id, b.broker_epoch, False, b.image.offset
             )
         except ControllerUnavailableError as e:
             log.warning("[node %d] Heartbeat failed: %s", self.node_id, e)
             return
+        if err.code == ErrorCode.stale_broker_epoch and time.monotonic() - self._stale_told >= 60:
+            # nothing this process can do: say it, rather than stay fenced in silence
+            self._stale_told = time.monotonic()
+            log.error(
+                "[node %d] The controller refuses this broker's heartbeats: its registration "
+                "(epoch %d) was replaced or removed; it stays fenced until restarted",
+                self.node_id,
+                b.broker_epoch,
+            )
         if fenced != b.fenced:
             log.info("[node %d] Broker is now %s", b.node_id, "fenced" if fenced else "unfenced")
         b.fenced = fenced
