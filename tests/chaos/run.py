@@ -198,8 +198,17 @@ def run_once(
             latency=_latency(history, nemesis.log),
         )
     except Exception as e:
-        anomalies.append({"kind": "harness-error", "error": f"{type(e).__name__}: {e}"})
-        raise
+        # recorded (with where it happened) and the next run goes on: one cluster that
+        # does not settle must not end a batch of fifty
+        import traceback
+
+        anomalies.append(
+            {
+                "kind": "harness-error",
+                "error": f"{type(e).__name__}: {e}",
+                "where": traceback.format_exc().splitlines()[-3:],
+            }
+        )
     finally:
         report["anomalies"] = anomalies
         report["seconds"] = round(time.monotonic() - t_start, 1)
