@@ -64,7 +64,7 @@ class Broker:
         self.broker_epoch = -1
         self.fenced = True
         self.on_image: list[Callable[[MetadataImage], None]] = []
-        self._produce_settings: dict[str, tuple[int, bool, int]] = {}
+        self._produce_settings: dict[str, tuple[int, bool, int, bool]] = {}
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
         self._image_waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
         # local partitions whose assignment changed in the last published delta
@@ -245,9 +245,9 @@ class Broker:
             flush_interval_messages=get("flush.messages", d.flush_interval_messages),
         )
 
-    def produce_settings(self, name: str) -> tuple[int, bool, int]:
-        """(max.message.bytes, LogAppendTime?, min.insync.replicas) of a topic, cached
-        until the next metadata change."""
+    def produce_settings(self, name: str) -> tuple[int, bool, int, bool]:
+        """(max.message.bytes, LogAppendTime?, min.insync.replicas, compacted?) of a
+        topic, cached until the next metadata change."""
         cached = self._produce_settings.get(name)
         if cached is None:
             c = self.topic_config(name)
@@ -255,6 +255,7 @@ class Broker:
                 int(c.get("max.message.bytes", self.settings.max_message_bytes)),
                 c.get("message.timestamp.type") == "LogAppendTime",
                 int(c.get("min.insync.replicas", "1")),
+                "compact" in c.get("cleanup.policy", "delete").replace(" ", "").split(","),
             )
             self._produce_settings[name] = cached
         return cached

@@ -21,6 +21,7 @@ from keeperless.protocol.fetch_response import (
     encode_fetch_response,
 )
 from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.protocol.records import CorruptBatchError, decode_records, iter_batches
 from keeperless.storage.log import FileSlice
 
 __all__ = ["DataPlane"]
@@ -53,6 +54,28 @@ def _utc(ms: int) -> datetime.datetime:
 
 def _td_ms(v: Any) -> int:
     return int(v.total_seconds() * 1000) if hasattr(v, "total_seconds") else int(v)
+
+
+def _keyless(records: bytes, topic: str, index: int) -> list[dict[str, Any]]:
+    """Kafka's RecordErrors for the records without a key (a compacted topic refuses
+    them): their index in the request's records."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    try:
+        for pos, h in iter_batches(records):
+            for rec in decode_records(memoryview(records)[pos : pos + h.size]):
+                if rec.key is None:
+                    out.append(
+                        {
+                            "batch_index": i,
+                            "batch_index_error_message": "Compacted topic cannot accept a "
+                            f"record without key in topic partition {topic}-{index}.",
+                        }
+                    )
+                i += 1
+    except (CorruptBatchError, ValueError):
+        return []  # the append that follows says what is wrong with the batch
+    return out
 
 
 class DataPlane:
@@ -115,12 +138,20 @@ class DataPlane:
                     parts.append(entry)
                     continue
                 assert p.info is not None
-                max_bytes, append_time, min_isr = self.broker.produce_settings(name)
+                max_bytes, append_time, min_isr, compacted = self.broker.produce_settings(name)
+                record_errors: list[dict[str, Any]] = []
                 if req.acks == -1 and len(p.info.isr) < min_isr:
                     res = AppendResult(
                         ErrorCode.not_enough_replicas,
                         message=f"The in-sync replicas ({len(p.info.isr)}) of {name}-"
                         f"{pd.index} are fewer than min.insync.replicas ({min_isr})",
+                    )
+                elif compacted and (record_errors := _keyless(pd.records or b"", name, pd.index)):
+                    res = AppendResult(
+                        ErrorCode.invalid_record,
+                        message=f"{len(record_errors)} record(s) without a key rejected: "
+                        f"{name} is a compacted topic (cleanup.policy=compact), where every "
+                        "record needs a key",
                     )
                 else:
                     res = p.append(
@@ -136,7 +167,7 @@ class DataPlane:
                         "base_offset": res.base_offset,
                         "log_append_time": _utc(now) if append_time else None,
                         "log_start_offset": p.log.log_start_offset,
-                        "record_errors": (),
+                        "record_errors": record_errors,
                         "error_message": res.message,
                     }
                 )
