@@ -110,26 +110,47 @@ def test_members_join_share_and_leave(node848: Node) -> None:
     a.close()
 
 
-def test_a_classic_member_cannot_join_a_consumer_group(node848: Node) -> None:
+def test_classic_and_consumer_members_share_one_group(node848: Node) -> None:
+    """KIP-848's online migration, as Kafka 4 allows it by default: a classic member
+    joins a consumer group and gets its share from the server assignor; the last
+    consumer-protocol member leaving turns the group classic again, and its classic
+    member takes everything; a consumer-protocol member joining that classic group
+    converts it back (before, the classic member was refused)."""
     from confluent_kafka import KafkaError
 
     node = node848
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
-    admin.create_topics([NewTopic("mixed", 2, 1)])["mixed"].result(20)
+    admin.create_topics([NewTopic("mixed", 4, 1)])["mixed"].result(20)
+    every = {("mixed", p) for p in range(4)}
     a = _consumer(node, "mixed-g")
     a.subscribe(["mixed"])
-    _poll_until([a], lambda: len(_assigned(a)) == 2, 30, "the consumer member")
+    _poll_until([a], lambda: _assigned(a) == every, 30, "the consumer member")
     errors: list[Any] = []
     classic = Consumer(
-        {"bootstrap.servers": node.bootstrap, "group.id": "mixed-g", "error_cb": errors.append}
+        {
+            "bootstrap.servers": node.bootstrap,
+            "group.id": "mixed-g",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "error_cb": errors.append,
+        }
     )
     classic.subscribe(["mixed"])
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not _assigned(classic):
-        classic.poll(0.1)
-        a.poll(0.05)
-    assert not _assigned(classic)
-    assert _assigned(a) == {("mixed", 0), ("mixed", 1)}
-    classic.close()
+
+    def shared(x: Consumer, y: Consumer) -> bool:
+        ax, ay = _assigned(x), _assigned(y)
+        return bool(ax) and bool(ay) and not ax & ay and ax | ay == every
+
+    _poll_until([a, classic], lambda: shared(a, classic), 40, "a classic member's share")
+    desc = admin.describe_consumer_groups(["mixed-g"])["mixed-g"].result(10)
+    assert len(desc.members) == 2
+    # the consumer-protocol member leaves: classic again, the classic member takes all
     a.close()
-    assert all(e.code() != KafkaError._FATAL for e in errors)
+    _poll_until([classic], lambda: _assigned(classic) == every, 40, "the group back to classic")
+    # and a consumer-protocol member converts it once more
+    b = _consumer(node, "mixed-g")
+    b.subscribe(["mixed"])
+    _poll_until([b, classic], lambda: shared(b, classic), 40, "the group converted again")
+    b.close()
+    classic.close()
+    assert all(e.code() != KafkaError._FATAL for e in errors), errors

@@ -154,3 +154,31 @@ def test_a_regex_subscription_follows_the_topics() -> None:
     epoch = g.group_epoch
     g.refresh({"t1": (T, 1), "t2": (U, 1)})  # a matching topic appears
     assert g.group_epoch == epoch + 1
+
+
+def test_the_consumer_protocol_codec_of_classic_members() -> None:
+    """What a classic member joins with (ConsumerProtocolSubscription v0-v3) and what it
+    is handed (ConsumerProtocolAssignment), as the Java client and librdkafka encode
+    them."""
+    import struct
+
+    from keeperless.broker.mixed_groups import (
+        decode_assignment,
+        encode_assignment,
+        parse_subscription,
+    )
+
+    def s(x: str) -> bytes:
+        return struct.pack(">h", len(x)) + x.encode()
+
+    v0 = struct.pack(">hi", 0, 2) + s("a") + s("bb") + struct.pack(">i", -1)
+    assert parse_subscription(v0) == (["a", "bb"], [])
+    v1 = (
+        struct.pack(">hi", 1, 1) + s("a") + struct.pack(">i", 2) + b"ud"
+        + struct.pack(">i", 1) + s("a") + struct.pack(">iii", 2, 0, 3)
+    )  # fmt: skip
+    assert parse_subscription(v1) == (["a"], [("a", [0, 3])])
+    assert parse_subscription(b"\x00") == ([], [])  # not a subscription
+    data = encode_assignment([("b", [2, 0]), ("a", [1])])
+    assert decode_assignment(data) == [("a", [1]), ("b", [0, 2])]
+    assert data[-4:] == b"\xff\xff\xff\xff"  # no user data

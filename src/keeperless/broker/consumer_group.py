@@ -16,6 +16,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -82,6 +83,8 @@ class ConsumerMember:
     last_heartbeat: float = 0.0
     revoke_by: float | None = None
     sent: Assignment | None = None  # the assignment last sent to the member
+    # a classic-protocol member of this group (mixed_groups.ClassicMeta), else None
+    classic: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +397,8 @@ class ConsumerGroup:
 
     def expire(self, now: float, session_timeout_ms: int) -> None:
         for mid, m in list(self.members.items()):
-            if now - m.last_heartbeat > session_timeout_ms / 1000:
+            session_ms = m.classic.session_timeout_ms if m.classic else session_timeout_ms
+            if now - m.last_heartbeat > session_ms / 1000:
                 self.remove(mid, "missed its session")
             elif m.revoke_by is not None and now > m.revoke_by:
                 self.remove(mid, "did not revoke its partitions within its rebalance timeout")

@@ -87,9 +87,18 @@ class ConsumerGroupApis:
             raise HeartbeatError(err, f"This broker is not the coordinator of group {gid}")
         classic = self.gc.groups.get(gid)
         if classic is not None and classic.members:
-            raise HeartbeatError(
-                ErrorCode.group_id_not_found, f"Group {gid} is not a consumer group."
-            )
+            # a consumer-protocol member joins a classic group: it becomes a consumer
+            # group with its classic members (KIP-848 online migration), once stable
+            if req.member_epoch != 0:
+                raise HeartbeatError(
+                    ErrorCode.unknown_member_id, f"Group {gid} is a classic group."
+                )
+            if self.gc.mixed.upgrade(gid) is None:
+                raise HeartbeatError(
+                    ErrorCode.coordinator_not_available,
+                    f"Group {gid} is rebalancing under the classic protocol (or has members "
+                    "of another protocol type); it is converted once it is stable",
+                )
         now = time.monotonic()
         epoch = req.member_epoch
         owned = _owned(req.topic_partitions)
@@ -108,6 +117,7 @@ class ConsumerGroupApis:
             if g is None:
                 raise HeartbeatError(ErrorCode.unknown_member_id, f"Group {gid} has no members")
             g.leave(req.member_id, static=epoch == STATIC_LEAVE)
+            self.gc.mixed.maybe_downgrade(gid, now)
             return req.member_id, epoch, None
         if epoch == 0:
             if (names is None and regex is None) or owned is None or rebalance_ms <= 0:
@@ -221,7 +231,7 @@ def _member(m: ConsumerMember, g: ConsumerGroup, partitions: Any) -> dict[str, A
         "subscribed_topic_regex": m.subscription.regex,
         "assignment": {"topic_partitions": partitions(m.assigned)},
         "target_assignment": {"topic_partitions": partitions(g.target.get(m.member_id, {}))},
-        "member_type": 1,  # a consumer-protocol member
+        "member_type": 0 if m.classic is not None else 1,  # classic / consumer protocol
     }
 
 

@@ -13,8 +13,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
-from keeperless.broker.consumer_group import ConsumerGroup
+from keeperless.broker.consumer_group import ConsumerGroup, TopicsView
 from keeperless.broker.groups import Group, JoinResult
+from keeperless.broker.mixed_groups import MixedGroups
 from keeperless.controller.quorum_controller import NewTopic
 from keeperless.metadata.image import MetadataImage
 from keeperless.protocol.build import build
@@ -98,6 +99,8 @@ class GroupCoordinator:
         self.initial_delay_ms = settings.initial_rebalance_delay_ms
         self.groups: dict[str, Group] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}
+        # classic and consumer-protocol members of one group (KIP-848 migration)
+        self.mixed = MixedGroups(self, self.topics_view)
         self.offsets: dict[str, Offsets] = {}
         # __consumer_offsets partitions led here and loaded: index -> leader epoch
         self._loaded: dict[int, int] = {}
@@ -284,6 +287,9 @@ class GroupCoordinator:
             return ErrorCode.not_coordinator
         return None
 
+    def topics_view(self) -> TopicsView:
+        return {t.name: (t.topic_id, len(t.partitions)) for t in self.broker.image.topics.values()}
+
     def _group(self, group_id: str) -> Group:
         g = self.groups.get(group_id)
         if g is None:
@@ -300,11 +306,13 @@ class GroupCoordinator:
         if err is None and not bounds[0] <= session_ms <= bounds[1]:
             err = ErrorCode.invalid_session_timeout  # group.{min,max}.session.timeout.ms
         cg = self.consumer_groups.get(req.group_id)
-        if err is None and cg is not None and cg.members:
-            # classic members do not join a group of the consumer protocol here
-            err = ErrorCode.inconsistent_group_protocol
         if err is not None:
             res: JoinResult = JoinResult(err, member_id=req.member_id)
+        elif cg is not None and cg.members:
+            # a classic member of a consumer group (KIP-848 migration)
+            res = self.mixed.join(
+                cg, req, header.client_id or "", header.api_version, time.monotonic()
+            )
         else:
             out = self._group(req.group_id).join(
                 req, header.client_id or "", "/127.0.0.1", header.api_version, time.monotonic()
@@ -331,9 +339,24 @@ class GroupCoordinator:
     async def sync_group(self, header: RequestHeader, req: Any) -> Any:
         err = self._group_error(req.group_id)
         g = self.groups.get(req.group_id)
-        if err is None and g is None:
+        mixed = self.mixed.hosts_classic(req.group_id, req.member_id)
+        if err is None and g is None and mixed is None:
             err = ErrorCode.unknown_member_id
         assignment = b""
+        if err is None and mixed is not None:
+            err, assignment = self.mixed.sync(
+                mixed, req.member_id, req.generation_id, time.monotonic()
+            )
+            return build(
+                response_class(14, header.api_version),
+                {
+                    "throttle_time": 0,
+                    "error_code": err,
+                    "assignment": assignment,
+                    "protocol_type": "consumer",
+                    "protocol_name": getattr(req, "protocol_name", None),
+                },
+            )
         if err is None and g is not None:
             assigns = {a.member_id: bytes(a.assignment) for a in req.assignments}
             instance = getattr(req, "group_instance_id", None)
@@ -353,7 +376,10 @@ class GroupCoordinator:
     async def heartbeat(self, header: RequestHeader, req: Any) -> Any:
         err = self._group_error(req.group_id)
         g = self.groups.get(req.group_id)
-        if err is None:
+        mixed = self.mixed.hosts_classic(req.group_id, req.member_id)
+        if err is None and mixed is not None:
+            err = self.mixed.heartbeat(mixed, req.member_id, req.generation_id, time.monotonic())
+        elif err is None:
             err = (
                 ErrorCode.unknown_member_id
                 if g is None
@@ -378,11 +404,19 @@ class GroupCoordinator:
         g = self.groups.get(req.group_id)
         results = []
         for mid, instance in who:
+            mixed = self.mixed.hosts_classic(req.group_id, mid)
+            if err is None and mixed is None and instance is not None and not mid:
+                cg = self.consumer_groups.get(req.group_id)  # a static member by instance
+                found = cg.static.get(instance) if cg is not None else None
+                if found is not None:
+                    mid, mixed = found, self.mixed.hosts_classic(req.group_id, found)
             e = (
                 err
                 if err is not None
                 else (
-                    ErrorCode.unknown_member_id
+                    self.mixed.leave(mixed, mid, time.monotonic())
+                    if mixed is not None
+                    else ErrorCode.unknown_member_id
                     if g is None
                     else g.leave(mid, time.monotonic(), instance)
                 )
@@ -402,5 +436,8 @@ class GroupCoordinator:
         now = time.monotonic()
         for g in self.groups.values():
             g.expire_sessions(now)
-        for cg in self.consumer_groups.values():
+        for gid, cg in list(self.consumer_groups.items()):
+            before = len(cg.members)
             cg.expire(now, self.settings.consumer_session_timeout_ms)
+            if len(cg.members) < before:
+                self.mixed.maybe_downgrade(gid, now)
