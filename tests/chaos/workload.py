@@ -2,7 +2,8 @@
 asked and what it was told:
 
 * producers: idempotent, acks=all, unique values, explicit partitions (RF 3, min ISR 2);
-* a consumer group: members that poll and commit their positions synchronously;
+* a consumer group: members that poll and commit their positions synchronously, one
+  of the classic protocol and one of the consumer protocol (KIP-848) in the same group;
 * a monitor reading the group's committed offsets back (OffsetFetch) every second;
 * an admin client: one operation at a time on a few topics (create, delete, re-create,
   add partitions, alter a config), so that its history is sequential; now and then a
@@ -172,14 +173,21 @@ class Workload:
     def _consume(self, k: int) -> None:
         name = f"consumer-{k}"
         h = self.history
+        # one member of each protocol in the same group (KIP-848 online migration): the
+        # group turns consumer and classic again as the consumer-protocol one comes and
+        # goes with the coordinator
+        protocol = (
+            {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
+            if k % 2 == 0
+            else {"group.protocol": "consumer"}
+        )
         c = Consumer(
             {
                 **self._common(),
                 "group.id": GROUP,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
-                "session.timeout.ms": 6000,
-                "heartbeat.interval.ms": 1000,
+                **protocol,
             }
         )
         c.subscribe([TOPIC])
