@@ -236,11 +236,14 @@ class Broker:
             except (KeyError, ValueError):
                 return default
 
+        # retention deletes only where cleanup.policy has delete: a compacted topic
+        # keeps every key's latest value for ever (as Kafka)
+        deletes = "delete" in c.get("cleanup.policy", "delete").replace(" ", "").split(",")
         return LogConfig(
             segment_bytes=get("segment.bytes", d.segment_bytes),
             segment_ms=get("segment.ms", d.segment_ms),
-            retention_ms=get("retention.ms", d.retention_ms),
-            retention_bytes=get("retention.bytes", d.retention_bytes),
+            retention_ms=get("retention.ms", d.retention_ms) if deletes else -1,
+            retention_bytes=get("retention.bytes", d.retention_bytes) if deletes else -1,
             index_interval_bytes=get("index.interval.bytes", d.index_interval_bytes),
             flush_interval_messages=get("flush.messages", d.flush_interval_messages),
         )

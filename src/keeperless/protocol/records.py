@@ -24,7 +24,9 @@ __all__ = [
     "decode_records",
     "iter_batches",
     "patch_offsets",
+    "raw_records",
     "read_header",
+    "rebuild_batch",
     "set_log_append_time",
 ]
 
@@ -309,3 +311,52 @@ def _read_bytes(data: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
     if n < 0:
         return None, pos
     return bytes(data[pos : pos + n]), pos + n
+
+
+def raw_records(batch: bytes | memoryview) -> Iterator[tuple[int, bytes | None, bool, bytes]]:
+    """(offset, key, value is null, the record's bytes with its length prefix) for each
+    record of one batch, decompressed if need be: what the log cleaner decides on and
+    copies unchanged (attributes, deltas, headers)."""
+    h = read_header(batch, 0)
+    data: bytes | memoryview = memoryview(batch)[BATCH_HEADER_SIZE : h.size]
+    if h.compression:
+        data = _decompress(h.compression, bytes(data))
+    pos = 0
+    for _ in range(h.record_count):
+        start = pos
+        length, pos = read_varint(data, pos)
+        end = pos + length
+        pos += 1  # attributes
+        _, pos = read_varint(data, pos)  # timestamp delta
+        off_delta, pos = read_varint(data, pos)
+        key, pos = _read_bytes(data, pos)
+        n, pos = read_varint(data, pos)
+        yield h.base_offset + off_delta, key, n < 0, bytes(data[start:end])
+        pos = end
+    if pos != len(data):
+        raise ValueError("record length mismatch")
+
+
+def rebuild_batch(h: BatchHeader, records: Sequence[bytes]) -> bytes:
+    """The batch ``h`` with only ``records`` (raw, as raw_records gives them), written
+    uncompressed: base offset, last offset delta, timestamps, producer fields and leader
+    epoch stay (a compacted log keeps offsets; a producer's sequences stay known)."""
+    body = b"".join(records)
+    header = _HEADER.pack(
+        h.base_offset,
+        BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body),
+        h.partition_leader_epoch,
+        2,
+        0,
+        h.attributes & ~ATTR_COMPRESSION_MASK,
+        h.last_offset_delta,
+        h.base_timestamp,
+        h.max_timestamp,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        len(records),
+    )
+    out = bytearray(header) + body
+    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[21:]))
+    return bytes(out)

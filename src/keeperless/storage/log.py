@@ -57,6 +57,7 @@ def _guarded(
 
 
 log = logging.getLogger(__name__)
+_RETIRED_FD_MS = 60_000  # how long a replaced segment stays open for fetches sending it
 
 _INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
 _TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
@@ -194,11 +195,14 @@ class PartitionLog:
         # a log start offset inside the first segment (DeleteRecords), kept across
         # restarts by the broker's log-start-offset-checkpoint
         self._start: int | None = None
+        self._retired: list[tuple[int, _Segment]] = []  # replaced by cleaned copies
         self._open(now_ms, on_recovered_batch)
 
     # -- opening and recovery ------------------------------------------------------
 
     def _open(self, now_ms: int, on_batch: Callable[[BatchHeader], None] | None) -> None:
+        if not self.read_only:
+            self._finish_swaps()
         bases = sorted(int(p.name[:20]) for p in self.dir.glob("*.log") if p.name[:20].isdigit())
         for i, base in enumerate(bases):
             seg = _Segment(self.dir, base, now_ms, self.read_only)
@@ -213,6 +217,63 @@ class PartitionLog:
             self._segments.append(_Segment(self.dir, 0, now_ms))
             fsync_dir(self.dir)
         self._bases = [s.base_offset for s in self._segments]
+
+    def _finish_swaps(self) -> None:
+        """What a crash left of a cleaning (Kafka's recovery rules): a ``.swap`` is a
+        whole cleaned segment, renamed into place; a ``.cleaned`` may be half written,
+        and is deleted. The old segment or the cleaned one, never part of either."""
+        changed = False
+        for half in self.dir.glob("*.log.cleaned"):
+            half.unlink()
+            changed = True
+        for swap in sorted(self.dir.glob("*.log.swap")):
+            os.replace(swap, swap.with_name(swap.name[: -len(".swap")]))
+            log.info("Partition log %s: finished the swap of cleaned %s", self.dir.name, swap.name)
+            changed = True
+        if changed:
+            fsync_dir(self.dir)
+
+    @_guarded
+    def swap_in(self, base_offset: int, expected_size: int, swap: Path, now_ms: int) -> bool:
+        """Replace the segment ``base_offset`` by its cleaned copy ``swap`` if it is still
+        the segment that was cleaned (same size, not the active one); otherwise the copy
+        is dropped. Readers of the old file (a fetch being sent) keep their descriptor a
+        while."""
+        i = bisect.bisect_left(self._bases, base_offset)
+        ok = (
+            i < len(self._segments) - 1
+            and self._bases[i] == base_offset
+            and self._segments[i].size == expected_size
+        )
+        if not ok:
+            swap.unlink(missing_ok=True)
+            return False
+        old = self._segments[i]
+        os.replace(swap, self.dir / segment_name(base_offset, ".log"))
+        fsync_dir(self.dir)
+        seg = _Segment(self.dir, base_offset, old.created_ms)
+        self._scan(seg, validate=True, on_batch=None)
+        if seg.size == 0:
+            seg.next_offset = old.next_offset  # emptied: it still spans its offsets
+        self._segments[i] = seg
+        self._retire(old, now_ms)
+        return True
+
+    def _retire(self, seg: _Segment, now_ms: int) -> None:
+        """Close a replaced segment's descriptors later: a fetch may still send from it."""
+        self._retired.append((now_ms, seg))
+        while self._retired and self._retired[0][0] < now_ms - _RETIRED_FD_MS:
+            self._retired.pop(0)[1].close()
+
+    def cleanable_segments(self, below: int) -> list[tuple[Path, int, int, int]]:
+        """(path, base offset, size, max timestamp) of the segments a cleaner may clean:
+        every one but the active segment, wholly below ``below`` (the high watermark)."""
+        return [
+            (self.dir / segment_name(seg.base_offset, ".log"), seg.base_offset, seg.size,
+             seg.max_timestamp)
+            for seg in self._segments[:-1]
+            if seg.next_offset <= below
+        ]  # fmt: skip
 
     def _scan(
         self, seg: _Segment, validate: bool, on_batch: Callable[[BatchHeader], None] | None
@@ -595,6 +656,9 @@ class PartitionLog:
         for seg in self._segments:
             seg.close()
         self._segments = []
+        for _, seg in self._retired:
+            seg.close()
+        self._retired = []
 
     def delete(self) -> None:
         self.close()

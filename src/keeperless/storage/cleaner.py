@@ -1,0 +1,200 @@
+"""Kafka's log cleaner for compacted topics, the part that reads and writes files: no
+event loop, no sockets (it runs in a worker process, see runtime/log_cleaner.py).
+
+Cleaning a partition: an offset map of the dirty section (key -> the offset of its
+latest record, from the first dirty offset up to the end of the cleanable segments),
+then each cleanable segment is copied without the records a later one with the same
+key replaces, and without tombstones (null values) older than delete.retention.ms.
+Offsets never change: kept records keep their offsets, batches their base offset and
+last offset delta, timestamps, headers and producer fields; a batch whose records are
+all removed is dropped, unless it is its producer's last (its sequence stays known, as
+Kafka keeps it). Control batches are kept. A cleaned segment is written as
+``<base>.log.cleaned``, then renamed ``<base>.log.swap``; the log replaces the segment
+with it (``storage/log.py``), and a restart finishes a ``.swap`` and drops a
+``.cleaned``: a half-cleaned segment is never served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from keeperless.protocol.records import (
+    ATTR_CONTROL,
+    BatchHeader,
+    iter_batches,
+    raw_records,
+    rebuild_batch,
+)
+from keeperless.storage.durable import fsync_dir
+
+__all__ = [
+    "CLEANED_SUFFIX",
+    "SWAP_SUFFIX",
+    "CleanJob",
+    "CleanResult",
+    "SegmentToClean",
+    "build_offset_map",
+    "clean_partition",
+    "key_hash",
+]
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+# Kafka's SkimpyOffsetMap spends 24 bytes an entry; a Python dict entry of a 16-byte
+# digest and an int costs about 128: dedupe.buffer.size buys this many entries
+BYTES_PER_ENTRY = 128
+
+
+def key_hash(key: bytes) -> bytes:
+    return hashlib.blake2b(key, digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentToClean:
+    path: Path  # <base>.log
+    base_offset: int
+    size: int  # the size it had when chosen: a segment that changed is not swapped
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class CleanJob:
+    """One partition: its cleanable segments (every segment below the active one and
+    the high watermark), oldest first, and where the dirty section starts."""
+
+    name: str
+    segments: tuple[SegmentToClean, ...]
+    first_dirty_offset: int
+    delete_retention_ms: int
+    max_map_entries: int
+    io_bytes_per_s: float = float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    name: str
+    swaps: tuple[tuple[SegmentToClean, Path], ...]  # segment -> its .swap file
+    map_end: int  # the next first dirty offset
+    bytes_read: int
+    bytes_written: int
+    records_read: int
+    records_kept: int
+    seconds: float
+
+
+def _batches(path: Path, size: int) -> Iterator[tuple[BatchHeader, bytes]]:
+    with open(path, "rb") as f:
+        data = f.read(size)
+    for pos, h in iter_batches(data):
+        yield h, data[pos : pos + h.size]
+
+
+class _Throttle:
+    def __init__(self, bytes_per_s: float) -> None:
+        self.rate = bytes_per_s
+        self.start = time.monotonic()
+        self.done = 0
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.rate == float("inf"):
+            return
+        ahead = self.done / self.rate - (time.monotonic() - self.start)
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def build_offset_map(
+    segments: Sequence[SegmentToClean], start: int, max_entries: int
+) -> tuple[dict[bytes, int], int]:
+    """key digest -> latest offset, over the records at or after ``start``; stops at a
+    batch boundary when the map is full. Returns (map, the offset it covers up to)."""
+    keys: dict[bytes, int] = {}
+    end = start
+    for seg in segments:
+        for h, batch in _batches(seg.path, seg.size):
+            if h.last_offset < start:
+                continue
+            if h.attributes & ATTR_CONTROL:
+                end = h.last_offset + 1
+                continue
+            if len(keys) + h.record_count > max_entries and keys:
+                return keys, end
+            for offset, key, _null, _raw in raw_records(batch):
+                if key is not None and offset >= start:
+                    keys[key_hash(key)] = offset
+            end = h.last_offset + 1
+    return keys, end
+
+
+def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
+    """Clean every segment of ``job`` up to where the offset map reaches; write each as
+    a .swap file beside it."""
+    t0 = time.monotonic()
+    throttle = _Throttle(job.io_bytes_per_s)
+    keys, map_end = build_offset_map(job.segments, job.first_dirty_offset, job.max_map_entries)
+    # each producer's last batch in what is cleaned: kept, even emptied
+    last_batch: dict[int, int] = {}
+    for seg in job.segments:
+        for h, _ in _batches(seg.path, seg.size):
+            if h.producer_id >= 0:
+                last_batch[h.producer_id] = h.base_offset
+    horizon = now_ms - job.delete_retention_ms
+    swaps = []
+    read = written = seen = kept = 0
+    for seg in job.segments:
+        if seg.base_offset >= map_end:
+            break  # beyond what the map knows: cleaned next time
+        out = bytearray()
+        for h, batch in _batches(seg.path, seg.size):
+            read += len(batch)
+            throttle(len(batch))
+            if h.attributes & ATTR_CONTROL:
+                out += batch
+                continue
+            retained = []
+            for offset, key, null, raw in raw_records(batch):
+                seen += 1
+                if key is not None:
+                    latest = keys.get(key_hash(key))
+                    if latest is not None and latest > offset:
+                        continue  # replaced by a later record of the same key
+                    if null and seg.max_timestamp < horizon and offset < map_end:
+                        continue  # a tombstone past delete.retention.ms
+                retained.append(raw)
+            kept += len(retained)
+            if len(retained) == h.record_count:
+                out += batch
+            elif retained or last_batch.get(h.producer_id) == h.base_offset:
+                out += rebuild_batch(h, retained)
+        cleaned = seg.path.with_name(seg.path.name + CLEANED_SUFFIX)
+        _write_durably(cleaned, bytes(out))
+        swap = seg.path.with_name(seg.path.name + SWAP_SUFFIX)
+        os.replace(cleaned, swap)
+        written += len(out)
+        throttle(len(out))
+        swaps.append((seg, swap))
+    if job.segments:
+        fsync_dir(job.segments[0].path.parent)
+    return CleanResult(
+        job.name,
+        tuple(swaps),
+        map_end,
+        read,
+        written,
+        seen,
+        kept,
+        time.monotonic() - t0,
+    )
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())

@@ -1,0 +1,175 @@
+"""The log cleaner's file side (issue 15): exactly the latest value per key kept, at its
+offset; tombstones gone after delete.retention.ms; batches, timestamps and headers as
+they were; a producer's last batch kept; a crash at any step of a swap recovered."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from keeperless.protocol.records import build_batch, decode_records, iter_batches, patch_offsets
+from keeperless.storage.cleaner import CleanJob, SegmentToClean, clean_partition
+from keeperless.storage.log import LogConfig, PartitionLog
+
+NOW = 10_000_000
+DAY = 86_400_000
+
+
+def _append(log: PartitionLog, records: list[tuple[bytes | None, bytes | None]], ts: int,
+            pid: int = -1, seq: int = -1) -> None:  # fmt: skip
+    buf = bytearray(
+        build_batch([(k, v, [("h", b"x")]) for k, v in records], timestamp_ms=ts,
+                    producer_id=pid, producer_epoch=0 if pid >= 0 else -1, base_sequence=seq)
+    )  # fmt: skip
+    patch_offsets(buf, 0, log.log_end_offset, 3)
+    log.append(bytes(buf), list(iter_batches(buf)), ts)
+
+
+def _records(directory: Path) -> list[tuple[int, bytes | None, bytes | None, int]]:
+    out = []
+    for seg in sorted(directory.glob("*.log")):
+        data = seg.read_bytes()
+        for pos, h in iter_batches(data):
+            assert h.partition_leader_epoch == 3
+            for r in decode_records(data[pos : pos + h.size]):
+                assert r.headers == (("h", b"x"),)
+                out.append((r.offset, r.key, r.value, r.timestamp))
+    return out
+
+
+def _job(log: PartitionLog, first_dirty: int = 0, entries: int = 10**6) -> CleanJob:
+    segs = tuple(
+        SegmentToClean(path, base, size, ts)
+        for path, base, size, ts in log.cleanable_segments(log.log_end_offset)
+    )
+    return CleanJob("t-0", segs, first_dirty, DAY, entries)
+
+
+def _clean(log: PartitionLog, first_dirty: int = 0, entries: int = 10**6) -> int:
+    res = clean_partition(_job(log, first_dirty, entries), NOW)
+    for seg, swap in res.swaps:
+        assert log.swap_in(seg.base_offset, seg.size, swap, NOW)
+    return res.map_end
+
+
+def test_the_latest_value_of_each_key_stays_at_its_offset(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=600), 0)
+    latest: dict[bytes, tuple[int, bytes | None]] = {}
+    old = NOW - 2 * DAY  # tombstones this old go; younger ones stay
+    for i in range(300):
+        k = b"k%d" % rng.randrange(20)
+        v = None if rng.random() < 0.1 else b"v%d" % i
+        ts = old if i < 200 else NOW
+        latest[k] = (log.log_end_offset, v)
+        _append(log, [(k, v)], ts)
+    before = {off: (k, v) for off, k, v, _ in _records(tmp_path)}
+    active_base = int(sorted(tmp_path.glob("*.log"))[-1].name[:20])
+    _clean(log)
+    after = _records(tmp_path)
+    offsets = [o for o, *_ in after]
+    assert offsets == sorted(offsets), "offsets stay in order"
+    for off, k, v, _ in after:
+        assert before[off] == (k, v), "a kept record keeps its offset"
+    kept = {}
+    for off, k, v, _ in after:
+        if off < active_base and latest[k][0] < active_base:
+            # replaced in a cleaned segment: gone (a replacement in the active segment,
+            # which is not cleaned, is not in the map yet: the old value stays till then)
+            assert latest[k][0] == off, f"{k!r} at {off} was replaced at {latest[k][0]}"
+        kept[k] = (off, v)
+    for k, (off, v) in latest.items():
+        if v is not None or off >= active_base:
+            assert kept[k] == (off, v), k  # every key's latest value is there
+    assert len(after) < len(before)
+    # tombstones: removed when old, kept when recent (written after the 200th record)
+    for off, _k, v, ts in after:
+        if v is None and off < active_base:
+            assert ts == NOW
+    # the log reads the same after a restart
+    log.close()
+    again = PartitionLog(tmp_path, LogConfig(segment_bytes=600), 0)
+    assert again.log_end_offset == 300
+    sl = again.read(0, 10**6)
+    assert sl is not None
+    first = next(iter_batches(sl.read()))[1]
+    assert first.base_offset == after[0][0]
+    again.close()
+
+
+def test_a_producers_last_batch_is_kept_and_batches_are_kept_whole(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)
+    _append(log, [(b"a", b"1"), (b"b", b"1")], NOW, pid=7, seq=0)  # offsets 0-1
+    _append(log, [(b"a", b"2"), (b"c", b"1")], NOW, pid=7, seq=2)  # 2-3
+    _append(log, [(b"a", b"3"), (b"b", b"2"), (b"c", b"2")], NOW)  # 4-6, replaces 7's
+    for i in range(6):
+        _append(log, [(b"z%d" % i, b"x")], NOW)
+    _clean(log)
+    data = b"".join(p.read_bytes() for p in sorted(tmp_path.glob("*.log")))
+    batches = [h for _, h in iter_batches(data)]
+    by_base = {h.base_offset: h for h in batches}
+    assert 0 not in by_base  # producer 7's first batch: all replaced
+    kept = by_base[2]  # its last batch: kept, emptied, its sequences known
+    assert (kept.record_count, kept.last_offset_delta, kept.producer_id, kept.base_sequence) == (
+        0,
+        1,
+        7,
+        2,
+    )
+    assert by_base[4].record_count == 3  # untouched: copied as it was
+
+
+def test_a_full_offset_map_cleans_in_several_rounds(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=400), 0)
+    for i in range(60):
+        _append(log, [(b"k%d" % (i % 25), b"v%d" % i)], NOW)
+    end = _clean(log, entries=10)  # room for 10 keys: the first rounds stop early
+    assert 0 < end < 50
+    ends = [end]
+    while ends[-1] < log.cleanable_segments(60)[-1][1]:
+        ends.append(_clean(log, first_dirty=ends[-1], entries=10))
+        assert ends[-1] > ends[-2], ends
+    final = _records(tmp_path)
+    assert len(final) < 60
+
+
+def test_a_crash_at_each_step_of_a_swap_leaves_a_whole_segment(tmp_path: Path) -> None:
+    """Written as .cleaned (a crash: deleted at restart, the old segment served), renamed
+    .swap (a crash: the swap is finished at restart), renamed over the segment."""
+    for step in ("cleaned", "swap"):
+        d = tmp_path / step
+        log = PartitionLog(d, LogConfig(segment_bytes=300), 0)
+        for i in range(20):
+            _append(log, [(b"k%d" % (i % 3), b"v%d" % i)], NOW)
+        before = _records(d)
+        res = clean_partition(_job(log), NOW)
+        seg, swap = res.swaps[0]
+        cleaned_bytes = swap.read_bytes()
+        log.close()
+        if step == "cleaned":
+            swap.rename(swap.with_name(seg.path.name + ".cleaned"))
+            for _, extra in res.swaps[1:]:
+                extra.unlink()
+            again = PartitionLog(d, LogConfig(segment_bytes=300), 0)
+            assert _records(d) == before
+            assert not list(d.glob("*.cleaned"))
+        else:
+            for _, extra in res.swaps[1:]:
+                extra.unlink()
+            again = PartitionLog(d, LogConfig(segment_bytes=300), 0)
+            assert seg.path.read_bytes() == cleaned_bytes
+            assert not list(d.glob("*.swap"))
+            assert len(_records(d)) < len(before)
+        assert again.log_end_offset == 20
+        again.close()
+
+
+def test_a_segment_that_changed_meanwhile_is_not_swapped(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)
+    for i in range(20):
+        _append(log, [(b"k%d" % (i % 3), b"v%d" % i)], NOW)
+    res = clean_partition(_job(log), NOW)
+    seg, swap = res.swaps[0]
+    assert not log.swap_in(seg.base_offset, seg.size + 1, swap, NOW)  # not what was cleaned
+    assert not swap.exists()
+    log.close()
