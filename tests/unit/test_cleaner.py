@@ -47,8 +47,8 @@ def _job(log: PartitionLog, first_dirty: int = 0, entries: int = 10**6) -> Clean
 
 def _clean(log: PartitionLog, first_dirty: int = 0, entries: int = 10**6) -> int:
     res = clean_partition(_job(log, first_dirty, entries), NOW)
-    for seg, swap in res.swaps:
-        assert log.swap_in(seg.base_offset, seg.size, swap, NOW)
+    for seg, cleaned in res.swaps:
+        assert log.swap_in(seg.base_offset, seg.size, cleaned, NOW, log.generation)
     return res.map_end
 
 
@@ -135,7 +135,8 @@ def test_a_full_offset_map_cleans_in_several_rounds(tmp_path: Path) -> None:
 
 def test_a_crash_at_each_step_of_a_swap_leaves_a_whole_segment(tmp_path: Path) -> None:
     """Written as .cleaned (a crash: deleted at restart, the old segment served), renamed
-    .swap (a crash: the swap is finished at restart), renamed over the segment."""
+    .swap by the log (a crash: the swap is finished at restart), renamed over the
+    segment."""
     for step in ("cleaned", "swap"):
         d = tmp_path / step
         log = PartitionLog(d, LogConfig(segment_bytes=300), 0)
@@ -143,33 +144,40 @@ def test_a_crash_at_each_step_of_a_swap_leaves_a_whole_segment(tmp_path: Path) -
             _append(log, [(b"k%d" % (i % 3), b"v%d" % i)], NOW)
         before = _records(d)
         res = clean_partition(_job(log), NOW)
-        seg, swap = res.swaps[0]
-        cleaned_bytes = swap.read_bytes()
+        seg, cleaned = res.swaps[0]
+        cleaned_bytes = cleaned.read_bytes()
+        for _, extra in res.swaps[1:]:
+            extra.unlink()
         log.close()
+        if step == "swap":
+            cleaned.rename(seg.path.with_name(seg.path.name + ".swap"))
+        again = PartitionLog(d, LogConfig(segment_bytes=300), 0)
+        assert not list(d.glob("*.cleaned"))
+        assert not list(d.glob("*.swap"))
         if step == "cleaned":
-            swap.rename(swap.with_name(seg.path.name + ".cleaned"))
-            for _, extra in res.swaps[1:]:
-                extra.unlink()
-            again = PartitionLog(d, LogConfig(segment_bytes=300), 0)
             assert _records(d) == before
-            assert not list(d.glob("*.cleaned"))
         else:
-            for _, extra in res.swaps[1:]:
-                extra.unlink()
-            again = PartitionLog(d, LogConfig(segment_bytes=300), 0)
             assert seg.path.read_bytes() == cleaned_bytes
-            assert not list(d.glob("*.swap"))
             assert len(_records(d)) < len(before)
         assert again.log_end_offset == 20
         again.close()
 
 
 def test_a_segment_that_changed_meanwhile_is_not_swapped(tmp_path: Path) -> None:
+    """Not the size that was cleaned; or any truncation since the cleaning started: its
+    offset map saw records that are gone (a key's older value would be lost with the
+    newer one)."""
     log = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)
     for i in range(20):
         _append(log, [(b"k%d" % (i % 3), b"v%d" % i)], NOW)
     res = clean_partition(_job(log), NOW)
-    seg, swap = res.swaps[0]
-    assert not log.swap_in(seg.base_offset, seg.size + 1, swap, NOW)  # not what was cleaned
-    assert not swap.exists()
+    seg, cleaned = res.swaps[0]
+    assert not log.swap_in(seg.base_offset, seg.size + 1, cleaned, NOW, log.generation)
+    assert not cleaned.exists()
+    res = clean_partition(_job(log), NOW)
+    before = log.generation
+    log.truncate_to(18)
+    for seg, cleaned in res.swaps:
+        assert not log.swap_in(seg.base_offset, seg.size, cleaned, NOW, before)
+        assert not cleaned.exists()
     log.close()

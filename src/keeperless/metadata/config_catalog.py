@@ -313,6 +313,27 @@ _BROKER: list[ConfigDef] = [
     _d("log.cleaner.enable", T.BOOLEAN, "true", "Run the log cleaner for compacted topics."),
     _d("log.cleaner.threads", T.INT, "1", "Threads cleaning compacted logs.", CLUSTER_WIDE),
     _d(
+        "log.cleaner.dedupe.buffer.size",
+        T.LONG,
+        "134217728",
+        "Memory for the cleaner's offset map of keys, over all its threads.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.cleaner.io.max.bytes.per.second",
+        T.DOUBLE,
+        "1.7976931348623157E308",
+        "The cleaner's read and write rate limit, over all its threads.",
+        CLUSTER_WIDE,
+    ),
+    _d(
+        "log.cleaner.backoff.ms",
+        T.LONG,
+        "15000",
+        "How long the cleaner sleeps when no log needs cleaning.",
+        CLUSTER_WIDE,
+    ),
+    _d(
         "log.cleaner.delete.retention.ms",
         T.LONG,
         "86400000",

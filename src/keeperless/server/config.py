@@ -66,6 +66,23 @@ def _bool(key: str, raw: str) -> bool:
     raise ConfigError(f"Invalid value {raw!r} for {key}: expected true or false")
 
 
+def _positive_float(key: str, raw: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"Invalid value {raw!r} for {key}: not a number") from None
+    if not value > 0:
+        raise ConfigError(f"Invalid value {raw!r} for {key}: must be positive")
+    return value
+
+
+def _ratio(key: str, raw: str) -> float:
+    value = _positive_float(key, raw)
+    if value > 1:
+        raise ConfigError(f"Invalid value {raw!r} for {key}: must be between 0 and 1")
+    return value
+
+
 def _str(key: str, raw: str) -> str:
     return raw.strip()
 
@@ -228,6 +245,15 @@ _SCHEMA: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "replica.fetch.max.bytes": (_int(1), "1048576"),
     "replica.fetch.response.max.bytes": (_int(1), "10485760"),
     "replica.fetch.backoff.ms": (_int(0), "1000"),
+    "log.cleaner.enable": (_bool, "true"),
+    "log.cleaner.threads": (_int(1), "1"),
+    "log.cleaner.dedupe.buffer.size": (_int(1 << 16), str(128 * 1024 * 1024)),
+    "log.cleaner.io.max.bytes.per.second": (_positive_float, "1.7976931348623157E308"),
+    "log.cleaner.backoff.ms": (_int(0), "15000"),
+    "log.cleaner.delete.retention.ms": (_int(0), "86400000"),
+    "log.cleaner.min.compaction.lag.ms": (_int(0), "0"),
+    "log.cleaner.max.compaction.lag.ms": (_int(1), str(2**63 - 1)),
+    "log.cleaner.min.cleanable.ratio": (_ratio, "0.5"),
 }
 
 # Kafka keys that an existing server.properties may carry and that keeperless accepts
@@ -245,7 +271,6 @@ ACCEPTED_KAFKA_KEYS = frozenset(
         "share.coordinator.state.topic.replication.factor",
         "share.coordinator.state.topic.min.isr",
         "log.flush.interval.ms",
-        "log.cleaner.enable",
         "delete.topic.enable",
         "compression.type",
         "num.replica.fetchers",

@@ -8,10 +8,11 @@ key replaces, and without tombstones (null values) older than delete.retention.m
 Offsets never change: kept records keep their offsets, batches their base offset and
 last offset delta, timestamps, headers and producer fields; a batch whose records are
 all removed is dropped, unless it is its producer's last (its sequence stays known, as
-Kafka keeps it). Control batches are kept. A cleaned segment is written as
-``<base>.log.cleaned``, then renamed ``<base>.log.swap``; the log replaces the segment
-with it (``storage/log.py``), and a restart finishes a ``.swap`` and drops a
-``.cleaned``: a half-cleaned segment is never served.
+Kafka keeps it). Control batches are kept. A cleaned segment is written and fsynced
+as ``<base>.log.cleaned``; the log checks the segment is still what was cleaned and
+renames it ``.swap``, then over the segment (``storage/log.py``). A restart finishes a
+``.swap`` and drops a ``.cleaned``: a half-cleaned segment is never served, and a
+cleaning the log gave up (a truncation meanwhile) never lands.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from keeperless.protocol.records import (
     raw_records,
     rebuild_batch,
 )
-from keeperless.storage.durable import fsync_dir
 
 __all__ = [
     "CLEANED_SUFFIX",
@@ -78,7 +78,7 @@ class CleanJob:
 @dataclass(frozen=True, slots=True)
 class CleanResult:
     name: str
-    swaps: tuple[tuple[SegmentToClean, Path], ...]  # segment -> its .swap file
+    swaps: tuple[tuple[SegmentToClean, Path], ...]  # segment -> its .cleaned file
     map_end: int  # the next first dirty offset
     bytes_read: int
     bytes_written: int
@@ -134,7 +134,7 @@ def build_offset_map(
 
 def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
     """Clean every segment of ``job`` up to where the offset map reaches; write each as
-    a .swap file beside it."""
+    a .cleaned file beside it (the log swaps them in, see PartitionLog.swap_in)."""
     t0 = time.monotonic()
     throttle = _Throttle(job.io_bytes_per_s)
     keys, map_end = build_offset_map(job.segments, job.first_dirty_offset, job.max_map_entries)
@@ -174,13 +174,9 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
                 out += rebuild_batch(h, retained)
         cleaned = seg.path.with_name(seg.path.name + CLEANED_SUFFIX)
         _write_durably(cleaned, bytes(out))
-        swap = seg.path.with_name(seg.path.name + SWAP_SUFFIX)
-        os.replace(cleaned, swap)
         written += len(out)
         throttle(len(out))
-        swaps.append((seg, swap))
-    if job.segments:
-        fsync_dir(job.segments[0].path.parent)
+        swaps.append((seg, cleaned))
     return CleanResult(
         job.name,
         tuple(swaps),

@@ -196,6 +196,7 @@ class PartitionLog:
         # restarts by the broker's log-start-offset-checkpoint
         self._start: int | None = None
         self._retired: list[tuple[int, _Segment]] = []  # replaced by cleaned copies
+        self._generation = 0
         self._open(now_ms, on_recovered_batch)
 
     # -- opening and recovery ------------------------------------------------------
@@ -233,22 +234,35 @@ class PartitionLog:
         if changed:
             fsync_dir(self.dir)
 
+    @property
+    def generation(self) -> int:
+        """Bumped by every truncation: a cleaning started before one must not land (its
+        offset map saw records that are gone)."""
+        return self._generation
+
     @_guarded
-    def swap_in(self, base_offset: int, expected_size: int, swap: Path, now_ms: int) -> bool:
-        """Replace the segment ``base_offset`` by its cleaned copy ``swap`` if it is still
-        the segment that was cleaned (same size, not the active one); otherwise the copy
-        is dropped. Readers of the old file (a fetch being sent) keep their descriptor a
-        while."""
+    def swap_in(
+        self, base_offset: int, expected_size: int, cleaned: Path, now_ms: int, generation: int
+    ) -> bool:
+        """Replace the segment ``base_offset`` by its cleaned copy if the log is still the
+        one that was cleaned (no truncation since, the segment the same size and not the
+        active one); otherwise the copy is dropped. ``.cleaned`` is renamed ``.swap``, then
+        over the segment (a crash in between: the restart finishes it). Readers of the
+        old file (a fetch being sent) keep their descriptor a while."""
         i = bisect.bisect_left(self._bases, base_offset)
         ok = (
-            i < len(self._segments) - 1
+            generation == self._generation
+            and i < len(self._segments) - 1
             and self._bases[i] == base_offset
             and self._segments[i].size == expected_size
         )
         if not ok:
-            swap.unlink(missing_ok=True)
+            cleaned.unlink(missing_ok=True)
             return False
         old = self._segments[i]
+        swap = cleaned.with_name(segment_name(base_offset, ".log.swap"))
+        os.replace(cleaned, swap)
+        fsync_dir(self.dir)
         os.replace(swap, self.dir / segment_name(base_offset, ".log"))
         fsync_dir(self.dir)
         seg = _Segment(self.dir, base_offset, old.created_ms)
@@ -593,6 +607,7 @@ class PartitionLog:
     @_guarded
     def truncate_to(self, offset: int) -> None:
         """Remove every batch not wholly below ``offset`` (Raft log divergence)."""
+        self._generation += 1
         dropped = False
         while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
             self._drop(self._segments.pop())
@@ -637,6 +652,7 @@ class PartitionLog:
     @_guarded
     def reset_to(self, offset: int, now_ms: int) -> None:
         """Drop everything and start an empty log at ``offset`` (a snapshot was installed)."""
+        self._generation += 1
         for seg in self._segments:
             self._drop(seg)
         seg = _Segment(self.dir, offset, now_ms)
