@@ -1,17 +1,19 @@
 """Compacted topics (issue 15): a record without a key is refused as Kafka refuses it
-(INVALID_RECORD, with the rejected records' indexes in Produce v8+ record_errors)."""
+(INVALID_RECORD, with the rejected records' indexes in Produce v8+ record_errors); the
+log cleaner keeps exactly the latest value of each key, at its offset."""
 
 from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.integration.cluster import Node, _recv, keeperless
+from tests.integration.cluster import Node, _recv, keeperless, wait_until
 
 
 @pytest.fixture
@@ -73,3 +75,94 @@ def test_a_compacted_topic_refuses_records_without_a_key(node: Node) -> None:
     p.flush(10)
     codes = sorted(str(e.name()) if e is not None else "ok" for e in errors)
     assert codes == ["INVALID_RECORD", "ok"], codes
+
+
+def _produce_keyed(
+    bootstrap: str, topic: str, n: int, keys: int, seed: int
+) -> dict[bytes, tuple[int, bytes | None]]:
+    """n updates of ``keys`` keys (one in ten a tombstone); key -> (offset, value) of
+    its latest record, from the delivery reports."""
+    import random
+
+    from confluent_kafka import Producer
+
+    rng = random.Random(seed)
+    latest: dict[bytes, tuple[int, bytes | None]] = {}
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2})
+
+    def report(err: object, msg: object) -> None:
+        assert err is None, err
+        latest[msg.key()] = (msg.offset(), msg.value())  # type: ignore[attr-defined]
+
+    for i in range(n):
+        k = b"key-%d" % rng.randrange(keys)
+        v = None if rng.random() < 0.1 else b"value-%d" % i
+        p.produce(topic, key=k, value=v, partition=0, on_delivery=report)
+        if i % 200 == 0:
+            p.flush(30)
+    assert p.flush(30) == 0
+    return latest
+
+
+def _read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False}
+    )
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        c.assign([TopicPartition(topic, 0, lo)])
+        out: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + 30
+        while (not out or out[-1][0] < hi - 1) and time.monotonic() < deadline:
+            for m in c.consume(500, 0.5):
+                if m.error() is None:
+                    out.append((m.offset(), m.key(), m.value()))
+        return out
+    finally:
+        c.close()
+
+
+def _state(records: list[tuple[int, bytes | None, bytes | None]]) -> dict[bytes, bytes]:
+    state: dict[bytes, bytes] = {}
+    for _off, k, v in records:
+        assert k is not None
+        if v is None:
+            state.pop(k, None)
+        else:
+            state[k] = v
+    return state
+
+
+def test_the_cleaner_keeps_exactly_the_latest_value_of_each_key(tmp_path: Path) -> None:
+    """Compaction as Kafka's: a consumer reading the cleaned log from the start builds
+    the same keyed state as from everything produced, every record it reads is at the
+    offset it was produced at, replaced values and old tombstones are gone."""
+    n = Node(tmp_path, extra={"log.cleaner.backoff.ms": "200"})
+    n.format()
+    n.start()
+    try:
+        keeperless(
+            "topics", "--bootstrap-server", n.bootstrap, "--create", "--topic", "state",
+            "--partitions", "1", "--config", "cleanup.policy=compact",
+            "--config", "segment.bytes=4096", "--config", "min.cleanable.dirty.ratio=0.1",
+            "--config", "delete.retention.ms=0", check=True,
+        )  # fmt: skip
+        latest = _produce_keyed(n.bootstrap, "state", 3000, 60, seed=1)
+        expected = {k: v for k, (_o, v) in latest.items() if v is not None}
+        wait_until(lambda: "Cleaned state-0" in n.logs(), 30, what="a cleaning")
+        records = _read_all(n.bootstrap, "state")
+        assert _state(records) == expected
+        assert len(records) < 3000 / 2, len(records)
+        produced_at = {o: k for k, (o, _v) in latest.items()}
+        for off, k, _v in records:
+            if off in produced_at:
+                assert produced_at[off] == k  # the latest records are where they were
+        # and after a restart (the cleaned segments, the cleaner's checkpoint)
+        n.stop()
+        n.start()
+        assert _state(_read_all(n.bootstrap, "state")) == expected
+        assert (n.data / "cleaner-offset-checkpoint").read_text().startswith("0\n1\nstate 0 ")
+    finally:
+        n.stop()

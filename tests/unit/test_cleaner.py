@@ -40,7 +40,7 @@ def _records(directory: Path) -> list[tuple[int, bytes | None, bytes | None, int
 def _job(log: PartitionLog, first_dirty: int = 0, entries: int = 10**6) -> CleanJob:
     segs = tuple(
         SegmentToClean(path, base, size, ts)
-        for path, base, size, ts in log.cleanable_segments(log.log_end_offset)
+        for path, base, size, ts, _end in log.cleanable_segments(log.log_end_offset)
     )
     return CleanJob("t-0", segs, first_dirty, DAY, entries)
 

@@ -28,6 +28,7 @@ from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
 from keeperless.raft.core import RaftConfig
 from keeperless.runtime.connection import KafkaProtocol, RequestRouter
+from keeperless.runtime.log_cleaner import CleanerSettings, LogCleaner
 from keeperless.runtime.metadata_log import MetadataLog
 from keeperless.runtime.metrics import Metrics
 from keeperless.runtime.raft_transport import RaftTransport
@@ -110,6 +111,7 @@ class Node:
         self.broker: Broker | None = None
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinator | None = None
+        self.cleaner: LogCleaner | None = None
         if config.is_broker:
             local = self.controller_apis.local if self.controller_apis else None
             self.broker = Broker(self._broker_settings(), ControllerClient(local, self.remote))
@@ -238,6 +240,18 @@ class Node:
             self._tasks.append(loop.create_task(self._heartbeat_loop()))
             self._tasks.append(loop.create_task(self._retention_loop()))
             self._tasks.append(loop.create_task(self._group_session_loop()))
+            c = self.config
+            self.cleaner = LogCleaner(
+                self.broker,
+                CleanerSettings(
+                    enable=c["log.cleaner.enable"],
+                    threads=c["log.cleaner.threads"],
+                    dedupe_buffer_size=c["log.cleaner.dedupe.buffer.size"],
+                    io_max_bytes_per_second=c["log.cleaner.io.max.bytes.per.second"],
+                    backoff_ms=c["log.cleaner.backoff.ms"],
+                ),
+            )
+            self._tasks.append(loop.create_task(self.cleaner.run()))
         log.info(
             "[node %d] Started in %.0f ms (cluster %s)",
             self.node_id,
@@ -465,6 +479,8 @@ class Node:
         stopped = list(self._tasks)
         if self.replicas is not None:
             stopped += self.replicas.stop()
+        if self.cleaner is not None:
+            self.cleaner.close()
         # cancelled tasks end before the loop closes ("Task was destroyed but it is pending")
         await asyncio.gather(*stopped, return_exceptions=True)
         if self.mlog.core.is_leader and len(self.mlog.core.voters) > 1:

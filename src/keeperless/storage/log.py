@@ -279,13 +279,15 @@ class PartitionLog:
         while self._retired and self._retired[0][0] < now_ms - _RETIRED_FD_MS:
             self._retired.pop(0)[1].close()
 
-    def cleanable_segments(self, below: int) -> list[tuple[Path, int, int, int]]:
-        """(path, base offset, size, max timestamp) of the segments a cleaner may clean:
-        every one but the active segment, wholly below ``below`` (the high watermark)."""
+    def cleanable_segments(self, below: int) -> list[tuple[Path, int, int, int, int]]:
+        """(path, base offset, size, max timestamp, end offset) of the segments a cleaner
+        may clean: every one but the active segment, wholly below ``below`` (the high
+        watermark). The end is where the next segment starts."""
+        segs = self._segments
         return [
             (self.dir / segment_name(seg.base_offset, ".log"), seg.base_offset, seg.size,
-             seg.max_timestamp)
-            for seg in self._segments[:-1]
+             seg.max_timestamp, segs[i + 1].base_offset)
+            for i, seg in enumerate(segs[:-1])
             if seg.next_offset <= below
         ]  # fmt: skip
 

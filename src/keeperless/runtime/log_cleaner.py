@@ -1,0 +1,189 @@
+"""The broker's log cleaner (Kafka's LogCleaner): every ``log.cleaner.backoff.ms`` it
+picks the dirtiest compacted partition hosted here, has a worker process clean it
+(storage/cleaner.py: the event loop only chooses and swaps), and swaps the cleaned
+segments in. Where each log's dirty section starts is kept in Kafka's
+``cleaner-offset-checkpoint``.
+
+A partition is cleanable when cleanup.policy has compact and the dirty share of its
+cleanable segments (every segment below the active one and the high watermark, and
+older than min.compaction.lag.ms) reaches min.cleanable.dirty.ratio, or when a dirty
+segment is older than max.compaction.lag.ms. Each replica cleans its own log, as in
+Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from keeperless.storage.cleaner import (
+    BYTES_PER_ENTRY,
+    CleanJob,
+    CleanResult,
+    SegmentToClean,
+    clean_partition,
+)
+from keeperless.storage.offset_checkpoint import read_offset_checkpoint, write_offset_checkpoint
+
+__all__ = ["CLEANER_CHECKPOINT", "CleanerSettings", "LogCleaner"]
+
+log = logging.getLogger(__name__)
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerSettings:
+    enable: bool = True
+    threads: int = 1
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    io_max_bytes_per_second: float = float("inf")
+    backoff_ms: int = 15_000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LogCleaner:
+    def __init__(self, broker: Any, settings: CleanerSettings) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.node_id = broker.settings.node_id
+        self._checkpoint = broker.partitions.log_dir / CLEANER_CHECKPOINT
+        self.first_dirty: dict[tuple[str, int], int] = read_offset_checkpoint(self._checkpoint)
+        self._pool: ProcessPoolExecutor | None = None
+        self.cleanings = 0
+        self.bytes_read = 0
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            # spawned, not forked: a fork of a process with an event loop and threads
+            # may inherit a held lock
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.settings.threads, mp_context=multiprocessing.get_context("spawn")
+            )
+        return self._pool
+
+    async def run(self) -> None:
+        if not self.settings.enable:
+            return
+        while True:
+            await asyncio.sleep(self.settings.backoff_ms / 1000)
+            try:
+                for _ in range(len(self.broker.partitions.partitions)):
+                    if not await self.clean_once():  # then the next log that is due
+                        break
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a failed cleaning must not stop the next ones
+                log.warning("[node %d] Log cleaning failed: %s", self.node_id, e)
+
+    # -- choosing --------------------------------------------------------------------
+
+    def _job(self, key: tuple[str, int], p: Any, now: int) -> tuple[float, CleanJob] | None:
+        cfg = self.broker.topic_config(key[0])
+        if "compact" not in cfg.get("cleanup.policy", "delete").replace(" ", "").split(","):
+            return None
+        min_lag = int(cfg.get("min.compaction.lag.ms", "0"))
+        max_lag = int(cfg.get("max.compaction.lag.ms", str(2**63 - 1)))
+        segments = []
+        ends = []
+        for path, base, size, max_ts, end in p.log.cleanable_segments(p.high_watermark):
+            if min_lag > 0 and max_ts > now - min_lag:
+                break  # too young, and so is what follows
+            segments.append(SegmentToClean(path, base, size, max_ts))
+            ends.append(end)
+        if not segments:
+            return None
+        first_dirty = max(self.first_dirty.get(key, 0), p.log.log_start_offset)
+        total = sum(s.size for s in segments)
+        dirty_segments = [s for s, end in zip(segments, ends, strict=True) if end > first_dirty]
+        dirty = sum(s.size for s in dirty_segments)
+        if total == 0 or dirty == 0:
+            return None
+        ratio = dirty / total
+        overdue = max_lag < 2**63 - 1 and any(
+            0 <= s.max_timestamp < now - max_lag for s in dirty_segments
+        )
+        if ratio < float(cfg.get("min.cleanable.dirty.ratio", "0.5")) and not overdue:
+            return None
+        job = CleanJob(
+            f"{key[0]}-{key[1]}",
+            tuple(segments),
+            first_dirty,
+            int(cfg.get("delete.retention.ms", "86400000")),
+            max(self.settings.dedupe_buffer_size // max(self.settings.threads, 1), 1)
+            // BYTES_PER_ENTRY,
+            self.settings.io_max_bytes_per_second / max(self.settings.threads, 1),
+        )
+        return (2.0 if overdue else ratio), job
+
+    def candidates(self, now: int) -> list[tuple[float, tuple[str, int], Any, CleanJob]]:
+        out = []
+        for key, p in list(self.broker.partitions.partitions.items()):
+            found = self._job(key, p, now)
+            if found is not None:
+                out.append((found[0], key, p, found[1]))
+        return sorted(out, key=lambda c: -c[0])
+
+    # -- cleaning --------------------------------------------------------------------
+
+    async def clean_once(self) -> bool:
+        """Clean the dirtiest log that is due; False if none is."""
+        now = _now_ms()
+        found = self.candidates(now)
+        if not found:
+            return False
+        ratio, key, p, job = found[0]
+        generation = p.log.generation
+        loop = asyncio.get_running_loop()
+        res: CleanResult = await loop.run_in_executor(self._executor(), clean_partition, job, now)
+        if self.broker.partitions.partitions.get(key) is not p:
+            for _, cleaned in res.swaps:  # deleted or re-created meanwhile
+                cleaned.unlink(missing_ok=True)
+            return True
+        swapped = 0
+        for seg, cleaned in res.swaps:
+            if p.log.swap_in(seg.base_offset, seg.size, cleaned, _now_ms(), generation):
+                swapped += 1
+        if swapped == len(res.swaps):
+            self.first_dirty[key] = res.map_end
+            self._save()
+        self.cleanings += 1
+        self.bytes_read += res.bytes_read
+        mb = 1024 * 1024
+        log.info(
+            "[node %d] Cleaned %s (dirty ratio %.2f): %d segment(s), %.1f MB read, %.1f MB "
+            "written, %d of %d records kept, in %.2f s (%.1f MB/s)%s",
+            self.node_id,
+            job.name,
+            min(ratio, 1.0),
+            swapped,
+            res.bytes_read / mb,
+            res.bytes_written / mb,
+            res.records_kept,
+            res.records_read,
+            res.seconds,
+            res.bytes_read / mb / max(res.seconds, 1e-6),
+            ""
+            if swapped == len(res.swaps)
+            else f"; {len(res.swaps) - swapped} segment(s) changed meanwhile, not swapped",
+        )
+        return True
+
+    def _save(self) -> None:
+        live = set(self.broker.partitions.partitions)
+        write_offset_checkpoint(
+            self._checkpoint, {k: v for k, v in self.first_dirty.items() if k in live}
+        )
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
