@@ -71,6 +71,7 @@ def test_a_compacted_topic_refuses_records_without_a_key(node: Node) -> None:
     errors: list[KafkaError] = []
     p = Producer({"bootstrap.servers": node.bootstrap, "retries": 0})
     p.produce("keyed", value=b"no key", on_delivery=lambda err, _m: errors.append(err))
+    p.flush(10)  # alone in its batch (a batch with one key-less record is refused whole)
     p.produce("keyed", key=b"k", value=b"v2", on_delivery=lambda err, _m: errors.append(err))
     p.flush(10)
     codes = sorted(str(e.name()) if e is not None else "ok" for e in errors)
@@ -78,7 +79,7 @@ def test_a_compacted_topic_refuses_records_without_a_key(node: Node) -> None:
 
 
 def _produce_keyed(
-    bootstrap: str, topic: str, n: int, keys: int, seed: int
+    bootstrap: str, topic: str, n: int, keys: int, seed: int, pad: int = 0
 ) -> dict[bytes, tuple[int, bytes | None]]:
     """n updates of ``keys`` keys (one in ten a tombstone); key -> (offset, value) of
     its latest record, from the delivery reports."""
@@ -96,7 +97,7 @@ def _produce_keyed(
 
     for i in range(n):
         k = b"key-%d" % rng.randrange(keys)
-        v = None if rng.random() < 0.1 else b"value-%d" % i
+        v = None if rng.random() < 0.1 else b"value-%d-" % i + b"x" * pad
         p.produce(topic, key=k, value=v, partition=0, on_delivery=report)
         if i % 200 == 0:
             p.flush(30)
@@ -164,5 +165,49 @@ def test_the_cleaner_keeps_exactly_the_latest_value_of_each_key(tmp_path: Path) 
         n.start()
         assert _state(_read_all(n.bootstrap, "state")) == expected
         assert (n.data / "cleaner-offset-checkpoint").read_text().startswith("0\n1\nstate 0 ")
+    finally:
+        n.stop()
+
+
+def test_kill_9_while_cleaning_loses_no_latest_value(tmp_path: Path) -> None:
+    """A broker killed while it cleans (its worker writing .cleaned files, throttled by
+    log.cleaner.io.max.bytes.per.second, or swapping them in), five times: the restarted
+    log drops the unfinished cleaning, and a consumer reads exactly the keyed state of
+    everything acknowledged."""
+    import random
+
+    rng = random.Random(7)
+    n = Node(
+        tmp_path,
+        extra={
+            "log.cleaner.backoff.ms": "50",
+            "log.cleaner.io.max.bytes.per.second": "400000",
+            "broker.session.timeout.ms": "2000",
+            "broker.heartbeat.interval.ms": "500",
+        },
+    )
+    n.format()
+    n.start()
+    try:
+        keeperless(
+            "topics", "--bootstrap-server", n.bootstrap, "--create", "--topic", "crashy",
+            "--partitions", "1", "--config", "cleanup.policy=compact",
+            "--config", "segment.bytes=65536", "--config", "min.cleanable.dirty.ratio=0.01",
+            "--config", "delete.retention.ms=0", check=True,
+        )  # fmt: skip
+        pdir = n.data / "crashy-0"
+        latest: dict[bytes, tuple[int, bytes | None]] = {}
+        for round_ in range(5):
+            latest.update(_produce_keyed(n.bootstrap, "crashy", 2500, 300, seed=round_, pad=400))
+            wait_until(lambda: list(pdir.glob("*.cleaned")), 20, 0.01, what="a cleaning")
+            time.sleep(rng.uniform(0.0, 0.5))
+            n.kill9()
+            n.start()
+            expected = {k: v for k, (_o, v) in latest.items() if v is not None}
+            assert _state(_read_all(n.bootstrap, "crashy")) == expected, f"round {round_}"
+        assert "of a cleaning that did not finish" in n.logs()
+        wait_until(lambda: not list(pdir.glob("*.cleaned")), 60, what="a cleaning to finish")
+        expected = {k: v for k, (_o, v) in latest.items() if v is not None}
+        assert _state(_read_all(n.bootstrap, "crashy")) == expected
     finally:
         n.stop()

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -46,6 +48,20 @@ class CleanerSettings:
     backoff_ms: int = 15_000
 
 
+def _die_with_parent(parent: int) -> None:
+    """In a worker: a broker killed (-9) must not leave it cleaning on, writing files the
+    next broker process would meet (Linux's parent-death signal)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the worker ends when its pipe to the parent breaks
+    if os.getppid() != parent:
+        os._exit(0)  # the parent died before the signal was armed
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -66,7 +82,10 @@ class LogCleaner:
             # spawned, not forked: a fork of a process with an event loop and threads
             # may inherit a held lock
             self._pool = ProcessPoolExecutor(
-                max_workers=self.settings.threads, mp_context=multiprocessing.get_context("spawn")
+                max_workers=self.settings.threads,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_die_with_parent,
+                initargs=(os.getpid(),),
             )
         return self._pool
 

@@ -224,9 +224,16 @@ class PartitionLog:
         whole cleaned segment, renamed into place; a ``.cleaned`` may be half written,
         and is deleted. The old segment or the cleaned one, never part of either."""
         changed = False
-        for half in self.dir.glob("*.log.cleaned"):
+        halves = sorted(self.dir.glob("*.log.cleaned"))
+        for half in halves:
             half.unlink()
             changed = True
+        if halves:
+            log.info(
+                "Partition log %s: dropped %d segment(s) of a cleaning that did not finish",
+                self.dir.name,
+                len(halves),
+            )
         for swap in sorted(self.dir.glob("*.log.swap")):
             os.replace(swap, swap.with_name(swap.name[: -len(".swap")]))
             log.info("Partition log %s: finished the swap of cleaned %s", self.dir.name, swap.name)
