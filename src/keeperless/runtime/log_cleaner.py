@@ -14,6 +14,7 @@ Kafka.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -48,9 +49,12 @@ class CleanerSettings:
     backoff_ms: int = 15_000
 
 
-def _die_with_parent(parent: int) -> None:
-    """In a worker: a broker killed (-9) must not leave it cleaning on, writing files the
-    next broker process would meet (Linux's parent-death signal)."""
+def _worker_init(parent: int) -> None:
+    """In a worker: below the broker's priority (its event loop comes first on a busy
+    machine), and dying with it: a broker killed (-9) must not leave it cleaning on,
+    writing files the next broker process would meet (Linux's parent-death signal)."""
+    with contextlib.suppress(OSError):
+        os.nice(10)
     try:
         import ctypes
 
@@ -84,7 +88,7 @@ class LogCleaner:
             self._pool = ProcessPoolExecutor(
                 max_workers=self.settings.threads,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_die_with_parent,
+                initializer=_worker_init,
                 initargs=(os.getpid(),),
             )
         return self._pool
