@@ -6,6 +6,8 @@ what the cluster serves after healing, and the nodes' files after a clean stop:
   value librdkafka sent again under a bumped producer epoch after a message timed out is
   the client's duplicate, as against Kafka: told apart by the batches' epochs);
 * reads: every record a consumer was given is in the final log at that offset;
+* compaction (a compacted topic the cleaner works on): each key's latest record is
+  its latest acknowledged write (or a later one), at its acknowledged offset;
 * deletions (DeleteRecords on the workload's topic): the final log start is at or after
   every acknowledged low watermark and at or before the highest offset asked; only
   what lies below it may be missing;
@@ -19,7 +21,8 @@ what the cluster serves after healing, and the nodes' files after a clean stop:
   majority resigns and idles;
 * agreement: after healing, every node's metadata log holds the same records at the same
   offsets and builds the same image; every replica of a partition holds the same
-  batches; no directory of a deleted or foreign topic is left;
+  batches (of a compacted topic: the same latest record of every key); no directory
+  of a deleted or foreign topic is left;
 * logs: no traceback, no ERROR or CRITICAL line that the faults do not explain.
 """
 
@@ -36,6 +39,7 @@ from tests.chaos.history import Event, History
 __all__ = [
     "check_admin",
     "check_commits",
+    "check_compaction",
     "check_controllers",
     "check_deletions",
     "check_logs",
@@ -512,8 +516,77 @@ def _empty_image() -> Any:
     return MetadataImage()
 
 
-def check_replicas(data_dirs: dict[int, Path], topics: dict[str, Any]) -> list[Anomaly]:
-    """``topics``: name -> (topic id, {partition: replicas}) as the metadata says."""
+def _keyed_state(batches: list[tuple[int, int, bytes]]) -> dict[bytes, tuple[int, bytes]]:
+    from keeperless.protocol.records import decode_records
+
+    state: dict[bytes, tuple[int, bytes]] = {}
+    for _base, _last, body in batches:
+        for r in decode_records(body):
+            if r.key is not None:
+                state[r.key] = (r.offset, r.value or b"")
+    return state
+
+
+def _compare_keyed(
+    key: tuple[str, int], replicas: dict[int, list[tuple[int, int, bytes]]]
+) -> list[Anomaly]:
+    ends = {node: (b[-1][1] if b else -1) for node, b in replicas.items()}
+    if len(set(ends.values())) != 1:
+        return []  # not all caught up: nothing to compare
+    states = {node: _keyed_state(b) for node, b in replicas.items()}
+    first_node, first = next(iter(states.items()))
+    for node, st in states.items():
+        if st != first:
+            differ = sorted(k for k in set(st) | set(first) if st.get(k) != first.get(k))
+            return [
+                _anomaly("compacted-replicas-differ", partition=f"{key[0]}-{key[1]}",
+                         nodes=[first_node, node], keys=[k.decode() for k in differ[:5]])
+            ]  # fmt: skip
+    return []
+
+
+def check_compaction(history: History, final: Final) -> tuple[list[Anomaly], dict[str, int]]:
+    """The compacted topic of the workload (values ``kv-<key>-<seq>``): after healing
+    and cleaning, each key's latest record is its latest acknowledged write, at the
+    offset acknowledged, or a later write; no acknowledged record moved."""
+    acked: dict[str, tuple[int, int, str]] = {}  # key -> (partition, offset, value)
+    at: dict[str, tuple[int, int]] = {}
+    sent = 0
+    for e in history.of("kv-producer", "send"):
+        if e.type == "invoke":
+            sent += 1
+        elif e.type == "ok":
+            v = e.value["value"]
+            k = v.rsplit("-", 1)[0]
+            at[v] = (e.value["partition"], e.value["offset"])
+            if k not in acked or e.value["offset"] > acked[k][1]:
+                acked[k] = (e.value["partition"], e.value["offset"], v)
+    latest: dict[str, tuple[int, int, str]] = {}
+    in_log = 0
+    out: list[Anomaly] = []
+    for p, (_lo, _hi, records) in final.items():
+        for offset, value in records:
+            in_log += 1
+            k = value.rsplit("-", 1)[0]
+            if value in at and at[value] != (p, offset):
+                out.append(_anomaly("compacted-record-moved", value=value, acked_at=at[value],
+                                    found=[p, offset]))  # fmt: skip
+            if k not in latest or offset > latest[k][1]:
+                latest[k] = (p, offset, value)
+    for k, (p, offset, value) in sorted(acked.items()):
+        got = latest.get(k)
+        if got is None or got[1] < offset or (got[1] == offset and got[2] != value):
+            out.append(_anomaly("compaction-lost-latest", key=k, acked=[p, offset, value],
+                                found=list(got) if got else None))  # fmt: skip
+    return out, {"sent": sent, "acked_keys": len(acked), "in_log": in_log}
+
+
+def check_replicas(
+    data_dirs: dict[int, Path], topics: dict[str, Any], compacted: frozenset[str] = frozenset()
+) -> list[Anomaly]:
+    """``topics``: name -> (topic id, {partition: replicas}) as the metadata says. The
+    replicas of a ``compacted`` topic clean their logs each on its own: they must hold
+    the same latest record of every key, not the same batches."""
     from keeperless.protocol.records import CorruptBatchError, iter_batches
     from keeperless.storage.partition_dirs import partition_dirs, read_topic_id
 
@@ -544,6 +617,9 @@ def check_replicas(data_dirs: dict[int, Path], topics: dict[str, Any]) -> list[A
             found[(topic, p)][node] = batches
     for key, replicas in sorted(found.items()):
         if len(replicas) < 2:
+            continue
+        if key[0] in compacted:
+            out += _compare_keyed(key, replicas)
             continue
         upto = min((b[-1][1] + 1 if b else 0) for b in replicas.values())
         # from the highest first offset: below the log start (DeleteRecords) each replica

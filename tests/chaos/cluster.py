@@ -39,6 +39,7 @@ TIMEOUTS = {
     "replica.fetch.backoff.ms": "200",
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
+    "log.cleaner.backoff.ms": "1000",
 }
 
 

@@ -28,6 +28,8 @@ from tests.chaos.history import History
 from tests.chaos.nemesis import FAULTS, Nemesis
 from tests.chaos.netns import Network, remove_stale
 from tests.chaos.workload import (
+    KV_PARTITIONS,
+    KV_TOPIC,
     TOPIC,
     Workload,
     committed_reader,
@@ -165,6 +167,9 @@ def run_once(
         anomalies += write_anomalies
         anomalies += checkers.check_reads(history, final)
         anomalies += checkers.check_deletions(history, final)
+        kv = {p: read_partition(cluster.bootstrap, KV_TOPIC, p) for p in range(KV_PARTITIONS)}
+        kv_anomalies, kv_stats = checkers.check_compaction(history, kv)
+        anomalies += kv_anomalies
         anomalies += checkers.check_commits(history, final)
         admin_anomalies, admin_stats = checkers.check_admin(history)
         anomalies += admin_anomalies
@@ -181,11 +186,15 @@ def run_once(
         disk_full = [f["target"] for f in nemesis.log if f["fault"] == "disk-full"]
         anomalies += checkers.check_logs(logs, disk_full)
         anomalies += checkers.check_metadata_agreement(data)
-        anomalies += checkers.check_replicas(data, topics)
+        anomalies += checkers.check_replicas(data, topics, frozenset({KV_TOPIC}))
         anomalies, client_duplicates = checkers.explain_duplicates(anomalies, data, TOPIC)
         report.update(
             faults=nemesis.log,
             writes=write_stats,
+            compaction={
+                **kv_stats,
+                "cleanings": sum(log.count(f"Cleaned {KV_TOPIC}-") for log in logs.values()),
+            },
             delete_records=sum(1 for e in history.of("admin", "delete-records") if e.type == "ok"),
             # copies of a value written under two epochs of its producer: librdkafka
             # re-sent it after bumping its epoch (a message timed out), as against Kafka
@@ -244,6 +253,10 @@ def print_report(r: dict[str, Any]) -> None:
         print(f"    produce ack latency: {r['latency']}")
     for c in r.get("isolated_controllers", []):
         print(f"    cut-off controller {c['node']}: {c['cpu_pct']}% CPU over {c['window_s']} s")
+    if r.get("compaction"):
+        c = r["compaction"]
+        print(f"    compacted topic: {c['sent']} keyed writes, {c['in_log']} records left, "
+              f"{c['cleanings']} cleanings")  # fmt: skip
     if r.get("client_duplicates"):
         print(f"    explained by a client epoch bump: {len(r['client_duplicates'])}")
     for a in r["anomalies"]:

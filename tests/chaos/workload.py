@@ -2,6 +2,7 @@
 asked and what it was told:
 
 * producers: idempotent, acks=all, unique values, explicit partitions (RF 3, min ISR 2);
+* a keyed producer to a compacted topic the log cleaner keeps cleaning;
 * a consumer group: members that poll and commit their positions synchronously, one
   of the classic protocol and one of the consumer protocol (KIP-848) in the same group;
 * a monitor reading the group's committed offsets back (OffsetFetch) every second;
@@ -39,9 +40,13 @@ from confluent_kafka.admin import (
 
 from tests.chaos.history import History
 
-__all__ = ["ADMIN_TOPICS", "GROUP", "TOPIC", "Workload"]
+__all__ = ["ADMIN_TOPICS", "GROUP", "KV_TOPIC", "TOPIC", "Workload"]
 
 TOPIC = "chaos"
+# a compacted topic the log cleaner works on all along (small segments, low ratio)
+KV_TOPIC = "chaos-kv"
+KV_PARTITIONS = 2
+KV_KEYS = 40
 GROUP = "chaos-g"
 ADMIN_TOPICS = ("adm-0", "adm-1", "adm-2")
 # outcomes the controller decides (anything else, e.g. a timeout, is unknown: "info")
@@ -90,6 +95,13 @@ class Workload:
             [NewTopic(TOPIC, self.partitions, 3, config={"min.insync.replicas": "2"})]
         )
         fs[TOPIC].result(30)
+        kv = {
+            "min.insync.replicas": "2",
+            "cleanup.policy": "compact",
+            "segment.bytes": "8192",
+            "min.cleanable.dirty.ratio": "0.05",
+        }
+        admin.create_topics([NewTopic(KV_TOPIC, KV_PARTITIONS, 3, config=kv)])[KV_TOPIC].result(30)
 
     def start(self) -> None:
         targets: list[tuple[str, Any]] = [
@@ -97,6 +109,7 @@ class Workload:
         ]
         targets += [(f"consumer-{k}", lambda k=k: self._consume(k)) for k in range(2)]
         targets += [("monitor", self._monitor), ("admin", self._admin)]
+        targets += [("kv-producer", self._produce_kv)]
         for name, fn in targets:
             t = threading.Thread(target=fn, name=name, daemon=True)
             t.start()
@@ -167,6 +180,42 @@ class Workload:
                 op, name, "info", "send",
                 {"value": value, "partition": partition, "error": "undelivered at the end"},
             )  # fmt: skip
+
+    def _produce_kv(self) -> None:
+        """Keyed updates to the compacted topic: values kv-<key>-<seq>, a key always to
+        the same partition."""
+        name = "kv-producer"
+        h = self.history
+        p = Producer(
+            {**self._common(), "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+             "message.timeout.ms": 20_000, "request.timeout.ms": 5_000}
+        )  # fmt: skip
+
+        def report(op: int, value: str, partition: int) -> Any:
+            def cb(err: KafkaError | None, msg: Any) -> None:
+                v: dict[str, Any] = {"value": value, "partition": partition}
+                if err is None:
+                    h.complete(op, name, "ok", "send", {**v, "offset": msg.offset()})
+                else:
+                    h.complete(op, name, "info", "send", {**v, "error": err.name()})
+
+            return cb
+
+        seq = 0
+        while not self.stop.wait(1 / 40) and seq < self.max_messages:
+            key = self.rng.randrange(KV_KEYS)
+            value = f"kv-{key}-{seq}"
+            partition = key % KV_PARTITIONS
+            op = h.invoke(name, "send", {"value": value, "partition": partition})
+            try:
+                cb = report(op, value, partition)
+                p.produce(KV_TOPIC, key=str(key).encode(), value=value.encode(),
+                          partition=partition, on_delivery=cb)  # fmt: skip
+            except BufferError:
+                h.complete(op, name, "fail", "send", {"value": value, "error": "queue full"})
+            seq += 1
+            p.poll(0)
+        p.flush(30)
 
     # -- consumer group ------------------------------------------------------------------
 

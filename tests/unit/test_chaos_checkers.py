@@ -325,3 +325,53 @@ def test_deleted_records_may_be_missing_and_a_deletion_is_never_undone() -> None
     undone = {0: (1, 4, [(1, "p0-1"), (2, "p0-2"), (3, "p0-3")])}
     assert [a["kind"] for a in checkers.check_deletions(h, undone)] == ["deletion-undone"]
     assert checkers.check_writes(h, {0: (3, 4, [(3, "p0-3")])})[0] != []  # too far
+
+
+def test_compaction_keeps_each_keys_latest_acknowledged_write() -> None:
+    h = History()
+    for value, p, offset in (("kv-1-0", 1, 0), ("kv-1-2", 1, 1), ("kv-2-1", 0, 0)):
+        op = h.invoke("kv-producer", "send", {"value": value, "partition": p})
+        h.complete(op, "kv-producer", "ok", "send",
+                   {"value": value, "partition": p, "offset": offset})  # fmt: skip
+    later = h.invoke("kv-producer", "send", {"value": "kv-2-3", "partition": 0})
+    h.complete(later, "kv-producer", "info", "send", {"value": "kv-2-3", "partition": 0})
+    cleaned = {0: (0, 2, [(1, "kv-2-3")]), 1: (0, 2, [(1, "kv-1-2")])}
+    assert checkers.check_compaction(h, cleaned)[0] == []  # kv-2-1 replaced by a later write
+    lost = {0: (0, 1, [(0, "kv-2-1")]), 1: (0, 2, [(0, "kv-1-0")])}  # kept the older value
+    assert [a["kind"] for a in checkers.check_compaction(h, lost)[0]] == ["compaction-lost-latest"]
+    gone = {0: (0, 1, [(0, "kv-2-1")]), 1: (0, 2, [])}
+    assert [a["kind"] for a in checkers.check_compaction(h, gone)[0]] == ["compaction-lost-latest"]
+
+
+def test_compacted_replicas_agree_on_latest_values_not_batches(tmp_path: Path) -> None:
+    import uuid
+
+    from keeperless.protocol.records import build_batch, iter_batches, patch_offsets
+    from keeperless.storage.log import LogConfig, PartitionLog
+    from keeperless.storage.partition_dirs import write_topic_id
+
+    tid = uuid.uuid4()
+
+    def replica(node: int, rows: list[tuple[int, bytes, bytes]]) -> Path:
+        d = tmp_path / f"n{node}"
+        (d / "kv-0").mkdir(parents=True)
+        write_topic_id(d / "kv-0", tid)
+        log = PartitionLog(d / "kv-0", LogConfig(), 0)
+        for offset, k, v in rows:
+            buf = bytearray(build_batch([(k, v, ())]))
+            patch_offsets(buf, 0, offset, 0)
+            log.append(bytes(buf), list(iter_batches(buf)), 0)
+        log.close()
+        return d
+
+    full = [(0, b"b", b"1"), (1, b"a", b"1"), (2, b"a", b"2")]
+    cleaned = [(0, b"b", b"1"), (2, b"a", b"2")]  # the other cleaned offset 1 away
+    dirs = {1: replica(1, full), 2: replica(2, cleaned)}
+    topics = {"kv": (tid, {0: [1, 2]})}
+    assert [a["kind"] for a in checkers.check_replicas(dirs, topics)] == ["replicas-differ"]
+    assert checkers.check_replicas(dirs, topics, frozenset({"kv"})) == []
+    wrong = {1: dirs[1], 3: replica(3, [(0, b"b", b"1"), (1, b"a", b"1"), (2, b"b", b"2")])}
+    topics3 = {"kv": (tid, {0: [1, 3]})}
+    assert [a["kind"] for a in checkers.check_replicas(wrong, topics3, frozenset({"kv"}))] == [
+        "compacted-replicas-differ"
+    ]
