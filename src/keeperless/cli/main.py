@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -182,7 +183,7 @@ def _tools(args: argparse.Namespace) -> int:
 
         return run_configs(args, sys.stdout)
     if args.command == "consumer-groups":
-        from keeperless.tools.console import run_consumer_groups
+        from keeperless.tools.groups import run_consumer_groups
 
         return run_consumer_groups(args, extra, sys.stdout)
     from keeperless.tools.topics import run_topics
@@ -403,6 +404,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e))
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a tool fails with one line, never a traceback
+        if args.command == "server" or os.environ.get("KEEPERLESS_TRACEBACK"):
+            raise
+        return _fail(_one_line(e))
+
+
+def _one_line(e: BaseException) -> str:
+    """An unexpected failure of a tool (a client library's exception, a timeout, a lost
+    connection) as one line; KEEPERLESS_TRACEBACK=1 shows the traceback instead."""
+    if type(e).__module__.startswith("confluent_kafka") or type(e).__name__ == "KafkaException":
+        from keeperless.tools.rdkafka import kafka_error_text
+
+        return kafka_error_text(e)
+    if isinstance(e, TimeoutError):
+        return f"timed out: {e}" if str(e) else "timed out waiting for the cluster"
+    if isinstance(e, OSError) and e.strerror:
+        where = f" ({e.filename})" if e.filename else ""
+        return f"{e.strerror}{where}"
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 if __name__ == "__main__":

@@ -1,5 +1,4 @@
-"""`console-producer`, `console-consumer` and `consumer-groups`, as Kafka's scripts, over
-confluent-kafka."""
+"""`console-producer` and `console-consumer`, as Kafka's scripts, over confluent-kafka."""
 
 from __future__ import annotations
 
@@ -7,9 +6,10 @@ import sys
 import time
 from typing import Any, TextIO
 
-from keeperless.tools.client import QUIET, ToolError
+from keeperless.tools.client import ToolError
+from keeperless.tools.rdkafka import Session
 
-__all__ = ["run_consumer", "run_consumer_groups", "run_producer"]
+__all__ = ["run_consumer", "run_producer"]
 
 NEVER_ASSIGNED_S = 30.0
 
@@ -38,16 +38,6 @@ def _props(pairs: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
-def _result(fut: Any, timeout: float = 30.0) -> Any:
-    from confluent_kafka import KafkaException
-
-    try:
-        return fut.result(timeout)
-    except KafkaException as e:
-        err = e.args[0]
-        raise ToolError(err.str() if hasattr(err, "str") else str(err)) from None
-
-
 def run_producer(args: Any, extra: dict[str, str], lines: TextIO) -> int:
     """One record per input line; `--property parse.key=true` splits key and value on
     `key.separator` (tab), `parse.headers=true` reads `k:v,k2:v2` before them."""
@@ -59,14 +49,11 @@ def run_producer(args: Any, extra: dict[str, str], lines: TextIO) -> int:
     key_sep = props.get("key.separator", "\t")
     headers_delim = props.get("headers.delimiter", "\t")
     errors: list[str] = []
-    p = Producer(
-        {
-            "bootstrap.servers": args.bootstrap_server,
-            **QUIET,
-            **extra,
-            **_props(args.producer_property, "--producer-property"),
-        }
+    session = Session(
+        args.bootstrap_server, {**extra, **_props(args.producer_property, "--producer-property")}
     )
+    session.admin()  # fail fast (one line) when no bootstrap server answers
+    p = Producer(session.conf())
 
     def report(err: Any, _msg: Any) -> None:
         if err is not None:
@@ -112,20 +99,22 @@ def run_consumer(args: Any, extra: dict[str, str], out: TextIO) -> int:
 
     props = _props(args.property, "--property")
     group = args.group or f"console-consumer-{int(time.time() * 1000)}"
-    conf = {
-        "bootstrap.servers": args.bootstrap_server,
-        **QUIET,
-        "group.id": group,
-        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
-        "enable.auto.commit": bool(args.group),
-        **extra,
-        **_props(args.consumer_property, "--consumer-property"),
-    }
+    session = Session(
+        args.bootstrap_server, {**extra, **_props(args.consumer_property, "--consumer-property")}
+    )
+    conf = session.conf(
+        **{
+            "group.id": group,
+            "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+            "enable.auto.commit": bool(args.group),
+        }
+    )
     offset = -2 if args.from_beginning else -1
     if args.offset is not None:
         if args.partition is None:
             raise ToolError("The partition is required when offset is specified.")
         offset = _offset(args.offset)
+    session.admin()  # fail fast (one line) when no bootstrap server answers
     c = Consumer(conf)
     # --timeout-ms counts from when there is something to read from: the assignment
     # (joining the group can take longer than the timeout itself); never assigned, the
@@ -177,86 +166,6 @@ def run_consumer(args: Any, extra: dict[str, str], out: TextIO) -> int:
     finally:
         c.close()
     print(f"Processed a total of {seen} messages", file=sys.stderr)
-    return 0
-
-
-def run_consumer_groups(args: Any, extra: dict[str, str], out: TextIO) -> int:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    conf = {"bootstrap.servers": args.bootstrap_server, **QUIET, **extra}
-    admin = AdminClient(conf)
-    if args.list:
-        res = _result(admin.list_consumer_groups(request_timeout=30))
-        for g in sorted(res.valid, key=lambda g: g.group_id):
-            print(g.group_id, file=out)
-        return 0
-    if not args.group:
-        raise ToolError("--group is required")
-    if args.delete:
-        _result(admin.delete_consumer_groups([args.group], request_timeout=30)[args.group])
-        print(f"Deletion of requested consumer groups ('{args.group}') was successful.", file=out)
-        return 0
-    offsets = _result(
-        admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(args.group)])[args.group]
-    )
-    tps = [tp for tp in offsets.topic_partitions if tp.offset >= 0]
-    from confluent_kafka import Consumer
-
-    probe = Consumer({**conf, "group.id": f"{args.group}-probe", "enable.auto.commit": False})
-    try:
-        ends = {
-            (tp.topic, tp.partition): probe.get_watermark_offsets(
-                TopicPartition(tp.topic, tp.partition), timeout=10
-            )
-            for tp in tps
-        }
-        if args.reset_offsets:
-            topic_tps = [(t, p) for (t, p) in ends if not args.topic or t == args.topic]
-            if args.topic and not topic_tps:
-                md = probe.list_topics(args.topic, timeout=10)
-                topic_tps = [(args.topic, p) for p in md.topics[args.topic].partitions]
-                for t, p in topic_tps:
-                    ends[(t, p)] = probe.get_watermark_offsets(TopicPartition(t, p), timeout=10)
-            new = []
-            for t, p in sorted(topic_tps):
-                lo, hi = ends[(t, p)]
-                target = lo if args.to_earliest else hi if args.to_latest else args.to_offset
-                if target is None:
-                    raise ToolError("one of --to-earliest, --to-latest, --to-offset is required")
-                new.append(TopicPartition(t, p, max(lo, min(int(target), hi))))
-            print(f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':<10} NEW-OFFSET", file=out)
-            for tp in new:
-                print(f"{args.group:<20} {tp.topic:<20} {tp.partition:<10} {tp.offset}", file=out)
-            if args.execute:
-                _result(
-                    admin.alter_consumer_group_offsets(
-                        [ConsumerGroupTopicPartitions(args.group, new)]
-                    )[args.group]
-                )
-            return 0
-    finally:
-        probe.close()
-    # --describe
-    desc = _result(admin.describe_consumer_groups([args.group])[args.group])
-    owners = {}
-    for member in desc.members:
-        for tp in member.assignment.topic_partitions if member.assignment else ():
-            owners[(tp.topic, tp.partition)] = member
-    print(
-        f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':<10} {'CURRENT-OFFSET':<15} "
-        f"{'LOG-END-OFFSET':<15} {'LAG':<8} {'CONSUMER-ID':<40} {'HOST':<15} CLIENT-ID",
-        file=out,
-    )
-    for tp in sorted(tps, key=lambda t: (t.topic, t.partition)):
-        hi = ends[(tp.topic, tp.partition)][1]
-        m = owners.get((tp.topic, tp.partition))
-        print(
-            f"{args.group:<20} {tp.topic:<20} {tp.partition:<10} {tp.offset:<15} {hi:<15} "
-            f"{hi - tp.offset:<8} {m.member_id if m else '-':<40} {m.host if m else '-':<15} "
-            f"{m.client_id if m else '-'}",
-            file=out,
-        )
     return 0
 
 

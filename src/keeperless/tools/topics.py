@@ -7,27 +7,10 @@ import uuid
 from typing import Any, TextIO
 
 from keeperless.storage.meta_properties import uuid_to_kafka
-from keeperless.tools.client import QUIET, ToolError
+from keeperless.tools.client import ToolError
+from keeperless.tools.rdkafka import TIMEOUT_S, Session
 
 __all__ = ["run_topics"]
-
-TIMEOUT_S = 30.0
-
-
-def _admin(bootstrap: str, extra: dict[str, str]) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": bootstrap, **QUIET, **extra})
-
-
-def _result(fut: Any) -> Any:
-    from confluent_kafka import KafkaException
-
-    try:
-        return fut.result(TIMEOUT_S)
-    except KafkaException as e:
-        err = e.args[0]
-        raise ToolError(err.str() if hasattr(err, "str") else str(err)) from None
 
 
 def _configs(pairs: list[str] | None) -> dict[str, str]:
@@ -56,7 +39,12 @@ def run_topics(args: Any, extra: dict[str, str], out: TextIO) -> int:
         NewTopic,
     )
 
-    admin = _admin(args.bootstrap_server, extra)
+    session = Session(args.bootstrap_server, extra)
+    admin = session.admin()
+
+    def _result(fut: Any) -> Any:
+        return session.wait(admin, fut)
+
     if args.list:
         md = admin.list_topics(timeout=TIMEOUT_S)
         for name in sorted(md.topics):

@@ -1,0 +1,101 @@
+"""What the operator tools say when something is wrong: an unreachable cluster, a wrong
+security protocol, a flag Kafka refuses; one line and exit 1, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cluster import ROOT, Node, free_port
+
+
+@pytest.fixture(scope="module")
+def node1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    n = Node(tmp_path_factory.mktemp("tool-errors"))
+    n.format()
+    n.start()
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+def tool(*args: str, stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "keeperless", *args],
+        input=stdin,
+        text=True,
+        capture_output=True,
+        cwd=ROOT,
+        timeout=timeout,
+    )
+
+
+def _one_error_line(res: subprocess.CompletedProcess[str]) -> str:
+    assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("ERROR: "), res.stderr
+    return lines[0]
+
+
+def _clean(res: subprocess.CompletedProcess[str]) -> None:
+    """Exit 0 and nothing on stderr."""
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == "", res.stderr
+
+
+def test_unreachable_bootstrap_fails_fast_with_one_line() -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    bs = ["--bootstrap-server", dead]
+    wanted = f"ERROR: could not reach {dead} (Connection refused)"
+    for args, stdin in [
+        (("topics", *bs, "--list"), ""),
+        (("consumer-groups", *bs, "--list"), ""),
+        (("console-consumer", *bs, "--topic", "orders", "--timeout-ms", "3000"), ""),
+        (("console-producer", *bs, "--topic", "orders"), "x\n"),
+    ]:
+        started = time.monotonic()
+        res = tool(*args, stdin=stdin)
+        assert _one_error_line(res) == wanted, args
+        assert time.monotonic() - started < 10, args
+    line = _one_error_line(tool("topics", "--bootstrap-server", "nohost.invalid:9092", "--list"))
+    assert line.startswith("ERROR: could not reach nohost.invalid:9092 ("), line
+
+
+def test_tls_against_a_plaintext_listener_is_named(node1: Node, tmp_path: Path) -> None:
+    props = tmp_path / "ssl.properties"
+    props.write_text("security.protocol=SSL\n")
+    started = time.monotonic()
+    res = tool(
+        "topics", "--bootstrap-server", node1.bootstrap, "--command-config", str(props), "--list"
+    )
+    line = _one_error_line(res)
+    assert line.startswith(f"ERROR: could not reach {node1.bootstrap} ("), line
+    assert "SSL" in line, line
+    assert time.monotonic() - started < 10
+
+
+def test_dead_bootstrap_servers_are_not_the_tools_error(node1: Node) -> None:
+    """Four of five bootstrap servers down: the tools work and say nothing about them
+    (librdkafka picks bootstrap servers at random, so every run meets a dead one)."""
+    dead = ",".join(f"127.0.0.1:{free_port()}" for _ in range(4))
+    bs = ["--bootstrap-server", f"{dead},{node1.bootstrap}"]
+    res = tool("topics", *bs, "--create", "--topic", "halfway", "--partitions", "1")
+    _clean(res)
+    for _ in range(2):
+        res = tool("console-producer", *bs, "--topic", "halfway", stdin="a\n")
+        _clean(res)
+        res = tool("topics", *bs, "--list")
+        _clean(res)
+    res = tool(
+        "console-consumer", *bs, "--topic", "halfway", "--from-beginning", "--max-messages", "2"
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["a", "a"]
+    assert res.stderr.strip() == "Processed a total of 2 messages"
