@@ -3,6 +3,7 @@ security protocol, a flag Kafka refuses; one line and exit 1, never a traceback.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import ROOT, Node, free_port
+from tests.integration.cluster import ROOT, Cluster, Node, free_port
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +100,39 @@ def test_dead_bootstrap_servers_are_not_the_tools_error(node1: Node) -> None:
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == ["a", "a"]
     assert res.stderr.strip() == "Processed a total of 2 messages"
+
+
+def test_quorum_tools_wait_for_a_new_active_controller(tmp_path: Path) -> None:
+    """Right after the active controller dies the others answer 'not the leader' or 'no
+    leader' until they elect one: the tools ask again (as Kafka's admin client does)."""
+    c = Cluster(tmp_path, controllers=3, brokers=0)
+    c.start()
+    try:
+        controllers = ",".join(f"127.0.0.1:{p}" for p in c.controller_ports.values())
+        bc = ["--bootstrap-controller", controllers]
+        old = c.leader()
+        c.controllers[old].kill9()
+        res = tool("metadata-quorum", *bc, "describe", "--status")
+        assert res.returncode == 0, res.stderr
+        leader = next(ln for ln in res.stdout.splitlines() if ln.startswith("LeaderId:"))
+        assert int(leader.split()[1]) != old
+        new = int(leader.split()[1])
+        c.controllers[new].kill9()
+        c.controllers[old].start()
+        res = tool("metadata-shell", *bc, "--", "cat", "/metadataQuorum/leader")
+        assert res.returncode == 0, res.stderr
+        m = re.search(r"leaderId=(\d+)", res.stdout)
+        assert m is not None, res.stdout
+        assert int(m.group(1)) != new
+    finally:
+        c.stop()
+
+
+def test_quorum_tool_fails_at_once_when_no_controller_answers() -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    res = tool("metadata-quorum", "--bootstrap-controller", dead, "describe", "--status")
+    assert _one_error_line(res).startswith(
+        f"ERROR: no active controller answered DescribeQuorum: could not reach {dead} "
+    )
+    assert time.monotonic() - started < 10
