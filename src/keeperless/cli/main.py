@@ -286,15 +286,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--describe",
         "--reset-offsets",
         "--delete",
+        "--delete-offsets",
         "--execute",
         "--dry-run",
         "--to-earliest",
         "--to-latest",
+        "--to-current",
+        "--all-groups",
+        "--all-topics",
+        "--members",
+        "--offsets",
+        "--verbose",
     ):
         cg.add_argument(flag, action="store_true")
-    cg.add_argument("--group")
-    cg.add_argument("--topic")
+    cg.add_argument("--group", action="append", help="a group (repeatable)")
+    cg.add_argument("--topic", action="append", help="TOPIC or TOPIC:PARTITION[,...] (repeatable)")
+    cg.add_argument(
+        "--state",
+        nargs="?",
+        const="",
+        help="with --describe: the group's state; with --list: states to show (comma-separated)",
+    )
     cg.add_argument("--to-offset", type=int)
+    cg.add_argument("--shift-by", type=int)
+    cg.add_argument("--to-datetime", help="YYYY-MM-DDTHH:mm:SS.sss[+hh:mm|Z]")
+    cg.add_argument("--by-duration", help="PnDTnHnMnS: that long ago")
 
     cf = sub.add_parser("configs", help="describe and alter topic and broker configs")
     _connection_flags(cf, controller=False)
