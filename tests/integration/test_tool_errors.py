@@ -136,3 +136,47 @@ def test_quorum_tool_fails_at_once_when_no_controller_answers() -> None:
         f"ERROR: no active controller answered DescribeQuorum: could not reach {dead} "
     )
     assert time.monotonic() - started < 10
+
+
+def test_topics_flags_as_kafka(node1: Node) -> None:
+    bs = ["--bootstrap-server", node1.bootstrap]
+    assert tool("topics", "--version").stdout.strip()
+    for name in ("rx-a", "rx-b", "other"):
+        _clean(tool("topics", *bs, "--create", "--topic", name, "--partitions", "2"))
+    _clean(tool("topics", *bs, "--create", "--topic", "rx-c", "--config", "retention.ms=5000"))
+    # --if-not-exists: an existing topic is no error
+    res = tool("topics", *bs, "--create", "--topic", "rx-a", "--if-not-exists")
+    _clean(res)
+    assert res.stdout == ""
+    assert "already exists" in _one_error_line(tool("topics", *bs, "--create", "--topic", "rx-a"))
+    # --topic is a regular expression matching whole names
+    assert tool("topics", *bs, "--list", "--topic", "rx-.*").stdout.split() == [
+        "rx-a",
+        "rx-b",
+        "rx-c",
+    ]
+    desc = tool("topics", *bs, "--describe", "--topic", "rx-[ab]").stdout.splitlines()
+    assert [ln.split("\t")[0] for ln in desc if not ln.startswith("\t")] == [
+        "Topic: rx-a",
+        "Topic: rx-b",
+    ]
+    _clean(tool("topics", *bs, "--alter", "--topic", "rx-[ab]", "--partitions", "3"))
+    overrides = tool("topics", *bs, "--describe", "--topics-with-overrides", "--exclude-internal")
+    assert [ln.split("\t")[0] for ln in overrides.stdout.splitlines()] == ["Topic: rx-c"]
+    # partition filters print partition rows only
+    at_min = tool("topics", *bs, "--describe", "--topic", "rx-a", "--at-min-isr-partitions")
+    assert [ln.split("\t")[1:3] for ln in at_min.stdout.splitlines()] == [
+        ["Topic: rx-a", f"Partition: {p}"] for p in range(3)
+    ]
+    assert tool("topics", *bs, "--describe", "--under-min-isr-partitions").stdout == ""
+    assert "__consumer_offsets" not in tool("topics", *bs, "--list", "--exclude-internal").stdout
+    # refusals
+    line = _one_error_line(tool("topics", *bs, "--delete", "--topic", "nonexist"))
+    assert line == "ERROR: Topic 'nonexist' does not exist as expected"
+    _clean(tool("topics", *bs, "--delete", "--topic", "nonexist", "--if-exists"))
+    line = _one_error_line(tool("topics", *bs, "--create", "--topic", "z", "--partitions", "0"))
+    assert line == "ERROR: The partitions must be greater than 0"
+    line = _one_error_line(tool("topics", *bs, "--list", "--describe"))
+    assert "exactly one action" in line
+    _clean(tool("topics", *bs, "--delete", "--topic", "rx-.*"))
+    assert tool("topics", *bs, "--list", "--topic", "rx-.*").stdout == ""

@@ -165,6 +165,11 @@ def _tools(args: argparse.Namespace) -> int:
         return describe_log_dirs(
             args.bootstrap_server, args.broker_list, args.topic_list, sys.stdout
         )
+    if args.command == "topics" and args.version:
+        import keeperless
+
+        print(keeperless.__version__)
+        return 0
     if not args.bootstrap_server:
         raise ToolError("--bootstrap-server is required")
     extra = _command_config(args.command_config)
@@ -242,12 +247,22 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_flags(tp, controller=False)
     for flag in ("--create", "--list", "--describe", "--alter", "--delete"):
         tp.add_argument(flag, action="store_true")
-    tp.add_argument("--topic")
+    tp.add_argument("--topic", help="a topic; a regular expression except with --create")
     tp.add_argument("--partitions", type=int)
     tp.add_argument("--replication-factor", type=int)
     tp.add_argument("--config", action="append", metavar="KEY=VALUE")
-    tp.add_argument("--under-replicated-partitions", action="store_true")
-    tp.add_argument("--unavailable-partitions", action="store_true")
+    for flag in (
+        "--if-not-exists",
+        "--if-exists",
+        "--exclude-internal",
+        "--topics-with-overrides",
+        "--under-replicated-partitions",
+        "--unavailable-partitions",
+        "--under-min-isr-partitions",
+        "--at-min-isr-partitions",
+        "--version",
+    ):
+        tp.add_argument(flag, action="store_true")
 
     pr = sub.add_parser("console-producer", help="produce lines of standard input")
     _connection_flags(pr, controller=False)
