@@ -180,3 +180,57 @@ def test_topics_flags_as_kafka(node1: Node) -> None:
     assert "exactly one action" in line
     _clean(tool("topics", *bs, "--delete", "--topic", "rx-.*"))
     assert tool("topics", *bs, "--list", "--topic", "rx-.*").stdout == ""
+
+
+def test_configs_shortcuts_quotas_and_scram(node1: Node) -> None:
+    bs = ["--bootstrap-server", node1.bootstrap]
+    _clean(tool("topics", *bs, "--create", "--topic", "cfg-t"))
+    res = tool(
+        "configs", *bs, "--alter", "--topic", "cfg-t",
+        "--add-config", "cleanup.policy=[compact,delete],retention.ms=1000",
+    )  # fmt: skip
+    _clean(res)
+    assert res.stdout == "Completed updating config for topic cfg-t.\n"
+    desc = tool("configs", *bs, "--describe", "--topic", "cfg-t").stdout.splitlines()
+    assert desc[0] == "Dynamic configs for topic cfg-t are:"
+    assert desc[1].startswith("  cleanup.policy=compact,delete sensitive=false")
+    # every broker, then the cluster-wide default, when no name is given
+    every = tool("configs", *bs, "--describe", "--entity-type", "brokers").stdout
+    assert "Dynamic configs for broker 1 are:" in every
+    assert "Default configs for brokers in the cluster are:" in every
+    topics = tool("configs", *bs, "--describe", "--entity-type", "topics").stdout
+    assert "Dynamic configs for topic cfg-t are:" in topics
+    everything = tool("configs", *bs, "--describe", "--broker", "1", "--all").stdout
+    assert "=None" not in everything
+    assert "  broker.rack=null sensitive=false" in everything
+    # users: quotas and SCRAM credentials; clients: quotas
+    res = tool(
+        "configs", *bs, "--alter", "--entity-type", "users", "--entity-name", "alice",
+        "--add-config", "SCRAM-SHA-256=[iterations=8192,password=alice-secret],"
+        "consumer_byte_rate=20000",
+    )  # fmt: skip
+    _clean(res)
+    assert res.stdout == "Completed updating config for user alice.\n"
+    _clean(
+        tool("configs", *bs, "--alter", "--client", "c1", "--add-config", "request_percentage=50")
+    )
+    assert tool("configs", *bs, "--describe", "--user", "alice").stdout.splitlines() == [
+        "Quota configs for user-principal 'alice' are consumer_byte_rate=20000.0",
+        "SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=8192",
+    ]
+    assert tool("configs", *bs, "--describe", "--entity-type", "clients").stdout == (
+        "Quota configs for client-id 'c1' are request_percentage=50.0\n"
+    )
+    _clean(tool("configs", *bs, "--alter", "--user", "alice", "--delete-config", "SCRAM-SHA-256"))
+    assert "SCRAM" not in tool("configs", *bs, "--describe", "--user", "alice").stdout
+    # through the controllers
+    bc = ["--bootstrap-controller", f"127.0.0.1:{node1.controller_port}"]
+    res = tool(
+        "configs", *bc, "--alter", "--broker-defaults", "--add-config", "log.retention.ms=86400000"
+    )
+    _clean(res)
+    assert res.stdout == "Completed updating default config for brokers in the cluster.\n"
+    default = tool("configs", *bs, "--describe", "--broker-defaults").stdout
+    assert "  log.retention.ms=86400000 sensitive=false" in default
+    line = _one_error_line(tool("configs", *bc, "--describe", "--broker-defaults"))
+    assert "use --bootstrap-server" in line

@@ -165,6 +165,11 @@ def _tools(args: argparse.Namespace) -> int:
         return describe_log_dirs(
             args.bootstrap_server, args.broker_list, args.topic_list, sys.stdout
         )
+    if args.command == "configs":
+        from keeperless.tools.configs import run_configs
+
+        _command_config(args.command_config)
+        return run_configs(args, _servers(args), bool(args.bootstrap_controller), sys.stdout)
     if args.command == "topics" and args.version:
         import keeperless
 
@@ -183,10 +188,6 @@ def _tools(args: argparse.Namespace) -> int:
 
         extra.update(_command_config(args.consumer_config))
         return run_consumer(args, extra, sys.stdout)
-    if args.command == "configs":
-        from keeperless.tools.configs import run_configs
-
-        return run_configs(args, sys.stdout)
     if args.command == "consumer-groups":
         from keeperless.tools.groups import run_consumer_groups
 
@@ -327,15 +328,19 @@ def build_parser() -> argparse.ArgumentParser:
     cg.add_argument("--to-datetime", help="YYYY-MM-DDTHH:mm:SS.sss[+hh:mm|Z]")
     cg.add_argument("--by-duration", help="PnDTnHnMnS: that long ago")
 
-    cf = sub.add_parser("configs", help="describe and alter topic and broker configs")
-    _connection_flags(cf, controller=False)
+    cf = sub.add_parser("configs", help="describe and alter configs, quotas and SCRAM users")
+    _connection_flags(cf)
     cf.add_argument("--describe", action="store_true")
     cf.add_argument("--alter", action="store_true")
     cf.add_argument("--all", action="store_true")
-    cf.add_argument("--entity-type", choices=["topics", "brokers"])
-    cf.add_argument("--entity-name")
+    cf.add_argument("--entity-type", action="append", help="topics, brokers, users or clients")
+    cf.add_argument("--entity-name", action="append")
     cf.add_argument("--entity-default", action="store_true")
-    cf.add_argument("--add-config", action="append", metavar="K=V[,K=V]")
+    for flag in ("--topic", "--broker", "--user", "--client"):
+        cf.add_argument(flag)
+    for flag in ("--broker-defaults", "--user-defaults", "--client-defaults"):
+        cf.add_argument(flag, action="store_true")
+    cf.add_argument("--add-config", action="append", metavar="K=V[,K=[V1,V2]]")
     cf.add_argument("--delete-config", action="append", metavar="K[,K]")
 
     mq = sub.add_parser("metadata-quorum", help="describe the metadata quorum")
