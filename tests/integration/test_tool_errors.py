@@ -234,3 +234,30 @@ def test_configs_shortcuts_quotas_and_scram(node1: Node) -> None:
     assert "  log.retention.ms=86400000 sensitive=false" in default
     line = _one_error_line(tool("configs", *bc, "--describe", "--broker-defaults"))
     assert "use --bootstrap-server" in line
+
+
+def test_raw_tools_read_and_check_command_config(tmp_path: Path) -> None:
+    """The tools with their own protocol client read --command-config: a missing file is
+    an error, a security protocol they cannot speak is refused rather than ignored."""
+    dead = f"127.0.0.1:{free_port()}"
+    ssl = tmp_path / "ssl.properties"
+    ssl.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n")
+    missing = tmp_path / "nope.properties"
+    commands = [
+        ["metadata-quorum", "--bootstrap-controller", dead, "--command-config", "{}", "describe",
+         "--status"],
+        ["features", "describe", "--bootstrap-server", dead, "--command-config", "{}"],
+        ["cluster", "cluster-id", "--bootstrap-server", dead, "--command-config", "{}"],
+        ["log-dirs", "--describe", "--bootstrap-server", dead, "--command-config", "{}"],
+        ["leader-election", "--election-type", "preferred", "--all-topic-partitions",
+         "--bootstrap-server", dead, "--command-config", "{}"],
+        ["configs", "--describe", "--broker", "1", "--bootstrap-server", dead,
+         "--command-config", "{}"],
+    ]  # fmt: skip
+    for cmd in commands:
+        line = _one_error_line(tool(*[str(missing) if w == "{}" else w for w in cmd]))
+        assert line == f"ERROR: --command-config {missing}: No such file or directory", cmd
+        line = _one_error_line(tool(*[str(ssl) if w == "{}" else w for w in cmd]))
+        assert line.startswith(
+            f"ERROR: --command-config {ssl}: security.protocol=SASL_SSL is not supported"
+        ), cmd

@@ -82,6 +82,26 @@ def _command_config(path: str | None) -> dict[str, str]:
         raise ToolError(f"--command-config {path}: {e.strerror}") from None
 
 
+# tools that speak the protocol themselves (tools/client.py): plaintext only
+_RAW_TOOLS = ("metadata-quorum", "features", "cluster", "log-dirs", "leader-election", "configs")
+
+
+def _check_raw_command_config(args: argparse.Namespace) -> None:
+    """--command-config of a tool with the raw client: read (a missing file is an error)
+    and refuse what it cannot honour rather than ignoring it."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return
+    props = _command_config(path)
+    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol != "PLAINTEXT":
+        raise ToolError(
+            f"--command-config {path}: security.protocol={protocol} is not supported by "
+            f"{args.command} (it connects with PLAINTEXT only); point it at a PLAINTEXT "
+            "listener"
+        )
+
+
 def _servers(args: argparse.Namespace) -> list[tuple[str, int]]:
     from keeperless.tools.client import parse_servers
 
@@ -93,6 +113,8 @@ def _servers(args: argparse.Namespace) -> list[tuple[str, int]]:
 
 
 def _tools(args: argparse.Namespace) -> int:
+    if args.command in _RAW_TOOLS:
+        _check_raw_command_config(args)
     if args.command == "dump-log":
         from keeperless.tools.dump_log import dump_file
 
@@ -168,7 +190,6 @@ def _tools(args: argparse.Namespace) -> int:
     if args.command == "configs":
         from keeperless.tools.configs import run_configs
 
-        _command_config(args.command_config)
         return run_configs(args, _servers(args), bool(args.bootstrap_controller), sys.stdout)
     if args.command == "topics" and args.version:
         import keeperless
