@@ -261,3 +261,33 @@ def test_raw_tools_read_and_check_command_config(tmp_path: Path) -> None:
         assert line.startswith(
             f"ERROR: --command-config {ssl}: security.protocol=SASL_SSL is not supported"
         ), cmd
+
+
+def test_console_consumer_flags_as_kafka(node1: Node) -> None:
+    bs = ["--bootstrap-server", node1.bootstrap]
+    for topic in ("inc-a", "inc-b"):
+        _clean(tool("topics", *bs, "--create", "--topic", topic, "--partitions", "1"))
+        _clean(tool("console-producer", *bs, "--topic", topic, stdin=f"{topic}-1\n"))
+    # --timeout-ms 0: stop at the first empty poll (it used to run for ever)
+    res = tool("console-consumer", *bs, "--topic", "inc-a", "--timeout-ms", "0", timeout=40)
+    assert res.returncode == 0, res.stderr
+    assert "Processed a total of" in res.stderr
+    # --include: a regular expression of topics
+    res = tool(
+        "console-consumer", *bs, "--include", "inc-.*", "--from-beginning", "--max-messages",
+        "2", "--isolation-level", "read_committed", "--property", "print.offset=true",
+        "--property", "print.value=false", "--property", "print.key=true",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["Offset:0\tnull", "Offset:0\tnull"]
+    line = _one_error_line(
+        tool("console-consumer", *bs, "--topic", "inc-a", "--from-beginning", "--partition", "0",
+             "--offset", "0")
+    )  # fmt: skip
+    assert line == "ERROR: Options from-beginning and offset cannot be specified together."
+    line = _one_error_line(
+        tool("console-consumer", *bs, "--topic", "inc-a", "--formatter", "my.Formatter")
+    )
+    assert line.startswith("ERROR: --formatter my.Formatter is not supported")
+    line = _one_error_line(tool("console-consumer", *bs))
+    assert line == "ERROR: Exactly one of --include/--topic is required."

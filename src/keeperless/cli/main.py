@@ -300,7 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     co = sub.add_parser("console-consumer", help="print records of a topic")
     _connection_flags(co, controller=False)
-    co.add_argument("--topic", required=True)
+    co.add_argument("--topic")
+    co.add_argument("--include", help="a regular expression of the topics to consume")
+    co.add_argument("--isolation-level", help="read_committed or read_uncommitted")
+    co.add_argument("--formatter", help="only Kafka's DefaultMessageFormatter")
     co.add_argument("--group")
     co.add_argument("--from-beginning", action="store_true")
     co.add_argument("--partition", type=int)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Any, TextIO
@@ -94,72 +95,131 @@ def run_producer(args: Any, extra: dict[str, str], lines: TextIO) -> int:
     return 0
 
 
+DEFAULT_FORMATTERS = (
+    "kafka.tools.DefaultMessageFormatter",
+    "org.apache.kafka.tools.consumer.DefaultMessageFormatter",
+)
+_TRUE = "true"
+
+
+def check_consumer_args(args: Any) -> None:
+    """Kafka's console-consumer option rules, checked before connecting."""
+    if (args.topic is None) == (args.include is None):
+        raise ToolError("Exactly one of --include/--topic is required.")
+    if args.include is not None:
+        try:
+            re.compile(args.include)
+        except re.error as e:
+            raise ToolError(
+                f"--include {args.include!r} is not a valid regular expression: {e}"
+            ) from None
+        if args.partition is not None:
+            raise ToolError("--partition applies to --topic, not to --include")
+    if args.from_beginning and args.offset is not None:
+        raise ToolError("Options from-beginning and offset cannot be specified together.")
+    if args.offset is not None and args.partition is None:
+        raise ToolError("The partition is required when offset is specified.")
+    if args.timeout_ms is not None and args.timeout_ms < 0:
+        raise ToolError("--timeout-ms must not be negative")
+    if args.formatter is not None and args.formatter not in DEFAULT_FORMATTERS:
+        raise ToolError(
+            f"--formatter {args.formatter} is not supported: only Kafka's default formatter "
+            "is built in; choose what it prints with --property print.key=true, "
+            "print.timestamp=true, print.partition=true, print.offset=true, print.headers=true, "
+            "print.value=false, key.separator=..., line.separator=..."
+        )
+    if args.isolation_level not in (None, "read_committed", "read_uncommitted"):
+        raise ToolError(
+            f"--isolation-level {args.isolation_level!r}: expected read_committed or "
+            "read_uncommitted"
+        )
+
+
+def _format(m: Any, props: dict[str, str]) -> str:
+    """One record as Kafka's DefaultMessageFormatter prints it (without line.separator)."""
+    sep = props.get("key.separator", "\t")
+    null = props.get("null.literal", "null")
+    parts = []
+    if props.get("print.timestamp") == _TRUE:
+        kind = {1: "CreateTime", 2: "LogAppendTime"}.get(m.timestamp()[0], "NoTimestamp")
+        parts.append(f"{kind}:{m.timestamp()[1]}" if kind != "NoTimestamp" else kind)
+    if props.get("print.partition") == _TRUE:
+        parts.append(f"Partition:{m.partition()}")
+    if props.get("print.offset") == _TRUE:
+        parts.append(f"Offset:{m.offset()}")
+    if props.get("print.headers") == _TRUE:
+        hs: list[Any] = list(m.headers() or [])
+        kv = props.get("headers.key.separator", ":")
+        parts.append(
+            props.get("headers.separator", ",").join(
+                f"{k}{kv}{null if v is None else _text(v)}" for k, v in hs
+            )
+            or "NO_HEADERS"
+        )
+    if props.get("print.key") == _TRUE:
+        k = m.key()
+        parts.append(null if k is None else k.decode("utf-8", "replace"))
+    if props.get("print.value", _TRUE) == _TRUE:
+        v = m.value()
+        parts.append(null if v is None else v.decode("utf-8", "replace"))
+    return sep.join(parts)
+
+
 def run_consumer(args: Any, extra: dict[str, str], out: TextIO) -> int:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+    check_consumer_args(args)
     props = _props(args.property, "--property")
+    line_sep = props.get("line.separator", "\n")
     group = args.group or f"console-consumer-{int(time.time() * 1000)}"
     session = Session(
         args.bootstrap_server, {**extra, **_props(args.consumer_property, "--consumer-property")}
     )
-    conf = session.conf(
-        **{
-            "group.id": group,
-            "auto.offset.reset": "earliest" if args.from_beginning else "latest",
-            "enable.auto.commit": bool(args.group),
-        }
-    )
+    settings: dict[str, Any] = {
+        "group.id": group,
+        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+        "enable.auto.commit": bool(args.group),
+        "client.id": "console-consumer",
+    }
+    if args.isolation_level:
+        settings["isolation.level"] = args.isolation_level
+    conf = session.conf(**settings)
     offset = -2 if args.from_beginning else -1
     if args.offset is not None:
-        if args.partition is None:
-            raise ToolError("The partition is required when offset is specified.")
         offset = _offset(args.offset)
     session.admin()  # fail fast (one line) when no bootstrap server answers
     c = Consumer(conf)
     # --timeout-ms counts from when there is something to read from: the assignment
     # (joining the group can take longer than the timeout itself); never assigned, the
-    # consumer gives up after NEVER_ASSIGNED_S
+    # consumer gives up after NEVER_ASSIGNED_S. With 0 it stops at the first empty poll.
     assigned = [args.partition is not None]
     if args.partition is not None:
         c.assign([TopicPartition(args.topic, args.partition, offset)])
     else:
-        c.subscribe([args.topic], on_assign=lambda _c, parts: assigned.__setitem__(0, True))
+        wanted = args.topic if args.topic is not None else "^" + args.include.lstrip("^")
+        c.subscribe([wanted], on_assign=lambda _c, parts: assigned.__setitem__(0, True))
     seen = 0
     started = time.monotonic()
-    idle_deadline = (time.monotonic() + args.timeout_ms / 1000) if args.timeout_ms else None
-    sep = props.get("key.separator", "\t")
+    timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
+    last_record = time.monotonic()
     try:
         while args.max_messages is None or seen < args.max_messages:
-            if idle_deadline is not None and not assigned[0]:
-                idle_deadline = time.monotonic() + args.timeout_ms / 1000
-                if time.monotonic() - started > max(NEVER_ASSIGNED_S, args.timeout_ms / 1000):
-                    break
-            if idle_deadline is not None and time.monotonic() > idle_deadline:
-                break
-            m = c.poll(0.2)
+            m = c.poll(0.2 if timeout_s is None else min(0.2, max(timeout_s, 0.05)))
+            now = time.monotonic()
             if m is None:
+                if timeout_s is None:
+                    continue
+                if not assigned[0]:
+                    last_record = now
+                    if now - started > max(NEVER_ASSIGNED_S, timeout_s):
+                        break
+                elif now - last_record >= timeout_s:
+                    break
                 continue
             if m.error():
                 raise KafkaException(m.error())
-            if idle_deadline is not None:
-                idle_deadline = time.monotonic() + args.timeout_ms / 1000
-            parts = []
-            if props.get("print.timestamp") == "true":
-                kind = {1: "CreateTime", 2: "LogAppendTime"}.get(m.timestamp()[0], "NoTimestamp")
-                parts.append(f"{kind}:{m.timestamp()[1]}")
-            if props.get("print.partition") == "true":
-                parts.append(f"Partition:{m.partition()}")
-            if props.get("print.offset") == "true":
-                parts.append(f"Offset:{m.offset()}")
-            if props.get("print.headers") == "true":
-                hs: list[Any] = list(m.headers() or [])
-                parts.append(",".join(f"{k}:{_text(v)}" for k, v in hs) or "NO_HEADERS")
-            if props.get("print.key") == "true":
-                k = m.key()
-                parts.append("null" if k is None else k.decode("utf-8", "replace"))
-            v = m.value()
-            parts.append("null" if v is None else v.decode("utf-8", "replace"))
-            print(sep.join(parts), file=out, flush=True)
+            last_record = now
+            print(_format(m, props), end=line_sep, file=out, flush=True)
             seen += 1
     except KafkaException as e:
         raise ToolError(str(e.args[0].str() if e.args else e)) from None
