@@ -291,3 +291,15 @@ def test_console_consumer_flags_as_kafka(node1: Node) -> None:
     assert line.startswith("ERROR: --formatter my.Formatter is not supported")
     line = _one_error_line(tool("console-consumer", *bs))
     assert line == "ERROR: Exactly one of --include/--topic is required."
+
+
+def test_unknown_flags_point_to_the_subcommands_help() -> None:
+    line = _one_error_line(tool("storage", "format", "-c", "x", "-t", "y", "--bogus"))
+    assert line == "ERROR: unrecognized arguments: --bogus (see keeperless storage format --help)"
+    res = subprocess.run(
+        [str(ROOT / "bin" / "kafka-topics.sh"), "--bogus"], capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert _one_error_line(res) == (
+        "ERROR: unrecognized arguments: --bogus (see kafka-topics.sh --help)"
+    )
