@@ -303,3 +303,46 @@ def test_unknown_flags_point_to_the_subcommands_help() -> None:
     assert _one_error_line(res) == (
         "ERROR: unrecognized arguments: --bogus (see kafka-topics.sh --help)"
     )
+
+
+def test_server_start_daemon(tmp_path: Path) -> None:
+    """kafka-server-start.sh -daemon: returns at once, the node runs on in the background
+    with its output in $LOG_DIR/kafkaServer.out."""
+    import os
+    import signal
+
+    from keeperless.tools.server_stop import running_nodes
+    from tests.integration.cluster import api_versions_ok, wait_until
+
+    n = Node(tmp_path / "daemon")
+    n.format()
+    logs = tmp_path / "logs"
+    started = time.monotonic()
+    res = subprocess.run(
+        [sys.executable, "-m", "keeperless", "server", "start", "-daemon", str(n.config)],
+        capture_output=True, text=True, timeout=30, cwd=tmp_path,
+        env={**os.environ, "LOG_DIR": str(logs)},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert time.monotonic() - started < 10
+    pids = [pid for pid, cfg in running_nodes() if cfg == n.config]
+    assert len(pids) == 1
+    try:
+        wait_until(lambda: api_versions_ok(n.port), 30, what="the daemon to listen")
+        wait_until(
+            lambda: "Started in" in (logs / "kafkaServer.out").read_text(), 10, what="its log"
+        )
+    finally:
+        os.kill(pids[0], signal.SIGTERM)
+        wait_until(lambda: not Path(f"/proc/{pids[0]}").exists() or _zombie(pids[0]), 30)
+    # an unformatted node fails in the foreground, with one line
+    bad = Node(tmp_path / "unformatted")
+    line = _one_error_line(tool("server", "start", "-daemon", str(bad.config)))
+    assert "format" in line
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True

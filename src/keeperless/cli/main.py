@@ -66,9 +66,40 @@ def _server(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.override or ())
     cluster_id = check_storage(cfg.all_log_dirs, cfg.node_id, args.config)
+    if args.daemon:
+        return _daemon(args)
     from keeperless.server.node import run_node
 
     return run_node(cfg, cluster_id)
+
+
+def _daemon(args: argparse.Namespace) -> int:
+    """kafka-server-start.sh -daemon: the node in its own session, its output appended to
+    $LOG_DIR/kafkaServer.out (LOG_DIR defaults to ./logs, as Kafka's to its logs/), and
+    return at once (after a glance that it did not die on start-up)."""
+    import subprocess
+
+    log_dir = Path(os.environ.get("LOG_DIR") or "logs").absolute()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    out_path = log_dir / "kafkaServer.out"
+    cmd = [sys.executable, "-m", "keeperless", "server", "start", str(Path(args.config).absolute())]
+    for o in args.override or ():
+        cmd += ["--override", o]
+    with open(out_path, "ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    try:
+        code = proc.wait(0.5)
+    except subprocess.TimeoutExpired:
+        return 0
+    tail = out_path.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+    raise ToolError(f"the node exited at once (status {code}): {tail[0]} (see {out_path})")
 
 
 def _command_config(path: str | None) -> dict[str, str]:

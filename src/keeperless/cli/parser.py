@@ -91,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     sv_sub = sv.add_subparsers(dest="server_cmd", required=True)
     start = sv_sub.add_parser("start", help="start a node from server.properties")
     start.add_argument("config")
+    start.add_argument(
+        "-daemon",
+        "--daemon",
+        dest="daemon",
+        action="store_true",
+        help="run in the background, output in $LOG_DIR/kafkaServer.out (default ./logs)",
+    )
     start.add_argument("--override", action="append", metavar="KEY=VALUE")
     stop = sv_sub.add_parser("stop", help="stop the nodes running on this machine (SIGTERM)")
     stop.add_argument("--node-id", type=int, help="only the node with this node.id")
