@@ -346,3 +346,66 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     except OSError:
         return True
+
+
+def test_storage_and_features_flags(node1: Node, tmp_path: Path) -> None:
+    bs = ["--bootstrap-server", node1.bootstrap]
+    mapping = tool("storage", "version-mapping", "--release-version", "3.7")
+    assert mapping.stdout == "metadata.version=19 (3.7-IV4)\n"
+    assert tool("features", "version-mapping").stdout.startswith("metadata.version=")
+    res = tool("features", "disable", *bs, "--feature", "metadata.version", "--dry-run")
+    assert res.returncode == 1
+    assert res.stdout.startswith("Could not disable metadata.version.")
+    # --standalone: taken for a static quorum of this controller alone
+    alone = Node(tmp_path / "alone")
+    cid = tool("storage", "random-uuid").stdout.strip()
+    res = tool("storage", "format", "--standalone", "-t", cid, "-c", str(alone.config))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("Formatting ")
+    two = Node(tmp_path / "two")
+    text = two.config.read_text().replace(
+        f"1@127.0.0.1:{two.controller_port}",
+        f"1@127.0.0.1:{two.controller_port},2@127.0.0.1:{free_port()}",
+    )
+    two.config.write_text(text)
+    line = _one_error_line(
+        tool("storage", "format", "--standalone", "-t", cid, "-c", str(two.config))
+    )
+    assert "controller.quorum.voters=1@HOST:PORT" in line
+    assert not two.data.exists()
+    # describe --human-readable: times as 'N ms ago'
+    bc = ["--bootstrap-controller", f"127.0.0.1:{node1.controller_port}"]
+    rep = tool("metadata-quorum", *bc, "describe", "--replication", "--human-readable")
+    assert rep.returncode == 0, rep.stderr
+    assert re.search(r"\d+ ms ago\s+\d+ ms ago\s+Leader", rep.stdout), rep.stdout
+
+
+def test_dump_log_indexes_offsets_and_limits(node1: Node) -> None:
+    bs = ["--bootstrap-server", node1.bootstrap]
+    _clean(tool("topics", *bs, "--create", "--topic", "dumped", "--partitions", "1"))
+    for i in range(3):
+        _clean(tool("console-producer", *bs, "--topic", "dumped", stdin=f"r{i}\n"))
+    res = tool("console-consumer", *bs, "--topic", "dumped", "--group", "dumpg",
+               "--from-beginning", "--max-messages", "3")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    seg = node1.data / "dumped-0" / "00000000000000000000"
+    index = tool("dump-log", "--files", f"{seg}.index")
+    assert index.returncode == 0, index.stdout
+    assert index.stdout.splitlines()[1:] == ["offset: 0 position: 0"]
+    times = tool("dump-log", "--files", f"{seg}.timeindex").stdout.splitlines()[1:]
+    assert [ln.split()[2:] for ln in times] == [["offset:", str(i)] for i in range(3)]
+    assert all(re.fullmatch(r"timestamp: \d+ offset: \d", ln) for ln in times)
+    whole = tool("dump-log", "--files", f"{seg}.log").stdout.count("baseOffset:")
+    assert whole == 3
+    first = tool("dump-log", "--max-bytes", "100", "--files", f"{seg}.log")
+    assert first.stdout.count("baseOffset:") == 1
+    decoded = "".join(
+        tool("dump-log", "--offsets-decoder", "--files", str(p)).stdout
+        for p in sorted(node1.data.glob("__consumer_offsets-*/*.log"))
+    )
+    assert 'key: {"type":"1","data":{"group":"dumpg","topic":"dumped","partition":0}} ' in decoded
+    assert 'payload: {"version":"3","data":{"offset":3,' in decoded
+    line = _one_error_line(
+        tool("dump-log", "--value-decoder-class", "x.Y", "--files", f"{seg}.log")
+    )
+    assert line.startswith("ERROR: --value-decoder-class is not supported")

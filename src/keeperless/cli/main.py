@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from keeperless.cli.parser import as_script, build_parser, help_hint
 from keeperless.server.config import ConfigError, load_config
@@ -26,10 +27,15 @@ def _storage(args: argparse.Namespace) -> int:
     if args.storage_cmd == "random-uuid":
         print(random_kafka_uuid())
         return 0
+    if args.storage_cmd == "version-mapping":
+        from keeperless.tools.cluster_tools import version_mapping
+
+        return version_mapping(args.release_version, sys.stdout)
     from keeperless.storage.format import format_storage, storage_info
 
     cfg = load_config(args.config, args.override or ())
     if args.storage_cmd == "format":
+        _check_quorum_flags(args, cfg)
         res = format_storage(
             cfg.all_log_dirs,
             cfg.metadata_log_dir,
@@ -55,6 +61,32 @@ def _storage(args: argparse.Namespace) -> int:
                 f"directory.id={meta.directory_id} version={meta.version}"
             )
     return 0 if found else 1
+
+
+def _check_quorum_flags(args: argparse.Namespace, cfg: Any) -> None:
+    """format --standalone / --initial-controllers / --no-initial-controllers: Kafka's
+    dynamic quorum (KIP-853), which keeperless does not have: its voters are
+    controller.quorum.voters. --standalone is the same as a static quorum whose only
+    voter is this controller, so it is taken for exactly that and refused otherwise."""
+    if args.initial_controllers:
+        raise ToolError(
+            "--initial-controllers formats a dynamic quorum (KIP-853), which keeperless does "
+            "not support: list the voters in controller.quorum.voters "
+            "(id@host:port,...) on every node and format without it"
+        )
+    if not args.standalone:
+        return
+    voters = [v.node_id for v in cfg.voters]
+    if "controller" not in cfg.roles:
+        raise ToolError("--standalone formats a controller: process.roles has no controller")
+    if voters != [cfg.node_id]:
+        raise ToolError(
+            "--standalone makes this controller the only voter of a dynamic quorum, which "
+            "keeperless does not support; the equivalent is controller.quorum.voters="
+            f"{cfg.node_id}@HOST:PORT (this node alone, its controller listener), formatted "
+            "without --standalone"
+            + (f" (controller.quorum.voters names {voters})" if voters else "")
+        )
 
 
 def _server(args: argparse.Namespace) -> int:
@@ -149,6 +181,15 @@ def _tools(args: argparse.Namespace) -> int:
     if args.command == "dump-log":
         from keeperless.tools.dump_log import dump_file
 
+        for flag in ("key_decoder_class", "value_decoder_class"):
+            if getattr(args, flag):
+                raise ToolError(
+                    f"--{flag.replace('_', '-')} is not supported: keeperless has no Java "
+                    "decoder classes; --print-data-log prints keys and values as UTF-8 text, "
+                    "--offsets-decoder and --cluster-metadata-decoder decode the internal topics"
+                )
+        if args.max_bytes is not None and args.max_bytes < 0:
+            raise ToolError("--max-bytes must not be negative")
         ok = True
         # comma-separated as Kafka's, or several (a shell glob: --files dir/*.log)
         files = [f for arg in args.files for f in arg.split(",") if f.strip()]
@@ -164,6 +205,8 @@ def _tools(args: argparse.Namespace) -> int:
                     args.print_data_log,
                     args.deep_iteration,
                     args.skip_record_metadata,
+                    args.offsets_decoder,
+                    args.max_bytes,
                 )
                 and ok
             )
@@ -171,8 +214,12 @@ def _tools(args: argparse.Namespace) -> int:
     if args.command == "metadata-quorum":
         from keeperless.tools.quorum import print_replication, print_status
 
+        if args.human_readable and not args.replication:
+            raise ToolError(
+                "The option --human-readable is only supported along with --replication"
+            )
         if args.replication:
-            print_replication(_servers(args), sys.stdout)
+            print_replication(_servers(args), sys.stdout, args.human_readable)
         else:
             print_status(_servers(args), sys.stdout)
         return 0
@@ -196,6 +243,12 @@ def _tools(args: argparse.Namespace) -> int:
 
         if args.features_cmd == "describe":
             return cluster_tools.describe_features(_servers(args), sys.stdout)
+        if args.features_cmd == "version-mapping":
+            return cluster_tools.version_mapping(args.release_version, sys.stdout)
+        if args.features_cmd == "disable":
+            return cluster_tools.update_features(
+                _servers(args), [(f, 0) for f in args.feature], 2, args.dry_run, sys.stdout
+            )
         levels = cluster_tools.feature_levels(args.metadata, args.release_version, args.feature)
         upgrade_type = 1 if args.features_cmd == "upgrade" else 3 if args.unsafe else 2
         return cluster_tools.update_features(

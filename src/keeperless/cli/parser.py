@@ -83,6 +83,21 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--release-version", "-r", default=None)
     fmt.add_argument("--ignore-formatted", "-g", action="store_true")
     fmt.add_argument("--override", action="append", metavar="KEY=VALUE")
+    fmt.add_argument(
+        "--standalone",
+        "-s",
+        action="store_true",
+        help="this controller as the only voter (with controller.quorum.voters naming it alone)",
+    )
+    fmt.add_argument("--initial-controllers", "-I", help="dynamic quorum: not supported")
+    fmt.add_argument(
+        "--no-initial-controllers",
+        "-N",
+        action="store_true",
+        help="dynamic quorum: accepted (voters come from controller.quorum.voters)",
+    )
+    vm = st_sub.add_parser("version-mapping", help="feature levels of a release")
+    vm.add_argument("--release-version", "-r", default=None)
     info = st_sub.add_parser("info", help="show how log directories are formatted")
     info.add_argument("-c", "--config", required=True)
     info.add_argument("--override", action="append", metavar="KEY=VALUE")
@@ -212,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     which = desc.add_mutually_exclusive_group(required=True)
     which.add_argument("--status", action="store_true")
     which.add_argument("--replication", action="store_true")
+    desc.add_argument(
+        "--human-readable", action="store_true", help="with --replication: times as 'N ms ago'"
+    )
 
     cl = sub.add_parser("cluster", help="cluster-level information")
     cl_sub = cl.add_subparsers(dest="cluster_cmd", required=True)
@@ -238,6 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
     ft_sub = ft.add_subparsers(dest="features_cmd", required=True)
     fd = ft_sub.add_parser("describe", help="supported and finalized feature levels")
     _connection_flags(fd, under=True)
+    fv = ft_sub.add_parser("version-mapping", help="feature levels of a release")
+    fv.add_argument("--release-version", default=None)
+    fdis = ft_sub.add_parser("disable", help="disable (finalize at level 0) features")
+    _connection_flags(fdis, under=True)
+    fdis.add_argument("--feature", action="append", required=True, help="a feature name")
+    fdis.add_argument("--dry-run", action="store_true", help="validate only")
     for verb in ("upgrade", "downgrade"):
         fu = ft_sub.add_parser(verb, help=f"{verb} finalized feature levels (metadata.version)")
         _connection_flags(fu, under=True)
@@ -272,4 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--cluster-metadata-decoder", action="store_true")
     dl.add_argument("--print-data-log", action="store_true")
     dl.add_argument("--deep-iteration", action="store_true")
+    dl.add_argument("--offsets-decoder", action="store_true", help="decode __consumer_offsets")
+    dl.add_argument("--max-bytes", type=int, help="read only the batches in the first N bytes")
+    dl.add_argument("--key-decoder-class", help="not supported: keys print as UTF-8 text")
+    dl.add_argument("--value-decoder-class", help="not supported: values print as UTF-8 text")
     return p

@@ -109,8 +109,17 @@ def print_status(servers: list[tuple[str, int]], out: TextIO) -> None:
         print(f"{k + ':':<24}{v}", file=out)
 
 
-def print_replication(servers: list[tuple[str, int]], out: TextIO) -> None:
+def print_replication(
+    servers: list[tuple[str, int]], out: TextIO, human_readable: bool = False
+) -> None:
     p = describe_quorum(servers)
+    now = int(time.time() * 1000)
+
+    def when(ts: int) -> str:
+        if not human_readable:
+            return str(ts)
+        return f"{max(now - ts, 0)} ms ago" if ts >= 0 else "-"
+
     leader_end = next(
         (v.log_end_offset for v in p.current_voters if v.replica_id == p.leader_id),
         p.high_watermark,
@@ -127,6 +136,6 @@ def print_replication(servers: list[tuple[str, int]], out: TextIO) -> None:
     for r, status in rows:
         print(
             f"{r.replica_id:<8}{r.log_end_offset:<16}{max(leader_end - r.log_end_offset, 0):<8}"
-            f"{r.last_fetch_timestamp:<24}{r.last_caught_up_timestamp:<24}{status}",
+            f"{when(r.last_fetch_timestamp):<24}{when(r.last_caught_up_timestamp):<24}{status}",
             file=out,
         )
