@@ -185,6 +185,11 @@ def test_delete_offsets_and_all_groups(node1: Node) -> None:
     assert res.stdout.splitlines()[0] == "Request succeeded for deleting offsets from group dg."
     assert res.stdout.splitlines()[2].split() == ["dels", "0", "Successful"]
     assert _offsets(node1, "dg") == {("dels", 1): "2"}
+    verbose = _ok("consumer-groups", *bs, "--describe", "--group", "dg", "--verbose").stdout
+    header, row = verbose.splitlines()
+    assert header.split()[:5] == ["GROUP", "TOPIC", "PARTITION", "LEADER-EPOCH", "CURRENT-OFFSET"]
+    assert row.split()[:3] == ["dg", "dels", "1"]
+    assert row.split()[4] == "2"
     everything = _ok("consumer-groups", *bs, "--describe", "--all-groups").stdout
     assert _rows(everything, "dg")
     assert _rows(everything, "dg2")

@@ -165,6 +165,10 @@ class _Tool:
         return True
 
     def committed(self, gid: str) -> dict[tuple[str, int], int]:
+        return {tp: offset for tp, (offset, _) in self.committed_with_epochs(gid).items()}
+
+    def committed_with_epochs(self, gid: str) -> dict[tuple[str, int], tuple[int, int | None]]:
+        """(offset, leader epoch or None) of each partition the group committed."""
         from confluent_kafka import ConsumerGroupTopicPartitions
 
         res = self.wait(
@@ -173,7 +177,9 @@ class _Tool:
             )[gid]
         )
         return {
-            (tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0
+            (tp.topic, tp.partition): (tp.offset, getattr(tp, "leader_epoch", None))
+            for tp in res.topic_partitions
+            if tp.offset >= 0
         }
 
     def log_offsets(self, tps: list[tuple[str, int]], spec: Any) -> dict[tuple[str, int], int]:
@@ -204,7 +210,8 @@ class _Tool:
 
         OffsetSpec: Any = _OffsetSpec
 
-        committed = self.committed(gid)
+        with_epochs = self.committed_with_epochs(gid)
+        committed = {tp: offset for tp, (offset, _) in with_epochs.items()}
         rows: list[_Row] = []
         assigned: set[tuple[str, int]] = set()
         members = [m for m in desc.members if m.assignment and m.assignment.topic_partitions]
@@ -224,11 +231,14 @@ class _Tool:
         for r in sorted(rows, key=lambda r: (r.topic, r.partition)):
             end = ends.get((r.topic, r.partition))
             lag = end - r.offset if end is not None and r.offset is not None else None
+            epoch = with_epochs.get((r.topic, r.partition), (0, None))[1]
+            verbose = [_opt(epoch if epoch is not None and epoch >= 0 else None)]
             table.append(
                 [
                     gid,
                     r.topic,
                     str(r.partition),
+                    *(verbose if self.args.verbose else []),
                     _opt(r.offset),
                     _opt(end),
                     _opt(lag),
@@ -237,18 +247,11 @@ class _Tool:
                     r.member.client_id if r.member else MISSING,
                 ]
             )
-        header = [
-            "GROUP",
-            "TOPIC",
-            "PARTITION",
-            "CURRENT-OFFSET",
-            "LOG-END-OFFSET",
-            "LAG",
-            "CONSUMER-ID",
-            "HOST",
-            "CLIENT-ID",
-        ]
-        _table(self.out, header, table, {2: 10, 3: 15, 4: 15, 5: 15})
+        header = ["GROUP", "TOPIC", "PARTITION"]
+        header += ["LEADER-EPOCH"] if self.args.verbose else []
+        header += ["CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+        fixed = {2: 10, 3: 15, 4: 15, 5: 15} | ({6: 15} if self.args.verbose else {})
+        _table(self.out, header, table, fixed)
 
     def print_members(self, gid: str, desc: Any) -> None:
         with_instance = any(getattr(m, "group_instance_id", None) for m in desc.members)
