@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-## run: a single-node combined cluster on 127.0.0.1:9092, data in ./data
+## run: a single-node combined cluster on 127.0.0.1:9092, data in /tmp/keeperless-combined-logs
 run: venv
 	$(BIN)/keeperless storage format --ignore-formatted -c $(CONFIG) \
 		-t $$($(BIN)/keeperless storage random-uuid)

@@ -2,6 +2,6 @@
 # Kafka's kafka-configs.sh, served by keeperless (keeperless configs).
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ -x "$here/../.venv/bin/keeperless" ]; then
-  exec "$here/../.venv/bin/keeperless" configs "$@"
+  KEEPERLESS_SCRIPT=kafka-configs.sh exec "$here/../.venv/bin/keeperless" configs "$@"
 fi
-exec keeperless configs "$@"
+KEEPERLESS_SCRIPT=kafka-configs.sh exec keeperless configs "$@"

@@ -2,6 +2,6 @@
 # Kafka's kafka-console-producer.sh, served by keeperless (keeperless console-producer).
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ -x "$here/../.venv/bin/keeperless" ]; then
-  exec "$here/../.venv/bin/keeperless" console-producer "$@"
+  KEEPERLESS_SCRIPT=kafka-console-producer.sh exec "$here/../.venv/bin/keeperless" console-producer "$@"
 fi
-exec keeperless console-producer "$@"
+KEEPERLESS_SCRIPT=kafka-console-producer.sh exec keeperless console-producer "$@"

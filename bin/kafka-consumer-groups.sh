@@ -2,6 +2,6 @@
 # Kafka's kafka-consumer-groups.sh, served by keeperless (keeperless consumer-groups).
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ -x "$here/../.venv/bin/keeperless" ]; then
-  exec "$here/../.venv/bin/keeperless" consumer-groups "$@"
+  KEEPERLESS_SCRIPT=kafka-consumer-groups.sh exec "$here/../.venv/bin/keeperless" consumer-groups "$@"
 fi
-exec keeperless consumer-groups "$@"
+KEEPERLESS_SCRIPT=kafka-consumer-groups.sh exec keeperless consumer-groups "$@"

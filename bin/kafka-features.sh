@@ -2,6 +2,6 @@
 # Kafka's kafka-features.sh, served by keeperless (keeperless features).
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ -x "$here/../.venv/bin/keeperless" ]; then
-  exec "$here/../.venv/bin/keeperless" features "$@"
+  KEEPERLESS_SCRIPT=kafka-features.sh exec "$here/../.venv/bin/keeperless" features "$@"
 fi
-exec keeperless features "$@"
+KEEPERLESS_SCRIPT=kafka-features.sh exec keeperless features "$@"

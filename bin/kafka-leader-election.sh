@@ -2,6 +2,6 @@
 # Kafka's kafka-leader-election.sh, served by keeperless (keeperless leader-election).
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ -x "$here/../.venv/bin/keeperless" ]; then
-  exec "$here/../.venv/bin/keeperless" leader-election "$@"
+  KEEPERLESS_SCRIPT=kafka-leader-election.sh exec "$here/../.venv/bin/keeperless" leader-election "$@"
 fi
-exec keeperless leader-election "$@"
+KEEPERLESS_SCRIPT=kafka-leader-election.sh exec keeperless leader-election "$@"

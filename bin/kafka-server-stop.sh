@@ -2,6 +2,6 @@
 # Kafka's kafka-server-stop.sh, served by keeperless (keeperless server stop).
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ -x "$here/../.venv/bin/keeperless" ]; then
-  exec "$here/../.venv/bin/keeperless" server stop "$@"
+  KEEPERLESS_SCRIPT=kafka-server-stop.sh exec "$here/../.venv/bin/keeperless" server stop "$@"
 fi
-exec keeperless server stop "$@"
+KEEPERLESS_SCRIPT=kafka-server-stop.sh exec keeperless server stop "$@"

@@ -2,6 +2,6 @@
 # Kafka's kafka-storage.sh, served by keeperless (keeperless storage).
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ -x "$here/../.venv/bin/keeperless" ]; then
-  exec "$here/../.venv/bin/keeperless" storage "$@"
+  KEEPERLESS_SCRIPT=kafka-storage.sh exec "$here/../.venv/bin/keeperless" storage "$@"
 fi
-exec keeperless storage "$@"
+KEEPERLESS_SCRIPT=kafka-storage.sh exec keeperless storage "$@"

@@ -2,6 +2,6 @@
 # Kafka's kafka-topics.sh, served by keeperless (keeperless topics).
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ -x "$here/../.venv/bin/keeperless" ]; then
-  exec "$here/../.venv/bin/keeperless" topics "$@"
+  KEEPERLESS_SCRIPT=kafka-topics.sh exec "$here/../.venv/bin/keeperless" topics "$@"
 fi
-exec keeperless topics "$@"
+KEEPERLESS_SCRIPT=kafka-topics.sh exec keeperless topics "$@"

@@ -3,6 +3,7 @@ clear and exit non-zero."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -147,7 +148,7 @@ def test_sample_config_starts_with_overrides(tmp_path: Path) -> None:
     text = sample.read_text()
     text = text.replace("127.0.0.1:9092", f"127.0.0.1:{node.port}")
     text = text.replace("127.0.0.1:9093", f"127.0.0.1:{node.controller_port}")
-    text = text.replace("log.dirs=./data", f"log.dirs={node.data}")
+    text = re.sub(r"^log\.dirs=.*$", f"log.dirs={node.data}", text, flags=re.M)
     node.config.write_text(text)
     node.format()
     node.start()

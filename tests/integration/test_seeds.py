@@ -27,7 +27,10 @@ class KafkaHome:
         self.port, self.cport = free_port(), free_port()
         text = (ROOT / "config" / "server.properties").read_text()
         text = text.replace(":9092", f":{self.port}").replace(":9093", f":{self.cport}")
-        (kraft / "server.properties").write_text(text)  # log.dirs=./data, as shipped
+        # the shipped, absolute /tmp/keeperless-combined-logs, moved into this home
+        assert re.search(r"^log\.dirs=/tmp/keeperless-combined-logs$", text, flags=re.M)
+        text = re.sub(r"^log\.dirs=.*$", f"log.dirs={root / 'data'}", text, flags=re.M)
+        (kraft / "server.properties").write_text(text)
         ctl = (ROOT / "config" / "controller.properties").read_text()
         ctl = re.sub(r"^log\.dirs=.*$", "log.dirs=./controller-data", ctl, flags=re.M)
         (kraft / "controller.properties").write_text(ctl)

@@ -23,6 +23,20 @@ def test_sample_configs_load() -> None:
         assert cfg.node_id >= 1
 
 
+def test_sample_configs_name_absolute_data_directories() -> None:
+    """As Kafka's samples (/tmp/kraft-combined-logs): a tool run from another directory
+    finds the node's data (a relative ./data made `storage info` say 'not formatted')."""
+    root = Path(__file__).parents[2] / "config"
+    files = sorted(root.glob("**/*.properties"))
+    assert len(files) >= 10
+    for f in files:
+        cfg = load_config(f)
+        assert cfg.all_log_dirs, f
+        for d in cfg.all_log_dirs:
+            assert d.is_absolute(), f"{f}: log.dirs {d} is relative"
+            assert str(d).startswith("/tmp/keeperless-"), f"{f}: {d}"
+
+
 def test_combined_defaults() -> None:
     cfg = load_config(properties=BASE)
     assert cfg.is_broker

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import uuid
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from keeperless.controller.elections import PREFERRED, UNCLEAN, elect_leaders
@@ -75,6 +77,28 @@ def test_upgrade_and_safe_downgrade_write_a_feature_level_record() -> None:
     records, err = _one(c, 21, UPGRADE, validate_only=True)
     assert (records, err.code) == ([], ErrorCode.none)
     assert _one(c, 17, UPGRADE)[0] == []
+
+
+def test_only_a_change_made_is_logged_as_one(caplog: pytest.LogCaptureFixture) -> None:
+    """features upgrade --dry-run used to log 'Upgrading metadata.version from 17 to 21'
+    at WARNING although nothing changed."""
+    c, _log = _controller(level=17)
+    with caplog.at_level(logging.INFO, logger="keeperless.controller.features"):
+        _one(c, 21, UPGRADE, validate_only=True)
+    assert [rec.levelno for rec in caplog.records] == [logging.INFO]
+    assert "Upgrading" not in caplog.text
+    assert "dry run" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="keeperless.controller.features"):
+        res = update_features(c, [(MV, 21, UPGRADE), ("no.such.feature", 1, UPGRADE)], False)
+    assert res.records == []
+    assert "Upgrading" not in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="keeperless.controller.features"):
+        _one(c, 21, UPGRADE)
+    assert [(x.levelno, x.getMessage()) for x in caplog.records] == [
+        (logging.WARNING, "Upgrading metadata.version from 17 to 21.")
+    ]
 
 
 def test_refusals_name_the_reason_with_invalid_update_version() -> None:

@@ -8,30 +8,15 @@ import sys
 from collections.abc import Callable
 
 from keeperless.cli.main import main
+from keeperless.cli.parser import COMMANDS
 
 __all__ = ["COMMANDS", "entry"]
 
-# Kafka's script -> the keeperless tool (and the words it starts with)
-COMMANDS: dict[str, tuple[str, ...]] = {
-    "kafka-storage.sh": ("storage",),
-    "kafka-server-start.sh": ("server", "start"),
-    "kafka-server-stop.sh": ("server", "stop"),
-    "kafka-topics.sh": ("topics",),
-    "kafka-configs.sh": ("configs",),
-    "kafka-console-producer.sh": ("console-producer",),
-    "kafka-console-consumer.sh": ("console-consumer",),
-    "kafka-consumer-groups.sh": ("consumer-groups",),
-    "kafka-metadata-quorum.sh": ("metadata-quorum",),
-    "kafka-metadata-shell.sh": ("metadata-shell",),
-    "kafka-dump-log.sh": ("dump-log",),
-    "kafka-cluster.sh": ("cluster",),
-    "kafka-features.sh": ("features",),
-    "kafka-leader-election.sh": ("leader-election",),
-    "kafka-log-dirs.sh": ("log-dirs",),
-}
-
 
 def run(script: str, argv: list[str]) -> int:
+    from keeperless.cli.parser import as_script
+
+    as_script(script)  # errors point to the script's own help (kafka-topics.sh --help)
     return main([*COMMANDS[script], *argv])
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any
 
+from keeperless.cli.parser import as_script, build_parser, help_hint
 from keeperless.server.config import ConfigError, load_config
 from keeperless.storage.meta_properties import StorageError, random_kafka_uuid
 from keeperless.tools.errors import ToolError
@@ -25,10 +27,15 @@ def _storage(args: argparse.Namespace) -> int:
     if args.storage_cmd == "random-uuid":
         print(random_kafka_uuid())
         return 0
+    if args.storage_cmd == "version-mapping":
+        from keeperless.tools.cluster_tools import version_mapping
+
+        return version_mapping(args.release_version, sys.stdout)
     from keeperless.storage.format import format_storage, storage_info
 
     cfg = load_config(args.config, args.override or ())
     if args.storage_cmd == "format":
+        _check_quorum_flags(args, cfg)
         res = format_storage(
             cfg.all_log_dirs,
             cfg.metadata_log_dir,
@@ -56,6 +63,32 @@ def _storage(args: argparse.Namespace) -> int:
     return 0 if found else 1
 
 
+def _check_quorum_flags(args: argparse.Namespace, cfg: Any) -> None:
+    """format --standalone / --initial-controllers / --no-initial-controllers: Kafka's
+    dynamic quorum (KIP-853), which keeperless does not have: its voters are
+    controller.quorum.voters. --standalone is the same as a static quorum whose only
+    voter is this controller, so it is taken for exactly that and refused otherwise."""
+    if args.initial_controllers:
+        raise ToolError(
+            "--initial-controllers formats a dynamic quorum (KIP-853), which keeperless does "
+            "not support: list the voters in controller.quorum.voters "
+            "(id@host:port,...) on every node and format without it"
+        )
+    if not args.standalone:
+        return
+    voters = [v.node_id for v in cfg.voters]
+    if "controller" not in cfg.roles:
+        raise ToolError("--standalone formats a controller: process.roles has no controller")
+    if voters != [cfg.node_id]:
+        raise ToolError(
+            "--standalone makes this controller the only voter of a dynamic quorum, which "
+            "keeperless does not support; the equivalent is controller.quorum.voters="
+            f"{cfg.node_id}@HOST:PORT (this node alone, its controller listener), formatted "
+            "without --standalone"
+            + (f" (controller.quorum.voters names {voters})" if voters else "")
+        )
+
+
 def _server(args: argparse.Namespace) -> int:
     if args.server_cmd == "stop":
         from keeperless.tools.server_stop import stop_servers
@@ -65,9 +98,40 @@ def _server(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.override or ())
     cluster_id = check_storage(cfg.all_log_dirs, cfg.node_id, args.config)
+    if args.daemon:
+        return _daemon(args)
     from keeperless.server.node import run_node
 
     return run_node(cfg, cluster_id)
+
+
+def _daemon(args: argparse.Namespace) -> int:
+    """kafka-server-start.sh -daemon: the node in its own session, its output appended to
+    $LOG_DIR/kafkaServer.out (LOG_DIR defaults to ./logs, as Kafka's to its logs/), and
+    return at once (after a glance that it did not die on start-up)."""
+    import subprocess
+
+    log_dir = Path(os.environ.get("LOG_DIR") or "logs").absolute()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    out_path = log_dir / "kafkaServer.out"
+    cmd = [sys.executable, "-m", "keeperless", "server", "start", str(Path(args.config).absolute())]
+    for o in args.override or ():
+        cmd += ["--override", o]
+    with open(out_path, "ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    try:
+        code = proc.wait(0.5)
+    except subprocess.TimeoutExpired:
+        return 0
+    tail = out_path.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+    raise ToolError(f"the node exited at once (status {code}): {tail[0]} (see {out_path})")
 
 
 def _command_config(path: str | None) -> dict[str, str]:
@@ -81,6 +145,26 @@ def _command_config(path: str | None) -> dict[str, str]:
         raise ToolError(f"--command-config {path}: {e.strerror}") from None
 
 
+# tools that speak the protocol themselves (tools/client.py): plaintext only
+_RAW_TOOLS = ("metadata-quorum", "features", "cluster", "log-dirs", "leader-election", "configs")
+
+
+def _check_raw_command_config(args: argparse.Namespace) -> None:
+    """--command-config of a tool with the raw client: read (a missing file is an error)
+    and refuse what it cannot honour rather than ignoring it."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return
+    props = _command_config(path)
+    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol != "PLAINTEXT":
+        raise ToolError(
+            f"--command-config {path}: security.protocol={protocol} is not supported by "
+            f"{args.command} (it connects with PLAINTEXT only); point it at a PLAINTEXT "
+            "listener"
+        )
+
+
 def _servers(args: argparse.Namespace) -> list[tuple[str, int]]:
     from keeperless.tools.client import parse_servers
 
@@ -92,9 +176,20 @@ def _servers(args: argparse.Namespace) -> list[tuple[str, int]]:
 
 
 def _tools(args: argparse.Namespace) -> int:
+    if args.command in _RAW_TOOLS:
+        _check_raw_command_config(args)
     if args.command == "dump-log":
         from keeperless.tools.dump_log import dump_file
 
+        for flag in ("key_decoder_class", "value_decoder_class"):
+            if getattr(args, flag):
+                raise ToolError(
+                    f"--{flag.replace('_', '-')} is not supported: keeperless has no Java "
+                    "decoder classes; --print-data-log prints keys and values as UTF-8 text, "
+                    "--offsets-decoder and --cluster-metadata-decoder decode the internal topics"
+                )
+        if args.max_bytes is not None and args.max_bytes < 0:
+            raise ToolError("--max-bytes must not be negative")
         ok = True
         # comma-separated as Kafka's, or several (a shell glob: --files dir/*.log)
         files = [f for arg in args.files for f in arg.split(",") if f.strip()]
@@ -110,6 +205,8 @@ def _tools(args: argparse.Namespace) -> int:
                     args.print_data_log,
                     args.deep_iteration,
                     args.skip_record_metadata,
+                    args.offsets_decoder,
+                    args.max_bytes,
                 )
                 and ok
             )
@@ -117,8 +214,12 @@ def _tools(args: argparse.Namespace) -> int:
     if args.command == "metadata-quorum":
         from keeperless.tools.quorum import print_replication, print_status
 
+        if args.human_readable and not args.replication:
+            raise ToolError(
+                "The option --human-readable is only supported along with --replication"
+            )
         if args.replication:
-            print_replication(_servers(args), sys.stdout)
+            print_replication(_servers(args), sys.stdout, args.human_readable)
         else:
             print_status(_servers(args), sys.stdout)
         return 0
@@ -142,6 +243,12 @@ def _tools(args: argparse.Namespace) -> int:
 
         if args.features_cmd == "describe":
             return cluster_tools.describe_features(_servers(args), sys.stdout)
+        if args.features_cmd == "version-mapping":
+            return cluster_tools.version_mapping(args.release_version, sys.stdout)
+        if args.features_cmd == "disable":
+            return cluster_tools.update_features(
+                _servers(args), [(f, 0) for f in args.feature], 2, args.dry_run, sys.stdout
+            )
         levels = cluster_tools.feature_levels(args.metadata, args.release_version, args.feature)
         upgrade_type = 1 if args.features_cmd == "upgrade" else 3 if args.unsafe else 2
         return cluster_tools.update_features(
@@ -164,6 +271,15 @@ def _tools(args: argparse.Namespace) -> int:
         return describe_log_dirs(
             args.bootstrap_server, args.broker_list, args.topic_list, sys.stdout
         )
+    if args.command == "configs":
+        from keeperless.tools.configs import run_configs
+
+        return run_configs(args, _servers(args), bool(args.bootstrap_controller), sys.stdout)
+    if args.command == "topics" and args.version:
+        import keeperless
+
+        print(keeperless.__version__)
+        return 0
     if not args.bootstrap_server:
         raise ToolError("--bootstrap-server is required")
     extra = _command_config(args.command_config)
@@ -177,203 +293,13 @@ def _tools(args: argparse.Namespace) -> int:
 
         extra.update(_command_config(args.consumer_config))
         return run_consumer(args, extra, sys.stdout)
-    if args.command == "configs":
-        from keeperless.tools.configs import run_configs
-
-        return run_configs(args, sys.stdout)
     if args.command == "consumer-groups":
-        from keeperless.tools.console import run_consumer_groups
+        from keeperless.tools.groups import run_consumer_groups
 
         return run_consumer_groups(args, extra, sys.stdout)
     from keeperless.tools.topics import run_topics
 
     return run_topics(args, extra, sys.stdout)
-
-
-def _connection_flags(
-    p: argparse.ArgumentParser, controller: bool = True, under: bool = False
-) -> None:
-    """--bootstrap-server, --bootstrap-controller, --command-config. ``under``: flags of
-    a subcommand whose parent takes them too (Kafka's tools take them before the
-    subcommand); unset, they leave the parent's value alone."""
-    kw: dict[str, object] = {"default": argparse.SUPPRESS} if under else {}
-    p.add_argument("--bootstrap-server", help="host:port of brokers", **kw)  # type: ignore[arg-type]
-    if controller:
-        p.add_argument("--bootstrap-controller", help="host:port of controllers", **kw)  # type: ignore[arg-type]
-    p.add_argument("--command-config", help="client properties file", **kw)  # type: ignore[arg-type]
-
-
-class _Parser(argparse.ArgumentParser):
-    """Kafka's tools fail with one line and exit 1 (argparse prints the usage, exits 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"ERROR: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(1)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="keeperless", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-
-    st = sub.add_parser("storage", help="format and inspect log directories")
-    st_sub = st.add_subparsers(dest="storage_cmd", required=True)
-    st_sub.add_parser("random-uuid", help="print a new cluster id")
-    fmt = st_sub.add_parser("format", help="format the log directories of a node")
-    fmt.add_argument("-t", "--cluster-id", required=True)
-    fmt.add_argument("-c", "--config", required=True)
-    fmt.add_argument("--release-version", "-r", default=None)
-    fmt.add_argument("--ignore-formatted", "-g", action="store_true")
-    fmt.add_argument("--override", action="append", metavar="KEY=VALUE")
-    info = st_sub.add_parser("info", help="show how log directories are formatted")
-    info.add_argument("-c", "--config", required=True)
-    info.add_argument("--override", action="append", metavar="KEY=VALUE")
-
-    sv = sub.add_parser("server", help="run a node")
-    sv_sub = sv.add_subparsers(dest="server_cmd", required=True)
-    start = sv_sub.add_parser("start", help="start a node from server.properties")
-    start.add_argument("config")
-    start.add_argument("--override", action="append", metavar="KEY=VALUE")
-    stop = sv_sub.add_parser("stop", help="stop the nodes running on this machine (SIGTERM)")
-    stop.add_argument("--node-id", type=int, help="only the node with this node.id")
-    stop.add_argument("--process-role", choices=["broker", "controller"])
-
-    tp = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
-    _connection_flags(tp, controller=False)
-    for flag in ("--create", "--list", "--describe", "--alter", "--delete"):
-        tp.add_argument(flag, action="store_true")
-    tp.add_argument("--topic")
-    tp.add_argument("--partitions", type=int)
-    tp.add_argument("--replication-factor", type=int)
-    tp.add_argument("--config", action="append", metavar="KEY=VALUE")
-    tp.add_argument("--under-replicated-partitions", action="store_true")
-    tp.add_argument("--unavailable-partitions", action="store_true")
-
-    pr = sub.add_parser("console-producer", help="produce lines of standard input")
-    _connection_flags(pr, controller=False)
-    pr.add_argument("--topic", required=True)
-    pr.add_argument(
-        "--property",
-        action="append",
-        metavar="KEY=VALUE",
-        help="parse.key, key.separator, parse.headers, headers.delimiter, ...",
-    )
-    pr.add_argument("--producer-property", action="append", metavar="KEY=VALUE")
-    pr.add_argument("--producer.config", dest="producer_config")
-
-    co = sub.add_parser("console-consumer", help="print records of a topic")
-    _connection_flags(co, controller=False)
-    co.add_argument("--topic", required=True)
-    co.add_argument("--group")
-    co.add_argument("--from-beginning", action="store_true")
-    co.add_argument("--partition", type=int)
-    co.add_argument("--offset")
-    co.add_argument("--max-messages", type=int)
-    co.add_argument("--timeout-ms", type=int)
-    co.add_argument(
-        "--property",
-        action="append",
-        metavar="KEY=VALUE",
-        help="print.key, print.headers, print.timestamp, key.separator, ...",
-    )
-    co.add_argument("--consumer-property", action="append", metavar="KEY=VALUE")
-    co.add_argument("--consumer.config", dest="consumer_config")
-
-    cg = sub.add_parser("consumer-groups", help="list, describe, reset and delete groups")
-    _connection_flags(cg, controller=False)
-    for flag in (
-        "--list",
-        "--describe",
-        "--reset-offsets",
-        "--delete",
-        "--execute",
-        "--dry-run",
-        "--to-earliest",
-        "--to-latest",
-    ):
-        cg.add_argument(flag, action="store_true")
-    cg.add_argument("--group")
-    cg.add_argument("--topic")
-    cg.add_argument("--to-offset", type=int)
-
-    cf = sub.add_parser("configs", help="describe and alter topic and broker configs")
-    _connection_flags(cf, controller=False)
-    cf.add_argument("--describe", action="store_true")
-    cf.add_argument("--alter", action="store_true")
-    cf.add_argument("--all", action="store_true")
-    cf.add_argument("--entity-type", choices=["topics", "brokers"])
-    cf.add_argument("--entity-name")
-    cf.add_argument("--entity-default", action="store_true")
-    cf.add_argument("--add-config", action="append", metavar="K=V[,K=V]")
-    cf.add_argument("--delete-config", action="append", metavar="K[,K]")
-
-    mq = sub.add_parser("metadata-quorum", help="describe the metadata quorum")
-    _connection_flags(mq)
-    mq_sub = mq.add_subparsers(dest="quorum_cmd", required=True)
-    desc = mq_sub.add_parser("describe", help="leader, epoch, high watermark, replicas")
-    which = desc.add_mutually_exclusive_group(required=True)
-    which.add_argument("--status", action="store_true")
-    which.add_argument("--replication", action="store_true")
-
-    cl = sub.add_parser("cluster", help="cluster-level information")
-    cl_sub = cl.add_subparsers(dest="cluster_cmd", required=True)
-    cid = cl_sub.add_parser("cluster-id", help="print the cluster id")
-    _connection_flags(cid)
-
-    ms = sub.add_parser("metadata-shell", help="browse the metadata image as a file system")
-    ms.add_argument("--snapshot", help="a .checkpoint snapshot file")
-    ms.add_argument("--directory", help="a metadata log directory")
-    ms.add_argument("--bootstrap-controller", help="host:port of controllers")
-    ms.add_argument(
-        "shell_command",
-        metavar="command",
-        nargs=argparse.REMAINDER,
-        help="run one command and exit, e.g. -- ls /brokers",
-    )
-
-    un = cl_sub.add_parser("unregister", help="remove a stopped broker's registration")
-    _connection_flags(un, controller=False)
-    un.add_argument("--id", type=int, required=True)
-
-    ft = sub.add_parser("features", help="metadata.version and other feature levels")
-    _connection_flags(ft)
-    ft_sub = ft.add_subparsers(dest="features_cmd", required=True)
-    fd = ft_sub.add_parser("describe", help="supported and finalized feature levels")
-    _connection_flags(fd, under=True)
-    for verb in ("upgrade", "downgrade"):
-        fu = ft_sub.add_parser(verb, help=f"{verb} finalized feature levels (metadata.version)")
-        _connection_flags(fu, under=True)
-        fu.add_argument("--metadata", help="a release for metadata.version, e.g. 3.9 or 3.7-IV2")
-        fu.add_argument("--release-version", help="the same as --metadata")
-        fu.add_argument("--feature", action="append", help="NAME=LEVEL, e.g. metadata.version=21")
-        fu.add_argument("--dry-run", action="store_true", help="validate only")
-        if verb == "downgrade":
-            fu.add_argument(
-                "--unsafe",
-                action="store_true",
-                help="allow a downgrade that could lose metadata (refused in this version)",
-            )
-
-    le = sub.add_parser("leader-election", help="elect preferred or unclean partition leaders")
-    _connection_flags(le, controller=False)
-    le.add_argument("--election-type", required=True, help="PREFERRED or UNCLEAN")
-    le.add_argument("--topic")
-    le.add_argument("--partition", type=int)
-    le.add_argument("--all-topic-partitions", action="store_true")
-    le.add_argument("--path-to-json-file", help='{"partitions": [{"topic": "t", "partition": 0}]}')
-
-    ld = sub.add_parser("log-dirs", help="describe the log directories of brokers")
-    _connection_flags(ld, controller=False)
-    ld.add_argument("--describe", action="store_true", required=True)
-    ld.add_argument("--broker-list")
-    ld.add_argument("--topic-list")
-
-    dl = sub.add_parser("dump-log", help="print log segments, metadata logs and snapshots")
-    dl.add_argument("--files", required=True, nargs="+", help="files (comma-separated)")
-    dl.add_argument("--skip-record-metadata", action="store_true")
-    dl.add_argument("--cluster-metadata-decoder", action="store_true")
-    dl.add_argument("--print-data-log", action="store_true")
-    dl.add_argument("--deep-iteration", action="store_true")
-    return p
 
 
 def _skip_hypothesis_hooks() -> None:
@@ -387,12 +313,16 @@ def _skip_hypothesis_hooks() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     _skip_hypothesis_hooks()
     words = list(sys.argv[1:] if argv is None else argv)
+    as_script(os.environ.pop("KEEPERLESS_SCRIPT", None))
     if any(w == "--zookeeper" or w.startswith("--zookeeper=") for w in words):
         return _fail(
             "--zookeeper is not supported: keeperless has no ZooKeeper (as Kafka 4); "
             "use --bootstrap-server (or --bootstrap-controller)"
         )
-    args = build_parser().parse_args(words)
+    args, unknown = build_parser().parse_known_args(words)
+    if unknown:
+        prog = " ".join(["keeperless", args.command, *_subcommand(args)])
+        return _fail(f"unrecognized arguments: {' '.join(unknown)} (see {help_hint(prog)})")
     try:
         if args.command == "storage":
             return _storage(args)
@@ -403,6 +333,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e))
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a tool fails with one line, never a traceback
+        if args.command == "server" or os.environ.get("KEEPERLESS_TRACEBACK"):
+            raise
+        return _fail(_one_line(e))
+
+
+def _subcommand(args: argparse.Namespace) -> list[str]:
+    for attr in ("storage_cmd", "server_cmd", "quorum_cmd", "cluster_cmd", "features_cmd"):
+        value = getattr(args, attr, None)
+        if value:
+            return [value]
+    return []
+
+
+def _one_line(e: BaseException) -> str:
+    """An unexpected failure of a tool (a client library's exception, a timeout, a lost
+    connection) as one line; KEEPERLESS_TRACEBACK=1 shows the traceback instead."""
+    if type(e).__module__.startswith("confluent_kafka") or type(e).__name__ == "KafkaException":
+        from keeperless.tools.rdkafka import kafka_error_text
+
+        return kafka_error_text(e)
+    if isinstance(e, TimeoutError):
+        return f"timed out: {e}" if str(e) else "timed out waiting for the cluster"
+    if isinstance(e, OSError) and e.strerror:
+        where = f" ({e.filename})" if e.filename else ""
+        return f"{e.strerror}{where}"
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 if __name__ == "__main__":

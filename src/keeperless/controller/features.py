@@ -82,13 +82,6 @@ def _update(
         return ApiError(ErrorCode.invalid_update_version, text), None
     if level == current:
         return ApiError.none(), None
-    log.warning(
-        "%s %s from %d to %d.",
-        "Upgrading" if level > current else "Downgrading",
-        feature,
-        current,
-        level,
-    )
     return ApiError.none(), r.FeatureLevelRecord(name=feature, feature_level=level)
 
 
@@ -110,6 +103,22 @@ def update_features(
         results.append((feature, err))
         if rec is not None:
             records.append(rec)
-    if validate_only or any(e.code != ErrorCode.none for _, e in results):
+    failed = any(e.code != ErrorCode.none for _, e in results)
+    for rec in records:
+        # a change is announced only when it is made: a dry run (validate_only) or a
+        # request refused as a whole changes nothing
+        current = c.image.features.get(rec.name, 0)
+        verb = "Upgrading" if rec.feature_level > current else "Downgrading"
+        if validate_only:
+            log.info(
+                "Validated (dry run, nothing changed): %s %s from %d to %d would be allowed.",
+                verb.lower(),
+                rec.name,
+                current,
+                rec.feature_level,
+            )
+        elif not failed:
+            log.warning("%s %s from %d to %d.", verb, rec.name, current, rec.feature_level)
+    if validate_only or failed:
         records = []
     return Result(list(records), results)

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from keeperless.metadata.features import metadata_version_for_release, release_for_level
+from keeperless.metadata.features import (
+    LATEST_METADATA_VERSION,
+    metadata_version_for_release,
+    release_for_level,
+)
 from keeperless.tools.client import ToolError, call, parse_servers
 
 __all__ = [
@@ -14,6 +18,7 @@ __all__ = [
     "elect_leaders",
     "unregister_broker",
     "update_features",
+    "version_mapping",
 ]
 
 NOT_CONTROLLER = 41
@@ -162,15 +167,33 @@ def update_features(
     failed = 0
     for res in resp.results:
         level = wanted.get(res.feature)
-        if int(res.error_code) == 0:
-            done = "can be" if dry_run else "was"
+        done = "can be" if dry_run else "was"
+        if int(res.error_code) == 0 and level == 0:
+            print(f"{res.feature} {done} disabled.", file=out)
+        elif int(res.error_code) == 0:
             print(f"{res.feature} {done} {verb}d to {level}.", file=out)
         else:
             failed += 1
             message = res.error_message or res.error_code.name
-            print(f"Could not {verb} {res.feature} to {level}. {message}", file=out)
+            what = "disable" if level == 0 else f"{verb}"
+            target = "" if level == 0 else f" to {level}"
+            print(f"Could not {what} {res.feature}{target}. {message}", file=out)
     if failed:
         raise ToolError(f"{failed} out of {len(resp.results)} operation(s) failed.")
+    return 0
+
+
+def version_mapping(release: str | None, out: TextIO) -> int:
+    """kafka-storage.sh / kafka-features.sh version-mapping: the feature levels a release
+    sets (this build has one feature, metadata.version)."""
+    if release is None:
+        level = LATEST_METADATA_VERSION
+    else:
+        try:
+            level = metadata_version_for_release(release)
+        except ValueError as e:
+            raise ToolError(f"--release-version: {e}") from None
+    print(f"metadata.version={level} ({release_for_level(level)})", file=out)
     return 0
 
 

@@ -1,11 +1,20 @@
-"""`configs --describe | --alter` for topics, brokers and the cluster-wide broker default,
-as Kafka's kafka-configs.sh prints them."""
+"""`configs --describe | --alter` as Kafka's kafka-configs.sh: topics, brokers and the
+cluster-wide broker default (DescribeConfigs / IncrementalAlterConfigs), user and client
+quotas (DescribeClientQuotas / AlterClientQuotas) and users' SCRAM credentials
+(DescribeUserScramCredentials / AlterUserScramCredentials)."""
 
 from __future__ import annotations
 
 from typing import Any, TextIO
 
-from keeperless.tools.client import ToolError, call, parse_servers
+from keeperless.tools.client import ToolError, call
+from keeperless.tools.configs_entities import (
+    DEFAULT,
+    Entity,
+    parse_config_items,
+    resolve_entities,
+)
+from keeperless.tools.configs_quotas import alter_user_or_client, describe_users_or_clients
 
 __all__ = ["run_configs"]
 
@@ -17,65 +26,45 @@ _SOURCES = {
     4: "STATIC_BROKER_CONFIG",
     5: "DEFAULT_CONFIG",
 }
+NOT_CONTROLLER = 41
 
 
-def _entity(args: Any) -> tuple[int, str, str]:
-    rtype = _TYPES.get(args.entity_type or "")
-    if rtype is None:
-        raise ToolError("--entity-type must be topics or brokers")
-    if args.entity_default:
-        if rtype != 4:
-            raise ToolError("--entity-default applies to brokers only")
-        return rtype, "", "cluster-wide default broker"
-    if not args.entity_name:
-        raise ToolError("--entity-name (or --entity-default for brokers) is required")
-    return rtype, args.entity_name, f"{args.entity_type[:-1]} {args.entity_name}"
+def _text(value: str | None) -> str:
+    """A config value as Kafka prints it: a null (unset, or sensitive) as 'null'."""
+    return "null" if value is None else value
 
 
-def run_configs(args: Any, out: TextIO) -> int:
-    servers = parse_servers(args.bootstrap_server, "--bootstrap-server")
-    rtype, name, label = _entity(args)
-    if args.alter:
-        ops: list[dict[str, Any]] = []
-        for item in ",".join(args.add_config or []).split(","):
-            if item:
-                k, sep, v = item.partition("=")
-                if not sep:
-                    raise ToolError(f"--add-config {item!r}: expected key=value")
-                ops.append({"name": k, "config_operation": 0, "value": v})
-        for k in ",".join(args.delete_config or []).split(","):
-            if k:
-                ops.append({"name": k, "config_operation": 1, "value": None})
-        if not ops:
-            raise ToolError("--alter needs --add-config or --delete-config")
-        resp = call(
-            servers,
-            44,
-            1,
-            {
-                "resources": [{"resource_type": rtype, "resource_name": name, "configs": ops}],
-                "validate_only": False,
-            },
-            timeout_s=40,
-        )
-        r = resp.responses[0]
-        if int(r.error_code) != 0:
-            raise ToolError(r.error_message or r.error_code.name)
-        what = (
-            "default config for brokers in the cluster"
-            if rtype == 4 and not name
-            else f"config for {label}"
-        )
-        print(f"Completed updating {what}.", file=out)
-        return 0
-    target = name if name or rtype != 4 else ""
+def _label(etype: str, name: str) -> str:
+    return f"{etype[:-1]} {name}"
+
+
+def _names(servers: list[tuple[str, int]], etype: str) -> list[str]:
+    """Every topic, or every broker and then the cluster-wide default (Kafka's order)."""
+    md = call(
+        servers,
+        3,
+        12,
+        {
+            "topics": None if etype == "topics" else [],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+    if etype == "topics":
+        return sorted(t.name for t in md.topics if int(t.error_code) == 0)
+    return [str(b) for b in sorted(b.node_id for b in md.brokers)] + [DEFAULT]
+
+
+def _describe_resource(
+    servers: list[tuple[str, int]], etype: str, name: str, describe_all: bool, out: TextIO
+) -> None:
     resp = call(
         servers,
         32,
         4,
         {
             "resources": [
-                {"resource_type": rtype, "resource_name": target, "configuration_keys": None}
+                {"resource_type": _TYPES[etype], "resource_name": name, "configuration_keys": None}
             ],
             "include_synonyms": False,
             "include_documentation": False,
@@ -85,13 +74,81 @@ def run_configs(args: Any, out: TextIO) -> int:
     if int(res.error_code) != 0:
         raise ToolError(res.error_message or res.error_code.name)
     dynamic = {1, 2, 3}
-    shown = [c for c in res.configs if args.all or c.config_source in dynamic]
-    print(f"{'All' if args.all else 'Dynamic'} configs for {label} are:", file=out)
-    for c in sorted(shown, key=lambda c: c.name):
-        src = _SOURCES.get(c.config_source, "UNKNOWN")
+    shown = [c for c in res.configs if describe_all or c.config_source in dynamic]
+    if etype == "brokers" and name == DEFAULT:
         print(
-            f"  {c.name}={c.value} sensitive={str(c.is_sensitive).lower()} "
-            f"synonyms={{{src}:{c.name}={c.value}}}",
+            f"{'All' if describe_all else 'Default'} configs for brokers in the cluster are:",
             file=out,
         )
+    else:
+        print(
+            f"{'All' if describe_all else 'Dynamic'} configs for {_label(etype, name)} are:",
+            file=out,
+        )
+    for c in sorted(shown, key=lambda c: c.name):
+        src = _SOURCES.get(c.config_source, "UNKNOWN")
+        value = _text(c.value)
+        print(
+            f"  {c.name}={value} sensitive={str(c.is_sensitive).lower()} "
+            f"synonyms={{{src}:{c.name}={value}}}",
+            file=out,
+        )
+
+
+def _alter_resource(
+    servers: list[tuple[str, int]],
+    entity: Entity,
+    adds: dict[str, str],
+    deletes: list[str],
+    out: TextIO,
+) -> None:
+    etype, name = entity[0], str(entity[1])
+    ops: list[dict[str, Any]] = [
+        {"name": k, "config_operation": 0, "value": v} for k, v in adds.items()
+    ] + [{"name": k, "config_operation": 1, "value": None} for k in deletes]
+    body = {
+        "resources": [{"resource_type": _TYPES[etype], "resource_name": name, "configs": ops}],
+        "validate_only": False,
+    }
+    r: Any = None
+    for server in servers:  # a controller that does not lead answers NOT_CONTROLLER
+        r = call([server], 44, 1, body, timeout_s=40).responses[0]
+        if int(r.error_code) != NOT_CONTROLLER:
+            break
+    if int(r.error_code) != 0:
+        raise ToolError(r.error_message or r.error_code.name)
+    if etype == "brokers" and name == DEFAULT:
+        print("Completed updating default config for brokers in the cluster.", file=out)
+    else:
+        print(f"Completed updating config for {_label(etype, name)}.", file=out)
+
+
+def run_configs(args: Any, servers: list[tuple[str, int]], controller: bool, out: TextIO) -> int:
+    if args.describe == args.alter:
+        raise ToolError("Command must include exactly one action: --describe, --alter")
+    entities = resolve_entities(args, alter=args.alter)
+    etype = entities[0][0]
+    if args.alter:
+        adds = parse_config_items(args.add_config)
+        deletes = [k.strip() for d in args.delete_config or () for k in d.split(",") if k.strip()]
+        if not adds and not deletes:
+            raise ToolError("--alter needs --add-config or --delete-config")
+        if etype in ("users", "clients"):
+            return alter_user_or_client(servers, entities, adds, deletes, out)
+        _alter_resource(servers, entities[0], adds, deletes, out)
+        return 0
+    if args.add_config or args.delete_config:
+        raise ToolError("--add-config and --delete-config are only valid with --alter")
+    if etype in ("users", "clients"):
+        return describe_users_or_clients(servers, entities, controller, out)
+    if controller:
+        raise ToolError(
+            "describing topic or broker configs through --bootstrap-controller is not "
+            "supported: keeperless controllers do not serve DescribeConfigs; use "
+            "--bootstrap-server"
+        )
+    name = entities[0][1]
+    names = _names(servers, etype) if name is None else [name]
+    for n in names:
+        _describe_resource(servers, etype, n, args.all, out)
     return 0

@@ -1,15 +1,16 @@
-"""`console-producer`, `console-consumer` and `consumer-groups`, as Kafka's scripts, over
-confluent-kafka."""
+"""`console-producer` and `console-consumer`, as Kafka's scripts, over confluent-kafka."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Any, TextIO
 
-from keeperless.tools.client import QUIET, ToolError
+from keeperless.tools.client import ToolError
+from keeperless.tools.rdkafka import Session
 
-__all__ = ["run_consumer", "run_consumer_groups", "run_producer"]
+__all__ = ["run_consumer", "run_producer"]
 
 NEVER_ASSIGNED_S = 30.0
 
@@ -38,16 +39,6 @@ def _props(pairs: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
-def _result(fut: Any, timeout: float = 30.0) -> Any:
-    from confluent_kafka import KafkaException
-
-    try:
-        return fut.result(timeout)
-    except KafkaException as e:
-        err = e.args[0]
-        raise ToolError(err.str() if hasattr(err, "str") else str(err)) from None
-
-
 def run_producer(args: Any, extra: dict[str, str], lines: TextIO) -> int:
     """One record per input line; `--property parse.key=true` splits key and value on
     `key.separator` (tab), `parse.headers=true` reads `k:v,k2:v2` before them."""
@@ -59,14 +50,11 @@ def run_producer(args: Any, extra: dict[str, str], lines: TextIO) -> int:
     key_sep = props.get("key.separator", "\t")
     headers_delim = props.get("headers.delimiter", "\t")
     errors: list[str] = []
-    p = Producer(
-        {
-            "bootstrap.servers": args.bootstrap_server,
-            **QUIET,
-            **extra,
-            **_props(args.producer_property, "--producer-property"),
-        }
+    session = Session(
+        args.bootstrap_server, {**extra, **_props(args.producer_property, "--producer-property")}
     )
+    session.admin()  # fail fast (one line) when no bootstrap server answers
+    p = Producer(session.conf())
 
     def report(err: Any, _msg: Any) -> None:
         if err is not None:
@@ -107,156 +95,137 @@ def run_producer(args: Any, extra: dict[str, str], lines: TextIO) -> int:
     return 0
 
 
+DEFAULT_FORMATTERS = (
+    "kafka.tools.DefaultMessageFormatter",
+    "org.apache.kafka.tools.consumer.DefaultMessageFormatter",
+)
+_TRUE = "true"
+
+
+def check_consumer_args(args: Any) -> None:
+    """Kafka's console-consumer option rules, checked before connecting."""
+    if (args.topic is None) == (args.include is None):
+        raise ToolError("Exactly one of --include/--topic is required.")
+    if args.include is not None:
+        try:
+            re.compile(args.include)
+        except re.error as e:
+            raise ToolError(
+                f"--include {args.include!r} is not a valid regular expression: {e}"
+            ) from None
+        if args.partition is not None:
+            raise ToolError("--partition applies to --topic, not to --include")
+    if args.from_beginning and args.offset is not None:
+        raise ToolError("Options from-beginning and offset cannot be specified together.")
+    if args.offset is not None and args.partition is None:
+        raise ToolError("The partition is required when offset is specified.")
+    if args.timeout_ms is not None and args.timeout_ms < 0:
+        raise ToolError("--timeout-ms must not be negative")
+    if args.formatter is not None and args.formatter not in DEFAULT_FORMATTERS:
+        raise ToolError(
+            f"--formatter {args.formatter} is not supported: only Kafka's default formatter "
+            "is built in; choose what it prints with --property print.key=true, "
+            "print.timestamp=true, print.partition=true, print.offset=true, print.headers=true, "
+            "print.value=false, key.separator=..., line.separator=..."
+        )
+    if args.isolation_level not in (None, "read_committed", "read_uncommitted"):
+        raise ToolError(
+            f"--isolation-level {args.isolation_level!r}: expected read_committed or "
+            "read_uncommitted"
+        )
+
+
+def _format(m: Any, props: dict[str, str]) -> str:
+    """One record as Kafka's DefaultMessageFormatter prints it (without line.separator)."""
+    sep = props.get("key.separator", "\t")
+    null = props.get("null.literal", "null")
+    parts = []
+    if props.get("print.timestamp") == _TRUE:
+        kind = {1: "CreateTime", 2: "LogAppendTime"}.get(m.timestamp()[0], "NoTimestamp")
+        parts.append(f"{kind}:{m.timestamp()[1]}" if kind != "NoTimestamp" else kind)
+    if props.get("print.partition") == _TRUE:
+        parts.append(f"Partition:{m.partition()}")
+    if props.get("print.offset") == _TRUE:
+        parts.append(f"Offset:{m.offset()}")
+    if props.get("print.headers") == _TRUE:
+        hs: list[Any] = list(m.headers() or [])
+        kv = props.get("headers.key.separator", ":")
+        parts.append(
+            props.get("headers.separator", ",").join(
+                f"{k}{kv}{null if v is None else _text(v)}" for k, v in hs
+            )
+            or "NO_HEADERS"
+        )
+    if props.get("print.key") == _TRUE:
+        k = m.key()
+        parts.append(null if k is None else k.decode("utf-8", "replace"))
+    if props.get("print.value", _TRUE) == _TRUE:
+        v = m.value()
+        parts.append(null if v is None else v.decode("utf-8", "replace"))
+    return sep.join(parts)
+
+
 def run_consumer(args: Any, extra: dict[str, str], out: TextIO) -> int:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+    check_consumer_args(args)
     props = _props(args.property, "--property")
+    line_sep = props.get("line.separator", "\n")
     group = args.group or f"console-consumer-{int(time.time() * 1000)}"
-    conf = {
-        "bootstrap.servers": args.bootstrap_server,
-        **QUIET,
+    session = Session(
+        args.bootstrap_server, {**extra, **_props(args.consumer_property, "--consumer-property")}
+    )
+    settings: dict[str, Any] = {
         "group.id": group,
         "auto.offset.reset": "earliest" if args.from_beginning else "latest",
         "enable.auto.commit": bool(args.group),
-        **extra,
-        **_props(args.consumer_property, "--consumer-property"),
+        "client.id": "console-consumer",
     }
+    if args.isolation_level:
+        settings["isolation.level"] = args.isolation_level
+    conf = session.conf(**settings)
     offset = -2 if args.from_beginning else -1
     if args.offset is not None:
-        if args.partition is None:
-            raise ToolError("The partition is required when offset is specified.")
         offset = _offset(args.offset)
+    session.admin()  # fail fast (one line) when no bootstrap server answers
     c = Consumer(conf)
     # --timeout-ms counts from when there is something to read from: the assignment
     # (joining the group can take longer than the timeout itself); never assigned, the
-    # consumer gives up after NEVER_ASSIGNED_S
+    # consumer gives up after NEVER_ASSIGNED_S. With 0 it stops at the first empty poll.
     assigned = [args.partition is not None]
     if args.partition is not None:
         c.assign([TopicPartition(args.topic, args.partition, offset)])
     else:
-        c.subscribe([args.topic], on_assign=lambda _c, parts: assigned.__setitem__(0, True))
+        wanted = args.topic if args.topic is not None else "^" + args.include.lstrip("^")
+        c.subscribe([wanted], on_assign=lambda _c, parts: assigned.__setitem__(0, True))
     seen = 0
     started = time.monotonic()
-    idle_deadline = (time.monotonic() + args.timeout_ms / 1000) if args.timeout_ms else None
-    sep = props.get("key.separator", "\t")
+    timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
+    last_record = time.monotonic()
     try:
         while args.max_messages is None or seen < args.max_messages:
-            if idle_deadline is not None and not assigned[0]:
-                idle_deadline = time.monotonic() + args.timeout_ms / 1000
-                if time.monotonic() - started > max(NEVER_ASSIGNED_S, args.timeout_ms / 1000):
-                    break
-            if idle_deadline is not None and time.monotonic() > idle_deadline:
-                break
-            m = c.poll(0.2)
+            m = c.poll(0.2 if timeout_s is None else min(0.2, max(timeout_s, 0.05)))
+            now = time.monotonic()
             if m is None:
+                if timeout_s is None:
+                    continue
+                if not assigned[0]:
+                    last_record = now
+                    if now - started > max(NEVER_ASSIGNED_S, timeout_s):
+                        break
+                elif now - last_record >= timeout_s:
+                    break
                 continue
             if m.error():
                 raise KafkaException(m.error())
-            if idle_deadline is not None:
-                idle_deadline = time.monotonic() + args.timeout_ms / 1000
-            parts = []
-            if props.get("print.timestamp") == "true":
-                kind = {1: "CreateTime", 2: "LogAppendTime"}.get(m.timestamp()[0], "NoTimestamp")
-                parts.append(f"{kind}:{m.timestamp()[1]}")
-            if props.get("print.partition") == "true":
-                parts.append(f"Partition:{m.partition()}")
-            if props.get("print.offset") == "true":
-                parts.append(f"Offset:{m.offset()}")
-            if props.get("print.headers") == "true":
-                hs: list[Any] = list(m.headers() or [])
-                parts.append(",".join(f"{k}:{_text(v)}" for k, v in hs) or "NO_HEADERS")
-            if props.get("print.key") == "true":
-                k = m.key()
-                parts.append("null" if k is None else k.decode("utf-8", "replace"))
-            v = m.value()
-            parts.append("null" if v is None else v.decode("utf-8", "replace"))
-            print(sep.join(parts), file=out, flush=True)
+            last_record = now
+            print(_format(m, props), end=line_sep, file=out, flush=True)
             seen += 1
     except KafkaException as e:
         raise ToolError(str(e.args[0].str() if e.args else e)) from None
     finally:
         c.close()
     print(f"Processed a total of {seen} messages", file=sys.stderr)
-    return 0
-
-
-def run_consumer_groups(args: Any, extra: dict[str, str], out: TextIO) -> int:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    conf = {"bootstrap.servers": args.bootstrap_server, **QUIET, **extra}
-    admin = AdminClient(conf)
-    if args.list:
-        res = _result(admin.list_consumer_groups(request_timeout=30))
-        for g in sorted(res.valid, key=lambda g: g.group_id):
-            print(g.group_id, file=out)
-        return 0
-    if not args.group:
-        raise ToolError("--group is required")
-    if args.delete:
-        _result(admin.delete_consumer_groups([args.group], request_timeout=30)[args.group])
-        print(f"Deletion of requested consumer groups ('{args.group}') was successful.", file=out)
-        return 0
-    offsets = _result(
-        admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(args.group)])[args.group]
-    )
-    tps = [tp for tp in offsets.topic_partitions if tp.offset >= 0]
-    from confluent_kafka import Consumer
-
-    probe = Consumer({**conf, "group.id": f"{args.group}-probe", "enable.auto.commit": False})
-    try:
-        ends = {
-            (tp.topic, tp.partition): probe.get_watermark_offsets(
-                TopicPartition(tp.topic, tp.partition), timeout=10
-            )
-            for tp in tps
-        }
-        if args.reset_offsets:
-            topic_tps = [(t, p) for (t, p) in ends if not args.topic or t == args.topic]
-            if args.topic and not topic_tps:
-                md = probe.list_topics(args.topic, timeout=10)
-                topic_tps = [(args.topic, p) for p in md.topics[args.topic].partitions]
-                for t, p in topic_tps:
-                    ends[(t, p)] = probe.get_watermark_offsets(TopicPartition(t, p), timeout=10)
-            new = []
-            for t, p in sorted(topic_tps):
-                lo, hi = ends[(t, p)]
-                target = lo if args.to_earliest else hi if args.to_latest else args.to_offset
-                if target is None:
-                    raise ToolError("one of --to-earliest, --to-latest, --to-offset is required")
-                new.append(TopicPartition(t, p, max(lo, min(int(target), hi))))
-            print(f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':<10} NEW-OFFSET", file=out)
-            for tp in new:
-                print(f"{args.group:<20} {tp.topic:<20} {tp.partition:<10} {tp.offset}", file=out)
-            if args.execute:
-                _result(
-                    admin.alter_consumer_group_offsets(
-                        [ConsumerGroupTopicPartitions(args.group, new)]
-                    )[args.group]
-                )
-            return 0
-    finally:
-        probe.close()
-    # --describe
-    desc = _result(admin.describe_consumer_groups([args.group])[args.group])
-    owners = {}
-    for member in desc.members:
-        for tp in member.assignment.topic_partitions if member.assignment else ():
-            owners[(tp.topic, tp.partition)] = member
-    print(
-        f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':<10} {'CURRENT-OFFSET':<15} "
-        f"{'LOG-END-OFFSET':<15} {'LAG':<8} {'CONSUMER-ID':<40} {'HOST':<15} CLIENT-ID",
-        file=out,
-    )
-    for tp in sorted(tps, key=lambda t: (t.topic, t.partition)):
-        hi = ends[(tp.topic, tp.partition)][1]
-        m = owners.get((tp.topic, tp.partition))
-        print(
-            f"{args.group:<20} {tp.topic:<20} {tp.partition:<10} {tp.offset:<15} {hi:<15} "
-            f"{hi - tp.offset:<8} {m.member_id if m else '-':<40} {m.host if m else '-':<15} "
-            f"{m.client_id if m else '-'}",
-            file=out,
-        )
     return 0
 
 

@@ -18,6 +18,7 @@ from keeperless.protocol.records import (
     decode_records,
     read_header,
 )
+from keeperless.tools.offsets_decoder import decode_offsets_record
 
 __all__ = ["dump_file"]
 
@@ -25,9 +26,9 @@ _CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _CHUNK = 8 * 1024 * 1024
 
 
-def _batches(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(position, batch bytes) for each batch; raises CorruptBatchError with the file
-    position of the first bad one."""
+def _batches(path: Path, max_bytes: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(position, batch bytes) for each batch (those within the first ``max_bytes``
+    bytes); raises CorruptBatchError with the file position of the first bad one."""
     import crc32c
 
     with open(path, "rb") as f:
@@ -35,7 +36,7 @@ def _batches(path: Path) -> Iterator[tuple[int, bytes]]:
         while True:
             f.seek(pos)
             head = f.read(BATCH_HEADER_SIZE)
-            if not head:
+            if not head or (max_bytes is not None and pos + len(head) > max_bytes):
                 return
             if len(head) < BATCH_HEADER_SIZE:
                 raise CorruptBatchError("truncated batch header", pos)
@@ -48,6 +49,8 @@ def _batches(path: Path) -> Iterator[tuple[int, bytes]]:
             data = f.read(h.size)
             if len(data) < h.size:
                 raise CorruptBatchError(f"truncated batch ({len(data)} of {h.size} bytes)", pos)
+            if max_bytes is not None and pos + h.size > max_bytes:
+                return
             if crc32c.crc32c(data[21:]) != h.crc:
                 raise CorruptBatchError(f"CRC mismatch (stored {h.crc})", pos)
             yield pos, data
@@ -61,10 +64,15 @@ def dump_file(
     print_data: bool,
     deep: bool,
     skip_record_metadata: bool = False,
+    offsets_decoder: bool = False,
+    max_bytes: int | None = None,
 ) -> bool:
     """Print one file; returns False if it was found corrupt (after printing the rest).
     ``skip_record_metadata`` prints only each record's contents (Kafka's
-    --skip-record-metadata)."""
+    --skip-record-metadata); ``offsets_decoder`` decodes __consumer_offsets records;
+    ``max_bytes`` reads only the batches within the file's first bytes."""
+    if path.suffix in (".index", ".timeindex"):
+        return dump_index(path, out)
     metadata = (
         decoder
         or path.name.endswith(".checkpoint")
@@ -75,9 +83,9 @@ def dump_file(
         start = path.name.split("-")[0].split(".")[0]
         if start.isdigit():
             print(f"Log starting offset: {int(start)}", file=out)
-    records_wanted = deep or print_data or decoder
+    records_wanted = deep or print_data or decoder or offsets_decoder
     try:
-        for pos, data in _batches(path):
+        for pos, data in _batches(path, max_bytes):
             h = read_header(data)
             ts_type = "LogAppendTime" if h.attributes & ATTR_TIMESTAMP_TYPE else "CreateTime"
             print(
@@ -106,6 +114,8 @@ def dump_file(
                     kind, msg = decode_control(rec)
                     name = CONTROL_NAMES.get(kind, f"UNKNOWN({kind})")
                     line += f" {name}: {_control_json(msg)}"
+                elif offsets_decoder:
+                    line += decode_offsets_record(rec.key, rec.value)
                 elif metadata and rec.value is not None:
                     try:
                         decoded, version = decode_record(rec.value)
@@ -121,6 +131,38 @@ def dump_file(
         print(
             f"Found a corrupt or truncated batch in {path} at position {e.position}: "
             f"{str(e).rsplit(' at byte', 1)[0]}",
+            file=out,
+        )
+        return False
+    return True
+
+
+def dump_index(path: Path, out: TextIO) -> bool:
+    """An offset index (offset: N position: P) or time index (timestamp: T offset: N), as
+    Kafka's tool prints them; offsets are absolute (the segment's base plus the entry's)."""
+    import struct
+
+    start = path.name.split(".")[0]
+    base = int(start) if start.isdigit() else 0
+    data = path.read_bytes()
+    time_index = path.suffix == ".timeindex"
+    size = 12 if time_index else 8
+    print(f"Dumping {path}", file=out)
+    for pos in range(0, len(data) - len(data) % size, size):
+        if time_index:
+            ts, rel = struct.unpack_from(">qi", data, pos)
+            if pos and ts == 0 and rel == 0:
+                break  # the unused, zero-filled end of a preallocated index
+            print(f"timestamp: {ts} offset: {base + rel}", file=out)
+        else:
+            rel, position = struct.unpack_from(">ii", data, pos)
+            if pos and rel == 0 and position == 0:
+                break
+            print(f"offset: {base + rel} position: {position}", file=out)
+    if len(data) % size:
+        print(
+            f"Found a truncated index entry in {path} at position "
+            f"{len(data) - len(data) % size}: {len(data) % size} of {size} bytes",
             file=out,
         )
         return False

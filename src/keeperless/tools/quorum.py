@@ -8,17 +8,44 @@ from typing import Any, TextIO
 
 from keeperless.tools.client import ToolError, call
 
-__all__ = ["cluster_id", "describe_quorum", "print_replication", "print_status"]
+__all__ = [
+    "QUORUM_TIMEOUT_S",
+    "cluster_id",
+    "describe_quorum",
+    "print_replication",
+    "print_status",
+]
 
 _TOPIC = "__cluster_metadata"
 
 
-def describe_quorum(servers: list[tuple[str, int]]) -> Any:
+QUORUM_TIMEOUT_S = 30.0
+RETRY_BACKOFF_S = 0.25
+
+
+def describe_quorum(servers: list[tuple[str, int]], timeout_s: float = QUORUM_TIMEOUT_S) -> Any:
     """The DescribeQuorum answer of the active controller, asked directly or through a
     broker (which forwards it). Every bootstrap address is tried, and a controller that
-    does not lead names the leader, whose address its answer (v2) carries."""
+    does not lead names the leader, whose address its answer (v2) carries. While some
+    server answers but none leads (an election after the active controller died), ask
+    again, as Kafka's admin client does, for up to ``timeout_s``; when no server answers
+    at all, fail at once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        p, last, answered = _ask_quorum(servers)
+        if p is not None:
+            return p
+        if not answered or time.monotonic() + RETRY_BACKOFF_S > deadline:
+            raise ToolError(f"no active controller answered DescribeQuorum: {last}")
+        time.sleep(RETRY_BACKOFF_S)
+
+
+def _ask_quorum(servers: list[tuple[str, int]]) -> tuple[Any, str, bool]:
+    """One round over the servers (and the leaders they name): (the leader's answer or
+    None, why not, whether any server answered)."""
     body = {"topics": [{"topic_name": _TOPIC, "partitions": [{"partition_index": 0}]}]}
     last = "no server answered"
+    answered = False
     queue = list(servers)
     seen: set[tuple[str, int]] = set()
     while queue:
@@ -29,11 +56,13 @@ def describe_quorum(servers: list[tuple[str, int]]) -> Any:
         try:
             resp = call([server], 55, 2, body)
         except ToolError as e:
-            last = str(e)
+            if not answered:
+                last = str(e)
             continue
+        answered = True
         p = resp.topics[0].partitions[0] if resp.topics else None
         if p is not None and int(p.error_code) == 0:
-            return p
+            return p, "", True
         if p is not None and p.leader_id >= 0:
             last = f"{server[0]}:{server[1]} is not the leader (leader is node {p.leader_id})"
             for node in resp.nodes:
@@ -43,7 +72,7 @@ def describe_quorum(servers: list[tuple[str, int]]) -> Any:
             last = f"{server[0]}:{server[1]}: {resp.error_message or resp.error_code}"
         else:
             last = f"{server[0]}:{server[1]} knows no leader: the quorum may have no majority"
-    raise ToolError(f"no active controller answered DescribeQuorum: {last}")
+    return None, last, answered
 
 
 def cluster_id(servers: list[tuple[str, int]]) -> str:
@@ -80,8 +109,17 @@ def print_status(servers: list[tuple[str, int]], out: TextIO) -> None:
         print(f"{k + ':':<24}{v}", file=out)
 
 
-def print_replication(servers: list[tuple[str, int]], out: TextIO) -> None:
+def print_replication(
+    servers: list[tuple[str, int]], out: TextIO, human_readable: bool = False
+) -> None:
     p = describe_quorum(servers)
+    now = int(time.time() * 1000)
+
+    def when(ts: int) -> str:
+        if not human_readable:
+            return str(ts)
+        return f"{max(now - ts, 0)} ms ago" if ts >= 0 else "-"
+
     leader_end = next(
         (v.log_end_offset for v in p.current_voters if v.replica_id == p.leader_id),
         p.high_watermark,
@@ -98,6 +136,6 @@ def print_replication(servers: list[tuple[str, int]], out: TextIO) -> None:
     for r, status in rows:
         print(
             f"{r.replica_id:<8}{r.log_end_offset:<16}{max(leader_end - r.log_end_offset, 0):<8}"
-            f"{r.last_fetch_timestamp:<24}{r.last_caught_up_timestamp:<24}{status}",
+            f"{when(r.last_fetch_timestamp):<24}{when(r.last_caught_up_timestamp):<24}{status}",
             file=out,
         )

@@ -1,33 +1,27 @@
 """`topics`: Kafka's kafka-topics.sh (--create, --list, --describe, --alter, --delete),
-over a real Kafka client (confluent-kafka), printing what Kafka prints."""
+over a real Kafka client (confluent-kafka), printing what Kafka prints. As Kafka's,
+--topic is a regular expression (matching whole names) for every action but --create."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any, TextIO
 
 from keeperless.storage.meta_properties import uuid_to_kafka
-from keeperless.tools.client import QUIET, ToolError
+from keeperless.tools.client import ToolError
+from keeperless.tools.rdkafka import TIMEOUT_S, Session
 
-__all__ = ["run_topics"]
+__all__ = ["check_topic_args", "run_topics"]
 
-TIMEOUT_S = 30.0
-
-
-def _admin(bootstrap: str, extra: dict[str, str]) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": bootstrap, **QUIET, **extra})
-
-
-def _result(fut: Any) -> Any:
-    from confluent_kafka import KafkaException
-
-    try:
-        return fut.result(TIMEOUT_S)
-    except KafkaException as e:
-        err = e.args[0]
-        raise ToolError(err.str() if hasattr(err, "str") else str(err)) from None
+ACTIONS = ("list", "describe", "create", "alter", "delete")
+INTERNAL = ("__consumer_offsets", "__transaction_state")
+PARTITION_FILTERS = (
+    "under_replicated_partitions",
+    "unavailable_partitions",
+    "under_min_isr_partitions",
+    "at_min_isr_partitions",
+)
 
 
 def _configs(pairs: list[str] | None) -> dict[str, str]:
@@ -48,89 +42,188 @@ def _topic_id(tid: Any) -> str:
     return uuid_to_kafka(uuid.UUID(int=(hi << 64) | lo))
 
 
-def run_topics(args: Any, extra: dict[str, str], out: TextIO) -> int:
-    from confluent_kafka import TopicCollection
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        ConfigResource,
-        NewPartitions,
-        NewTopic,
-    )
+def check_topic_args(args: Any) -> None:
+    """Kafka's option rules, checked before connecting."""
+    given = [a for a in ACTIONS if getattr(args, a)]
+    if len(given) != 1:
+        raise ToolError(
+            "Command must include exactly one action: --list, --describe, --create, --alter "
+            "or --delete"
+        )
+    action = given[0]
+    if action in ("create", "alter", "delete") and not args.topic:
+        raise ToolError(f'Missing required argument "[topic]" for --{action}')
+    if args.partitions is not None and args.partitions < 1:
+        raise ToolError("The partitions must be greater than 0")
+    if args.replication_factor is not None and not 1 <= args.replication_factor <= 32767:
+        raise ToolError("The replication factor must be between 1 and 32767 inclusive")
+    if args.if_not_exists and action != "create":
+        raise ToolError("Option --if-not-exists is only valid with --create")
+    if args.if_exists and action not in ("alter", "delete", "describe"):
+        raise ToolError("Option --if-exists is only valid with --alter, --delete or --describe")
+    filters = [f for f in PARTITION_FILTERS if getattr(args, f)]
+    if (filters or args.topics_with_overrides) and action != "describe":
+        name = filters[0] if filters else "topics_with_overrides"
+        raise ToolError(f"Option --{name.replace('_', '-')} is only valid with --describe")
+    if len(filters) + bool(args.topics_with_overrides) > 1:
+        raise ToolError(
+            "Options --topics-with-overrides, --under-replicated-partitions, "
+            "--unavailable-partitions, --under-min-isr-partitions and "
+            "--at-min-isr-partitions may not be combined"
+        )
+    if action == "alter" and args.partitions is None:
+        raise ToolError("--alter needs --partitions (change configs with kafka-configs.sh)")
+    if action != "create" and args.topic is not None:
+        try:
+            re.compile(args.topic)
+        except re.error as e:
+            raise ToolError(
+                f"--topic {args.topic!r} is not a valid regular expression: {e}"
+            ) from None
 
-    admin = _admin(args.bootstrap_server, extra)
-    if args.list:
-        md = admin.list_topics(timeout=TIMEOUT_S)
-        for name in sorted(md.topics):
-            print(name, file=out)
-        return 0
-    if args.create:
-        if not args.topic:
-            raise ToolError("--create needs --topic")
+
+class _Topics:
+    def __init__(self, args: Any, extra: dict[str, str], out: TextIO) -> None:
+        self.args = args
+        self.out = out
+        self.session = Session(args.bootstrap_server, extra)
+        self.admin = self.session.admin()
+
+    def result(self, fut: Any) -> Any:
+        return self.session.wait(self.admin, fut)
+
+    def matching(self, exists_required: bool) -> list[str]:
+        """The topics --topic names (a regular expression), or every topic without it;
+        internal topics left out with --exclude-internal."""
+        md = self.admin.list_topics(timeout=TIMEOUT_S)
+        names = sorted(md.topics)
+        if self.args.exclude_internal:
+            names = [n for n in names if n not in INTERNAL]
+        if self.args.topic is None:
+            return names
+        pattern = re.compile(self.args.topic)
+        found = [n for n in names if pattern.fullmatch(n)]
+        if not found and exists_required and not self.args.if_exists:
+            raise ToolError(f"Topic '{self.args.topic}' does not exist as expected")
+        return found
+
+    def create(self) -> None:
+        from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+        a = self.args
         nt = NewTopic(
-            args.topic,
-            args.partitions or -1,
-            args.replication_factor or -1,
-            config=_configs(args.config),
+            a.topic, a.partitions or -1, a.replication_factor or -1, config=_configs(a.config)
         )
-        _result(admin.create_topics([nt], request_timeout=TIMEOUT_S)[args.topic])
-        print(f"Created topic {args.topic}.", file=out)
-        return 0
-    if args.delete:
-        if not args.topic:
-            raise ToolError("--delete needs --topic")
-        _result(admin.delete_topics([args.topic], request_timeout=TIMEOUT_S)[args.topic])
-        return 0
-    if args.alter:
-        if not args.topic or not args.partitions:
-            raise ToolError("--alter needs --topic and --partitions")
-        _result(
-            admin.create_partitions(
-                [NewPartitions(args.topic, args.partitions)], request_timeout=TIMEOUT_S
-            )[args.topic]
-        )
-        return 0
-    if args.describe:
-        md = admin.list_topics(timeout=TIMEOUT_S)
-        names = [args.topic] if args.topic else sorted(md.topics)
-        if args.topic and args.topic not in md.topics:
-            raise ToolError(f"Topic '{args.topic}' does not exist as expected")
+        try:
+            self.result(self.admin.create_topics([nt], request_timeout=TIMEOUT_S)[a.topic])
+        except ToolError as e:
+            if a.if_not_exists and "already exists" in str(e):
+                return
+            raise
+        print(f"Created topic {a.topic}.", file=self.out)
+
+    def delete(self) -> None:
+        names = self.matching(exists_required=True)
+        internal = [n for n in names if n in INTERNAL]
+        if internal:
+            raise ToolError(
+                f"Topic {internal[0]} is a kafka internal topic and is not allowed to be marked "
+                "for deletion."
+            )
+        if names:
+            futs = self.admin.delete_topics(names, request_timeout=TIMEOUT_S)
+            for n in names:
+                self.result(futs[n])
+
+    def alter(self) -> None:
+        from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]
+
+        names = self.matching(exists_required=True)
         if not names:
-            return 0
-        descs = admin.describe_topics(TopicCollection(names))
-        cfgs = admin.describe_configs([ConfigResource("topic", n) for n in names])
-        explicit = {}
+            return
+        futs = self.admin.create_partitions(
+            [NewPartitions(n, self.args.partitions) for n in names], request_timeout=TIMEOUT_S
+        )
+        for n in names:
+            self.result(futs[n])
+
+    def describe(self) -> None:
+        from confluent_kafka import TopicCollection
+        from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+
+        a = self.args
+        names = self.matching(exists_required=True)
+        if not names:
+            return
+        descs = self.admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S)
+        cfgs = self.admin.describe_configs(
+            [ConfigResource("topic", n) for n in names], request_timeout=TIMEOUT_S
+        )
+        explicit: dict[str, str] = {}
+        min_isr: dict[str, int] = {}
         for res, fut in cfgs.items():
-            entries = _result(fut)
+            entries = self.result(fut)
             explicit[res.name] = ",".join(
                 f"{k}={e.value}"
                 for k, e in sorted(entries.items())
                 if not e.is_default and e.value is not None
             )
+            entry = entries.get("min.insync.replicas")
+            min_isr[res.name] = int(entry.value) if entry is not None and entry.value else 1
+        filters = [f for f in PARTITION_FILTERS if getattr(a, f)]
         for name in names:
-            d = _result(descs[name])
+            d = self.result(descs[name])
             parts = sorted(d.partitions, key=lambda p: p.id)
-            rf = len(parts[0].replicas) if parts else 0
-            rows = []
+            if a.topics_with_overrides and not explicit.get(name):
+                continue
+            if not filters:
+                rf = len(parts[0].replicas) if parts else 0
+                print(
+                    f"Topic: {name}\tTopicId: {_topic_id(d.topic_id)}\tPartitionCount: "
+                    f"{len(parts)}\tReplicationFactor: {rf}\tConfigs: {explicit.get(name, '')}",
+                    file=self.out,
+                )
+            if a.topics_with_overrides:
+                continue
             for p in parts:
                 leader = p.leader.id if p.leader is not None else -1
                 replicas = [r.id for r in p.replicas]
                 isr = [r.id for r in p.isr]
-                if args.under_replicated_partitions and len(isr) >= len(replicas):
+                if not _shown(filters, leader, replicas, isr, min_isr.get(name, 1)):
                     continue
-                if args.unavailable_partitions and leader >= 0:
-                    continue
-                rows.append(
+                print(
                     f"\tTopic: {name}\tPartition: {p.id}\tLeader: "
                     f"{leader if leader >= 0 else 'none'}\tReplicas: "
-                    f"{','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}"
+                    f"{','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}",
+                    file=self.out,
                 )
-            if (args.under_replicated_partitions or args.unavailable_partitions) and not rows:
-                continue
-            print(
-                f"Topic: {name}\tTopicId: {_topic_id(d.topic_id)}\tPartitionCount: "
-                f"{len(parts)}\tReplicationFactor: {rf}\tConfigs: {explicit.get(name, '')}",
-                file=out,
-            )
-            for row in rows:
-                print(row, file=out)
-        return 0
-    raise ToolError("one of --list, --create, --describe, --alter, --delete is required")
+
+
+def _shown(filters: list[str], leader: int, replicas: list[int], isr: list[int], mi: int) -> bool:
+    if not filters:
+        return True
+    kind = filters[0]
+    if kind == "under_replicated_partitions":
+        return len(isr) < len(replicas)
+    if kind == "unavailable_partitions":
+        return leader < 0
+    if kind == "under_min_isr_partitions":
+        return len(isr) < mi
+    return len(isr) == mi  # at_min_isr_partitions
+
+
+def run_topics(args: Any, extra: dict[str, str], out: TextIO) -> int:
+    check_topic_args(args)
+    tool = _Topics(args, extra, out)
+    if args.list:
+        for name in tool.matching(exists_required=False):
+            print(name, file=out)
+    elif args.create:
+        tool.create()
+    elif args.delete:
+        tool.delete()
+    elif args.alter:
+        tool.alter()
+    else:
+        tool.describe()
+    return 0

@@ -1,0 +1,85 @@
+"""kafka-dump-log.sh --offsets-decoder: the keys and values of `__consumer_offsets`
+records as Kafka's tool prints them (`key: {"type":"1","data":{...}} payload:
+{"version":"3","data":{...}}`)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+__all__ = ["decode_offsets_record"]
+
+
+class _Reader:
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def i16(self) -> int:
+        (v,) = struct.unpack_from(">h", self.buf, self.pos)
+        self.pos += 2
+        return int(v)
+
+    def i32(self) -> int:
+        (v,) = struct.unpack_from(">i", self.buf, self.pos)
+        self.pos += 4
+        return int(v)
+
+    def i64(self) -> int:
+        (v,) = struct.unpack_from(">q", self.buf, self.pos)
+        self.pos += 8
+        return int(v)
+
+    def string(self) -> str | None:
+        n = self.i16()
+        if n < 0:
+            return None
+        s = self.buf[self.pos : self.pos + n].decode("utf-8", "replace")
+        self.pos += n
+        return s
+
+
+def _js(v: Any) -> str:
+    return json.dumps(v, separators=(",", ":"))
+
+
+def _offset_value(r: _Reader, version: int) -> dict[str, Any]:
+    data: dict[str, Any] = {"offset": r.i64()}
+    if version >= 3:
+        data["leaderEpoch"] = r.i32()
+    data["metadata"] = r.string()
+    data["commitTimestamp"] = r.i64()
+    if version == 1:
+        data["expireTimestamp"] = r.i64()
+    return data
+
+
+def decode_offsets_record(key: bytes | None, value: bytes | None) -> str:
+    """' key: {...} payload: {...}' for one record; what cannot be decoded is named."""
+    if key is None:
+        return " key: null payload: null"
+    try:
+        r = _Reader(key)
+        kind = r.i16()
+        if kind in (0, 1):
+            k: dict[str, Any] = {"group": r.string(), "topic": r.string(), "partition": r.i32()}
+        elif kind == 2:
+            k = {"group": r.string()}
+        else:
+            return f" key: <unknown record type {kind}, {len(key)} bytes> payload: ..."
+    except struct.error:
+        return f" key: <truncated, {len(key)} bytes> payload: ..."
+    key_text = _js({"type": str(kind), "data": k})
+    if value is None:
+        return f" key: {key_text} payload: null"
+    try:
+        r = _Reader(value)
+        version = r.i16()
+        if kind in (0, 1) and 0 <= version <= 4:
+            payload = _js({"version": str(version), "data": _offset_value(r, version)})
+        else:
+            payload = f"<group metadata v{version}, {len(value)} bytes>"
+    except struct.error:
+        payload = f"<truncated, {len(value)} bytes>"
+    return f" key: {key_text} payload: {payload}"
