@@ -27,7 +27,7 @@ def _produce(bootstrap: str, topic: str, partition: int, n: int) -> None:
 
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for i in range(n):
-        p.produce(topic, value=b"v%d" % i, partition=partition)
+        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=partition)
     assert p.flush(30) == 0
 
 
@@ -137,3 +137,40 @@ def test_delete_records_with_kafka_python_and_a_compacted_topic(three: Cluster) 
     finally:
         admin.close()
     assert _watermarks(c.bootstrap, "drc", 0) == (0, 3)
+
+
+def test_the_delete_records_tool_as_kafkas(
+    three: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """kafka-delete-records.sh --offset-json-file, printing Kafka's lines; a partition
+    refused is named with its error (exit 1); a bad file is one line."""
+    import json
+
+    c = three
+    _create(c, "drt")
+    _produce(c.bootstrap, "drt", 0, 8)
+    d = tmp_path_factory.mktemp("drt")
+    spec = d / "offsets.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": "drt", "partition": 0, "offset": 5}],
+                                "version": 1}))  # fmt: skip
+    res = keeperless("delete-records", "--bootstrap-server", c.bootstrap,
+                     "--offset-json-file", str(spec))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [
+        "Executing records delete operation",
+        "Records delete operation completed:",
+        "partition: drt-0\tlow_watermark: 5",
+    ]
+    assert _watermarks(c.bootstrap, "drt", 0) == (5, 8)
+    spec.write_text(json.dumps({"partitions": [{"topic": "drt", "partition": 1, "offset": 9}]}))
+    res = keeperless("delete-records", "--bootstrap-server", c.bootstrap,
+                     "--offset-json-file", str(spec))  # fmt: skip
+    assert res.returncode == 1
+    assert "partition: drt-1\terror:" in res.stdout
+    spec.write_text("{nope")
+    res = keeperless("delete-records", "--bootstrap-server", c.bootstrap,
+                     "--offset-json-file", str(spec))  # fmt: skip
+    assert res.returncode == 1
+    assert res.stderr.startswith("ERROR: ")
+    assert "not JSON" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

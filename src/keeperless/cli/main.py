@@ -293,6 +293,10 @@ def _tools(args: argparse.Namespace) -> int:
 
         extra.update(_command_config(args.consumer_config))
         return run_consumer(args, extra, sys.stdout)
+    if args.command == "delete-records":
+        from keeperless.tools.delete_records import run_delete_records
+
+        return run_delete_records(args, extra, sys.stdout)
     if args.command == "consumer-groups":
         from keeperless.tools.groups import run_consumer_groups
 

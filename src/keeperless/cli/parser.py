@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "kafka-features.sh": ("features",),
     "kafka-leader-election.sh": ("leader-election",),
     "kafka-log-dirs.sh": ("log-dirs",),
+    "kafka-delete-records.sh": ("delete-records",),
 }
 
 # set by main() when run as one of Kafka's scripts: ("keeperless topics", "kafka-topics.sh")
@@ -289,6 +290,14 @@ def build_parser() -> argparse.ArgumentParser:
     ld.add_argument("--describe", action="store_true", required=True)
     ld.add_argument("--broker-list")
     ld.add_argument("--topic-list")
+
+    dr = sub.add_parser("delete-records", help="delete records up to an offset (DeleteRecords)")
+    _connection_flags(dr, controller=False)
+    dr.add_argument(
+        "--offset-json-file",
+        required=True,
+        help='{"partitions": [{"topic": "t", "partition": 0, "offset": 3}], "version": 1}',
+    )
 
     dl = sub.add_parser("dump-log", help="print log segments, metadata logs and snapshots")
     dl.add_argument("--files", required=True, nargs="+", help="files (comma-separated)")
