@@ -104,6 +104,7 @@ API_NAMES = {
     18: "ApiVersions",
     19: "CreateTopics",
     20: "DeleteTopics",
+    21: "DeleteRecords",
     22: "InitProducerId",
     23: "OffsetForLeaderEpoch",
     33: "AlterConfigs",
