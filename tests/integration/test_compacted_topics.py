@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.integration.cluster import Node, _recv, keeperless, wait_until
+from tests.integration.cluster import Cluster, Node, _recv, keeperless, wait_until
 
 
 @pytest.fixture
@@ -105,11 +105,13 @@ def _produce_keyed(
     return latest
 
 
-def _read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+def _read_all(
+    bootstrap: str, topic: str, **conf: str
+) -> list[tuple[int, bytes | None, bytes | None]]:
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False}
+        {"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False} | conf
     )
     try:
         lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
@@ -211,3 +213,60 @@ def test_kill_9_while_cleaning_loses_no_latest_value(tmp_path: Path) -> None:
         assert _state(_read_all(n.bootstrap, "crashy")) == expected
     finally:
         n.stop()
+
+
+def _bytes_out(n: Node) -> float:
+    for line in n.scrape().splitlines():
+        if line.startswith("kafka_server_brokertopicmetrics_bytes_out_total "):
+            return float(line.split()[1])
+    raise AssertionError("no bytes-out metric")
+
+
+def test_rf3_replicas_compact_on_their_own_and_each_serves_the_same_keyed_state(
+    tmp_path: Path,
+) -> None:
+    """Three replicas of a compacted topic, each cleaned by its own broker: a consumer
+    reading from each replica in turn (client.rack, KIP-392's RackAwareReplicaSelector)
+    builds the same keyed state, that of everything acknowledged, with every latest
+    record at the offset it was produced at; and the replica in the consumer's rack,
+    not the leader, sent the records."""
+    c = Cluster(
+        tmp_path,
+        controllers=1,
+        brokers=3,
+        metrics=True,
+        extra={
+            "log.cleaner.backoff.ms": "200",
+            "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+        },
+    )
+    for j, b in c.brokers.items():
+        b.config.write_text(b.config.read_text() + f"broker.rack=rack-{j}\n")
+    c.start()
+    try:
+        keeperless(
+            "topics", "--bootstrap-server", c.bootstrap, "--create", "--topic", "rf3",
+            "--partitions", "1", "--replication-factor", "3",
+            "--config", "cleanup.policy=compact", "--config", "segment.bytes=4096",
+            "--config", "min.cleanable.dirty.ratio=0.1", "--config", "delete.retention.ms=0",
+            check=True,
+        )  # fmt: skip
+        latest = _produce_keyed(c.bootstrap, "rf3", 3000, 60, seed=3)
+        expected = {k: v for k, (_o, v) in latest.items() if v is not None}
+        for b in c.brokers.values():  # each replica cleans its own copy
+            wait_until(lambda b=b: "Cleaned rf3-0" in b.logs(), 40, what=f"{b.node_id} cleans")
+        produced_at = {o: k for k, (o, _v) in latest.items()}
+        for j in c.brokers:
+            before = {i: _bytes_out(n) for i, n in c.brokers.items()}
+            records = _read_all(c.bootstrap, "rf3", **{"client.rack": f"rack-{j}"})
+            assert _state(records) == expected, f"replica on broker {j}"
+            assert len(records) < 3000, (j, len(records))  # its own cleaning
+            for off, k, _v in records:
+                if off in produced_at:
+                    assert produced_at[off] == k, (j, off)
+            after = {i: _bytes_out(n) for i, n in c.brokers.items()}
+            assert after[j] - before[j] > 0, f"broker {j} sent no records to its rack"
+            others = sum(after[i] - before[i] for i in c.brokers if i != j)
+            assert others == 0, f"records read outside rack-{j}: {before} -> {after}"
+    finally:
+        c.stop()

@@ -45,6 +45,8 @@ class BrokerSettings:
     offsets_topic_partitions: int
     offsets_topic_replication_factor: int
     static_configs: Mapping[str, str]
+    # replica.selector.class set (KIP-392): consumers are sent to a replica in their rack
+    rack_aware_reads: bool = False
 
 
 def _now_ms() -> int:

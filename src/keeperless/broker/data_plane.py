@@ -40,6 +40,17 @@ _AWAIT_ERRORS = {
     ErrorCode.not_enough_replicas_after_append: "The records are written, but the in-sync "
     "replicas fell below min.insync.replicas before they were acknowledged",
 }
+
+
+def _epoch_error(fp: Any, leader_epoch: int) -> ErrorCode | None:
+    """A reader's current_leader_epoch against this node's (KIP-320)."""
+    if fp.current_leader_epoch < 0 or fp.current_leader_epoch == leader_epoch:
+        return None
+    if fp.current_leader_epoch < leader_epoch:
+        return ErrorCode.fenced_leader_epoch
+    return ErrorCode.unknown_leader_epoch
+
+
 # errors after which a client needs the partition's new leader (KIP-951: told at once)
 _NEW_LEADER_ERRORS = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
@@ -82,14 +93,41 @@ class DataPlane:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
-    def _partition_error(self, topic: str, index: int) -> ErrorCode | None:
+    def _partition_error(
+        self, topic: str, index: int, follower_read: bool = False
+    ) -> ErrorCode | None:
+        """None if this node serves the partition: its leader, or (``follower_read``: a
+        consumer's Fetch v11+, KIP-392) any of its replicas."""
         t = self.broker.image.topic(topic)
         if t is None or index not in t.partitions:
             return ErrorCode.unknown_topic_or_partition
         info = t.partitions[index]
-        if info.leader != self.broker.node_id:
-            return ErrorCode.not_leader_or_follower
-        return None
+        if info.leader == self.broker.node_id:
+            return None
+        if follower_read and self.broker.node_id in info.replicas and info.leader >= 0:
+            return None
+        return ErrorCode.not_leader_or_follower
+
+    def _preferred_read_replica(self, p: Any, fetch_offset: int, rack: str) -> int:
+        """Kafka's RackAwareReplicaSelector, as the leader runs it for a consumer in
+        ``rack``: the leader itself if it is there, else the in-sync live replica there
+        that has ``fetch_offset`` and most of the log; -1 (read here) when none is."""
+        image = self.broker.image
+        me = image.brokers.get(self.broker.node_id)
+        if me is not None and me.rack == rack:
+            return -1
+        best, best_end = -1, -1
+        for r in p.info.isr:
+            b = image.brokers.get(r)
+            f = p.followers.get(r)
+            if r == self.broker.node_id or b is None or b.fenced or b.rack != rack or f is None:
+                continue
+            if (
+                f.log_start_offset <= fetch_offset <= f.log_end_offset
+                and f.log_end_offset > best_end
+            ):
+                best, best_end = r, f.log_end_offset
+        return best
 
     # -- Produce --------------------------------------------------------------------------
 
@@ -273,6 +311,10 @@ class DataPlane:
         replica = getattr(req, "replica_id", -1)
         if version >= 15:
             replica = req.replica_state.replica_id
+        # KIP-392: a consumer's Fetch v11+ may be served by any replica, and a leader with
+        # replica.selector.class sends a consumer with a rack to a replica in that rack
+        consumer_v11 = replica < 0 and version >= 11
+        rack = (req.rack_id or "") if consumer_v11 and self.broker.settings.rack_aware_reads else ""
         image = self.broker.image
         leaders: set[int] = set()
         out: list[tuple[str | UUID, list[FetchPartition]]] = []
@@ -290,11 +332,24 @@ class DataPlane:
                     parts.append(FetchPartition(fp.partition, code.value, -1, -1, -1, b""))
                     errors = True
                     continue
-                err = self._partition_error(name, fp.partition)
+                err = self._partition_error(name, fp.partition, follower_read=consumer_v11)
                 p = self.broker.partitions.get(name, fp.partition)
                 diverging = None
                 if err is None and p is not None and replica >= 0 and first:
                     err, diverging = self._replica_check(p, replica, fp)
+                elif err is None and p is not None and p.info is not None:
+                    led_here = p.info.leader == self.broker.node_id
+                    err = None if led_here else _epoch_error(fp, p.info.leader_epoch)
+                    if err is None and led_here and rack:
+                        preferred = self._preferred_read_replica(p, fp.fetch_offset, rack)
+                        if preferred >= 0:  # KIP-392: no records; read from that replica
+                            hw, start = p.high_watermark, p.log.log_start_offset
+                            parts.append(
+                                FetchPartition(fp.partition, 0, hw, hw, start, b"",
+                                               preferred_read_replica=preferred)
+                            )  # fmt: skip
+                            errors = True  # answer at once
+                            continue
                 if err is not None or p is None:
                     code = err or ErrorCode.not_leader_or_follower
                     current = None
@@ -311,10 +366,12 @@ class DataPlane:
                 start = p.log.log_start_offset
                 records: FileSlice | bytes = b""
                 code = ErrorCode.none
-                end = p.log.log_end_offset if replica >= 0 else hw
                 if diverging is not None:
                     errors = True  # answer at once: the follower must truncate
-                elif fp.fetch_offset < start or fp.fetch_offset > end:
+                elif fp.fetch_offset < start or fp.fetch_offset > p.log.log_end_offset:
+                    # as Kafka: out of range only outside the log; between the high
+                    # watermark and the log end (a new leader's, or a follower's, high
+                    # watermark can lag what a consumer saw) a consumer gets no records yet
                     code = ErrorCode.offset_out_of_range
                     errors = True
                 elif budget - total > 0 or total == 0:

@@ -203,7 +203,10 @@ class _Fetcher:
                             log.warning("[node %d] %s; fetching again", broker.node_id, e)
                             backoff = True
                             continue
+                    hw_before = p.high_watermark
                     p.follower_hw(pr.high_watermark)
+                    if p.high_watermark > hw_before:
+                        broker.partitions.notify_append()  # consumers reading here (KIP-392)
                     if pr.log_start_offset > p.log.log_start_offset:
                         # records deleted at the leader (DeleteRecords): here too
                         broker.partitions.advance_start(

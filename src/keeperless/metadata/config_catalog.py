@@ -93,6 +93,14 @@ _BROKER: list[ConfigDef] = [
         "This node's id in the cluster, unique among brokers and controllers.",
     ),
     _d("broker.rack", T.STRING, None, "The rack of this broker, used to spread replicas."),
+    _d(
+        "replica.selector.class",
+        T.CLASS,
+        None,
+        "The selector of the replica a consumer fetches from (KIP-392): "
+        "org.apache.kafka.common.replica.RackAwareReplicaSelector sends a consumer with a "
+        "client.rack to an in-sync replica in that rack; unset, consumers fetch from leaders.",
+    ),
     # listeners
     _d(
         "listeners",

@@ -45,6 +45,8 @@ class FetchPartition:
     diverging_epoch: tuple[int, int] | None = None
     # (leader id, leader epoch) of a partition this node does not lead (v12+, KIP-951)
     current_leader: tuple[int, int] | None = None
+    # the replica a consumer should read from instead (v11+, KIP-392); -1: this one
+    preferred_read_replica: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +114,7 @@ def encode_fetch_response(
             )[: 22 if version < 5 else 30]
             buf += array_len(0)  # aborted transactions: none (no transactions yet)
             if version >= 11:
-                buf += _I32.pack(-1)  # preferred read replica
+                buf += _I32.pack(p.preferred_read_replica)
             rec = p.records
             if rec is None:
                 buf += b"\x00" if flexible else _I32.pack(-1)

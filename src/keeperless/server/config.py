@@ -153,6 +153,22 @@ def _http_listener(key: str, raw: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def _replica_selector(key: str, raw: str) -> str | None:
+    """replica.selector.class (KIP-392): unset, or Kafka's rack-aware selector."""
+    raw = raw.strip()
+    if not raw:
+        return None
+    if raw != RACK_AWARE_SELECTOR:
+        raise ConfigError(
+            f"Invalid value {raw!r} for {key}: the replica selector available is "
+            f"{RACK_AWARE_SELECTOR} (consumers fetch from a replica in their client.rack)"
+        )
+    return raw
+
+
 def _assignors(key: str, raw: str) -> list[str]:
     """group.consumer.assignors: Kafka's names, or its class names for them."""
     known = {
@@ -229,6 +245,7 @@ _SCHEMA: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "group.consumer.session.timeout.ms": (_int(1), "45000"),
     "group.consumer.assignors": (_assignors, "uniform,range"),
     "broker.rack": (_str, None),
+    "replica.selector.class": (_replica_selector, None),
     "controller.quorum.election.timeout.ms": (_int(1), "1000"),
     "controller.quorum.fetch.timeout.ms": (_int(1), "2000"),
     "controller.quorum.election.backoff.max.ms": (_int(1), "1000"),

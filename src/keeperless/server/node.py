@@ -173,6 +173,7 @@ class Node:
             offsets_topic_partitions=c["offsets.topic.num.partitions"],
             offsets_topic_replication_factor=c["offsets.topic.replication.factor"],
             static_configs=static,
+            rack_aware_reads=c["replica.selector.class"] is not None,
         )
 
     # -- lifecycle ----------------------------------------------------------------------
