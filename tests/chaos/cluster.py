@@ -26,6 +26,7 @@ TMPFS_BYTES = 256 * 1024 * 1024
 # formatted at an older metadata.version, which the nemesis upgrades during the run
 # (record versions change mid-stream, as when a rolling upgrade is finalized)
 FIRST_RELEASE = "3.5-IV2"
+RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 # Timeouts of a cluster under attack: faults must resolve within seconds.
 TIMEOUTS = {
@@ -108,6 +109,9 @@ class ChaosNode:
         }
         if advertised:
             props["advertised.listeners"] = ",".join(advertised)
+            # a rack each: consumers with a client.rack read from followers (KIP-392)
+            props["broker.rack"] = f"rack-{self.node_id}"
+            props["replica.selector.class"] = RACK_AWARE
         self.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
     def start(self) -> None:

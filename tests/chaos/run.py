@@ -146,7 +146,8 @@ def run_once(
     net.open()
     try:
         cluster.start()
-        workload = Workload(cluster.bootstrap, history, rng)
+        racks = [f"rack-{n.node_id}" for n in cluster.brokers]
+        workload = Workload(cluster.bootstrap, history, rng, racks=racks)
         workload.setup()
         workload.start()
         time.sleep(3.0)  # some quiet traffic first: the baseline latency

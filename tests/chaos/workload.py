@@ -19,6 +19,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import (
@@ -75,8 +76,10 @@ class Workload:
         producers: int = 2,
         rate_per_s: float = 80.0,
         max_messages: int = 20_000,
+        racks: Sequence[str] = (),
     ) -> None:
         self.bootstrap = bootstrap
+        self.racks = list(racks)
         self.history = history
         self.rng = random.Random(rng.random())
         self.partitions = partitions
@@ -225,11 +228,13 @@ class Workload:
         # one member of each protocol in the same group (KIP-848 online migration): the
         # group turns consumer and classic again as the consumer-protocol one comes and
         # goes with the coordinator
-        protocol = (
+        protocol: dict[str, Any] = (
             {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
             if k % 2 == 0
             else {"group.protocol": "consumer"}
         )
+        if self.racks:  # reads from the replica in its rack, a follower as often as not
+            protocol["client.rack"] = self.racks[k % len(self.racks)]
         c = Consumer(
             {
                 **self._common(),
