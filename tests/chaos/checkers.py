@@ -545,11 +545,19 @@ def _compare_keyed(
     return []
 
 
+def _kv_seq(value: str) -> int:
+    return int(value.rsplit("-", 1)[1])
+
+
 def check_compaction(history: History, final: Final) -> tuple[list[Anomaly], dict[str, int]]:
     """The compacted topic of the workload (values ``kv-<key>-<seq>``): after healing
     and cleaning, each key's latest record is its latest acknowledged write, at the
     offset acknowledged, or a later write; no acknowledged record moved."""
-    acked: dict[str, tuple[int, int, str]] = {}  # key -> (partition, offset, value)
+    # key -> (partition, offset, value) of its latest acknowledged write. One idempotent
+    # producer writes them, so a key's writes (one partition) are in the order sent: the
+    # latest is the highest sequence number. librdkafka acknowledges some writes without
+    # an offset (a timed-out request whose successor succeeded was persisted too).
+    acked: dict[str, tuple[int, int | None, str]] = {}
     at: dict[str, tuple[int, int]] = {}
     sent = 0
     for e in history.of("kv-producer", "send"):
@@ -558,8 +566,9 @@ def check_compaction(history: History, final: Final) -> tuple[list[Anomaly], dic
         elif e.type == "ok":
             v = e.value["value"]
             k = v.rsplit("-", 1)[0]
-            at[v] = (e.value["partition"], e.value["offset"])
-            if k not in acked or e.value["offset"] > acked[k][1]:
+            if e.value["offset"] is not None:
+                at[v] = (e.value["partition"], e.value["offset"])
+            if k not in acked or _kv_seq(v) > _kv_seq(acked[k][2]):
                 acked[k] = (e.value["partition"], e.value["offset"], v)
     latest: dict[str, tuple[int, int, str]] = {}
     in_log = 0
@@ -575,7 +584,11 @@ def check_compaction(history: History, final: Final) -> tuple[list[Anomaly], dic
                 latest[k] = (p, offset, value)
     for k, (p, offset, value) in sorted(acked.items()):
         got = latest.get(k)
-        if got is None or got[1] < offset or (got[1] == offset and got[2] != value):
+        if (
+            got is None
+            or _kv_seq(got[2]) < _kv_seq(value)
+            or (offset is not None and (got[1] < offset or (got[1] == offset and got[2] != value)))
+        ):
             out.append(_anomaly("compaction-lost-latest", key=k, acked=[p, offset, value],
                                 found=list(got) if got else None))  # fmt: skip
     return out, {"sent": sent, "acked_keys": len(acked), "in_log": in_log}

@@ -343,6 +343,21 @@ def test_compaction_keeps_each_keys_latest_acknowledged_write() -> None:
     assert [a["kind"] for a in checkers.check_compaction(h, gone)[0]] == ["compaction-lost-latest"]
 
 
+def test_compaction_checks_writes_acknowledged_without_an_offset_by_their_sequence() -> None:
+    """librdkafka acknowledges a timed-out write without an offset when a later one
+    succeeded (seed 14002 stopped the checker on it): its key's latest record must still
+    be that write or a later one."""
+    h = History()
+    for value, offset in (("kv-1-0", 0), ("kv-1-4", None), ("kv-2-1", 1)):
+        op = h.invoke("kv-producer", "send", {"value": value, "partition": 0})
+        h.complete(op, "kv-producer", "ok", "send",
+                   {"value": value, "partition": 0, "offset": offset})  # fmt: skip
+    kept = {0: (0, 3, [(1, "kv-2-1"), (2, "kv-1-4")])}
+    assert checkers.check_compaction(h, kept)[0] == []
+    older = {0: (0, 3, [(0, "kv-1-0"), (1, "kv-2-1")])}
+    assert [a["kind"] for a in checkers.check_compaction(h, older)[0]] == ["compaction-lost-latest"]
+
+
 def test_compacted_replicas_agree_on_latest_values_not_batches(tmp_path: Path) -> None:
     import uuid
 
