@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,17 +88,29 @@ def test_describe_shows_a_deleted_topics_offsets_with_dashes(node1: Node) -> Non
 def live_member(node1: Node) -> Iterator[subprocess.Popen[str]]:
     """A console consumer in group 'live' that commits nothing."""
     _setup(node1, "orders", [4, 2])
+    err = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [sys.executable, "-m", "keeperless", "console-consumer", "--bootstrap-server",
          node1.bootstrap, "--topic", "orders", "--group", "live",
          "--consumer-property", "enable.auto.commit=false"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, text=True,
+        stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT, text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )  # fmt: skip
     try:
         yield proc
     finally:
         os.kill(proc.pid, signal.SIGINT)  # the consumer leaves the group
-        proc.wait(20)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:  # where it hangs (faulthandler on SIGABRT)
+            os.kill(proc.pid, signal.SIGABRT)
+            proc.wait(10)
+            err.seek(0)
+            raise AssertionError(
+                f"console-consumer ignored SIGINT:\n{err.read()[-4000:]}"
+            ) from None
+        finally:
+            err.close()
 
 
 def test_an_active_group(node1: Node, live_member: Any) -> None:
