@@ -30,6 +30,10 @@ partition_st = st.builds(
     current_leader=st.one_of(
         st.none(), st.tuples(st.integers(-1, 2**31 - 1), st.integers(-1, 2**31 - 1))
     ),
+    preferred_read_replica=st.integers(-1, 100),
+    aborted=st.one_of(
+        st.none(), st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)), max_size=3)
+    ),
 )
 topics_st = st.lists(
     st.tuples(
@@ -91,8 +95,13 @@ def test_matches_kio_encoding(
                             "high_watermark": p.high_watermark,
                             "last_stable_offset": p.last_stable_offset,
                             "log_start_offset": p.log_start_offset,
-                            "aborted_transactions": (),
-                            "preferred_read_replica": -1,
+                            "aborted_transactions": None
+                            if p.aborted is None
+                            else [
+                                {"producer_id": pid, "first_offset": first}
+                                for pid, first in p.aborted
+                            ],
+                            "preferred_read_replica": p.preferred_read_replica,
                             "records": p.records,
                             **(
                                 {

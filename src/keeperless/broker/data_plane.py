@@ -155,8 +155,6 @@ class DataPlane:
                 p = self.broker.partitions.get(name, pd.index) if name is not None else None
                 if err is None and p is None:
                     err = ErrorCode.not_leader_or_follower
-                if req.transactional_id is not None and err is None:
-                    err = ErrorCode.transactional_id_authorization_failed
                 if err is not None or p is None or name is None:
                     entry: dict[str, Any] = {
                         "index": pd.index,
@@ -314,6 +312,7 @@ class DataPlane:
         # KIP-392: a consumer's Fetch v11+ may be served by any replica, and a leader with
         # replica.selector.class sends a consumer with a rack to a replica in that rack
         consumer_v11 = replica < 0 and version >= 11
+        committed = replica < 0 and getattr(req, "isolation_level", 0) == 1
         rack = (req.rack_id or "") if consumer_v11 and self.broker.settings.rack_aware_reads else ""
         image = self.broker.image
         leaders: set[int] = set()
@@ -363,9 +362,11 @@ class DataPlane:
                     errors = True
                     continue
                 hw = p.high_watermark
+                lso = p.last_stable_offset
                 start = p.log.log_start_offset
                 records: FileSlice | bytes = b""
                 code = ErrorCode.none
+                aborted = None
                 if diverging is not None:
                     errors = True  # answer at once: the follower must truncate
                 elif fp.fetch_offset < start or fp.fetch_offset > p.log.log_end_offset:
@@ -376,13 +377,16 @@ class DataPlane:
                     errors = True
                 elif budget - total > 0 or total == 0:
                     want = min(fp.partition_max_bytes, max(budget - total, 1))
-                    sl = p.read(fp.fetch_offset, want, for_replica=replica >= 0)
+                    sl = p.read(fp.fetch_offset, want, replica >= 0, committed)
                     if sl is not None:
                         records = sl
                         total += sl.length
+                    if committed:  # what to skip of what it reads (up to the LSO)
+                        aborted = p.txns.aborted_between(fp.fetch_offset, lso)
                 parts.append(
-                    FetchPartition(fp.partition, code.value, hw, hw, start, records, diverging)
-                )
+                    FetchPartition(fp.partition, code.value, hw, lso, start, records, diverging,
+                                   aborted=aborted)
+                )  # fmt: skip
             out.append((key, parts))
         return out, total, errors, leaders
 
@@ -449,8 +453,9 @@ class DataPlane:
                     assert p.info is not None
                     entry["leader_epoch"] = p.info.leader_epoch
                     ts = lp.timestamp
-                    if ts == LATEST:
-                        entry["offset"] = p.high_watermark
+                    if ts == LATEST:  # read_committed: the last stable offset
+                        committed = getattr(req, "isolation_level", 0) == 1
+                        entry["offset"] = p.last_stable_offset if committed else p.high_watermark
                     elif ts in (EARLIEST, EARLIEST_LOCAL):  # all of the log is local
                         entry["offset"] = p.log.log_start_offset
                     elif ts == LATEST_TIERED:  # nothing is tiered: Kafka answers -1

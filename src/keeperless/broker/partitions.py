@@ -15,6 +15,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.broker.txn_state import PartitionTxns, marker_batch, marker_type
 from keeperless.metadata.image import PartitionInfo
 from keeperless.protocol.records import (
     BatchHeader,
@@ -100,11 +101,14 @@ class Partition:
         self.topic_id = topic_id
         self.directory = directory
         self.producers: dict[int, _ProducerEntry] = {}
+        self.txns = PartitionTxns()
+        self._txn_batches: list[BatchHeader] = []  # found while the log recovers
         if read_topic_id(directory) is None:
             # bound to this incarnation of the topic before any data is written
             directory.mkdir(parents=True, exist_ok=True)
             write_topic_id(directory, topic_id)
         self.log = PartitionLog(directory, config, now_ms, self._recover_producer)
+        self._replay_txns()
         self.info: PartitionInfo | None = None
         self.node_id = -1
         self.epochs = LeaderEpochCache(directory)
@@ -270,9 +274,11 @@ class Partition:
         for _, h in headers:
             self.epochs.assign(h.partition_leader_epoch, h.base_offset)
         self.log.append(data, headers, now_ms)
-        for _, h in headers:
+        for pos, h in headers:
             if h.producer_id >= 0 and h.base_sequence >= 0:
                 self._note_producer(h, h.base_offset)
+            if h.is_transactional:
+                self._note_txn(h, h.base_offset, bytes(data[pos : pos + h.size]))
         return len(headers)
 
     def follower_hw(self, leader_hw: int) -> None:
@@ -299,6 +305,7 @@ class Partition:
         self.producers.clear()
         for h in self.log.batch_headers():
             self._recover_producer(h)
+        self._replay_txns()
 
     def reset_to(self, offset: int, now_ms: int) -> None:
         """The leader no longer has our offsets (retention): start over at ``offset``."""
@@ -313,10 +320,70 @@ class Partition:
         self.epochs.clear()
         self._hw = offset
         self.producers.clear()
+        self.txns.clear()
 
     def _recover_producer(self, h: BatchHeader) -> None:
         if h.producer_id >= 0 and h.base_sequence >= 0:
             self._note_producer(h, h.base_offset)
+        if h.is_transactional:
+            self._txn_batches.append(h)
+
+    def _replay_txns(self) -> None:
+        """The transactions of the recovered log: open ones and aborted ones."""
+        self.txns.clear()
+        found, self._txn_batches = self._txn_batches, []
+        for h in found:
+            self._note_txn(h, h.base_offset)
+        self.txns.forget_before(self.log.log_start_offset)
+
+    def _note_txn(self, h: BatchHeader, base_offset: int, data: bytes | None = None) -> None:
+        if not h.is_control:
+            self.txns.note_batch(h, base_offset)
+            return
+        if data is None:
+            sl = self.log.read(base_offset, h.size)
+            data = sl.read()[: h.size] if sl is not None else b""
+        kind = marker_type(data) if data else None
+        self.txns.note_marker(h.producer_id, kind, base_offset)
+        e = self.producers.get(h.producer_id)
+        if e is None or h.producer_epoch > e.epoch:  # a bumped epoch fences the old one
+            self.producers[h.producer_id] = _ProducerEntry(h.producer_epoch)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it every transaction is decided (Kafka's LSO): the high watermark, or
+        the first offset of an open transaction if lower."""
+        hw = self.high_watermark
+        first = self.txns.first_unstable()
+        return hw if first is None else min(hw, first)
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int,
+    ) -> AppendResult:
+        """Leader: end a producer's transaction here (WriteTxnMarkers)."""
+        assert self.info is not None
+        e = self.producers.get(producer_id)
+        if e is not None and producer_epoch < e.epoch:
+            return AppendResult(
+                ErrorCode.invalid_producer_epoch,
+                message=f"Marker epoch {producer_epoch} of producer {producer_id} is older "
+                f"than {e.epoch}",
+            )
+        buf = bytearray(
+            marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+        )
+        base = self.log.log_end_offset
+        patch_offsets(buf, 0, base, self.info.leader_epoch)
+        h = read_header(buf, 0)
+        self.epochs.assign(self.info.leader_epoch, base)
+        self.log.append(buf, [(0, h)], now_ms)
+        self._note_txn(h, base, bytes(buf))
+        return AppendResult(ErrorCode.none, base)
 
     def _note_producer(self, h: BatchHeader, base_offset: int) -> None:
         e = self.producers.get(h.producer_id)
@@ -380,6 +447,12 @@ class Partition:
         if not batches:
             return AppendResult(ErrorCode.corrupt_message, message="no record batch")
         for _, h in batches:
+            if h.is_control:
+                return AppendResult(
+                    ErrorCode.invalid_record,
+                    message="A control batch cannot be produced (transaction markers are "
+                    "written by the transaction coordinator)",
+                )
             if h.size > max_message_bytes:
                 return AppendResult(
                     ErrorCode.message_too_large,
@@ -411,11 +484,19 @@ class Partition:
         self.log.append(buf, assigned, now_ms)
         if first.producer_id >= 0 and first.base_sequence >= 0:
             self._note_producer(first, base)
+        if first.is_transactional:
+            self.txns.note_batch(first, base)
         return AppendResult(ErrorCode.none, base)
 
-    def read(self, offset: int, max_bytes: int, for_replica: bool = False) -> FileSlice | None:
-        """Consumers read up to the high watermark; followers up to the log end."""
-        limit = self.log.log_end_offset if for_replica else self.high_watermark
+    def read(
+        self, offset: int, max_bytes: int, for_replica: bool = False, committed: bool = False
+    ) -> FileSlice | None:
+        """Consumers read up to the high watermark (read_committed ones up to the last
+        stable offset); followers up to the log end."""
+        if for_replica:
+            limit = self.log.log_end_offset
+        else:
+            limit = self.last_stable_offset if committed else self.high_watermark
         return self.log.read(offset, max_bytes, limit)
 
 

@@ -47,6 +47,9 @@ class FetchPartition:
     current_leader: tuple[int, int] | None = None
     # the replica a consumer should read from instead (v11+, KIP-392); -1: this one
     preferred_read_replica: int = -1
+    # (producer id, first offset) of aborted transactions in the range (read_committed);
+    # None for read_uncommitted readers
+    aborted: Sequence[tuple[int, int]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,9 @@ class NodeEndpoint:
     host: str
     port: int
     rack: str | None = None
+
+
+_ABORTED = struct.Struct(">qq")
 
 
 def _uvarint(n: int) -> bytes:
@@ -112,7 +118,14 @@ def encode_fetch_response(
             buf += _PART.pack(
                 p.index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset
             )[: 22 if version < 5 else 30]
-            buf += array_len(0)  # aborted transactions: none (no transactions yet)
+            if p.aborted is None:
+                buf += _uvarint(0) if flexible else _I32.pack(-1)  # null
+            else:
+                buf += array_len(len(p.aborted))
+                for pid, first in p.aborted:
+                    buf += _ABORTED.pack(pid, first)
+                    if flexible:
+                        buf.append(0)
             if version >= 11:
                 buf += _I32.pack(p.preferred_read_replica)
             rec = p.records

@@ -172,6 +172,7 @@ def build_batch(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     control: bool = False,
+    transactional: bool = False,
     timestamp_deltas: Sequence[int] = (),
 ) -> bytes:
     """Encode an uncompressed v2 batch of (key, value, headers) records.
@@ -191,7 +192,7 @@ def build_batch(
             _write_bytes(rec, hv)
         write_varint(body, len(rec))
         body += rec
-    attributes = ATTR_CONTROL if control else 0
+    attributes = (ATTR_CONTROL if control else 0) | (ATTR_TRANSACTIONAL if transactional else 0)
     count = len(records)
     header = _HEADER.pack(
         base_offset,

@@ -1,0 +1,83 @@
+"""A partition's transactions as Kafka's log keeps them: the first offset of each
+producer's open transaction (what bounds the last stable offset) and the aborted
+transactions (what a read_committed consumer is told to skip).
+
+Transaction markers are control batches of one record: key (version int16 0, type int16:
+0 ABORT, 1 COMMIT), value (version int16 0, coordinator epoch int32)."""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from dataclasses import dataclass, field
+
+from keeperless.protocol.records import BatchHeader, build_batch, decode_records
+
+__all__ = ["ABORT", "COMMIT", "PartitionTxns", "marker_batch", "marker_type"]
+
+ABORT = 0
+COMMIT = 1
+_KEY = struct.Struct(">hh")
+_VALUE = struct.Struct(">hi")
+
+
+def marker_batch(
+    producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+) -> bytes:
+    """A COMMIT or ABORT marker of one producer's transaction (offsets assigned later)."""
+    return build_batch(
+        [(_KEY.pack(0, COMMIT if commit else ABORT), _VALUE.pack(0, coordinator_epoch), ())],
+        timestamp_ms=now_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        control=True,
+        transactional=True,
+    )
+
+
+def marker_type(batch: bytes | memoryview) -> int | None:
+    """ABORT or COMMIT for a transaction marker batch; None for other control records."""
+    for rec in decode_records(batch):
+        if rec.key is not None and len(rec.key) >= 4:
+            version, kind = _KEY.unpack_from(rec.key, 0)
+            if version == 0 and kind in (ABORT, COMMIT):
+                return int(kind)
+        return None
+    return None
+
+
+@dataclass(slots=True)
+class PartitionTxns:
+    # producer id -> first offset of its open transaction
+    ongoing: dict[int, int] = field(default_factory=dict)
+    # (last offset: the ABORT marker's, producer id, first offset), by last offset
+    aborted: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def clear(self) -> None:
+        self.ongoing.clear()
+        self.aborted.clear()
+
+    def note_batch(self, h: BatchHeader, base_offset: int) -> None:
+        """A transactional data batch written at ``base_offset``."""
+        if h.is_transactional and not h.is_control and h.producer_id >= 0:
+            self.ongoing.setdefault(h.producer_id, base_offset)
+
+    def note_marker(self, producer_id: int, kind: int | None, offset: int) -> None:
+        """A marker at ``offset`` ends the producer's open transaction."""
+        first = self.ongoing.pop(producer_id, None)
+        if kind == ABORT and first is not None:
+            bisect.insort(self.aborted, (offset, producer_id, first))
+
+    def first_unstable(self) -> int | None:
+        return min(self.ongoing.values(), default=None)
+
+    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted transactions with records in
+        [start, end): what a read_committed fetch from ``start`` must skip."""
+        i = bisect.bisect_left(self.aborted, (start, -1, -1))
+        return [(pid, first) for last, pid, first in self.aborted[i:] if first < end]
+
+    def forget_before(self, offset: int) -> None:
+        """Retention or DeleteRecords moved the log start past these."""
+        i = bisect.bisect_left(self.aborted, (offset, -1, -1))
+        del self.aborted[:i]
