@@ -78,6 +78,9 @@ class Node:
             "log.dirs": str(self.data),
             "offsets.topic.replication.factor": "1",
             "offsets.topic.num.partitions": "5",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "5",
             "group.initial.rebalance.delay.ms": "0",
         }
         props.update(extra or {})
@@ -203,6 +206,9 @@ class Cluster:
                 "log.dirs": str(n.data),
                 "offsets.topic.replication.factor": "1",
                 "offsets.topic.num.partitions": "3",
+                "transaction.state.log.replication.factor": "1",
+                "transaction.state.log.min.isr": "1",
+                "transaction.state.log.num.partitions": "3",
                 "group.initial.rebalance.delay.ms": "0",
             }
             props.update({k: v for k, v in (extra or {}).items() if k in props})  # extra wins

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
 
+from kio.schema.errors import ErrorCode
+
 from keeperless.broker.auto_create import AutoTopicCreator
-from keeperless.broker.controller_channel import ControllerChannel
+from keeperless.broker.controller_channel import ControllerChannel, ControllerUnavailableError
 from keeperless.broker.partitions import PartitionManager
 from keeperless.metadata.config_catalog import Resolved, resolve_broker, resolve_topic
 from keeperless.metadata.image import (
@@ -67,6 +69,7 @@ class Broker:
         self.fenced = True
         self.on_image: list[Callable[[MetadataImage], None]] = []
         self._produce_settings: dict[str, tuple[int, bool, int, bool]] = {}
+        self._producer_ids: list[int] = []
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
         self._image_waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
         # local partitions whose assignment changed in the last published delta
@@ -249,6 +252,21 @@ class Broker:
             index_interval_bytes=get("index.interval.bytes", d.index_interval_bytes),
             flush_interval_messages=get("flush.messages", d.flush_interval_messages),
         )
+
+    async def allocate_producer_id(self) -> tuple[ErrorCode, int]:
+        """A producer id from this broker's block (AllocateProducerIds to the controller
+        for a new block when it is used up): (error, producer id)."""
+        if not self._producer_ids:
+            try:
+                err, start, count = await self.controller.allocate_producer_ids(
+                    self.node_id, self.broker_epoch
+                )
+            except ControllerUnavailableError:
+                return ErrorCode.coordinator_not_available, -1
+            if err.code != ErrorCode.none:
+                return err.code, -1
+            self._producer_ids = list(range(start + count - 1, start - 1, -1))
+        return ErrorCode.none, self._producer_ids.pop()
 
     def produce_settings(self, name: str) -> tuple[int, bool, int, bool]:
         """(max.message.bytes, LogAppendTime?, min.insync.replicas, compacted?) of a

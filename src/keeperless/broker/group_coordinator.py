@@ -16,6 +16,7 @@ from keeperless.broker.broker import Broker
 from keeperless.broker.consumer_group import ConsumerGroup, TopicsView
 from keeperless.broker.groups import Group, JoinResult
 from keeperless.broker.mixed_groups import MixedGroups
+from keeperless.broker.txn_state import COMMIT, marker_type
 from keeperless.controller.quorum_controller import NewTopic
 from keeperless.metadata.image import MetadataImage
 from keeperless.protocol.build import build
@@ -102,6 +103,8 @@ class GroupCoordinator:
         # classic and consumer-protocol members of one group (KIP-848 migration)
         self.mixed = MixedGroups(self, self.topics_view)
         self.offsets: dict[str, Offsets] = {}
+        # offsets committed in open transactions: producer id -> group -> offsets
+        self.pending_txn: dict[int, dict[str, Offsets]] = {}
         # __consumer_offsets partitions led here and loaded: index -> leader epoch
         self._loaded: dict[int, int] = {}
         broker.on_image.append(self._on_image)
@@ -165,6 +168,11 @@ class GroupCoordinator:
             for gid in self.consumer_groups
             if gid not in gone and (partitions == 0 or partition_for_group(gid, partitions) == idx)
         ]
+        for pending in self.pending_txn.values():
+            for gid in [
+                g for g in pending if partitions == 0 or partition_for_group(g, partitions) == idx
+            ]:
+                del pending[gid]
         for gid in gone:
             g = self.groups.pop(gid, None)
             if g is not None:
@@ -190,12 +198,41 @@ class GroupCoordinator:
             data = sl.read()
             for pos, h in iter_batches(data):
                 off = h.last_offset + 1
-                for rec in decode_records(memoryview(data)[pos : pos + h.size]):
+                batch = memoryview(data)[pos : pos + h.size]
+                if h.is_control:  # a transaction's marker: its offsets apply or go
+                    self.end_pending(idx, h.producer_id, marker_type(batch) == COMMIT)
+                    continue
+                into = None
+                if h.is_transactional:
+                    into = self.pending_txn.setdefault(h.producer_id, {})
+                for rec in decode_records(batch):
                     if rec.key is not None:
-                        n += self._replay(rec.key, rec.value)
+                        n += self._replay(rec.key, rec.value, into)
         return n
 
-    def _replay(self, key: bytes, value: bytes | None) -> int:
+    def add_pending(self, group: str, producer_id: int, offsets: Offsets) -> None:
+        self.pending_txn.setdefault(producer_id, {}).setdefault(group, {}).update(offsets)
+
+    def end_pending(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A marker of ``producer_id`` on this __consumer_offsets partition."""
+        pending = self.pending_txn.get(producer_id)
+        t = self.broker.image.topic(OFFSETS_TOPIC)
+        if not pending or t is None:
+            return
+        for gid in [g for g in pending if partition_for_group(g, len(t.partitions)) == partition]:
+            offsets = pending.pop(gid)
+            if commit:
+                self.offsets.setdefault(gid, {}).update(offsets)
+        if not pending:
+            del self.pending_txn[producer_id]
+
+    def pending_partitions(self, group: str) -> set[tuple[str, int]]:
+        """Partitions of ``group`` with offsets in an open transaction."""
+        return {k for pending in self.pending_txn.values() for k in pending.get(group, {})}
+
+    def _replay(
+        self, key: bytes, value: bytes | None, into: dict[str, Offsets] | None = None
+    ) -> int:
         (version,) = _S16.unpack_from(key, 0)
         if version not in (0, 1):
             return 0  # group metadata records: membership is not restored across restarts
@@ -204,7 +241,7 @@ class GroupCoordinator:
         (partition,) = struct.unpack_from(">i", key, pos)
         assert group is not None
         assert topic is not None
-        offsets = self.offsets.setdefault(group, {})
+        offsets = (self.offsets if into is None else into).setdefault(group, {})
         if value is None:
             offsets.pop((topic, partition), None)
             return 1

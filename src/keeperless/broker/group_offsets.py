@@ -149,11 +149,15 @@ class GroupOffsets:
             return ErrorCode.not_coordinator
         return None if ok else ErrorCode.coordinator_not_available
 
-    def _fetch_group(self, group_id: str, topics: Any) -> tuple[ErrorCode, list[dict[str, Any]]]:
+    def _fetch_group(
+        self, group_id: str, topics: Any, require_stable: bool = False
+    ) -> tuple[ErrorCode, list[dict[str, Any]]]:
         err = self.gc._group_error(group_id)
         if err is not None:
             return err, []
         offsets = self.gc.offsets.get(group_id, {})
+        # offsets in an open transaction: a reader asking for stable ones asks again
+        unstable = self.gc.pending_partitions(group_id) if require_stable else set()
         wanted: list[tuple[str, list[int]]]
         if topics is None:
             grouped: dict[str, list[int]] = {}
@@ -173,7 +177,9 @@ class GroupOffsets:
                         "committed_offset": off,
                         "committed_leader_epoch": epoch,
                         "metadata": meta,
-                        "error_code": ErrorCode.none,
+                        "error_code": ErrorCode.unstable_offset_commit
+                        if (name, idx) in unstable
+                        else ErrorCode.none,
                     }
                 )
             out.append({"name": name, "partitions": parts})
@@ -184,10 +190,11 @@ class GroupOffsets:
         if header.api_version >= 8:
             groups = []
             for g in req.groups:
-                err, topics = self._fetch_group(g.group_id, g.topics)
+                err, topics = self._fetch_group(g.group_id, g.topics, req.require_stable)
                 groups.append({"group_id": g.group_id, "topics": topics, "error_code": err})
             return build(cls, {"throttle_time": 0, "groups": groups})
-        err, topics = self._fetch_group(req.group_id, req.topics)
+        stable = getattr(req, "require_stable", False)
+        err, topics = self._fetch_group(req.group_id, req.topics, stable)
         if header.api_version < 2 and err != ErrorCode.none:
             topics = [
                 {

@@ -102,7 +102,6 @@ class BrokerHandlers:
         }
         self.handlers.update(extra or {})
         self.apis = {k: v for k, v in self.apis.items() if k in self.handlers}
-        self._producer_ids: list[int] = []
 
     async def _settle(self, predicate: Callable[[MetadataImage], bool]) -> None:
         """Answer only once this broker's image shows what the controller committed."""
@@ -413,18 +412,10 @@ class BrokerHandlers:
                 },
             )
 
-        if req.transactional_id is not None:
+        if req.transactional_id is not None:  # served by the transaction coordinator
             return reply(ErrorCode.transactional_id_authorization_failed)
-        if not self._producer_ids:
-            node, epoch = self.broker.node_id, self.broker.broker_epoch
-            try:
-                err, start, count = await self.broker.controller.allocate_producer_ids(node, epoch)
-            except ControllerUnavailableError:
-                return reply(ErrorCode.coordinator_not_available)
-            if err.code != ErrorCode.none:
-                return reply(err.code)
-            self._producer_ids = list(range(start + count - 1, start - 1, -1))
-        return reply(ErrorCode.none, self._producer_ids.pop(), 0)
+        err, pid = await self.broker.allocate_producer_id()
+        return reply(err, pid, 0 if err == ErrorCode.none else -1)
 
     async def describe_quorum(self, header: RequestHeader, req: Any) -> Any:
         """Forwarded to the active controller, as Kafka's brokers do

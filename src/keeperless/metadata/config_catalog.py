@@ -530,6 +530,37 @@ _BROKER: list[ConfigDef] = [
     ),
     _d("transaction.state.log.min.isr", T.INT, "2", "min.insync.replicas of __transaction_state."),
     _d(
+        "transaction.state.log.num.partitions",
+        T.INT,
+        "50",
+        "The partitions of __transaction_state (set before it is first created).",
+    ),
+    _d(
+        "transaction.state.log.segment.bytes",
+        T.INT,
+        "104857600",
+        "The segment size of __transaction_state.",
+    ),
+    _d(
+        "transaction.max.timeout.ms",
+        T.INT,
+        "900000",
+        "The largest transaction.timeout.ms a producer may ask for (larger: "
+        "INVALID_TRANSACTION_TIMEOUT).",
+    ),
+    _d(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        T.INT,
+        "10000",
+        "How often the transaction coordinator aborts transactions open longer than their timeout.",
+    ),
+    _d(
+        "transactional.id.expiration.ms",
+        T.INT,
+        "604800000",
+        "How long the coordinator keeps a transactional id that sent nothing.",
+    ),
+    _d(
         "share.coordinator.state.topic.replication.factor",
         T.SHORT,
         "3",

@@ -27,6 +27,11 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     21: (0, 2),  # DeleteRecords
     22: (0, 5),  # InitProducerId
     23: (2, 4),  # OffsetForLeaderEpoch
+    24: (0, 5),  # AddPartitionsToTxn (v4+: batched, verify_only)
+    25: (0, 4),  # AddOffsetsToTxn
+    26: (0, 5),  # EndTxn
+    27: (1, 1),  # WriteTxnMarkers (broker to broker)
+    28: (0, 5),  # TxnOffsetCommit
     29: (1, 3),  # DescribeAcls (from the image; enforcement comes later)
     30: (1, 3),  # CreateAcls (forwarded to the controller)
     31: (1, 3),  # DeleteAcls (forwarded to the controller)
@@ -107,6 +112,11 @@ API_NAMES = {
     21: "DeleteRecords",
     22: "InitProducerId",
     23: "OffsetForLeaderEpoch",
+    24: "AddPartitionsToTxn",
+    25: "AddOffsetsToTxn",
+    26: "EndTxn",
+    27: "WriteTxnMarkers",
+    28: "TxnOffsetCommit",
     33: "AlterConfigs",
     34: "AlterReplicaLogDirs",
     47: "OffsetDelete",

@@ -22,6 +22,9 @@ from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.handlers import BrokerHandlers
 from keeperless.broker.replication import ReplicaManager, ReplicationSettings
+from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
+from keeperless.broker.txn_markers import TxnMarkerWriter
+from keeperless.broker.txn_offsets import TxnOffsets
 from keeperless.metadata.features import features_body
 from keeperless.protocol.apis import CONTROLLER_APIS
 from keeperless.protocol.build import build
@@ -111,6 +114,8 @@ class Node:
         self.broker: Broker | None = None
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinator | None = None
+        self.txn: TxnCoordinator | None = None
+        self.markers: TxnMarkerWriter | None = None
         self.cleaner: LogCleaner | None = None
         if config.is_broker:
             local = self.controller_apis.local if self.controller_apis else None
@@ -126,6 +131,23 @@ class Node:
                     config["group.consumer.session.timeout.ms"],
                     tuple(config["group.consumer.assignors"]),
                 ),
+            )
+            self.markers = TxnMarkerWriter(self.broker)
+            self.txn = TxnCoordinator(
+                self.broker,
+                TxnSettings(
+                    partitions=config["transaction.state.log.num.partitions"],
+                    replication_factor=config["transaction.state.log.replication.factor"],
+                    min_isr=config["transaction.state.log.min.isr"],
+                    segment_bytes=config["transaction.state.log.segment.bytes"],
+                    max_timeout_ms=config["transaction.max.timeout.ms"],
+                    abort_interval_ms=config[
+                        "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+                    ],
+                    id_expiration_ms=config["transactional.id.expiration.ms"],
+                ),
+                self.markers,
+                self.groups.find_coordinator,
             )
             broker = self.broker
             self.mlog.listeners.append(broker.on_committed)
@@ -238,6 +260,8 @@ class Node:
                 ),
             )
             self.replicas.start()
+            if self.txn is not None:
+                self.txn.start()
             self._tasks.append(loop.create_task(self._heartbeat_loop()))
             self._tasks.append(loop.create_task(self._retention_loop()))
             self._tasks.append(loop.create_task(self._group_session_loop()))
@@ -289,8 +313,15 @@ class Node:
     def _broker_router(self) -> RequestRouter:
         assert self.broker is not None
         assert self.groups is not None
-        extra = GroupOffsets(self.groups).handlers()
+        assert self.txn is not None
+        assert self.markers is not None
+        offsets = GroupOffsets(self.groups)
+        extra = offsets.handlers()
         extra.update(ConsumerGroupApis(self.groups).handlers())
+        txn_offsets = TxnOffsets(self.groups, offsets)
+        self.markers.on_offsets_marker = txn_offsets.on_marker
+        extra.update(txn_offsets.handlers())
+        extra.update(self.txn.handlers())
         h = BrokerHandlers(self.broker, extra)
         return RequestRouter(self.node_id, h.apis, h.handlers, h.api_versions_body)
 
@@ -482,6 +513,8 @@ class Node:
             stopped += self.replicas.stop()
         if self.cleaner is not None:
             self.cleaner.close()
+        if self.txn is not None:
+            self.txn.stop()
         # cancelled tasks end before the loop closes ("Task was destroyed but it is pending")
         await asyncio.gather(*stopped, return_exceptions=True)
         if self.mlog.core.is_leader and len(self.mlog.core.voters) > 1:

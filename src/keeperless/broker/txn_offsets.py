@@ -1,0 +1,89 @@
+"""TxnOffsetCommit (API 28): offsets committed inside a transaction are written to
+`__consumer_offsets` as a transactional batch of the producer and stay pending - not
+fetched, not applied - until the transaction's marker reaches that partition: COMMIT
+applies them, ABORT drops them (Kafka's GroupMetadataManager)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.group_coordinator import (
+    GroupCoordinator,
+    offset_key,
+    offset_value,
+)
+from keeperless.broker.group_offsets import GroupOffsets
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.protocol.records import build_batch
+
+__all__ = ["TxnOffsets"]
+
+
+class TxnOffsets:
+    def __init__(self, coordinator: GroupCoordinator, offsets: GroupOffsets) -> None:
+        self.gc = coordinator
+        self.offsets = offsets
+
+    def handlers(self) -> dict[int, Any]:
+        return {28: self.txn_offset_commit}
+
+    def on_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker reached a __consumer_offsets partition led here."""
+        self.gc.end_pending(partition, producer_id, commit)
+
+    async def txn_offset_commit(self, header: RequestHeader, req: Any) -> Any:
+        gid = req.group_id
+        err = self.gc._group_error(gid)
+        if err is None and req.generation_id >= 0:
+            g = self.gc.groups.get(gid)
+            if g is not None and g.members:
+                code = g.check_member(req.member_id, req.generation_id, req.group_instance_id)
+                err = None if code == ErrorCode.none else code
+        now = int(time.time() * 1000)
+        records = []
+        pending: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+        for t in req.topics:
+            for p in t.partitions:
+                epoch = getattr(p, "committed_leader_epoch", -1)
+                records.append(
+                    (
+                        offset_key(gid, t.name, p.partition_index),
+                        offset_value(p.committed_offset, epoch, p.committed_metadata, now),
+                        (),
+                    )
+                )
+                pending[(t.name, p.partition_index)] = (
+                    p.committed_offset, epoch, p.committed_metadata
+                )  # fmt: skip
+        if err is None and records:
+            batch = build_batch(
+                records,
+                timestamp_ms=now,
+                producer_id=req.producer_id,
+                producer_epoch=req.producer_epoch,
+                transactional=True,
+            )
+            err = await self.offsets._store(gid, batch, now)
+            if err is None:
+                self.gc.add_pending(gid, req.producer_id, pending)
+        code = err or ErrorCode.none
+        return build(
+            response_class(28, header.api_version),
+            {
+                "throttle_time": 0,
+                "topics": [
+                    {
+                        "name": t.name,
+                        "partitions": [
+                            {"partition_index": p.partition_index, "error_code": code}
+                            for p in t.partitions
+                        ],
+                    }
+                    for t in req.topics
+                ],
+            },
+        )
