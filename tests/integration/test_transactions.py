@@ -1,0 +1,301 @@
+"""Exactly-once (issue 16) with real clients: transactional producers of confluent-kafka,
+kafka-python and aiokafka commit and abort; read_committed consumers see committed
+records in order and never aborted ones; offsets sent to a transaction apply only when
+it commits; a zombie producer is fenced; a hung transaction is aborted after its
+timeout."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cluster import Node, keeperless, wait_until
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    n = Node(
+        tmp_path_factory.mktemp("txn"),
+        extra={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"},
+    )
+    n.format()
+    n.start()
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+def _topic(node: Node, partitions: int = 2) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    keeperless(
+        "topics", "--bootstrap-server", node.bootstrap, "--create", "--topic", name,
+        "--partitions", str(partitions), check=True,
+    )  # fmt: skip
+    return name
+
+
+def _read(bootstrap: str, topic: str, isolation: str, partitions: int = 2) -> list[str]:
+    """Everything a consumer of ``isolation`` reads up to the end it is shown."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}",
+         "isolation.level": isolation, "enable.auto.commit": False}
+    )  # fmt: skip
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        ends = {tp.partition: c.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        got: list[str] = []
+        pos = dict.fromkeys(ends, 0)
+        deadline = time.monotonic() + 20
+        while any(pos[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+            for m in c.consume(100, 0.3):
+                if m.error() is None:
+                    got.append(m.value().decode())
+                    pos[m.partition()] = m.offset() + 1
+            for tp in c.position(tps):
+                pos[tp.partition] = max(pos[tp.partition], tp.offset)
+        return got
+    finally:
+        c.close()
+
+
+def test_commit_and_abort_with_confluent_kafka(node: Node) -> None:
+    from confluent_kafka import Producer
+
+    topic = _topic(node)
+    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "ck-1"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(20):
+        p.produce(topic, value=b"c%d" % i, partition=i % 2)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(20):
+        p.produce(topic, value=b"a%d" % i, partition=i % 2)
+    p.flush(30)  # written, then aborted
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(topic, value=b"d%d" % i, partition=i % 2)
+    p.commit_transaction(30)
+    committed = _read(node.bootstrap, topic, "read_committed")
+    everything = _read(node.bootstrap, topic, "read_uncommitted")
+    assert sorted(everything) == sorted([f"c{i}" for i in range(20)] +
+                                        [f"a{i}" for i in range(20)] +
+                                        [f"d{i}" for i in range(6)])  # fmt: skip
+    assert not [v for v in committed if v.startswith("a")]
+    # each partition's committed records in the order produced
+    for part in (0, 1):
+        want = [f"c{i}" for i in range(part, 20, 2)] + [f"d{i}" for i in range(part, 6, 2)]
+        assert [v for v in committed if int(v[1:]) % 2 == part] == want
+
+
+def test_an_open_transaction_holds_read_committed_readers_back(node: Node) -> None:
+    """The last stable offset: records after the first open transaction are not given
+    to read_committed readers, even committed ones of another producer, until it ends."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = _topic(node, 1)
+    slow = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "slow"})
+    fast = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "fast"})
+    slow.init_transactions(30)
+    fast.init_transactions(30)
+    slow.begin_transaction()
+    slow.produce(topic, value=b"slow", partition=0)
+    slow.flush(30)
+    fast.begin_transaction()
+    fast.produce(topic, value=b"fast", partition=0)
+    fast.commit_transaction(30)
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "lso",
+                  "isolation.level": "read_committed"})  # fmt: skip
+    try:
+        _lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        assert hi == 0  # read_committed: the LSO, where the open transaction starts
+        assert _read(node.bootstrap, topic, "read_committed", 1) == []
+        slow.commit_transaction(30)
+        assert _read(node.bootstrap, topic, "read_committed", 1) == ["slow", "fast"]
+    finally:
+        c.close()
+
+
+def test_offsets_sent_to_a_transaction_apply_only_when_it_commits(node: Node) -> None:
+    """A consume-transform-produce step: the input offsets are committed with the
+    output, or not at all."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    src, dst = _topic(node, 1), _topic(node, 1)
+    feed = Producer({"bootstrap.servers": node.bootstrap})
+    for i in range(10):
+        feed.produce(src, value=b"in%d" % i, partition=0)
+    assert feed.flush(30) == 0
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "ctp",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})  # fmt: skip
+    c.subscribe([src])
+    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "ctp-1"})
+    p.init_transactions(30)
+    try:
+        msgs: list = []
+        deadline = time.monotonic() + 30
+        while len(msgs) < 10 and time.monotonic() < deadline:
+            msgs += [m for m in c.consume(10, 0.5) if m.error() is None]
+        assert len(msgs) == 10
+
+        def step(batch: list, commit: bool) -> None:
+            p.begin_transaction()
+            for m in batch:
+                p.produce(dst, value=m.value().upper(), partition=0)
+            last = batch[-1]
+            p.send_offsets_to_transaction(
+                [TopicPartition(src, 0, last.offset() + 1)], c.consumer_group_metadata(), 30
+            )
+            if commit:
+                p.commit_transaction(30)
+            else:
+                p.flush(30)
+                p.abort_transaction(30)
+
+        def committed() -> int:
+            return int(c.committed([TopicPartition(src, 0)], 10)[0].offset)
+
+        step(msgs[:4], commit=True)
+        assert committed() == 4
+        step(msgs[4:8], commit=False)
+        assert committed() == 4  # the aborted transaction's offsets never apply
+        step(msgs[4:10], commit=True)
+        assert committed() == 10
+        out = _read(node.bootstrap, dst, "read_committed", 1)
+        assert out == [f"IN{i}" for i in range(10)]  # exactly once, in order
+    finally:
+        c.close()
+
+
+def test_a_zombie_producer_is_fenced(node: Node) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    topic = _topic(node, 1)
+    old = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "z"})
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce(topic, value=b"zombie", partition=0)
+    old.flush(30)
+    new = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "z"})
+    new.init_transactions(30)  # aborts the old producer's transaction, bumps the epoch
+    new.begin_transaction()
+    new.produce(topic, value=b"new", partition=0)
+    new.commit_transaction(30)
+    with pytest.raises(KafkaException) as e:
+        old.commit_transaction(10)
+    assert e.value.args[0].fatal() or "fenced" in str(e.value).lower()
+    assert _read(node.bootstrap, topic, "read_committed", 1) == ["new"]
+
+
+def test_a_hung_transaction_is_aborted_after_its_timeout(node: Node) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    topic = _topic(node, 1)
+    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "hung",
+                  "transaction.timeout.ms": 1500})  # fmt: skip
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"hung", partition=0)
+    p.flush(30)
+    wait_until(
+        lambda: "Aborting the transaction of hung" in node.logs(), 20, what="the timeout abort"
+    )
+    wait_until(lambda: _read(node.bootstrap, topic, "read_uncommitted", 1) == ["hung"], 10)
+    assert _read(node.bootstrap, topic, "read_committed", 1) == []
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "h",
+                  "isolation.level": "read_committed"})  # fmt: skip
+    try:  # the marker moved the LSO past the aborted record
+        wait_until(lambda: c.get_watermark_offsets(TopicPartition(topic, 0), 10)[1] == 2, 10)
+    finally:
+        c.close()
+    with pytest.raises(KafkaException):
+        p.commit_transaction(10)
+
+
+def test_kafka_python_transactions(node: Node) -> None:
+    from kafka import KafkaProducer
+
+    topic = _topic(node, 1)
+    p = KafkaProducer(bootstrap_servers=node.bootstrap, transactional_id="kp-1")
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(5):
+            p.send(topic, value=b"k%d" % i, partition=0)
+        p.commit_transaction()
+        p.begin_transaction()
+        p.send(topic, value=b"gone", partition=0)
+        p.flush()
+        p.abort_transaction()
+    finally:
+        p.close()
+    assert _read(node.bootstrap, topic, "read_committed", 1) == [f"k{i}" for i in range(5)]
+    assert "gone" in _read(node.bootstrap, topic, "read_uncommitted", 1)
+
+
+def test_aiokafka_transactions(node: Node) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    topic = _topic(node, 1)
+
+    async def go() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=node.bootstrap, transactional_id="aio-1")
+        await p.start()
+        try:
+            async with p.transaction():
+                for i in range(5):
+                    await p.send_and_wait(topic, b"x%d" % i, partition=0)
+            await p.begin_transaction()
+            await p.send_and_wait(topic, b"gone", partition=0)
+            await p.abort_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(go())
+    assert _read(node.bootstrap, topic, "read_committed", 1) == [f"x{i}" for i in range(5)]
+
+
+def test_transactions_survive_a_restart(tmp_path: Path) -> None:
+    """The coordinator's state and the partitions' open and aborted transactions come
+    back from the logs: a producer resumes, aborted records stay hidden."""
+    from confluent_kafka import Producer
+
+    n = Node(tmp_path)
+    n.format()
+    n.start()
+    try:
+        topic = _topic(n, 1)
+        p = Producer({"bootstrap.servers": n.bootstrap, "transactional.id": "r"})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(topic, value=b"kept", partition=0)
+        p.commit_transaction(30)
+        p.begin_transaction()
+        p.produce(topic, value=b"dropped", partition=0)
+        p.flush(30)
+        p.abort_transaction(30)
+        n.stop()
+        n.start()
+        assert _read(n.bootstrap, topic, "read_committed", 1) == ["kept"]
+        q = Producer({"bootstrap.servers": n.bootstrap, "transactional.id": "r"})
+        q.init_transactions(30)  # the next epoch of the same producer id
+        q.begin_transaction()
+        q.produce(topic, value=b"after", partition=0)
+        q.commit_transaction(30)
+        assert _read(n.bootstrap, topic, "read_committed", 1) == ["kept", "after"]
+    finally:
+        n.stop()
