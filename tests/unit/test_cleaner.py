@@ -181,3 +181,54 @@ def test_a_segment_that_changed_meanwhile_is_not_swapped(tmp_path: Path) -> None
         assert not log.swap_in(seg.base_offset, seg.size, cleaned, NOW, before)
         assert not cleaned.exists()
     log.close()
+
+
+def test_records_of_aborted_transactions_are_not_values_and_go(tmp_path: Path) -> None:
+    """A key's latest record written by an aborted transaction does not replace its
+    committed value (the committed one stays) and is removed; markers stay."""
+    from dataclasses import replace
+
+    from keeperless.broker.txn_state import marker_batch
+
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)
+
+    def txn(records: list[tuple[bytes, bytes]], pid: int, seq: int) -> None:
+        buf = bytearray(build_batch([(k, v, [("h", b"x")]) for k, v in records],
+                                    timestamp_ms=NOW, producer_id=pid, producer_epoch=0,
+                                    base_sequence=seq, transactional=True))  # fmt: skip
+        patch_offsets(buf, 0, log.log_end_offset, 3)
+        log.append(bytes(buf), list(iter_batches(buf)), NOW)
+
+    def marker(pid: int, commit: bool) -> int:
+        at = log.log_end_offset
+        buf = bytearray(marker_batch(pid, 0, commit, 0, NOW))
+        patch_offsets(buf, 0, at, 3)
+        log.append(bytes(buf), list(iter_batches(buf)), NOW)
+        return at
+
+    _append(log, [(b"a", b"committed-a"), (b"b", b"committed-b")], NOW)  # offsets 0-1
+    txn([(b"a", b"aborted-a")], 9, 0)  # 2
+    aborted_at = marker(9, commit=False)  # 3
+    txn([(b"b", b"new-b")], 8, 0)  # 4
+    marker(8, commit=True)  # 5
+    for i in range(8):  # roll past them
+        _append(log, [(b"pad%d" % i, b"p" * 40)], NOW)
+    job = replace(_job(log), aborted=((9, 2, aborted_at),))
+    res = clean_partition(job, NOW)
+    for seg, cleaned in res.swaps:
+        assert log.swap_in(seg.base_offset, seg.size, cleaned, NOW, log.generation)
+    data = []
+    for seg in sorted(tmp_path.glob("*.log")):
+        raw = seg.read_bytes()
+        for pos, h in iter_batches(raw):
+            if h.is_control:
+                data.append((h.base_offset, "marker"))
+                continue
+            for r in decode_records(raw[pos : pos + h.size]):
+                data.append((r.offset, (r.key, r.value)))
+    assert (0, (b"a", b"committed-a")) in data  # not replaced by the aborted write
+    assert not [d for d in data if d[1] == (b"a", b"aborted-a")]
+    assert (1, (b"b", b"committed-b")) not in data  # replaced by a committed write
+    assert (4, (b"b", b"new-b")) in data
+    assert [o for o, d in data if d == "marker"] == [3, 5]
+    log.close()

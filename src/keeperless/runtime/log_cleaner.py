@@ -117,7 +117,8 @@ class LogCleaner:
         max_lag = int(cfg.get("max.compaction.lag.ms", str(2**63 - 1)))
         segments = []
         ends = []
-        for path, base, size, max_ts, end in p.log.cleanable_segments(p.high_watermark):
+        # below the last stable offset: what open transactions wrote is not decided yet
+        for path, base, size, max_ts, end in p.log.cleanable_segments(p.last_stable_offset):
             if min_lag > 0 and max_ts > now - min_lag:
                 break  # too young, and so is what follows
             segments.append(SegmentToClean(path, base, size, max_ts))
@@ -144,6 +145,7 @@ class LogCleaner:
             max(self.settings.dedupe_buffer_size // max(self.settings.threads, 1), 1)
             // BYTES_PER_ENTRY,
             self.settings.io_max_bytes_per_second / max(self.settings.threads, 1),
+            tuple((pid, first, last) for last, pid, first in p.txns.aborted),
         )
         return (2.0 if overdue else ratio), job
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from keeperless.protocol.records import (
     ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
     BatchHeader,
     iter_batches,
     raw_records,
@@ -73,6 +74,9 @@ class CleanJob:
     delete_retention_ms: int
     max_map_entries: int
     io_bytes_per_s: float = float("inf")
+    # (producer id, first offset, marker offset) of aborted transactions: their records
+    # are not values of their keys and are removed
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,18 +113,36 @@ class _Throttle:
             time.sleep(ahead)
 
 
+class _Aborted:
+    """Whether a transactional batch belongs to an aborted transaction."""
+
+    def __init__(self, ranges: Sequence[tuple[int, int, int]]) -> None:
+        self.by_pid: dict[int, list[tuple[int, int]]] = {}
+        for pid, first, last in ranges:
+            self.by_pid.setdefault(pid, []).append((first, last))
+
+    def __call__(self, h: BatchHeader) -> bool:
+        if not h.attributes & ATTR_TRANSACTIONAL or h.producer_id not in self.by_pid:
+            return False
+        return any(first <= h.base_offset <= last for first, last in self.by_pid[h.producer_id])
+
+
 def build_offset_map(
-    segments: Sequence[SegmentToClean], start: int, max_entries: int
+    segments: Sequence[SegmentToClean],
+    start: int,
+    max_entries: int,
+    aborted: Sequence[tuple[int, int, int]] = (),
 ) -> tuple[dict[bytes, int], int]:
     """key digest -> latest offset, over the records at or after ``start``; stops at a
     batch boundary when the map is full. Returns (map, the offset it covers up to)."""
     keys: dict[bytes, int] = {}
     end = start
+    is_aborted = _Aborted(aborted)
     for seg in segments:
         for h, batch in _batches(seg.path, seg.size):
             if h.last_offset < start:
                 continue
-            if h.attributes & ATTR_CONTROL:
+            if h.attributes & ATTR_CONTROL or is_aborted(h):
                 end = h.last_offset + 1
                 continue
             if len(keys) + h.record_count > max_entries and keys:
@@ -137,7 +159,10 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
     a .cleaned file beside it (the log swaps them in, see PartitionLog.swap_in)."""
     t0 = time.monotonic()
     throttle = _Throttle(job.io_bytes_per_s)
-    keys, map_end = build_offset_map(job.segments, job.first_dirty_offset, job.max_map_entries)
+    keys, map_end = build_offset_map(
+        job.segments, job.first_dirty_offset, job.max_map_entries, job.aborted
+    )
+    is_aborted = _Aborted(job.aborted)
     # each producer's last batch in what is cleaned: kept, even emptied
     last_batch: dict[int, int] = {}
     for seg in job.segments:
@@ -158,8 +183,11 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
                 out += batch
                 continue
             retained = []
+            aborted = is_aborted(h)
             for offset, key, null, raw in raw_records(batch):
                 seen += 1
+                if aborted and offset < map_end:
+                    continue  # written by an aborted transaction
                 if key is not None:
                     latest = keys.get(key_hash(key))
                     if latest is not None and latest > offset:
