@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import sys
 import time
 from typing import Any, TextIO
@@ -202,8 +203,16 @@ def run_consumer(args: Any, extra: dict[str, str], out: TextIO) -> int:
     started = time.monotonic()
     timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
     last_record = time.monotonic()
+    # Ctrl-C and SIGTERM end the loop: the consumer closes (leaving its group) and the
+    # count is printed, as Kafka's shutdown hook does - also when started in the
+    # background by a shell, which starts it with SIGINT ignored
+    stopping: list[int] = []
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: stopping.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
-        while args.max_messages is None or seen < args.max_messages:
+        while (args.max_messages is None or seen < args.max_messages) and not stopping:
             m = c.poll(0.2 if timeout_s is None else min(0.2, max(timeout_s, 0.05)))
             now = time.monotonic()
             if m is None:
@@ -225,6 +234,8 @@ def run_consumer(args: Any, extra: dict[str, str], out: TextIO) -> int:
         raise ToolError(str(e.args[0].str() if e.args else e)) from None
     finally:
         c.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print(f"Processed a total of {seen} messages", file=sys.stderr)
     return 0
 
