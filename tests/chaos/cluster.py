@@ -103,6 +103,8 @@ class ChaosNode:
             "min.insync.replicas": "2",
             "offsets.topic.replication.factor": "3",
             "offsets.topic.num.partitions": "3",
+            "transaction.state.log.num.partitions": "3",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
             "auto.create.topics.enable": "false",
             "log.segment.bytes": str(1024 * 1024),
             **TIMEOUTS,

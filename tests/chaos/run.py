@@ -27,6 +27,8 @@ from tests.chaos.cluster import FIRST_RELEASE, ChaosCluster
 from tests.chaos.history import History
 from tests.chaos.nemesis import FAULTS, Nemesis
 from tests.chaos.netns import Network, remove_stale
+from tests.chaos.txn_workload import check_exactly_once
+from tests.chaos.txn_workload import final_state as txn_final_state
 from tests.chaos.workload import (
     KV_PARTITIONS,
     KV_TOPIC,
@@ -172,6 +174,8 @@ def run_once(
         kv_anomalies, kv_stats = checkers.check_compaction(history, kv)
         anomalies += kv_anomalies
         anomalies += checkers.check_commits(history, final)
+        txn_in, txn_out, txn_committed = txn_final_state(cluster.bootstrap)
+        anomalies += check_exactly_once(txn_in, txn_out, txn_committed)
         admin_anomalies, admin_stats = checkers.check_admin(history)
         anomalies += admin_anomalies
         final_release = _finalized_release(cluster.bootstrap)
@@ -195,6 +199,13 @@ def run_once(
             compaction={
                 **kv_stats,
                 "cleanings": sum(log.count(f"Cleaned {KV_TOPIC}-") for log in logs.values()),
+            },
+            transactions={
+                "commits": workload.txn.commits,
+                "aborts": workload.txn.aborts,
+                "copier_sessions": workload.txn.sessions,
+                "input": sum(len(v) for v in txn_in.values()),
+                "copied": sum(len(v) for v in txn_out.values()),
             },
             delete_records=sum(1 for e in history.of("admin", "delete-records") if e.type == "ok"),
             # copies of a value written under two epochs of its producer: librdkafka
@@ -245,7 +256,9 @@ def print_report(r: dict[str, Any]) -> None:
         f"{r['seconds']} s; produced {w.get('sent', 0)} (acked {w.get('acked', 0)}, "
         f"unknown {w.get('unknown_outcome', 0)}), consumed {r.get('reads', 0)}, "
         f"{r.get('commits', 0)} commits, {r.get('admin', {}).get('ops', 0)} admin ops, "
-        f"{r.get('delete_records', 0)} record deletions; "
+        f"{r.get('delete_records', 0)} record deletions, "
+        f"{r.get('transactions', {}).get('commits', 0)} transactions "
+        f"({r.get('transactions', {}).get('copied', 0)} records copied exactly once); "
         f"anomalies: {len(r['anomalies'])}"
     )
     for f in r.get("faults", []):

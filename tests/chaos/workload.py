@@ -40,6 +40,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.chaos.history import History
+from tests.chaos.txn_workload import TxnWorkload
 
 __all__ = ["ADMIN_TOPICS", "GROUP", "KV_TOPIC", "TOPIC", "Workload"]
 
@@ -88,6 +89,8 @@ class Workload:
         self.max_messages = max_messages
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
+        # exactly-once: a transactional copier between two topics
+        self.txn = TxnWorkload(bootstrap, history, self.stop)
 
     def _common(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, "logger": _quiet, "log_level": 0}
@@ -105,6 +108,7 @@ class Workload:
             "min.cleanable.dirty.ratio": "0.05",
         }
         admin.create_topics([NewTopic(KV_TOPIC, KV_PARTITIONS, 3, config=kv)])[KV_TOPIC].result(30)
+        self.txn.setup()
 
     def start(self) -> None:
         targets: list[tuple[str, Any]] = [
@@ -113,6 +117,7 @@ class Workload:
         targets += [(f"consumer-{k}", lambda k=k: self._consume(k)) for k in range(2)]
         targets += [("monitor", self._monitor), ("admin", self._admin)]
         targets += [("kv-producer", self._produce_kv)]
+        targets += self.txn.targets()
         for name, fn in targets:
             t = threading.Thread(target=fn, name=name, daemon=True)
             t.start()

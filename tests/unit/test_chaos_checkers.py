@@ -390,3 +390,26 @@ def test_compacted_replicas_agree_on_latest_values_not_batches(tmp_path: Path) -
     assert [a["kind"] for a in checkers.check_replicas(wrong, topics3, frozenset({"kv"}))] == [
         "compacted-replicas-differ"
     ]
+
+
+def test_exactly_once_output_is_the_input_below_the_committed_offset() -> None:
+    from tests.chaos.txn_workload import check_exactly_once
+
+    inputs = {0: ["in-0", "in-2", "in-4"], 1: ["in-1", "in-3"]}
+    good = {0: ["out:in-0", "out:in-2"], 1: ["out:in-1", "out:in-3"]}
+    committed = {0: 2, 1: 2}
+    assert check_exactly_once(inputs, good, committed) == []
+
+    def kinds(outputs: dict[int, list[str]]) -> list[str]:
+        return [a["kind"] for a in check_exactly_once(inputs, outputs, committed)]
+
+    assert kinds({0: ["out:in-0", "out:in-0", "out:in-2"], 1: good[1]}) == ["txn-duplicate"]
+    assert kinds({0: ["out:in-0"], 1: good[1]}) == ["txn-lost"]
+    # output committed without its input offsets (or offsets without the output)
+    assert kinds({0: ["out:in-0", "out:in-2", "out:in-4"], 1: good[1]}) == [
+        "txn-uncommitted-offsets"
+    ]
+    assert kinds({0: ["out:in-2", "out:in-0"], 1: good[1]}) == ["txn-reordered"]
+    # a value the input holds twice (an idempotent producer's re-send) is copied twice
+    twice = {0: ["in-0", "in-0"]}
+    assert check_exactly_once(twice, {0: ["out:in-0", "out:in-0"]}, {0: 2}) == []

@@ -143,3 +143,48 @@ def test_a_coordinator_that_leads_again_reads_what_was_committed_meanwhile(
         b.close()
 
     asyncio.run(go())
+
+
+def test_a_txn_offset_commit_is_pending_from_its_append_so_an_early_marker_ends_it(
+    tmp_path: Path,
+) -> None:
+    """Offsets committed in a transaction are pending (not fetched as stable) from the
+    moment they are in the log: the transaction's marker can follow them before the
+    followers acknowledge them (the coordinator aborting it on timeout) - found by the
+    fault harness, where such offsets stayed pending for ever and every stable offset
+    fetch of the group failed."""
+    from kio.schema.txn_offset_commit.v3 import request as tc
+
+    from keeperless.broker.txn_offsets import TxnOffsets
+
+    async def go() -> None:
+        b, offsets = _setup(tmp_path)
+        gc = offsets.gc
+        txn = TxnOffsets(gc, offsets)
+        req = tc.TxnOffsetCommitRequest(
+            transactional_id="x", group_id=GROUP, producer_id=7, producer_epoch=0,
+            generation_id=-1, member_id="", group_instance_id=None,
+            topics=(tc.TxnOffsetCommitRequestTopic(name="t", partitions=(
+                tc.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5,
+                                                   committed_leader_epoch=-1,
+                                                   committed_metadata=""),)),),
+        )  # fmt: skip
+        task = asyncio.create_task(txn.txn_offset_commit(RequestHeader(28, 3, 1, "c"), req))
+        await asyncio.sleep(0.05)
+        assert not task.done()  # appended, waiting for replica 2
+        assert gc.pending_partitions(GROUP) == {("t", 0)}
+        p = b.partitions.get(OFFSETS_TOPIC, 0)
+        assert p is not None
+        p.append_marker(7, 1, False, 0, 0)  # aborted on timeout, epoch bumped
+        txn.on_marker(0, 7, False)
+        assert gc.pending_partitions(GROUP) == set()
+        p.record_follower_fetch(2, p.log.log_end_offset, 0)
+        await asyncio.wait_for(task, 5)
+        assert gc.pending_partitions(GROUP) == set()
+        assert gc.offsets.get(GROUP, {}).get(("t", 0)) is None  # aborted: never applied
+        # the fenced producer's late commit is refused
+        late = await txn.txn_offset_commit(RequestHeader(28, 3, 2, "c"), req)
+        assert late.topics[0].partitions[0].error_code == ErrorCode.invalid_producer_epoch
+        b.close()
+
+    asyncio.run(go())

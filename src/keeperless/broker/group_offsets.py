@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -124,7 +125,13 @@ class GroupOffsets:
             },
         )
 
-    async def _store(self, group_id: str, batch: bytes, now_ms: int) -> ErrorCode | None:
+    async def _store(
+        self,
+        group_id: str,
+        batch: bytes,
+        now_ms: int,
+        on_appended: Callable[[], None] | None = None,
+    ) -> ErrorCode | None:
         """Write the group's records to its __consumer_offsets partition and wait until
         every in-sync replica has them (Kafka writes them with acks=all): an answer before
         that could be lost with this broker. None when stored, else the error for the
@@ -140,6 +147,8 @@ class GroupOffsets:
         res = part.append(batch, part.info.leader_epoch, 2**31 - 1, now_ms)
         if res.error != ErrorCode.none:
             return _COMMIT_ERRORS.get(res.error, res.error)
+        if on_appended is not None:  # in log order: before a marker can follow it
+            on_appended()
         self.broker.partitions.notify_append()
         try:
             ok = await part.wait_for_hw(

@@ -462,6 +462,16 @@ class Partition:
                     ),
                 )
         first = batches[0][1]
+        if first.producer_id >= 0 and first.base_sequence < 0:
+            # a coordinator's transactional write (TxnOffsetCommit): no sequence, but a
+            # producer fenced by a newer epoch's marker is refused all the same
+            known = self.producers.get(first.producer_id)
+            if known is not None and first.producer_epoch < known.epoch:
+                return AppendResult(
+                    ErrorCode.invalid_producer_epoch,
+                    message=f"Producer {first.producer_id} epoch {first.producer_epoch} is "
+                    f"older than {known.epoch}",
+                )
         if first.producer_id >= 0 and first.base_sequence >= 0:
             if len(batches) != 1:
                 return AppendResult(

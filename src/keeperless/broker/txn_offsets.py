@@ -67,9 +67,11 @@ class TxnOffsets:
                 producer_epoch=req.producer_epoch,
                 transactional=True,
             )
-            err = await self.offsets._store(gid, batch, now)
-            if err is None:
-                self.gc.add_pending(gid, req.producer_id, pending)
+            # pending from the moment the records are in the log: the transaction's
+            # marker may follow them before they are acknowledged (an abort on timeout)
+            err = await self.offsets._store(
+                gid, batch, now, lambda: self.gc.add_pending(gid, req.producer_id, pending)
+            )
         code = err or ErrorCode.none
         return build(
             response_class(28, header.api_version),

@@ -1,0 +1,107 @@
+"""Transactional produce throughput (issue 16) of a single keeperless node with
+confluent-kafka: transactions committed every 100 and every 10,000 records, beside
+non-transactional idempotent produce of the same records in the same run (the
+baseline: what transactions cost on top of it).
+
+    python bench/transactions.py [--messages N] [--size BYTES]
+
+Prints a table and writes bench/results/transactions-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from tests.integration.cluster import Node  # noqa: E402
+
+
+def idempotent(bootstrap: str, topic: str, n: int, value: bytes) -> float:
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    t0 = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, value=value, partition=0)
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    assert p.flush(60) == 0
+    return n / (time.perf_counter() - t0)
+
+
+def transactional(bootstrap: str, topic: str, n: int, value: bytes, every: int) -> float:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{every}",
+                  "linger.ms": 5})  # fmt: skip
+    p.init_transactions(30)
+    t0 = time.perf_counter()
+    sent = 0
+    while sent < n:
+        p.begin_transaction()
+        for _ in range(min(every, n - sent)):
+            while True:
+                try:
+                    p.produce(topic, value=value, partition=0)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            p.poll(0)
+            sent += 1
+        p.commit_transaction(60)
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=50_000)
+    ap.add_argument("--size", type=int, default=100)
+    args = ap.parse_args()
+    value = b"x" * args.size
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        node = Node(Path(tmp))
+        node.format()
+        node.start()
+        try:
+            admin = AdminClient({"bootstrap.servers": node.bootstrap})
+            topics = ["idem", "txn-100", "txn-10000"]
+            for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
+                f.result(30)
+            base = idempotent(node.bootstrap, "idem", args.messages, value)
+            rows.append(("idempotent, no transactions (baseline)", base))
+            for every in (100, 10_000):
+                rate = transactional(node.bootstrap, f"txn-{every}", args.messages, value, every)
+                rows.append((f"transactional, commit every {every:,}", rate))
+        finally:
+            node.stop()
+    print(f"{args.messages:,} records of {args.size} bytes, one partition, one node")
+    print(f"{'producer':<42} {'msg/s':>10} {'vs baseline':>12}")
+    for name, rate in rows:
+        print(f"{name:<42} {rate:>10,.0f} {rate / base:>11.2f}x")
+    out = ROOT / "bench" / "results" / f"transactions-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "messages": args.messages,
+                "size": args.size,
+                "rows": [{"producer": n, "msg_per_s": r, "vs_baseline": r / base} for n, r in rows],
+            },
+            indent=2,
+        )
+    )
+    print(f"results: {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
