@@ -84,3 +84,33 @@ def test_acks_all_is_answered_once_the_isr_has_the_records(tmp_path: Path) -> No
         b.close()
 
     asyncio.run(go())
+
+
+def test_a_write_is_not_acknowledged_by_a_follower_high_watermark(tmp_path: Path) -> None:
+    """The leader appends, then loses the leadership before its wait for the ISR begins
+    (a controlled shutdown); as a follower it truncates the write away, fetches the new
+    leader's record at that offset, and its high watermark passes it: the write must be
+    answered NOT_LEADER_OR_FOLLOWER, not acknowledged (seed 778: an acknowledged write
+    lost; the wait's fast path only compared offsets)."""
+
+    async def go() -> None:
+        b = _broker(tmp_path)
+        plane = DataPlane(b)
+        task = asyncio.create_task(plane.produce(RequestHeader(0, 9, 1, "t"), _produce()))
+        await asyncio.sleep(0)  # appended at offset 0; the wait is not running yet
+        p = b.partitions.get("t", 0)
+        assert p is not None
+        assert p.log.log_end_offset == 1
+        b.on_committed(
+            [r.PartitionChangeRecord(partition_id=0, topic_id=TID, leader=2, isr=(2, 1))], 4
+        )
+        p.truncate_to(0)
+        p.append_replica(build_batch([(None, b"other", ())], leader_epoch=1), 0)
+        p.follower_hw(1)
+        assert p.high_watermark == 1
+        resp = await asyncio.wait_for(task, 5)
+        part = resp.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.not_leader_or_follower
+        b.close()
+
+    asyncio.run(go())

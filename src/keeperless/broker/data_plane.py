@@ -136,7 +136,7 @@ class DataPlane:
         version = header.api_version
         appended = False
         responses: list[dict[str, Any]] = []
-        waits: list[tuple[str, int, Any, int, int]] = []
+        waits: list[tuple[str, int, Any, int, int, int]] = []
         leaders: set[int] = set()
         image = self.broker.image
         for td in req.topic_data:
@@ -195,7 +195,8 @@ class DataPlane:
                     )
                 appended = appended or res.error == ErrorCode.none
                 if res.error == ErrorCode.none and req.acks == -1:
-                    waits.append((name, pd.index, p, p.log.log_end_offset, min_isr))
+                    end = p.log.log_end_offset
+                    waits.append((name, pd.index, p, end, min_isr, p.info.leader_epoch))
                 parts.append(
                     {
                         "index": pd.index,
@@ -229,7 +230,7 @@ class DataPlane:
 
     async def _await_isr(
         self,
-        waits: list[tuple[str, int, Any, int, int]],
+        waits: list[tuple[str, int, Any, int, int, int]],
         timeout_s: float,
         responses: list[dict[str, Any]],
     ) -> None:
@@ -238,9 +239,9 @@ class DataPlane:
         NOT_ENOUGH_REPLICAS_AFTER_APPEND): an ISR that shrank to the leader alone while
         the write waited would otherwise acknowledge what one broker has."""
 
-        async def one(p: Any, end: int, min_isr: int) -> ErrorCode:
+        async def one(p: Any, end: int, min_isr: int, epoch: int) -> ErrorCode:
             try:
-                ok = await p.wait_for_hw(end, timeout_s)
+                ok = await p.wait_for_hw(end, timeout_s, epoch)
             except NotLeaderError:
                 return ErrorCode.not_leader_or_follower
             if not ok:
@@ -262,8 +263,8 @@ class DataPlane:
                 )
             return ErrorCode.none
 
-        codes = await asyncio.gather(*(one(p, end, m) for _, _, p, end, m in waits))
-        failed = {(t, i): c for (t, i, _, _, _), c in zip(waits, codes, strict=True) if c}
+        codes = await asyncio.gather(*(one(p, end, m, e) for _, _, p, end, m, e in waits))
+        failed = {(t, i): c for (t, i, *_), c in zip(waits, codes, strict=True) if c}
         if not failed:
             return
         for r in responses:

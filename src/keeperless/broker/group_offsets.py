@@ -152,7 +152,9 @@ class GroupOffsets:
         self.broker.partitions.notify_append()
         try:
             ok = await part.wait_for_hw(
-                part.log.log_end_offset, self.gc.settings.offsets_commit_timeout_ms / 1000
+                part.log.log_end_offset,
+                self.gc.settings.offsets_commit_timeout_ms / 1000,
+                part.info.leader_epoch,
             )
         except NotLeaderError:
             return ErrorCode.not_coordinator

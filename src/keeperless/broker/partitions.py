@@ -177,8 +177,13 @@ class Partition:
         self._set_hw(hw)
         return self._hw > before
 
-    async def wait_for_hw(self, offset: int, timeout_s: float) -> bool:
-        """acks=all: wait until the ISR has everything below ``offset``."""
+    async def wait_for_hw(self, offset: int, timeout_s: float, leader_epoch: int) -> bool:
+        """acks=all: wait until the ISR has everything below ``offset``, written while
+        leading in ``leader_epoch``. NotLeaderError if this node no longer leads in that
+        epoch: its high watermark, as a follower's, may pass ``offset`` over records of
+        another leader that replaced the ones written (truncation)."""
+        if not self._leading(leader_epoch):
+            raise NotLeaderError(f"{self.topic}-{self.index}")
         if self.high_watermark >= offset:
             return True
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -187,7 +192,12 @@ class Partition:
             await asyncio.wait_for(fut, timeout_s)
         except TimeoutError:
             return False
+        if not self._leading(leader_epoch):
+            raise NotLeaderError(f"{self.topic}-{self.index}")
         return True
+
+    def _leading(self, leader_epoch: int) -> bool:
+        return self.is_leader and self.info is not None and self.info.leader_epoch == leader_epoch
 
     def fail_waiters(self) -> None:
         """Leadership moved: pending acks=all answers cannot be given here."""

@@ -310,7 +310,9 @@ class TxnCoordinator:
             return ErrorCode.coordinator_not_available
         self.broker.partitions.notify_append()
         try:
-            ok = await p.wait_for_hw(p.log.log_end_offset, self.settings.write_timeout_ms / 1000)
+            ok = await p.wait_for_hw(
+                p.log.log_end_offset, self.settings.write_timeout_ms / 1000, p.info.leader_epoch
+            )
         except NotLeaderError:
             return ErrorCode.not_coordinator
         return ErrorCode.none if ok else ErrorCode.coordinator_not_available

@@ -51,7 +51,7 @@ class TxnMarkerWriter:
         """Append the marker to each partition led here; wait for their ISRs."""
         now = int(time.time() * 1000)
         results: dict[tuple[str, int], ErrorCode] = {}
-        waits: list[tuple[tuple[str, int], Partition, int]] = []
+        waits: list[tuple[tuple[str, int], Partition, int, int]] = []
         for topic, index in partitions:
             err, p = self._leader_partition(topic, index)
             if p is None:
@@ -60,22 +60,23 @@ class TxnMarkerWriter:
             res = p.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, now)
             results[(topic, index)] = res.error
             if res.error == ErrorCode.none:
-                waits.append(((topic, index), p, p.log.log_end_offset))
+                assert p.info is not None
+                waits.append(((topic, index), p, p.log.log_end_offset, p.info.leader_epoch))
                 if topic == OFFSETS_TOPIC and self.on_offsets_marker is not None:
                     self.on_offsets_marker(index, producer_id, commit)
         if waits:
             self.broker.partitions.notify_append()
 
-        async def wait(key: tuple[str, int], p: Partition, end: int) -> None:
+        async def wait(key: tuple[str, int], p: Partition, end: int, epoch: int) -> None:
             try:
-                ok = await p.wait_for_hw(end, MARKER_TIMEOUT_S)
+                ok = await p.wait_for_hw(end, MARKER_TIMEOUT_S, epoch)
             except NotLeaderError:
                 results[key] = ErrorCode.not_leader_or_follower
                 return
             if not ok:
                 results[key] = ErrorCode.request_timed_out
 
-        await asyncio.gather(*(wait(k, p, end) for k, p, end in waits))
+        await asyncio.gather(*(wait(k, p, end, e) for k, p, end, e in waits))
         return results
 
     async def handle(self, header: RequestHeader, req: Any) -> Any:
