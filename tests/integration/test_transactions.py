@@ -299,3 +299,60 @@ def test_transactions_survive_a_restart(tmp_path: Path) -> None:
         assert _read(n.bootstrap, topic, "read_committed", 1) == ["kept", "after"]
     finally:
         n.stop()
+
+
+def test_the_transactions_tool_as_kafkas(node: Node) -> None:
+    """kafka-transactions.sh: list and describe a transaction, describe the producers of
+    its partition, find it hanging once its coordinator no longer knows it (a marker
+    lost, simulated by a producer writing transactional batches with no coordinator),
+    and abort it by its start offset: read_committed readers move past it."""
+    from confluent_kafka import Producer
+
+    from keeperless.protocol.records import build_batch
+    from tests.integration.cluster import kafka_request
+
+    topic = _topic(node, 1)
+    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "tool-1"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"open", partition=0)
+    p.flush(30)
+    bs = ["--bootstrap-server", node.bootstrap]
+    listed = keeperless("transactions", *bs, "list", check=True).stdout.splitlines()
+    assert listed[0].split() == ["TransactionalId", "Coordinator", "ProducerId",
+                                 "TransactionState"]  # fmt: skip
+    row = next(r.split() for r in listed[1:] if r.startswith("tool-1 "))
+    assert row[3] == "Ongoing"
+    described = keeperless("transactions", *bs, "describe", "--transactional-id", "tool-1",
+                           check=True).stdout.splitlines()  # fmt: skip
+    assert described[1].split()[1:5] == ["tool-1", row[2], "0", "Ongoing"]
+    assert described[1].split()[-1] == f"{topic}-0"
+    producers = keeperless("transactions", *bs, "describe-producers", "--topic", topic,
+                           "--partition", "0", check=True).stdout.splitlines()  # fmt: skip
+    assert producers[0].split()[0] == "ProducerId"
+    assert producers[1].split()[0] == row[2]
+    assert producers[1].split()[-1] == "0"  # its transaction starts at offset 0
+    p.commit_transaction(30)
+    # a transaction no coordinator knows: a producer id that never asked for one
+    batch = build_batch([(None, b"stray", ())], producer_id=999_999, producer_epoch=0,
+                        base_sequence=0, transactional=True)  # fmt: skip
+    resp = kafka_request(node.port, 0, 9, {
+        "transactional_id": None, "acks": -1, "timeout": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+    })  # fmt: skip
+    assert resp.responses[0].partition_responses[0].error_code == 0
+    hanging = keeperless("transactions", *bs, "find-hanging", "--topic", topic,
+                         check=True).stdout.splitlines()  # fmt: skip
+    assert len(hanging) == 2, hanging
+    assert hanging[1].split()[:3] == [topic, "0", "999999"]
+    start = hanging[1].split()[5]
+    assert _read(node.bootstrap, topic, "read_committed", 1) == ["open"]  # stuck at the LSO
+    aborted = keeperless("transactions", *bs, "abort", "--topic", topic, "--partition", "0",
+                         "--start-offset", start, check=True)  # fmt: skip
+    assert "Aborted the transaction of producer 999999" in aborted.stdout
+    after = keeperless("transactions", *bs, "find-hanging", "--topic", topic, check=True)
+    assert len(after.stdout.splitlines()) == 1
+    q = Producer({"bootstrap.servers": node.bootstrap})
+    q.produce(topic, value=b"later", partition=0)
+    assert q.flush(30) == 0
+    assert _read(node.bootstrap, topic, "read_committed", 1) == ["open", "later"]

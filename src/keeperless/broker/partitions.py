@@ -59,6 +59,7 @@ class _ProducerEntry:
     # (first sequence, last sequence, base offset) of the most recent batches
     batches: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)
     last_seq: int = -1
+    last_ts: int = -1  # max timestamp of its last batch (DescribeProducers)
 
 
 class NotLeaderError(Exception):
@@ -404,6 +405,7 @@ class Partition:
         while len(e.batches) > _MAX_CACHED_BATCHES:
             e.batches.popitem(last=False)
         e.last_seq = h.last_sequence
+        e.last_ts = h.max_timestamp
 
     def _check_sequence(self, h: BatchHeader) -> AppendResult | None:
         """None to append; otherwise the duplicate's original result or an error."""

@@ -146,7 +146,15 @@ def _command_config(path: str | None) -> dict[str, str]:
 
 
 # tools that speak the protocol themselves (tools/client.py): plaintext only
-_RAW_TOOLS = ("metadata-quorum", "features", "cluster", "log-dirs", "leader-election", "configs")
+_RAW_TOOLS = (
+    "metadata-quorum",
+    "features",
+    "cluster",
+    "log-dirs",
+    "leader-election",
+    "configs",
+    "transactions",
+)
 
 
 def _check_raw_command_config(args: argparse.Namespace) -> None:
@@ -293,6 +301,12 @@ def _tools(args: argparse.Namespace) -> int:
 
         extra.update(_command_config(args.consumer_config))
         return run_consumer(args, extra, sys.stdout)
+    if args.command == "transactions":
+        from keeperless.tools.transactions import run_transactions
+
+        if args.txn_cmd == "find-hanging" and args.broker_id is None and args.topic is None:
+            raise ToolError("find-hanging needs --broker-id or --topic")
+        return run_transactions(args, _servers(args), sys.stdout)
     if args.command == "delete-records":
         from keeperless.tools.delete_records import run_delete_records
 
@@ -346,7 +360,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _subcommand(args: argparse.Namespace) -> list[str]:
-    for attr in ("storage_cmd", "server_cmd", "quorum_cmd", "cluster_cmd", "features_cmd"):
+    for attr in (
+        "storage_cmd",
+        "server_cmd",
+        "quorum_cmd",
+        "cluster_cmd",
+        "features_cmd",
+        "txn_cmd",
+    ):
         value = getattr(args, attr, None)
         if value:
             return [value]

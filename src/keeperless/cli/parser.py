@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "kafka-leader-election.sh": ("leader-election",),
     "kafka-log-dirs.sh": ("log-dirs",),
     "kafka-delete-records.sh": ("delete-records",),
+    "kafka-transactions.sh": ("transactions",),
 }
 
 # set by main() when run as one of Kafka's scripts: ("keeperless topics", "kafka-topics.sh")
@@ -298,6 +299,31 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help='{"partitions": [{"topic": "t", "partition": 0, "offset": 3}], "version": 1}',
     )
+
+    tx = sub.add_parser("transactions", help="list, describe, abort and find hanging transactions")
+    _connection_flags(tx, controller=False)
+    tx_sub = tx.add_subparsers(dest="txn_cmd", required=True)
+    tx_sub.add_parser("list", help="the transactions of every coordinator")
+    txd = tx_sub.add_parser("describe", help="one transactional id's transaction")
+    txd.add_argument("--transactional-id", required=True)
+    txp = tx_sub.add_parser("describe-producers", help="the producers of a partition")
+    txp.add_argument("--topic", required=True)
+    txp.add_argument("--partition", type=int, required=True)
+    txp.add_argument("--broker-id", type=int, help="(the partition's leader is asked)")
+    txa = tx_sub.add_parser("abort", help="abort an open transaction on a partition")
+    txa.add_argument("--topic", required=True)
+    txa.add_argument("--partition", type=int, required=True)
+    txa.add_argument("--start-offset", type=int)
+    txa.add_argument("--producer-id", type=int)
+    txa.add_argument("--producer-epoch", type=int)
+    txa.add_argument("--coordinator-epoch", type=int)
+    txh = tx_sub.add_parser("find-hanging", help="open transactions no coordinator completes")
+    txh.add_argument("--broker-id", type=int)
+    txh.add_argument("--topic")
+    txh.add_argument("--partition", type=int)
+    txh.add_argument("--max-transaction-timeout", type=int, default=15, help="minutes")
+    for sp in (txd, txp, txa, txh):
+        _connection_flags(sp, controller=False, under=True)
 
     dl = sub.add_parser("dump-log", help="print log segments, metadata logs and snapshots")
     dl.add_argument("--files", required=True, nargs="+", help="files (comma-separated)")

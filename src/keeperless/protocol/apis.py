@@ -51,7 +51,10 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     55: (0, 2),  # DescribeQuorum (forwarded to the controller)
     57: (0, 2),  # UpdateFeatures (forwarded to the controller)
     60: (0, 2),  # DescribeCluster
+    61: (0, 0),  # DescribeProducers
     64: (0, 0),  # UnregisterBroker (forwarded to the controller)
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 2),  # ListTransactions
     68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848)
     69: (0, 1),  # ConsumerGroupDescribe
     74: (0, 1),  # ListConfigResources
@@ -93,6 +96,9 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
 }
 
 API_NAMES = {
+    66: "ListTransactions",
+    65: "DescribeTransactions",
+    61: "DescribeProducers",
     0: "Produce",
     1: "Fetch",
     2: "ListOffsets",

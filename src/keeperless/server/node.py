@@ -22,6 +22,7 @@ from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.handlers import BrokerHandlers
 from keeperless.broker.replication import ReplicaManager, ReplicationSettings
+from keeperless.broker.txn_admin import TxnAdmin
 from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
 from keeperless.broker.txn_offsets import TxnOffsets
@@ -322,6 +323,7 @@ class Node:
         self.markers.on_offsets_marker = txn_offsets.on_marker
         extra.update(txn_offsets.handlers())
         extra.update(self.txn.handlers())
+        extra.update(TxnAdmin(self.broker, self.txn).handlers())
         h = BrokerHandlers(self.broker, extra)
         return RequestRouter(self.node_id, h.apis, h.handlers, h.api_versions_body)
 
