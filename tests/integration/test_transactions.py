@@ -356,3 +356,41 @@ def test_the_transactions_tool_as_kafkas(node: Node) -> None:
     q.produce(topic, value=b"later", partition=0)
     assert q.flush(30) == 0
     assert _read(node.bootstrap, topic, "read_committed", 1) == ["open", "later"]
+
+
+def test_an_idle_transactional_id_expires(tmp_path: Path) -> None:
+    """transactional.id.expiration.ms: an id idle that long is forgotten (a tombstone in
+    __transaction_state), also after a restart; its next producer starts anew."""
+    from confluent_kafka import Producer
+
+    sweep = "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+    n = Node(tmp_path, extra={"transactional.id.expiration.ms": "1500", sweep: "300"})
+    n.format()
+    n.start()
+    try:
+        topic = _topic(n, 1)
+        p = Producer({"bootstrap.servers": n.bootstrap, "transactional.id": "idle"})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(topic, value=b"v", partition=0)
+        p.commit_transaction(30)
+
+        def listed() -> list[str]:
+            out = keeperless("transactions", "--bootstrap-server", n.bootstrap, "list",
+                             check=True).stdout  # fmt: skip
+            return [line.split()[0] for line in out.splitlines()[1:]]
+
+        assert listed() == ["idle"]
+        wait_until(lambda: listed() == [], 20, what="the id to expire")
+        assert "Expired 1 transactional id(s)" in n.logs()
+        n.stop()
+        n.start()
+        assert listed() == []  # the tombstone, not the old state, is what is read back
+        q = Producer({"bootstrap.servers": n.bootstrap, "transactional.id": "idle"})
+        q.init_transactions(30)
+        q.begin_transaction()
+        q.produce(topic, value=b"w", partition=0)
+        q.commit_transaction(30)
+        assert _read(n.bootstrap, topic, "read_committed", 1) == ["v", "w"]
+    finally:
+        n.stop()

@@ -55,6 +55,7 @@ class TxnStatus(IntEnum):
 
 
 _PREPARING = (TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT, TxnStatus.PREPARE_EPOCH_FENCE)
+_IDLE = (TxnStatus.EMPTY, TxnStatus.COMPLETE_COMMIT, TxnStatus.COMPLETE_ABORT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,14 +298,16 @@ class TxnCoordinator:
 
     # -- writing the state ---------------------------------------------------------------
 
-    async def _persist(self, md: TxnMetadata) -> ErrorCode:
-        """Write the transaction's new state and wait for the partition's ISR."""
+    async def _persist(self, md: TxnMetadata, tombstone: bool = False) -> ErrorCode:
+        """Write the transaction's new state (or, expired, its tombstone) and wait for
+        the partition's ISR."""
         idx = self._partition_of(md.transactional_id)
         p = self.broker.partitions.get(TXN_TOPIC, idx) if idx is not None else None
         if p is None or p.info is None or not p.is_leader or idx not in self._loaded:
             return ErrorCode.not_coordinator
         now = _now_ms()
-        batch = build_batch([(txn_key(md.transactional_id), txn_value(md), ())], timestamp_ms=now)
+        value = None if tombstone else txn_value(md)
+        batch = build_batch([(txn_key(md.transactional_id), value, ())], timestamp_ms=now)
         res = p.append(batch, p.info.leader_epoch, 2**31 - 1, now)
         if res.error != ErrorCode.none:
             return ErrorCode.coordinator_not_available
@@ -651,17 +654,42 @@ class TxnCoordinator:
         fence) transactions open longer than their producer's transaction.timeout.ms."""
         while True:
             await asyncio.sleep(self.settings.abort_interval_ms / 1000)
-            now = _now_ms()
-            for md in list(self.txns.values()):
-                if (
-                    md.state == TxnStatus.ONGOING
-                    and not md.busy
-                    and now - md.start_ms > md.timeout_ms
-                ):
-                    log.info(
-                        "[node %d] Aborting the transaction of %s (producer %d epoch %d): "
-                        "open for %d ms, longer than its timeout of %d ms",
-                        self.broker.node_id, md.transactional_id, md.producer_id,
-                        md.producer_epoch, now - md.start_ms, md.timeout_ms,
-                    )  # fmt: skip
-                    await self._begin_end(md, commit=False, bump=True)
+            try:
+                await self._sweep(_now_ms())
+            except Exception:  # the next sweep tries again; the timer must not die
+                log.exception("[node %d] Transaction timeout sweep failed", self.broker.node_id)
+
+    async def _sweep(self, now: int) -> None:
+        expired = []
+        for md in list(self.txns.values()):
+            if md.busy:
+                continue
+            if md.state == TxnStatus.ONGOING and now - md.start_ms > md.timeout_ms:
+                log.info(
+                    "[node %d] Aborting the transaction of %s (producer %d epoch %d): "
+                    "open for %d ms, longer than its timeout of %d ms",
+                    self.broker.node_id, md.transactional_id, md.producer_id,
+                    md.producer_epoch, now - md.start_ms, md.timeout_ms,
+                )  # fmt: skip
+                await self._begin_end(md, commit=False, bump=True)
+            elif (
+                md.state in _IDLE
+                and now - md.update_ms > self.settings.id_expiration_ms
+                and self.txns.get(md.transactional_id) is md
+            ):
+                # transactional.id.expiration.ms: an id that did nothing that long goes
+                # (a tombstone, removed by the cleaner); its next producer starts anew
+                md.busy = True
+                try:
+                    err = await self._persist(md, tombstone=True)
+                finally:
+                    md.busy = False
+                if err == ErrorCode.none:
+                    self.txns.pop(md.transactional_id, None)
+                    expired.append(md.transactional_id)
+        if expired:
+            log.info(
+                "[node %d] Expired %d transactional id(s) idle longer than "
+                "transactional.id.expiration.ms: %s",
+                self.broker.node_id, len(expired), ", ".join(sorted(expired)[:10]),
+            )  # fmt: skip
