@@ -409,7 +409,7 @@ class ReplicaManager:
 
     async def _isr_loop(self) -> None:
         interval = max(min(self.settings.lag_time_max_ms / 2000, 5.0), 0.05)
-        while True:
+        while not self._stopped:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._isr_wakeup.wait(), interval)
             self._isr_wakeup.clear()

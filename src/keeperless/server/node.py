@@ -36,6 +36,7 @@ from keeperless.runtime.log_cleaner import CleanerSettings, LogCleaner
 from keeperless.runtime.metadata_log import MetadataLog
 from keeperless.runtime.metrics import Metrics
 from keeperless.runtime.raft_transport import RaftTransport
+from keeperless.runtime.tasks import stop_tasks
 from keeperless.server.config import Endpoint, NodeConfig
 from keeperless.server.controller_apis import ControllerApis, ControllerClient
 from keeperless.server.controller_service import ControllerService
@@ -517,8 +518,16 @@ class Node:
             self.cleaner.close()
         if self.txn is not None:
             self.txn.stop()
-        # cancelled tasks end before the loop closes ("Task was destroyed but it is pending")
-        await asyncio.gather(*stopped, return_exceptions=True)
+        # cancelled tasks end before the loop closes ("Task was destroyed but it is pending");
+        # one that lost its cancellation is cancelled again, and never holds the stop
+        left = await stop_tasks(stopped)
+        if left:
+            log.warning(
+                "[node %d] Stopping with %d task(s) still running: %s",
+                self.node_id,
+                len(left),
+                ", ".join(t.get_name() for t in left),
+            )
         if self.mlog.core.is_leader and len(self.mlog.core.voters) > 1:
             # hand over: the voters elect a successor without waiting for a timeout
             self.mlog.resign()
