@@ -5,6 +5,7 @@ shell glob. Only host names, ports and paths differ (ports are chosen at run tim
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -40,6 +41,9 @@ class KafkaHome:
         res = subprocess.run(
             ["bash", "-c", command],
             cwd=self.root,
+            # kafka-server-stop.sh stops every node on the machine, as Kafka's does: only
+            # this test's here (not a developer's `make run`, nor a fault-harness batch)
+            env={**os.environ, "KEEPERLESS_STOP_ONLY_UNDER": str(self.root)},
             capture_output=True,
             text=True,
             timeout=60,

@@ -13,10 +13,17 @@ from keeperless.tools.errors import ToolError
 __all__ = ["running_nodes", "stop_servers"]
 
 
+# Test suites set this to their own directory so that the seeds' kafka-server-stop.sh
+# stops their nodes only - not a developer's `make run` node, nor another suite's.
+ONLY_UNDER_ENV = "KEEPERLESS_STOP_ONLY_UNDER"
+
+
 def running_nodes() -> list[tuple[int, Path | None]]:
-    """(pid, config file) of every `keeperless server start` process of this user."""
+    """(pid, config file) of every `keeperless server start` process of this user (only
+    those running in a directory under $KEEPERLESS_STOP_ONLY_UNDER when it is set)."""
     out = []
     me = os.getpid()
+    only_under = os.environ.get(ONLY_UNDER_ENV)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
@@ -33,6 +40,8 @@ def running_nodes() -> list[tuple[int, Path | None]]:
             elif w.endswith("kafka-server-start.sh") and i > 0:  # the entry point
                 config = words[i + 1] if i + 1 < len(words) else ""
             if config is not None:
+                if only_under and not cwd.is_relative_to(only_under):
+                    break
                 out.append((int(entry.name), cwd / config if config else None))
                 break
     return out
