@@ -98,3 +98,13 @@ def test_markers_fence_older_epochs_and_clients_cannot_write_them(tmp_path: Path
     control = build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", ())], control=True)
     assert p.append(control, 0, 1 << 20, 0).error == ErrorCode.invalid_record
     p.log.close()
+
+
+def test_the_lso_is_never_below_the_log_start(tmp_path: Path) -> None:
+    p = _partition(tmp_path)
+    p.append(_txn(7, 0), 0, 1 << 20, 0)  # open from offset 0
+    p.append(build_batch([(b"k", b"x", ())] * 3), 0, 1 << 20, 0)
+    assert p.last_stable_offset == 0
+    p.advance_start(2, 0)  # DeleteRecords past the transaction's start
+    assert p.last_stable_offset == 2
+    p.log.close()

@@ -366,7 +366,11 @@ class Partition:
         the first offset of an open transaction if lower."""
         hw = self.high_watermark
         first = self.txns.first_unstable()
-        return hw if first is None else min(hw, first)
+        if first is None:
+            return hw
+        # an open transaction that started before the log start (retention, DeleteRecords)
+        # holds readers at the log start, not below it (Kafka bounds it the same way)
+        return min(hw, max(first, self.log.log_start_offset))
 
     def append_marker(
         self,
