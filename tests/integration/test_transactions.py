@@ -6,6 +6,7 @@ timeout."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -394,3 +395,31 @@ def test_an_idle_transactional_id_expires(tmp_path: Path) -> None:
         assert _read(n.bootstrap, topic, "read_committed", 1) == ["v", "w"]
     finally:
         n.stop()
+
+
+def test_dump_log_shows_markers_and_the_transaction_log(node: Node) -> None:
+    """kafka-dump-log.sh: markers as Kafka prints them (endTxnMarker, coordinatorEpoch),
+    __transaction_state decoded with --transaction-log-decoder."""
+    from confluent_kafka import Producer
+
+    topic = _topic(node, 1)
+    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "dump-1"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"v", partition=0)
+    p.commit_transaction(30)
+    seg = node.data / f"{topic}-0" / "00000000000000000000.log"
+    out = keeperless("dump-log", "--print-data-log", "--files", str(seg), check=True).stdout
+    assert re.search(r"isTransactional: true isControl: true", out)
+    assert re.search(r"\| offset: 1 .* endTxnMarker: COMMIT coordinatorEpoch: \d+$", out, re.M)
+    states = [d for d in node.data.glob("__transaction_state-*")]
+    dumped = "".join(
+        keeperless("dump-log", "--transaction-log-decoder", "--files",
+                   str(d / "00000000000000000000.log"), check=True).stdout
+        for d in states
+    )  # fmt: skip
+    assert '"transactionalId":"dump-1"' in dumped
+    assert '"transactionStatus":4' in dumped  # CompleteCommit
+    assert re.search(
+        r'"transactionPartitions":\[\{"topic":"' + topic + r'","partitionIds":\[0\]\}\]', dumped
+    )

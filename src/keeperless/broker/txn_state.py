@@ -11,12 +11,11 @@ import bisect
 import struct
 from dataclasses import dataclass, field
 
+from keeperless.protocol.control import ABORT, COMMIT, control_type
 from keeperless.protocol.records import BatchHeader, build_batch, decode_records
 
-__all__ = ["ABORT", "COMMIT", "PartitionTxns", "marker_batch", "marker_type"]
+__all__ = ["ABORT", "COMMIT", "PartitionTxns", "marker_batch", "marker_epoch", "marker_type"]
 
-ABORT = 0
-COMMIT = 1
 _KEY = struct.Struct(">hh")
 _VALUE = struct.Struct(">hi")
 
@@ -38,12 +37,19 @@ def marker_batch(
 def marker_type(batch: bytes | memoryview) -> int | None:
     """ABORT or COMMIT for a transaction marker batch; None for other control records."""
     for rec in decode_records(batch):
-        if rec.key is not None and len(rec.key) >= 4:
-            version, kind = _KEY.unpack_from(rec.key, 0)
-            if version == 0 and kind in (ABORT, COMMIT):
-                return int(kind)
-        return None
+        try:
+            kind = control_type(rec)
+        except ValueError:
+            return None
+        return kind if kind in (ABORT, COMMIT) else None
     return None
+
+
+def marker_epoch(value: bytes | None) -> int:
+    """The coordinator epoch in a marker record's value (-1 if it has none)."""
+    if value is None or len(value) < _VALUE.size:
+        return -1
+    return int(_VALUE.unpack_from(value, 0)[1])
 
 
 @dataclass(slots=True)

@@ -215,6 +215,7 @@ def _tools(args: argparse.Namespace) -> int:
                     args.skip_record_metadata,
                     args.offsets_decoder,
                     args.max_bytes,
+                    args.transaction_log_decoder,
                 )
                 and ok
             )

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+from keeperless.broker.txn_state import marker_epoch
 from keeperless.metadata.codec import MetadataRecordError, decode_record, record_to_json
-from keeperless.protocol.control import CONTROL_NAMES, decode_control
+from keeperless.protocol.control import ABORT, COMMIT, CONTROL_NAMES, control_type, decode_control
 from keeperless.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
     BATCH_HEADER_SIZE,
@@ -18,7 +19,7 @@ from keeperless.protocol.records import (
     decode_records,
     read_header,
 )
-from keeperless.tools.offsets_decoder import decode_offsets_record
+from keeperless.tools.offsets_decoder import decode_offsets_record, decode_transaction_record
 
 __all__ = ["dump_file"]
 
@@ -66,10 +67,13 @@ def dump_file(
     skip_record_metadata: bool = False,
     offsets_decoder: bool = False,
     max_bytes: int | None = None,
+    transaction_decoder: bool = False,
 ) -> bool:
     """Print one file; returns False if it was found corrupt (after printing the rest).
     ``skip_record_metadata`` prints only each record's contents (Kafka's
-    --skip-record-metadata); ``offsets_decoder`` decodes __consumer_offsets records;
+    --skip-record-metadata); ``offsets_decoder`` decodes __consumer_offsets records,
+    ``transaction_decoder`` __transaction_state ones; transaction markers are printed
+    as Kafka's (endTxnMarker, coordinatorEpoch);
     ``max_bytes`` reads only the batches within the file's first bytes."""
     if path.suffix in (".index", ".timeindex"):
         return dump_index(path, out)
@@ -83,7 +87,7 @@ def dump_file(
         start = path.name.split("-")[0].split(".")[0]
         if start.isdigit():
             print(f"Log starting offset: {int(start)}", file=out)
-    records_wanted = deep or print_data or decoder or offsets_decoder
+    records_wanted = deep or print_data or decoder or offsets_decoder or transaction_decoder
     try:
         for pos, data in _batches(path, max_bytes):
             h = read_header(data)
@@ -110,10 +114,15 @@ def dump_file(
                     f"{-1 if rec.value is None else len(rec.value)} headerKeys: "
                     f"[{','.join(k for k, _ in rec.headers)}]"
                 )
-                if h.is_control:
+                if h.is_control and control_type(rec) in (ABORT, COMMIT):
+                    name = CONTROL_NAMES[control_type(rec)]
+                    line += f" endTxnMarker: {name} coordinatorEpoch: {marker_epoch(rec.value)}"
+                elif h.is_control:
                     kind, msg = decode_control(rec)
                     name = CONTROL_NAMES.get(kind, f"UNKNOWN({kind})")
                     line += f" {name}: {_control_json(msg)}"
+                elif transaction_decoder:
+                    line += decode_transaction_record(rec.key, rec.value)
                 elif offsets_decoder:
                     line += decode_offsets_record(rec.key, rec.value)
                 elif metadata and rec.value is not None:

@@ -8,7 +8,7 @@ import json
 import struct
 from typing import Any
 
-__all__ = ["decode_offsets_record"]
+__all__ = ["decode_offsets_record", "decode_transaction_record"]
 
 
 class _Reader:
@@ -81,5 +81,43 @@ def decode_offsets_record(key: bytes | None, value: bytes | None) -> str:
         else:
             payload = f"<group metadata v{version}, {len(value)} bytes>"
     except struct.error:
+        payload = f"<truncated, {len(value)} bytes>"
+    return f" key: {key_text} payload: {payload}"
+
+
+def decode_transaction_record(key: bytes | None, value: bytes | None) -> str:
+    """kafka-dump-log.sh --transaction-log-decoder: a `__transaction_state` record as
+    ' key: {"type":"0","data":{"transactionalId":...}} payload: {"version":"0",...}'."""
+    if key is None:
+        return " key: null payload: null"
+    try:
+        r = _Reader(key)
+        version = r.i16()
+        if version != 0:
+            return f" key: <unknown record type {version}, {len(key)} bytes> payload: ..."
+        key_text = _js({"type": "0", "data": {"transactionalId": r.string()}})
+    except struct.error:
+        return f" key: <truncated, {len(key)} bytes> payload: ..."
+    if value is None:
+        return f" key: {key_text} payload: null"
+    try:
+        r = _Reader(value)
+        vv = r.i16()
+        data: dict[str, Any] = {
+            "producerId": r.i64(),
+            "producerEpoch": r.i16(),
+            "transactionTimeoutMs": r.i32(),
+            "transactionStatus": r.buf[r.pos],
+        }
+        r.pos += 1
+        parts = []
+        for _ in range(max(r.i32(), 0)):
+            topic = r.string()
+            parts.append({"topic": topic, "partitionIds": [r.i32() for _ in range(r.i32())]})
+        data["transactionPartitions"] = parts
+        data["transactionLastUpdateTimestampMs"] = r.i64()
+        data["transactionStartTimestampMs"] = r.i64()
+        payload = _js({"version": str(vv), "data": data})
+    except (struct.error, IndexError):
         payload = f"<truncated, {len(value)} bytes>"
     return f" key: {key_text} payload: {payload}"
