@@ -272,6 +272,11 @@ def test_aiokafka_transactions(node: Node) -> None:
             await p.begin_transaction()
             await p.send_and_wait(topic, b"gone", partition=0)
             await p.abort_transaction()
+            # TxnOffsetCommit v0 (no generation id): it failed, and aiokafka retried for ever
+            from aiokafka import TopicPartition as AioTP
+
+            async with p.transaction():
+                await p.send_offsets_to_transaction({AioTP(topic, 0): 6}, "aio-g")
         finally:
             await p.stop()
 
@@ -301,6 +306,13 @@ def test_aiokafka_transactions(node: Node) -> None:
     asyncio.run(go())
     assert _read(node.bootstrap, topic, "read_committed", 1) == [f"x{i}" for i in range(5)]
     assert asyncio.run(read()) == [b"x%d" % i for i in range(5)]  # aiokafka's own consumer
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "aio-g"})
+    try:
+        assert c.committed([TopicPartition(topic, 0)], 10)[0].offset == 6
+    finally:
+        c.close()
 
 
 def test_transactions_survive_a_restart(tmp_path: Path) -> None:

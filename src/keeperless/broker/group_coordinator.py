@@ -257,7 +257,7 @@ class GroupCoordinator:
 
     # -- coordinator lookup -------------------------------------------------------------
 
-    def _ensure_offsets_topic(self) -> ErrorCode:
+    def ensure_offsets_topic(self) -> ErrorCode:
         """The coordinators live on __consumer_offsets: until it exists, its creation goes
         to the controller in the background and the client is told to ask again."""
         if self.broker.image.topic(OFFSETS_TOPIC) is not None:
@@ -278,7 +278,7 @@ class GroupCoordinator:
     async def find_coordinator(self, header: RequestHeader, req: Any) -> Any:
         keys = list(req.coordinator_keys) if header.api_version >= 4 else [req.key]
         key_type = getattr(req, "key_type", 0)
-        err = self._ensure_offsets_topic() if key_type == 0 else ErrorCode.coordinator_not_available
+        err = self.ensure_offsets_topic() if key_type == 0 else ErrorCode.coordinator_not_available
         coords = [self._coordinator_of(k, err) for k in keys]
         body: dict[str, Any] = {"throttle_time": 0, "coordinators": coords}
         if header.api_version < 4:

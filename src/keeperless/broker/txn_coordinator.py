@@ -145,11 +145,14 @@ class TxnCoordinator:
         settings: TxnSettings,
         markers: TxnMarkerWriter,
         find_group_coordinator: Callable[[RequestHeader, Any], Awaitable[Any]],
+        ensure_offsets_topic: Callable[[], ErrorCode] | None = None,
     ) -> None:
         self.broker = broker
         self.settings = settings
         self.markers = markers
         self._find_group = find_group_coordinator
+        # AddOffsetsToTxn may be a group's first use of __consumer_offsets: create it
+        self._ensure_offsets = ensure_offsets_topic
         self.txns: dict[str, TxnMetadata] = {}
         self._loaded: dict[int, int] = {}  # partition -> leader epoch (coordinator epoch)
         self._client = InterBrokerClient(broker.node_id)
@@ -488,6 +491,8 @@ class TxnCoordinator:
         if err is None:
             t = self.broker.image.topic(OFFSETS_TOPIC)
             if t is None:
+                if self._ensure_offsets is not None:
+                    self._ensure_offsets()  # in the background; the client asks again
                 err = ErrorCode.coordinator_not_available
             else:
                 idx = partition_for_group(req.group_id, len(t.partitions))

@@ -38,10 +38,14 @@ class TxnOffsets:
     async def txn_offset_commit(self, header: RequestHeader, req: Any) -> Any:
         gid = req.group_id
         err = self.gc._group_error(gid)
-        if err is None and req.generation_id >= 0:
+        # v3+ carry the member (KIP-447); older versions commit as a simple consumer
+        generation = getattr(req, "generation_id", -1)
+        if err is None and generation >= 0:
             g = self.gc.groups.get(gid)
             if g is not None and g.members:
-                code = g.check_member(req.member_id, req.generation_id, req.group_instance_id)
+                code = g.check_member(
+                    req.member_id, generation, getattr(req, "group_instance_id", None)
+                )
                 err = None if code == ErrorCode.none else code
         now = int(time.time() * 1000)
         records = []

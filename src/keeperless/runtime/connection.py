@@ -44,7 +44,17 @@ class RequestRouter:
         self.handlers = handlers
         self.api_versions_body = api_versions_body
         self._last_warn: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
+
+    def error_allowed(self, key: str) -> tuple[bool, int]:
+        """(log it now, how many like it were not logged since the last one)."""
+        now = time.monotonic()
+        if now - self._last_warn.get(key, -1e9) >= 10:
+            self._last_warn[key] = now
+            return True, self._suppressed.pop(key, 0)
+        self._suppressed[key] = self._suppressed.get(key, 0) + 1
+        return False, 0
 
     def warn(self, key: str, msg: str, *args: Any) -> None:
         now = time.monotonic()
@@ -82,6 +92,15 @@ class RequestRouter:
         if resp is None or isinstance(resp, list):
             return resp  # no response (acks=0), or a frame already encoded as parts
         return encode_response(header, resp)
+
+
+def _failure_key(e: BaseException) -> str:
+    """A failure's kind: its type and where it was raised."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
+    return f"error:{type(e).__name__}:{where}"
 
 
 class KafkaProtocol(asyncio.Protocol):
@@ -163,12 +182,17 @@ class KafkaProtocol(asyncio.Protocol):
                 self.router.warn(str(e)[:60], "Closing connection from %s: %s", self.peer, e)
                 self._close()
                 return
-            except Exception:
-                log.exception(
-                    "[node %d] Error handling request from %s; closing connection",
-                    self.router.node_id,
-                    self.peer,
-                )
+            except Exception as e:
+                # with its traceback, once per 10 s per kind of failure: a client retrying
+                # a request that fails this way must not flood the log (one line a request)
+                shown, suppressed = self.router.error_allowed(_failure_key(e))
+                if shown:
+                    log.exception(
+                        "[node %d] Error handling request from %s; closing connection%s",
+                        self.router.node_id,
+                        self.peer,
+                        f" ({suppressed} more like it in the last 10 s)" if suppressed else "",
+                    )
                 self._close()
                 return
             if out is None or self.transport.is_closing():

@@ -150,6 +150,7 @@ class Node:
                 ),
                 self.markers,
                 self.groups.find_coordinator,
+                self.groups.ensure_offsets_topic,
             )
             broker = self.broker
             self.mlog.listeners.append(broker.on_committed)
