@@ -378,7 +378,21 @@ def test_the_transactions_tool_as_kafkas(node: Node) -> None:
     assert producers[0].split()[0] == "ProducerId"
     assert producers[1].split()[0] == row[2]
     assert producers[1].split()[-1] == "0"  # its transaction starts at offset 0
+    # a live transaction is never hanging, however old the limit makes it
+    live = keeperless("transactions", *bs, "find-hanging", "--topic", topic,
+                      "--max-transaction-timeout", "0", check=True)  # fmt: skip
+    assert len(live.stdout.splitlines()) == 1, live.stdout
     p.commit_transaction(30)
+    after_commit = keeperless("transactions", *bs, "describe-producers", "--topic", topic,
+                              "--partition", "0", check=True).stdout.splitlines()  # fmt: skip
+    assert after_commit[1].split()[2] != "-1"  # LatestCoordinatorEpoch, from the marker
+    assert after_commit[1].split()[-1] == "None"  # no open transaction
+    names = keeperless("transactions", *bs, "list", "--transactional-id-pattern", "tool-.*",
+                       check=True).stdout.splitlines()  # fmt: skip
+    assert [r.split()[0] for r in names[1:]] == ["tool-1"]
+    old = keeperless("transactions", *bs, "list", "--duration-filter", "3600000",
+                     check=True).stdout.splitlines()  # fmt: skip
+    assert "tool-1" not in [r.split()[0] for r in old[1:]]  # not open for an hour
     # a transaction no coordinator knows: a producer id that never asked for one
     batch = build_batch([(None, b"stray", ())], producer_id=999_999, producer_epoch=0,
                         base_sequence=0, transactional=True)  # fmt: skip

@@ -15,7 +15,12 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.txn_state import PartitionTxns, marker_batch, marker_type
+from keeperless.broker.txn_state import (
+    PartitionTxns,
+    marker_batch,
+    marker_coordinator_epoch,
+    marker_type,
+)
 from keeperless.metadata.image import PartitionInfo
 from keeperless.protocol.records import (
     BatchHeader,
@@ -60,6 +65,7 @@ class _ProducerEntry:
     batches: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)
     last_seq: int = -1
     last_ts: int = -1  # max timestamp of its last batch (DescribeProducers)
+    coordinator_epoch: int = -1  # of the last transaction marker written for it
 
 
 class NotLeaderError(Exception):
@@ -358,7 +364,8 @@ class Partition:
         self.txns.note_marker(h.producer_id, kind, base_offset)
         e = self.producers.get(h.producer_id)
         if e is None or h.producer_epoch > e.epoch:  # a bumped epoch fences the old one
-            self.producers[h.producer_id] = _ProducerEntry(h.producer_epoch)
+            e = self.producers[h.producer_id] = _ProducerEntry(h.producer_epoch)
+        e.coordinator_epoch = marker_coordinator_epoch(data)
 
     @property
     def last_stable_offset(self) -> int:

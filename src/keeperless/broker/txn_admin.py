@@ -129,7 +129,7 @@ class TxnAdmin:
                         producers.append(
                             {"producer_id": pid, "producer_epoch": e.epoch,
                              "last_sequence": e.last_seq, "last_timestamp": e.last_ts,
-                             "coordinator_epoch": -1,
+                             "coordinator_epoch": e.coordinator_epoch,
                              "current_txn_start_offset": p.txns.ongoing.get(pid, -1)}
                         )  # fmt: skip
                 parts.append({"partition_index": index, "error_code": err,

@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from keeperless.protocol.control import ABORT, COMMIT, control_type
 from keeperless.protocol.records import BatchHeader, build_batch, decode_records
 
-__all__ = ["ABORT", "COMMIT", "PartitionTxns", "marker_batch", "marker_epoch", "marker_type"]
+__all__ = [
+    "ABORT",
+    "COMMIT",
+    "PartitionTxns",
+    "marker_batch",
+    "marker_coordinator_epoch",
+    "marker_epoch",
+    "marker_type",
+]
 
 _KEY = struct.Struct(">hh")
 _VALUE = struct.Struct(">hi")
@@ -43,6 +51,13 @@ def marker_type(batch: bytes | memoryview) -> int | None:
             return None
         return kind if kind in (ABORT, COMMIT) else None
     return None
+
+
+def marker_coordinator_epoch(batch: bytes | memoryview) -> int:
+    """The coordinator epoch a marker batch carries (-1 if none)."""
+    for rec in decode_records(batch):
+        return marker_epoch(rec.value)
+    return -1
 
 
 def marker_epoch(value: bytes | None) -> int:

@@ -303,7 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
     tx = sub.add_parser("transactions", help="list, describe, abort and find hanging transactions")
     _connection_flags(tx, controller=False)
     tx_sub = tx.add_subparsers(dest="txn_cmd", required=True)
-    tx_sub.add_parser("list", help="the transactions of every coordinator")
+    txl = tx_sub.add_parser("list", help="the transactions of every coordinator")
+    txl.add_argument("--duration-filter", type=int, default=-1,
+                     help="only transactions open at least this many ms")  # fmt: skip
+    txl.add_argument("--transactional-id-pattern", help="a regular expression of the ids")
     txd = tx_sub.add_parser("describe", help="one transactional id's transaction")
     txd.add_argument("--transactional-id", required=True)
     txp = tx_sub.add_parser("describe-producers", help="the producers of a partition")
@@ -322,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     txh.add_argument("--topic")
     txh.add_argument("--partition", type=int)
     txh.add_argument("--max-transaction-timeout", type=int, default=15, help="minutes")
-    for sp in (txd, txp, txa, txh):
+    for sp in (txl, txd, txp, txa, txh):
         _connection_flags(sp, controller=False, under=True)
 
     dl = sub.add_parser("dump-log", help="print log segments, metadata logs and snapshots")

@@ -22,6 +22,9 @@ def parse_offsets(text: str, source: str) -> list[tuple[str, int, int]]:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ToolError(f"{source}: not JSON ({e.msg} at line {e.lineno})") from None
+    version = doc.get("version", 1) if isinstance(doc, dict) else None
+    if version != 1:
+        raise ToolError(f"{source}: Not supported version field value {version}")
     rows = doc.get("partitions") if isinstance(doc, dict) else None
     if not isinstance(rows, list) or not rows:
         raise ToolError(f'{source}: expected {{"partitions": [{{"topic": ..., "partition": ..., '

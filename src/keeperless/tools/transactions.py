@@ -56,12 +56,20 @@ def _producers(server: tuple[str, int], topic: str, partition: int) -> list[Any]
     return list(p.active_producers)
 
 
-def _list(servers: Servers, producer_ids: list[int] | None = None) -> list[tuple[int, Any]]:
+def _list(
+    servers: Servers,
+    producer_ids: list[int] | None = None,
+    duration_ms: int = -1,
+    pattern: str | None = None,
+) -> list[tuple[int, Any]]:
     """(coordinator, transaction) of every coordinator's transactions."""
     out: list[tuple[int, Any]] = []
     for node, server in sorted(_brokers(_metadata(servers, [])).items()):
-        body = {"state_filters": [], "producer_id_filters": producer_ids or []}
-        resp = call([server], 66, 0, body)
+        body = {"state_filters": [], "producer_id_filters": producer_ids or [],
+                "duration_filter": duration_ms, "transactional_id_pattern": pattern}  # fmt: skip
+        resp = call([server], 66, 2, body)
+        if int(resp.error_code) != 0:
+            raise ToolError(f"list: {resp.error_code.name} from broker {node}")
         out.extend((node, t) for t in resp.transaction_states)
     return out
 
@@ -79,7 +87,7 @@ def run_transactions(args: Any, servers: Servers, out: TextIO) -> int:
     cmd = args.txn_cmd
     if cmd == "list":
         rows = [["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]]
-        for node, t in _list(servers):
+        for node, t in _list(servers, None, args.duration_filter, args.transactional_id_pattern):
             rows.append([t.transactional_id, str(node), str(t.producer_id), t.transaction_state])
         _table(rows, out)
         return 0
@@ -183,8 +191,9 @@ def _find_hanging(args: Any, servers: Servers, out: TextIO) -> int:
     ongoing = {t.producer_id for _node, t in _list(servers, [p.producer_id for *_, p in open_ones])
                if t.transaction_state in ("Ongoing", "PrepareCommit", "PrepareAbort")}  # fmt: skip
     for topic, index, p in open_ones:
+        # hanging: open longer than the largest timeout, and no coordinator carries it on
         age = now - p.last_timestamp if p.last_timestamp >= 0 else 0
-        if p.producer_id in ongoing and age <= limit_ms:
+        if p.producer_id in ongoing or age <= limit_ms:
             continue
         rows.append([topic, str(index), str(p.producer_id), str(p.producer_epoch),
                      str(p.coordinator_epoch), str(p.current_txn_start_offset),
