@@ -167,6 +167,22 @@ def test_the_delete_records_tool_as_kafkas(
                      "--offset-json-file", str(spec))  # fmt: skip
     assert res.returncode == 1
     assert "partition: drt-1\terror:" in res.stdout
+    spec.write_text(
+        json.dumps(
+            {
+                "partitions": [
+                    {"topic": "nope", "partition": 0, "offset": 1},
+                    {"topic": "drt", "partition": 0, "offset": -1},
+                ]
+            }
+        )
+    )
+    res = keeperless("delete-records", "--bootstrap-server", c.bootstrap,
+                     "--offset-json-file", str(spec))  # fmt: skip
+    assert res.returncode == 1
+    assert ("partition: nope-0\terror: org.apache.kafka.common.errors."
+            "UnknownTopicOrPartitionException") in res.stdout  # fmt: skip
+    assert "partition: drt-0\tlow_watermark:" in res.stdout  # the others are still done
     spec.write_text("{nope")
     res = keeperless("delete-records", "--bootstrap-server", c.bootstrap,
                      "--offset-json-file", str(spec))  # fmt: skip

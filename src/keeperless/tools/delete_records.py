@@ -60,10 +60,22 @@ def run_delete_records(args: Any, extra: dict[str, str], out: TextIO) -> int:
     session = Session(args.bootstrap_server, extra)
     admin = session.admin()
     print("Executing records delete operation", file=out)
-    futures = admin.delete_records([TopicPartition(t, p, o) for t, p, o in wanted])
+    # partitions the cluster does not have are named as Kafka names them (librdkafka's
+    # own answer for them is "No leaders found" for the whole request)
+    known = admin.list_topics(timeout=10).topics
+    missing = [(t, p) for t, p, _o in wanted if t not in known or p not in known[t].partitions]
+    present = [(t, p, o) for t, p, o in wanted if (t, p) not in missing]
+    futures = (
+        admin.delete_records([TopicPartition(t, p, o) for t, p, o in present]) if present else {}
+    )
     print("Records delete operation completed:", file=out)
     failed = 0
-    for t, p, _o in wanted:
+    for t, p in missing:
+        failed += 1
+        print(f"partition: {t}-{p}\terror: org.apache.kafka.common.errors."
+              "UnknownTopicOrPartitionException: This server does not host this "
+              "topic-partition.", file=out)  # fmt: skip
+    for t, p, _o in present:
         fut = futures[TopicPartition(t, p)]
         try:
             res = session.wait(admin, fut)
