@@ -25,10 +25,9 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.integration.cluster import Node  # noqa: E402
 
 
-def idempotent(bootstrap: str, topic: str, n: int, value: bytes) -> float:
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    t0 = time.perf_counter()
-    for _ in range(n):
+def _send(p: Producer, topic: str, value: bytes, count: int) -> None:
+    """``count`` records, waiting for room when librdkafka's queue is full."""
+    for _ in range(count):
         while True:
             try:
                 p.produce(topic, value=value, partition=0)
@@ -36,6 +35,12 @@ def idempotent(bootstrap: str, topic: str, n: int, value: bytes) -> float:
             except BufferError:
                 p.poll(0.01)
         p.poll(0)
+
+
+def idempotent(bootstrap: str, topic: str, n: int, value: bytes) -> float:
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    t0 = time.perf_counter()
+    _send(p, topic, value, n)
     assert p.flush(60) == 0
     return n / (time.perf_counter() - t0)
 
@@ -48,15 +53,9 @@ def transactional(bootstrap: str, topic: str, n: int, value: bytes, every: int) 
     sent = 0
     while sent < n:
         p.begin_transaction()
-        for _ in range(min(every, n - sent)):
-            while True:
-                try:
-                    p.produce(topic, value=value, partition=0)
-                    break
-                except BufferError:
-                    p.poll(0.01)
-            p.poll(0)
-            sent += 1
+        batch = min(every, n - sent)
+        _send(p, topic, value, batch)
+        sent += batch
         p.commit_transaction(60)
     return n / (time.perf_counter() - t0)
 
