@@ -111,8 +111,10 @@ def test_majority_lost_then_regained(cluster3: Cluster) -> None:
     except KafkaException as e:
         outcome = e.args[0].code()
     assert outcome in (None, KafkaError.TOPIC_ALREADY_EXISTS)
+    # committed by the controllers; the brokers' metadata follows (after an earlier
+    # attempt's TOPIC_ALREADY_EXISTS nothing waited for it to reach them)
     admin = AdminClient({"bootstrap.servers": cluster3.bootstrap})
-    assert "recovered" in admin.list_topics(timeout=10).topics
+    wait_until(lambda: "recovered" in admin.list_topics(timeout=10).topics, 20, what="the topic")
 
 
 def test_restarted_broker_catches_up_from_a_snapshot(tmp_path: Path) -> None:

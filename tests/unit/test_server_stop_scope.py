@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,11 @@ def test_server_stop_sees_only_the_nodes_under_its_scope(
              "start", "server.properties"], cwd=d))  # fmt: skip
     try:
         pids = {p.pid for p in procs}
-        assert pids <= {pid for pid, _ in running_nodes()}
+        deadline = time.monotonic() + 10
+        # until both have exec'd (before, /proc shows the forking parent's command line)
+        while not pids <= {pid for pid, _ in running_nodes()}:
+            assert time.monotonic() < deadline, "the fake nodes never showed up"
+            time.sleep(0.02)
         monkeypatch.setenv(ONLY_UNDER_ENV, str(tmp_path / "mine"))
         found = [(pid, cfg) for pid, cfg in running_nodes() if pid in pids]
         assert found == [(procs[0].pid, tmp_path / "mine" / "server.properties")]
