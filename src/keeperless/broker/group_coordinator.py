@@ -23,7 +23,14 @@ from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import decode_records, iter_batches
 
-__all__ = ["OFFSETS_TOPIC", "GroupCoordinator", "GroupSettings", "partition_for_group"]
+__all__ = [
+    "OFFSETS_TOPIC",
+    "GroupCoordinator",
+    "GroupSettings",
+    "coordinator_of",
+    "find_coordinator_response",
+    "partition_for_group",
+]
 
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -38,6 +45,34 @@ def partition_for_group(group_id: str, partitions: int) -> int:
     ):
         h = (31 * h + unit) & 0xFFFFFFFF
     return (h & 0x7FFFFFFF) % partitions
+
+
+def coordinator_of(image: MetadataImage, topic: str, key: str, ready: bool) -> dict[str, Any]:
+    """FindCoordinator's entry for ``key``: the live leader of its partition of
+    ``topic`` (Kafka's rule, for groups and transactional ids alike)."""
+    t = image.topic(topic)
+    if ready and t is not None and key:
+        leader = t.partitions[partition_for_group(key, len(t.partitions))].leader
+        reg = image.brokers.get(leader)
+        if reg is not None and not reg.fenced and reg.endpoints:
+            _, host, port = reg.endpoints[0]
+            return {"key": key, "node_id": leader, "host": host, "port": port,
+                    "error_code": ErrorCode.none, "error_message": None}  # fmt: skip
+    return {"key": key, "node_id": -1, "host": "", "port": -1,
+            "error_code": ErrorCode.coordinator_not_available,
+            "error_message": "The coordinator is not available."}  # fmt: skip
+
+
+def find_coordinator_response(
+    header: RequestHeader, req: Any, image: MetadataImage, topic: str, ready: bool
+) -> Any:
+    """FindCoordinator for every key of the request (one key before v4)."""
+    keys = list(req.coordinator_keys) if header.api_version >= 4 else [req.key]
+    coords = [coordinator_of(image, topic, k, ready) for k in keys]
+    body: dict[str, Any] = {"throttle_time": 0, "coordinators": coords}
+    if header.api_version < 4:
+        body.update({k: v for k, v in coords[0].items() if k != "key"})
+    return build(response_class(10, header.api_version), body)
 
 
 def _str(s: str | None) -> bytes:
@@ -276,42 +311,11 @@ class GroupCoordinator:
         return ErrorCode.coordinator_not_available
 
     async def find_coordinator(self, header: RequestHeader, req: Any) -> Any:
-        keys = list(req.coordinator_keys) if header.api_version >= 4 else [req.key]
         key_type = getattr(req, "key_type", 0)
         err = self.ensure_offsets_topic() if key_type == 0 else ErrorCode.coordinator_not_available
-        coords = [self._coordinator_of(k, err) for k in keys]
-        body: dict[str, Any] = {"throttle_time": 0, "coordinators": coords}
-        if header.api_version < 4:
-            body.update({k: v for k, v in coords[0].items() if k != "key"})
-        return build(response_class(10, header.api_version), body)
-
-    def _coordinator_of(self, key: str, err: ErrorCode) -> dict[str, Any]:
-        """The broker leading the key's __consumer_offsets partition (Kafka's rule)."""
-        image = self.broker.image
-        t = image.topic(OFFSETS_TOPIC)
-        node = None
-        if err == ErrorCode.none and t is not None and key:
-            leader = t.partitions[partition_for_group(key, len(t.partitions))].leader
-            reg = image.brokers.get(leader)
-            if reg is not None and not reg.fenced and reg.endpoints:
-                node = (leader, reg.endpoints[0][1], reg.endpoints[0][2])
-        if node is None:
-            return {
-                "key": key,
-                "node_id": -1,
-                "host": "",
-                "port": -1,
-                "error_code": ErrorCode.coordinator_not_available,
-                "error_message": "The coordinator is not available.",
-            }
-        return {
-            "key": key,
-            "node_id": node[0],
-            "host": node[1],
-            "port": node[2],
-            "error_code": ErrorCode.none,
-            "error_message": None,
-        }
+        return find_coordinator_response(
+            header, req, self.broker.image, OFFSETS_TOPIC, err == ErrorCode.none
+        )
 
     def _group_error(self, group_id: str) -> ErrorCode | None:
         if not group_id:

@@ -23,7 +23,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
-from keeperless.broker.group_coordinator import partition_for_group
+from keeperless.broker.group_coordinator import find_coordinator_response, partition_for_group
 from keeperless.broker.inter_broker import InterBrokerClient
 from keeperless.broker.partitions import NotLeaderError
 from keeperless.broker.txn_markers import OFFSETS_TOPIC, TxnMarkerWriter
@@ -277,27 +277,8 @@ class TxnCoordinator:
     async def find_coordinator(self, header: RequestHeader, req: Any) -> Any:
         if getattr(req, "key_type", 0) != 1:
             return await self._find_group(header, req)
-        keys = list(req.coordinator_keys) if header.api_version >= 4 else [req.key]
         ready = self._ensure_topic()
-        coords = [self._coordinator_of(k, ready) for k in keys]
-        body: dict[str, Any] = {"throttle_time": 0, "coordinators": coords}
-        if header.api_version < 4:
-            body.update({k: v for k, v in coords[0].items() if k != "key"})
-        return build(response_class(10, header.api_version), body)
-
-    def _coordinator_of(self, key: str, ready: bool) -> dict[str, Any]:
-        image = self.broker.image
-        t = image.topic(TXN_TOPIC)
-        if ready and t is not None and key:
-            leader = t.partitions[partition_for_group(key, len(t.partitions))].leader
-            reg = image.brokers.get(leader)
-            if reg is not None and not reg.fenced and reg.endpoints:
-                _, host, port = reg.endpoints[0]
-                return {"key": key, "node_id": leader, "host": host, "port": port,
-                        "error_code": ErrorCode.none, "error_message": None}  # fmt: skip
-        return {"key": key, "node_id": -1, "host": "", "port": -1,
-                "error_code": ErrorCode.coordinator_not_available,
-                "error_message": "The coordinator is not available."}  # fmt: skip
+        return find_coordinator_response(header, req, self.broker.image, TXN_TOPIC, ready)
 
     # -- writing the state ---------------------------------------------------------------
 
