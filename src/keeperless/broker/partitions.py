@@ -7,16 +7,15 @@ import asyncio
 import contextlib
 import logging
 import shutil
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.broker.producer_state import ProducerState
 from keeperless.broker.txn_state import (
-    PartitionTxns,
     marker_batch,
     marker_coordinator_epoch,
     marker_type,
@@ -44,6 +43,7 @@ from keeperless.storage.partition_dirs import (
     remove_discarded,
     write_topic_id,
 )
+from keeperless.storage.producer_files import AbortedTxn, snapshot_offsets
 
 __all__ = [
     "AppendResult",
@@ -55,17 +55,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-_MAX_CACHED_BATCHES = 5  # Kafka keeps the last 5 batches per producer for dedupe
-
-
-@dataclass(slots=True)
-class _ProducerEntry:
-    epoch: int
-    # (first sequence, last sequence, base offset) of the most recent batches
-    batches: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)
-    last_seq: int = -1
-    last_ts: int = -1  # max timestamp of its last batch (DescribeProducers)
-    coordinator_epoch: int = -1  # of the last transaction marker written for it
 
 
 class NotLeaderError(Exception):
@@ -107,15 +96,21 @@ class Partition:
         self.index = index
         self.topic_id = topic_id
         self.directory = directory
-        self.producers: dict[int, _ProducerEntry] = {}
-        self.txns = PartitionTxns()
-        self._txn_batches: list[BatchHeader] = []  # found while the log recovers
+        self.state = ProducerState(directory)
+        self.producers = self.state.producers
+        self.txns = self.state.txns
         if read_topic_id(directory) is None:
             # bound to this incarnation of the topic before any data is written
             directory.mkdir(parents=True, exist_ok=True)
             write_topic_id(directory, topic_id)
-        self.log = PartitionLog(directory, config, now_ms, self._recover_producer)
-        self._replay_txns()
+        # the batches from the newest snapshot on: what recovery replays
+        snaps = snapshot_offsets(directory)
+        self._replay_from = snaps[-1] if snaps else 0
+        self._found: list[BatchHeader] | None = []
+        self.log = PartitionLog(directory, config, now_ms, self._recovered_batch)
+        self._load_state(self._found)
+        self._found = None
+        self.log.on_roll = self._on_roll
         self.info: PartitionInfo | None = None
         self.node_id = -1
         self.epochs = LeaderEpochCache(directory)
@@ -292,10 +287,10 @@ class Partition:
             self.epochs.assign(h.partition_leader_epoch, h.base_offset)
         self.log.append(data, headers, now_ms)
         for pos, h in headers:
-            if h.producer_id >= 0 and h.base_sequence >= 0:
-                self._note_producer(h, h.base_offset)
-            if h.is_transactional:
-                self._note_txn(h, h.base_offset, bytes(data[pos : pos + h.size]))
+            if h.is_control:
+                self._note_marker(h, h.base_offset, bytes(data[pos : pos + h.size]))
+            else:
+                self.state.note_batch(h, h.base_offset)
         return len(headers)
 
     def follower_hw(self, leader_hw: int) -> None:
@@ -318,11 +313,8 @@ class Partition:
         self._hw = min(self._hw, self.log.log_end_offset)
         # the producers' state as the remaining log has it, all of it (a producer whose
         # last batch is in an older segment would be forgotten, and its retries appended
-        # again: duplicates)
-        self.producers.clear()
-        for h in self.log.batch_headers():
-            self._recover_producer(h)
-        self._replay_txns()
+        # again: duplicates): from the newest snapshot below the truncation point
+        self._load_state(None)
 
     def reset_to(self, offset: int, now_ms: int) -> None:
         """The leader no longer has our offsets (retention): start over at ``offset``."""
@@ -336,36 +328,73 @@ class Partition:
         self.log.reset_to(offset, now_ms)
         self.epochs.clear()
         self._hw = offset
-        self.producers.clear()
-        self.txns.clear()
+        self.state.clear()
+        self.state.delete_snapshots()
 
-    def _recover_producer(self, h: BatchHeader) -> None:
-        if h.producer_id >= 0 and h.base_sequence >= 0:
-            self._note_producer(h, h.base_offset)
-        if h.is_transactional:
-            self._txn_batches.append(h)
+    # -- producer state: snapshots, recovery, markers ----------------------------------
 
-    def _replay_txns(self) -> None:
-        """The transactions of the recovered log: open ones and aborted ones."""
-        self.txns.clear()
-        found, self._txn_batches = self._txn_batches, []
+    def _recovered_batch(self, h: BatchHeader) -> None:
+        found = self._found
+        wanted = h.producer_id >= 0 or h.is_control
+        if found is not None and wanted and h.base_offset >= self._replay_from:
+            found.append(h)
+
+    def _load_state(self, found: list[BatchHeader] | None) -> None:
+        """The producers and transactions as of the log end: the newest snapshot at or
+        below it, the aborted transactions indexed before it, and the batches after it
+        replayed (``found`` if they were collected while the log was opened from the
+        same snapshot; read again otherwise)."""
+        start = self.state.load_snapshot(self.log.log_end_offset)
+        if found is None or start != self._replay_from:
+            found = [h for h in self.log.batch_headers() if h.base_offset >= start]
+            found = [h for h in found if h.producer_id >= 0 or h.is_control]
+        for indexed in self.log.aborted_txns():
+            if indexed.last_offset < start:
+                self.txns.aborted.append(
+                    (indexed.last_offset, indexed.producer_id, indexed.first_offset)
+                )
+        replayed: list[AbortedTxn] = []
         for h in found:
-            self._note_txn(h, h.base_offset)
+            if h.is_control:
+                a = self._note_marker(h, h.base_offset, None, index=False)
+                if a is not None:
+                    replayed.append(a)
+            else:
+                self.state.note_batch(h, h.base_offset)
+        if replayed or start < self.log.log_end_offset:
+            self.log.rewrite_txn_indexes(replayed, start)
         self.txns.forget_before(self.log.log_start_offset)
 
-    def _note_txn(self, h: BatchHeader, base_offset: int, data: bytes | None = None) -> None:
-        if not h.is_control:
-            self.txns.note_batch(h, base_offset)
-            return
+    def _on_roll(self, base_offset: int) -> None:
+        """A new segment at ``base_offset``: the producers' state there is snapshotted
+        (the batch that rolled it is noted after), and snapshots of deleted segments go."""
+        self.log.sync_txn_indexes()
+        self.state.take_snapshot(base_offset)
+        self.state.delete_snapshots(below=self.log.first_segment_base)
+
+    def close(self) -> None:
+        """A clean shutdown: the log flushed and the producers' state snapshotted at its
+        end, so the next start replays nothing."""
+        try:
+            if self.log.writable:
+                self.log.flush()
+                self.log.sync_txn_indexes()
+                self.state.take_snapshot(self.log.log_end_offset)
+        except OSError as e:
+            log.warning("Could not snapshot the producers of %s-%d: %s", self.topic, self.index, e)
+        self.log.close()
+
+    def _note_marker(
+        self, h: BatchHeader, offset: int, data: bytes | None, index: bool = True
+    ) -> AbortedTxn | None:
         if data is None:
-            sl = self.log.read(base_offset, h.size)
+            sl = self.log.read(offset, h.size)
             data = sl.read()[: h.size] if sl is not None else b""
         kind = marker_type(data) if data else None
-        self.txns.note_marker(h.producer_id, kind, base_offset)
-        e = self.producers.get(h.producer_id)
-        if e is None or h.producer_epoch > e.epoch:  # a bumped epoch fences the old one
-            e = self.producers[h.producer_id] = _ProducerEntry(h.producer_epoch)
-        e.coordinator_epoch = marker_coordinator_epoch(data)
+        aborted = self.state.note_marker(h, kind, offset, marker_coordinator_epoch(data))
+        if aborted is not None and index:
+            self.log.append_aborted(aborted)
+        return aborted
 
     @property
     def last_stable_offset(self) -> int:
@@ -404,19 +433,8 @@ class Partition:
         h = read_header(buf, 0)
         self.epochs.assign(self.info.leader_epoch, base)
         self.log.append(buf, [(0, h)], now_ms)
-        self._note_txn(h, base, bytes(buf))
+        self._note_marker(h, base, bytes(buf))
         return AppendResult(ErrorCode.none, base)
-
-    def _note_producer(self, h: BatchHeader, base_offset: int) -> None:
-        e = self.producers.get(h.producer_id)
-        if e is None or e.epoch != h.producer_epoch:
-            e = _ProducerEntry(h.producer_epoch)
-            self.producers[h.producer_id] = e
-        e.batches[h.base_sequence] = (h.last_sequence, base_offset)
-        while len(e.batches) > _MAX_CACHED_BATCHES:
-            e.batches.popitem(last=False)
-        e.last_seq = h.last_sequence
-        e.last_ts = h.max_timestamp
 
     def _check_sequence(self, h: BatchHeader) -> AppendResult | None:
         """None to append; otherwise the duplicate's original result or an error."""
@@ -515,10 +533,8 @@ class Partition:
             offset += h.last_offset_delta + 1
         self.epochs.assign(leader_epoch, base)
         self.log.append(buf, assigned, now_ms)
-        if first.producer_id >= 0 and first.base_sequence >= 0:
-            self._note_producer(first, base)
-        if first.is_transactional:
-            self.txns.note_batch(first, base)
+        if first.producer_id >= 0:
+            self.state.note_batch(first, base)
         return AppendResult(ErrorCode.none, base)
 
     def read(
@@ -629,7 +645,7 @@ class PartitionManager:
             why,
         )
         p.fail_waiters()
-        p.log.close()
+        p.log.close()  # no snapshot: it is deleted
         self._discard(p.directory)
         return True
 
@@ -680,5 +696,5 @@ class PartitionManager:
 
     def close(self) -> None:
         for p in self.partitions.values():
-            p.log.close()
+            p.close()
         self.partitions.clear()

@@ -83,11 +83,13 @@ class PartitionTxns:
         if h.is_transactional and not h.is_control and h.producer_id >= 0:
             self.ongoing.setdefault(h.producer_id, base_offset)
 
-    def note_marker(self, producer_id: int, kind: int | None, offset: int) -> None:
-        """A marker at ``offset`` ends the producer's open transaction."""
+    def note_marker(self, producer_id: int, kind: int | None, offset: int) -> int | None:
+        """A marker at ``offset`` ends the producer's open transaction: its first offset
+        (None if it had none open here)."""
         first = self.ongoing.pop(producer_id, None)
         if kind == ABORT and first is not None:
             bisect.insort(self.aborted, (offset, producer_id, first))
+        return first
 
     def first_unstable(self) -> int | None:
         return min(self.ongoing.values(), default=None)

@@ -30,7 +30,13 @@ from keeperless.protocol.records import (
     read_header,
 )
 from keeperless.storage.dir_failure import LogDirFailure, log_dir_failed
-from keeperless.storage.durable import fsync_dir
+from keeperless.storage.durable import fsync_dir, write_atomically
+from keeperless.storage.producer_files import (
+    TXN_INDEX_SUFFIX,
+    AbortedTxn,
+    append_txn_index,
+    decode_txn_index,
+)
 
 __all__ = ["FileSlice", "LogConfig", "PartitionLog", "segment_name"]
 
@@ -130,7 +136,8 @@ class _Segment:
 
     def paths(self) -> list[Path]:
         return [
-            self.dir / segment_name(self.base_offset, s) for s in (".log", ".index", ".timeindex")
+            self.dir / segment_name(self.base_offset, s)
+            for s in (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX)
         ]
 
     def close(self) -> None:
@@ -197,6 +204,9 @@ class PartitionLog:
         self._start: int | None = None
         self._retired: list[tuple[int, _Segment]] = []  # replaced by cleaned copies
         self._generation = 0
+        # called with the new segment's base offset when the log rolls, before anything
+        # is written to it (the producers' state is snapshotted there)
+        self.on_roll: Callable[[int], None] | None = None
         self._open(now_ms, on_recovered_batch)
 
     # -- opening and recovery ------------------------------------------------------
@@ -429,6 +439,10 @@ class PartitionLog:
         self._failed = log_dir_failed(self.dir, error)
         return self._failed
 
+    @property
+    def writable(self) -> bool:
+        return self._failed is None and not self.read_only
+
     def _check_writable(self) -> None:
         if self._failed is not None:
             raise self._failed
@@ -484,7 +498,53 @@ class PartitionLog:
             self.dir.name,
             segment_name(seg.base_offset, ".log"),
         )
+        if self.on_roll is not None:
+            self.on_roll(seg.base_offset)
         return seg
+
+    # -- the aborted transactions' index (.txnindex beside each segment) -------------
+
+    def append_aborted(self, entry: AbortedTxn) -> None:
+        """An ABORT marker was just appended: index it beside the active segment."""
+        path = self.dir / segment_name(self._segments[-1].base_offset, TXN_INDEX_SUFFIX)
+        try:
+            append_txn_index(path, entry)
+        except OSError as e:
+            raise self._fail(e) from None
+
+    def aborted_txns(self) -> list[AbortedTxn]:
+        """Every segment's indexed aborted transactions, by marker offset."""
+        out: list[AbortedTxn] = []
+        for seg in self._segments:
+            path = self.dir / segment_name(seg.base_offset, TXN_INDEX_SUFFIX)
+            with contextlib.suppress(FileNotFoundError):
+                out.extend(decode_txn_index(path.read_bytes()))
+        return sorted(out, key=lambda a: a.last_offset)
+
+    def rewrite_txn_indexes(self, entries: list[AbortedTxn], from_offset: int) -> None:
+        """Make the indexes of the segments reaching ``from_offset`` and beyond hold
+        exactly ``entries`` (by the segment holding each marker)."""
+        for i, seg in enumerate(self._segments):
+            end = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else 2**63
+            if end <= from_offset:
+                continue
+            path = self.dir / segment_name(seg.base_offset, TXN_INDEX_SUFFIX)
+            mine = b"".join(e.encode() for e in entries if seg.base_offset <= e.last_offset < end)
+            if mine:
+                write_atomically(path, mine)
+            elif path.exists():
+                path.unlink()
+
+    def sync_txn_indexes(self) -> None:
+        """fsync the indexes of the last two segments (before a snapshot is written)."""
+        for seg in self._segments[-2:]:
+            path = self.dir / segment_name(seg.base_offset, TXN_INDEX_SUFFIX)
+            with contextlib.suppress(FileNotFoundError):
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
 
     def flush(self) -> None:
         self._check_writable()

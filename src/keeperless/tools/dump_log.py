@@ -77,6 +77,8 @@ def dump_file(
     ``max_bytes`` reads only the batches within the file's first bytes."""
     if path.suffix in (".index", ".timeindex"):
         return dump_index(path, out)
+    if path.suffix in (".snapshot", ".txnindex"):
+        return dump_producer_file(path, out)
     metadata = (
         decoder
         or path.name.endswith(".checkpoint")
@@ -143,6 +145,47 @@ def dump_file(
             file=out,
         )
         return False
+    return True
+
+
+def dump_producer_file(path: Path, out: TextIO) -> bool:
+    """A producer snapshot (one line per producer) or a transaction index (one line per
+    aborted transaction), in the words of Kafka's tool."""
+    from keeperless.storage.producer_files import (
+        CorruptSnapshotError,
+        decode_snapshot,
+        decode_txn_index,
+    )
+
+    print(f"Dumping {path}", file=out)
+    data = path.read_bytes()
+    if path.suffix == ".txnindex":
+        for a in decode_txn_index(data):
+            print(
+                f"version: 0 producerId: {a.producer_id} firstOffset: {a.first_offset} "
+                f"lastOffset: {a.last_offset} lastStableOffset: {a.last_stable_offset}",
+                file=out,
+            )
+        if len(data) % 34:
+            print(f"Found a truncated transaction index entry in {path}", file=out)
+            return False
+        return True
+    try:
+        entries = decode_snapshot(data)
+    except CorruptSnapshotError as err:
+        print(f"Found a corrupt producer snapshot {path}: {err}", file=out)
+        return False
+    for e in entries:
+        txn = "None" if e.current_txn_first_offset < 0 else e.current_txn_first_offset
+        first_seq = e.last_sequence - e.offset_delta
+        print(
+            f"producerId: {e.producer_id} producerEpoch: {e.epoch} coordinatorEpoch: "
+            f"{e.coordinator_epoch} currentTxnFirstOffset: {txn} lastTimestamp: "
+            f"{e.timestamp} firstSequence: {first_seq} lastSequence: {e.last_sequence} "
+            f"lastOffset: {e.last_offset} offsetDelta: {e.offset_delta} timestamp: "
+            f"{e.timestamp}",
+            file=out,
+        )
     return True
 
 

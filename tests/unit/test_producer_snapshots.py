@@ -1,0 +1,201 @@
+"""Producer state kept across restarts in Kafka's files (issue 16): ``<offset>.snapshot``
+written at a segment roll and at a clean shutdown, ``.txnindex`` beside each segment
+listing the transactions aborted in it; recovery starts from the newest usable snapshot
+and re-derives what lies past it."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from pathlib import Path
+
+import crc32c
+import pytest
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.partitions import Partition
+from keeperless.metadata.image import PartitionInfo
+from keeperless.protocol.records import build_batch
+from keeperless.storage.log import LogConfig
+from keeperless.storage.producer_files import (
+    AbortedTxn,
+    CorruptSnapshotError,
+    SnapshotEntry,
+    decode_snapshot,
+    decode_txn_index,
+    encode_snapshot,
+    snapshot_offsets,
+    snapshot_path,
+)
+
+TID = uuid.uuid4()
+BIG = 1 << 20
+
+
+def _partition(d: Path, segment_bytes: int = 1 << 30) -> Partition:
+    p = Partition("t", 0, TID, d / "t-0", LogConfig(segment_bytes=segment_bytes), 0)
+    p.node_id = 1
+    p.on_info(PartitionInfo((1,), (1,), 1, 0, 0), 0)
+    return p
+
+
+def _batch(pid: int, seq: int, n: int = 1, txn: bool = False, pad: int = 0) -> bytes:
+    return build_batch(
+        [(b"k", b"v" * (pad + 1), ()) for _ in range(n)],
+        producer_id=pid,
+        producer_epoch=0,
+        base_sequence=seq,
+        transactional=txn,
+    )
+
+
+def test_the_snapshot_file_is_kafkas_layout() -> None:
+    e = SnapshotEntry(7, 2, 41, 100, 4, 1_700_000_000_000, 3, -1)
+    data = encode_snapshot([e])
+    version, crc = struct.unpack_from(">hI", data, 0)
+    assert version == 1
+    assert crc == crc32c.crc32c(data[6:])
+    assert struct.unpack_from(">i", data, 6) == (1,)
+    assert len(data) == 6 + 4 + 46  # int64 int16 int32 int64 int32 int64 int32 int64
+    assert struct.unpack_from(">qhiqiqiq", data, 10) == (7, 2, 41, 100, 4, 1_700_000_000_000, 3, -1)
+    assert decode_snapshot(data) == [e]
+    bad = bytearray(data)
+    bad[20] ^= 1
+    with pytest.raises(CorruptSnapshotError, match="CRC"):
+        decode_snapshot(bytes(bad))
+
+
+def test_producers_survive_the_retention_of_their_last_segment(tmp_path: Path) -> None:
+    """Producer 5's only batch is in the first segment; producer 6 rolls the log on, then
+    retention deletes that segment. After a restart, 5's retried batch is still a
+    duplicate (answered with its first offset) and its next sequence still follows on:
+    the state came from a snapshot, not from the (deleted) log."""
+    p = _partition(tmp_path, segment_bytes=600)
+    assert p.append(_batch(5, 0), 0, BIG, 0).base_offset == 0
+    for seq in range(6):
+        assert p.append(_batch(6, seq, pad=200), 0, BIG, 0).error == ErrorCode.none
+    snaps = snapshot_offsets(p.directory)
+    assert snaps, "no snapshot at a roll"
+    assert snaps[0] > 0, snaps  # one per roll, at the new segment's base
+    p.log.config = LogConfig(segment_bytes=600, retention_bytes=0)
+    assert p.log.enforce_retention(0) >= 1
+    assert p.log.log_start_offset > 0
+    p.close()
+    q = _partition(tmp_path, segment_bytes=600)
+    again = q.append(_batch(5, 0), 0, BIG, 0)
+    assert (again.error, again.base_offset) == (ErrorCode.none, 0)  # the duplicate
+    gap = q.append(_batch(5, 2), 0, BIG, 0)
+    assert gap.error == ErrorCode.out_of_order_sequence_number
+    assert q.append(_batch(5, 1), 0, BIG, 0).error == ErrorCode.none
+
+
+def test_a_clean_shutdown_snapshots_at_the_log_end(tmp_path: Path) -> None:
+    p = _partition(tmp_path)
+    p.append(_batch(9, 0, n=3), 0, BIG, 0)
+    p.append(_batch(10, 0, txn=True), 0, BIG, 0)
+    leo = p.log.log_end_offset
+    p.close()
+    assert snapshot_offsets(p.directory) == [leo]
+    entries = {
+        e.producer_id: e for e in decode_snapshot(snapshot_path(p.directory, leo).read_bytes())
+    }
+    assert (entries[9].last_sequence, entries[9].last_offset, entries[9].offset_delta) == (2, 2, 2)
+    assert entries[9].current_txn_first_offset == -1
+    assert entries[10].current_txn_first_offset == 3  # open: it holds the LSO
+    q = _partition(tmp_path)
+    assert q.last_stable_offset == 3
+
+
+def test_aborted_transactions_are_indexed_beside_their_segment(tmp_path: Path) -> None:
+    p = _partition(tmp_path)
+    p.append(_batch(1, 0, n=2, txn=True), 0, BIG, 0)  # 0-1
+    p.append(_batch(2, 0, n=2, txn=True), 0, BIG, 0)  # 2-3
+    assert p.append_marker(1, 0, False, 5, 0).base_offset == 4  # 1 aborts; 2 still open
+    assert p.append_marker(2, 0, True, 5, 0).base_offset == 5
+    index = p.directory / "00000000000000000000.txnindex"
+    assert decode_txn_index(index.read_bytes()) == [AbortedTxn(1, 0, 4, 2)]
+    raw = index.read_bytes()
+    assert len(raw) == 34
+    assert struct.unpack(">hqqqq", raw) == (0, 1, 0, 4, 2)
+    p.close()
+    # the restart replays nothing (the snapshot is at the log end): the aborted list
+    # read_committed fetches need comes from the index
+    q = _partition(tmp_path)
+    assert q.txns.aborted_between(0, 10) == [(1, 0)]
+
+
+def test_an_unclean_restart_replays_past_the_snapshot_and_rewrites_the_index(
+    tmp_path: Path,
+) -> None:
+    p = _partition(tmp_path, segment_bytes=600)
+    p.append(_batch(1, 0, txn=True, pad=300), 0, BIG, 0)  # 0
+    p.append_marker(1, 0, False, 0, 0)  # 1: aborted, in the first segment
+    p.append(_batch(3, 0, pad=300), 0, BIG, 0)  # 2: rolls (snapshot at 2)
+    p.append(_batch(1, 1, txn=True), 0, BIG, 0)  # 3
+    assert snapshot_offsets(p.directory) == [2]
+    second = p.directory / "00000000000000000002.txnindex"
+    second.write_bytes(AbortedTxn(99, 2, 3, 4).encode())  # stale: no such marker
+    p.log.close()  # a crash: no shutdown snapshot
+    q = _partition(tmp_path, segment_bytes=600)
+    assert q.txns.aborted_between(0, 10) == [(1, 0)]  # from the first segment's index
+    assert q.txns.ongoing == {1: 3}  # replayed past the snapshot
+    assert not second.exists()  # re-derived: nothing was aborted there
+    q.append_marker(1, 0, False, 0, 0)
+    assert decode_txn_index(second.read_bytes()) == [AbortedTxn(1, 3, 4, 5)]
+
+
+def test_a_corrupt_snapshot_is_deleted_and_an_older_state_used(tmp_path: Path) -> None:
+    p = _partition(tmp_path)
+    p.append(_batch(4, 0), 0, BIG, 0)
+    p.close()
+    path = snapshot_path(p.directory, 1)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    q = _partition(tmp_path)
+    assert not path.exists()
+    assert q.append(_batch(4, 0), 0, BIG, 0).base_offset == 0  # still a duplicate
+    assert q.append(_batch(4, 1), 0, BIG, 0).base_offset == 1
+
+
+def test_truncation_drops_later_snapshots_and_index_entries(tmp_path: Path) -> None:
+    p = _partition(tmp_path, segment_bytes=420)
+    p.append(_batch(1, 0, txn=True, pad=250), 0, BIG, 0)  # 0
+    p.append(_batch(2, 0, pad=250), 0, BIG, 0)  # 1: rolls (snapshot at 1)
+    p.append_marker(1, 0, False, 0, 0)  # 2
+    p.append(_batch(2, 1, pad=250), 0, BIG, 0)  # 3: rolls (snapshot at 3)
+    assert snapshot_offsets(p.directory) == [1, 3]
+    assert p.txns.aborted_between(0, 10) == [(1, 0)]
+    p.truncate_to(2)  # the marker is gone: producer 1's transaction is open again
+    assert snapshot_offsets(p.directory) == [1]
+    assert p.txns.aborted_between(0, 10) == []
+    assert p.txns.ongoing == {1: 0}
+    assert all(not decode_txn_index(f.read_bytes()) for f in p.directory.glob("*.txnindex"))
+    # producer 2's retry of the batch the truncation removed is appended again
+    assert p.append(_batch(2, 1, pad=250), 0, BIG, 0).base_offset == 2
+
+
+def test_dump_log_prints_snapshots_and_transaction_indexes(tmp_path: Path) -> None:
+    import io
+
+    from keeperless.tools.dump_log import dump_file
+
+    p = _partition(tmp_path)
+    p.append(_batch(1, 0, n=2, txn=True), 0, BIG, 0)
+    p.append_marker(1, 0, False, 3, 0)
+    p.append(_batch(2, 0, n=4), 0, BIG, 0)
+    p.close()
+    out = io.StringIO()
+    assert dump_file(p.directory / "00000000000000000000.txnindex", out, False, False, False)
+    assert "producerId: 1 firstOffset: 0 lastOffset: 2 lastStableOffset: 3" in out.getvalue()
+    out = io.StringIO()
+    assert dump_file(snapshot_path(p.directory, 7), out, False, False, False)
+    text = out.getvalue()
+    assert "producerId: 1 producerEpoch: 0 coordinatorEpoch: 3 currentTxnFirstOffset: None" in text
+    assert "producerId: 2 " in text
+    assert "lastSequence: 3 lastOffset: 6 offsetDelta: 3" in text
+    bad = snapshot_path(p.directory, 7)
+    bad.write_bytes(bad.read_bytes()[:-1])
+    out = io.StringIO()
+    assert not dump_file(bad, out, False, False, False)
+    assert "corrupt producer snapshot" in out.getvalue()
