@@ -347,16 +347,78 @@ def test_transactions_survive_a_restart(tmp_path: Path) -> None:
         n.stop()
 
 
-def test_the_transactions_tool_as_kafkas(node: Node) -> None:
-    """kafka-transactions.sh: list and describe a transaction, describe the producers of
-    its partition, find it hanging once its coordinator no longer knows it (a marker
-    lost, simulated by a producer writing transactional batches with no coordinator),
-    and abort it by its start offset: read_committed readers move past it."""
+@pytest.fixture
+def unverified(tmp_path: Path) -> Iterator[Node]:
+    """A node that does not verify transactional writes (KIP-890 off): the way a
+    hanging transaction can still be made, to test the tools that find and end one."""
+    n = Node(tmp_path, extra={"transaction.partition.verification.enable": "false"})
+    n.format()
+    n.start()
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+def test_late_transactional_writes_are_refused(node: Node) -> None:
+    """KIP-890 part 1: a transactional write to a partition that is not in its
+    producer's ongoing transaction (a retry arriving after the abort, a zombie) is
+    refused, so it cannot open a transaction no coordinator will end (read_committed
+    readers would be held at it until transaction.max.timeout.ms)."""
     from confluent_kafka import Producer
 
     from keeperless.protocol.records import build_batch
     from tests.integration.cluster import kafka_request
 
+    topic = _topic(node, 1)
+    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "late-1"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"aborted", partition=0)
+    p.flush(30)
+    bs = ["--bootstrap-server", node.bootstrap]
+    described = keeperless("transactions", *bs, "describe", "--transactional-id", "late-1",
+                           check=True).stdout.splitlines()  # fmt: skip
+    pid, epoch = int(described[1].split()[2]), int(described[1].split()[3])
+    p.abort_transaction(30)
+
+    def produce(tid: str | None, seq: int, version: int = 9) -> int:
+        batch = build_batch([(None, b"late", ())], producer_id=pid, producer_epoch=epoch,
+                            base_sequence=seq, transactional=True)  # fmt: skip
+        resp = kafka_request(node.port, 0, version, {
+            "transactional_id": tid, "acks": -1, "timeout": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+        })  # fmt: skip
+        return int(resp.responses[0].partition_responses[0].error_code)
+
+    assert produce("late-1", 1) == 48  # INVALID_TXN_STATE: the transaction was aborted
+    assert produce("late-1", 1, version=12) == 120  # TRANSACTION_ABORTABLE for v12+
+    assert produce(None, 1) == 87  # INVALID_RECORD: transactional, without an id
+    hanging = keeperless("transactions", *bs, "find-hanging", "--topic", topic, check=True)
+    assert len(hanging.stdout.splitlines()) == 1, hanging.stdout
+    q = Producer({"bootstrap.servers": node.bootstrap})
+    q.produce(topic, value=b"plain", partition=0)
+    assert q.flush(30) == 0
+    assert _read(node.bootstrap, topic, "read_committed", 1) == ["plain"]  # not held back
+    # the same producer's next transaction, with the partition added, is verified
+    p.begin_transaction()
+    p.produce(topic, value=b"next", partition=0)
+    p.commit_transaction(30)
+    assert _read(node.bootstrap, topic, "read_committed", 1) == ["plain", "next"]
+
+
+def test_the_transactions_tool_as_kafkas(unverified: Node) -> None:
+    """kafka-transactions.sh: list and describe a transaction, describe the producers of
+    its partition, find it hanging once its coordinator no longer knows it (a marker
+    lost, simulated by a producer writing transactional batches with no coordinator on a
+    node that does not verify them), and abort it by its start offset: read_committed
+    readers move past it."""
+    from confluent_kafka import Producer
+
+    from keeperless.protocol.records import build_batch
+    from tests.integration.cluster import kafka_request
+
+    node = unverified
     topic = _topic(node, 1)
     p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "tool-1"})
     p.init_transactions(30)

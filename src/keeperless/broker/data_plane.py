@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
 from keeperless.broker.partitions import AppendResult, NotLeaderError
+from keeperless.broker.txn_verify import Verify, still_verified, verify_produce
 from keeperless.protocol.build import build
 from keeperless.protocol.fetch_response import (
     FetchPartition,
@@ -92,6 +93,9 @@ def _keyless(records: bytes, topic: str, index: int) -> list[dict[str, Any]]:
 class DataPlane:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        # the transaction coordinator's verification (KIP-890 part 1); None: disabled
+        # (transaction.partition.verification.enable=false)
+        self.verify_txn: Verify | None = None
 
     def _partition_error(
         self, topic: str, index: int, follower_read: bool = False
@@ -139,13 +143,16 @@ class DataPlane:
         waits: list[tuple[str, int, Any, int, int, int]] = []
         leaders: set[int] = set()
         image = self.broker.image
+        named = []
         for td in req.topic_data:
-            parts = []
             if version >= 13:  # KIP-516: topics named by id
                 t_img = image.topics.get(td.topic_id)
-                name = t_img.name if t_img is not None else None
+                named.append((td, t_img.name if t_img is not None else None))
             else:
-                name = td.name
+                named.append((td, td.name))
+        refused = await self._verify(req, version, named)
+        for td, name in named:
+            parts = []
             for pd in td.partition_data:
                 err = (
                     ErrorCode.unknown_topic_id
@@ -181,6 +188,14 @@ class DataPlane:
                         ErrorCode.not_enough_replicas,
                         message=f"The in-sync replicas ({len(p.info.isr)}) of {name}-"
                         f"{pd.index} are fewer than min.insync.replicas ({min_isr})",
+                    )
+                elif (name, pd.index) in refused:
+                    res = refused[(name, pd.index)]
+                elif self.verify_txn is not None and not still_verified(p, pd.records):
+                    res = AppendResult(
+                        ErrorCode.invalid_txn_state,
+                        message=f"The transaction ended on {name}-{pd.index} while its "
+                        "write was being verified",
                     )
                 elif compacted and (record_errors := _keyless(pd.records or b"", name, pd.index)):
                     res = AppendResult(
@@ -227,6 +242,23 @@ class DataPlane:
                 for e in self._endpoints(leaders)
             ]
         return build(response_class(0, version), body)
+
+    async def _verify(
+        self, req: Any, version: int, named: list[tuple[Any, str | None]]
+    ) -> dict[tuple[str, int], AppendResult]:
+        if self.verify_txn is None:
+            return {}
+        wanted = []
+        for td, name in named:
+            if name is None:
+                continue
+            for pd in td.partition_data:
+                p = self.broker.partitions.get(name, pd.index)
+                if p is not None and p.is_leader and self._partition_error(name, pd.index) is None:
+                    wanted.append((name, pd.index, p, pd.records))
+        if not wanted:
+            return {}
+        return await verify_produce(self.verify_txn, req.transactional_id, version, wanted)
 
     async def _await_isr(
         self,

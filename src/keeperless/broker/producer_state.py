@@ -49,10 +49,14 @@ class ProducerState:
         self.dir = directory
         self.producers: dict[int, ProducerEntry] = {}
         self.txns = PartitionTxns()
+        # producer id -> epoch whose next transaction here the coordinator verified
+        # (KIP-890): void at the producer's next marker
+        self.verified: dict[int, int] = {}
 
     def clear(self) -> None:
         self.producers.clear()
         self.txns.clear()
+        self.verified.clear()
 
     # -- updates ----------------------------------------------------------------------
 
@@ -75,6 +79,7 @@ class ProducerState:
     ) -> AbortedTxn | None:
         """A marker at ``offset``; what to index if it aborted an open transaction."""
         first = self.txns.note_marker(h.producer_id, kind, offset)
+        self.verified.pop(h.producer_id, None)
         e = self.producers.get(h.producer_id)
         if e is None or h.producer_epoch > e.epoch:  # a bumped epoch fences the old one
             e = self.producers[h.producer_id] = ProducerEntry(h.producer_epoch)

@@ -453,7 +453,8 @@ class TxnCoordinator:
             if errors:
                 err = ErrorCode.operation_not_attempted
             elif verify_only:
-                missing = [k for k in wanted if k not in md.partitions]
+                ongoing = md.partitions if md.state == TxnStatus.ONGOING else set()
+                missing = [k for k in wanted if k not in ongoing]
                 errors = {k: ErrorCode.transaction_abortable for k in missing}
                 err = ErrorCode.none
             else:
@@ -466,6 +467,60 @@ class TxnCoordinator:
             )
         results = [{"name": n, "results_by_partition": ps} for n, ps in by_topic.items()]
         return err or ErrorCode.none, results
+
+    async def verify(
+        self, tid: str, pid: int, epoch: int, parts: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """KIP-890 part 1, for a partition leader about to append a producer's first
+        transactional batch there: does the coordinator of ``tid`` (here or on another
+        broker) have these partitions in the producer's ongoing transaction? A write that
+        arrives after its transaction ended (a late retry, a zombie) must not open a
+        transaction no coordinator will ever end."""
+        by_topic: dict[str, list[int]] = {}
+        for name, i in parts:
+            by_topic.setdefault(name, []).append(i)
+        idx = self._partition_of(tid)
+        t = self.broker.image.topic(TXN_TOPIC)
+        leader = -1 if idx is None or t is None else t.partitions[idx].leader
+        reg = self.broker.image.brokers.get(leader)
+        unknown = dict.fromkeys(parts, ErrorCode.coordinator_not_available)
+        if leader == self.broker.node_id:
+            topics = [(n, tuple(i)) for n, i in by_topic.items()]
+            _err, results = await self._add_partitions(tid, pid, epoch, topics, True)
+            return {
+                (r["name"], pr["partition_index"]): pr["partition_error_code"]
+                for r in results
+                for pr in r["results_by_partition"]
+            }
+        if reg is None or not reg.endpoints:
+            return unknown
+        body = {
+            "transactions": [
+                {
+                    "transactional_id": tid,
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "verify_only": True,
+                    "topics": [{"name": n, "partitions": i} for n, i in by_topic.items()],
+                }
+            ]
+        }
+        _, host, port = reg.endpoints[0]
+        try:
+            resp = await self._client.request(host, port, 24, 4, body)
+        except OSError as e:
+            log.debug(
+                "[node %d] Verifying %s with broker %d: %s", self.broker.node_id, tid, leader, e
+            )
+            return unknown
+        out = dict.fromkeys(parts, ErrorCode(resp.error_code) if resp.error_code else None)
+        for txn in resp.results_by_transaction:
+            for tr in txn.topic_results:
+                for pr in tr.results_by_partition:
+                    out[(tr.name, pr.partition_index)] = ErrorCode(pr.partition_error_code)
+        return {
+            k: v if v is not None else ErrorCode.coordinator_not_available for k, v in out.items()
+        }
 
     async def add_offsets_to_txn(self, header: RequestHeader, req: Any) -> Any:
         err, md = self._producer_error(req.transactional_id, req.producer_id, req.producer_epoch)

@@ -555,6 +555,13 @@ _BROKER: list[ConfigDef] = [
         "How often the transaction coordinator aborts transactions open longer than their timeout.",
     ),
     _d(
+        "transaction.partition.verification.enable",
+        T.BOOLEAN,
+        "true",
+        "Partition leaders ask the transaction coordinator whether a producer's first "
+        "transactional write to a partition belongs to its ongoing transaction (KIP-890).",
+    ),
+    _d(
         "transactional.id.expiration.ms",
         T.INT,
         "604800000",

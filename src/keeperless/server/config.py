@@ -243,6 +243,7 @@ _SCHEMA: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "transaction.max.timeout.ms": (_int(1), "900000"),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (_int(1), "10000"),
     "transactional.id.expiration.ms": (_int(1), "604800000"),
+    "transaction.partition.verification.enable": (_bool, "true"),
     "message.max.bytes": (_int(0), "1048588"),
     "group.initial.rebalance.delay.ms": (_int(0), "3000"),
     "group.min.session.timeout.ms": (_int(0), "6000"),

@@ -327,6 +327,8 @@ class Node:
         extra.update(self.txn.handlers())
         extra.update(TxnAdmin(self.broker, self.txn).handlers())
         h = BrokerHandlers(self.broker, extra)
+        if self.config["transaction.partition.verification.enable"]:
+            h.data.verify_txn = self.txn.verify
         return RequestRouter(self.node_id, h.apis, h.handlers, h.api_versions_body)
 
     async def _describe_cluster_controllers(self, header: Any, req: Any) -> Any:

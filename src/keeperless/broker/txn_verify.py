@@ -1,0 +1,106 @@
+"""KIP-890 part 1 on the produce path (Kafka's ``transaction.partition.verification.enable``,
+on by default): before a partition leader appends the first transactional batch of a
+producer's transaction there, it asks the transaction coordinator whether the partition
+is in that producer's ongoing transaction. A write arriving after its transaction ended
+(a retry delayed past the abort, a zombie) is refused instead of opening a transaction no
+coordinator will ever end — a "hanging" transaction that would hold the last stable
+offset, and every read_committed consumer, until ``transaction.max.timeout.ms``.
+
+A verification holds until the producer's next marker in the partition: a marker written
+while the produce waited for the coordinator voids it, and the batch is refused."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.partitions import AppendResult, Partition
+from keeperless.protocol.records import BATCH_HEADER_SIZE, BatchHeader, read_header
+
+__all__ = ["Verify", "needs_verification", "still_verified", "verify_produce"]
+
+# (transactional id, producer id, epoch, partitions) -> the coordinator's answer for each
+Verify = Callable[
+    [str, int, int, list[tuple[str, int]]], Awaitable[dict[tuple[str, int], ErrorCode]]
+]
+
+# the coordinator is moving or busy: the producer retries (Kafka answers the same)
+_RETRIABLE = {
+    ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator,
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.concurrent_transactions,
+}
+
+
+def needs_verification(p: Partition, records: bytes | None) -> BatchHeader | None:
+    """The header of a transactional data batch whose producer has no transaction open
+    in ``p`` and no verification standing for it; None otherwise."""
+    if not records or len(records) < BATCH_HEADER_SIZE:
+        return None
+    try:
+        h = read_header(records, 0)
+    except ValueError:
+        return None
+    if not h.is_transactional or h.is_control or h.producer_id < 0:
+        return None
+    if h.producer_id in p.txns.ongoing:
+        return None
+    if p.state.verified.get(h.producer_id) == h.producer_epoch:
+        return None
+    return h
+
+
+def _produce_error(err: ErrorCode, version: int) -> ErrorCode:
+    if err in _RETRIABLE:
+        return ErrorCode.not_enough_replicas
+    if err == ErrorCode.transaction_abortable:
+        # clients before Produce v12 do not know TRANSACTION_ABORTABLE
+        return err if version >= 12 else ErrorCode.invalid_txn_state
+    if err == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    return err
+
+
+async def verify_produce(
+    verify: Verify,
+    transactional_id: str | None,
+    version: int,
+    wanted: Iterable[tuple[str, int, Partition, bytes | None]],
+) -> dict[tuple[str, int], AppendResult]:
+    """Verify every partition of a produce request that needs it; the refused ones with
+    their answer. Those verified are remembered on the partition until its next marker
+    for that producer."""
+    todo: dict[tuple[int, int], list[tuple[str, int, Partition]]] = {}
+    refused: dict[tuple[str, int], AppendResult] = {}
+    for name, index, p, records in wanted:
+        h = needs_verification(p, records)
+        if h is None:
+            continue
+        if transactional_id is None:
+            refused[(name, index)] = AppendResult(
+                ErrorCode.invalid_record,
+                message="Transactional records in a produce request without a transactional id",
+            )
+            continue
+        todo.setdefault((h.producer_id, h.producer_epoch), []).append((name, index, p))
+    for (pid, epoch), parts in todo.items():
+        assert transactional_id is not None
+        answers = await verify(transactional_id, pid, epoch, [(n, i) for n, i, _ in parts])
+        for name, index, p in parts:
+            err = answers.get((name, index), ErrorCode.coordinator_not_available)
+            if err == ErrorCode.none:
+                p.state.verified[pid] = epoch
+                continue
+            refused[(name, index)] = AppendResult(
+                _produce_error(err, version),
+                message=f"Partition {name}-{index} is not in the ongoing transaction of "
+                f"{transactional_id!r} (producer {pid}, epoch {epoch}): {err.name}",
+            )
+    return refused
+
+
+def still_verified(p: Partition, records: bytes | None) -> bool:
+    """After the wait for the coordinator: no marker voided the verification."""
+    return needs_verification(p, records) is None
