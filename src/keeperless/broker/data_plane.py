@@ -23,6 +23,7 @@ from keeperless.protocol.fetch_response import (
 )
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import CorruptBatchError, decode_records, iter_batches
+from keeperless.protocol.session import current_listener
 from keeperless.storage.log import FileSlice
 
 __all__ = ["DataPlane"]
@@ -434,9 +435,9 @@ class DataPlane:
         out = []
         for n in sorted(nodes):
             b = self.broker.image.brokers.get(n)
-            if b is not None and not b.fenced and b.endpoints:
-                _, host, port = b.endpoints[0]
-                out.append(NodeEndpoint(n, host, port, b.rack))
+            found = b.endpoint(current_listener()) if b is not None and not b.fenced else None
+            if b is not None and found is not None:
+                out.append(NodeEndpoint(n, found[0], found[1], b.rack))
         return out
 
     async def fetch(self, header: RequestHeader, req: Any) -> list[bytes | RecordsSource]:

@@ -22,6 +22,7 @@ from keeperless.metadata.image import MetadataImage
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import decode_records, iter_batches
+from keeperless.protocol.session import current_listener
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -54,8 +55,9 @@ def coordinator_of(image: MetadataImage, topic: str, key: str, ready: bool) -> d
     if ready and t is not None and key:
         leader = t.partitions[partition_for_group(key, len(t.partitions))].leader
         reg = image.brokers.get(leader)
-        if reg is not None and not reg.fenced and reg.endpoints:
-            _, host, port = reg.endpoints[0]
+        found = reg.endpoint(current_listener()) if reg is not None and not reg.fenced else None
+        if found is not None:
+            host, port = found
             return {"key": key, "node_id": leader, "host": host, "port": port,
                     "error_code": ErrorCode.none, "error_message": None}  # fmt: skip
     return {"key": key, "node_id": -1, "host": "", "port": -1,

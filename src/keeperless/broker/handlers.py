@@ -54,6 +54,7 @@ from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import ProtocolError, RequestHeader, response_class
+from keeperless.protocol.session import current_listener
 
 __all__ = ["BrokerHandlers"]
 
@@ -101,7 +102,8 @@ class BrokerHandlers:
             31: self.delete_acls,
         }
         self.handlers.update(extra or {})
-        self.apis = {k: v for k, v in self.apis.items() if k in self.handlers}
+        # SaslHandshake and SaslAuthenticate are the connection's (runtime/sasl_state.py)
+        self.apis = {k: v for k, v in self.apis.items() if k in self.handlers or k in (17, 36)}
 
     async def _settle(self, predicate: Callable[[MetadataImage], bool]) -> None:
         """Answer only once this broker's image shows what the controller committed."""
@@ -127,15 +129,18 @@ class BrokerHandlers:
 
     def _brokers(self, include_fenced: bool = False) -> list[dict[str, Any]]:
         out = []
+        listener = current_listener()
         for b in sorted(self.broker.image.brokers.values(), key=lambda b: b.broker_id):
             if b.fenced and b.broker_id != self.broker.node_id and not include_fenced:
                 continue
-            ep = b.endpoints[0] if b.endpoints else ("", "", 0)
+            found = b.endpoint(listener)
+            if found is None:
+                continue  # not on the listener this client uses (Kafka leaves it out)
             out.append(
                 {
                     "node_id": b.broker_id,
-                    "host": ep[1],
-                    "port": ep[2],
+                    "host": found[0],
+                    "port": found[1],
                     "rack": b.rack,
                     "broker_id": b.broker_id,
                     "is_fenced": b.fenced,

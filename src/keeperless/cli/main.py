@@ -44,6 +44,7 @@ def _storage(args: argparse.Namespace) -> int:
             args.release_version,
             args.ignore_formatted,
             int(time.time() * 1000),
+            tuple(args.add_scram),
         )
         for d in res.formatted:
             print(f"Formatting {d} with metadata.version level {res.metadata_version}.")

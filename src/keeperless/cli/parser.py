@@ -91,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="this controller as the only voter (with controller.quorum.voters naming it alone)",
     )
+    fmt.add_argument(
+        "--add-scram",
+        "-S",
+        action="append",
+        default=[],
+        metavar="MECHANISM=[name=USER,password=PASSWORD]",
+        help="a SCRAM credential in the bootstrap metadata (a secured cluster's first user)",
+    )
     fmt.add_argument("--initial-controllers", "-I", help="dynamic quorum: not supported")
     fmt.add_argument(
         "--no-initial-controllers",

@@ -587,6 +587,36 @@ _BROKER: list[ConfigDef] = [
     ),
 ]
 
+# security (issue 17): each may be set for one listener as listener.name.<l>.<key>
+_SECURITY: tuple[tuple[str, ConfigType, str | None, str], ...] = (
+    ("ssl.keystore.type", T.STRING, "PEM", "The key store format: PEM only."),
+    ("ssl.keystore.location", T.STRING, None, "A PEM file: certificate chain and key."),
+    ("ssl.keystore.password", T.PASSWORD, None, "The password of the key store."),
+    ("ssl.keystore.certificate.chain", T.PASSWORD, None, "The certificate chain, inline PEM."),
+    ("ssl.keystore.key", T.PASSWORD, None, "The private key, inline PEM."),
+    ("ssl.key.password", T.PASSWORD, None, "The password of the private key."),
+    ("ssl.truststore.type", T.STRING, "PEM", "The trust store format: PEM only."),
+    ("ssl.truststore.location", T.STRING, None, "A PEM file of trusted CA certificates."),
+    ("ssl.truststore.password", T.PASSWORD, None, "The password of the trust store."),
+    ("ssl.truststore.certificates", T.PASSWORD, None, "Trusted certificates, inline PEM."),
+    ("ssl.client.auth", T.STRING, "none", "Client certificates: none, requested, required."),
+    ("ssl.principal.mapping.rules", T.STRING, "DEFAULT", "Certificate DN to principal rules."),
+    ("ssl.endpoint.identification.algorithm", T.STRING, "https", "Peer host name checks."),
+    ("ssl.enabled.protocols", T.LIST, "TLSv1.2,TLSv1.3", "The TLS versions taken."),
+    ("ssl.protocol", T.STRING, "TLSv1.3", "The TLS protocol."),
+    ("ssl.cipher.suites", T.LIST, "", "The cipher suites taken (empty: the defaults)."),
+    ("sasl.enabled.mechanisms", T.LIST, "GSSAPI", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512."),
+    ("sasl.jaas.config", T.PASSWORD, None, "JAAS login options (PLAIN's users)."),
+    ("sasl.mechanism.inter.broker.protocol", T.STRING, "GSSAPI", "Brokers' own mechanism."),
+    ("sasl.mechanism.controller.protocol", T.STRING, "GSSAPI", "Toward controllers."),
+    ("security.inter.broker.protocol", T.STRING, "PLAINTEXT", "Brokers' own protocol."),
+    ("connections.max.reauth.ms", T.LONG, "0", "Re-authentication interval (0: never)."),
+    ("early.start.listeners", T.STRING, None, "Listeners started before catching up."),
+)
+_BROKER.extend(
+    ConfigDef(n, t, d, doc, READ_ONLY, sensitive=t == T.PASSWORD) for n, t, d, doc in _SECURITY
+)
+
 BROKER_CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in _BROKER}
 
 # topic config -> its broker synonyms, most specific first, with the factor from the

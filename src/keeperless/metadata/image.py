@@ -64,6 +64,14 @@ class BrokerRegistration:
     # feature name -> (min, max) supported level, as the broker registered it
     supported_features: Mapping[str, tuple[int, int]] = field(default_factory=lambda: _EMPTY)
 
+    def endpoint(self, listener: str | None = None) -> tuple[str, int] | None:
+        """(host, port) of its ``listener`` (Kafka tells a client the endpoints of the
+        listener it came in on); the first one for None; None if it has no such one."""
+        for name, host, port in self.endpoints:
+            if listener is None or name == listener:
+                return host, port
+        return None
+
     @property
     def active(self) -> bool:
         """Unfenced and not shutting down: it may lead, join ISRs and take new replicas."""

@@ -21,6 +21,7 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 6),  # DescribeGroups
     16: (0, 5),  # ListGroups
+    17: (0, 1),  # SaslHandshake (answered by the connection, runtime/sasl_state.py)
     18: (0, 4),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
@@ -39,6 +40,7 @@ BROKER_APIS: dict[int, tuple[int, int]] = {
     33: (0, 2),  # AlterConfigs (forwarded to the controller)
     34: (1, 2),  # AlterReplicaLogDirs (one log directory per broker)
     35: (1, 4),  # DescribeLogDirs
+    36: (0, 2),  # SaslAuthenticate
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     43: (0, 2),  # ElectLeaders (forwarded to the controller)
@@ -70,12 +72,14 @@ ADVERTISED_MIN = {0: 0}
 # to the active controller.
 CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     1: (12, 12),  # Fetch (of __cluster_metadata)
+    17: (0, 1),  # SaslHandshake
     18: (0, 3),  # ApiVersions
     19: (7, 7),  # CreateTopics
     20: (6, 6),  # DeleteTopics
     30: (2, 3),  # CreateAcls
     31: (2, 3),  # DeleteAcls
     33: (0, 2),  # AlterConfigs
+    36: (0, 2),  # SaslAuthenticate
     37: (3, 3),  # CreatePartitions
     43: (1, 2),  # ElectLeaders
     44: (0, 1),  # IncrementalAlterConfigs
@@ -99,6 +103,8 @@ API_NAMES = {
     66: "ListTransactions",
     65: "DescribeTransactions",
     61: "DescribeProducers",
+    17: "SaslHandshake",
+    36: "SaslAuthenticate",
     0: "Produce",
     1: "Fetch",
     2: "ListOffsets",

@@ -23,6 +23,8 @@ from keeperless.protocol.framing import (
     read_header,
     response_class,
 )
+from keeperless.runtime.sasl_state import SaslState, illegal_sasl_state
+from keeperless.runtime.security import ListenerSecurity, Session, current_session
 
 __all__ = ["KafkaProtocol", "RequestRouter"]
 
@@ -64,6 +66,8 @@ class RequestRouter:
 
     async def handle(self, frame: memoryview) -> bytes | list[Any] | None:
         header, pos = read_header(frame)
+        if header.api_key in (17, 36):
+            return illegal_sasl_state(frame)  # no SASL exchange expected on this connection
         rng = self.apis.get(header.api_key)
         if header.api_key == 18 and (rng is None or header.api_version > rng[1]):
             # Unknown ApiVersions version: answer v0 with UNSUPPORTED_VERSION (KIP-511).
@@ -104,8 +108,11 @@ def _failure_key(e: BaseException) -> str:
 
 
 class KafkaProtocol(asyncio.Protocol):
-    def __init__(self, router: RequestRouter) -> None:
+    def __init__(self, router: RequestRouter, security: ListenerSecurity | None = None) -> None:
         self.router = router
+        self.security = security
+        self.session = Session("", "PLAINTEXT", "?")
+        self.sasl = SaslState(security) if security is not None and security.sasl else None
         self.decoder = FrameDecoder()
         self.queue: asyncio.Queue[memoryview | None] = asyncio.Queue()
         self.transport: asyncio.Transport | None = None
@@ -119,8 +126,18 @@ class KafkaProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         sock = transport.get_extra_info("socket")
         self._sock_fd = sock.fileno() if sock is not None else -1
+        if transport.get_extra_info("sslcontext") is not None:
+            self._sock_fd = -1  # TLS: the bytes go through the transport, never sendfile
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        sec = self.security
+        if sec is not None:
+            self.session = Session(sec.listener, sec.protocol, peer[0] if peer else "?")
+            if sec.ssl_context is not None and not sec.sasl:
+                self.session.principal = sec.ssl_principal(transport.get_extra_info("ssl_object"))
+                self.session.authenticated = True
+        else:
+            self.session.host = peer[0] if peer else "?"
         self.task = asyncio.get_running_loop().create_task(self._serve())
 
     def data_received(self, data: bytes) -> None:
@@ -172,12 +189,27 @@ class KafkaProtocol(asyncio.Protocol):
             self.transport.close()
 
     async def _serve(self) -> None:
+        current_session.set(self.session)
         while True:
             frame = await self.queue.get()
             if frame is None or self.transport is None or self.transport.is_closing():
                 return
             try:
-                out = await self.router.handle(frame)
+                out: bytes | list[Any] | None
+                if self.sasl is not None and not self.session.authenticated:
+                    out, close = self.sasl.handle(frame, self.session, self.router)
+                    if out is None and not close:
+                        out = await self.router.handle(frame)  # ApiVersions
+                    if close:
+                        if out is not None and isinstance(out, bytes):
+                            self.transport.write(out)
+                        self.router.warn(
+                            "sasl", "Closing connection from %s: %s", self.peer, self.sasl.failure
+                        )
+                        self._close()
+                        return
+                else:
+                    out = await self.router.handle(frame)
             except ProtocolError as e:
                 self.router.warn(str(e)[:60], "Closing connection from %s: %s", self.peer, e)
                 self._close()

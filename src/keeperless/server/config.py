@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from keeperless._properties import PropertiesError, parse_properties
+from keeperless.runtime.security import SecurityConfigError, listener_security
 
 __all__ = [
     "ConfigError",
@@ -298,8 +299,37 @@ ACCEPTED_KAFKA_KEYS = frozenset(
         "compression.type",
         "num.replica.fetchers",
         "unclean.leader.election.enable",
+        # security: read per listener by runtime/security.py (listener.name.<l>.<key>
+        # overrides are accepted too, see _accepted)
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
+        "ssl.key.password",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.truststore.certificates",
+        "ssl.client.auth",
+        "ssl.principal.mapping.rules",
+        "ssl.endpoint.identification.algorithm",
+        "ssl.enabled.protocols",
+        "ssl.protocol",
+        "ssl.cipher.suites",
+        "sasl.enabled.mechanisms",
+        "sasl.jaas.config",
+        "sasl.mechanism.inter.broker.protocol",
+        "sasl.mechanism.controller.protocol",
+        "security.inter.broker.protocol",
+        "connections.max.reauth.ms",
+        "early.start.listeners",
     }
 )
+
+
+def _accepted(key: str) -> bool:
+    return key in ACCEPTED_KAFKA_KEYS or (key.startswith("listener.name.") and key.count(".") >= 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +381,11 @@ class NodeConfig:
     def listeners(self) -> tuple[Endpoint, ...]:
         eps: tuple[Endpoint, ...] = self.values["listeners"]
         return eps
+
+    def protocol_of(self, listener: str) -> str:
+        """The security protocol of a listener (listener.security.protocol.map)."""
+        protos: dict[str, str] = self.values["listener.security.protocol.map"]
+        return protos.get(listener, "PLAINTEXT")
 
     @property
     def controller_listener_names(self) -> tuple[str, ...]:
@@ -430,13 +465,19 @@ def load_config(
     for key, value in raw.items():
         if key in _SCHEMA:
             values[key] = _SCHEMA[key][0](key, value)
-        elif key not in ACCEPTED_KAFKA_KEYS:
+        elif not _accepted(key):
             raise ConfigError(f"Unknown configuration key {key!r}")
     for key, (parser, default) in _SCHEMA.items():
         if key not in values:
             values[key] = None if default is None else parser(key, default)
     _validate(values)
-    return NodeConfig(values, {k: v.strip() for k, v in raw.items()})
+    config = NodeConfig(values, {k: v.strip() for k, v in raw.items()})
+    for ep in config.listeners:
+        try:
+            listener_security(config.raw, ep.listener, config.protocol_of(ep.listener), None)
+        except SecurityConfigError as e:
+            raise ConfigError(str(e)) from None
+    return config
 
 
 def _validate(v: dict[str, Any]) -> None:
@@ -495,10 +536,6 @@ def _validate(v: dict[str, Any]) -> None:
         if proto is None:
             raise ConfigError(
                 f"listener {e.listener} has no entry in listener.security.protocol.map"
-            )
-        if proto != "PLAINTEXT":
-            raise ConfigError(
-                f"listener {e.listener} uses {proto}; only PLAINTEXT is supported so far"
             )
     if v["default.replication.factor"] < 1:
         raise ConfigError("default.replication.factor must be at least 1")

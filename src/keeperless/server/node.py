@@ -27,15 +27,18 @@ from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
 from keeperless.broker.txn_offsets import TxnOffsets
 from keeperless.metadata.features import features_body
+from keeperless.metadata.image import ScramCredential
 from keeperless.protocol.apis import CONTROLLER_APIS
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
+from keeperless.protocol.sasl import MECHANISM_CODES
 from keeperless.raft.core import RaftConfig
 from keeperless.runtime.connection import KafkaProtocol, RequestRouter
 from keeperless.runtime.log_cleaner import CleanerSettings, LogCleaner
 from keeperless.runtime.metadata_log import MetadataLog
 from keeperless.runtime.metrics import Metrics
 from keeperless.runtime.raft_transport import RaftTransport
+from keeperless.runtime.security import ListenerSecurity, listener_security
 from keeperless.runtime.tasks import stop_tasks
 from keeperless.server.config import Endpoint, NodeConfig
 from keeperless.server.controller_apis import ControllerApis, ControllerClient
@@ -287,14 +290,32 @@ class Node:
             self.cluster_id,
         )
 
+    def _scram_lookup(self, mechanism: str, user: str) -> ScramCredential | None:
+        """A user's SCRAM credential in the metadata this node has applied."""
+        if self.controller is not None:
+            image = self.controller.controller.committed
+        elif self.broker is not None:
+            image = self.broker.image
+        else:
+            return None
+        return image.scram.get((user, MECHANISM_CODES[mechanism]))
+
     async def _listen(
         self, ep: Endpoint, router: RequestRouter, serve: bool = True
     ) -> asyncio.Server:
         """Bind a listener (and accept connections on it unless ``serve`` is False)."""
         host = ep.host or "0.0.0.0"
+        sec = listener_security(
+            self.config.raw, ep.listener, self.config.protocol_of(ep.listener), self._scram_lookup
+        )
         try:
             server = await asyncio.get_running_loop().create_server(
-                _protocol_factory(router), host, ep.port, reuse_address=True, start_serving=serve
+                _protocol_factory(router, sec),
+                host,
+                ep.port,
+                reuse_address=True,
+                start_serving=serve,
+                ssl=sec.ssl_context,
             )
         except OSError as e:
             raise ListenError(
@@ -566,8 +587,8 @@ class RegistrationRefused(RuntimeError):
     metadata.version): it stops with one line saying why."""
 
 
-def _protocol_factory(router: RequestRouter) -> Callable[[], KafkaProtocol]:
-    return lambda: KafkaProtocol(router)
+def _protocol_factory(router: RequestRouter, sec: ListenerSecurity) -> Callable[[], KafkaProtocol]:
+    return lambda: KafkaProtocol(router, sec)
 
 
 def run_node(config: NodeConfig, cluster_id: str) -> int:

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from keeperless.metadata.bootstrap import BOOTSTRAP_CHECKPOINT, bootstrap_records, build_snapshot
+from keeperless.metadata.bootstrap import (
+    BOOTSTRAP_CHECKPOINT,
+    bootstrap_records,
+    build_snapshot,
+    scram_record,
+)
 from keeperless.metadata.features import LATEST_METADATA_VERSION, metadata_version_for_release
 from keeperless.storage.durable import write_atomically
 from keeperless.storage.meta_properties import (
@@ -36,6 +41,7 @@ def format_storage(
     release_version: str | None,
     ignore_formatted: bool,
     now_ms: int,
+    add_scram: tuple[str, ...] = (),
 ) -> FormatResult:
     try:
         uuid_from_kafka(cluster_id)
@@ -46,6 +52,10 @@ def format_storage(
         if release_version is None
         else metadata_version_for_release(release_version)
     )
+    try:
+        extra = [scram_record(spec) for spec in add_scram]
+    except ValueError as e:
+        raise StorageError(str(e)) from None
     formatted: list[Path] = []
     skipped: list[Path] = []
     for d in log_dirs:
@@ -65,7 +75,7 @@ def format_storage(
             )
         write_meta_properties(d, MetaProperties(cluster_id, node_id, random_kafka_uuid()))
         if d == metadata_log_dir:
-            snapshot = build_snapshot(bootstrap_records(level), now_ms)
+            snapshot = build_snapshot(bootstrap_records(level, extra), now_ms)
             write_atomically(d / BOOTSTRAP_CHECKPOINT, snapshot)
         formatted.append(d)
     return FormatResult(formatted, skipped, level)

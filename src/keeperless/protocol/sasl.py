@@ -1,0 +1,213 @@
+"""The server side of SASL as Kafka speaks it: PLAIN (RFC 4616) against the users of a
+listener's JAAS configuration, and SCRAM-SHA-256/512 (RFC 5802, RFC 7677) against the
+credentials of the metadata log (salt, StoredKey, ServerKey, iterations — never the
+password). Each mechanism is a small state machine fed the client's tokens from
+SaslAuthenticate; it answers the next server token, and when done the authenticated
+user name. Failures raise SaslFailure with a message that names no secret.
+
+Also Kafka's JAAS option syntax (``LoginModule required key="value" ...;``)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Callable
+
+from keeperless.metadata.image import ScramCredential as Credential
+
+__all__ = [
+    "MECHANISM_CODES",
+    "Credential",
+    "PlainServer",
+    "SaslFailure",
+    "ScramServer",
+    "parse_jaas",
+    "scram_client_proof",
+    "scram_salted_password",
+]
+
+# Kafka's ScramMechanism codes in UserScramCredentialRecord
+MECHANISM_CODES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+_HASH = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+
+
+class SaslFailure(Exception):
+    """Authentication failed; the message is safe to log and to send to the client."""
+
+
+_JAAS_OPTION = re.compile(r'(\w[\w.\-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;]+))')
+
+
+def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
+    """``org.apache...PlainLoginModule required username="a" user_a="x";`` -> (the login
+    module's class name, its options). ValueError names what is malformed."""
+    text = text.strip()
+    m = re.match(r"([\w.$]+)\s+(required|requisite|sufficient|optional)\b(.*?);?\s*$", text, re.S)
+    if m is None:
+        raise ValueError(
+            "expected '<LoginModule class> required key=\"value\" ...;' in a sasl.jaas.config"
+        )
+    options: dict[str, str] = {}
+    rest = m.group(3)
+    pos = 0
+    for opt in _JAAS_OPTION.finditer(rest):
+        if rest[pos : opt.start()].strip():
+            raise ValueError(
+                f"cannot read {rest[pos : opt.start()].strip()!r} in a sasl.jaas.config"
+            )
+        value = opt.group(2) if opt.group(2) is not None else opt.group(3)
+        options[opt.group(1)] = re.sub(r"\\(.)", r"\1", value)
+        pos = opt.end()
+    if rest[pos:].strip().rstrip(";").strip():
+        raise ValueError(f"cannot read {rest[pos:].strip()!r} in a sasl.jaas.config")
+    return m.group(1), options
+
+
+class PlainServer:
+    """PLAIN: one token, ``authzid NUL user NUL password``."""
+
+    def __init__(self, users: dict[str, str]) -> None:
+        self.users = users
+        self.user: str | None = None
+
+    def step(self, token: bytes) -> bytes:
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise SaslFailure("Invalid SASL/PLAIN response: expected 3 tokens")
+        authzid, user_b, password_b = parts
+        try:
+            user, password = user_b.decode(), password_b.decode()
+        except UnicodeDecodeError:
+            raise SaslFailure("Invalid SASL/PLAIN response: not UTF-8") from None
+        if not user:
+            raise SaslFailure("Authentication failed: username not specified")
+        if authzid and authzid != user_b:
+            raise SaslFailure("Authentication failed: Client requested an authorization id "
+                              "that is different from username")  # fmt: skip
+        expected = self.users.get(user)
+        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+            raise SaslFailure("Authentication failed: Invalid username or password")
+        self.user = user
+        return b""
+
+    @property
+    def done(self) -> bool:
+        return self.user is not None
+
+
+def _attrs(msg: str) -> dict[str, str]:
+    out = {}
+    for part in msg.split(","):
+        if len(part) < 2 or part[1] != "=":
+            raise SaslFailure(f"Invalid SCRAM message attribute {part[:20]!r}")
+        out[part[0]] = part[2:]
+    return out
+
+
+def _unescape_name(name: str) -> str:
+    if re.search(r"=(?!2C|3D)", name):
+        raise SaslFailure("Invalid SCRAM user name encoding")
+    return name.replace("=2C", ",").replace("=3D", "=")
+
+
+def scram_salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    return hashlib.pbkdf2_hmac(_HASH[mechanism], password.encode(), salt, iterations)
+
+
+def scram_client_proof(mechanism: str, salted: bytes, auth_message: bytes) -> tuple[bytes, bytes]:
+    """(ClientProof, ServerSignature) for a salted password — the client's side, for
+    tests and tools."""
+    algo = _HASH[mechanism]
+    client_key = hmac.new(salted, b"Client Key", algo).digest()
+    stored = hashlib.new(algo, client_key).digest()
+    signature = hmac.new(stored, auth_message, algo).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    server_key = hmac.new(salted, b"Server Key", algo).digest()
+    return proof, hmac.new(server_key, auth_message, algo).digest()
+
+
+class ScramServer:
+    """SCRAM-SHA-256/512: client-first -> server-first, client-final -> server-final."""
+
+    def __init__(self, mechanism: str, lookup: Callable[[str], Credential | None]) -> None:
+        self.mechanism = mechanism
+        self.algo = _HASH[mechanism]
+        self.lookup = lookup
+        self.user: str | None = None
+        self._stage = 0
+        self._first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
+        self._cred: Credential | None = None
+        self._name = ""
+
+    @property
+    def done(self) -> bool:
+        return self.user is not None
+
+    def step(self, token: bytes) -> bytes:
+        try:
+            msg = token.decode()
+        except UnicodeDecodeError:
+            raise SaslFailure("Invalid SCRAM message: not UTF-8") from None
+        if self._stage == 0:
+            return self._first(msg)
+        if self._stage == 1:
+            return self._final(msg)
+        raise SaslFailure("Unexpected SCRAM message after authentication completed")
+
+    def _first(self, msg: str) -> bytes:
+        gs2, _, bare = msg.partition(",")
+        authzid, _, bare = bare.partition(",")
+        if gs2 not in ("n", "y") or not bare:
+            raise SaslFailure("Invalid SCRAM client-first message (channel binding is not "
+                              "supported)")  # fmt: skip
+        attrs = _attrs(bare)
+        if "n" not in attrs or "r" not in attrs:
+            raise SaslFailure("Invalid SCRAM client-first message: no user name or nonce")
+        self._name = _unescape_name(attrs["n"])
+        if authzid and authzid[2:] != self._name:
+            raise SaslFailure("Authentication failed: Client requested an authorization id "
+                              "that is different from username")  # fmt: skip
+        self._cred = self.lookup(self._name)
+        self._first_bare = bare
+        self._nonce = attrs["r"] + secrets.token_urlsafe(18)
+        # an unknown user gets a well-formed challenge all the same (the failure comes
+        # at the proof): the answer does not tell which users exist
+        cred = self._cred
+        salt = cred.salt if cred is not None else hashlib.sha256(self._name.encode()).digest()
+        iterations = cred.iterations if cred is not None else 4096
+        self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"
+        self._stage = 1
+        return self._server_first.encode()
+
+    def _final(self, msg: str) -> bytes:
+        without_proof, sep, proof_b64 = msg.rpartition(",p=")
+        if not sep:
+            raise SaslFailure("Invalid SCRAM client-final message: no proof")
+        attrs = _attrs(without_proof)
+        if attrs.get("r") != self._nonce:
+            raise SaslFailure("Invalid SCRAM client-final message: the nonce does not match")
+        auth = f"{self._first_bare},{self._server_first},{without_proof}".encode()
+        cred = self._cred
+        self._stage = 2
+        try:
+            proof = base64.b64decode(proof_b64, validate=True)
+        except ValueError:
+            raise SaslFailure("Invalid SCRAM client-final message: bad proof") from None
+        if cred is None:
+            raise SaslFailure(f"Authentication failed during authentication due to invalid "
+                              f"credentials with SASL mechanism {self.mechanism}")  # fmt: skip
+        signature = hmac.new(cred.stored_key, auth, self.algo).digest()
+        if len(proof) != len(signature):
+            raise SaslFailure("Invalid SCRAM client-final message: bad proof length")
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        if not hmac.compare_digest(hashlib.new(self.algo, client_key).digest(), cred.stored_key):
+            raise SaslFailure(f"Authentication failed during authentication due to invalid "
+                              f"credentials with SASL mechanism {self.mechanism}")  # fmt: skip
+        self.user = self._name
+        server_sig = hmac.new(cred.server_key, auth, self.algo).digest()
+        return f"v={base64.b64encode(server_sig).decode()}".encode()

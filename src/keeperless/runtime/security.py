@@ -1,0 +1,358 @@
+"""Listener security as Kafka configures it: each listener's protocol from
+``listener.security.protocol.map`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), TLS from
+PEM keys (``ssl.keystore.type=PEM``, ``ssl.keystore.location`` or
+``ssl.keystore.certificate.chain`` + ``ssl.keystore.key``, ``ssl.truststore.*``,
+``ssl.client.auth``), SASL mechanisms (``sasl.enabled.mechanisms``: PLAIN,
+SCRAM-SHA-256, SCRAM-SHA-512) with PLAIN's users in the listener's JAAS configuration.
+Every key may be set for one listener as ``listener.name.<listener>.<key>`` (and a JAAS
+configuration per mechanism as ``listener.name.<listener>.<mechanism>.sasl.jaas.config``).
+
+Each connection has a Session (who, from where, on which listener), visible to the
+request handlers of its task through ``current_session``.
+
+The client side (``ClientSecurity``, ``connect``) is what nodes use toward each other
+(inter.broker.listener.name, controller.listener.names): the same keys, and the
+``sasl.mechanism.inter.broker.protocol``/``sasl.mechanism.controller.protocol``
+mechanism with the username and password of the listener's JAAS configuration."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+import secrets
+import ssl
+import struct
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from keeperless.protocol.sasl import (
+    Credential,
+    parse_jaas,
+    scram_client_proof,
+    scram_salted_password,
+)
+from keeperless.protocol.session import ANONYMOUS, Session, current_session
+
+__all__ = [
+    "ANONYMOUS",
+    "ClientSecurity",
+    "ListenerSecurity",
+    "SecurityConfigError",
+    "Session",
+    "client_security",
+    "connect",
+    "current_session",
+    "listener_security",
+]
+
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class SecurityConfigError(ValueError):
+    """A listener's security settings are missing or wrong; the message names the key."""
+
+
+ScramLookup = Callable[[str, str], Credential | None]  # (mechanism, user)
+
+
+@dataclass(slots=True)
+class ListenerSecurity:
+    listener: str
+    protocol: str
+    ssl_context: ssl.SSLContext | None = None
+    mechanisms: tuple[str, ...] = ()
+    plain_users: Mapping[str, str] = field(default_factory=dict)
+    scram_lookup: ScramLookup | None = None
+    principal_rules: tuple[tuple[re.Pattern[str], str, str], ...] = ()
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    def ssl_principal(self, ssl_object: ssl.SSLObject | None) -> str:
+        """``User:<distinguished name>`` of a client certificate (Kafka's DEFAULT rule,
+        or the first ``ssl.principal.mapping.rules`` rule that matches)."""
+        cert = ssl_object.getpeercert() if ssl_object is not None else None
+        if not cert:
+            return ANONYMOUS
+        rdns = []
+        for rdn in reversed(cert.get("subject", ())):
+            for attr in rdn:
+                rdns.append(f"{_OID_SHORT.get(attr[0], attr[0])}={attr[1]}")
+        dn = ",".join(rdns)
+        for pattern, repl, case in self.principal_rules:
+            m = pattern.fullmatch(dn)
+            if m is not None:
+                name = m.expand(repl)
+                return "User:" + (
+                    name.lower() if case == "L" else name.upper() if case == "U" else name
+                )
+        return "User:" + dn
+
+
+_OID_SHORT = {
+    "commonName": "CN",
+    "organizationalUnitName": "OU",
+    "organizationName": "O",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "countryName": "C",
+    "domainComponent": "DC",
+}
+
+
+def _key(raw: Mapping[str, str], listener: str, key: str) -> str | None:
+    """A listener's value of ``key``: ``listener.name.<listener>.<key>`` first."""
+    specific = raw.get(f"listener.name.{listener.lower()}.{key}")
+    return specific if specific is not None else raw.get(key)
+
+
+def _load_inline_chain(ctx: ssl.SSLContext, chain: str, key: str, password: str | None) -> None:
+    """Inline PEM (ssl.keystore.certificate.chain and ssl.keystore.key): ssl loads keys
+    from files only, so through a private temporary directory removed at once."""
+    with tempfile.TemporaryDirectory() as d:
+        cert_path, key_path = Path(d) / "chain.pem", Path(d) / "key.pem"
+        cert_path.write_text(chain.replace("\\n", "\n"))
+        key_path.touch(mode=0o600)
+        key_path.write_text(key.replace("\\n", "\n"))
+        ctx.load_cert_chain(cert_path, key_path, password)
+
+
+def _ssl_context(raw: Mapping[str, str], listener: str, server: bool) -> ssl.SSLContext:
+    def get(k: str) -> str | None:
+        return _key(raw, listener, k)
+
+    where = f"listener {listener}"
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    for typ_key in ("ssl.keystore.type", "ssl.truststore.type"):
+        typ = (get(typ_key) or "PEM").upper()
+        if typ != "PEM":
+            raise SecurityConfigError(
+                f"{typ_key}={typ} on {where}: only PEM key and trust stores are supported "
+                "(convert a JKS or PKCS12 store to PEM)"
+            )
+    location = get("ssl.keystore.location")
+    chain, key = get("ssl.keystore.certificate.chain"), get("ssl.keystore.key")
+    password = get("ssl.key.password") or get("ssl.keystore.password")
+    try:
+        if chain and key:
+            _load_inline_chain(ctx, chain, key, password)
+        elif location:
+            ctx.load_cert_chain(location, None, password)
+        elif server:
+            raise SecurityConfigError(
+                f"{where} uses TLS but has no key: set ssl.keystore.location (a PEM file "
+                "with the certificate chain and private key) or ssl.keystore.certificate.chain "
+                "and ssl.keystore.key"
+            )
+    except (OSError, ssl.SSLError) as e:
+        raise SecurityConfigError(f"Cannot load the key store of {where}: {e}") from None
+    trust_file, trust_pem = get("ssl.truststore.location"), get("ssl.truststore.certificates")
+    try:
+        if trust_pem:
+            ctx.load_verify_locations(cadata=trust_pem.replace("\\n", "\n"))
+        elif trust_file:
+            ctx.load_verify_locations(trust_file)
+        elif not server:
+            ctx.load_default_certs()
+    except (OSError, ssl.SSLError) as e:
+        raise SecurityConfigError(f"Cannot load the trust store of {where}: {e}") from None
+    if server:
+        auth = (get("ssl.client.auth") or "none").lower()
+        if auth not in ("none", "requested", "required"):
+            raise SecurityConfigError(
+                f"ssl.client.auth={auth} on {where}: expected none, requested or required"
+            )
+        ctx.verify_mode = {
+            "none": ssl.CERT_NONE,
+            "requested": ssl.CERT_OPTIONAL,
+            "required": ssl.CERT_REQUIRED,
+        }[auth]
+    else:
+        ident = get("ssl.endpoint.identification.algorithm")
+        ctx.check_hostname = ident is None or ident.lower() == "https"
+    return ctx
+
+
+def _principal_rules(
+    raw: Mapping[str, str], listener: str
+) -> tuple[tuple[re.Pattern[str], str, str], ...]:
+    text = _key(raw, listener, "ssl.principal.mapping.rules") or "DEFAULT"
+    out = []
+    for rule in re.findall(r"RULE:((?:[^/\\]|\\.)*)/((?:[^/\\]|\\.)*)/([LU]?)|DEFAULT", text):
+        if rule[0] == "" and rule[1] == "":
+            continue
+        try:
+            pat = re.compile(rule[0])
+        except re.error as e:
+            raise SecurityConfigError(f"ssl.principal.mapping.rules: {e}") from None
+        out.append((pat, re.sub(r"\$(\d)", r"\\\1", rule[1]), rule[2]))
+    return tuple(out)
+
+
+def _mechanisms(raw: Mapping[str, str], listener: str) -> tuple[str, ...]:
+    text = _key(raw, listener, "sasl.enabled.mechanisms") or "GSSAPI"
+    mechs = tuple(m.strip().upper() for m in text.split(",") if m.strip())
+    for m in mechs:
+        if m not in SUPPORTED_MECHANISMS:
+            raise SecurityConfigError(
+                f"sasl.enabled.mechanisms of listener {listener} has {m}, which is not "
+                f"supported (supported: {', '.join(SUPPORTED_MECHANISMS)})"
+            )
+    return mechs
+
+
+def _jaas(raw: Mapping[str, str], listener: str, mechanism: str) -> dict[str, str]:
+    text = raw.get(f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config")
+    if text is None:
+        text = _key(raw, listener, "sasl.jaas.config")
+    if text is None:
+        return {}
+    try:
+        _module, options = parse_jaas(text)
+    except ValueError as e:
+        raise SecurityConfigError(f"sasl.jaas.config of listener {listener}: {e}") from None
+    return options
+
+
+def listener_security(
+    raw: Mapping[str, str], listener: str, protocol: str, scram_lookup: ScramLookup | None
+) -> ListenerSecurity:
+    sec = ListenerSecurity(listener, protocol)
+    if protocol in ("SSL", "SASL_SSL"):
+        sec.ssl_context = _ssl_context(raw, listener, server=True)
+        sec.principal_rules = _principal_rules(raw, listener)
+    if sec.sasl:
+        sec.mechanisms = _mechanisms(raw, listener)
+        if "PLAIN" in sec.mechanisms:
+            opts = _jaas(raw, listener, "PLAIN")
+            sec.plain_users = {k[5:]: v for k, v in opts.items() if k.startswith("user_")}
+            if not sec.plain_users:
+                raise SecurityConfigError(
+                    f"listener {listener} enables PLAIN but its sasl.jaas.config "
+                    f"(listener.name.{listener.lower()}.plain.sasl.jaas.config) defines no "
+                    'user_<name>="<password>"'
+                )
+        sec.scram_lookup = scram_lookup
+    return sec
+
+
+# -- the client side: node to node ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str = ""
+    password: str = ""
+
+
+def client_security(
+    raw: Mapping[str, str], listener: str, protocol: str, mechanism_key: str
+) -> ClientSecurity:
+    """How this node connects to ``listener`` of its peers (the same keys as serving it)."""
+    if protocol == "PLAINTEXT":
+        return ClientSecurity()
+    ctx = _ssl_context(raw, listener, server=False) if protocol.endswith("SSL") else None
+    if not protocol.startswith("SASL_"):
+        return ClientSecurity(protocol, ctx)
+    mech = (raw.get(mechanism_key) or "GSSAPI").upper()
+    if mech not in SUPPORTED_MECHANISMS:
+        raise SecurityConfigError(
+            f"{mechanism_key}={mech}: not supported (supported: {', '.join(SUPPORTED_MECHANISMS)})"
+        )
+    opts = _jaas(raw, listener, mech)
+    if "username" not in opts or "password" not in opts:
+        raise SecurityConfigError(
+            f"the sasl.jaas.config for {mech} on listener {listener} needs username and "
+            "password (what this node logs in to its peers with)"
+        )
+    return ClientSecurity(protocol, ctx, mech, opts["username"], opts["password"])
+
+
+class AuthenticationError(OSError):
+    """A peer refused this node's credentials."""
+
+
+async def connect(
+    host: str, port: int, sec: ClientSecurity | None, client_id: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to a peer's listener, TLS and SASL done."""
+    sec = sec or ClientSecurity()
+    if sec.ssl_context is not None:
+        reader, writer = await asyncio.open_connection(
+            host, port, ssl=sec.ssl_context, server_hostname=host
+        )
+    else:
+        reader, writer = await asyncio.open_connection(host, port)
+    if sec.mechanism is not None:
+        try:
+            await _sasl_login(reader, writer, sec, client_id)
+        except BaseException:
+            writer.close()
+            raise
+    return reader, writer
+
+
+async def _exchange(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    api_key: int,
+    version: int,
+    body: dict[str, object],
+    client_id: str,
+) -> object:
+    from kio.index import load_request_schema
+
+    from keeperless.protocol.build import build
+    from keeperless.protocol.framing import decode_response, encode_request
+
+    req = build(load_request_schema(api_key, version), body)
+    writer.write(encode_request(api_key, version, 1, client_id, req))
+    await writer.drain()
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    _, resp = decode_response(memoryview(await reader.readexactly(size)), api_key, version)
+    return resp
+
+
+async def _sasl_login(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    sec: ClientSecurity,
+    client_id: str,
+) -> None:
+    mech = sec.mechanism
+    assert mech is not None
+    hs = await _exchange(reader, writer, 17, 1, {"mechanism": mech}, client_id)
+    if getattr(hs, "error_code", 0):
+        raise AuthenticationError(f"the peer does not enable SASL mechanism {mech}")
+
+    async def auth(token: bytes) -> bytes:
+        resp = await _exchange(reader, writer, 36, 2, {"auth_bytes": token}, client_id)
+        if getattr(resp, "error_code", 0):
+            raise AuthenticationError(getattr(resp, "error_message", None) or "SASL failed")
+        return bytes(getattr(resp, "auth_bytes", b""))
+
+    if mech == "PLAIN":
+        await auth(b"\0" + sec.username.encode() + b"\0" + sec.password.encode())
+        return
+    nonce = secrets.token_urlsafe(18)
+    name = sec.username.replace("=", "=3D").replace(",", "=2C")
+    first_bare = f"n={name},r={nonce}"
+    server_first = (await auth(f"n,,{first_bare}".encode())).decode()
+    attrs = dict(p.split("=", 1) for p in server_first.split(","))
+    salted = scram_salted_password(
+        mech, sec.password, base64.b64decode(attrs["s"]), int(attrs["i"])
+    )
+    without_proof = f"c=biws,r={attrs['r']}"
+    auth_msg = f"{first_bare},{server_first},{without_proof}".encode()
+    proof, server_sig = scram_client_proof(mech, salted, auth_msg)
+    final = (await auth(f"{without_proof},p={base64.b64encode(proof).decode()}".encode())).decode()
+    if final != f"v={base64.b64encode(server_sig).decode()}":
+        raise AuthenticationError("the peer's SCRAM signature does not match")

@@ -1,0 +1,240 @@
+"""Issue 17: encrypted and authenticated listeners with real clients — TLS with PEM keys
+(client certificates named by their distinguished name), SASL/PLAIN against the
+listener's JAAS users, SASL/SCRAM-SHA-256/512 against credentials bootstrapped with
+`storage format --add-scram`; wrong passwords, unknown users and untrusted certificates
+refused."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.cluster import Node, free_port, keeperless
+
+PASSWORD = "alice-secret"
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _ca(d: Path, name: str) -> None:
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+             "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={name}", cwd=d)  # fmt: skip
+
+
+def _signed(d: Path, name: str, ca: str, subj: str, san: str | None = None) -> None:
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+             f"{name}.csr", "-subj", subj, cwd=d)  # fmt: skip
+    ext = d / f"{name}.ext"
+    ext.write_text(f"subjectAltName={san}\n" if san else "basicConstraints=CA:FALSE\n")
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+             "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", str(ext),
+             cwd=d)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("certs")
+    _ca(d, "ca")
+    _ca(d, "rogue")
+    _signed(d, "server", "ca", "/CN=localhost", "IP:127.0.0.1,DNS:localhost")
+    _signed(d, "client", "ca", "/O=Example/OU=Data/CN=alice")
+    _signed(d, "mallory", "rogue", "/CN=mallory")
+    # Kafka's PEM key store: the certificate chain and the key in one file
+    (d / "server-store.pem").write_text(
+        (d / "server.pem").read_text() + (d / "server.key").read_text()
+    )
+    return d
+
+
+class Secure:
+    def __init__(self, node: Node, ports: dict[str, int], certs: Path) -> None:
+        self.node = node
+        self.ports = ports
+        self.certs = certs
+
+    def conf(self, listener: str, **extra: Any) -> dict[str, Any]:
+        c: dict[str, Any] = {"bootstrap.servers": f"127.0.0.1:{self.ports[listener]}"}
+        protocol = {"SASLPLAIN": "SASL_PLAINTEXT", "TLS": "SSL", "SASLTLS": "SASL_SSL"}[listener]
+        c["security.protocol"] = protocol
+        if "SSL" in protocol:
+            c["ssl.ca.location"] = str(self.certs / "ca.pem")
+        c.update(extra)
+        return c
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[Secure]:
+    ports = {"SASLPLAIN": free_port(), "TLS": free_port(), "SASLTLS": free_port()}
+    work = tmp_path_factory.mktemp("secure")
+    probe = Node(work)  # for its ports
+    plain_users = f'user_admin="admin-secret" user_alice="{PASSWORD}"'
+    jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required " + plain_users + ";"
+    extra = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{probe.port},CONTROLLER://127.0.0.1:{probe.controller_port},"
+        f"SASLPLAIN://127.0.0.1:{ports['SASLPLAIN']},TLS://127.0.0.1:{ports['TLS']},"
+        f"SASLTLS://127.0.0.1:{ports['SASLTLS']}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{probe.port},"
+        f"SASLPLAIN://127.0.0.1:{ports['SASLPLAIN']},TLS://127.0.0.1:{ports['TLS']},"
+        f"SASLTLS://127.0.0.1:{ports['SASLTLS']}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+        "SASLPLAIN:SASL_PLAINTEXT,TLS:SSL,SASLTLS:SASL_SSL",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.saslplain.plain.sasl.jaas.config": jaas,
+        "listener.name.sasltls.plain.sasl.jaas.config": jaas,
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certs / "server-store.pem"),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(certs / "ca.pem"),
+        "listener.name.tls.ssl.client.auth": "required",
+    }
+    node = Node(work, extra=extra)
+    node.port, node.controller_port = probe.port, probe.controller_port
+    cid = keeperless("storage", "random-uuid", check=True).stdout.strip()
+    keeperless("storage", "format", "-t", cid, "-c", str(node.config),
+               "--add-scram", f"SCRAM-SHA-256=[name=alice,password={PASSWORD}]",
+               "--add-scram", f"SCRAM-SHA-512=[name=alice,password={PASSWORD}]",
+               check=True)  # fmt: skip
+    node.start()
+    try:
+        yield Secure(node, ports, certs)
+    finally:
+        node.stop()
+
+
+def _roundtrip(conf: dict[str, Any]) -> None:
+    """Create a topic, produce a record, read it back, all over ``conf``."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"s-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    p = Producer(conf)
+    p.produce(topic, value=b"secret payload")
+    assert p.flush(30) == 0
+    c = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    try:
+        for _ in range(60):
+            m = c.poll(1)
+            if m is not None and m.error() is None:
+                assert m.value() == b"secret payload"
+                return
+        raise AssertionError("nothing consumed")
+    finally:
+        c.close()
+
+
+def _refused(conf: dict[str, Any]) -> str:
+    """The error a client is told when the listener refuses it (and that it never got
+    metadata)."""
+    from confluent_kafka import KafkaException, Producer
+
+    errors: list[str] = []
+    p = Producer({**conf, "error_cb": lambda e: errors.append(str(e))})
+    deadline = time.monotonic() + 20
+    while not errors and time.monotonic() < deadline:
+        p.poll(0.2)
+    assert errors, "the client was told of no error"
+    with pytest.raises(KafkaException):
+        p.list_topics(timeout=2)
+    return " ".join(errors)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_sasl_plaintext_and_sasl_ssl_with_confluent_kafka(secure: Secure, mechanism: str) -> None:
+    for listener in ("SASLPLAIN", "SASLTLS"):
+        creds = {"sasl.mechanism": mechanism, "sasl.username": "alice", "sasl.password": PASSWORD}
+        _roundtrip(secure.conf(listener, **creds))
+
+
+def test_wrong_passwords_and_unknown_users_are_refused(secure: Secure) -> None:
+    for mechanism in ("PLAIN", "SCRAM-SHA-256"):
+        bad = _refused(secure.conf("SASLPLAIN", **{"sasl.mechanism": mechanism,
+                                                   "sasl.username": "alice",
+                                                   "sasl.password": "wrong"}))  # fmt: skip
+        assert "Authentication failed" in bad, bad
+        nobody = _refused(secure.conf("SASLPLAIN", **{"sasl.mechanism": mechanism,
+                                                      "sasl.username": "nobody",
+                                                      "sasl.password": "x"}))  # fmt: skip
+        assert "Authentication failed" in nobody, nobody
+    logs = secure.node.logs()
+    assert "wrong" not in logs  # no secret in the log
+    assert "Authentication failed" in logs
+
+
+def test_tls_with_client_certificates(secure: Secure) -> None:
+    certs = secure.certs
+    good = secure.conf("TLS", **{"ssl.certificate.location": str(certs / "client.pem"),
+                                 "ssl.key.location": str(certs / "client.key")})  # fmt: skip
+    _roundtrip(good)
+    # a certificate of another CA, and none at all (ssl.client.auth=required)
+    rogue = secure.conf("TLS", **{"ssl.certificate.location": str(certs / "mallory.pem"),
+                                  "ssl.key.location": str(certs / "mallory.key")})  # fmt: skip
+    _refused(rogue)
+    _refused(secure.conf("TLS"))
+    # a client that does not trust the server's CA refuses the broker
+    untrusting = secure.conf("SASLTLS", **{"ssl.ca.location": str(certs / "rogue.pem"),
+                                           "sasl.mechanism": "PLAIN", "sasl.username": "alice",
+                                           "sasl.password": PASSWORD})  # fmt: skip
+    _refused(untrusting)
+
+
+def test_other_clients_over_sasl_and_tls(secure: Secure) -> None:
+    """kafka-python with SCRAM-SHA-512 over SASL_SSL, aiokafka with PLAIN over
+    SASL_PLAINTEXT."""
+    import asyncio
+    import ssl
+
+    from kafka import KafkaProducer
+
+    ctx = ssl.create_default_context(cafile=str(secure.certs / "ca.pem"))
+    kp = KafkaProducer(bootstrap_servers=f"127.0.0.1:{secure.ports['SASLTLS']}",
+                       security_protocol="SASL_SSL", ssl_context=ctx,
+                       sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="alice",
+                       sasl_plain_password=PASSWORD)  # fmt: skip
+    topic = f"k-{uuid.uuid4().hex[:8]}"
+    kp.send(topic, b"from kafka-python").get(30)
+    kp.close()
+
+    async def aio() -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        c = AIOKafkaConsumer(topic, bootstrap_servers=f"127.0.0.1:{secure.ports['SASLPLAIN']}",
+                             security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                             sasl_plain_username="alice", sasl_plain_password=PASSWORD,
+                             auto_offset_reset="earliest")  # fmt: skip
+        await c.start()
+        try:
+            m = await asyncio.wait_for(c.getone(), 30)
+            assert m.value == b"from kafka-python"
+        finally:
+            await c.stop()
+
+    asyncio.run(aio())
+
+
+def test_requests_before_authentication_close_the_connection(secure: Secure) -> None:
+    """On a SASL listener only ApiVersions, SaslHandshake and SaslAuthenticate are taken
+    before authentication: a Metadata request closes the connection, unanswered."""
+    from tests.integration.cluster import kafka_request
+
+    port = secure.ports["SASLPLAIN"]
+    assert kafka_request(port, 18, 3, {"client_software_name": "t",
+                                       "client_software_version": "1"}).error_code == 0  # fmt: skip
+    body = {"topics": None, "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False}  # fmt: skip
+    with pytest.raises((OSError, EOFError, ConnectionError, ValueError)):
+        kafka_request(port, 3, 12, body, timeout=5)
+    hs = kafka_request(port, 17, 1, {"mechanism": "GSSAPI"})
+    assert hs.error_code == 33  # UNSUPPORTED_SASL_MECHANISM
+    assert sorted(hs.mechanisms) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
