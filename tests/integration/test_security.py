@@ -238,3 +238,94 @@ def test_requests_before_authentication_close_the_connection(secure: Secure) -> 
     hs = kafka_request(port, 17, 1, {"mechanism": "GSSAPI"})
     assert hs.error_code == 33  # UNSUPPORTED_SASL_MECHANISM
     assert sorted(hs.mechanisms) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+def test_a_secured_cluster_with_no_plaintext_listener(tmp_path: Path, certs: Path) -> None:
+    """3 controllers + 2 brokers, every listener SASL_SSL: controllers authenticate each
+    other and the brokers with PLAIN (JAAS users), brokers replicate to each other with
+    SCRAM-SHA-512 credentials that `storage format --add-scram` bootstrapped, and a client
+    writes with acks=all to a topic whose min.insync.replicas needs both brokers."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.integration.cluster import wait_until
+
+    ctl_ports = {i: free_port() for i in (1, 2, 3)}
+    broker_ports = {i: free_port() for i in (4, 5)}
+    voters = ",".join(f"{i}@localhost:{p}" for i, p in ctl_ports.items())
+    plain = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+             'username="admin" password="admin-secret" user_admin="admin-secret";')  # fmt: skip
+    scram = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+             'username="admin" password="admin-secret";')  # fmt: skip
+    common = {
+        "controller.quorum.voters": voters,
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:SASL_SSL,BROKER:SASL_SSL",
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": plain,
+        "ssl.keystore.location": str(certs / "server-store.pem"),
+        "ssl.truststore.location": str(certs / "ca.pem"),
+    }
+    nodes: list[Node] = []
+    for i, port in ctl_ports.items():
+        n = Node(tmp_path / f"c{i}", i)
+        props = {**common, "process.roles": "controller", "node.id": str(i),
+                 "listeners": f"CONTROLLER://localhost:{port}",
+                 "log.dirs": str(n.data)}  # fmt: skip
+        n.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        nodes.append(n)
+    for i, port in broker_ports.items():
+        n = Node(tmp_path / f"b{i}", i)
+        props = {**common, "process.roles": "broker", "node.id": str(i),
+                 "listeners": f"BROKER://localhost:{port}",
+                 "advertised.listeners": f"BROKER://localhost:{port}",
+                 "inter.broker.listener.name": "BROKER",
+                 "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                 "listener.name.broker.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                 "listener.name.broker.scram-sha-512.sasl.jaas.config": scram,
+                 "log.dirs": str(n.data), "offsets.topic.replication.factor": "2",
+                 "offsets.topic.num.partitions": "3"}  # fmt: skip
+        n.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        nodes.append(n)
+    assert "PLAINTEXT" not in "".join(n.config.read_text() for n in nodes)
+    cid = keeperless("storage", "random-uuid", check=True).stdout.strip()
+    for n in nodes:
+        keeperless("storage", "format", "-t", cid, "-c", str(n.config),
+                   "--add-scram", "SCRAM-SHA-512=[name=admin,password=admin-secret]",
+                   "--add-scram", f"SCRAM-SHA-512=[name=alice,password={PASSWORD}]",
+                   check=True)  # fmt: skip
+    for n in nodes:
+        n.start_background()
+    try:
+        conf = {"bootstrap.servers": ",".join(f"localhost:{p}" for p in broker_ports.values()),
+                "security.protocol": "SASL_SSL", "ssl.ca.location": str(certs / "ca.pem"),
+                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
+                "sasl.password": PASSWORD}  # fmt: skip
+        admin = AdminClient(conf)
+
+        def both_brokers() -> bool:
+            for n in nodes:
+                if n.proc is not None and n.proc.poll() is not None:
+                    raise AssertionError(f"node {n.node_id} exited:\n{n.logs()[-3000:]}")
+            try:
+                return len(admin.list_topics(timeout=2).brokers) == 2
+            except Exception:
+                return False
+
+        wait_until(both_brokers, 60, what="both brokers registered and reachable over SASL_SSL")
+        topic = "secured"
+        admin.create_topics([NewTopic(topic, 2, 2, config={"min.insync.replicas": "2"})])[
+            topic
+        ].result(30)
+        p = Producer({**conf, "acks": "all"})
+        for i in range(20):
+            p.produce(topic, value=b"v%d" % i)
+        assert p.flush(60) == 0
+        delivered: list[Any] = []
+        p.produce(topic, value=b"last", on_delivery=lambda e, m: delivered.append(e))
+        p.flush(30)
+        assert delivered == [None]  # both brokers in the ISR: replication over SASL_SSL
+    finally:
+        for n in nodes:
+            n.stop()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +32,12 @@ __all__ = ["Broker", "BrokerSettings"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+Connector = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+
+
+async def open_plain(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(host, port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,10 @@ class Broker:
     def __init__(self, settings: BrokerSettings, controller: ControllerChannel) -> None:
         self.settings = settings
         self.node_id = settings.node_id
+        # how this broker reaches its peers (inter.broker.listener.name, with that
+        # listener's TLS and SASL): set by the node
+        self.connect_peer: Connector = open_plain
+        self.inter_broker_listener: str | None = None
         self.controller = controller
         self.auto_create = AutoTopicCreator(settings.node_id, controller)
         self.image = MetadataImage()

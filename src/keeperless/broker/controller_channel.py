@@ -169,6 +169,8 @@ class RemoteController:
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id  # sent where the RPC carries it (registration)
+        # how to reach a controller listener (its TLS and SASL): set by the node
+        self.connect: Callable[[str, int], Awaitable[tuple[Any, Any]]] | None = None
         self.voters = voters
         self.leader = leader
         self.timeout_s = timeout_ms / 1000
@@ -225,7 +227,10 @@ class RemoteController:
         async with lock:  # one request at a time per connection keeps it simple
             conn = self._conns.get(target)
             if conn is None:
-                conn = await asyncio.open_connection(*self.voters[target])
+                if self.connect is not None:
+                    conn = await self.connect(*self.voters[target])
+                else:
+                    conn = await asyncio.open_connection(*self.voters[target])
                 self._conns[target] = conn
             reader, writer = conn
             corr = next(self._corr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import struct
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.index import load_request_schema
@@ -17,8 +18,14 @@ __all__ = ["InterBrokerClient"]
 
 
 class InterBrokerClient:
-    def __init__(self, node_id: int, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        timeout_s: float = 30.0,
+        connect: Callable[[str, int], Awaitable[tuple[Any, Any]]] | None = None,
+    ) -> None:
         self.client_id = f"broker-{node_id}"
+        self._connect = connect
         self.timeout_s = timeout_s
         self._conns: dict[tuple[str, int], tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
@@ -45,7 +52,10 @@ class InterBrokerClient:
     ) -> Any:
         conn = self._conns.get(key)
         if conn is None:
-            conn = await asyncio.open_connection(*key)
+            if self._connect is not None:
+                conn = await self._connect(*key)
+            else:
+                conn = await asyncio.open_connection(*key)
             self._conns[key] = conn
         reader, writer = conn
         corr = next(self._corr)

@@ -130,8 +130,12 @@ class _Fetcher:
         broker = self.manager.broker
         settings = self.manager.settings
         reg = broker.image.brokers.get(self.leader)
-        if reg is None or not reg.endpoints:
-            raise OSError(f"broker {self.leader} has no registered endpoint")
+        found = reg.endpoint(broker.inter_broker_listener) if reg is not None else None
+        if found is None:
+            raise OSError(
+                f"broker {self.leader} has no registered endpoint on "
+                f"{broker.inter_broker_listener or 'its first listener'}"
+            )
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic, index), p in parts:
             assert p.info is not None
@@ -159,8 +163,7 @@ class _Fetcher:
         }
         req = build(load_request_schema(1, _FETCH_VERSION), body)
         if self._conn is None:
-            _, host, port = reg.endpoints[0]
-            self._conn = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
+            self._conn = await asyncio.wait_for(broker.connect_peer(*found), 10)
         reader, writer = self._conn
         corr = next(self._corr)
         writer.write(

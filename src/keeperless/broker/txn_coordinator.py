@@ -155,7 +155,9 @@ class TxnCoordinator:
         self._ensure_offsets = ensure_offsets_topic
         self.txns: dict[str, TxnMetadata] = {}
         self._loaded: dict[int, int] = {}  # partition -> leader epoch (coordinator epoch)
-        self._client = InterBrokerClient(broker.node_id)
+        self._client = InterBrokerClient(
+            broker.node_id, connect=lambda host, port: broker.connect_peer(host, port)
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
         broker.on_image.append(self._on_image)
@@ -492,7 +494,8 @@ class TxnCoordinator:
                 for r in results
                 for pr in r["results_by_partition"]
             }
-        if reg is None or not reg.endpoints:
+        found = reg.endpoint(self.broker.inter_broker_listener) if reg is not None else None
+        if found is None:
             return unknown
         body = {
             "transactions": [
@@ -505,7 +508,7 @@ class TxnCoordinator:
                 }
             ]
         }
-        _, host, port = reg.endpoints[0]
+        host, port = found
         try:
             resp = await self._client.request(host, port, 24, 4, body)
         except OSError as e:
@@ -659,7 +662,8 @@ class TxnCoordinator:
     ) -> dict[tuple[str, int], ErrorCode]:
         reg = self.broker.image.brokers.get(leader)
         failed = {key: ErrorCode.not_leader_or_follower for key in group}
-        if reg is None or not reg.endpoints:
+        found = reg.endpoint(self.broker.inter_broker_listener) if reg is not None else None
+        if found is None:
             return failed
         by_topic: dict[str, list[int]] = {}
         for topic, index in group:
@@ -675,7 +679,7 @@ class TxnCoordinator:
                 }
             ]
         }
-        _, host, port = reg.endpoints[0]
+        host, port = found
         try:
             resp = await self._client.request(host, port, 27, 1, body)
         except OSError as e:

@@ -37,6 +37,7 @@ from keeperless.runtime.raft_rpc import (
     response_of,
     response_to_message,
 )
+from keeperless.runtime.security import ClientSecurity, connect
 
 _NO_DIRECTORY = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: the directory is unknown
 
@@ -82,7 +83,8 @@ class _Lane:
     async def _connect(self) -> None:
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(*self.addr), self.t.request_timeout_s
+                connect(*self.addr, self.t.security, f"raft-{self.t.node_id}"),
+                self.t.request_timeout_s,
             )
         except (OSError, TimeoutError) as e:
             self.retry_at = time.monotonic() + _RECONNECT_BACKOFF_S
@@ -157,6 +159,7 @@ class RaftTransport:
         self.endpoint = endpoint
         self.request_timeout_s = request_timeout_ms / 1000
         self.listener_name = "CONTROLLER"  # the first of controller.listener.names
+        self.security: ClientSecurity | None = None  # that listener's TLS and SASL
         self.correlation = itertools.count(1)
         self._inbound_ids = itertools.count(1)  # names inbound requests for the core
         self.step: Callable[[m.Message], None] | None = None

@@ -382,6 +382,17 @@ class NodeConfig:
         eps: tuple[Endpoint, ...] = self.values["listeners"]
         return eps
 
+    @property
+    def inter_broker_listener(self) -> str:
+        """inter.broker.listener.name; else, as Kafka, the listener named after
+        security.inter.broker.protocol (PLAINTEXT) — or the first broker listener."""
+        named = self.values["inter.broker.listener.name"]
+        if named:
+            return str(named).upper()
+        proto = self.raw.get("security.inter.broker.protocol", "PLAINTEXT").upper()
+        names = [e.listener for e in self.broker_listeners]
+        return proto if proto in names or not names else names[0]
+
     def protocol_of(self, listener: str) -> str:
         """The security protocol of a listener (listener.security.protocol.map)."""
         protos: dict[str, str] = self.values["listener.security.protocol.map"]
@@ -472,6 +483,14 @@ def load_config(
             values[key] = None if default is None else parser(key, default)
     _validate(values)
     config = NodeConfig(values, {k: v.strip() for k, v in raw.items()})
+    named = values["inter.broker.listener.name"]
+    if named and "broker" in values["process.roles"]:
+        names = [e.listener for e in config.broker_listeners]
+        if str(named).upper() not in names:
+            raise ConfigError(
+                f"inter.broker.listener.name {named} is not one of the broker listeners "
+                f"({','.join(names)})"
+            )
     for ep in config.listeners:
         try:
             listener_security(config.raw, ep.listener, config.protocol_of(ep.listener), None)

@@ -38,7 +38,12 @@ from keeperless.runtime.log_cleaner import CleanerSettings, LogCleaner
 from keeperless.runtime.metadata_log import MetadataLog
 from keeperless.runtime.metrics import Metrics
 from keeperless.runtime.raft_transport import RaftTransport
-from keeperless.runtime.security import ListenerSecurity, listener_security
+from keeperless.runtime.security import (
+    ListenerSecurity,
+    client_security,
+    connect,
+    listener_security,
+)
 from keeperless.runtime.tasks import stop_tasks
 from keeperless.server.config import Endpoint, NodeConfig
 from keeperless.server.controller_apis import ControllerApis, ControllerClient
@@ -87,7 +92,11 @@ class Node:
             config["controller.quorum.request.timeout.ms"],
         )
         if config.controller_listener_names:
-            self.transport.listener_name = config.controller_listener_names[0]
+            name = config.controller_listener_names[0]
+            self.transport.listener_name = name
+            self.transport.security = client_security(
+                config.raw, name, config.protocol_of(name), "sasl.mechanism.controller.protocol"
+            )
         self.mlog = MetadataLog(
             self.node_id,
             tuple(sorted(voters)),
@@ -125,6 +134,7 @@ class Node:
         if config.is_broker:
             local = self.controller_apis.local if self.controller_apis else None
             self.broker = Broker(self._broker_settings(), ControllerClient(local, self.remote))
+            self._secure_peers(self.broker)
             self.groups = GroupCoordinator(
                 self.broker,
                 GroupSettings(
@@ -289,6 +299,22 @@ class Node:
             (time.monotonic() - t0) * 1000,
             self.cluster_id,
         )
+
+    def _secure_peers(self, broker: Broker) -> None:
+        """Brokers reach controllers on the controller listener and each other on
+        inter.broker.listener.name, with those listeners' TLS and SASL."""
+        ctl = self.transport.security
+        self.remote.connect = lambda host, port: connect(host, port, ctl, f"broker-{self.node_id}")
+        name = self.config.inter_broker_listener
+        broker.inter_broker_listener = name
+        sec = client_security(
+            self.config.raw, name, self.config.protocol_of(name),
+            "sasl.mechanism.inter.broker.protocol",
+        )  # fmt: skip
+        if sec.protocol != "PLAINTEXT":
+            broker.connect_peer = lambda host, port: connect(
+                host, port, sec, f"broker-{self.node_id}"
+            )
 
     def _scram_lookup(self, mechanism: str, user: str) -> ScramCredential | None:
         """A user's SCRAM credential in the metadata this node has applied."""
