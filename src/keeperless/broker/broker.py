@@ -14,9 +14,11 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.broker.authz import Authz
 from keeperless.broker.auto_create import AutoTopicCreator
 from keeperless.broker.controller_channel import ControllerChannel, ControllerUnavailableError
 from keeperless.broker.partitions import PartitionManager
+from keeperless.metadata.authorizer import Authorizer
 from keeperless.metadata.config_catalog import Resolved, resolve_broker, resolve_topic
 from keeperless.metadata.image import (
     BROKER_RESOURCE,
@@ -55,6 +57,11 @@ class BrokerSettings:
     static_configs: Mapping[str, str]
     # replica.selector.class set (KIP-392): consumers are sent to a replica in their rack
     rack_aware_reads: bool = False
+    # authorizer.class.name set (the StandardAuthorizer), super.users,
+    # allow.everyone.if.no.acl.found
+    authorizer: bool = False
+    super_users: frozenset[str] = frozenset()
+    allow_if_no_acl: bool = False
 
 
 def _now_ms() -> int:
@@ -71,6 +78,12 @@ class Broker:
         self.inter_broker_listener: str | None = None
         self.controller = controller
         self.auto_create = AutoTopicCreator(settings.node_id, controller)
+        self.authz = Authz(
+            lambda: self.image,
+            Authorizer(settings.super_users, settings.allow_if_no_acl)
+            if settings.authorizer
+            else None,
+        )
         self.image = MetadataImage()
         self.partitions = PartitionManager(
             settings.node_id, settings.log_dir, settings.log_defaults

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.broker.authz import AclOp, Resource
 from keeperless.broker.broker import Broker
 from keeperless.broker.partitions import AppendResult, NotLeaderError
 from keeperless.broker.txn_verify import Verify, still_verified, verify_produce
@@ -151,14 +152,21 @@ class DataPlane:
                 named.append((td, t_img.name if t_img is not None else None))
             else:
                 named.append((td, td.name))
-        refused = await self._verify(req, version, named)
+        authz = self.broker.authz
+        txn_denied = req.transactional_id is not None and authz.check(
+            AclOp.WRITE, Resource.TRANSACTIONAL_ID, req.transactional_id
+        )
+        refused = {} if txn_denied else await self._verify(req, version, named)
         for td, name in named:
+            topic_denied = txn_denied or (
+                name is not None and authz.check(AclOp.WRITE, Resource.TOPIC, name)
+            )
             parts = []
             for pd in td.partition_data:
                 err = (
                     ErrorCode.unknown_topic_id
                     if name is None
-                    else self._partition_error(name, pd.index)
+                    else topic_denied or self._partition_error(name, pd.index)
                 )
                 p = self.broker.partitions.get(name, pd.index) if name is not None else None
                 if err is None and p is None:
@@ -351,6 +359,9 @@ class DataPlane:
         image = self.broker.image
         leaders: set[int] = set()
         out: list[tuple[str | UUID, list[FetchPartition]]] = []
+        authz = self.broker.authz
+        # a follower's fetch needs CLUSTER_ACTION; a consumer's, READ on each topic
+        cluster_denied = replica >= 0 and authz.check(AclOp.CLUSTER_ACTION, Resource.CLUSTER)
         for t in req.topics:
             parts = []
             if version >= 13:  # KIP-516: topics named by id
@@ -365,7 +376,11 @@ class DataPlane:
                     parts.append(FetchPartition(fp.partition, code.value, -1, -1, -1, b""))
                     errors = True
                     continue
-                err = self._partition_error(name, fp.partition, follower_read=consumer_v11)
+                err = (
+                    cluster_denied
+                    or (replica < 0 and authz.check(AclOp.READ, Resource.TOPIC, name))
+                    or self._partition_error(name, fp.partition, follower_read=consumer_v11)
+                )
                 p = self.broker.partitions.get(name, fp.partition)
                 diverging = None
                 if err is None and p is not None and replica >= 0 and first:
@@ -471,7 +486,9 @@ class DataPlane:
         for t in req.topics:
             parts = []
             for lp in t.partitions:
-                err = self._partition_error(t.name, lp.partition_index)
+                err = self.broker.authz.check(
+                    AclOp.DESCRIBE, Resource.TOPIC, t.name
+                ) or self._partition_error(t.name, lp.partition_index)
                 p = self.broker.partitions.get(t.name, lp.partition_index)
                 entry: dict[str, Any] = {
                     "partition_index": lp.partition_index,
@@ -525,7 +542,9 @@ class DataPlane:
                     "error_code": ErrorCode.none,
                 }
                 parts.append(entry)
-                err = self._partition_error(t.name, dp.partition_index)
+                err = self.broker.authz.check(
+                    AclOp.DELETE, Resource.TOPIC, t.name
+                ) or self._partition_error(t.name, dp.partition_index)
                 p = self.broker.partitions.get(t.name, dp.partition_index)
                 if err is None and p is None:
                     err = ErrorCode.not_leader_or_follower

@@ -13,6 +13,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.broker.authz import AclOp, Resource
+from keeperless.broker.authz_apis import authorized_handlers
 from keeperless.broker.broker import Broker
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.data_plane import DataPlane
@@ -55,6 +57,10 @@ from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import ProtocolError, RequestHeader, response_class
 from keeperless.protocol.session import current_listener
+
+T = Resource.TOPIC
+TOPIC_OPS = (AclOp.READ, AclOp.WRITE, AclOp.CREATE, AclOp.DELETE, AclOp.ALTER,
+             AclOp.DESCRIBE, AclOp.DESCRIBE_CONFIGS, AclOp.ALTER_CONFIGS)  # fmt: skip
 
 __all__ = ["BrokerHandlers"]
 
@@ -102,6 +108,7 @@ class BrokerHandlers:
             31: self.delete_acls,
         }
         self.handlers.update(extra or {})
+        self.handlers = authorized_handlers(self.handlers, broker.authz)
         # SaslHandshake and SaslAuthenticate are the connection's (runtime/sasl_state.py)
         self.apis = {k: v for k, v in self.apis.items() if k in self.handlers or k in (17, 36)}
 
@@ -148,11 +155,18 @@ class BrokerHandlers:
             )
         return out
 
+    def _topic_ops(self, name: str) -> int:
+        if not self.broker.authz.enabled:
+            return all_operations("topic")
+        return self.broker.authz.topic_ops(name, TOPIC_OPS)
+
     async def metadata(self, header: RequestHeader, req: Any) -> Any:
         image = self.broker.image
+        authz = self.broker.authz
         by_id: list[Any] = []  # v10+: topics asked for by id (a KIP-848 assignment's)
         if req.topics is None or (header.api_version == 0 and not req.topics):
-            names = sorted(image.topic_ids)
+            # all topics: those this principal may not describe are left out
+            names = [n for n in sorted(image.topic_ids) if authz.allowed(AclOp.DESCRIBE, T, n)]
         else:
             names = [t.name for t in req.topics if t.name is not None]
             by_id = [
@@ -173,8 +187,18 @@ class BrokerHandlers:
                 continue
             if validate_topic_name(n) is not None:
                 missing[n] = ErrorCode.invalid_topic_exception
+            elif not authz.allowed(AclOp.DESCRIBE, T, n):
+                missing[n] = ErrorCode.topic_authorization_failed
             elif auto and req.topics is not None and not n.startswith("__"):
-                missing[n] = ErrorCode.leader_not_available
+                # auto-creation needs CREATE on the cluster or the topic
+                creatable_here = authz.allowed(AclOp.CREATE, Resource.CLUSTER) or (
+                    authz.allowed(AclOp.CREATE, T, n)
+                )
+                missing[n] = (
+                    ErrorCode.leader_not_available
+                    if creatable_here
+                    else ErrorCode.topic_authorization_failed
+                )
             else:
                 missing[n] = ErrorCode.unknown_topic_or_partition
         creatable = [n for n, e in missing.items() if e == ErrorCode.leader_not_available]
@@ -197,6 +221,9 @@ class BrokerHandlers:
                 names.append(found.name)
         for name in names:
             t = image.topic(name)
+            if t is not None and not authz.allowed(AclOp.DESCRIBE, T, name):
+                t = None
+                missing[name] = ErrorCode.topic_authorization_failed
             if t is None:
                 topics.append(
                     {
@@ -215,7 +242,7 @@ class BrokerHandlers:
                     "topic_id": t.topic_id,
                     "is_internal": name.startswith("__"),
                     "partitions": parts,
-                    "topic_authorized_operations": all_operations("topic")
+                    "topic_authorized_operations": self._topic_ops(name)
                     if getattr(req, "include_topic_authorized_operations", False)
                     else NOT_REQUESTED,
                 }

@@ -44,6 +44,7 @@ leader_election = entry("kafka-leader-election.sh")
 log_dirs = entry("kafka-log-dirs.sh")
 delete_records = entry("kafka-delete-records.sh")
 transactions = entry("kafka-transactions.sh")
+acls = entry("kafka-acls.sh")
 
 
 if __name__ == "__main__":  # python -m keeperless.cli.kafka kafka-topics.sh ...

@@ -309,6 +309,10 @@ def _tools(args: argparse.Namespace) -> int:
         if args.txn_cmd == "find-hanging" and args.broker_id is None and args.topic is None:
             raise ToolError("find-hanging needs --broker-id or --topic")
         return run_transactions(args, _servers(args), sys.stdout)
+    if args.command == "acls":
+        from keeperless.tools.acls import run_acls
+
+        return run_acls(args, extra, sys.stdout)
     if args.command == "delete-records":
         from keeperless.tools.delete_records import run_delete_records
 

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "kafka-log-dirs.sh": ("log-dirs",),
     "kafka-delete-records.sh": ("delete-records",),
     "kafka-transactions.sh": ("transactions",),
+    "kafka-acls.sh": ("acls",),
 }
 
 # set by main() when run as one of Kafka's scripts: ("keeperless topics", "kafka-topics.sh")
@@ -307,6 +308,17 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help='{"partitions": [{"topic": "t", "partition": 0, "offset": 3}], "version": 1}',
     )
+
+    ac = sub.add_parser("acls", help="add, remove and list ACLs (kafka-acls.sh)")
+    _connection_flags(ac, controller=False)
+    for flag in ("--add", "--remove", "--list", "--cluster", "--producer", "--consumer",
+                 "--idempotent", "--force"):  # fmt: skip
+        ac.add_argument(flag, action="store_true")
+    for flag in ("--topic", "--group", "--transactional-id", "--allow-principal",
+                 "--deny-principal", "--allow-host", "--deny-host", "--operation"):  # fmt: skip
+        ac.add_argument(flag, action="append")
+    ac.add_argument("--resource-pattern-type", help="literal, prefixed, match or any")
+    ac.add_argument("--principal", help="--list: only this principal's ACLs")
 
     tx = sub.add_parser("transactions", help="list, describe, abort and find hanging transactions")
     _connection_flags(tx, controller=False)

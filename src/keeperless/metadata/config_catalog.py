@@ -612,6 +612,9 @@ _SECURITY: tuple[tuple[str, ConfigType, str | None, str], ...] = (
     ("security.inter.broker.protocol", T.STRING, "PLAINTEXT", "Brokers' own protocol."),
     ("connections.max.reauth.ms", T.LONG, "0", "Re-authentication interval (0: never)."),
     ("early.start.listeners", T.STRING, None, "Listeners started before catching up."),
+    ("authorizer.class.name", T.STRING, "", "The StandardAuthorizer, enforcing the ACLs."),
+    ("super.users", T.LIST, "", "Principals allowed everything (User:a;User:b)."),
+    ("allow.everyone.if.no.acl.found", T.BOOLEAN, "false", "Allow what no ACL names."),
 )
 _BROKER.extend(
     ConfigDef(n, t, d, doc, READ_ONLY, sensitive=t == T.PASSWORD) for n, t, d, doc in _SECURITY

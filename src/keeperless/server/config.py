@@ -190,6 +190,34 @@ def _assignors(key: str, raw: str) -> list[str]:
     return out
 
 
+_AUTHORIZERS = (
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+)
+
+
+def _authorizer(key: str, raw: str) -> str | None:
+    name = raw.strip()
+    if not name:
+        return None
+    if name == _AUTHORIZERS[1]:
+        raise ConfigError(
+            f"{key}={name} is ZooKeeper's authorizer; a KRaft cluster uses {_AUTHORIZERS[0]}"
+        )
+    if name != _AUTHORIZERS[0]:
+        raise ConfigError(f"Invalid value {name!r} for {key}: the authorizer is {_AUTHORIZERS[0]}")
+    return name
+
+
+def _super_users(key: str, raw: str) -> list[str]:
+    """Kafka separates super users with semicolons: User:alice;User:bob."""
+    out = [u.strip() for u in raw.split(";") if u.strip()]
+    for u in out:
+        if ":" not in u:
+            raise ConfigError(f"Invalid value {u!r} for {key}: expected PrincipalType:name")
+    return out
+
+
 def _protocol_map(key: str, raw: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in _list(key, raw):
@@ -254,6 +282,9 @@ _SCHEMA: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "group.consumer.session.timeout.ms": (_int(1), "45000"),
     "group.consumer.assignors": (_assignors, "uniform,range"),
     "broker.rack": (_str, None),
+    "authorizer.class.name": (_authorizer, None),
+    "super.users": (_super_users, ""),
+    "allow.everyone.if.no.acl.found": (_bool, "false"),
     "replica.selector.class": (_replica_selector, None),
     "controller.quorum.election.timeout.ms": (_int(1), "1000"),
     "controller.quorum.fetch.timeout.ms": (_int(1), "2000"),

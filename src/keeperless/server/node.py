@@ -212,6 +212,9 @@ class Node:
             offsets_topic_replication_factor=c["offsets.topic.replication.factor"],
             static_configs=static,
             rack_aware_reads=c["replica.selector.class"] is not None,
+            authorizer=c["authorizer.class.name"] is not None,
+            super_users=frozenset(c["super.users"]),
+            allow_if_no_acl=c["allow.everyone.if.no.acl.found"],
         )
 
     # -- lifecycle ----------------------------------------------------------------------

@@ -1,0 +1,61 @@
+"""The broker's authorization checks: the StandardAuthorizer (metadata/authorizer.py)
+applied to the principal and address of the connection a request came in on. Without
+``authorizer.class.name`` every request is allowed (Kafka's default); requests a node
+makes itself (no session) are always allowed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.metadata.authorizer import CLUSTER_NAME, AclOp, Authorizer, Resource
+from keeperless.metadata.image import MetadataImage
+from keeperless.protocol.session import current_session
+
+__all__ = ["AclOp", "Authz", "Resource"]
+
+# the error Kafka answers for a refused operation on each kind of resource
+DENIED = {
+    Resource.TOPIC: ErrorCode.topic_authorization_failed,
+    Resource.GROUP: ErrorCode.group_authorization_failed,
+    Resource.CLUSTER: ErrorCode.cluster_authorization_failed,
+    Resource.TRANSACTIONAL_ID: ErrorCode.transactional_id_authorization_failed,
+}
+
+
+class Authz:
+    def __init__(self, image: Callable[[], MetadataImage], authorizer: Authorizer | None) -> None:
+        self._image = image
+        self.authorizer = authorizer
+
+    def image(self) -> MetadataImage:
+        return self._image()
+
+    @property
+    def enabled(self) -> bool:
+        return self.authorizer is not None
+
+    def allowed(self, op: AclOp, resource: Resource, name: str = CLUSTER_NAME) -> bool:
+        if self.authorizer is None:
+            return True
+        s = current_session.get()
+        if s is None:
+            return True
+        return self.authorizer.authorize(
+            self._image().acls, s.principal, s.host, op, resource, name
+        )
+
+    def check(self, op: AclOp, resource: Resource, name: str = CLUSTER_NAME) -> ErrorCode | None:
+        """None if allowed; else the error Kafka answers."""
+        return None if self.allowed(op, resource, name) else DENIED[resource]
+
+    def topic_ops(self, name: str, ops: Any) -> int:
+        """Kafka's authorized-operations bit field of a topic for this session."""
+        s = current_session.get()
+        if self.authorizer is None or s is None:
+            return -2147483648
+        return self.authorizer.authorized_ops(
+            self._image().acls, s.principal, s.host, Resource.TOPIC, name, ops
+        )

@@ -1,0 +1,312 @@
+"""Which ACL each broker API needs, checked before its handler runs (Kafka's KafkaApis
+rules): the cluster-wide APIs need an operation on CLUSTER; group APIs READ (or
+DESCRIBE, DELETE) on the group; transactional APIs WRITE on the transactional id; the
+topic admin APIs an operation per topic — the refused topics are answered with
+TOPIC_AUTHORIZATION_FAILED and the handler gets the rest. Produce, Fetch, ListOffsets,
+DeleteRecords and Metadata check per topic inside their handlers."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Any
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.authz import DENIED, AclOp, Authz, Resource
+from keeperless.protocol.build import build, fields_of
+from keeperless.protocol.framing import RequestHeader, response_class
+
+__all__ = ["authorized_handlers"]
+
+Handler = Callable[[RequestHeader, Any], Awaitable[Any]]
+C, G, X, T = Resource.CLUSTER, Resource.GROUP, Resource.TRANSACTIONAL_ID, Resource.TOPIC
+
+# api key -> operation on the cluster the whole request needs
+_CLUSTER = {
+    27: AclOp.CLUSTER_ACTION,  # WriteTxnMarkers
+    29: AclOp.DESCRIBE,  # DescribeAcls
+    30: AclOp.ALTER,  # CreateAcls
+    31: AclOp.ALTER,  # DeleteAcls
+    34: AclOp.ALTER,  # AlterReplicaLogDirs
+    35: AclOp.DESCRIBE,  # DescribeLogDirs
+    43: AclOp.ALTER,  # ElectLeaders
+    48: AclOp.DESCRIBE_CONFIGS,  # DescribeClientQuotas
+    49: AclOp.ALTER_CONFIGS,  # AlterClientQuotas
+    50: AclOp.DESCRIBE,  # DescribeUserScramCredentials
+    51: AclOp.ALTER,  # AlterUserScramCredentials
+    55: AclOp.DESCRIBE,  # DescribeQuorum
+    57: AclOp.ALTER,  # UpdateFeatures
+    60: AclOp.DESCRIBE,  # DescribeCluster
+    64: AclOp.ALTER,  # UnregisterBroker
+    66: AclOp.DESCRIBE,  # ListTransactions (Kafka filters by DESCRIBE on each id)
+}
+# api key -> (operation, resource, the request field naming it)
+_ONE = {
+    11: (AclOp.READ, G, "group_id"),  # JoinGroup
+    12: (AclOp.READ, G, "group_id"),  # Heartbeat
+    13: (AclOp.READ, G, "group_id"),  # LeaveGroup
+    14: (AclOp.READ, G, "group_id"),  # SyncGroup
+    68: (AclOp.READ, G, "group_id"),  # ConsumerGroupHeartbeat
+    22: (AclOp.WRITE, X, "transactional_id"),  # InitProducerId (None: idempotent only)
+    25: (AclOp.WRITE, X, "transactional_id"),  # AddOffsetsToTxn
+    26: (AclOp.WRITE, X, "transactional_id"),  # EndTxn
+    28: (AclOp.WRITE, X, "transactional_id"),  # TxnOffsetCommit
+    8: (AclOp.READ, G, "group_id"),  # OffsetCommit
+    47: (AclOp.DELETE, G, "group_id"),  # OffsetDelete
+}
+
+
+def _zero(t: Any) -> Any:
+    origin = typing.get_origin(t)
+    args = typing.get_args(t)
+    if origin is typing.Union or type(None) in args:
+        return None
+    if origin is tuple or t is tuple:
+        return ()
+    if t is datetime.timedelta:
+        return datetime.timedelta(0)
+    if t is UUID:
+        return UUID(int=0)
+    if isinstance(t, type):
+        for base, value in ((bool, False), (int, 0), (str, ""), (bytes, b"")):
+            if issubclass(t, base):
+                return value
+    sup = getattr(t, "__supertype__", None)
+    return _zero(sup) if sup is not None else None
+
+
+def refusal(header: RequestHeader, error: ErrorCode, message: str) -> Any:
+    """A response to the whole request: its error_code (and error_message) set, every
+    other required field zero."""
+    cls = response_class(header.api_key, header.api_version)
+    hints = typing.get_type_hints(cls)
+    timedeltas = {name for name, _n, _d, is_td in fields_of(cls) if is_td}
+    data: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in timedeltas:
+            data[f.name] = _zero(hints[f.name])
+    data["error_code"] = error
+    if "error_message" in {f.name for f in dataclasses.fields(cls)}:
+        data["error_message"] = message
+    return build(cls, data)
+
+
+def authorized_handlers(handlers: dict[int, Handler], authz: Authz) -> dict[int, Handler]:
+    if not authz.enabled:
+        return handlers
+    out = dict(handlers)
+    for key, op in _CLUSTER.items():
+        if key in handlers:
+            out[key] = _cluster_check(handlers[key], authz, op)
+    for key, (op, res, field) in _ONE.items():
+        if key in handlers:
+            out[key] = _one_check(handlers[key], authz, op, res, field)
+    for key, wrap in _TOPIC_ADMIN.items():
+        if key in handlers:
+            out[key] = wrap(handlers[key], authz)
+    return out
+
+
+def _cluster_check(h: Handler, authz: Authz, op: AclOp) -> Handler:
+    async def checked(header: RequestHeader, req: Any) -> Any:
+        if authz.allowed(op, C):
+            return await h(header, req)
+        return _per_item_refusal(header, req, DENIED[C], f"{op.name} on the cluster is denied")
+
+    return checked
+
+
+def _one_check(h: Handler, authz: Authz, op: AclOp, res: Resource, field: str) -> Handler:
+    async def checked(header: RequestHeader, req: Any) -> Any:
+        name = getattr(req, field, None)
+        if name is None or authz.allowed(op, res, name):
+            if header.api_key == 25 and not authz.allowed(AclOp.READ, G, req.group_id):
+                return refusal(header, DENIED[G], "READ on the group is denied")
+            if header.api_key == 28 and not authz.allowed(AclOp.READ, G, req.group_id):
+                return _per_item_refusal(header, req, DENIED[G], "READ on the group is denied")
+            return await h(header, req)
+        return _per_item_refusal(header, req, DENIED[res], f"{op.name} on {name!r} is denied")
+
+    return checked
+
+
+def _per_item_refusal(header: RequestHeader, req: Any, err: ErrorCode, msg: str) -> Any:
+    """The refusal in the shape each API answers with."""
+    k = header.api_key
+    cls = response_class(k, header.api_version)
+    if k in (8, 28):  # OffsetCommit, TxnOffsetCommit: per partition
+        topics = [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": err} for p in t.partitions]}
+            for t in req.topics]  # fmt: skip
+        return build(cls, {"throttle_time": 0, "topics": topics})
+    if k == 30:  # CreateAcls
+        results = [{"error_code": err, "error_message": msg} for _ in req.creations]
+        return build(cls, {"throttle_time": 0, "results": results})
+    if k == 31:  # DeleteAcls
+        results = [{"error_code": err, "error_message": msg, "matching_acls": []}
+                   for _ in req.filters]  # fmt: skip
+        return build(cls, {"throttle_time": 0, "filter_results": results})
+    if k == 49:  # AlterClientQuotas
+        entries = [{"error_code": err, "error_message": msg, "entity": [
+            {"entity_type": e.entity_type, "entity_name": e.entity_name} for e in x.entity]}
+            for x in req.entries]  # fmt: skip
+        return build(cls, {"throttle_time": 0, "entries": entries})
+    if k == 51:  # AlterUserScramCredentials
+        users = {u.name for u in (*req.deletions, *req.upsertions)}
+        results = [{"user": u, "error_code": err, "error_message": msg} for u in sorted(users)]
+        return build(cls, {"throttle_time": 0, "results": results})
+    if k == 27:  # WriteTxnMarkers
+        markers = [{"producer_id": m.producer_id, "topics": [
+            {"name": t.name, "partitions": [{"partition_index": i, "error_code": err}
+                                           for i in t.partition_indexes]} for t in m.topics]}
+            for m in req.markers]  # fmt: skip
+        return build(cls, {"markers": markers})
+    if k == 43 and header.api_version == 0:  # ElectLeaders v0: per partition
+        results = [{"topic": t.topic, "partition_result": [
+            {"partition_id": i, "error_code": err, "error_message": msg} for i in t.partitions]}
+            for t in req.topic_partitions or ()]  # fmt: skip
+        return build(cls, {"throttle_time": 0, "replica_election_results": results})
+    if k == 34:  # AlterReplicaLogDirs: per partition
+        results = [{"topic_name": t.name, "partitions": [
+            {"partition_index": i, "error_code": err} for i in t.partitions]}
+            for d in req.dirs for t in d.topics]  # fmt: skip
+        return build(cls, {"throttle_time": 0, "results": results})
+    return refusal(header, err, msg)
+
+
+# -- topic admin APIs: the refused topics answered, the rest handled -------------------
+
+
+def _split(
+    h: Handler,
+    authz: Authz,
+    items_field: str,
+    allowed: Callable[[Any], bool],
+    refused_entry: Callable[[Any], dict[str, Any]],
+    response_field: str,
+) -> Handler:
+    async def checked(header: RequestHeader, req: Any) -> Any:
+        items = tuple(getattr(req, items_field))
+        ok = tuple(i for i in items if allowed(i))
+        denied = [i for i in items if not allowed(i)]
+        if not denied:
+            return await h(header, req)
+        cls = response_class(header.api_key, header.api_version)
+        extra = build(cls, {"throttle_time": 0, response_field: [refused_entry(i) for i in denied]})
+        if not ok:
+            return extra
+        resp = await h(header, dataclasses.replace(req, **{items_field: ok}))
+        merged = tuple(getattr(resp, response_field)) + tuple(getattr(extra, response_field))
+        return dataclasses.replace(resp, **{response_field: merged})
+
+    return checked
+
+
+def _create_topics(h: Handler, authz: Authz) -> Handler:
+    def ok(t: Any) -> bool:
+        return authz.allowed(AclOp.CREATE, C) or authz.allowed(AclOp.CREATE, T, t.name)
+
+    def refused(t: Any) -> dict[str, Any]:
+        return {"name": t.name, "topic_id": UUID(int=0),
+                "error_code": ErrorCode.topic_authorization_failed,
+                "error_message": "Authorization failed.", "num_partitions": -1,
+                "replication_factor": -1, "configs": None}  # fmt: skip
+
+    return _split(h, authz, "topics", ok, refused, "topics")
+
+
+def _delete_topics(h: Handler, authz: Authz) -> Handler:
+    async def checked(header: RequestHeader, req: Any) -> Any:
+        field = "topics" if header.api_version >= 6 else "topic_names"
+
+        def name_of(t: Any) -> str | None:
+            if isinstance(t, str):
+                return t
+            if t.name is not None:
+                return str(t.name)
+            found = authz_image_topic(t.topic_id)
+            return found
+
+        def ok(t: Any) -> bool:
+            n = name_of(t)
+            return n is None or authz.allowed(AclOp.DELETE, T, n)
+
+        def refused(t: Any) -> dict[str, Any]:
+            return {"name": name_of(t), "topic_id": getattr(t, "topic_id", UUID(int=0)),
+                    "error_code": ErrorCode.topic_authorization_failed,
+                    "error_message": "Authorization failed."}  # fmt: skip
+
+        return await _split(h, authz, field, ok, refused, "responses")(header, req)
+
+    def authz_image_topic(tid: UUID) -> str | None:
+        t = authz.image().topics.get(tid)
+        return t.name if t is not None else None
+
+    return checked
+
+
+def _create_partitions(h: Handler, authz: Authz) -> Handler:
+    return _split(
+        h, authz, "topics", lambda t: authz.allowed(AclOp.ALTER, T, t.name),
+        lambda t: {"name": t.name, "error_code": ErrorCode.topic_authorization_failed,
+                   "error_message": "Authorization failed."}, "results",
+    )  # fmt: skip
+
+
+def _configs(op: AclOp, response_field: str) -> Callable[[Handler, Authz], Handler]:
+    def wrap(h: Handler, authz: Authz) -> Handler:
+        def ok(r: Any) -> bool:
+            if r.resource_type == 2:
+                return authz.allowed(op, T, r.resource_name)
+            return authz.allowed(op, C)
+
+        def refused(r: Any) -> dict[str, Any]:
+            err = (ErrorCode.topic_authorization_failed if r.resource_type == 2
+                   else ErrorCode.cluster_authorization_failed)  # fmt: skip
+            return {"error_code": err, "error_message": "Authorization failed.",
+                    "resource_type": r.resource_type, "resource_name": r.resource_name,
+                    "configs": []}  # fmt: skip
+
+        return _split(h, authz, "resources", ok, refused, response_field)
+
+    return wrap
+
+
+def _find_coordinator(h: Handler, authz: Authz) -> Handler:
+    """DESCRIBE on the group (key type 0) or the transactional id (1)."""
+
+    async def checked(header: RequestHeader, req: Any) -> Any:
+        res = X if getattr(req, "key_type", 0) == 1 else G
+
+        def ok(key: str) -> bool:
+            return authz.allowed(AclOp.DESCRIBE, res, key)
+
+        if header.api_version < 4:
+            if ok(req.key):
+                return await h(header, req)
+            return refusal(header, DENIED[res], "DESCRIBE on the key is denied")
+
+        def refused(key: str) -> dict[str, Any]:
+            return {"key": key, "node_id": -1, "host": "", "port": -1,
+                    "error_code": DENIED[res],
+                    "error_message": "Authorization failed."}  # fmt: skip
+
+        return await _split(h, authz, "coordinator_keys", ok, refused, "coordinators")(header, req)
+
+    return checked
+
+
+_TOPIC_ADMIN: dict[int, Callable[[Handler, Authz], Handler]] = {
+    10: _find_coordinator,
+    19: _create_topics,
+    20: _delete_topics,
+    37: _create_partitions,
+    32: _configs(AclOp.DESCRIBE_CONFIGS, "results"),
+    33: _configs(AclOp.ALTER_CONFIGS, "responses"),
+    44: _configs(AclOp.ALTER_CONFIGS, "responses"),
+}

@@ -1,0 +1,109 @@
+"""The StandardAuthorizer's rules (issue 17) and the refusals the broker answers with."""
+
+from __future__ import annotations
+
+import uuid
+from types import SimpleNamespace
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.authz_apis import _CLUSTER, _ONE, _per_item_refusal
+from keeperless.metadata.authorizer import AclOp, Authorizer, Resource
+from keeperless.metadata.image import AclEntry
+from keeperless.protocol.apis import BROKER_APIS
+from keeperless.protocol.framing import RequestHeader, encode_response
+
+_REQUESTS = {
+    43: SimpleNamespace(topic_partitions=[SimpleNamespace(topic="t", partitions=[0])]),
+}
+LIT, PRE = 3, 4
+DENY, ALLOW = 2, 3
+T, G, C = Resource.TOPIC, Resource.GROUP, Resource.CLUSTER
+
+
+def acls(*entries: tuple[int, str, int, str, str, int, int]) -> dict[uuid.UUID, AclEntry]:
+    return {uuid.uuid4(): AclEntry(*e) for e in entries}
+
+
+def test_literal_allow_and_implied_describe() -> None:
+    a = Authorizer()
+    book = acls((T, "orders", LIT, "User:alice", "*", AclOp.WRITE, ALLOW))
+    assert a.authorize(book, "User:alice", "1.2.3.4", AclOp.WRITE, T, "orders")
+    assert a.authorize(book, "User:alice", "1.2.3.4", AclOp.DESCRIBE, T, "orders")  # implied
+    assert not a.authorize(book, "User:alice", "1.2.3.4", AclOp.READ, T, "orders")
+    assert not a.authorize(book, "User:bob", "1.2.3.4", AclOp.WRITE, T, "orders")
+    assert not a.authorize(book, "User:alice", "1.2.3.4", AclOp.WRITE, T, "orders2")
+
+
+def test_deny_wins_and_is_not_implied() -> None:
+    a = Authorizer()
+    book = acls(
+        (T, "*", LIT, "User:*", "*", AclOp.ALL, ALLOW),
+        (T, "secret", LIT, "User:alice", "*", AclOp.READ, DENY),
+    )
+    assert not a.authorize(book, "User:alice", "h", AclOp.READ, T, "secret")
+    assert a.authorize(book, "User:alice", "h", AclOp.DESCRIBE, T, "secret")  # deny READ only
+    assert a.authorize(book, "User:bob", "h", AclOp.READ, T, "secret")
+    book2 = acls((G, "g", LIT, "User:alice", "*", AclOp.ALL, DENY),
+                 (G, "g", LIT, "User:alice", "*", AclOp.READ, ALLOW))  # fmt: skip
+    assert not a.authorize(book2, "User:alice", "h", AclOp.READ, G, "g")
+
+
+def test_prefixed_hosts_super_users_and_no_acl() -> None:
+    a = Authorizer(super_users=frozenset({"User:root"}))
+    book = acls((T, "logs-", PRE, "User:alice", "10.0.0.1", AclOp.READ, ALLOW))
+    assert a.authorize(book, "User:alice", "10.0.0.1", AclOp.READ, T, "logs-app")
+    assert not a.authorize(book, "User:alice", "10.0.0.2", AclOp.READ, T, "logs-app")
+    assert not a.authorize(book, "User:alice", "10.0.0.1", AclOp.READ, T, "log")
+    assert a.authorize(book, "User:root", "h", AclOp.ALTER, C, "kafka-cluster")
+    assert not a.authorize({}, "User:alice", "h", AclOp.READ, T, "free")
+    assert Authorizer(allow_if_no_acl=True).authorize({}, "User:alice", "h", AclOp.READ, T, "free")
+    # a resource some ACL names is not "no ACL found", even for another principal
+    named = acls((T, "free", LIT, "User:bob", "*", AclOp.READ, ALLOW))
+    assert not Authorizer(allow_if_no_acl=True).authorize(
+        named, "User:alice", "h", AclOp.READ, T, "free"
+    )
+
+
+def test_configs_implication_and_the_index_follows_the_image() -> None:
+    a = Authorizer()
+    book = acls((C, "kafka-cluster", LIT, "User:ops", "*", AclOp.ALTER_CONFIGS, ALLOW))
+    assert a.authorize(book, "User:ops", "h", AclOp.DESCRIBE_CONFIGS, C, "kafka-cluster")
+    assert not a.authorize(book, "User:ops", "h", AclOp.ALTER, C, "kafka-cluster")
+    assert not a.authorize({}, "User:ops", "h", AclOp.DESCRIBE_CONFIGS, C, "kafka-cluster")
+
+
+# answered per item (partition, ACL, entity, user), not with one error code
+_PER_ITEM = {8, 27, 28, 30, 31, 34, 49, 51}
+
+
+@pytest.mark.parametrize("key", sorted((set(_CLUSTER) | set(_ONE)) - _PER_ITEM))
+def test_every_refusal_encodes_in_every_version(key: int) -> None:
+    lo, hi = BROKER_APIS[key]
+    denied = ErrorCode.cluster_authorization_failed
+    for version in range(lo, hi + 1):
+        header = RequestHeader(key, version, 7, "t")
+        resp = _per_item_refusal(header, _REQUESTS.get(key), denied, "denied")
+        assert encode_response(header, resp)
+        if key == 35 and version < 3:
+            assert resp.results == ()  # Kafka's answer before DescribeLogDirs had an error
+        elif key == 43 and version == 0:
+            [r] = resp.replica_election_results
+            assert r.partition_result[0].error_code == denied
+        else:
+            assert resp.error_code == denied
+
+
+def test_per_item_refusals() -> None:
+    denied = ErrorCode.topic_authorization_failed
+    req = SimpleNamespace(
+        dirs=[SimpleNamespace(topics=[SimpleNamespace(name="t", partitions=[0, 1])])]
+    )
+    resp = _per_item_refusal(RequestHeader(34, 2, 1, "t"), req, denied, "no")
+    assert [p.error_code for p in resp.results[0].partitions] == [denied, denied]
+    req = SimpleNamespace(topics=[SimpleNamespace(name="t", partitions=[
+        SimpleNamespace(partition_index=3)])])  # fmt: skip
+    for key in (8, 28):
+        resp = _per_item_refusal(RequestHeader(key, 3, 1, "t"), req, denied, "no")
+        assert resp.topics[0].partitions[0].error_code == denied
