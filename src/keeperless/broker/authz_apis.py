@@ -8,8 +8,6 @@ DeleteRecords and Metadata check per topic inside their handlers."""
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
@@ -17,7 +15,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.authz import DENIED, AclOp, Authz, Resource
-from keeperless.protocol.build import build, fields_of
+from keeperless.protocol.build import build, build_filled
 from keeperless.protocol.framing import RequestHeader, response_class
 
 __all__ = ["authorized_handlers"]
@@ -60,40 +58,11 @@ _ONE = {
 }
 
 
-def _zero(t: Any) -> Any:
-    origin = typing.get_origin(t)
-    args = typing.get_args(t)
-    if origin is typing.Union or type(None) in args:
-        return None
-    if origin is tuple or t is tuple:
-        return ()
-    if t is datetime.timedelta:
-        return datetime.timedelta(0)
-    if t is UUID:
-        return UUID(int=0)
-    if isinstance(t, type):
-        for base, value in ((bool, False), (int, 0), (str, ""), (bytes, b"")):
-            if issubclass(t, base):
-                return value
-    sup = getattr(t, "__supertype__", None)
-    return _zero(sup) if sup is not None else None
-
-
 def refusal(header: RequestHeader, error: ErrorCode, message: str) -> Any:
     """A response to the whole request: its error_code (and error_message) set, every
     other required field zero."""
     cls = response_class(header.api_key, header.api_version)
-    hints = typing.get_type_hints(cls)
-    timedeltas = {name for name, _n, _d, is_td in fields_of(cls) if is_td}
-    data: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        if required and f.name not in timedeltas:
-            data[f.name] = _zero(hints[f.name])
-    data["error_code"] = error
-    if "error_message" in {f.name for f in dataclasses.fields(cls)}:
-        data["error_message"] = message
-    return build(cls, data)
+    return build_filled(cls, {"error_code": error, "error_message": message})
 
 
 def authorized_handlers(handlers: dict[int, Handler], authz: Authz) -> dict[int, Handler]:

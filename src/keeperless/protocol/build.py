@@ -13,7 +13,7 @@ import typing
 from functools import cache
 from typing import Any
 
-__all__ = ["build", "fields_of"]
+__all__ = ["build", "build_filled", "fields_of"]
 
 _NO_DEFAULT = object()
 
@@ -65,3 +65,32 @@ def build(cls: type, data: dict[str, Any]) -> Any:
                     f"{cls.__qualname__} v{getattr(cls, '__version__', '?')} needs field {name!r}"
                 )
     return cls(**kwargs)
+
+
+def _zero(t: Any) -> Any:
+    args = typing.get_args(t)
+    if typing.get_origin(t) is typing.Union or type(None) in args:
+        return None
+    if typing.get_origin(t) is tuple or t is tuple:
+        return ()
+    if isinstance(t, type):
+        for base, value in ((bool, False), (int, 0), (str, ""), (bytes, b"")):
+            if issubclass(t, base):
+                return value
+        if t.__name__ == "UUID":
+            import uuid
+
+            return uuid.UUID(int=0)
+    sup = getattr(t, "__supertype__", None)
+    return _zero(sup) if sup is not None else None
+
+
+def build_filled(cls: type, data: dict[str, Any]) -> Any:
+    """``build``, with every required field ``data`` lacks set to its type's zero (0,
+    "", empty, None): a whole-request error answer, or a request for tests to mutate."""
+    hints = typing.get_type_hints(cls)
+    filled = dict(data)
+    for name, _nested, default, is_td in fields_of(cls):
+        if name not in filled and default is _NO_DEFAULT and not is_td:
+            filled[name] = _zero(hints[name])
+    return build(cls, filled)

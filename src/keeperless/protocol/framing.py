@@ -118,9 +118,9 @@ def decode_request(header: RequestHeader, frame: memoryview, body_pos: int) -> A
             f"no schema for api key {header.api_key} version {header.api_version}"
         ) from e
     pos = body_pos
-    if cls.__flexible__:
-        pos = _skip_tagged_fields(frame, pos)
     try:
+        if cls.__flexible__:
+            pos = _skip_tagged_fields(frame, pos)
         value, _ = entity_reader(cls)(frame, pos)
     except Exception as e:
         raise ProtocolError(

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from keeperless.protocol.apis import API_NAMES
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import (
+    MAX_FRAME,
     FrameDecoder,
     ProtocolError,
     RequestHeader,
@@ -29,6 +30,8 @@ from keeperless.runtime.security import ListenerSecurity, Session, current_sessi
 __all__ = ["KafkaProtocol", "RequestRouter"]
 
 log = logging.getLogger(__name__)
+SASL_MAX_RECEIVE = 524288
+_MAX_QUEUED = 16  # requests read ahead of the one being handled, per connection
 
 
 class RequestRouter:
@@ -108,12 +111,22 @@ def _failure_key(e: BaseException) -> str:
 
 
 class KafkaProtocol(asyncio.Protocol):
-    def __init__(self, router: RequestRouter, security: ListenerSecurity | None = None) -> None:
+    def __init__(
+        self,
+        router: RequestRouter,
+        security: ListenerSecurity | None = None,
+        max_request_bytes: int = MAX_FRAME,
+    ) -> None:
         self.router = router
         self.security = security
+        self.max_request_bytes = max_request_bytes
         self.session = Session("", "PLAINTEXT", "?")
         self.sasl = SaslState(security) if security is not None and security.sasl else None
-        self.decoder = FrameDecoder()
+        # socket.request.max.bytes; before a SASL login, Kafka's
+        # sasl.server.max.receive.size (512 KiB): a stranger cannot make us buffer more
+        self.decoder = FrameDecoder(
+            min(max_request_bytes, SASL_MAX_RECEIVE) if self.sasl is not None else max_request_bytes
+        )
         self.queue: asyncio.Queue[memoryview | None] = asyncio.Queue()
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
@@ -121,6 +134,7 @@ class KafkaProtocol(asyncio.Protocol):
         self._sock_fd = -1
         self._writable = asyncio.Event()
         self._writable.set()
+        self._paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
@@ -144,6 +158,11 @@ class KafkaProtocol(asyncio.Protocol):
         try:
             for frame in self.decoder.feed(data):
                 self.queue.put_nowait(frame)
+            if self.queue.qsize() >= _MAX_QUEUED and self.transport is not None:
+                # requests are answered one at a time: stop reading a client that sends
+                # faster (Kafka mutes the channel) rather than queue without bound
+                self.transport.pause_reading()
+                self._paused = True
         except ProtocolError as e:
             self.router.warn("frame", "Closing connection from %s: %s", self.peer, e)
             self._close()
@@ -194,10 +213,15 @@ class KafkaProtocol(asyncio.Protocol):
             frame = await self.queue.get()
             if frame is None or self.transport is None or self.transport.is_closing():
                 return
+            if self._paused and self.queue.qsize() < _MAX_QUEUED // 2:
+                self._paused = False
+                self.transport.resume_reading()
             try:
                 out: bytes | list[Any] | None
                 if self.sasl is not None and not self.session.authenticated:
                     out, close = self.sasl.handle(frame, self.session, self.router)
+                    if self.session.authenticated:
+                        self.decoder.max_frame = self.max_request_bytes
                     if out is None and not close:
                         out = await self.router.handle(frame)  # ApiVersions
                     if close:

@@ -339,7 +339,7 @@ class Node:
         )
         try:
             server = await asyncio.get_running_loop().create_server(
-                _protocol_factory(router, sec),
+                _protocol_factory(router, sec, self.config["socket.request.max.bytes"]),
                 host,
                 ep.port,
                 reuse_address=True,
@@ -616,8 +616,10 @@ class RegistrationRefused(RuntimeError):
     metadata.version): it stops with one line saying why."""
 
 
-def _protocol_factory(router: RequestRouter, sec: ListenerSecurity) -> Callable[[], KafkaProtocol]:
-    return lambda: KafkaProtocol(router, sec)
+def _protocol_factory(
+    router: RequestRouter, sec: ListenerSecurity, max_request_bytes: int
+) -> Callable[[], KafkaProtocol]:
+    return lambda: KafkaProtocol(router, sec, max_request_bytes)
 
 
 def run_node(config: NodeConfig, cluster_id: str) -> int:
