@@ -4,6 +4,9 @@ are answered in order, one at a time, as Kafka does."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import dataclasses
+import datetime
 import logging
 import os
 import time
@@ -30,6 +33,17 @@ from keeperless.runtime.security import ListenerSecurity, Session, current_sessi
 __all__ = ["KafkaProtocol", "RequestRouter"]
 
 log = logging.getLogger(__name__)
+# the throttle time the request just handled earned (client quotas), for its connection
+current_throttle: contextvars.ContextVar[int] = contextvars.ContextVar("throttle", default=0)
+
+
+def _replica_id(req: Any) -> int:
+    rid = getattr(req, "replica_id", None)
+    if rid is None and getattr(req, "replica_state", None) is not None:
+        rid = req.replica_state.replica_id
+    return int(rid) if rid is not None else -1
+
+
 SASL_MAX_RECEIVE = 524288
 _MAX_QUEUED = 16  # requests read ahead of the one being handled, per connection
 
@@ -49,6 +63,7 @@ class RequestRouter:
         self.handlers = handlers
         self.api_versions_body = api_versions_body
         self._last_warn: dict[str, float] = {}
+        self.quotas: Any = None  # broker.quotas.QuotaManager on a broker listener
         self._suppressed: dict[str, int] = {}
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
 
@@ -84,6 +99,7 @@ class RequestRouter:
                 f"node does not support ({f'versions {rng[0]}-{rng[1]}' if rng else 'not offered'})"
             )
         req = decode_request(header, frame, pos)
+        t0 = time.perf_counter()
         if self.metrics is None:
             resp = await self.handlers[header.api_key](header, req)
         else:
@@ -96,9 +112,41 @@ class RequestRouter:
                 raise
             self.metrics.requests.labels(name).inc()
             self.metrics.request_latency.labels(name).observe((time.perf_counter() - t0) * 1000)
+        if self.quotas is not None:
+            resp = self._throttled(header, req, frame, resp, (time.perf_counter() - t0) * 1000)
         if resp is None or isinstance(resp, list):
             return resp  # no response (acks=0), or a frame already encoded as parts
         return encode_response(header, resp)
+
+    def _throttled(
+        self, header: RequestHeader, req: Any, frame: memoryview, resp: Any, ms: float
+    ) -> Any:
+        """Client quotas: record the request, and if the client is over a quota, tell it
+        to wait (throttle_time_ms) and mute its connection that long (KIP-219)."""
+        s = current_session.get()
+        out_bytes = (
+            sum(p.length if hasattr(p, "length") else len(p) for p in resp)
+            if (isinstance(resp, list))
+            else 0
+        )
+        replica = header.api_key == 1 and _replica_id(req) >= 0
+        throttle = self.quotas.throttle(
+            s.principal if s is not None else None, header.client_id, header.api_key,
+            len(frame), out_bytes, ms, replica,
+        )  # fmt: skip
+        if throttle <= 0 or resp is None:
+            return resp
+        current_throttle.set(throttle)
+        if isinstance(resp, list):  # Fetch: throttle_time_ms follows the correlation id
+            at = 4 + (1 if header.api_version >= 12 else 0)
+            first = bytearray(resp[1])
+            first[at : at + 4] = throttle.to_bytes(4, "big")
+            return [resp[0], bytes(first), *resp[2:]]
+        if hasattr(resp, "throttle_time"):
+            return dataclasses.replace(
+                resp, throttle_time=datetime.timedelta(milliseconds=throttle)
+            )
+        return resp
 
 
 def _failure_key(e: BaseException) -> str:
@@ -251,10 +299,17 @@ class KafkaProtocol(asyncio.Protocol):
                     )
                 self._close()
                 return
+            throttle = current_throttle.get()
+            if throttle:
+                current_throttle.set(0)
             if out is None or self.transport.is_closing():
+                if throttle:
+                    await asyncio.sleep(throttle / 1000)  # muted: nothing more is read
                 continue
             if isinstance(out, bytes):
                 self.transport.write(out)
             else:
                 self._write_parts(out)
             await self._writable.wait()  # back-pressure from a slow reader
+            if throttle:
+                await asyncio.sleep(throttle / 1000)  # muted while throttled (KIP-219)

@@ -21,6 +21,7 @@ from keeperless.broker.controller_channel import ControllerUnavailableError, Rem
 from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.handlers import BrokerHandlers
+from keeperless.broker.quotas import QuotaManager
 from keeperless.broker.replication import ReplicaManager, ReplicationSettings
 from keeperless.broker.txn_admin import TxnAdmin
 from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
@@ -379,7 +380,10 @@ class Node:
         h = BrokerHandlers(self.broker, extra)
         if self.config["transaction.partition.verification.enable"]:
             h.data.verify_txn = self.txn.verify
-        return RequestRouter(self.node_id, h.apis, h.handlers, h.api_versions_body)
+        router = RequestRouter(self.node_id, h.apis, h.handlers, h.api_versions_body)
+        broker = self.broker
+        router.quotas = QuotaManager(lambda: broker.image, time.monotonic)
+        return router
 
     async def _describe_cluster_controllers(self, header: Any, req: Any) -> Any:
         """DescribeCluster on the controller listener (KIP-919): the controllers."""
