@@ -329,3 +329,36 @@ def test_a_secured_cluster_with_no_plaintext_listener(tmp_path: Path, certs: Pat
     finally:
         for n in nodes:
             n.stop()
+
+
+def test_tools_over_sasl_ssl_add_a_scram_user(secure: Secure, tmp_path: Path) -> None:
+    """kafka-configs.sh with a --command-config for SASL_SSL adds a user's SCRAM
+    credential (as Kafka's runbooks do on a secured cluster); the user can then log in.
+    kafka-acls.sh and kafka-transactions.sh work over it too."""
+    props = tmp_path / "client.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\n"
+        f"ssl.truststore.location={secure.certs / 'ca.pem'}\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="alice" password="{PASSWORD}";\n'
+    )
+    server = f"127.0.0.1:{secure.ports['SASLTLS']}"
+    base = ["--bootstrap-server", server, "--command-config", str(props)]
+    keeperless("configs", *base, "--alter", "--add-config", "SCRAM-SHA-256=[password=bob-pw]",
+               "--entity-type", "users", "--entity-name", "bob", check=True)  # fmt: skip
+    described = keeperless("configs", *base, "--describe", "--entity-type", "users",
+                           "--entity-name", "bob", check=True).stdout  # fmt: skip
+    assert "SCRAM-SHA-256=iterations=" in described
+    bob = {"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "bob", "sasl.password": "bob-pw"}
+    _roundtrip(secure.conf("SASLPLAIN", **bob))
+    listed = keeperless("transactions", *base, "list", check=True).stdout
+    assert listed.splitlines()[0].split()[0] == "TransactionalId"
+    acls = keeperless("acls", *base, "--list", check=True)
+    assert acls.returncode == 0
+    wrong = tmp_path / "wrong.properties"
+    wrong.write_text(props.read_text().replace(PASSWORD, "nope"))
+    bad = keeperless("configs", "--bootstrap-server", server, "--command-config", str(wrong),
+                     "--describe", "--entity-type", "users")  # fmt: skip
+    assert bad.returncode != 0
+    assert "Authentication failed" in bad.stderr, bad.stderr

@@ -146,7 +146,7 @@ def _command_config(path: str | None) -> dict[str, str]:
         raise ToolError(f"--command-config {path}: {e.strerror}") from None
 
 
-# tools that speak the protocol themselves (tools/client.py): plaintext only
+# tools that speak the protocol themselves (tools/client.py)
 _RAW_TOOLS = (
     "metadata-quorum",
     "features",
@@ -160,18 +160,13 @@ _RAW_TOOLS = (
 
 def _check_raw_command_config(args: argparse.Namespace) -> None:
     """--command-config of a tool with the raw client: read (a missing file is an error)
-    and refuse what it cannot honour rather than ignoring it."""
+    and applied to its connections (TLS, SASL)."""
     path = getattr(args, "command_config", None)
     if not path:
         return
-    props = _command_config(path)
-    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
-    if protocol != "PLAINTEXT":
-        raise ToolError(
-            f"--command-config {path}: security.protocol={protocol} is not supported by "
-            f"{args.command} (it connects with PLAINTEXT only); point it at a PLAINTEXT "
-            "listener"
-        )
+    from keeperless.tools.client import configure
+
+    configure(_command_config(path), f"--command-config {path}")
 
 
 def _servers(args: argparse.Namespace) -> list[tuple[str, int]]:

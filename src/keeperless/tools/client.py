@@ -1,9 +1,18 @@
-"""A small blocking Kafka client for the operator tools: one request, one response."""
+"""A small blocking Kafka client for the operator tools: one request, one response, over
+PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL as --command-config says (``configure``):
+security.protocol, ssl.truststore.location or ssl.ca.location (PEM), sasl.mechanism
+(PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) with sasl.jaas.config or sasl.username and
+sasl.password."""
 
 from __future__ import annotations
 
+import base64
+import re
+import secrets
 import socket
+import ssl
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_request_schema
@@ -12,7 +21,7 @@ from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
 from keeperless.tools.errors import ToolError
 
-__all__ = ["QUIET", "ToolError", "call", "parse_servers"]
+__all__ = ["QUIET", "ToolError", "call", "configure", "parse_servers"]
 
 # librdkafka in the tools: errors only on stderr (no informational chatter such as
 # "BGQUEUE ... Purging" when an admin client is destroyed); --command-config may override
@@ -29,6 +38,106 @@ def parse_servers(value: str, flag: str) -> list[tuple[str, int]]:
     return out
 
 
+@dataclass(slots=True)
+class _Security:
+    protocol: str = "PLAINTEXT"
+    context: ssl.SSLContext | None = None
+    mechanism: str = ""
+    username: str = ""
+    password: str = ""
+
+
+_SEC = _Security()
+
+
+def configure(props: dict[str, str], source: str) -> None:
+    """The tool's connection security, from its --command-config properties."""
+    global _SEC
+    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise ToolError(f"{source}: unknown security.protocol {protocol}")
+    sec = _Security(protocol)
+    if protocol.endswith("SSL"):
+        ctx = ssl.create_default_context()
+        ca = props.get("ssl.truststore.location") or props.get("ssl.ca.location")
+        try:
+            if ca:
+                ctx.load_verify_locations(ca)
+            cert = props.get("ssl.keystore.location") or props.get("ssl.certificate.location")
+            if cert:
+                ctx.load_cert_chain(cert, props.get("ssl.key.location"),
+                                    props.get("ssl.key.password"))  # fmt: skip
+        except (OSError, ssl.SSLError) as e:
+            raise ToolError(f"{source}: cannot load the TLS keys: {e}") from None
+        ident = props.get("ssl.endpoint.identification.algorithm", "https")
+        ctx.check_hostname = ident.lower() == "https"
+        sec.context = ctx
+    if protocol.startswith("SASL_"):
+        sec.mechanism = props.get("sasl.mechanism", "GSSAPI").strip().upper()
+        if sec.mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+            raise ToolError(f"{source}: sasl.mechanism {sec.mechanism} is not supported")
+        jaas = props.get("sasl.jaas.config", "")
+        found = dict(re.findall(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"', jaas))
+        sec.username = props.get("sasl.username") or found.get("username", "")
+        sec.password = props.get("sasl.password") or found.get("password", "")
+        if not sec.username:
+            raise ToolError(f"{source}: SASL needs sasl.jaas.config (username, password) "
+                            "or sasl.username and sasl.password")  # fmt: skip
+    _SEC = sec
+
+
+def _exchange(s: socket.socket, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    req = build(load_request_schema(api_key, version), body)
+    s.sendall(encode_request(api_key, version, 1, "keeperless-tool", req))
+    size = struct.unpack(">i", _recv(s, 4))[0]
+    return decode_response(memoryview(_recv(s, size)), api_key, version)[1]
+
+
+def _login(s: socket.socket) -> None:
+    from keeperless.protocol.sasl import scram_client_proof, scram_salted_password
+
+    sec = _SEC
+    hs = _exchange(s, 17, 1, {"mechanism": sec.mechanism})
+    if hs.error_code:
+        raise OSError(f"the server does not enable SASL mechanism {sec.mechanism}")
+
+    def auth(token: bytes) -> bytes:
+        resp = _exchange(s, 36, 2, {"auth_bytes": token})
+        if resp.error_code:
+            raise OSError(resp.error_message or "SASL authentication failed")
+        return bytes(resp.auth_bytes)
+
+    if sec.mechanism == "PLAIN":
+        auth(b"\0" + sec.username.encode() + b"\0" + sec.password.encode())
+        return
+    name = sec.username.replace("=", "=3D").replace(",", "=2C")
+    first = f"n={name},r={secrets.token_urlsafe(18)}"
+    server_first = auth(f"n,,{first}".encode()).decode()
+    attrs = dict(p.split("=", 1) for p in server_first.split(","))
+    salted = scram_salted_password(sec.mechanism, sec.password, base64.b64decode(attrs["s"]),
+                                   int(attrs["i"]))  # fmt: skip
+    without = f"c=biws,r={attrs['r']}"
+    proof, sig = scram_client_proof(
+        sec.mechanism, salted, f"{first},{server_first},{without}".encode()
+    )
+    final = auth(f"{without},p={base64.b64encode(proof).decode()}".encode())
+    if final.decode() != f"v={base64.b64encode(sig).decode()}":
+        raise OSError("the server's SCRAM signature does not match")
+
+
+def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
+    s = socket.create_connection((host, port), timeout=timeout_s)
+    try:
+        if _SEC.context is not None:
+            s = _SEC.context.wrap_socket(s, server_hostname=host)
+        if _SEC.mechanism:
+            _login(s)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
 def call(
     servers: list[tuple[str, int]],
     api_key: int,
@@ -43,7 +152,7 @@ def call(
     errors = []
     for host, port in servers:
         try:
-            with socket.create_connection((host, port), timeout=timeout_s) as s:
+            with _connect(host, port, timeout_s) as s:
                 s.sendall(frame)
                 size = struct.unpack(">i", _recv(s, 4))[0]
                 _, resp = decode_response(memoryview(_recv(s, size)), api_key, version)

@@ -17,7 +17,13 @@ from typing import Any
 
 from keeperless.tools.errors import ToolError
 
-__all__ = ["TIMEOUT_S", "Session", "describe_unreachable", "kafka_error_text"]
+__all__ = [
+    "TIMEOUT_S",
+    "Session",
+    "describe_unreachable",
+    "kafka_error_text",
+    "librdkafka_config",
+]
 
 TIMEOUT_S = 30.0
 ALL_BROKERS_DOWN = -187
@@ -65,12 +71,40 @@ def describe_unreachable(bootstrap: str, reasons: dict[str, str]) -> str:
     return "could not reach " + ", ".join(parts + extra)
 
 
+_JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def librdkafka_config(props: dict[str, str]) -> dict[str, str]:
+    """A --command-config written for Kafka's Java tools, in librdkafka's words:
+    ssl.truststore.location (PEM) is ssl.ca.location, a PEM ssl.keystore.location is
+    ssl.certificate.location + ssl.key.location, sasl.jaas.config's username and
+    password are sasl.username and sasl.password; store types and passwords of JKS
+    stores are dropped."""
+    out = dict(props)
+    if "ssl.truststore.location" in out:
+        out.setdefault("ssl.ca.location", out.pop("ssl.truststore.location"))
+    if "ssl.keystore.location" in out:
+        store = out.pop("ssl.keystore.location")
+        out.setdefault("ssl.certificate.location", store)
+        out.setdefault("ssl.key.location", store)
+    for key in ("ssl.truststore.type", "ssl.keystore.type", "ssl.truststore.password",
+                "ssl.keystore.password"):  # fmt: skip
+        out.pop(key, None)
+    jaas = out.pop("sasl.jaas.config", None)
+    if jaas:
+        found = dict(_JAAS_FIELD.findall(jaas))
+        for field in ("username", "password"):
+            if field in found:
+                out.setdefault(f"sasl.{field}", found[field])
+    return out
+
+
 class Session:
     """The configuration and failure watch shared by the clients of one tool run."""
 
     def __init__(self, bootstrap: str, extra: dict[str, str]) -> None:
         self.bootstrap = bootstrap
-        self.extra = dict(extra)
+        self.extra = librdkafka_config(extra)
         self.reasons: dict[str, str] = {}
         self.all_down = False
         self.reached = False
