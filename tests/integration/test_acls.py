@@ -30,6 +30,7 @@ class Secured:
     def __init__(self, node: Node, port: int, workdir: Path) -> None:
         self.node = node
         self.port = port
+        self.controller_port = -1  # a SASL_PLAINTEXT controller listener
         self.admin_config = workdir / "admin.properties"
         self.admin_config.write_text(
             "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
@@ -51,14 +52,18 @@ class Secured:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     work = tmp_path_factory.mktemp("acls")
     probe = Node(work)
-    port = free_port()
+    port, ctl_sasl = free_port(), free_port()
     users = " ".join(f'user_{u}="{p}"' for u, p in USERS.items())
     extra = {
         "listeners": f"PLAINTEXT://127.0.0.1:{probe.port},"
-        f"CONTROLLER://127.0.0.1:{probe.controller_port},SASL://127.0.0.1:{port}",
+        f"CONTROLLER://127.0.0.1:{probe.controller_port},SASL://127.0.0.1:{port},"
+        f"CSASL://127.0.0.1:{ctl_sasl}",
+        "controller.listener.names": "CONTROLLER,CSASL",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{probe.port},SASL://127.0.0.1:{port}",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
-        "SASL:SASL_PLAINTEXT",
+        "SASL:SASL_PLAINTEXT,CSASL:SASL_PLAINTEXT",
+        "listener.name.csasl.plain.sasl.jaas.config":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
         "inter.broker.listener.name": "PLAINTEXT",
         "sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl.plain.sasl.jaas.config":
@@ -71,7 +76,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     node.format()
     node.start()
     try:
-        yield Secured(node, port, work)
+        secured = Secured(node, port, work)
+        secured.controller_port = ctl_sasl
+        yield secured
     finally:
         node.stop()
 
@@ -257,3 +264,25 @@ def test_admin_operations_and_transactional_ids(secured: Secured) -> None:
     # the super user may do all of it
     root = AdminClient(s.conf("admin"))
     root.delete_topics([name])[name].result(30)
+
+
+def test_controllers_authorize_what_they_serve(secured: Secured) -> None:
+    """A request sent to a controller listener (KIP-919 admin clients, tools with
+    --bootstrap-controller) is authorized by the controller as a broker would."""
+    from keeperless.tools import client
+
+    def create(user: str, name: str) -> int:
+        client.configure({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                          "sasl.username": user, "sasl.password": USERS[user]}, "test")  # fmt: skip
+        try:
+            body = {"topics": [{"name": name, "num_partitions": 1, "replication_factor": 1,
+                                "assignments": [], "configs": []}],
+                    "timeout": 10000, "validate_only": False}  # fmt: skip
+            resp = client.call([("127.0.0.1", secured.controller_port)], 19, 7, body)
+            return int(resp.topics[0].error_code)
+        finally:
+            client.configure({}, "test")
+
+    name = f"ctl-{uuid.uuid4().hex[:6]}"
+    assert create("bob", name) == 29  # TOPIC_AUTHORIZATION_FAILED
+    assert create("admin", name) == 0

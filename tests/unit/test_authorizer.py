@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.authz_apis import _CLUSTER, _ONE, _per_item_refusal
+from keeperless.broker.authz_apis import _CLUSTER, _CONTROLLER_RPC, _ONE, _per_item_refusal
 from keeperless.metadata.authorizer import AclOp, Authorizer, Resource
 from keeperless.metadata.image import AclEntry
-from keeperless.protocol.apis import BROKER_APIS
+from keeperless.protocol.apis import BROKER_APIS, CONTROLLER_APIS
 from keeperless.protocol.framing import RequestHeader, encode_response
 
 _REQUESTS = {
@@ -107,3 +107,14 @@ def test_per_item_refusals() -> None:
     for key in (8, 28):
         resp = _per_item_refusal(RequestHeader(key, 3, 1, "t"), req, denied, "no")
         assert resp.topics[0].partitions[0].error_code == denied
+
+
+@pytest.mark.parametrize("key", sorted(_CONTROLLER_RPC))
+def test_every_controller_refusal_encodes(key: int) -> None:
+    lo, hi = CONTROLLER_APIS[key]
+    denied = ErrorCode.cluster_authorization_failed
+    for version in range(lo, hi + 1):
+        header = RequestHeader(key, version, 7, "t")
+        resp = _per_item_refusal(header, None, denied, "denied")
+        assert encode_response(header, resp)
+        assert resp.error_code == denied

@@ -65,10 +65,22 @@ def refusal(header: RequestHeader, error: ErrorCode, message: str) -> Any:
     return build_filled(cls, {"error_code": error, "error_message": message})
 
 
-def authorized_handlers(handlers: dict[int, Handler], authz: Authz) -> dict[int, Handler]:
+# a controller's own RPCs (Raft between controllers, brokers' registration, heartbeats,
+# ISR changes, producer id blocks): CLUSTER_ACTION, as Kafka's controllers check
+_CONTROLLER_RPC = {k: AclOp.CLUSTER_ACTION for k in (1, 52, 53, 54, 56, 59, 62, 63, 67)}
+
+
+def authorized_handlers(
+    handlers: dict[int, Handler], authz: Authz, controller: bool = False
+) -> dict[int, Handler]:
+    """The handlers of a broker's (or, ``controller``, a controller's) listener with the
+    checks Kafka makes before each."""
     if not authz.enabled:
         return handlers
     out = dict(handlers)
+    for key, op in (_CONTROLLER_RPC if controller else {}).items():
+        if key in handlers:
+            out[key] = _cluster_check(handlers[key], authz, op)
     for key, op in _CLUSTER.items():
         if key in handlers:
             out[key] = _cluster_check(handlers[key], authz, op)

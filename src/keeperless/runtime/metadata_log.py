@@ -176,6 +176,13 @@ class MetadataLog:
         )
 
     @property
+    def caught_up(self) -> bool:
+        """Everything committed when asked has been applied (what authorization waits
+        for: the ACLs of the log are known)."""
+        hw = self.core.high_watermark
+        return hw > 0 and self._delivered >= hw - 1
+
+    @property
     def committed_offset(self) -> int:
         return self.core.high_watermark - 1
 

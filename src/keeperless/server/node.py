@@ -15,6 +15,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.broker.authz import Authz
+from keeperless.broker.authz_apis import authorized_handlers
 from keeperless.broker.broker import Broker, BrokerSettings
 from keeperless.broker.consumer_group_apis import ConsumerGroupApis
 from keeperless.broker.controller_channel import ControllerUnavailableError, RemoteController
@@ -27,6 +29,7 @@ from keeperless.broker.txn_admin import TxnAdmin
 from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
 from keeperless.broker.txn_offsets import TxnOffsets
+from keeperless.metadata.authorizer import Authorizer
 from keeperless.metadata.features import features_body
 from keeperless.metadata.image import ScramCredential
 from keeperless.protocol.apis import CONTROLLER_APIS
@@ -430,6 +433,16 @@ class Node:
         assert self.controller_apis is not None
         handlers.update(self.controller_apis.handlers())
         handlers[60] = self._describe_cluster_controllers
+        c = self.config
+        mlog = self.mlog
+        authz = Authz(
+            lambda: service.controller.committed,
+            Authorizer(frozenset(c["super.users"]), c["allow.everyone.if.no.acl.found"])
+            if c["authorizer.class.name"]
+            else None,
+            ready=lambda: mlog.caught_up,
+        )
+        handlers = authorized_handlers(handlers, authz, controller=True)
         return RequestRouter(self.node_id, dict(CONTROLLER_APIS), handlers, body)
 
     # -- broker lifecycle ---------------------------------------------------------------
