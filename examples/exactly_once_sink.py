@@ -46,7 +46,9 @@ class ExactlyOnceSink:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         if self.progress_topic in admin.list_topics(timeout=10).topics:
             return
-        new = NewTopic(self.progress_topic, 1, 1, config={"cleanup.policy": "compact"})
+        # the cluster's default.replication.factor: losing a broker must not lose the
+        # progress records that tell a replayed batch from a new one
+        new = NewTopic(self.progress_topic, 1, -1, config={"cleanup.policy": "compact"})
         for f in admin.create_topics([new]).values():
             try:
                 f.result(30)

@@ -392,7 +392,8 @@ def test_late_transactional_writes_are_refused(node: Node) -> None:
         return int(resp.responses[0].partition_responses[0].error_code)
 
     assert produce("late-1", 1) == 48  # INVALID_TXN_STATE: the transaction was aborted
-    assert produce("late-1", 1, version=12) == 120  # TRANSACTION_ABORTABLE for v12+
+    assert produce("late-1", 1, version=11) == 120  # TRANSACTION_ABORTABLE from v11
+    assert produce("late-1", 1, version=12) == 120
     assert produce(None, 1) == 87  # INVALID_RECORD: transactional, without an id
     hanging = keeperless("transactions", *bs, "find-hanging", "--topic", topic, check=True)
     assert len(hanging.stdout.splitlines()) == 1, hanging.stdout
@@ -405,6 +406,43 @@ def test_late_transactional_writes_are_refused(node: Node) -> None:
     p.produce(topic, value=b"next", partition=0)
     p.commit_transaction(30)
     assert _read(node.bootstrap, topic, "read_committed", 1) == ["plain", "next"]
+
+
+def test_offsets_outside_a_transaction_are_refused(node: Node) -> None:
+    """KIP-890 for TxnOffsetCommit: offsets of a group whose __consumer_offsets partition
+    is not in the producer's ongoing transaction (no AddOffsetsToTxn, or an epoch the
+    coordinator does not have) are refused, so no open transaction is left in
+    __consumer_offsets to hold the group's read_committed readers."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.integration.cluster import kafka_request
+
+    topic = _topic(node, 1)
+    init = kafka_request(node.port, 22, 4, {"transactional_id": "orphan-1",
+                                            "transaction_timeout": 30000,
+                                            "producer_id": -1, "producer_epoch": -1})  # fmt: skip
+    assert init.error_code == 0
+
+    def commit(version: int, epoch: int) -> int:
+        body = {"transactional_id": "orphan-1", "group_id": "g-orphan",
+                "producer_id": init.producer_id, "producer_epoch": epoch,
+                "generation_id": -1, "member_id": "", "group_instance_id": None,
+                "topics": [{"name": topic, "partitions": [
+                    {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                     "committed_metadata": None}]}]}  # fmt: skip
+        resp = kafka_request(node.port, 28, version, body)
+        return int(resp.topics[0].partitions[0].error_code)
+
+    assert commit(3, init.producer_epoch) == 48  # INVALID_TXN_STATE
+    assert commit(4, init.producer_epoch) == 120  # TRANSACTION_ABORTABLE
+    assert commit(3, init.producer_epoch + 3) != 0  # an epoch the coordinator never gave
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "g-orphan",
+                  "isolation.level": "read_committed"})  # fmt: skip
+    try:
+        [tp] = c.committed([TopicPartition(topic, 0)], timeout=10)  # not held by anything
+        assert tp.offset < 0
+    finally:
+        c.close()
 
 
 def test_the_transactions_tool_as_kafkas(unverified: Node) -> None:
@@ -486,7 +524,9 @@ def test_an_idle_transactional_id_expires(tmp_path: Path) -> None:
     from confluent_kafka import Producer
 
     sweep = "transaction.abort.timed.out.transaction.cleanup.interval.ms"
-    n = Node(tmp_path, extra={"transactional.id.expiration.ms": "1500", sweep: "300"})
+    removal = "transaction.remove.expired.transaction.cleanup.interval.ms"
+    n = Node(tmp_path, extra={"transactional.id.expiration.ms": "1500", sweep: "300",
+                              removal: "300"})  # fmt: skip
     n.format()
     n.start()
     try:

@@ -199,3 +199,25 @@ def test_dump_log_prints_snapshots_and_transaction_indexes(tmp_path: Path) -> No
     out = io.StringIO()
     assert not dump_file(bad, out, False, False, False)
     assert "corrupt producer snapshot" in out.getvalue()
+
+
+def test_idle_producers_expire_but_not_open_transactions(tmp_path: Path) -> None:
+    """producer.id.expiration.ms: a producer idle that long is forgotten, unless its
+    transaction is still open here; a coordinator's transactional write without
+    sequences (TxnOffsetCommit) makes its producer known (DescribeProducers)."""
+    p = _partition(tmp_path)
+    old = build_batch([(b"k", b"v", ())], producer_id=1, producer_epoch=0, base_sequence=0,
+                      timestamp_ms=1_000)  # fmt: skip
+    p.append(old, 0, BIG, 0)
+    txn = build_batch([(b"k", b"v", ())], producer_id=2, producer_epoch=0, base_sequence=0,
+                      transactional=True, timestamp_ms=1_000)  # fmt: skip
+    p.append(txn, 0, BIG, 0)
+    offsets = build_batch([(b"k", b"v", ())], producer_id=3, producer_epoch=4,
+                          transactional=True, timestamp_ms=1_000)  # fmt: skip
+    p.append(offsets, 0, BIG, 0)
+    assert 3 in p.producers
+    assert p.state.remove_expired(now_ms=100_000, expiration_ms=10_000) == 1
+    assert sorted(p.producers) == [2, 3]  # 2 and 3 have transactions open here
+    p.append_marker(2, 0, True, 0, 0)
+    assert p.state.remove_expired(now_ms=100_000, expiration_ms=10_000) == 1
+    assert sorted(p.producers) == [3]

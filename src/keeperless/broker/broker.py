@@ -311,6 +311,13 @@ class Broker:
         for p in list(self.partitions.partitions.values()):
             p.log.enforce_retention(now)
 
+    def expire_producers(self, expiration_ms: int) -> None:
+        """producer.id.expiration.ms: forget the producers of every partition that wrote
+        nothing that long and have no open transaction (as Kafka's ProducerStateManager)."""
+        now = _now_ms()
+        for p in list(self.partitions.partitions.values()):
+            p.state.remove_expired(now, expiration_ms)
+
     def close(self) -> None:
         self.auto_create.close()
         self.partitions.close()

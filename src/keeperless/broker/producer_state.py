@@ -73,6 +73,12 @@ class ProducerState:
             e.last_ts = h.max_timestamp
         if h.is_transactional and not h.is_control:
             self.txns.note_batch(h, base_offset)
+            if h.producer_id not in self.producers:
+                # a coordinator's transactional write without sequences (TxnOffsetCommit
+                # in __consumer_offsets): the producer is known here all the same
+                # (DescribeProducers, find-hanging, the snapshot)
+                e = self.producers[h.producer_id] = ProducerEntry(h.producer_epoch)
+                e.last_ts = h.max_timestamp
 
     def note_marker(
         self, h: BatchHeader, kind: int | None, offset: int, coordinator_epoch: int
@@ -89,6 +95,19 @@ class ProducerState:
         unstable = self.txns.first_unstable()
         lso = offset + 1 if unstable is None else unstable
         return AbortedTxn(h.producer_id, first, offset, lso)
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle longer than ``expiration_ms`` with no open transaction
+        here; how many."""
+        gone = [
+            pid
+            for pid, e in self.producers.items()
+            if pid not in self.txns.ongoing and 0 <= e.last_ts < now_ms - expiration_ms
+        ]
+        for pid in gone:
+            del self.producers[pid]
+            self.verified.pop(pid, None)
+        return len(gone)
 
     # -- snapshots --------------------------------------------------------------------
 

@@ -100,7 +100,7 @@ class TxnAdmin:
                     "transactional_id": tid,
                     "transaction_state": STATE_NAMES[md.state],
                     "transaction_timeout": datetime.timedelta(milliseconds=md.timeout_ms),
-                    "transaction_start_time": _utc(md.start_ms),
+                    "transaction_start_time": _utc(md.start_ms if md.start_ms > 0 else -1),
                     "producer_id": md.producer_id,
                     "producer_epoch": md.producer_epoch,
                     "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],

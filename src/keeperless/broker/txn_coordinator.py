@@ -69,6 +69,9 @@ class TxnSettings:
     max_timeout_ms: int = 900000
     abort_interval_ms: int = 10000
     id_expiration_ms: int = 604800000
+    # transaction.remove.expired.transaction.cleanup.interval.ms: how often idle ids
+    # are looked for (the abort sweep's interval bounds it from below)
+    remove_interval_ms: int = 3600000
     write_timeout_ms: int = 5000
 
 
@@ -155,6 +158,7 @@ class TxnCoordinator:
         self._ensure_offsets = ensure_offsets_topic
         self.txns: dict[str, TxnMetadata] = {}
         self._loaded: dict[int, int] = {}  # partition -> leader epoch (coordinator epoch)
+        self._last_removal = _now_ms()
         self._client = InterBrokerClient(
             broker.node_id, connect=lambda host, port: broker.connect_peer(host, port)
         )
@@ -706,6 +710,9 @@ class TxnCoordinator:
 
     async def _sweep(self, now: int) -> None:
         expired = []
+        removing = now - self._last_removal >= self.settings.remove_interval_ms
+        if removing:
+            self._last_removal = now
         for md in list(self.txns.values()):
             if md.busy:
                 continue
@@ -718,7 +725,8 @@ class TxnCoordinator:
                 )  # fmt: skip
                 await self._begin_end(md, commit=False, bump=True)
             elif (
-                md.state in _IDLE
+                removing
+                and md.state in _IDLE
                 and now - md.update_ms > self.settings.id_expiration_ms
                 and self.txns.get(md.transactional_id) is md
             ):

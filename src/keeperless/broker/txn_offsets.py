@@ -14,19 +14,26 @@ from keeperless.broker.group_coordinator import (
     GroupCoordinator,
     offset_key,
     offset_value,
+    partition_for_group,
 )
 from keeperless.broker.group_offsets import GroupOffsets
+from keeperless.broker.txn_verify import Verify
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import build_batch
 
 __all__ = ["TxnOffsets"]
 
+OFFSETS_TOPIC = "__consumer_offsets"
+
 
 class TxnOffsets:
     def __init__(self, coordinator: GroupCoordinator, offsets: GroupOffsets) -> None:
         self.gc = coordinator
         self.offsets = offsets
+        # the transaction coordinator's verification (KIP-890): the group's offsets
+        # partition must be in the producer's ongoing transaction (AddOffsetsToTxn)
+        self.verify: Verify | None = None
 
     def handlers(self) -> dict[int, Any]:
         return {28: self.txn_offset_commit}
@@ -34,6 +41,24 @@ class TxnOffsets:
     def on_marker(self, partition: int, producer_id: int, commit: bool) -> None:
         """A transaction marker reached a __consumer_offsets partition led here."""
         self.gc.end_pending(partition, producer_id, commit)
+
+    async def _verified(self, header: RequestHeader, req: Any) -> ErrorCode | None:
+        """None if the transaction coordinator has this group's offsets partition in
+        the producer's ongoing transaction; else the error Kafka answers."""
+        assert self.verify is not None
+        t = self.gc.broker.image.topic(OFFSETS_TOPIC)
+        if t is None:
+            return ErrorCode.coordinator_not_available
+        key = (OFFSETS_TOPIC, partition_for_group(req.group_id, len(t.partitions)))
+        answers = await self.verify(
+            req.transactional_id, req.producer_id, req.producer_epoch, [key]
+        )
+        err = answers.get(key, ErrorCode.coordinator_not_available)
+        if err == ErrorCode.none:
+            return None
+        if err == ErrorCode.transaction_abortable and header.api_version < 4:
+            return ErrorCode.invalid_txn_state  # clients before v4 do not know it
+        return err
 
     async def txn_offset_commit(self, header: RequestHeader, req: Any) -> Any:
         gid = req.group_id
@@ -47,6 +72,8 @@ class TxnOffsets:
                     req.member_id, generation, getattr(req, "group_instance_id", None)
                 )
                 err = None if code == ErrorCode.none else code
+        if err is None and self.verify is not None:
+            err = await self._verified(header, req)
         now = int(time.time() * 1000)
         records = []
         pending: dict[tuple[str, int], tuple[int, int, str | None]] = {}

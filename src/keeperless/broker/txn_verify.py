@@ -56,8 +56,9 @@ def _produce_error(err: ErrorCode, version: int) -> ErrorCode:
     if err in _RETRIABLE:
         return ErrorCode.not_enough_replicas
     if err == ErrorCode.transaction_abortable:
-        # clients before Produce v12 do not know TRANSACTION_ABORTABLE
-        return err if version >= 12 else ErrorCode.invalid_txn_state
+        # Produce v11+ clients take TRANSACTION_ABORTABLE (KIP-890); older ones do not
+        # know it and get INVALID_TXN_STATE
+        return err if version >= 11 else ErrorCode.invalid_txn_state
     if err == ErrorCode.producer_fenced:
         return ErrorCode.invalid_producer_epoch
     return err

@@ -615,6 +615,24 @@ _SECURITY: tuple[tuple[str, ConfigType, str | None, str], ...] = (
     ("authorizer.class.name", T.STRING, "", "The StandardAuthorizer, enforcing the ACLs."),
     ("super.users", T.LIST, "", "Principals allowed everything (User:a;User:b)."),
     ("allow.everyone.if.no.acl.found", T.BOOLEAN, "false", "Allow what no ACL names."),
+    (
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        T.INT,
+        "3600000",
+        "How often transactional ids idle past transactional.id.expiration.ms are removed.",
+    ),
+    (
+        "producer.id.expiration.ms",
+        T.INT,
+        "86400000",
+        "How long a partition keeps an idle producer's state (no open transaction).",
+    ),
+    (
+        "producer.id.expiration.check.interval.ms",
+        T.INT,
+        "600000",
+        "How often idle producers are looked for.",
+    ),
 )
 _BROKER.extend(
     ConfigDef(n, t, d, doc, READ_ONLY, sensitive=t == T.PASSWORD) for n, t, d, doc in _SECURITY

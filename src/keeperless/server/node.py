@@ -164,6 +164,9 @@ class Node:
                         "transaction.abort.timed.out.transaction.cleanup.interval.ms"
                     ],
                     id_expiration_ms=config["transactional.id.expiration.ms"],
+                    remove_interval_ms=config[
+                        "transaction.remove.expired.transaction.cleanup.interval.ms"
+                    ],
                 ),
                 self.markers,
                 self.groups.find_coordinator,
@@ -287,6 +290,7 @@ class Node:
                 self.txn.start()
             self._tasks.append(loop.create_task(self._heartbeat_loop()))
             self._tasks.append(loop.create_task(self._retention_loop()))
+            self._tasks.append(loop.create_task(self._producer_expiry_loop()))
             self._tasks.append(loop.create_task(self._group_session_loop()))
             c = self.config
             self.cleaner = LogCleaner(
@@ -383,6 +387,7 @@ class Node:
         h = BrokerHandlers(self.broker, extra)
         if self.config["transaction.partition.verification.enable"]:
             h.data.verify_txn = self.txn.verify
+            txn_offsets.verify = self.txn.verify
         router = RequestRouter(self.node_id, h.apis, h.handlers, h.api_versions_body)
         broker = self.broker
         router.quotas = QuotaManager(lambda: broker.image, time.monotonic)
@@ -559,6 +564,13 @@ class Node:
         while True:
             await asyncio.sleep(interval)
             self.broker.enforce_retention()
+
+    async def _producer_expiry_loop(self) -> None:
+        assert self.broker is not None
+        interval = self.config["producer.id.expiration.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.broker.expire_producers(self.config["producer.id.expiration.ms"])
 
     async def _group_session_loop(self) -> None:
         assert self.groups is not None
