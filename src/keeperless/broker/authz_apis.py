@@ -67,7 +67,7 @@ def refusal(header: RequestHeader, error: ErrorCode, message: str) -> Any:
 
 # a controller's own RPCs (Raft between controllers, brokers' registration, heartbeats,
 # ISR changes, producer id blocks): CLUSTER_ACTION, as Kafka's controllers check
-_CONTROLLER_RPC = {k: AclOp.CLUSTER_ACTION for k in (1, 52, 53, 54, 56, 59, 62, 63, 67)}
+_CONTROLLER_RPC = {k: AclOp.CLUSTER_ACTION for k in (1, 52, 53, 54, 56, 58, 59, 62, 63, 67)}
 
 
 def authorized_handlers(

@@ -75,6 +75,8 @@ class Broker:
         # how this broker reaches its peers (inter.broker.listener.name, with that
         # listener's TLS and SASL): set by the node
         self.connect_peer: Connector = open_plain
+        # clients' admin requests to the active controller (set by the node)
+        self.forwarder: Any = None
         self.inter_broker_listener: str | None = None
         self.controller = controller
         self.auto_create = AutoTopicCreator(settings.node_id, controller)

@@ -7,7 +7,6 @@ answered after their records commit and the broker's own image has them.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,6 +18,7 @@ from keeperless.broker.broker import Broker
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.data_plane import DataPlane
 from keeperless.broker.describe_configs import describe_configs
+from keeperless.broker.log_dir_apis import LogDirApis
 from keeperless.controller.acls import AclFilter, matching_acls
 from keeperless.controller.quorum_controller import (
     ApiError,
@@ -51,7 +51,7 @@ from keeperless.controller.requests import (
     update_features_response,
 )
 from keeperless.metadata.features import features_body
-from keeperless.metadata.image import MetadataImage
+from keeperless.metadata.image import AclEntry, MetadataImage
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS
 from keeperless.protocol.build import build
@@ -71,7 +71,7 @@ SETTLE_TIMEOUT_S = 10.0
 MAX_PARTITIONS_PER_DESCRIBE = 2000
 
 
-class BrokerHandlers:
+class BrokerHandlers(LogDirApis):
     def __init__(self, broker: Broker, extra: dict[int, Handler] | None = None) -> None:
         self.broker = broker
         self.data = DataPlane(broker)
@@ -453,7 +453,7 @@ class BrokerHandlers:
         """Forwarded to the active controller, as Kafka's brokers do
         (kafka-metadata-quorum --bootstrap-server)."""
         try:
-            return await self.broker.controller.forward_request(55, header.api_version, req)
+            return await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
             return build(
                 response_class(55, header.api_version),
@@ -469,7 +469,7 @@ class BrokerHandlers:
         """Legacy AlterConfigs, forwarded as it is; answered once this broker's image
         holds the new set of every resource that was altered."""
         try:
-            resp = await self.broker.controller.forward_request(33, header.api_version, req)
+            resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
             results = [
                 (r.resource_type, r.resource_name, ApiError(ErrorCode.request_timed_out, str(e)))
@@ -487,12 +487,11 @@ class BrokerHandlers:
     async def incremental_alter_configs(self, header: RequestHeader, req: Any) -> Any:
         changes = config_changes(req)
         try:
-            results = await self.broker.controller.incremental_alter_configs(
-                changes, req.validate_only
-            )
+            resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
             results = [(t, n, ApiError(ErrorCode.request_timed_out, str(e))) for t, n, _ in changes]
-        done = {(t, n) for t, n, e in results if e.code == ErrorCode.none}
+            return alter_configs_response(header.api_version, results)
+        done = {(r.resource_type, r.resource_name) for r in resp.responses if r.error_code == 0}
         expected = [
             (t, n, k, v if op == 0 else None)
             for t, n, ops in changes
@@ -504,16 +503,18 @@ class BrokerHandlers:
             await self._settle(
                 lambda img: all(img.configs.get((t, n), {}).get(k) == v for t, n, k, v in expected)
             )
-        return alter_configs_response(header.api_version, results)
+        return resp
 
     async def unregister_broker(self, header: RequestHeader, req: Any) -> Any:
         try:
-            err = await self.broker.controller.unregister_broker(req.broker_id)
+            resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
-            err = ApiError(ErrorCode.request_timed_out, str(e))
-        if err.code == ErrorCode.none:
+            return unregister_response(
+                header.api_version, ApiError(ErrorCode.request_timed_out, str(e))
+            )
+        if resp.error_code == ErrorCode.none:
             await self._settle(lambda img: req.broker_id not in img.brokers)
-        return unregister_response(header.api_version, err)
+        return resp
 
     async def describe_acls(self, header: RequestHeader, req: Any) -> Any:
         f = AclFilter(
@@ -595,11 +596,12 @@ class BrokerHandlers:
     async def alter_scram_credentials(self, header: RequestHeader, req: Any) -> Any:
         deletions, upsertions = scram_alterations(req)
         try:
-            results = await self.broker.controller.alter_scram_credentials(deletions, upsertions)
+            resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
             users = dict.fromkeys([u for u, _ in deletions] + [u[0] for u in upsertions])
             results = [(u, ApiError(ErrorCode.request_timed_out, str(e))) for u in users]
-        ok = {u for u, e in results if e.code == ErrorCode.none}
+            return alter_scram_response(header.api_version, results)
+        ok = {r.user for r in resp.results if r.error_code == ErrorCode.none}
         gone = [(u, m) for u, m in deletions if u in ok]
         added = [(u, m, i) for u, m, i, _, _ in upsertions if u in ok]
         if gone or added:
@@ -612,7 +614,7 @@ class BrokerHandlers:
                     )
                 )
             )
-        return alter_scram_response(header.api_version, results)
+        return resp
 
     async def describe_client_quotas(self, header: RequestHeader, req: Any) -> Any:
         components = [(c.entity_type, int(c.match_type), c.match) for c in req.components]
@@ -636,73 +638,80 @@ class BrokerHandlers:
     async def alter_client_quotas(self, header: RequestHeader, req: Any) -> Any:
         changes = quota_alterations(req)
         try:
-            results = await self.broker.controller.alter_client_quotas(changes, req.validate_only)
+            resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
             results = [ApiError(ErrorCode.request_timed_out, str(e)) for _ in changes]
+            return alter_client_quotas_response(header.api_version, changes, results)
         if not req.validate_only:
             wanted = [
                 (tuple(sorted(entity)), k, None if rm else v)
-                for (entity, ops), err in zip(changes, results, strict=True)
-                if err.code == ErrorCode.none
+                for (entity, ops), entry in zip(changes, resp.entries, strict=False)
+                if entry.error_code == ErrorCode.none
                 for k, v, rm in ops
             ]
             if wanted:
                 await self._settle(
                     lambda img: all(img.client_quotas.get(e, {}).get(k) == v for e, k, v in wanted)
                 )
-        return alter_client_quotas_response(header.api_version, changes, results)
+        return resp
 
     async def create_acls(self, header: RequestHeader, req: Any) -> Any:
         acls = acl_creations(req)
         try:
-            results = await self.broker.controller.create_acls(acls)
+            resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
             results = [ApiError(ErrorCode.request_timed_out, str(e)) for _ in acls]
-        made = [a for a, e in zip(acls, results, strict=False) if e.code == ErrorCode.none]
+            return create_acls_response(header.api_version, results)
+        made = [a for a, r in zip(acls, resp.results, strict=False) if r.error_code == 0]
         if made:
             await self._settle(lambda img: set(made) <= set(img.acls.values()))
-        return create_acls_response(header.api_version, results)
+        return resp
 
     async def delete_acls(self, header: RequestHeader, req: Any) -> Any:
         filters = acl_filters(req)
         try:
-            results = await self.broker.controller.delete_acls(filters)
+            resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
             return delete_acls_response(
                 header.api_version,
                 [[] for _ in filters],
                 ApiError(ErrorCode.request_timed_out, str(e)),
             )
-        removed = {a for rs in results for a in rs}
+        removed = {
+            AclEntry(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host,
+                     m.operation, m.permission_type)
+            for r in resp.filter_results for m in r.matching_acls
+        }  # fmt: skip
         if removed:
             await self._settle(lambda img: not removed & set(img.acls.values()))
-        return delete_acls_response(header.api_version, results)
+        return resp
 
     async def update_features(self, header: RequestHeader, req: Any) -> Any:
         updates = feature_updates(req, header.api_version)
         try:
-            results = await self.broker.controller.update_features(updates, req.validate_only)
+            resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
             return update_features_response(
                 header.api_version, [], ApiError(ErrorCode.request_timed_out, str(e))
             )
-        ok = dict(results)
-        if not req.validate_only and all(e.code == ErrorCode.none for e in ok.values()):
+        ok = resp.error_code == 0 and all(r.error_code == 0 for r in resp.results)
+        if not req.validate_only and ok:
             wanted = {f: level for f, level, _ in updates}
             await self._settle(
                 lambda img: all(img.features.get(f) == lv for f, lv in wanted.items())
             )
-        return update_features_response(header.api_version, results)
+        return resp
 
     async def elect_leaders(self, header: RequestHeader, req: Any) -> Any:
-        election_type, partitions = election_targets(req)
+        election_type, _ = election_targets(req)
         try:
-            results = await self.broker.controller.elect_leaders(election_type, partitions)
+            resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
             return elect_leaders_response(
                 header.api_version, [], ApiError(ErrorCode.request_timed_out, str(e))
             )
-        elected = [(t, p) for t, p, e in results if e.code == ErrorCode.none]
+        elected = [(r.topic, p.partition_id) for r in resp.replica_election_results
+                   for p in r.partition_result if p.error_code == 0]  # fmt: skip
 
         def settled(img: MetadataImage) -> bool:
             for t, p in elected:
@@ -718,78 +727,7 @@ class BrokerHandlers:
 
         if elected:
             await self._settle(settled)
-        return elect_leaders_response(header.api_version, results)
-
-    async def describe_log_dirs(self, header: RequestHeader, req: Any) -> Any:
-        wanted = (
-            None if req.topics is None else {(t.topic, p) for t in req.topics for p in t.partitions}
-        )
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, idx), part in sorted(self.broker.partitions.partitions.items()):
-            if wanted is not None and (topic, idx) not in wanted:
-                continue
-            by_topic.setdefault(topic, []).append(
-                {
-                    "partition_index": idx,
-                    "partition_size": part.log.size_bytes,
-                    "offset_lag": 0,
-                    "is_future_key": False,
-                }
-            )
-        log_dir = self.broker.settings.log_dir.resolve()
-        try:
-            st = os.statvfs(log_dir)
-            total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-        except OSError:
-            total = usable = -1
-        return build(
-            response_class(35, header.api_version),
-            {
-                "throttle_time": 0,
-                "error_code": ErrorCode.none,
-                "results": [
-                    {
-                        "error_code": ErrorCode.none,
-                        "log_dir": str(log_dir),
-                        "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-                        "total_bytes": total,
-                        "usable_bytes": usable,
-                    }
-                ],
-            },
-        )
-
-    async def alter_replica_log_dirs(self, header: RequestHeader, req: Any) -> Any:
-        """Move replicas between this broker's log directories. It keeps every partition
-        in its one log directory: asking for that one is done at once, another path is
-        LOG_DIR_NOT_FOUND, a partition not hosted here REPLICA_NOT_AVAILABLE."""
-        here = self.broker.settings.log_dir
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for d in req.dirs:
-            same = _same_dir(d.path, here)
-            for t in d.topics:
-                for idx in t.partitions:
-                    if not same:
-                        err = ErrorCode.log_dir_not_found
-                    elif self.broker.partitions.get(t.name, idx) is None:
-                        err = ErrorCode.replica_not_available
-                    else:
-                        err = ErrorCode.none
-                    by_topic.setdefault(t.name, []).append(
-                        {"partition_index": idx, "error_code": err}
-                    )
-        return build(
-            response_class(34, header.api_version),
-            {
-                "throttle_time": 0,
-                "results": [{"topic_name": n, "partitions": ps} for n, ps in by_topic.items()],
-            },
-        )
+        return resp
 
     async def describe_configs(self, header: RequestHeader, req: Any) -> Any:
         return describe_configs(self.broker, header, req)
-
-
-def _same_dir(path: str, log_dir: os.PathLike[str]) -> bool:
-    """Whether an operator's path names this broker's log directory (a string check)."""
-    return os.path.normpath(os.path.abspath(path)) == os.path.normpath(os.path.abspath(log_dir))

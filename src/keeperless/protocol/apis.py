@@ -91,6 +91,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     55: (0, 2),  # DescribeQuorum
     56: (2, 3),  # AlterPartition
     57: (0, 1),  # UpdateFeatures
+    58: (0, 0),  # Envelope (brokers' forwarded admin requests, KIP-590)
     59: (1, 1),  # FetchSnapshot
     60: (0, 1),  # DescribeCluster (the controllers, KIP-919)
     62: (3, 3),  # BrokerRegistration
@@ -104,6 +105,7 @@ API_NAMES = {
     65: "DescribeTransactions",
     61: "DescribeProducers",
     17: "SaslHandshake",
+    58: "Envelope",
     36: "SaslAuthenticate",
     0: "Produce",
     1: "Fetch",

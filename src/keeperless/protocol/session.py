@@ -8,7 +8,14 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 
-__all__ = ["ANONYMOUS", "Session", "current_listener", "current_session"]
+__all__ = [
+    "ANONYMOUS",
+    "Session",
+    "current_listener",
+    "current_session",
+    "decode_principal",
+    "encode_principal",
+]
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -32,3 +39,54 @@ def current_listener() -> str | None:
     """The listener the request being handled came in on (None: not from a client)."""
     s = current_session.get()
     return s.listener if s is not None and s.listener else None
+
+
+def encode_principal(principal: str) -> bytes:
+    """A principal as Kafka's DefaultKafkaPrincipalBuilder serializes it for
+    EnvelopeRequest (DefaultPrincipalData v0: type, name, token-authenticated)."""
+    kind, _, name = principal.partition(":")
+    out = bytearray(b"\x00\x00")  # version 0
+    for text in (kind, name):
+        data = text.encode()
+        out += _uvarint(len(data) + 1) + data
+    out += b"\x00"  # not token-authenticated
+    out += b"\x00"  # no tagged fields
+    return bytes(out)
+
+
+def decode_principal(data: bytes) -> str:
+    """The inverse of ``encode_principal``; ValueError if it is not one."""
+    if len(data) < 2 or data[:2] != b"\x00\x00":
+        raise ValueError("not a version 0 principal")
+    pos = 2
+    parts = []
+    for _ in range(2):
+        n, pos = _read_uvarint(data, pos)
+        if n < 1 or pos + n - 1 > len(data):
+            raise ValueError("a truncated principal")
+        parts.append(data[pos : pos + n - 1].decode())
+        pos += n - 1
+    return f"{parts[0]}:{parts[1]}"
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = value = 0
+    while pos < len(data):
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            break
+    raise ValueError("a malformed varint in a principal")

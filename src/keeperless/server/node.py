@@ -9,7 +9,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from keeperless.broker.authz_apis import authorized_handlers
 from keeperless.broker.broker import Broker, BrokerSettings
 from keeperless.broker.consumer_group_apis import ConsumerGroupApis
 from keeperless.broker.controller_channel import ControllerUnavailableError, RemoteController
+from keeperless.broker.forwarder import ENVELOPE, Forwarder
 from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.handlers import BrokerHandlers
@@ -52,6 +53,7 @@ from keeperless.runtime.tasks import stop_tasks
 from keeperless.server.config import Endpoint, NodeConfig
 from keeperless.server.controller_apis import ControllerApis, ControllerClient
 from keeperless.server.controller_service import ControllerService
+from keeperless.server.envelope import envelope_handler
 from keeperless.storage.dir_failure import set_failure_handler
 from keeperless.storage.log import LogConfig
 
@@ -130,6 +132,7 @@ class Node:
             self.cluster_id,
         )
         self.broker: Broker | None = None
+        self.controller_handlers: dict[int, Any] = {}  # the controller listener's
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinator | None = None
         self.txn: TxnCoordinator | None = None
@@ -138,6 +141,7 @@ class Node:
         if config.is_broker:
             local = self.controller_apis.local if self.controller_apis else None
             self.broker = Broker(self._broker_settings(), ControllerClient(local, self.remote))
+            self.broker.forwarder = Forwarder(self.remote, self._local_controller_handlers)
             self._secure_peers(self.broker)
             self.groups = GroupCoordinator(
                 self.broker,
@@ -311,6 +315,16 @@ class Node:
             self.cluster_id,
         )
 
+    async def _local_controller_handlers(self) -> Mapping[int, Any] | None:
+        """This node's controller handlers when it is the active controller (a combined
+        node answers forwarded requests in process), else None."""
+        service = self.controller
+        if service is None:
+            return None
+        if service.mlog.core.is_leader:  # just elected: use it once it has caught up
+            await service.wait_active(service.mlog.core.config.request_timeout_ms / 1000)
+        return self.controller_handlers if service.is_active else None
+
     def _secure_peers(self, broker: Broker) -> None:
         """Brokers reach controllers on the controller listener and each other on
         inter.broker.listener.name, with those listeners' TLS and SASL."""
@@ -448,6 +462,11 @@ class Node:
             ready=lambda: mlog.caught_up,
         )
         handlers = authorized_handlers(handlers, authz, controller=True)
+        # forwarded requests are answered by these same handlers, authorized as the
+        # client the envelope names
+        envelope = envelope_handler(dict(handlers), lambda: service.is_active)
+        handlers.update(authorized_handlers({ENVELOPE: envelope}, authz, controller=True))
+        self.controller_handlers = handlers
         return RequestRouter(self.node_id, dict(CONTROLLER_APIS), handlers, body)
 
     # -- broker lifecycle ---------------------------------------------------------------

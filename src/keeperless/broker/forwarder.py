@@ -1,0 +1,82 @@
+"""How a broker hands a client's admin request to the active controller, as Kafka
+forwards (KIP-590): the request, unchanged, answered by the controller's own handler
+for its API key — in process when this node's controller is the active one, otherwise
+wrapped in an EnvelopeRequest (API 58) that carries the client's principal and address,
+so that the controller authorizes the real user. The controller's answer goes back to
+the client as it is. One path for every forwarded API: nothing here knows what any of
+them means."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.controller_channel import ControllerUnavailableError, not_controller
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import (
+    RequestHeader,
+    decode_response,
+    encode_request,
+)
+from keeperless.protocol.session import ANONYMOUS, current_session, encode_principal
+
+__all__ = ["ENVELOPE", "Forwarder"]
+
+ENVELOPE = 58
+Handler = Callable[[RequestHeader, Any], Awaitable[Any]]
+
+
+class _Remote(Protocol):
+    def forward(
+        self, api_key: int, version: int, req: Any, timeout_s: float | None = None
+    ) -> Awaitable[Any]: ...
+
+
+def _address(host: str) -> bytes:
+    try:
+        return ipaddress.ip_address(host).packed
+    except ValueError:
+        return b"\x7f\x00\x00\x01"
+
+
+class Forwarder:
+    def __init__(
+        self,
+        remote: _Remote,
+        local: Callable[[], Awaitable[Mapping[int, Handler] | None]],
+    ) -> None:
+        self.remote = remote
+        self.local = local  # the active controller's handlers when it runs here
+
+    async def forward(self, header: RequestHeader, req: Any) -> Any:
+        handlers = await self.local()
+        if handlers is not None and header.api_key in handlers:
+            resp = await handlers[header.api_key](header, req)
+            if not not_controller(resp):
+                return resp
+        return await self._enveloped(header, req)
+
+    async def _enveloped(self, header: RequestHeader, req: Any) -> Any:
+        s = current_session.get()
+        inner = encode_request(
+            header.api_key, header.api_version, header.correlation_id, header.client_id or "", req
+        )[4:]
+        body = {
+            "request_data": inner,
+            "request_principal": encode_principal(s.principal if s is not None else ANONYMOUS),
+            "client_host_address": _address(s.host if s is not None else "127.0.0.1"),
+        }
+        envelope = build(load_request_schema(ENVELOPE, 0), body)
+        resp = await self.remote.forward(ENVELOPE, 0, envelope)
+        if resp.error_code != ErrorCode.none:
+            raise ControllerUnavailableError(
+                f"the controller refused the forwarded request: {ErrorCode(resp.error_code).name}"
+            )
+        _, answer = decode_response(
+            memoryview(resp.response_data), header.api_key, header.api_version
+        )
+        return answer
