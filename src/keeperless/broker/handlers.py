@@ -22,7 +22,6 @@ from keeperless.broker.log_dir_apis import LogDirApis
 from keeperless.controller.acls import AclFilter, matching_acls
 from keeperless.controller.quorum_controller import (
     ApiError,
-    CreateTopicResult,
     NewTopic,
     validate_topic_name,
 )
@@ -44,7 +43,6 @@ from keeperless.controller.requests import (
     feature_updates,
     legacy_config_sets,
     new_partitions,
-    new_topics,
     quota_alterations,
     scram_alterations,
     unregister_response,
@@ -362,29 +360,34 @@ class BrokerHandlers(LogDirApis):
     # -- Admin, forwarded to the controller -----------------------------------------------
 
     async def create_topics(self, header: RequestHeader, req: Any) -> Any:
-        new = new_topics(req)
         try:
-            results = await self.broker.controller.create_topics(new, req.validate_only)
+            resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
-            results = [
-                CreateTopicResult(t.name, ApiError(ErrorCode.request_timed_out, str(e)))
-                for t in new
-            ]
-        made = [r.name for r in results if r.error.code == ErrorCode.none]
+            timed_out = {"error_code": ErrorCode.request_timed_out, "error_message": str(e),
+                         "num_partitions": -1, "replication_factor": -1,
+                         "configs": None}  # fmt: skip
+            topics_out = [{"name": t.name, **timed_out} for t in req.topics]
+            return build(
+                response_class(19, header.api_version), {"throttle_time": 0, "topics": topics_out}
+            )
+        made = [r.name for r in resp.topics if r.error_code == ErrorCode.none]
         if made and not req.validate_only:
             await self._settle(lambda img: all(n in img.topic_ids for n in made))
         topics = []
-        for res in results:
-            cfgs = self.broker.topic_config(res.name)
-            cfgs.update(res.configs)
+        for res in resp.topics:
+            ok = res.error_code == ErrorCode.none
+            # every config of the new topic: the broker's defaults and what was set
+            cfgs = self.broker.topic_config(res.name) if ok else {}
+            cfgs.update({c.name: c.value for c in getattr(res, "configs", None) or ()
+                         if c.value is not None and c.config_source == 1})  # fmt: skip
             topics.append(
                 {
                     "name": res.name,
-                    "topic_id": res.topic_id,
-                    "error_code": res.error.code,
-                    "error_message": res.error.message,
-                    "num_partitions": res.num_partitions,
-                    "replication_factor": res.replication_factor,
+                    "topic_id": getattr(res, "topic_id", None),
+                    "error_code": res.error_code,
+                    "error_message": res.error_message,
+                    "num_partitions": getattr(res, "num_partitions", -1),
+                    "replication_factor": getattr(res, "replication_factor", -1),
                     "configs": [
                         {
                             "name": k,
@@ -395,7 +398,7 @@ class BrokerHandlers(LogDirApis):
                         }
                         for k, v in sorted(cfgs.items())
                     ]
-                    if res.error.code == ErrorCode.none
+                    if ok
                     else None,
                 }
             )
@@ -404,25 +407,31 @@ class BrokerHandlers(LogDirApis):
     async def delete_topics(self, header: RequestHeader, req: Any) -> Any:
         names, ids = delete_targets(req, header.api_version)
         try:
-            results = await self.broker.controller.delete_topics(names, ids)
+            resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
             err = ApiError(ErrorCode.request_timed_out, str(e))
             results = [(n, None, err) for n in names] + [(None, i, err) for i in ids]
-        gone = [tid for _, tid, e in results if e.code == ErrorCode.none and tid is not None]
-        await self._settle(lambda img: not any(t in img.topics for t in gone))
-        return delete_topics_response(header.api_version, results)
+            return delete_topics_response(header.api_version, results)
+        done = [r for r in resp.responses if r.error_code == ErrorCode.none]
+        gone_ids = [getattr(r, "topic_id", None) for r in done]
+        gone_names = [r.name for r in done if r.name]
+        await self._settle(
+            lambda img: (
+                not any(t in img.topics for t in gone_ids if t is not None)
+                and not any(n in img.topic_ids for n in gone_names)
+            )
+        )
+        return resp
 
     async def create_partitions(self, header: RequestHeader, req: Any) -> Any:
         reqs = new_partitions(req)
         try:
-            results = await self.broker.controller.create_partitions(reqs, req.validate_only)
+            resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
             results = [(r.name, ApiError(ErrorCode.request_timed_out, str(e))) for r in reqs]
-        grown = {
-            r.name: r.count
-            for r, (_, e) in zip(reqs, results, strict=True)
-            if e.code == ErrorCode.none
-        }
+            return create_partitions_response(header.api_version, results)
+        ok = {r.name for r in resp.results if r.error_code == ErrorCode.none}
+        grown = {r.name: r.count for r in reqs if r.name in ok}
         if grown and not req.validate_only:
             await self._settle(
                 lambda img: all(
@@ -430,7 +439,7 @@ class BrokerHandlers(LogDirApis):
                     for n, c in grown.items()
                 )
             )
-        return create_partitions_response(header.api_version, results)
+        return resp
 
     async def init_producer_id(self, header: RequestHeader, req: Any) -> Any:
         def reply(err: ErrorCode, pid: int = -1, epoch: int = -1) -> Any:
