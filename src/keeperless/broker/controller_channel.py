@@ -17,17 +17,14 @@ from uuid import UUID
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.acls import AclFilter
 from keeperless.controller.isr import IsrChange, IsrResult
 from keeperless.controller.quorum_controller import (
     ApiError,
-    CreatePartitionsRequest,
     CreateTopicResult,
     NewTopic,
 )
-from keeperless.controller.quotas import QuotaAlteration
 from keeperless.metadata.features import SUPPORTED_FEATURES
-from keeperless.metadata.image import AclEntry, PartitionInfo
+from keeperless.metadata.image import PartitionInfo
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
 
@@ -47,21 +44,9 @@ class ControllerUnavailableError(RuntimeError):
 
 
 class ControllerChannel(Protocol):
-    def forward_request(self, api_key: int, version: int, req: Any) -> Awaitable[Any]:
-        """A client's admin request, unchanged, to the active controller."""
-        ...
-
     def create_topics(
         self, topics: Sequence[NewTopic], validate_only: bool
     ) -> Awaitable[list[CreateTopicResult]]: ...
-
-    def delete_topics(
-        self, names: Sequence[str], ids: Sequence[UUID]
-    ) -> Awaitable[list[tuple[str | None, UUID | None, ApiError]]]: ...
-
-    def create_partitions(
-        self, reqs: Sequence[CreatePartitionsRequest], validate_only: bool
-    ) -> Awaitable[list[tuple[str, ApiError]]]: ...
 
     def register_broker(
         self,
@@ -86,39 +71,9 @@ class ControllerChannel(Protocol):
         self, broker_id: int, epoch: int
     ) -> Awaitable[tuple[ApiError, int, int]]: ...
 
-    def incremental_alter_configs(
-        self,
-        changes: Sequence[tuple[int, str, Sequence[tuple[str, int, str | None]]]],
-        validate_only: bool,
-    ) -> Awaitable[list[tuple[int, str, ApiError]]]: ...
-
-    def unregister_broker(self, broker_id: int) -> Awaitable[ApiError]: ...
-
-    def update_features(
-        self, updates: Sequence[tuple[str, int, int]], validate_only: bool
-    ) -> Awaitable[list[tuple[str, ApiError]]]: ...
-
-    def elect_leaders(
-        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
-    ) -> Awaitable[list[tuple[str, int, ApiError]]]: ...
-
     def alter_partition(
         self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
     ) -> Awaitable[tuple[ApiError, list[IsrResult]]]: ...
-
-    def create_acls(self, acls: Sequence[AclEntry]) -> Awaitable[list[ApiError]]: ...
-
-    def alter_scram_credentials(
-        self,
-        deletions: Sequence[tuple[str, int]],
-        upsertions: Sequence[tuple[str, int, int, bytes, bytes]],
-    ) -> Awaitable[list[tuple[str, ApiError]]]: ...
-
-    def alter_client_quotas(
-        self, changes: Sequence[QuotaAlteration], validate_only: bool
-    ) -> Awaitable[list[ApiError]]: ...
-
-    def delete_acls(self, filters: Sequence[AclFilter]) -> Awaitable[list[list[AclEntry]]]: ...
 
 
 _VERSIONS = {
@@ -243,9 +198,6 @@ class RemoteController:
                 raise OSError(f"correlation id {got} != {corr}")
             return resp
 
-    async def forward_request(self, api_key: int, version: int, req: Any) -> Any:
-        return await self.forward(api_key, version, req)
-
     def _drop(self, target: int) -> None:
         conn = self._conns.pop(target, None)
         if conn is not None:
@@ -293,39 +245,6 @@ class RemoteController:
             )
             for r in resp.topics
         ]
-
-    async def delete_topics(
-        self, names: Sequence[str], ids: Sequence[UUID]
-    ) -> list[tuple[str | None, UUID | None, ApiError]]:
-        body = {
-            "topics": [{"name": n, "topic_id": None} for n in names]
-            + [{"name": None, "topic_id": i} for i in ids],
-            "timeout": 30000,
-        }
-        resp = await self._rpc(20, body)
-        return [
-            (r.name, r.topic_id, ApiError(r.error_code, r.error_message)) for r in resp.responses
-        ]
-
-    async def create_partitions(
-        self, reqs: Sequence[CreatePartitionsRequest], validate_only: bool
-    ) -> list[tuple[str, ApiError]]:
-        body = {
-            "topics": [
-                {
-                    "name": r.name,
-                    "count": r.count,
-                    "assignments": [{"broker_ids": list(a)} for a in r.assignments]
-                    if r.assignments
-                    else None,
-                }
-                for r in reqs
-            ],
-            "timeout": 30000,
-            "validate_only": validate_only,
-        }
-        resp = await self._rpc(37, body)
-        return [(r.name, ApiError(r.error_code, r.error_message)) for r in resp.results]
 
     async def register_broker(
         self,
@@ -375,129 +294,6 @@ class RemoteController:
         resp = await self._rpc(67, {"broker_id": broker_id, "broker_epoch": epoch})
         return ApiError(resp.error_code), resp.producer_id_start, resp.producer_id_len
 
-    async def incremental_alter_configs(
-        self,
-        changes: Sequence[tuple[int, str, Sequence[tuple[str, int, str | None]]]],
-        validate_only: bool,
-    ) -> list[tuple[int, str, ApiError]]:
-        body = {
-            "resources": [
-                {
-                    "resource_type": rtype,
-                    "resource_name": name,
-                    "configs": [
-                        {"name": k, "config_operation": op, "value": v} for k, op, v in ops
-                    ],
-                }
-                for rtype, name, ops in changes
-            ],
-            "validate_only": validate_only,
-        }
-        resp = await self._rpc(44, body)
-        return [
-            (r.resource_type, r.resource_name, ApiError(r.error_code, r.error_message))
-            for r in resp.responses
-        ]
-
-    async def unregister_broker(self, broker_id: int) -> ApiError:
-        resp = await self._rpc(64, {"broker_id": broker_id})
-        return ApiError(resp.error_code, resp.error_message)
-
-    async def update_features(
-        self, updates: Sequence[tuple[str, int, int]], validate_only: bool
-    ) -> list[tuple[str, ApiError]]:
-        body = {
-            "timeout": 60_000,
-            "feature_updates": [
-                {"feature": f, "max_version_level": level, "upgrade_type": t}
-                for f, level, t in updates
-            ],
-            "validate_only": validate_only,
-        }
-        resp = await self._rpc(57, body)
-        return [(x.feature, ApiError(x.error_code, x.error_message)) for x in resp.results]
-
-    async def alter_client_quotas(
-        self, changes: Sequence[QuotaAlteration], validate_only: bool
-    ) -> list[ApiError]:
-        body = {
-            "entries": [
-                {
-                    "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
-                    "ops": [{"key": k, "value": v, "remove": rm} for k, v, rm in ops],
-                }
-                for entity, ops in changes
-            ],
-            "validate_only": validate_only,
-        }
-        resp = await self._rpc(49, body)
-        return [ApiError(e.error_code, e.error_message) for e in resp.entries]
-
-    async def alter_scram_credentials(
-        self,
-        deletions: Sequence[tuple[str, int]],
-        upsertions: Sequence[tuple[str, int, int, bytes, bytes]],
-    ) -> list[tuple[str, ApiError]]:
-        body = {
-            "deletions": [{"name": u, "mechanism": m} for u, m in deletions],
-            "upsertions": [
-                {"name": u, "mechanism": m, "iterations": i, "salt": s, "salted_password": p}
-                for u, m, i, s, p in upsertions
-            ],
-        }
-        resp = await self._rpc(51, body)
-        return [(x.user, ApiError(x.error_code, x.error_message)) for x in resp.results]
-
-    async def create_acls(self, acls: Sequence[AclEntry]) -> list[ApiError]:
-        body = {
-            "creations": [
-                {
-                    "resource_type": a.resource_type,
-                    "resource_name": a.resource_name,
-                    "resource_pattern_type": a.pattern_type,
-                    "principal": a.principal,
-                    "host": a.host,
-                    "operation": a.operation,
-                    "permission_type": a.permission_type,
-                }
-                for a in acls
-            ]
-        }
-        resp = await self._rpc(30, body)
-        return [ApiError(x.error_code, x.error_message) for x in resp.results]
-
-    async def delete_acls(self, filters: Sequence[AclFilter]) -> list[list[AclEntry]]:
-        body = {
-            "filters": [
-                {
-                    "resource_type_filter": f.resource_type,
-                    "resource_name_filter": f.resource_name,
-                    "pattern_type_filter": f.pattern_type,
-                    "principal_filter": f.principal,
-                    "host_filter": f.host,
-                    "operation": f.operation,
-                    "permission_type": f.permission_type,
-                }
-                for f in filters
-            ]
-        }
-        resp = await self._rpc(31, body)
-        return [
-            [
-                AclEntry(
-                    a.resource_type,
-                    a.resource_name,
-                    a.pattern_type,
-                    a.principal,
-                    a.host,
-                    a.operation,
-                    a.permission_type,
-                )
-                for a in fr.matching_acls
-            ]
-            for fr in resp.filter_results
-        ]
-
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
     ) -> tuple[ApiError, list[IsrResult]]:
@@ -536,24 +332,4 @@ class RemoteController:
             )
             for t in resp.topics
             for p in t.partitions
-        ]
-
-    async def elect_leaders(
-        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
-    ) -> list[tuple[str, int, ApiError]]:
-        by_topic: dict[str, list[int]] = {}
-        for t, p in partitions or ():
-            by_topic.setdefault(t, []).append(p)
-        body = {
-            "election_type": election_type,
-            "topic_partitions": None
-            if partitions is None
-            else [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "timeout": 60_000,
-        }
-        resp = await self._rpc(43, body)
-        return [
-            (res.topic, pr.partition_id, ApiError(pr.error_code, pr.error_message))
-            for res in resp.replica_election_results
-            for pr in res.partition_result
         ]

@@ -12,7 +12,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.controller_channel import RemoteController, not_controller
+from keeperless.broker.controller_channel import RemoteController
 from keeperless.controller.acls import AclFilter, create_acls, delete_acls
 from keeperless.controller.configs import alter_configs, incremental_alter_configs
 from keeperless.controller.elections import elect_leaders
@@ -225,35 +225,10 @@ class ControllerClient:
         except NotControllerError:
             return await getattr(self.remote, name)(*args)
 
-    async def forward_request(self, api_key: int, version: int, req: Any) -> Any:
-        """The client's request, unchanged, to the active controller (Kafka's forwarding
-        of admin requests); its answer goes back to the client as it is."""
-        target = await self._target()
-        resp = await target.forward_request(api_key, version, req)
-        if target is not self.remote and not_controller(resp):
-            resp = await self.remote.forward_request(api_key, version, req)
-        return resp
-
     async def create_topics(
         self, topics: Sequence[NewTopic], validate_only: bool
     ) -> list[CreateTopicResult]:
         result: list[CreateTopicResult] = await self._call("create_topics", topics, validate_only)
-        return result
-
-    async def delete_topics(
-        self, names: Sequence[str], ids: Sequence[UUID]
-    ) -> list[tuple[str | None, UUID | None, ApiError]]:
-        result: list[tuple[str | None, UUID | None, ApiError]] = await self._call(
-            "delete_topics", names, ids
-        )
-        return result
-
-    async def create_partitions(
-        self, reqs: Sequence[CreatePartitionsRequest], validate_only: bool
-    ) -> list[tuple[str, ApiError]]:
-        result: list[tuple[str, ApiError]] = await self._call(
-            "create_partitions", reqs, validate_only
-        )
         return result
 
     async def register_broker(
@@ -285,60 +260,6 @@ class ControllerClient:
         result: tuple[ApiError, int, int] = await self._call(
             "allocate_producer_ids", broker_id, epoch
         )
-        return result
-
-    async def incremental_alter_configs(
-        self,
-        changes: Sequence[tuple[int, str, Sequence[tuple[str, int, str | None]]]],
-        validate_only: bool,
-    ) -> list[tuple[int, str, ApiError]]:
-        result: list[tuple[int, str, ApiError]] = await self._call(
-            "incremental_alter_configs", changes, validate_only
-        )
-        return result
-
-    async def unregister_broker(self, broker_id: int) -> ApiError:
-        result: ApiError = await self._call("unregister_broker", broker_id)
-        return result
-
-    async def update_features(
-        self, updates: Sequence[tuple[str, int, int]], validate_only: bool
-    ) -> list[tuple[str, ApiError]]:
-        result: list[tuple[str, ApiError]] = await self._call(
-            "update_features", updates, validate_only
-        )
-        return result
-
-    async def elect_leaders(
-        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
-    ) -> list[tuple[str, int, ApiError]]:
-        result: list[tuple[str, int, ApiError]] = await self._call(
-            "elect_leaders", election_type, partitions
-        )
-        return result
-
-    async def create_acls(self, acls: Sequence[AclEntry]) -> list[ApiError]:
-        result: list[ApiError] = await self._call("create_acls", acls)
-        return result
-
-    async def alter_scram_credentials(
-        self,
-        deletions: Sequence[tuple[str, int]],
-        upsertions: Sequence[tuple[str, int, int, bytes, bytes]],
-    ) -> list[tuple[str, ApiError]]:
-        result: list[tuple[str, ApiError]] = await self._call(
-            "alter_scram_credentials", deletions, upsertions
-        )
-        return result
-
-    async def alter_client_quotas(
-        self, changes: Sequence[QuotaAlteration], validate_only: bool
-    ) -> list[ApiError]:
-        result: list[ApiError] = await self._call("alter_client_quotas", changes, validate_only)
-        return result
-
-    async def delete_acls(self, filters: Sequence[AclFilter]) -> list[list[AclEntry]]:
-        result: list[list[AclEntry]] = await self._call("delete_acls", filters)
         return result
 
     async def alter_partition(
