@@ -95,6 +95,8 @@ def secure(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[Se
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(certs / "ca.pem"),
         "listener.name.tls.ssl.client.auth": "required",
+        # KIP-368: logins on this listener last 2 s; clients log in again to go on
+        "listener.name.saslplain.connections.max.reauth.ms": "2000",
     }
     node = Node(work, extra=extra)
     node.port, node.controller_port = probe.port, probe.controller_port
@@ -362,3 +364,45 @@ def test_tools_over_sasl_ssl_add_a_scram_user(secure: Secure, tmp_path: Path) ->
                      "--describe", "--entity-type", "users")  # fmt: skip
     assert bad.returncode != 0
     assert "Authentication failed" in bad.stderr, bad.stderr
+
+
+def test_sessions_expire_and_clients_log_in_again(secure: Secure) -> None:
+    """connections.max.reauth.ms (KIP-368): a connection that goes on past its session
+    without a new login is closed; librdkafka logs in again on the same connection and
+    keeps producing."""
+
+    from confluent_kafka import Producer
+
+    from keeperless.protocol.framing import encode_request
+    from keeperless.tools import client
+
+    client.configure({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                      "sasl.username": "alice", "sasl.password": PASSWORD}, "test")  # fmt: skip
+    try:
+        s = client._connect("127.0.0.1", secure.ports["SASLPLAIN"], 5)
+    finally:
+        client.configure({}, "test")
+    with s:
+        time.sleep(2.5)
+        from kio.index import load_request_schema
+
+        from keeperless.protocol.build import build_filled
+
+        s.sendall(encode_request(3, 12, 1, "t", build_filled(load_request_schema(3, 12), {})))
+        s.settimeout(5)
+        try:
+            answer = s.recv(4)
+        except (ConnectionResetError, BrokenPipeError):
+            answer = b""
+        assert answer == b"", "an expired session was served"
+    delivered: list[Any] = []
+    scram = {"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice", "sasl.password": PASSWORD}
+    p = Producer(secure.conf("SASLPLAIN", **scram))
+    topic = f"r-{uuid.uuid4().hex[:8]}"
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 6:  # three sessions' worth
+        p.produce(topic, value=b"v", on_delivery=lambda e, m: delivered.append(e))
+        p.poll(0.2)
+    p.flush(30)
+    assert delivered
+    assert all(e is None for e in delivered), {str(e) for e in delivered if e is not None}

@@ -183,6 +183,8 @@ class KafkaProtocol(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._paused = False
+        self._expires_at: float | None = None  # connections.max.reauth.ms
+        self._previous: str | None = None  # the principal of a re-login in progress
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
@@ -251,6 +253,36 @@ class KafkaProtocol(asyncio.Protocol):
             if left:
                 transport.write(os.pread(part.fd, left, pos))
 
+    def _reauthenticating(self, frame: memoryview) -> bool:
+        """KIP-368 on an authenticated SASL connection: a SaslHandshake starts a new
+        login (for the same principal); a request after connections.max.reauth.ms
+        without one closes the connection. False: close it."""
+        assert self.security is not None
+        api_key = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
+        if api_key == 17:
+            self._previous = self.session.principal
+            self.session.authenticated = False
+            self.sasl = SaslState(self.security)
+            return True
+        if self._expires_at is not None and time.monotonic() > self._expires_at:
+            msg = "Closing connection from %s: its session expired (connections.max.reauth.ms)"
+            self.router.warn("reauth", msg, self.peer)
+            return False
+        return True
+
+    def _logged_in(self) -> bool:
+        """A login just completed: its session's expiry; False if a re-login named
+        another principal (Kafka refuses that)."""
+        assert self.security is not None
+        if self._previous is not None and self._previous != self.session.principal:
+            msg = "Closing connection from %s: re-authenticated as %s, not %s"
+            self.router.warn("reauth", msg, self.peer, self.session.principal, self._previous)
+            return False
+        self._previous = None
+        ms = self.security.reauth_ms
+        self._expires_at = time.monotonic() + ms / 1000 if ms > 0 else None
+        return True
+
     def _close(self) -> None:
         if self.transport is not None:
             self.transport.close()
@@ -266,10 +298,15 @@ class KafkaProtocol(asyncio.Protocol):
                 self.transport.resume_reading()
             try:
                 out: bytes | list[Any] | None
+                relogin = self.sasl is not None and self.session.authenticated
+                if relogin and not self._reauthenticating(frame):
+                    self._close()
+                    return
                 if self.sasl is not None and not self.session.authenticated:
                     out, close = self.sasl.handle(frame, self.session, self.router)
                     if self.session.authenticated:
                         self.decoder.max_frame = self.max_request_bytes
+                        close = close or not self._logged_in()
                     if out is None and not close:
                         out = await self.router.handle(frame)  # ApiVersions
                     if close:

@@ -103,7 +103,7 @@ class SaslState:
         self._maybe_done(session)
         body = {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": out}
         if header.api_version >= 1:
-            body["session_lifetime_ms"] = 0
+            body["session_lifetime_ms"] = self.security.reauth_ms if self.server.done else 0
         return encode_response(header, build(cls, body)), False
 
     def _raw_token(self, token: bytes, session: Session) -> tuple[bytes | None, bool]:

@@ -67,6 +67,7 @@ class ListenerSecurity:
     plain_users: Mapping[str, str] = field(default_factory=dict)
     scram_lookup: ScramLookup | None = None
     principal_rules: tuple[tuple[re.Pattern[str], str, str], ...] = ()
+    reauth_ms: int = 0  # connections.max.reauth.ms (KIP-368)
 
     @property
     def sasl(self) -> bool:
@@ -227,6 +228,13 @@ def listener_security(
         sec.ssl_context = _ssl_context(raw, listener, server=True)
         sec.principal_rules = _principal_rules(raw, listener)
     if sec.sasl:
+        reauth = _key(raw, listener, "connections.max.reauth.ms") or "0"
+        try:
+            sec.reauth_ms = int(reauth)
+        except ValueError:
+            raise SecurityConfigError(
+                f"connections.max.reauth.ms of listener {listener}: {reauth!r} is not a number"
+            ) from None
         sec.mechanisms = _mechanisms(raw, listener)
         if "PLAIN" in sec.mechanisms:
             opts = _jaas(raw, listener, "PLAIN")
