@@ -39,6 +39,22 @@ def _signed(d: Path, name: str, ca: str, subj: str, san: str | None = None) -> N
              cwd=d)  # fmt: skip
 
 
+def _expired(d: Path, name: str, ca: str, subj: str) -> None:
+    """A certificate of ``ca`` that expired in 2020 (openssl ca takes explicit dates)."""
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+             f"{name}.csr", "-subj", subj, cwd=d)  # fmt: skip
+    (d / "index.txt").write_text("")
+    (d / "serial").write_text("01\n")
+    (d / "ca.cnf").write_text(
+        "[ca]\ndefault_ca = CA_default\n[CA_default]\ndir = .\ndatabase = index.txt\n"
+        "new_certs_dir = .\nserial = serial\ndefault_md = sha256\npolicy = any\n"
+        "[any]\ncommonName = supplied\n"
+    )
+    _openssl("ca", "-batch", "-config", "ca.cnf", "-cert", f"{ca}.pem", "-keyfile", f"{ca}.key",
+             "-in", f"{name}.csr", "-out", f"{name}.pem", "-startdate", "20200101000000Z",
+             "-enddate", "20200102000000Z", "-notext", cwd=d)  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("certs")
@@ -47,6 +63,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _signed(d, "server", "ca", "/CN=localhost", "IP:127.0.0.1,DNS:localhost")
     _signed(d, "client", "ca", "/O=Example/OU=Data/CN=alice")
     _signed(d, "mallory", "rogue", "/CN=mallory")
+    _expired(d, "old", "ca", "/CN=old")
     # Kafka's PEM key store: the certificate chain and the key in one file
     (d / "server-store.pem").write_text(
         (d / "server.pem").read_text() + (d / "server.key").read_text()
@@ -184,6 +201,10 @@ def test_tls_with_client_certificates(secure: Secure) -> None:
                                   "ssl.key.location": str(certs / "mallory.key")})  # fmt: skip
     _refused(rogue)
     _refused(secure.conf("TLS"))
+    # a certificate of the right CA that has expired
+    expired = secure.conf("TLS", **{"ssl.certificate.location": str(certs / "old.pem"),
+                                    "ssl.key.location": str(certs / "old.key")})  # fmt: skip
+    _refused(expired)
     # a client that does not trust the server's CA refuses the broker
     untrusting = secure.conf("SASLTLS", **{"ssl.ca.location": str(certs / "rogue.pem"),
                                            "sasl.mechanism": "PLAIN", "sasl.username": "alice",
