@@ -286,3 +286,29 @@ def test_controllers_authorize_what_they_serve(secured: Secured) -> None:
     name = f"ctl-{uuid.uuid4().hex[:6]}"
     assert create("bob", name) == 29  # TOPIC_AUTHORIZATION_FAILED
     assert create("admin", name) == 0
+
+
+def test_groups_are_listed_described_and_deleted_per_principal(secured: Secured) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    s = secured
+    topic = _topic(s)
+    group = "g-" + topic
+    _produce(s, "admin", topic)
+    s.acls("--add", "--allow-principal", "User:alice", "--consumer", "--topic", topic,
+           "--group", group)  # fmt: skip
+    assert _consume(s, "alice", topic, group) == "ok"
+    bob, alice = AdminClient(s.conf("bob")), AdminClient(s.conf("alice"))
+
+    def listed(admin: AdminClient) -> set[str]:
+        result = admin.list_consumer_groups().result(30)
+        return {g.group_id for g in result.valid}
+
+    assert group in listed(alice)
+    assert group not in listed(bob)
+    with pytest.raises(KafkaException, match="GROUP_AUTHORIZATION_FAILED"):
+        bob.describe_consumer_groups([group])[group].result(30)
+    assert alice.describe_consumer_groups([group])[group].result(30).group_id == group
+    with pytest.raises(KafkaException, match="GROUP_AUTHORIZATION_FAILED"):
+        bob.delete_consumer_groups([group])[group].result(30)

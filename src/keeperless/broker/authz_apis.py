@@ -282,8 +282,68 @@ def _find_coordinator(h: Handler, authz: Authz) -> Handler:
     return checked
 
 
+def _describe_groups(h: Handler, authz: Authz) -> Handler:
+    def refused(g: str) -> dict[str, Any]:
+        return {"error_code": ErrorCode.group_authorization_failed, "group_id": g,
+                "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
+                "authorized_operations": -2147483648}  # fmt: skip
+
+    return _split(h, authz, "groups", lambda g: authz.allowed(AclOp.DESCRIBE, G, g), refused,
+                  "groups")  # fmt: skip
+
+
+def _delete_groups(h: Handler, authz: Authz) -> Handler:
+    def refused(g: str) -> dict[str, Any]:
+        return {"group_id": g, "error_code": ErrorCode.group_authorization_failed}
+
+    return _split(h, authz, "groups_names", lambda g: authz.allowed(AclOp.DELETE, G, g),
+                  refused, "results")  # fmt: skip
+
+
+def _list_groups(h: Handler, authz: Authz) -> Handler:
+    """Only the groups the principal may describe (all of them with DESCRIBE on the
+    cluster), as Kafka."""
+
+    async def checked(header: RequestHeader, req: Any) -> Any:
+        resp = await h(header, req)
+        if authz.allowed(AclOp.DESCRIBE, C):
+            return resp
+        mine = tuple(g for g in resp.groups if authz.allowed(AclOp.DESCRIBE, G, g.group_id))
+        return dataclasses.replace(resp, groups=mine)
+
+    return checked
+
+
+def _offset_fetch(h: Handler, authz: Authz) -> Handler:
+    """DESCRIBE on the group (each group from v8)."""
+
+    async def checked(header: RequestHeader, req: Any) -> Any:
+        if header.api_version < 8:
+            if authz.allowed(AclOp.DESCRIBE, G, req.group_id):
+                return await h(header, req)
+            if header.api_version >= 2:
+                return refusal(header, DENIED[G], "DESCRIBE on the group is denied")
+            topics = [{"name": t.name, "partitions": [
+                {"partition_index": i, "committed_offset": -1, "metadata": None,
+                 "error_code": DENIED[G]} for i in t.partition_indexes]}
+                for t in req.topics or ()]  # fmt: skip
+            return build(response_class(9, header.api_version), {"topics": topics})
+
+        def refused(g: Any) -> dict[str, Any]:
+            return {"group_id": g.group_id, "topics": [], "error_code": DENIED[G]}
+
+        ok = lambda g: authz.allowed(AclOp.DESCRIBE, G, g.group_id)  # noqa: E731
+        return await _split(h, authz, "groups", ok, refused, "groups")(header, req)
+
+    return checked
+
+
 _TOPIC_ADMIN: dict[int, Callable[[Handler, Authz], Handler]] = {
+    9: _offset_fetch,
     10: _find_coordinator,
+    15: _describe_groups,
+    16: _list_groups,
+    42: _delete_groups,
     19: _create_topics,
     20: _delete_topics,
     37: _create_partitions,
