@@ -7,8 +7,9 @@ import random
 import uuid
 from typing import Any
 
-from keeperless.controller.quorum_controller import NewTopic, QuorumController
+from keeperless.controller.quorum_controller import QuorumController
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import NewTopic
 
 
 class ActiveLog:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import random
 import uuid
 
-from keeperless.controller.quorum_controller import NewTopic, QuorumController
+from keeperless.controller.quorum_controller import QuorumController
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import NewTopic
 from tests.unit.controller_log import ActiveLog, active_cluster
 
 

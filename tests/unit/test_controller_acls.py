@@ -6,8 +6,9 @@ import random
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.acls import AclFilter, create_acls, delete_acls, matching_acls
+from keeperless.controller.acls import create_acls, delete_acls
 from keeperless.controller.quorum_controller import QuorumController
+from keeperless.metadata.admin import AclFilter, matching_acls
 from keeperless.metadata.image import AclEntry, MetadataDelta, MetadataImage
 from keeperless.metadata.snapshot import image_records
 

@@ -6,7 +6,8 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from keeperless.controller.configs import APPEND, DELETE, SET, SUBTRACT, incremental_alter_configs
-from keeperless.controller.quorum_controller import NewTopic, QuorumController
+from keeperless.controller.quorum_controller import QuorumController
+from keeperless.metadata.admin import NewTopic
 
 
 def _controller() -> QuorumController:

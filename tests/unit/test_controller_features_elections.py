@@ -16,8 +16,9 @@ from keeperless.controller.features import (
     UPGRADE,
     update_features,
 )
-from keeperless.controller.quorum_controller import NewTopic, QuorumController
+from keeperless.controller.quorum_controller import QuorumController
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import NewTopic
 
 MV = "metadata.version"
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from keeperless.controller.quorum_controller import (
-    CreatePartitionsRequest,
-    NewTopic,
-    QuorumController,
-)
+from keeperless.controller.quorum_controller import QuorumController
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import CreatePartitionsRequest, NewTopic
 from keeperless.metadata.image import MetadataImage
 from tests.unit.controller_log import ActiveLog, active_cluster
 

@@ -7,7 +7,8 @@ import random
 from kio.schema.errors import ErrorCode
 
 from keeperless.controller.quorum_controller import QuorumController
-from keeperless.controller.quotas import alter_client_quotas, describe_client_quotas
+from keeperless.controller.quotas import alter_client_quotas
+from keeperless.metadata.admin import describe_client_quotas
 from keeperless.metadata.image import MetadataDelta, MetadataImage
 from keeperless.metadata.snapshot import image_records
 

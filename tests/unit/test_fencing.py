@@ -4,8 +4,9 @@ import random
 import uuid
 
 from keeperless.controller.fencing import fence_stale_brokers, start_sessions
-from keeperless.controller.quorum_controller import NewTopic, QuorumController
+from keeperless.controller.quorum_controller import QuorumController
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import NewTopic
 
 
 def _cluster() -> QuorumController:

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from keeperless.controller.quorum_controller import NewTopic, QuorumController
+from keeperless.controller.quorum_controller import QuorumController
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata import snapshot as snapshot_mod
+from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.image import MetadataDelta, MetadataImage
 from keeperless.metadata.snapshot import (
     SnapshotWriter,

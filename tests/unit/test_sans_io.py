@@ -39,3 +39,16 @@ def test_cli_entry_point_does_not_load_kio() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == "False"
+
+
+def test_the_broker_does_not_need_the_controllers_types() -> None:
+    """Roles meet through the metadata log and RPCs: the broker package imports nothing
+    from the controller's (the values both use live in keeperless.metadata.admin)."""
+    offenders = []
+    for path in (PKG / "broker").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "keeperless.controller"
+            ):
+                offenders.append(f"{path.relative_to(PKG)}:{node.lineno} imports {node.module}")
+    assert offenders == []

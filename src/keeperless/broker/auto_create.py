@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.controller_channel import ControllerChannel, ControllerUnavailableError
-from keeperless.controller.quorum_controller import NewTopic
+from keeperless.metadata.admin import NewTopic
 
 __all__ = ["AutoTopicCreator"]
 

@@ -17,12 +17,7 @@ from uuid import UUID
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.isr import IsrChange, IsrResult
-from keeperless.controller.quorum_controller import (
-    ApiError,
-    CreateTopicResult,
-    NewTopic,
-)
+from keeperless.metadata.admin import ApiError, CreateTopicResult, IsrChange, IsrResult, NewTopic
 from keeperless.metadata.features import SUPPORTED_FEATURES
 from keeperless.metadata.image import PartitionInfo
 from keeperless.protocol.build import build

@@ -17,7 +17,7 @@ from keeperless.broker.consumer_group import ConsumerGroup, TopicsView
 from keeperless.broker.groups import Group, JoinResult
 from keeperless.broker.mixed_groups import MixedGroups
 from keeperless.broker.txn_state import COMMIT, marker_type
-from keeperless.controller.quorum_controller import NewTopic
+from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.image import MetadataImage
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class

@@ -19,14 +19,15 @@ from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.data_plane import DataPlane
 from keeperless.broker.describe_configs import describe_configs
 from keeperless.broker.log_dir_apis import LogDirApis
-from keeperless.controller.acls import AclFilter, matching_acls
-from keeperless.controller.quorum_controller import (
+from keeperless.metadata.admin import (
+    AclFilter,
     ApiError,
     NewTopic,
+    describe_client_quotas,
+    matching_acls,
     validate_topic_name,
 )
-from keeperless.controller.quotas import describe_client_quotas
-from keeperless.controller.requests import (
+from keeperless.metadata.admin_requests import (
     acl_creations,
     acl_filters,
     alter_client_quotas_response,

@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.broker import Broker
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.partitions import Partition, ReplicationError
-from keeperless.controller.isr import IsrChange
+from keeperless.metadata.admin import IsrChange
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
 

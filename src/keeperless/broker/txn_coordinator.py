@@ -27,7 +27,7 @@ from keeperless.broker.group_coordinator import find_coordinator_response, parti
 from keeperless.broker.inter_broker import InterBrokerClient
 from keeperless.broker.partitions import NotLeaderError
 from keeperless.broker.txn_markers import OFFSETS_TOPIC, TxnMarkerWriter
-from keeperless.controller.quorum_controller import NewTopic
+from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.image import MetadataImage
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class

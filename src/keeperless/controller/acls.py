@@ -8,35 +8,24 @@ operations (1 ANY, 2 ALL, 3 READ ... 14), permissions (1 ANY, 2 DENY, 3 ALLOW)."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.quorum_controller import ApiError, QuorumController, Result
+from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import AclFilter, ApiError, matching_acls
 from keeperless.metadata.image import AclEntry
 from keeperless.metadata.snapshot import acl_record
 
-__all__ = ["AclFilter", "create_acls", "delete_acls", "matching_acls", "validate_acl"]
+__all__ = ["create_acls", "delete_acls", "validate_acl"]
 
 ANY, MATCH, LITERAL, PREFIXED = 1, 2, 3, 4
 WILDCARD = "*"
 RESOURCE_TYPES = {2, 3, 4, 5, 6, 7}
 OPERATIONS = set(range(2, 15))
 PERMISSIONS = {2, 3}
-
-
-@dataclass(frozen=True, slots=True)
-class AclFilter:
-    resource_type: int
-    resource_name: str | None
-    pattern_type: int
-    principal: str | None
-    host: str | None
-    operation: int
-    permission_type: int
 
 
 def validate_acl(a: AclEntry) -> str | None:
@@ -73,35 +62,6 @@ def create_acls(c: QuorumController, acls: Sequence[AclEntry]) -> Result[list[Ap
         existing.add(a)
         records.append(acl_record(c._uuid(), a))
     return Result(list(records), results)
-
-
-def _name_matches(f: AclFilter, a: AclEntry) -> bool:
-    if f.resource_name is None:
-        return True
-    if f.pattern_type in (LITERAL, PREFIXED):
-        return a.pattern_type == f.pattern_type and a.resource_name == f.resource_name
-    if f.pattern_type == ANY:
-        return a.resource_name == f.resource_name
-    # MATCH: every ACL that would apply to a resource of that name
-    if a.pattern_type == LITERAL:
-        return a.resource_name in (f.resource_name, WILDCARD)
-    return a.pattern_type == PREFIXED and f.resource_name.startswith(a.resource_name)
-
-
-def _matches(f: AclFilter, a: AclEntry) -> bool:
-    return (
-        f.resource_type in (ANY, a.resource_type)
-        and (f.pattern_type in (ANY, MATCH) or f.pattern_type == a.pattern_type)
-        and _name_matches(f, a)
-        and f.principal in (None, a.principal)
-        and f.host in (None, a.host)
-        and f.operation in (ANY, a.operation)
-        and f.permission_type in (ANY, a.permission_type)
-    )
-
-
-def matching_acls(acls: Mapping[UUID, AclEntry], f: AclFilter) -> Iterable[tuple[UUID, AclEntry]]:
-    return ((i, a) for i, a in sorted(acls.items()) if _matches(f, a))
 
 
 def delete_acls(c: QuorumController, filters: Sequence[AclFilter]) -> Result[list[list[AclEntry]]]:

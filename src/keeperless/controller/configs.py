@@ -8,8 +8,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.quorum_controller import ApiError, QuorumController, Result
+from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import ApiError
 from keeperless.metadata.config_catalog import (
     BROKER_CONFIGS,
     READ_ONLY,

@@ -12,13 +12,9 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.quorum_controller import (
-    ApiError,
-    PartitionKey,
-    QuorumController,
-    Result,
-)
+from keeperless.controller.quorum_controller import PartitionKey, QuorumController, Result
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import ApiError
 from keeperless.metadata.image import BrokerRegistration, MetadataImage, PartitionInfo
 
 __all__ = [

@@ -6,35 +6,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.quorum_controller import ApiError, QuorumController, Result
+from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import ApiError, IsrChange, IsrResult
 from keeperless.metadata.image import PartitionInfo
 
-__all__ = ["IsrChange", "IsrResult", "alter_partition"]
+__all__ = ["alter_partition"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class IsrChange:
-    topic_id: UUID
-    partition: int
-    leader_epoch: int
-    new_isr: tuple[int, ...]
-    partition_epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class IsrResult:
-    topic_id: UUID
-    partition: int
-    error: ApiError
-    state: PartitionInfo | None = None  # the partition after the change
 
 
 def _check(

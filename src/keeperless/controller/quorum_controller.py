@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import (
+    ApiError,
+    CreatePartitionsRequest,
+    CreateTopicResult,
+    NewTopic,
+    validate_topic_name,
+)
 from keeperless.metadata.features import METADATA_VERSION_FEATURE, SUPPORTED_FEATURES
 from keeperless.metadata.image import (
     TOPIC_RESOURCE,
@@ -28,33 +34,13 @@ from keeperless.metadata.image import (
 )
 from keeperless.metadata.topic_configs import TopicConfigError, validate_topic_configs
 
-__all__ = [
-    "ApiError",
-    "CreatePartitionsRequest",
-    "CreateTopicResult",
-    "NewTopic",
-    "PartitionKey",
-    "QuorumController",
-    "Result",
-]
+__all__ = ["PartitionKey", "QuorumController", "Result"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 PartitionKey = tuple[UUID, int]
 PRODUCER_ID_BLOCK = 1000
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_TOPIC_NAME = 249
-
-
-@dataclass(frozen=True, slots=True)
-class ApiError:
-    code: ErrorCode
-    message: str | None = None
-
-    @staticmethod
-    def none() -> ApiError:
-        return ApiError(ErrorCode.none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,47 +59,6 @@ class Result(Generic[T]):
     def all_records(self) -> list[Any]:
         """``records`` and then ``more``, which this consumes."""
         return [*self.records, *self.more]
-
-
-@dataclass(frozen=True, slots=True)
-class NewTopic:
-    name: str
-    num_partitions: int = -1
-    replication_factor: int = -1
-    assignments: Mapping[int, Sequence[int]] = field(default_factory=dict)
-    configs: Mapping[str, str | None] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class CreateTopicResult:
-    name: str
-    error: ApiError
-    topic_id: UUID | None = None
-    num_partitions: int = -1
-    replication_factor: int = -1
-    configs: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class CreatePartitionsRequest:
-    name: str
-    count: int
-    assignments: Sequence[Sequence[int]] | None = None
-
-
-def validate_topic_name(name: str) -> str | None:
-    if not name:
-        return "Topic name is illegal, it can't be empty"
-    if name in (".", ".."):
-        return 'Topic name cannot be "." or ".."'
-    if len(name) > MAX_TOPIC_NAME:
-        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters"
-    if not _LEGAL_TOPIC.match(name):
-        return (
-            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
-            "alphanumerics, '.', '_' and '-'"
-        )
-    return None
 
 
 class QuorumController:

@@ -3,15 +3,16 @@ DescribeClientQuotas is answered by brokers from their image. Enforcement comes 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.quorum_controller import ApiError, QuorumController, Result
+from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import ApiError, QuotaAlteration
 from keeperless.metadata.image import QuotaEntity
 
-__all__ = ["QuotaAlteration", "alter_client_quotas", "describe_client_quotas"]
+__all__ = ["alter_client_quotas"]
 
 # entity types and the quota keys each accepts (Kafka's QuotaConfigs)
 _CLIENT_KEYS = {
@@ -24,7 +25,6 @@ KEYS = {"user": _CLIENT_KEYS, "client-id": _CLIENT_KEYS, "ip": {"connection_crea
 _INT_KEYS = {"producer_byte_rate", "consumer_byte_rate", "connection_creation_rate"}
 
 # (entity, [(key, value, remove)])
-QuotaAlteration = tuple[QuotaEntity, Sequence[tuple[str, float, bool]]]
 
 
 def _check(entity: QuotaEntity, ops: Sequence[tuple[str, float, bool]]) -> str | None:
@@ -77,24 +77,3 @@ def alter_client_quotas(
                 )
             )
     return Result([] if validate_only else list(records), results)
-
-
-def describe_client_quotas(
-    quotas: Mapping[QuotaEntity, Mapping[str, float]],
-    components: Sequence[tuple[str, int, str | None]],
-    strict: bool,
-) -> Iterable[tuple[QuotaEntity, Mapping[str, float]]]:
-    """Kafka's filter: each component is (type, match type 0 exact / 1 default / 2 any,
-    name); ``strict`` means the entity has no other types."""
-    for entity, values in sorted(quotas.items(), key=lambda kv: str(kv[0])):
-        names = dict(entity)
-        ok = True
-        for etype, match_type, match in components:
-            exact_miss = match_type == 0 and names.get(etype) != match
-            default_miss = match_type == 1 and names.get(etype) is not None
-            if etype not in names or exact_miss or default_miss:
-                ok = False
-        if ok and strict and len(names) != len(components):
-            ok = False
-        if ok:
-            yield entity, values

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.quorum_controller import ApiError, QuorumController, Result
+from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import ApiError
 
 __all__ = ["MECHANISMS", "alter_scram_credentials", "scram_keys"]
 

@@ -13,20 +13,25 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.controller_channel import RemoteController
-from keeperless.controller.acls import AclFilter, create_acls, delete_acls
+from keeperless.controller.acls import create_acls, delete_acls
 from keeperless.controller.configs import alter_configs, incremental_alter_configs
 from keeperless.controller.elections import elect_leaders
 from keeperless.controller.features import update_features
 from keeperless.controller.fencing import register_broker
-from keeperless.controller.isr import IsrChange, IsrResult, alter_partition
-from keeperless.controller.quorum_controller import (
+from keeperless.controller.isr import alter_partition
+from keeperless.controller.quotas import alter_client_quotas
+from keeperless.controller.scram import alter_scram_credentials
+from keeperless.metadata.admin import (
+    AclFilter,
     ApiError,
     CreatePartitionsRequest,
     CreateTopicResult,
+    IsrChange,
+    IsrResult,
     NewTopic,
+    QuotaAlteration,
 )
-from keeperless.controller.quotas import QuotaAlteration, alter_client_quotas
-from keeperless.controller.requests import (
+from keeperless.metadata.admin_requests import (
     acl_creations,
     acl_filters,
     alter_client_quotas_response,
@@ -49,7 +54,6 @@ from keeperless.controller.requests import (
     unregister_response,
     update_features_response,
 )
-from keeperless.controller.scram import alter_scram_credentials
 from keeperless.metadata.image import AclEntry
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class

@@ -9,9 +9,12 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.acls import AclFilter
-from keeperless.controller.quorum_controller import CreatePartitionsRequest, NewTopic
-from keeperless.controller.quotas import QuotaAlteration
+from keeperless.metadata.admin import (
+    AclFilter,
+    CreatePartitionsRequest,
+    NewTopic,
+    QuotaAlteration,
+)
 from keeperless.metadata.image import AclEntry
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
