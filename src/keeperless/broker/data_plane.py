@@ -569,14 +569,20 @@ class DataPlane:
 
         while True:
             waiting = False
-            for entry, p, target in moved:
-                entry["low_watermark"] = low = p.low_watermark(alive)
+            for entry, part, target in moved:
+                if part.log.closed or id(self.broker.partitions.get(part.topic, part.index)) != id(
+                    part
+                ):
+                    # deleted, or this broker stopped, while the request waited
+                    entry["error_code"] = ErrorCode.not_leader_or_follower
+                    continue
+                entry["low_watermark"] = low = part.low_watermark(alive)
                 waiting = waiting or low < target
             if not waiting or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(0.02)  # followers move their start as they fetch
         for entry, _p, target in moved:
-            if entry["low_watermark"] < target:
+            if entry["error_code"] == ErrorCode.none and entry["low_watermark"] < target:
                 entry["error_code"] = ErrorCode.request_timed_out
         return build(response_class(21, header.api_version), {"throttle_time": 0, "topics": topics})
 

@@ -440,6 +440,11 @@ class PartitionLog:
         return self._failed
 
     @property
+    def closed(self) -> bool:
+        """Closed (its partition deleted, or the broker stopping): nothing to read."""
+        return not self._segments
+
+    @property
     def writable(self) -> bool:
         return self._failed is None and not self.read_only
 

@@ -1,0 +1,62 @@
+"""DeleteRecords waits for the replicas' log start (the low watermark); a partition
+deleted, or a broker stopping, while it waits is answered NOT_LEADER_OR_FOLLOWER — it
+used to read the closed log and fail the connection with a traceback (fault harness,
+seed 101: a broker's controlled shutdown during a DeleteRecords)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import uuid
+from pathlib import Path
+
+from kio.schema.delete_records.v2.request import (
+    DeleteRecordsPartition,
+    DeleteRecordsRequest,
+    DeleteRecordsTopic,
+)
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.data_plane import DataPlane
+from keeperless.metadata import _records_gen as r
+from keeperless.protocol.framing import RequestHeader
+from keeperless.protocol.records import build_batch
+from tests.unit.brokers import make_broker
+
+TID = uuid.uuid4()
+
+
+def test_a_partition_closed_while_delete_records_waits(tmp_path: Path) -> None:
+    async def go() -> ErrorCode:
+        b = make_broker(tmp_path)
+        # broker 2 is in the ISR and never fetches: the low watermark cannot move
+        b.on_committed(
+            [
+                r.TopicRecord(name="t", topic_id=TID),
+                r.PartitionRecord(
+                    partition_id=0, topic_id=TID, replicas=(1, 2), isr=(1,), leader=1
+                ),
+                r.RegisterBrokerRecord(broker_id=2, broker_epoch=5, fenced=False),
+            ],
+            3,
+        )
+        p = b.partitions.get("t", 0)
+        assert p is not None
+        p.append(build_batch([(None, b"v", ())] * 3), p.info.leader_epoch, 1 << 20, 0)  # type: ignore[union-attr]
+        p.maybe_advance_hw()
+        req = DeleteRecordsRequest(
+            topics=(
+                DeleteRecordsTopic(
+                    name="t", partitions=(DeleteRecordsPartition(partition_index=0, offset=2),)
+                ),
+            ),
+            timeout=datetime.timedelta(seconds=10),
+        )
+        task = asyncio.create_task(DataPlane(b).delete_records(RequestHeader(21, 2, 1, "t"), req))
+        await asyncio.sleep(0.1)
+        assert not task.done()  # waiting for broker 2's log start
+        b.partitions.close()  # the broker stops
+        resp = await asyncio.wait_for(task, 5)
+        return ErrorCode(resp.topics[0].partitions[0].error_code)
+
+    assert asyncio.run(go()) == ErrorCode.not_leader_or_follower
