@@ -15,6 +15,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from keeperless.protocol.prescan import check_lengths
 from keeperless.protocol.varint import read_uvarint
 
 __all__ = [
@@ -121,6 +122,7 @@ def decode_request(header: RequestHeader, frame: memoryview, body_pos: int) -> A
     try:
         if cls.__flexible__:
             pos = _skip_tagged_fields(frame, pos)
+        check_lengths(cls, frame, pos)  # before the compiled decoder reserves anything
         value, _ = entity_reader(cls)(frame, pos)
     except Exception as e:
         raise ProtocolError(
