@@ -312,3 +312,52 @@ def test_groups_are_listed_described_and_deleted_per_principal(secured: Secured)
     assert alice.describe_consumer_groups([group])[group].result(30).group_id == group
     with pytest.raises(KafkaException, match="GROUP_AUTHORIZATION_FAILED"):
         bob.delete_consumer_groups([group])[group].result(30)
+
+
+def test_what_any_principal_may_ask_and_the_acls_tools_care(secured: Secured) -> None:
+    """From a helper's probing: DescribeCluster answers every principal (its authorized
+    operations say what it may do); ListTransactions lists only the ids a principal may
+    describe; kafka-acls.sh --producer --consumer together works, --remove matches
+    LITERAL unless told otherwise (a PREFIXED ACL stays), and operations a resource
+    type does not have are refused."""
+    from confluent_kafka.admin import AdminClient
+
+    s = secured
+    bob = AdminClient(s.conf("bob"))
+    described = bob.describe_cluster(include_authorized_operations=True).result(30)
+    assert described.cluster_id
+    assert not described.authorized_operations  # nothing allowed on the cluster
+    topic = _topic(s, f"both-{uuid.uuid4().hex[:6]}")
+    added = s.acls("--add", "--allow-principal", "User:bob", "--producer", "--consumer",
+                   "--topic", topic, "--group", "g-both")  # fmt: skip
+    assert "operation=DESCRIBE" in added
+    s.acls("--add", "--allow-principal", "User:bob", "--operation", "Read", "--topic", "pub-",
+           "--resource-pattern-type", "prefixed")  # fmt: skip
+    s.acls("--remove", "--allow-principal", "User:bob", "--operation", "Read", "--topic", "pub-")
+    assert "patternType=PREFIXED" in s.acls("--list", "--topic", "pub-",
+                                            "--resource-pattern-type", "prefixed")  # fmt: skip
+    bad = keeperless("acls", "--bootstrap-server", f"127.0.0.1:{s.port}", "--command-config",
+                     str(s.admin_config), "--add", "--allow-principal", "User:bob",
+                     "--operation", "Write", "--group", "g1")  # fmt: skip
+    assert bad.returncode != 0
+    assert "GROUP only supports operations" in bad.stderr
+    # ListTransactions: only what the principal may describe
+    assert _init_transactions(s, "alice", "tx-listed") == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    s.acls("--add", "--allow-principal", "User:alice", "--operation", "Write",
+           "--transactional-id", "tx-listed")  # fmt: skip
+    assert _init_transactions(s, "alice", "tx-listed") == "ok"
+    from keeperless.tools import client
+
+    def listed(user: str) -> set[str]:
+        client.configure({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                          "sasl.username": user, "sasl.password": USERS[user]}, "test")  # fmt: skip
+        try:
+            body = {"state_filters": [], "producer_id_filters": []}
+            resp = client.call([("127.0.0.1", s.port)], 66, 0, body)
+        finally:
+            client.configure({}, "test")
+        assert resp.error_code == 0
+        return {t.transactional_id for t in resp.transaction_states}
+
+    assert "tx-listed" in listed("alice")
+    assert "tx-listed" not in listed("bob")

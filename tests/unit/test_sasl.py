@@ -80,7 +80,9 @@ def test_jaas_options() -> None:
     assert module.endswith("PlainLoginModule")
     assert opts == {"username": "admin", "password": 'a"b', "user_admin": "x", "user_bob": "plain"}
     with pytest.raises(ValueError, match="required"):
-        parse_jaas('username="admin"')
+        parse_jaas('username="admin";')
+    with pytest.raises(ValueError, match="semi-colon"):
+        parse_jaas('org.apache.kafka.common.security.plain.PlainLoginModule required a="b"')
 
 
 def test_add_scram_stores_keys_not_the_password() -> None:

@@ -63,9 +63,13 @@ class Authz:
 
     def topic_ops(self, name: str, ops: Any) -> int:
         """Kafka's authorized-operations bit field of a topic for this session."""
+        return self.ops(Resource.TOPIC, name, ops)
+
+    def ops(self, resource: Resource, name: str, ops: Any) -> int:
+        """Kafka's authorized-operations bit field of a resource for this session."""
         s = current_session.get()
         if self.authorizer is None or s is None:
             return -2147483648
         return self.authorizer.authorized_ops(
-            self._image().acls, s.principal, s.host, Resource.TOPIC, name, ops
+            self._image().acls, s.principal, s.host, resource, name, ops
         )

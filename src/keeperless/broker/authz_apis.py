@@ -38,9 +38,7 @@ _CLUSTER = {
     51: AclOp.ALTER,  # AlterUserScramCredentials
     55: AclOp.DESCRIBE,  # DescribeQuorum
     57: AclOp.ALTER,  # UpdateFeatures
-    60: AclOp.DESCRIBE,  # DescribeCluster
     64: AclOp.ALTER,  # UnregisterBroker
-    66: AclOp.DESCRIBE,  # ListTransactions (Kafka filters by DESCRIBE on each id)
 }
 # api key -> (operation, resource, the request field naming it)
 _ONE = {
@@ -314,6 +312,20 @@ def _list_groups(h: Handler, authz: Authz) -> Handler:
     return checked
 
 
+def _list_transactions(h: Handler, authz: Authz) -> Handler:
+    """Only the transactional ids the principal may describe, as Kafka."""
+
+    async def checked(header: RequestHeader, req: Any) -> Any:
+        resp = await h(header, req)
+        mine = tuple(
+            t for t in resp.transaction_states
+            if authz.allowed(AclOp.DESCRIBE, X, t.transactional_id)
+        )  # fmt: skip
+        return dataclasses.replace(resp, transaction_states=mine)
+
+    return checked
+
+
 def _offset_fetch(h: Handler, authz: Authz) -> Handler:
     """DESCRIBE on the group (each group from v8)."""
 
@@ -344,6 +356,7 @@ _TOPIC_ADMIN: dict[int, Callable[[Handler, Authz], Handler]] = {
     15: _describe_groups,
     16: _list_groups,
     42: _delete_groups,
+    66: _list_transactions,
     19: _create_topics,
     20: _delete_topics,
     37: _create_partitions,

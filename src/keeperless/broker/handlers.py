@@ -58,6 +58,9 @@ from keeperless.protocol.framing import ProtocolError, RequestHeader, response_c
 from keeperless.protocol.session import current_listener
 
 T = Resource.TOPIC
+CLUSTER_NAME = "kafka-cluster"
+CLUSTER_OPS = (AclOp.CREATE, AclOp.ALTER, AclOp.DESCRIBE, AclOp.CLUSTER_ACTION,
+               AclOp.DESCRIBE_CONFIGS, AclOp.ALTER_CONFIGS, AclOp.IDEMPOTENT_WRITE)  # fmt: skip
 TOPIC_OPS = (AclOp.READ, AclOp.WRITE, AclOp.CREATE, AclOp.DELETE, AclOp.ALTER,
              AclOp.DESCRIBE, AclOp.DESCRIBE_CONFIGS, AclOp.ALTER_CONFIGS)  # fmt: skip
 
@@ -153,6 +156,11 @@ class BrokerHandlers(LogDirApis):
                 }
             )
         return out
+
+    def _cluster_ops(self) -> int:
+        if not self.broker.authz.enabled:
+            return all_operations("cluster")
+        return self.broker.authz.ops(Resource.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
 
     def _topic_ops(self, name: str) -> int:
         if not self.broker.authz.enabled:
@@ -255,7 +263,7 @@ class BrokerHandlers(LogDirApis):
                 "controller_id": self.broker.node_id,
                 "topics": topics,
                 "error_code": ErrorCode.none,
-                "cluster_authorized_operations": all_operations("cluster")
+                "cluster_authorized_operations": self._cluster_ops()
                 if getattr(req, "include_cluster_authorized_operations", False)
                 else NOT_REQUESTED,
             },
@@ -352,7 +360,7 @@ class BrokerHandlers(LogDirApis):
                 "brokers": self._brokers(getattr(req, "include_fenced_brokers", False))
                 if err == ErrorCode.none
                 else [],
-                "cluster_authorized_operations": all_operations("cluster")
+                "cluster_authorized_operations": self._cluster_ops()
                 if getattr(req, "include_cluster_authorized_operations", False)
                 else NOT_REQUESTED,
             },

@@ -45,6 +45,8 @@ def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
     """``org.apache...PlainLoginModule required username="a" user_a="x";`` -> (the login
     module's class name, its options). ValueError names what is malformed."""
     text = text.strip()
+    if not text.endswith(";"):
+        raise ValueError("JAAS config entry not terminated by semi-colon")
     m = re.match(r"([\w.$]+)\s+(required|requisite|sufficient|optional)\b(.*?);?\s*$", text, re.S)
     if m is None:
         raise ValueError(

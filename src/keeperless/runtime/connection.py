@@ -263,6 +263,7 @@ class KafkaProtocol(asyncio.Protocol):
             self._previous = self.session.principal
             self.session.authenticated = False
             self.sasl = SaslState(self.security)
+            self.sasl.expected = self._previous
             return True
         if self._expires_at is not None and time.monotonic() > self._expires_at:
             msg = "Closing connection from %s: its session expired (connections.max.reauth.ms)"

@@ -46,6 +46,7 @@ class SaslState:
         self.mechanism = ""
         self.raw = False
         self.failure = ""
+        self.expected: str | None = None  # a re-login must name the same principal
 
     def handle(
         self, frame: memoryview, session: Session, router: RequestRouter
@@ -99,6 +100,12 @@ class SaslState:
             self.failure = f"{e} (mechanism {self.mechanism}, listener {session.listener})"
             body = {"error_code": ErrorCode.sasl_authentication_failed,
                     "error_message": str(e), "auth_bytes": b""}  # fmt: skip
+            return encode_response(header, build(cls, body)), True
+        if self.server.done and self.expected not in (None, f"User:{self.server.user}"):
+            self.failure = f"re-authenticated as User:{self.server.user}, not {self.expected}"
+            body = {"error_code": ErrorCode.sasl_authentication_failed,
+                    "error_message": "Re-authentication must keep the same principal",
+                    "auth_bytes": b""}  # fmt: skip
             return encode_response(header, build(cls, body)), True
         self._maybe_done(session)
         body = {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": out}

@@ -151,7 +151,13 @@ def _ssl_context(raw: Mapping[str, str], listener: str, server: bool) -> ssl.SSL
                 "and ssl.keystore.key"
             )
     except (OSError, ssl.SSLError) as e:
-        raise SecurityConfigError(f"Cannot load the key store of {where}: {e}") from None
+        what = (
+            "ssl.keystore.certificate.chain/ssl.keystore.key"
+            if chain and key
+            else f"ssl.keystore.location={location}"
+        )
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise SecurityConfigError(f"Cannot load {what} of {where}: {reason}") from None
     trust_file, trust_pem = get("ssl.truststore.location"), get("ssl.truststore.certificates")
     try:
         if trust_pem:
@@ -161,7 +167,11 @@ def _ssl_context(raw: Mapping[str, str], listener: str, server: bool) -> ssl.SSL
         elif not server:
             ctx.load_default_certs()
     except (OSError, ssl.SSLError) as e:
-        raise SecurityConfigError(f"Cannot load the trust store of {where}: {e}") from None
+        what = (
+            "ssl.truststore.certificates" if trust_pem else f"ssl.truststore.location={trust_file}"
+        )
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise SecurityConfigError(f"Cannot load {what} of {where}: {reason}") from None
     if server:
         auth = (get("ssl.client.auth") or "none").lower()
         if auth not in ("none", "requested", "required"):
@@ -214,10 +224,21 @@ def _jaas(raw: Mapping[str, str], listener: str, mechanism: str) -> dict[str, st
     if text is None:
         return {}
     try:
-        _module, options = parse_jaas(text)
+        module, options = parse_jaas(text)
     except ValueError as e:
         raise SecurityConfigError(f"sasl.jaas.config of listener {listener}: {e}") from None
+    if module not in _LOGIN_MODULES:
+        raise SecurityConfigError(
+            f"sasl.jaas.config of listener {listener}: unknown login module {module} "
+            f"(supported: {', '.join(sorted(_LOGIN_MODULES))})"
+        )
     return options
+
+
+_LOGIN_MODULES = {
+    "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
 
 
 def listener_security(

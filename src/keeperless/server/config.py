@@ -525,6 +525,15 @@ def load_config(
                 f"inter.broker.listener.name {named} is not one of the broker listeners "
                 f"({','.join(names)})"
             )
+    ctl = config.controller_listener_names
+    mech = config.raw.get("sasl.mechanism.controller.protocol", "").upper()
+    sasl_ctl = bool(ctl) and config.protocol_of(ctl[0]).startswith("SASL_")
+    if "controller" in values["process.roles"] and sasl_ctl and mech.startswith("SCRAM"):
+        raise ConfigError(
+            f"sasl.mechanism.controller.protocol={mech}: controllers cannot log in to each "
+            "other with SCRAM (its credentials are in the metadata log they have yet to "
+            "agree on); use PLAIN or SSL on the controller listener"
+        )
     for ep in config.listeners:
         try:
             listener_security(config.raw, ep.listener, config.protocol_of(ep.listener), None)

@@ -18,6 +18,17 @@ OPERATIONS = ("ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "
               "DESCRIBE_TOKENS")  # fmt: skip
 
 
+# the operations Kafka's tool accepts for each resource type
+_VALID = {
+    "TOPIC": {"READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS",
+              "ALTER_CONFIGS", "ALL"},
+    "GROUP": {"READ", "DESCRIBE", "DELETE", "ALL"},
+    "BROKER": {"CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
+               "IDEMPOTENT_WRITE", "ALTER", "DESCRIBE", "ALL"},
+    "TRANSACTIONAL_ID": {"DESCRIBE", "WRITE", "ALL"},
+}  # fmt: skip
+
+
 def _resources(args: Any) -> list[tuple[str, str]]:
     out = [("TOPIC", t) for t in args.topic or ()]
     out += [("GROUP", g) for g in args.group or ()]
@@ -37,7 +48,8 @@ def _bindings(args: Any) -> list[tuple[str, str, str, str, str]]:
     for perm, principals, hosts in (("ALLOW", args.allow_principal, args.allow_host),
                                     ("DENY", args.deny_principal, args.deny_host)):  # fmt: skip
         for principal in principals or ():
-            if ":" not in principal:
+            kind_name = principal.split(":", 1)
+            if ":" not in principal or not kind_name[0] or not kind_name[1]:
                 raise ToolError(f"principal {principal!r}: expected PrincipalType:name "
                                 "(User:alice)")  # fmt: skip
             for host in hosts or ["*"]:
@@ -84,7 +96,9 @@ def run_acls(args: Any, extra: dict[str, str], out: TextIO) -> int:
     if len(actions) != 1:
         raise ToolError("Command must include exactly one action: --list, --add, --remove.")
     action = actions[0]
-    pattern = (args.resource_pattern_type or ("ANY" if action != "add" else "LITERAL")).upper()
+    # Kafka's defaults: --list matches any pattern type, --add and --remove LITERAL only
+    # (a --remove must never take a PREFIXED or a DENY it was not pointed at)
+    pattern = (args.resource_pattern_type or ("ANY" if action == "list" else "LITERAL")).upper()
     if pattern not in ("LITERAL", "PREFIXED", "MATCH", "ANY"):
         raise ToolError(f"--resource-pattern-type {pattern}: LITERAL, PREFIXED, MATCH or ANY")
     if action == "add" and pattern not in ("LITERAL", "PREFIXED"):
@@ -126,12 +140,17 @@ def run_acls(args: Any, extra: dict[str, str], out: TextIO) -> int:
     if not rows:
         raise ToolError("You must specify one of: --allow-principal, --deny-principal "
                         "with --operation (or --producer/--consumer)")  # fmt: skip
-    bindings = []
+    bindings: list[tuple[str, str, str, str, str, str]] = []
     for kind, name in resources:
         for principal, host, op, perm, only in rows:
             if only not in ("*", kind):
                 continue
-            bindings.append((kind, name, principal, host, op, perm))
+            if op not in _VALID[kind]:
+                raise ToolError(f"ResourceType {_kind(kind)} only supports operations "
+                                f"{','.join(sorted(_VALID[kind]))}")  # fmt: skip
+            binding = (kind, name, principal, host, op, perm)
+            if binding not in bindings:  # --producer --consumer share DESCRIBE: once
+                bindings.append(binding)
     for kind, name in resources:
         mine = [b for b in bindings if b[:2] == (kind, name)]
         res = f"ResourcePattern(resourceType={_kind(kind)}, name={name}, patternType={pattern})"

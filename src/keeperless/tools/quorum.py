@@ -60,6 +60,9 @@ def _ask_quorum(servers: list[tuple[str, int]]) -> tuple[Any, str, bool]:
                 last = str(e)
             continue
         answered = True
+        if int(resp.error_code) == 31:  # CLUSTER_AUTHORIZATION_FAILED: no use asking again
+            why = resp.error_message or "DESCRIBE on the cluster is denied"
+            raise ToolError(f"{server[0]}:{server[1]}: Cluster authorization failed ({why})")
         p = resp.topics[0].partitions[0] if resp.topics else None
         if p is not None and int(p.error_code) == 0:
             return p, "", True
