@@ -379,6 +379,12 @@ def test_tools_over_sasl_ssl_add_a_scram_user(secure: Secure, tmp_path: Path) ->
     assert listed.splitlines()[0].split()[0] == "TransactionalId"
     acls = keeperless("acls", *base, "--list", check=True)
     assert acls.returncode == 0
+    for bad_config, why in (("SCRAM-SHA-256=[password=]", "a password is required"),
+                            ("SCRAM-SHA-1=[password=x]", "unknown SCRAM mechanism")):  # fmt: skip
+        refused = keeperless("configs", *base, "--alter", "--add-config", bad_config,
+                             "--entity-type", "users", "--entity-name", "eve")  # fmt: skip
+        assert refused.returncode != 0
+        assert why in refused.stderr, refused.stderr
     wrong = tmp_path / "wrong.properties"
     wrong.write_text(props.read_text().replace(PASSWORD, "nope"))
     bad = keeperless("configs", "--bootstrap-server", server, "--command-config", str(wrong),

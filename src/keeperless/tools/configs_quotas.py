@@ -93,7 +93,7 @@ def _scram_upsertion(user: str, mechanism: str, value: str) -> dict[str, Any]:
         if not sep:
             raise ToolError(f"--add-config {mechanism}: expected [iterations=N,]password=PASSWORD")
         fields[k.strip()] = v
-    if "password" not in fields:
+    if not fields.get("password"):
         raise ToolError(f"--add-config {mechanism}: a password is required (password=...)")
     unknown = set(fields) - {"password", "iterations"}
     if unknown:
@@ -132,6 +132,10 @@ def alter_user_or_client(
     deletes: list[str],
     out: TextIO,
 ) -> int:
+    for k in [*adds, *deletes]:
+        if k.upper().startswith("SCRAM-") and k not in SCRAM:
+            raise ToolError(f"--add-config {k}: unknown SCRAM mechanism (SCRAM-SHA-256, "
+                            "SCRAM-SHA-512)")  # fmt: skip
     scram_adds = {k: v for k, v in adds.items() if k in SCRAM}
     scram_deletes = [k for k in deletes if k in SCRAM]
     quota_adds = {k: v for k, v in adds.items() if k not in SCRAM}
