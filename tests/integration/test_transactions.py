@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -347,6 +348,19 @@ def test_transactions_survive_a_restart(tmp_path: Path) -> None:
         n.stop()
 
 
+def _open_transaction(node: Node, topic: str, tid: str, value: bytes) -> Any:
+    """A transactional producer with one record written to partition 0 of ``topic`` in
+    a transaction left open."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": tid})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=value, partition=0)
+    p.flush(30)
+    return p
+
+
 @pytest.fixture
 def unverified(tmp_path: Path) -> Iterator[Node]:
     """A node that does not verify transactional writes (KIP-890 off): the way a
@@ -371,11 +385,7 @@ def test_late_transactional_writes_are_refused(node: Node) -> None:
     from tests.integration.cluster import kafka_request
 
     topic = _topic(node, 1)
-    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "late-1"})
-    p.init_transactions(30)
-    p.begin_transaction()
-    p.produce(topic, value=b"aborted", partition=0)
-    p.flush(30)
+    p = _open_transaction(node, topic, "late-1", b"aborted")
     bs = ["--bootstrap-server", node.bootstrap]
     described = keeperless("transactions", *bs, "describe", "--transactional-id", "late-1",
                            check=True).stdout.splitlines()  # fmt: skip
@@ -458,11 +468,7 @@ def test_the_transactions_tool_as_kafkas(unverified: Node) -> None:
 
     node = unverified
     topic = _topic(node, 1)
-    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "tool-1"})
-    p.init_transactions(30)
-    p.begin_transaction()
-    p.produce(topic, value=b"open", partition=0)
-    p.flush(30)
+    p = _open_transaction(node, topic, "tool-1", b"open")
     bs = ["--bootstrap-server", node.bootstrap]
     listed = keeperless("transactions", *bs, "list", check=True).stdout.splitlines()
     assert listed[0].split() == ["TransactionalId", "Coordinator", "ProducerId",
