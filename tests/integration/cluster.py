@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,15 @@ class Node:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def running(self) -> Iterator[Node]:
+        """Formatted, started, and stopped after: the body of a node fixture."""
+        self.format()
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()
 
 
 class Cluster:

@@ -18,13 +18,7 @@ VALUE = b"v" * 1000
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    n = Node(tmp_path_factory.mktemp("quotas"))
-    n.format()
-    n.start()
-    try:
-        yield n
-    finally:
-        n.stop()
+    yield from Node(tmp_path_factory.mktemp("quotas")).running()
 
 
 def _quota(node: Node, client: str, key: str) -> None:

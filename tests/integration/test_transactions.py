@@ -365,13 +365,9 @@ def _open_transaction(node: Node, topic: str, tid: str, value: bytes) -> Any:
 def unverified(tmp_path: Path) -> Iterator[Node]:
     """A node that does not verify transactional writes (KIP-890 off): the way a
     hanging transaction can still be made, to test the tools that find and end one."""
-    n = Node(tmp_path, extra={"transaction.partition.verification.enable": "false"})
-    n.format()
-    n.start()
-    try:
-        yield n
-    finally:
-        n.stop()
+    yield from Node(
+        tmp_path, extra={"transaction.partition.verification.enable": "false"}
+    ).running()
 
 
 def test_late_transactional_writes_are_refused(node: Node) -> None:

@@ -163,16 +163,15 @@ def _per_item_refusal(header: RequestHeader, req: Any, err: ErrorCode, msg: str)
 
 def _split(
     h: Handler,
-    authz: Authz,
     items_field: str,
     allowed: Callable[[Any], bool],
     refused_entry: Callable[[Any], dict[str, Any]],
     response_field: str,
 ) -> Handler:
     async def checked(header: RequestHeader, req: Any) -> Any:
-        items = tuple(getattr(req, items_field))
-        ok = tuple(i for i in items if allowed(i))
-        denied = [i for i in items if not allowed(i)]
+        verdicts = [(i, allowed(i)) for i in getattr(req, items_field)]
+        ok = tuple(i for i, yes in verdicts if yes)
+        denied = [i for i, yes in verdicts if not yes]
         if not denied:
             return await h(header, req)
         cls = response_class(header.api_key, header.api_version)
@@ -196,7 +195,7 @@ def _create_topics(h: Handler, authz: Authz) -> Handler:
                 "error_message": "Authorization failed.", "num_partitions": -1,
                 "replication_factor": -1, "configs": None}  # fmt: skip
 
-    return _split(h, authz, "topics", ok, refused, "topics")
+    return _split(h, "topics", ok, refused, "topics")
 
 
 def _delete_topics(h: Handler, authz: Authz) -> Handler:
@@ -208,8 +207,8 @@ def _delete_topics(h: Handler, authz: Authz) -> Handler:
                 return t
             if t.name is not None:
                 return str(t.name)
-            found = authz_image_topic(t.topic_id)
-            return found
+            topic = authz.image().topics.get(t.topic_id)
+            return topic.name if topic is not None else None
 
         def ok(t: Any) -> bool:
             n = name_of(t)
@@ -220,18 +219,14 @@ def _delete_topics(h: Handler, authz: Authz) -> Handler:
                     "error_code": ErrorCode.topic_authorization_failed,
                     "error_message": "Authorization failed."}  # fmt: skip
 
-        return await _split(h, authz, field, ok, refused, "responses")(header, req)
-
-    def authz_image_topic(tid: UUID) -> str | None:
-        t = authz.image().topics.get(tid)
-        return t.name if t is not None else None
+        return await _split(h, field, ok, refused, "responses")(header, req)
 
     return checked
 
 
 def _create_partitions(h: Handler, authz: Authz) -> Handler:
     return _split(
-        h, authz, "topics", lambda t: authz.allowed(AclOp.ALTER, T, t.name),
+        h, "topics", lambda t: authz.allowed(AclOp.ALTER, T, t.name),
         lambda t: {"name": t.name, "error_code": ErrorCode.topic_authorization_failed,
                    "error_message": "Authorization failed."}, "results",
     )  # fmt: skip
@@ -251,7 +246,7 @@ def _configs(op: AclOp, response_field: str) -> Callable[[Handler, Authz], Handl
                     "resource_type": r.resource_type, "resource_name": r.resource_name,
                     "configs": []}  # fmt: skip
 
-        return _split(h, authz, "resources", ok, refused, response_field)
+        return _split(h, "resources", ok, refused, response_field)
 
     return wrap
 
@@ -275,7 +270,7 @@ def _find_coordinator(h: Handler, authz: Authz) -> Handler:
                     "error_code": DENIED[res],
                     "error_message": "Authorization failed."}  # fmt: skip
 
-        return await _split(h, authz, "coordinator_keys", ok, refused, "coordinators")(header, req)
+        return await _split(h, "coordinator_keys", ok, refused, "coordinators")(header, req)
 
     return checked
 
@@ -286,7 +281,7 @@ def _describe_groups(h: Handler, authz: Authz) -> Handler:
                 "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
                 "authorized_operations": -2147483648}  # fmt: skip
 
-    return _split(h, authz, "groups", lambda g: authz.allowed(AclOp.DESCRIBE, G, g), refused,
+    return _split(h, "groups", lambda g: authz.allowed(AclOp.DESCRIBE, G, g), refused,
                   "groups")  # fmt: skip
 
 
@@ -294,36 +289,28 @@ def _delete_groups(h: Handler, authz: Authz) -> Handler:
     def refused(g: str) -> dict[str, Any]:
         return {"group_id": g, "error_code": ErrorCode.group_authorization_failed}
 
-    return _split(h, authz, "groups_names", lambda g: authz.allowed(AclOp.DELETE, G, g),
+    return _split(h, "groups_names", lambda g: authz.allowed(AclOp.DELETE, G, g),
                   refused, "results")  # fmt: skip
 
 
-def _list_groups(h: Handler, authz: Authz) -> Handler:
-    """Only the groups the principal may describe (all of them with DESCRIBE on the
-    cluster), as Kafka."""
+def _listed(
+    field: str, key: str, res: Resource, cluster_sees_all: bool
+) -> Callable[[Handler, Authz], Handler]:
+    """A listing (ListGroups, ListTransactions) with only the entries the principal may
+    describe (ListGroups: all of them with DESCRIBE on the cluster), as Kafka."""
 
-    async def checked(header: RequestHeader, req: Any) -> Any:
-        resp = await h(header, req)
-        if authz.allowed(AclOp.DESCRIBE, C):
-            return resp
-        mine = tuple(g for g in resp.groups if authz.allowed(AclOp.DESCRIBE, G, g.group_id))
-        return dataclasses.replace(resp, groups=mine)
+    def wrap(h: Handler, authz: Authz) -> Handler:
+        async def checked(header: RequestHeader, req: Any) -> Any:
+            resp = await h(header, req)
+            if cluster_sees_all and authz.allowed(AclOp.DESCRIBE, C):
+                return resp
+            mine = tuple(e for e in getattr(resp, field)
+                         if authz.allowed(AclOp.DESCRIBE, res, getattr(e, key)))  # fmt: skip
+            return dataclasses.replace(resp, **{field: mine})
 
-    return checked
+        return checked
 
-
-def _list_transactions(h: Handler, authz: Authz) -> Handler:
-    """Only the transactional ids the principal may describe, as Kafka."""
-
-    async def checked(header: RequestHeader, req: Any) -> Any:
-        resp = await h(header, req)
-        mine = tuple(
-            t for t in resp.transaction_states
-            if authz.allowed(AclOp.DESCRIBE, X, t.transactional_id)
-        )  # fmt: skip
-        return dataclasses.replace(resp, transaction_states=mine)
-
-    return checked
+    return wrap
 
 
 def _offset_fetch(h: Handler, authz: Authz) -> Handler:
@@ -345,7 +332,7 @@ def _offset_fetch(h: Handler, authz: Authz) -> Handler:
             return {"group_id": g.group_id, "topics": [], "error_code": DENIED[G]}
 
         ok = lambda g: authz.allowed(AclOp.DESCRIBE, G, g.group_id)  # noqa: E731
-        return await _split(h, authz, "groups", ok, refused, "groups")(header, req)
+        return await _split(h, "groups", ok, refused, "groups")(header, req)
 
     return checked
 
@@ -354,9 +341,9 @@ _TOPIC_ADMIN: dict[int, Callable[[Handler, Authz], Handler]] = {
     9: _offset_fetch,
     10: _find_coordinator,
     15: _describe_groups,
-    16: _list_groups,
+    16: _listed("groups", "group_id", G, cluster_sees_all=True),
     42: _delete_groups,
-    66: _list_transactions,
+    66: _listed("transaction_states", "transactional_id", X, cluster_sees_all=False),
     19: _create_topics,
     20: _delete_topics,
     37: _create_partitions,

@@ -21,6 +21,7 @@ from keeperless.protocol.fetch_response import (
     NodeEndpoint,
     RecordsSource,
     encode_fetch_response,
+    fetch_replica_id,
 )
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import CorruptBatchError, decode_records, iter_batches
@@ -156,7 +157,7 @@ class DataPlane:
         txn_denied = req.transactional_id is not None and authz.check(
             AclOp.WRITE, Resource.TRANSACTIONAL_ID, req.transactional_id
         )
-        refused = {} if txn_denied else await self._verify(req, version, named)
+        refused, verified = ({}, set()) if txn_denied else await self._verify(req, version, named)
         for td, name in named:
             topic_denied = txn_denied or (
                 name is not None and authz.check(AclOp.WRITE, Resource.TOPIC, name)
@@ -200,7 +201,7 @@ class DataPlane:
                     )
                 elif (name, pd.index) in refused:
                     res = refused[(name, pd.index)]
-                elif self.verify_txn is not None and not still_verified(p, pd.records):
+                elif (name, pd.index) in verified and not still_verified(p, pd.records):
                     res = AppendResult(
                         ErrorCode.invalid_txn_state,
                         message=f"The transaction ended on {name}-{pd.index} while its "
@@ -254,9 +255,10 @@ class DataPlane:
 
     async def _verify(
         self, req: Any, version: int, named: list[tuple[Any, str | None]]
-    ) -> dict[tuple[str, int], AppendResult]:
+    ) -> tuple[dict[tuple[str, int], AppendResult], set[tuple[str, int]]]:
+        """(the partitions refused, those to check again before appending)."""
         if self.verify_txn is None:
-            return {}
+            return {}, set()
         wanted = []
         for td, name in named:
             if name is None:
@@ -266,7 +268,7 @@ class DataPlane:
                 if p is not None and p.is_leader and self._partition_error(name, pd.index) is None:
                     wanted.append((name, pd.index, p, pd.records))
         if not wanted:
-            return {}
+            return {}, set()
         return await verify_produce(self.verify_txn, req.transactional_id, version, wanted)
 
     async def _await_isr(
@@ -348,9 +350,7 @@ class DataPlane:
         leaders named in current_leader fields)."""
         total = 0
         errors = False
-        replica = getattr(req, "replica_id", -1)
-        if version >= 15:
-            replica = req.replica_state.replica_id
+        replica = fetch_replica_id(req)
         # KIP-392: a consumer's Fetch v11+ may be served by any replica, and a leader with
         # replica.selector.class sends a consumer with a rack to a replica in that rack
         consumer_v11 = replica < 0 and version >= 11
@@ -370,6 +370,9 @@ class DataPlane:
                 name = t_img.name if t_img is not None else None
             else:
                 key = name = t.topic
+            read_denied = (
+                replica < 0 and name is not None and authz.check(AclOp.READ, Resource.TOPIC, name)
+            )
             for fp in t.partitions:
                 if name is None:
                     code = ErrorCode.unknown_topic_id
@@ -378,7 +381,7 @@ class DataPlane:
                     continue
                 err = (
                     cluster_denied
-                    or (replica < 0 and authz.check(AclOp.READ, Resource.TOPIC, name))
+                    or read_denied
                     or self._partition_error(name, fp.partition, follower_read=consumer_v11)
                 )
                 p = self.broker.partitions.get(name, fp.partition)

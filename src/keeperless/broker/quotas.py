@@ -50,6 +50,11 @@ class QuotaManager:
         self._clock = clock
         self._rates: dict[tuple[str, QuotaEntity], _Rate] = {}
 
+    @property
+    def active(self) -> bool:
+        """Any client quota set (else nothing is measured: no cost per request)."""
+        return bool(self._image().client_quotas)
+
     def _quota(
         self, user: str | None, client_id: str | None, key: str
     ) -> tuple[QuotaEntity, float] | None:
@@ -97,8 +102,6 @@ class QuotaManager:
         replica: bool = False,
     ) -> int:
         """The throttle time of one request (the largest any of its quotas asks)."""
-        if not self._image().client_quotas:
-            return 0
         user = principal[5:] if principal and principal.startswith("User:") else principal
         t = self.record("request_percentage", user, client_id, handling_ms)
         if api_key == 0:

@@ -11,7 +11,7 @@ while the produce waited for the coordinator voids it, and the batch is refused.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -68,10 +68,12 @@ async def verify_produce(
     verify: Verify,
     transactional_id: str | None,
     version: int,
-    wanted: Iterable[tuple[str, int, Partition, bytes | None]],
-) -> dict[tuple[str, int], AppendResult]:
-    """Verify every partition of a produce request that needs it; the refused ones with
-    their answer. Those verified are remembered on the partition until its next marker
+    wanted: list[tuple[str, int, Partition, bytes | None]],
+) -> tuple[dict[tuple[str, int], AppendResult], set[tuple[str, int]]]:
+    """Verify every partition of a produce request that needs it: (the refused ones with
+    their answer, the partitions to check again before appending: all of them if the
+    coordinator was waited for — a marker may have ended a transaction meanwhile —
+    else none). Those verified are remembered on the partition until its next marker
     for that producer."""
     todo: dict[tuple[int, int], list[tuple[str, int, Partition]]] = {}
     refused: dict[tuple[str, int], AppendResult] = {}
@@ -99,7 +101,8 @@ async def verify_produce(
                 message=f"Partition {name}-{index} is not in the ongoing transaction of "
                 f"{transactional_id!r} (producer {pid}, epoch {epoch}): {err.name}",
             )
-    return refused
+    waited = {(name, index) for name, index, _p, _r in wanted} if todo else set()
+    return refused, waited
 
 
 def still_verified(p: Partition, records: bytes | None) -> bool:

@@ -11,12 +11,18 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from keeperless.protocol.varint import write_uvarint
 
-__all__ = ["FetchPartition", "NodeEndpoint", "RecordsSource", "encode_fetch_response"]
+__all__ = [
+    "FetchPartition",
+    "NodeEndpoint",
+    "RecordsSource",
+    "encode_fetch_response",
+    "fetch_replica_id",
+]
 
 MAX_VERSION = 18
 
@@ -162,3 +168,11 @@ def encode_fetch_response(
     total += len(buf)
     parts.insert(0, _I32.pack(total))
     return parts
+
+
+def fetch_replica_id(req: Any) -> int:
+    """The replica a Fetch comes from (-1: a consumer): replica_id, or from v15 the
+    replica_state's (KIP-903)."""
+    state = getattr(req, "replica_state", None)
+    rid = state.replica_id if state is not None else getattr(req, "replica_id", -1)
+    return int(rid)

@@ -16,6 +16,8 @@ import typing
 from functools import cache
 from typing import Any
 
+from keeperless.protocol.varint import read_uvarint
+
 __all__ = ["check_lengths"]
 
 _FIXED = {
@@ -29,21 +31,6 @@ _I32 = struct.Struct(">i")
 
 class LengthError(ValueError):
     pass
-
-
-def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    end = len(buf)
-    while pos < end:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 35:
-            break
-    raise LengthError("a malformed varint")
 
 
 # a plan: per field, (kind, detail): ("fixed", size), ("string"|"bytes", None),
@@ -97,7 +84,7 @@ def _plan(cls: type) -> tuple[bool, Plan]:
 def _length(buf: memoryview, pos: int, flexible: bool, wide: bool) -> tuple[int, int]:
     """(length or -1 for null, position after the prefix)."""
     if flexible:
-        n, pos = _uvarint(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         return n - 1, pos
     if wide:
         if pos + 4 > len(buf):
@@ -115,7 +102,7 @@ def _walk(buf: memoryview, pos: int, plan: tuple[bool, Plan]) -> int:
         if kind == "fixed":
             pos += detail
         elif kind == "varint":
-            _, pos = _uvarint(buf, pos)
+            _, pos = read_uvarint(buf, pos)
         elif kind in ("string", "bytes"):
             n, pos = _length(buf, pos, flexible, wide=kind == "bytes")
             if n > end - pos:
@@ -145,16 +132,16 @@ def _walk(buf: memoryview, pos: int, plan: tuple[bool, Plan]) -> int:
                         raise LengthError(f"a {detail} of {m} bytes in {end - pos} left")
                     pos += max(m, 0)
                 else:
-                    _, pos = _uvarint(buf, pos)
+                    _, pos = read_uvarint(buf, pos)
         if pos > end:
             raise LengthError("the request ends inside a field")
     if flexible:
-        count, pos = _uvarint(buf, pos)
+        count, pos = read_uvarint(buf, pos)
         if count > end - pos:
             raise LengthError(f"{count} tagged fields in {end - pos} bytes")
         for _ in range(count):
-            _, pos = _uvarint(buf, pos)
-            size, pos = _uvarint(buf, pos)
+            _, pos = read_uvarint(buf, pos)
+            size, pos = read_uvarint(buf, pos)
             if size > end - pos:
                 raise LengthError(f"a tagged field of {size} bytes in {end - pos} left")
             pos += size

@@ -22,8 +22,10 @@ __all__ = [
     "MECHANISM_CODES",
     "Credential",
     "PlainServer",
+    "SaslClient",
     "SaslFailure",
     "ScramServer",
+    "jaas_credentials",
     "parse_jaas",
     "scram_client_proof",
     "scram_salted_password",
@@ -213,3 +215,51 @@ class ScramServer:
         self.user = self._name
         server_sig = hmac.new(cred.server_key, auth, self.algo).digest()
         return f"v={base64.b64encode(server_sig).decode()}".encode()
+
+
+class SaslClient:
+    """The client side of PLAIN and SCRAM, without I/O: ``first()`` is the first token
+    to send; ``step(answer)`` takes the server's answer and gives the next token, or
+    None once logged in (SaslFailure if a SCRAM server's signature does not match).
+    Nodes (to their peers) and the tools drive it over their own connections."""
+
+    def __init__(self, mechanism: str, username: str, password: str) -> None:
+        self.mechanism = mechanism
+        self.username = username
+        self.password = password
+        name = username.replace("=", "=3D").replace(",", "=2C")
+        self._first_bare = f"n={name},r={secrets.token_urlsafe(18)}"
+        self._signature = b""
+        self._stage = 0
+
+    def first(self) -> bytes:
+        if self.mechanism == "PLAIN":
+            return b"\0" + self.username.encode() + b"\0" + self.password.encode()
+        return f"n,,{self._first_bare}".encode()
+
+    def step(self, answer: bytes) -> bytes | None:
+        self._stage += 1
+        if self.mechanism == "PLAIN" or self._stage > 2:
+            return None
+        if self._stage == 2:
+            if answer.decode(errors="replace") != f"v={base64.b64encode(self._signature).decode()}":
+                raise SaslFailure("the server's SCRAM signature does not match")
+            return None
+        server_first = answer.decode()
+        attrs = dict(p.split("=", 1) for p in server_first.split(","))
+        salted = scram_salted_password(
+            self.mechanism, self.password, base64.b64decode(attrs["s"]), int(attrs["i"])
+        )
+        without_proof = f"c=biws,r={attrs['r']}"
+        auth = f"{self._first_bare},{server_first},{without_proof}".encode()
+        proof, self._signature = scram_client_proof(self.mechanism, salted, auth)
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+def jaas_credentials(text: str) -> tuple[str, str]:
+    """The username and password of a client's sasl.jaas.config (ValueError names
+    what is wrong)."""
+    _module, options = parse_jaas(text)
+    if "username" not in options or "password" not in options:
+        raise ValueError("a client's sasl.jaas.config needs username and password")
+    return options["username"], options["password"]

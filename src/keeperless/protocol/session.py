@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 
+from keeperless.protocol.varint import read_uvarint, write_uvarint
+
 __all__ = [
     "ANONYMOUS",
     "Session",
@@ -48,7 +50,8 @@ def encode_principal(principal: str) -> bytes:
     out = bytearray(b"\x00\x00")  # version 0
     for text in (kind, name):
         data = text.encode()
-        out += _uvarint(len(data) + 1) + data
+        write_uvarint(out, len(data) + 1)
+        out += data
     out += b"\x00"  # not token-authenticated
     out += b"\x00"  # no tagged fields
     return bytes(out)
@@ -61,32 +64,9 @@ def decode_principal(data: bytes) -> str:
     pos = 2
     parts = []
     for _ in range(2):
-        n, pos = _read_uvarint(data, pos)
+        n, pos = read_uvarint(data, pos)
         if n < 1 or pos + n - 1 > len(data):
             raise ValueError("a truncated principal")
         parts.append(data[pos : pos + n - 1].decode())
         pos += n - 1
     return f"{parts[0]}:{parts[1]}"
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while pos < len(data):
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            break
-    raise ValueError("a malformed varint in a principal")

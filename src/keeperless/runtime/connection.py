@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.protocol.apis import API_NAMES
 from keeperless.protocol.build import build
+from keeperless.protocol.fetch_response import fetch_replica_id
 from keeperless.protocol.framing import (
     MAX_FRAME,
     FrameDecoder,
@@ -35,13 +36,6 @@ __all__ = ["KafkaProtocol", "RequestRouter"]
 log = logging.getLogger(__name__)
 # the throttle time the request just handled earned (client quotas), for its connection
 current_throttle: contextvars.ContextVar[int] = contextvars.ContextVar("throttle", default=0)
-
-
-def _replica_id(req: Any) -> int:
-    rid = getattr(req, "replica_id", None)
-    if rid is None and getattr(req, "replica_state", None) is not None:
-        rid = req.replica_state.replica_id
-    return int(rid) if rid is not None else -1
 
 
 SASL_MAX_RECEIVE = 524288
@@ -112,7 +106,7 @@ class RequestRouter:
                 raise
             self.metrics.requests.labels(name).inc()
             self.metrics.request_latency.labels(name).observe((time.perf_counter() - t0) * 1000)
-        if self.quotas is not None:
+        if self.quotas is not None and self.quotas.active:
             resp = self._throttled(header, req, frame, resp, (time.perf_counter() - t0) * 1000)
         if resp is None or isinstance(resp, list):
             return resp  # no response (acks=0), or a frame already encoded as parts
@@ -129,7 +123,7 @@ class RequestRouter:
             if (isinstance(resp, list))
             else 0
         )
-        replica = header.api_key == 1 and _replica_id(req) >= 0
+        replica = header.api_key == 1 and fetch_replica_id(req) >= 0
         throttle = self.quotas.throttle(
             s.principal if s is not None else None, header.client_id, header.api_key,
             len(frame), out_bytes, ms, replica,

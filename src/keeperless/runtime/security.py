@@ -18,9 +18,7 @@ mechanism with the username and password of the listener's JAAS configuration.""
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
-import secrets
 import ssl
 import struct
 import tempfile
@@ -28,12 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from keeperless.protocol.sasl import (
-    Credential,
-    parse_jaas,
-    scram_client_proof,
-    scram_salted_password,
-)
+from keeperless.protocol.sasl import Credential, SaslClient, SaslFailure, parse_jaas
 from keeperless.protocol.session import ANONYMOUS, Session, current_session
 
 __all__ = [
@@ -368,20 +361,10 @@ async def _sasl_login(
             raise AuthenticationError(getattr(resp, "error_message", None) or "SASL failed")
         return bytes(getattr(resp, "auth_bytes", b""))
 
-    if mech == "PLAIN":
-        await auth(b"\0" + sec.username.encode() + b"\0" + sec.password.encode())
-        return
-    nonce = secrets.token_urlsafe(18)
-    name = sec.username.replace("=", "=3D").replace(",", "=2C")
-    first_bare = f"n={name},r={nonce}"
-    server_first = (await auth(f"n,,{first_bare}".encode())).decode()
-    attrs = dict(p.split("=", 1) for p in server_first.split(","))
-    salted = scram_salted_password(
-        mech, sec.password, base64.b64decode(attrs["s"]), int(attrs["i"])
-    )
-    without_proof = f"c=biws,r={attrs['r']}"
-    auth_msg = f"{first_bare},{server_first},{without_proof}".encode()
-    proof, server_sig = scram_client_proof(mech, salted, auth_msg)
-    final = (await auth(f"{without_proof},p={base64.b64encode(proof).decode()}".encode())).decode()
-    if final != f"v={base64.b64encode(server_sig).decode()}":
-        raise AuthenticationError("the peer's SCRAM signature does not match")
+    client = SaslClient(mech, sec.username, sec.password)
+    token: bytes | None = client.first()
+    while token is not None:
+        try:
+            token = client.step(await auth(token))
+        except SaslFailure as e:
+            raise AuthenticationError(str(e)) from None

@@ -6,9 +6,6 @@ sasl.password."""
 
 from __future__ import annotations
 
-import base64
-import re
-import secrets
 import socket
 import ssl
 import struct
@@ -19,7 +16,9 @@ from kio.index import load_request_schema
 
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
+from keeperless.protocol.sasl import SaslClient, SaslFailure
 from keeperless.tools.errors import ToolError
+from keeperless.tools.rdkafka import jaas_login
 
 __all__ = ["QUIET", "ToolError", "call", "configure", "parse_servers"]
 
@@ -76,10 +75,7 @@ def configure(props: dict[str, str], source: str) -> None:
         sec.mechanism = props.get("sasl.mechanism", "GSSAPI").strip().upper()
         if sec.mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
             raise ToolError(f"{source}: sasl.mechanism {sec.mechanism} is not supported")
-        jaas = props.get("sasl.jaas.config", "")
-        found = dict(re.findall(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"', jaas))
-        sec.username = props.get("sasl.username") or found.get("username", "")
-        sec.password = props.get("sasl.password") or found.get("password", "")
+        sec.username, sec.password = jaas_login(props, source)
         if not sec.username:
             raise ToolError(f"{source}: SASL needs sasl.jaas.config (username, password) "
                             "or sasl.username and sasl.password")  # fmt: skip
@@ -94,8 +90,6 @@ def _exchange(s: socket.socket, api_key: int, version: int, body: dict[str, Any]
 
 
 def _login(s: socket.socket) -> None:
-    from keeperless.protocol.sasl import scram_client_proof, scram_salted_password
-
     sec = _SEC
     hs = _exchange(s, 17, 1, {"mechanism": sec.mechanism})
     if hs.error_code:
@@ -107,22 +101,13 @@ def _login(s: socket.socket) -> None:
             raise OSError(resp.error_message or "SASL authentication failed")
         return bytes(resp.auth_bytes)
 
-    if sec.mechanism == "PLAIN":
-        auth(b"\0" + sec.username.encode() + b"\0" + sec.password.encode())
-        return
-    name = sec.username.replace("=", "=3D").replace(",", "=2C")
-    first = f"n={name},r={secrets.token_urlsafe(18)}"
-    server_first = auth(f"n,,{first}".encode()).decode()
-    attrs = dict(p.split("=", 1) for p in server_first.split(","))
-    salted = scram_salted_password(sec.mechanism, sec.password, base64.b64decode(attrs["s"]),
-                                   int(attrs["i"]))  # fmt: skip
-    without = f"c=biws,r={attrs['r']}"
-    proof, sig = scram_client_proof(
-        sec.mechanism, salted, f"{first},{server_first},{without}".encode()
-    )
-    final = auth(f"{without},p={base64.b64encode(proof).decode()}".encode())
-    if final.decode() != f"v={base64.b64encode(sig).decode()}":
-        raise OSError("the server's SCRAM signature does not match")
+    client = SaslClient(sec.mechanism, sec.username, sec.password)
+    token: bytes | None = client.first()
+    while token is not None:
+        try:
+            token = client.step(auth(token))
+        except SaslFailure as e:
+            raise OSError(str(e)) from None
 
 
 def _connect(host: str, port: int, timeout_s: float) -> socket.socket:

@@ -15,12 +15,14 @@ import re
 import time
 from typing import Any
 
+from keeperless.protocol.sasl import jaas_credentials
 from keeperless.tools.errors import ToolError
 
 __all__ = [
     "TIMEOUT_S",
     "Session",
     "describe_unreachable",
+    "jaas_login",
     "kafka_error_text",
     "librdkafka_config",
 ]
@@ -71,7 +73,17 @@ def describe_unreachable(bootstrap: str, reasons: dict[str, str]) -> str:
     return "could not reach " + ", ".join(parts + extra)
 
 
-_JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+def jaas_login(props: dict[str, str], source: str) -> tuple[str, str]:
+    """The username and password a tool logs in with: sasl.username/sasl.password
+    (librdkafka's keys) or those of sasl.jaas.config (Java's); empty when neither."""
+    user, password = props.get("sasl.username", ""), props.get("sasl.password", "")
+    jaas = props.get("sasl.jaas.config")
+    if jaas and not (user and password):
+        try:
+            user, password = jaas_credentials(jaas)
+        except ValueError as e:
+            raise ToolError(f"{source}: sasl.jaas.config: {e}") from None
+    return user, password
 
 
 def librdkafka_config(props: dict[str, str]) -> dict[str, str]:
@@ -90,12 +102,9 @@ def librdkafka_config(props: dict[str, str]) -> dict[str, str]:
     for key in ("ssl.truststore.type", "ssl.keystore.type", "ssl.truststore.password",
                 "ssl.keystore.password"):  # fmt: skip
         out.pop(key, None)
-    jaas = out.pop("sasl.jaas.config", None)
-    if jaas:
-        found = dict(_JAAS_FIELD.findall(jaas))
-        for field in ("username", "password"):
-            if field in found:
-                out.setdefault(f"sasl.{field}", found[field])
+    if "sasl.jaas.config" in out:
+        out["sasl.username"], out["sasl.password"] = jaas_login(out, "--command-config")
+        del out["sasl.jaas.config"]
     return out
 
 
