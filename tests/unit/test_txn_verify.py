@@ -1,0 +1,56 @@
+"""KIP-890 verification on the produce path: while a produce waits for the transaction
+coordinator, a marker may end a transaction another of its partitions relied on; every
+partition of such a request is checked again before appending (and only then: a request
+that waited for nothing is not checked twice)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.partitions import Partition
+from keeperless.broker.txn_verify import still_verified, verify_produce
+from keeperless.metadata.image import PartitionInfo
+from keeperless.protocol.records import build_batch
+from keeperless.storage.log import LogConfig
+
+
+def _partition(d: Path, name: str) -> Partition:
+    p = Partition(name, 0, uuid.uuid4(), d / f"{name}-0", LogConfig(), 0)
+    p.on_info(PartitionInfo((1,), (1,), 1, 0, 0), 0)
+    return p
+
+
+def _txn(seq: int) -> bytes:
+    return build_batch([(b"k", b"v", ())], producer_id=7, producer_epoch=0, base_sequence=seq,
+                       transactional=True)  # fmt: skip
+
+
+def test_a_marker_during_the_wait_voids_the_other_partitions(tmp_path: Path) -> None:
+    ongoing, fresh = _partition(tmp_path, "a"), _partition(tmp_path, "b")
+    ongoing.append(_txn(0), 0, 1 << 20, 0)  # producer 7's transaction is open on "a"
+
+    async def verify(tid: str, pid: int, epoch: int, parts: list[tuple[str, int]]) -> dict:
+        ongoing.append_marker(7, 0, False, 0, 0)  # the coordinator aborts meanwhile
+        return dict.fromkeys(parts, ErrorCode.none)
+
+    wanted = [("a", 0, ongoing, _txn(1)), ("b", 0, fresh, _txn(0))]
+    refused, recheck = asyncio.run(verify_produce(verify, "tx", 11, wanted))
+    assert refused == {}
+    assert recheck == {("a", 0), ("b", 0)}
+    assert not still_verified(ongoing, _txn(1))  # its transaction ended: refused
+    assert still_verified(fresh, _txn(0))  # verified during this request
+
+
+def test_a_request_that_waited_for_nothing_is_not_checked_again(tmp_path: Path) -> None:
+    ongoing = _partition(tmp_path, "a")
+    ongoing.append(_txn(0), 0, 1 << 20, 0)
+
+    async def verify(tid: str, pid: int, epoch: int, parts: list[tuple[str, int]]) -> dict:
+        raise AssertionError("nothing needed verifying")
+
+    refused, recheck = asyncio.run(verify_produce(verify, "tx", 11, [("a", 0, ongoing, _txn(1))]))
+    assert (refused, recheck) == ({}, set())
