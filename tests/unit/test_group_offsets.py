@@ -188,3 +188,102 @@ def test_a_txn_offset_commit_is_pending_from_its_append_so_an_early_marker_ends_
         b.close()
 
     asyncio.run(go())
+
+
+def _txn_commit(member: str, generation: int, offset: int = 5) -> Any:
+    from kio.schema.txn_offset_commit.v3 import request as tc
+
+    part = tc.TxnOffsetCommitRequestPartition(
+        partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+        committed_metadata="",
+    )  # fmt: skip
+    return tc.TxnOffsetCommitRequest(
+        transactional_id="x", group_id=GROUP, producer_id=7, producer_epoch=0,
+        generation_id=generation, member_id=member, group_instance_id=None,
+        topics=(tc.TxnOffsetCommitRequestTopic(name="t", partitions=(part,)),),
+    )  # fmt: skip
+
+
+def _stable_group(offsets: GroupOffsets, member: str, generation: int) -> Any:
+    from keeperless.broker.groups import Group, GroupState, Member
+
+    g = Group(GROUP, 0, 1)
+    g.members[member] = Member(member, None, "c", "h", 6000, 6000, "consumer", [("range", b"")])
+    g.generation, g.state, g.protocol_type = generation, GroupState.STABLE, "consumer"
+    offsets.gc.groups[GROUP] = g
+    return g
+
+
+def test_a_txn_offset_commit_of_a_member_the_coordinator_does_not_know_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Found by the fault harness (seed 101): the copier's group coordinator failed over
+    while its transaction waited; the new coordinator, whose group had no members yet,
+    took the old member's offsets - after the group's next member had fetched the
+    offsets before them and read those records again: copied twice, both committed.
+    Kafka refuses a member the group does not have (UNKNOWN_MEMBER_ID)."""
+    from keeperless.broker.txn_offsets import TxnOffsets
+
+    async def go() -> None:
+        b, offsets = _setup(tmp_path)
+        txn = TxnOffsets(offsets.gc, offsets)
+        p = b.partitions.get(OFFSETS_TOPIC, 0)
+        assert p is not None
+        end = p.log.log_end_offset
+        for other in (None, "new-member"):  # a group it does not know, then other members
+            if other is not None:
+                _stable_group(offsets, other, 1)
+            resp = await txn.txn_offset_commit(RequestHeader(28, 3, 1, "c"), _txn_commit("old", 1))
+            assert resp.topics[0].partitions[0].error_code == ErrorCode.unknown_member_id, other
+            assert offsets.gc.pending_partitions(GROUP) == set()
+            assert p.log.log_end_offset == end  # nothing written
+        b.close()
+
+    asyncio.run(go())
+
+
+def test_a_rebalance_while_a_txn_offset_commit_is_verified_fences_it(tmp_path: Path) -> None:
+    """The member is checked after the transaction coordinator's verification, with
+    nothing between the check and the append: a member whose generation ended during
+    the wait no longer writes the offsets of partitions now assigned elsewhere."""
+    from keeperless.broker.txn_offsets import TxnOffsets
+
+    async def go() -> None:
+        b, offsets = _setup(tmp_path)
+        txn = TxnOffsets(offsets.gc, offsets)
+        g = _stable_group(offsets, "m1", 3)
+        verifying = asyncio.Event()
+        release = asyncio.Event()
+
+        async def verify(tid: str, pid: int, epoch: int, keys: Any) -> Any:
+            verifying.set()
+            await release.wait()
+            return {k: ErrorCode.none for k in keys}
+
+        txn.verify = verify
+        task = asyncio.create_task(
+            txn.txn_offset_commit(RequestHeader(28, 3, 1, "c"), _txn_commit("m1", 3))
+        )
+        await asyncio.wait_for(verifying.wait(), 5)
+        g.generation = 4  # the group rebalanced meanwhile
+        release.set()
+        resp = await asyncio.wait_for(task, 5)
+        assert resp.topics[0].partitions[0].error_code == ErrorCode.illegal_generation
+        assert offsets.gc.pending_partitions(GROUP) == set()
+        # the member at the group's generation commits; so does a producer that names
+        # no member (TxnOffsetCommit before v3: Kafka lets it commit)
+        txn.verify = None
+        p = b.partitions.get(OFFSETS_TOPIC, 0)
+        assert p is not None
+        for member, generation in (("m1", 4), ("", -1)):
+            task = asyncio.create_task(
+                txn.txn_offset_commit(RequestHeader(28, 3, 2, "c"), _txn_commit(member, generation))
+            )
+            await asyncio.sleep(0.05)
+            assert offsets.gc.pending_partitions(GROUP) == {("t", 0)}, member  # appended
+            p.record_follower_fetch(2, p.log.log_end_offset, 0)
+            resp = await asyncio.wait_for(task, 5)
+            assert resp.topics[0].partitions[0].error_code == ErrorCode.none, member
+        b.close()
+
+    asyncio.run(go())

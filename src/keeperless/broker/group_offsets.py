@@ -65,25 +65,12 @@ class GroupOffsets:
 
     async def offset_commit(self, header: RequestHeader, req: Any) -> Any:
         group_id = req.group_id
-        err = self.gc._group_error(group_id)
-        g = self.gc.groups.get(group_id)
-        generation = getattr(req, "generation_id_or_member_epoch", -1)
-        cg = self.gc.consumer_groups.get(group_id)
-        if err is None and cg is not None and (cg.members or g is None or not g.members):
-            err = _consumer_member_error(cg, req.member_id, generation)
-        elif err is None and generation >= 0:
-            err = (
-                ErrorCode.unknown_member_id
-                if g is None
-                else g.check_member(
-                    req.member_id, generation, getattr(req, "group_instance_id", None)
-                )
-            )
-            if err == ErrorCode.none and g is not None and g.state == GroupState.PREPARING:
-                err = ErrorCode.rebalance_in_progress
-            err = None if err == ErrorCode.none else err
-        elif err is None and g is not None and g.members:
-            err = ErrorCode.unknown_member_id  # simple commits only for groups without members
+        err = self.gc._group_error(group_id) or self.member_error(
+            group_id,
+            getattr(req, "member_id", ""),
+            getattr(req, "generation_id_or_member_epoch", -1),
+            getattr(req, "group_instance_id", None),
+        )
         now = int(time.time() * 1000)
         records = []
         topics = []
@@ -124,6 +111,38 @@ class GroupOffsets:
                 "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
             },
         )
+
+    def member_error(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        instance: str | None,
+        transactional: bool = False,
+    ) -> ErrorCode | None:
+        """Whether a commit of ``member_id`` at ``generation`` may write the group's
+        offsets now (Kafka's validateOffsetCommit). A member the group does not know -
+        also every member of a group this coordinator has only just loaded, whose
+        membership is not restored - is refused: its partitions may be another
+        member's by now, and that member may have fetched the offsets already (found by
+        the fault harness: a transactional copier whose group coordinator failed over
+        committed the offsets of records the group's next member read again). A
+        transactional commit is checked at its append, after any wait, never before."""
+        g = self.gc.groups.get(group_id)
+        cg = self.gc.consumer_groups.get(group_id)
+        if cg is not None and (cg.members or g is None or not g.members):
+            return _consumer_member_error(cg, member_id, generation, transactional)
+        if generation >= 0 or member_id or instance is not None:
+            err = ErrorCode.unknown_member_id if g is None else g.check_member(
+                member_id, generation, instance
+            )  # fmt: skip
+            preparing = g is not None and g.state == GroupState.PREPARING
+            if err == ErrorCode.none and preparing and not transactional:
+                err = ErrorCode.rebalance_in_progress
+            return None if err == ErrorCode.none else err
+        if not transactional and g is not None and g.members:
+            return ErrorCode.unknown_member_id  # simple commits only for groups without members
+        return None
 
     async def _store(
         self,
@@ -414,11 +433,14 @@ class GroupOffsets:
         )
 
 
-def _consumer_member_error(cg: Any, member_id: str, epoch: int) -> ErrorCode | None:
+def _consumer_member_error(
+    cg: Any, member_id: str, epoch: int, transactional: bool = False
+) -> ErrorCode | None:
     """KIP-848: a commit to a consumer group comes from a member at its epoch (or the
-    previous one while it moves on); a simple commit only to a group without members."""
+    previous one while it moves on); a simple commit only to a group without members
+    (a transactional one without a member from any producer, as Kafka allows)."""
     if epoch < 0 and not member_id:
-        return ErrorCode.unknown_member_id if cg.members else None
+        return ErrorCode.unknown_member_id if cg.members and not transactional else None
     m = cg.members.get(member_id)
     if m is None:
         return ErrorCode.unknown_member_id

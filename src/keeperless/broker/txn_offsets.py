@@ -63,17 +63,21 @@ class TxnOffsets:
     async def txn_offset_commit(self, header: RequestHeader, req: Any) -> Any:
         gid = req.group_id
         err = self.gc._group_error(gid)
-        # v3+ carry the member (KIP-447); older versions commit as a simple consumer
-        generation = getattr(req, "generation_id", -1)
-        if err is None and generation >= 0:
-            g = self.gc.groups.get(gid)
-            if g is not None and g.members:
-                code = g.check_member(
-                    req.member_id, generation, getattr(req, "group_instance_id", None)
-                )
-                err = None if code == ErrorCode.none else code
         if err is None and self.verify is not None:
             err = await self._verified(header, req)
+        # v3+ carry the member (KIP-447), checked after the wait and with nothing
+        # between the check and the append: a rebalance meanwhile fences the commit
+        err = (
+            err
+            or self.gc._group_error(gid)
+            or self.offsets.member_error(
+                gid,
+                getattr(req, "member_id", ""),
+                getattr(req, "generation_id", -1),
+                getattr(req, "group_instance_id", None),
+                transactional=True,
+            )
+        )
         now = int(time.time() * 1000)
         records = []
         pending: dict[tuple[str, int], tuple[int, int, str | None]] = {}
