@@ -206,6 +206,8 @@ def run_once(
                 "copier_sessions": workload.txn.sessions,
                 "input": sum(len(v) for v in txn_in.values()),
                 "copied": sum(len(v) for v in txn_out.values()),
+                # deliveries below the copier's own position within one session
+                "rewinds": [e.value for e in history.of("txn-copier", "rewind")][:10],
             },
             delete_records=sum(1 for e in history.of("admin", "delete-records") if e.type == "ok"),
             # copies of a value written under two epochs of its producer: librdkafka

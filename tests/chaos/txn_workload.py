@@ -91,20 +91,31 @@ class TxnWorkload:
                       "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000})  # fmt: skip
         c.subscribe([TXN_IN])
         in_txn = False
+        # the next offset each input partition should deliver in this session: a
+        # delivery below it (the consumer went back) is recorded, so a duplicate has
+        # its cause in the history
+        expect: dict[int, int] = {}
         try:
             while not self.stop.is_set():
                 msgs = [m for m in c.consume(50, 0.5) if m.error() is None]
                 if not msgs:
                     continue
+                self._note_rewinds(msgs, expect)
                 p.begin_transaction()
                 in_txn = True
                 for m in msgs:
                     p.produce(TXN_OUT, value=b"out:" + m.value(), partition=m.partition())
                 positions = c.position(c.assignment())
-                p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 30)
+                meta = c.consumer_group_metadata()
+                p.send_offsets_to_transaction(positions, meta, 30)
                 p.commit_transaction(30)
                 in_txn = False
                 self.commits += 1
+                self.history.info(
+                    "txn-copier",
+                    "txn",
+                    {str(tp.partition): tp.offset for tp in positions},
+                )
         except KafkaException as e:
             err = e.args[0]
             if in_txn and err.txn_requires_abort():
@@ -123,6 +134,17 @@ class TxnWorkload:
                 except KafkaException:
                     pass
             c.close()
+
+    def _note_rewinds(self, msgs: list[Any], expect: dict[int, int]) -> None:
+        for m in msgs:
+            want = expect.get(m.partition())
+            if want is not None and m.offset() < want:
+                self.history.info(
+                    "txn-copier",
+                    "rewind",
+                    {"partition": m.partition(), "offset": m.offset(), "expected": want},
+                )
+            expect[m.partition()] = m.offset() + 1
 
 
 def read_topic(bootstrap: str, topic: str, partition: int, timeout_s: float = 30.0) -> list[str]:
