@@ -8,6 +8,7 @@ DeleteRecords and Metadata check per topic inside their handlers."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
@@ -21,6 +22,7 @@ from keeperless.protocol.framing import RequestHeader, response_class
 __all__ = ["authorized_handlers"]
 
 Handler = Callable[[RequestHeader, Any], Awaitable[Any]]
+_NO_TIME = datetime.datetime.fromtimestamp(0, datetime.UTC)
 C, G, X, T = Resource.CLUSTER, Resource.GROUP, Resource.TRANSACTIONAL_ID, Resource.TOPIC
 
 # api key -> operation on the cluster the whole request needs
@@ -337,7 +339,75 @@ def _offset_fetch(h: Handler, authz: Authz) -> Handler:
     return checked
 
 
+def _describe_transactions(h: Handler, authz: Authz) -> Handler:
+    """DESCRIBE on each transactional id; of an allowed one's partitions only the
+    topics the principal may describe (Kafka's handleDescribeTransactionsRequest)."""
+
+    def refused(tid: str) -> dict[str, Any]:
+        return {"error_code": DENIED[X], "transactional_id": tid, "transaction_state": "",
+                "transaction_timeout": 0, "transaction_start_time": _NO_TIME,
+                "producer_id": -1, "producer_epoch": -1, "topics": ()}  # fmt: skip
+
+    split = _split(h, "transactional_ids", lambda t: authz.allowed(AclOp.DESCRIBE, X, t),
+                   refused, "transaction_states")  # fmt: skip
+
+    async def checked(header: RequestHeader, req: Any) -> Any:
+        resp = await split(header, req)
+        states = tuple(
+            dataclasses.replace(s, topics=tuple(
+                t for t in s.topics if authz.allowed(AclOp.DESCRIBE, T, t.topic)))
+            for s in resp.transaction_states
+        )  # fmt: skip
+        return dataclasses.replace(resp, transaction_states=states)
+
+    return checked
+
+
+def _describe_producers(h: Handler, authz: Authz) -> Handler:
+    """READ on each topic (Kafka's handleDescribeProducersRequest)."""
+
+    def refused(t: Any) -> dict[str, Any]:
+        return {"name": t.name, "partitions": [
+            {"partition_index": i, "error_code": DENIED[T], "error_message": None,
+             "active_producers": []} for i in t.partition_indexes]}  # fmt: skip
+
+    return _split(h, "topics", lambda t: authz.allowed(AclOp.READ, T, t.name), refused,
+                  "topics")  # fmt: skip
+
+
+def _add_partitions_to_txn(h: Handler, authz: Authz) -> Handler:
+    """Before v4 (producers): WRITE on the transactional id and on each topic - a
+    refused topic fails with TOPIC_AUTHORIZATION_FAILED, the others are not attempted;
+    from v4 (brokers verifying, KIP-890): CLUSTER_ACTION."""
+
+    async def checked(header: RequestHeader, req: Any) -> Any:
+        cls = response_class(24, header.api_version)
+        if header.api_version >= 4:
+            if authz.allowed(AclOp.CLUSTER_ACTION, C):
+                return await h(header, req)
+            return build(cls, {"throttle_time": 0, "error_code": DENIED[C],
+                               "results_by_transaction": []})  # fmt: skip
+        topics = req.v3_and_below_topics
+        if not authz.allowed(AclOp.WRITE, X, req.v3_and_below_transactional_id):
+            errors = {t.name: DENIED[X] for t in topics}
+        else:
+            denied = {t.name for t in topics if not authz.allowed(AclOp.WRITE, T, t.name)}
+            if not denied:
+                return await h(header, req)
+            errors = {t.name: DENIED[T] if t.name in denied
+                      else ErrorCode.operation_not_attempted for t in topics}  # fmt: skip
+        results = [{"name": t.name, "results_by_partition": [
+            {"partition_index": i, "partition_error_code": errors[t.name]}
+            for i in t.partitions]} for t in topics]  # fmt: skip
+        return build(cls, {"throttle_time": 0, "results_by_topic_v3_and_below": results})
+
+    return checked
+
+
 _TOPIC_ADMIN: dict[int, Callable[[Handler, Authz], Handler]] = {
+    24: _add_partitions_to_txn,
+    61: _describe_producers,
+    65: _describe_transactions,
     9: _offset_fetch,
     10: _find_coordinator,
     15: _describe_groups,
