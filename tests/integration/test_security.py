@@ -210,6 +210,10 @@ def test_tls_with_client_certificates(secure: Secure) -> None:
                                            "sasl.mechanism": "PLAIN", "sasl.username": "alice",
                                            "sasl.password": PASSWORD})  # fmt: skip
     _refused(untrusting)
+    # the node says why (the event loop alone drops failed handshakes silently)
+    logs = secure.node.logs()
+    assert "TLS handshake failed on listener TLS:" in logs
+    assert "TLS handshake failed on listener SASLTLS:" in logs
 
 
 def test_other_clients_over_sasl_and_tls(secure: Secure) -> None:

@@ -18,13 +18,16 @@ mechanism with the username and password of the listener's JAAS configuration.""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import ssl
 import struct
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from keeperless.protocol.sasl import Credential, SaslClient, SaslFailure, parse_jaas
 from keeperless.protocol.session import ANONYMOUS, Session, current_session
@@ -115,6 +118,61 @@ def _load_inline_chain(ctx: ssl.SSLContext, chain: str, key: str, password: str 
         ctx.load_cert_chain(cert_path, key_path, password)
 
 
+class _TlsFailures:
+    """One warning per listener every 10 s for failed TLS handshakes (an untrusted or
+    missing client certificate, a plaintext client on a TLS port...), with how many
+    were not shown: the event loop itself drops these failures silently."""
+
+    def __init__(self, listener: str) -> None:
+        self.listener = listener
+        self.last = -1e9
+        self.hidden = 0
+
+    def failed(self, e: ssl.SSLError) -> None:
+        now = time.monotonic()
+        if now - self.last < 10:
+            self.hidden += 1
+            return
+        more = f" ({self.hidden} more since the last warning)" if self.hidden else ""
+        self.last, self.hidden = now, 0
+        why = str(e.reason or e)
+        detail = getattr(e, "verify_message", None)  # which check the certificate failed
+        logging.getLogger(__name__).warning(
+            "TLS handshake failed on listener %s: %s%s",
+            self.listener,
+            f"{why} ({detail})" if detail else why,
+            more,
+        )
+
+
+def _logged_tls(listener: str) -> type[ssl.SSLObject]:
+    """The TLS object of a server context: reports failed handshakes, including the
+    client's alerts read after the server's part of a TLS 1.3 handshake."""
+    failures = _TlsFailures(listener)
+
+    class LoggedSSLObject(ssl.SSLObject):
+        def do_handshake(self) -> None:
+            try:
+                super().do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise
+            except ssl.SSLError as e:
+                failures.failed(e)
+                raise
+
+        def read(self, len: int = 1024, buffer: Any = None) -> Any:
+            try:
+                return super().read(len, buffer)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, ssl.SSLZeroReturnError):
+                raise
+            except ssl.SSLError as e:
+                if "ALERT" in (e.reason or ""):  # the client refused us (e.g. unknown CA)
+                    failures.failed(e)
+                raise
+
+    return LoggedSSLObject
+
+
 def _ssl_context(raw: Mapping[str, str], listener: str, server: bool) -> ssl.SSLContext:
     def get(k: str) -> str | None:
         return _key(raw, listener, k)
@@ -176,6 +234,7 @@ def _ssl_context(raw: Mapping[str, str], listener: str, server: bool) -> ssl.SSL
             "requested": ssl.CERT_OPTIONAL,
             "required": ssl.CERT_REQUIRED,
         }[auth]
+        ctx.sslobject_class = _logged_tls(listener)
     else:
         ident = get("ssl.endpoint.identification.algorithm")
         ctx.check_hostname = ident is None or ident.lower() == "https"
