@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 from tests.chaos.netns import Network
+from tests.chaos.secure_workload import NODE_CONFIG as SECURE_NODE_CONFIG
+from tests.chaos.secure_workload import SECURE_PORT, scram_users
 
 __all__ = ["ChaosCluster", "ChaosNode"]
 
@@ -89,6 +91,9 @@ class ChaosNode:
         if self.is_broker:
             listeners.append(f"PLAINTEXT://{self.addr}:{BROKER_PORT}")
             advertised.append(f"PLAINTEXT://{self.addr}:{BROKER_PORT}")
+            # SASL (SCRAM) with ACLs: the security workload's listener
+            listeners.append(f"SECURE://{self.addr}:{SECURE_PORT}")
+            advertised.append(f"SECURE://{self.addr}:{SECURE_PORT}")
         if self.is_controller:
             listeners.append(f"CONTROLLER://{self.addr}:{CONTROLLER_PORT}")
         props = {
@@ -97,7 +102,9 @@ class ChaosNode:
             "controller.quorum.voters": voters,
             "listeners": ",".join(listeners),
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "listener.security.protocol.map": (
+                "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SECURE:SASL_PLAINTEXT"
+            ),
             "log.dirs": str(self.data),
             "default.replication.factor": "3",
             "min.insync.replicas": "2",
@@ -108,6 +115,7 @@ class ChaosNode:
             "auto.create.topics.enable": "false",
             "log.segment.bytes": str(1024 * 1024),
             **TIMEOUTS,
+            **SECURE_NODE_CONFIG,
         }
         if advertised:
             props["advertised.listeners"] = ",".join(advertised)
@@ -247,6 +255,10 @@ class ChaosCluster:
     def bootstrap(self) -> str:
         return ",".join(f"{n.addr}:{BROKER_PORT}" for n in self.brokers)
 
+    @property
+    def secure_bootstrap(self) -> str:
+        return ",".join(f"{n.addr}:{SECURE_PORT}" for n in self.brokers)
+
     def start(self, timeout_s: float = 60.0) -> None:
         voters = ",".join(f"{n.node_id}@{n.addr}:{CONTROLLER_PORT}" for n in self.controllers)
         for n in self.nodes.values():
@@ -255,7 +267,7 @@ class ChaosCluster:
         for n in self.nodes.values():
             _run(
                 sys.executable, "-m", "keeperless", "storage", "format", "-t", cid,
-                "-c", str(n.config), "--release-version", FIRST_RELEASE,
+                "-c", str(n.config), "--release-version", FIRST_RELEASE, *scram_users(),
             )  # fmt: skip
         for n in self.nodes.values():
             n.start()

@@ -149,7 +149,9 @@ def run_once(
     try:
         cluster.start()
         racks = [f"rack-{n.node_id}" for n in cluster.brokers]
-        workload = Workload(cluster.bootstrap, history, rng, racks=racks)
+        workload = Workload(
+            cluster.bootstrap, history, rng, racks=racks, secure_bootstrap=cluster.secure_bootstrap
+        )
         workload.setup()
         workload.start()
         time.sleep(3.0)  # some quiet traffic first: the baseline latency
@@ -176,6 +178,8 @@ def run_once(
         anomalies += checkers.check_commits(history, final)
         txn_in, txn_out, txn_committed = txn_final_state(cluster.bootstrap)
         anomalies += check_exactly_once(txn_in, txn_out, txn_committed)
+        secure_anomalies, secure_stats = workload.secure.check()
+        anomalies += secure_anomalies
         admin_anomalies, admin_stats = checkers.check_admin(history)
         anomalies += admin_anomalies
         final_release = _finalized_release(cluster.bootstrap)
@@ -209,6 +213,7 @@ def run_once(
                 # deliveries below the copier's own position within one session
                 "rewinds": [e.value for e in history.of("txn-copier", "rewind")][:10],
             },
+            security=secure_stats,
             delete_records=sum(1 for e in history.of("admin", "delete-records") if e.type == "ok"),
             # copies of a value written under two epochs of its producer: librdkafka
             # re-sent it after bumping its epoch (a message timed out), as against Kafka
@@ -260,8 +265,10 @@ def print_report(r: dict[str, Any]) -> None:
         f"{r.get('commits', 0)} commits, {r.get('admin', {}).get('ops', 0)} admin ops, "
         f"{r.get('delete_records', 0)} record deletions, "
         f"{r.get('transactions', {}).get('commits', 0)} transactions "
-        f"({r.get('transactions', {}).get('copied', 0)} records copied exactly once); "
-        f"anomalies: {len(r['anomalies'])}"
+        f"({r.get('transactions', {}).get('copied', 0)} records copied exactly once), "
+        f"{r.get('security', {}).get('acked', 0)} authorized writes read back by an "
+        f"authorized reader, {r.get('security', {}).get('intruder_refusals', 0)} intruder "
+        f"writes refused; anomalies: {len(r['anomalies'])}"
     )
     for f in r.get("faults", []):
         print(f"    {f['start_s']:>7.1f}-{f['end_s']:<7.1f} {f['fault']:<20} {f['target']}")

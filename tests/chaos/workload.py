@@ -40,6 +40,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.chaos.history import History
+from tests.chaos.secure_workload import SecureWorkload
 from tests.chaos.txn_workload import TxnWorkload
 
 __all__ = ["ADMIN_TOPICS", "GROUP", "KV_TOPIC", "TOPIC", "Workload"]
@@ -78,6 +79,7 @@ class Workload:
         rate_per_s: float = 80.0,
         max_messages: int = 20_000,
         racks: Sequence[str] = (),
+        secure_bootstrap: str = "",
     ) -> None:
         self.bootstrap = bootstrap
         self.racks = list(racks)
@@ -91,6 +93,8 @@ class Workload:
         self.threads: list[threading.Thread] = []
         # exactly-once: a transactional copier between two topics
         self.txn = TxnWorkload(bootstrap, history, self.stop)
+        # security: SCRAM users and ACLs enforced on a SASL listener (issue 17)
+        self.secure = SecureWorkload(bootstrap, secure_bootstrap, history, self.stop)
 
     def _common(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, "logger": _quiet, "log_level": 0}
@@ -109,6 +113,7 @@ class Workload:
         }
         admin.create_topics([NewTopic(KV_TOPIC, KV_PARTITIONS, 3, config=kv)])[KV_TOPIC].result(30)
         self.txn.setup()
+        self.secure.setup()
 
     def start(self) -> None:
         targets: list[tuple[str, Any]] = [
@@ -118,6 +123,7 @@ class Workload:
         targets += [("monitor", self._monitor), ("admin", self._admin)]
         targets += [("kv-producer", self._produce_kv)]
         targets += self.txn.targets()
+        targets += self.secure.targets()
         for name, fn in targets:
             t = threading.Thread(target=fn, name=name, daemon=True)
             t.start()

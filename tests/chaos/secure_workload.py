@@ -1,0 +1,196 @@
+"""The fault harness's security workload (issue 17): every broker also listens with
+SASL_PLAINTEXT (SCRAM-SHA-256, users created at format time with --add-scram) and the
+StandardAuthorizer on. The PLAINTEXT listener's ANONYMOUS principal is a super user (the
+other workloads and the nodes themselves use it); on the secured listener:
+
+- ``writer`` (WRITE on the topic) produces numbered records, acks=all: each
+  acknowledged one must be in the topic at the end;
+- ``mallory`` (no ACL) tries to produce to and read the same topic throughout: nothing
+  of hers may ever be acknowledged, stored or delivered;
+- ``writer`` with a wrong password tries too: never logged in, nothing stored;
+- at the end ``reader`` (READ on the topic and its group) reads every acknowledged
+  record back through the secured listener.
+
+So credentials and ACLs held in the metadata log keep being enforced by every broker
+across kills, partitions, controller failovers and upgrades."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from tests.chaos.history import History
+
+__all__ = ["NODE_CONFIG", "SECURE_PORT", "SECURE_TOPIC", "SecureWorkload", "scram_users"]
+
+SECURE_PORT = 9094
+SECURE_TOPIC = "chaos-secure"
+SECURE_GROUP = "chaos-secure-g"
+_PASSWORDS = {"writer": "writer-pw", "reader": "reader-pw", "mallory": "mallory-pw"}
+_quiet = logging.getLogger("chaos.librdkafka")
+
+Anomaly = dict[str, Any]
+
+
+def scram_users() -> list[str]:
+    """``storage format`` arguments creating the workload's users."""
+    out = []
+    for user, pw in _PASSWORDS.items():
+        out += ["--add-scram", f"SCRAM-SHA-256=[name={user},password={pw}]"]
+    return out
+
+
+# what every node adds to its configuration: the authorizer everywhere (controllers
+# authorize forwarded requests); brokers also listen on SECURE (cluster.py)
+NODE_CONFIG = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+    "allow.everyone.if.no.acl.found": "false",
+    "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+    "inter.broker.listener.name": "PLAINTEXT",
+}
+
+
+class SecureWorkload:
+    def __init__(self, bootstrap: str, secure_bootstrap: str, history: History,
+                 stop: threading.Event) -> None:  # fmt: skip
+        self.bootstrap = bootstrap
+        self.secure_bootstrap = secure_bootstrap
+        self.history = history
+        self.stop = stop
+        self.acked: list[str] = []
+        self.intruder_acked: list[str] = []  # must stay empty
+        self.intruder_read: list[str] = []  # must stay empty
+        self.intruder_refusals = 0
+        self.refusal_codes: set[str] = set()
+
+    def _conf(self, user: str | None, password: str | None = None) -> dict[str, Any]:
+        conf: dict[str, Any] = {"logger": _quiet, "log_level": 0}
+        if user is None:
+            return {**conf, "bootstrap.servers": self.bootstrap}
+        return {**conf, "bootstrap.servers": self.secure_bootstrap,
+                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": user,
+                "sasl.password": password or _PASSWORDS[user]}  # fmt: skip
+
+    def setup(self) -> None:
+        admin = AdminClient(self._conf(None))
+        conf = {"min.insync.replicas": "2"}
+        admin.create_topics([NewTopic(SECURE_TOPIC, 2, 3, config=conf)])[SECURE_TOPIC].result(30)
+        allow, lit = AclPermissionType.ALLOW, ResourcePatternType.LITERAL
+        bindings = [
+            AclBinding(ResourceType.TOPIC, SECURE_TOPIC, lit, "User:writer", "*",
+                       AclOperation.WRITE, allow),
+            AclBinding(ResourceType.TOPIC, SECURE_TOPIC, lit, "User:reader", "*",
+                       AclOperation.READ, allow),
+            AclBinding(ResourceType.GROUP, SECURE_GROUP, lit, "User:reader", "*",
+                       AclOperation.READ, allow),
+        ]  # fmt: skip
+        for f in admin.create_acls(bindings).values():
+            f.result(30)
+
+    def targets(self) -> list[tuple[str, Any]]:
+        return [("secure-writer", self._write), ("secure-intruder", self._intrude)]
+
+    def _write(self, rate_per_s: float = 10.0, max_records: int = 2000) -> None:
+        p = Producer({**self._conf("writer"), "acks": "all", "enable.idempotence": True,
+                      "message.timeout.ms": 20_000})  # fmt: skip
+
+        def done(err: Any, msg: Any) -> None:
+            if err is None:
+                self.acked.append(msg.value().decode())
+
+        seq = 0
+        while not self.stop.is_set() and seq < max_records:
+            with contextlib.suppress(BufferError):
+                p.produce(SECURE_TOPIC, value=f"w-{seq}".encode(), on_delivery=done)
+            seq += 1
+            p.poll(0)
+            time.sleep(1.0 / rate_per_s)
+        p.flush(30)
+
+    def _intrude(self) -> None:
+        """mallory (no ACL) and the writer's name with a wrong password, throughout."""
+        mallory = Producer({**self._conf("mallory"), "message.timeout.ms": 3000,
+                            "retries": 0})  # fmt: skip
+        impostor = Producer({**self._conf("writer", "wrong-pw"), "message.timeout.ms": 3000})
+        reader = Consumer({**self._conf("mallory"), "group.id": "mallory-g",
+                           "enable.auto.commit": False})  # fmt: skip
+        reader.assign([TopicPartition(SECURE_TOPIC, p, 0) for p in range(2)])
+
+        def done(err: Any, msg: Any) -> None:
+            if err is None:
+                self.intruder_acked.append(msg.value().decode())
+            else:
+                self.intruder_refusals += 1
+                self.refusal_codes.add(err.name())
+
+        seq = 0
+        try:
+            while not self.stop.is_set():
+                for who, p in (("mallory", mallory), ("impostor", impostor)):
+                    try:
+                        p.produce(SECURE_TOPIC, value=f"{who}-{seq}".encode(), on_delivery=done)
+                    except BufferError:
+                        pass
+                    except KafkaException as e:  # refused before sending: known unauthorized
+                        self.intruder_refusals += 1
+                        self.refusal_codes.add(e.args[0].name())
+                    p.poll(0)
+                seq += 1
+                for m in reader.consume(10, 0.5):
+                    if m.error() is None:
+                        self.intruder_read.append(m.value().decode())
+                    elif m.error().code() != KafkaError._PARTITION_EOF:
+                        self.refusal_codes.add(m.error().name())
+        finally:
+            for p in (mallory, impostor):
+                p.flush(5)
+            reader.close()
+
+    def check(self, timeout_s: float = 60.0) -> tuple[list[Anomaly], dict[str, Any]]:
+        """Read the topic back as ``reader`` through the secured listener."""
+        got: set[str] = set()
+        c = Consumer({**self._conf("reader"), "group.id": SECURE_GROUP,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+        want = set(self.acked)
+        errors: set[str] = set()
+        try:
+            c.subscribe([SECURE_TOPIC])
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and not want <= got:
+                for m in c.consume(500, 0.5):
+                    if m.error() is None:
+                        got.add(m.value().decode())
+                    else:
+                        errors.add(m.error().name())
+        finally:
+            c.close()
+        anomalies: list[Anomaly] = []
+        lost = sorted(want - got)
+        if lost:
+            anomalies.append({"kind": "secure-lost", "count": len(lost), "some": lost[:10],
+                              "reader_errors": sorted(errors)})  # fmt: skip
+        foreign = sorted(v for v in got if not v.startswith("w-"))
+        if foreign or self.intruder_acked or self.intruder_read:
+            anomalies.append({"kind": "acl-bypass", "stored": foreign[:10],
+                              "acknowledged": self.intruder_acked[:10],
+                              "read": self.intruder_read[:10]})  # fmt: skip
+        stats = {"acked": len(self.acked), "read_back": len(got & want),
+                 "intruder_refusals": self.intruder_refusals,
+                 "refusals": sorted(self.refusal_codes)}  # fmt: skip
+        return anomalies, stats
