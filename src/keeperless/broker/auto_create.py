@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.controller_channel import ControllerChannel, ControllerUnavailableError
+from keeperless.broker.controller_channel import ControllerUnavailableError
+from keeperless.broker.controller_rpcs import ControllerRpcs
 from keeperless.metadata.admin import NewTopic
 
 __all__ = ["AutoTopicCreator"]
@@ -27,7 +28,7 @@ HINTS = {"__consumer_offsets": " (check offsets.topic.replication.factor)"}
 
 
 class AutoTopicCreator:
-    def __init__(self, node_id: int, controller: ControllerChannel) -> None:
+    def __init__(self, node_id: int, controller: ControllerRpcs) -> None:
         self.node_id = node_id
         self.controller = controller
         self.in_flight: set[str] = set()

@@ -16,7 +16,8 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.authz import Authz
 from keeperless.broker.auto_create import AutoTopicCreator
-from keeperless.broker.controller_channel import ControllerChannel, ControllerUnavailableError
+from keeperless.broker.controller_channel import ControllerUnavailableError
+from keeperless.broker.controller_rpcs import ControllerRpcs
 from keeperless.broker.partitions import PartitionManager
 from keeperless.metadata.authorizer import Authorizer
 from keeperless.metadata.config_catalog import Resolved, resolve_broker, resolve_topic
@@ -69,7 +70,7 @@ def _now_ms() -> int:
 
 
 class Broker:
-    def __init__(self, settings: BrokerSettings, controller: ControllerChannel) -> None:
+    def __init__(self, settings: BrokerSettings, controller: ControllerRpcs) -> None:
         self.settings = settings
         self.node_id = settings.node_id
         # how this broker reaches its peers (inter.broker.listener.name, with that

@@ -1,6 +1,6 @@
 """Request dispatch for the broker listener, and the metadata/admin handlers.
 
-Admin requests are forwarded to the active controller through the ControllerChannel and
+Admin requests are forwarded to the active controller (forwarder.py) and
 answered after their records commit and the broker's own image has them.
 """
 

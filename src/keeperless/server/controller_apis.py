@@ -12,7 +12,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.controller_channel import RemoteController
+from keeperless.broker.controller_channel import RemoteController, not_controller
 from keeperless.controller.acls import create_acls, delete_acls
 from keeperless.controller.configs import alter_configs, incremental_alter_configs
 from keeperless.controller.elections import elect_leaders
@@ -204,75 +204,29 @@ class LocalController:
 
 
 class ControllerClient:
-    """What a broker uses: its own controller when that one is active, else the remote
-    active controller."""
+    """Where a broker's own RPCs go: its own controller's handler, in process, when that
+    one is active, else the remote active controller."""
 
     def __init__(self, local: LocalController | None, remote: RemoteController) -> None:
         self.local = local
         self.remote = remote
 
-    async def _target(self) -> Any:
+    async def _local_active(self) -> LocalController | None:
         local = self.local
         if local is not None and local.service.mlog.core.is_leader:
             # just elected here: use it as soon as it has caught up
             await local.service.wait_active(
                 local.service.mlog.core.config.request_timeout_ms / 1000
             )
-        if local is not None and local.service.is_active:
-            return local
-        return self.remote
+        return local if local is not None and local.service.is_active else None
 
-    async def _call(self, name: str, *args: Any) -> Any:
-        target = await self._target()
-        try:
-            return await getattr(target, name)(*args)
-        except NotControllerError:
-            return await getattr(self.remote, name)(*args)
-
-    async def create_topics(
-        self, topics: Sequence[NewTopic], validate_only: bool
-    ) -> list[CreateTopicResult]:
-        result: list[CreateTopicResult] = await self._call("create_topics", topics, validate_only)
-        return result
-
-    async def register_broker(
-        self,
-        broker_id: int,
-        incarnation_id: UUID,
-        endpoints: Sequence[tuple[str, str, int]],
-        rack: str | None,
-    ) -> tuple[ApiError, int]:
-        result: tuple[ApiError, int] = await self._call(
-            "register_broker", broker_id, incarnation_id, endpoints, rack
-        )
-        return result
-
-    async def broker_heartbeat(
-        self,
-        broker_id: int,
-        epoch: int,
-        want_fence: bool,
-        metadata_offset: int,
-        want_shut_down: bool = False,
-    ) -> tuple[ApiError, bool, bool]:
-        result: tuple[ApiError, bool, bool] = await self._call(
-            "broker_heartbeat", broker_id, epoch, want_fence, metadata_offset, want_shut_down
-        )
-        return result
-
-    async def allocate_producer_ids(self, broker_id: int, epoch: int) -> tuple[ApiError, int, int]:
-        result: tuple[ApiError, int, int] = await self._call(
-            "allocate_producer_ids", broker_id, epoch
-        )
-        return result
-
-    async def alter_partition(
-        self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
-    ) -> tuple[ApiError, list[IsrResult]]:
-        result: tuple[ApiError, list[IsrResult]] = await self._call(
-            "alter_partition", broker_id, broker_epoch, changes
-        )
-        return result
+    async def send(self, api_key: int, version: int, req: Any) -> Any:
+        local = await self._local_active()
+        if local is not None:
+            resp = await local.forward_request(api_key, version, req)
+            if not not_controller(resp):  # it stopped leading meanwhile: ask the new one
+                return resp
+        return await self.remote.forward(api_key, version, req)
 
 
 class ControllerApis:

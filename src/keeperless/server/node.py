@@ -20,6 +20,7 @@ from keeperless.broker.authz_apis import authorized_handlers
 from keeperless.broker.broker import Broker, BrokerSettings
 from keeperless.broker.consumer_group_apis import ConsumerGroupApis
 from keeperless.broker.controller_channel import ControllerUnavailableError, RemoteController
+from keeperless.broker.controller_rpcs import ControllerRpcs
 from keeperless.broker.forwarder import ENVELOPE, Forwarder
 from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.group_offsets import GroupOffsets
@@ -129,7 +130,6 @@ class Node:
             voters,
             lambda: core.leader_id,
             config["controller.quorum.request.timeout.ms"] * 5,
-            self.cluster_id,
         )
         self.broker: Broker | None = None
         self.controller_handlers: dict[int, Any] = {}  # the controller listener's
@@ -140,7 +140,8 @@ class Node:
         self.cleaner: LogCleaner | None = None
         if config.is_broker:
             local = self.controller_apis.local if self.controller_apis else None
-            self.broker = Broker(self._broker_settings(), ControllerClient(local, self.remote))
+            rpcs = ControllerRpcs(ControllerClient(local, self.remote).send, self.cluster_id)
+            self.broker = Broker(self._broker_settings(), rpcs)
             self.broker.forwarder = Forwarder(self.remote, self._local_controller_handlers)
             self._secure_peers(self.broker)
             self.groups = GroupCoordinator(

@@ -1,0 +1,161 @@
+"""The broker's own RPCs to the active controller - CreateTopics (auto-creation),
+BrokerRegistration, BrokerHeartbeat, AllocateProducerIds, AlterPartition - built and
+read here, and handed to one ``send`` keyed by API that knows nothing of them: the
+node's (controller_apis.ControllerClient.send) answers in process with the controller's
+own handler when this node's controller is the active one, else sends the request to
+the active controller's listener. Both paths run the same handler."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+from uuid import UUID
+
+from kio.index import load_request_schema
+
+from keeperless.metadata.admin import ApiError, CreateTopicResult, IsrChange, IsrResult, NewTopic
+from keeperless.metadata.features import SUPPORTED_FEATURES
+from keeperless.metadata.image import PartitionInfo
+from keeperless.protocol.build import build
+
+__all__ = ["ControllerRpcs", "Send"]
+
+# (api key, version, request) -> the active controller's response
+Send = Callable[[int, int, Any], Awaitable[Any]]
+
+_VERSIONS = {19: 7, 56: 3, 62: 3, 63: 1, 67: 0}
+
+
+class ControllerRpcs:
+    def __init__(self, send: Send, cluster_id: str) -> None:
+        self.send = send
+        self.cluster_id = cluster_id  # carried by the registration
+
+    async def _rpc(self, api_key: int, body: dict[str, Any]) -> Any:
+        version = _VERSIONS[api_key]
+        return await self.send(api_key, version, build(load_request_schema(api_key, version), body))
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], validate_only: bool
+    ) -> list[CreateTopicResult]:
+        body = {
+            "topics": [
+                {
+                    "name": t.name,
+                    "num_partitions": t.num_partitions,
+                    "replication_factor": t.replication_factor,
+                    "assignments": [
+                        {"partition_index": p, "broker_ids": list(b)}
+                        for p, b in t.assignments.items()
+                    ],
+                    "configs": [{"name": k, "value": v} for k, v in t.configs.items()],
+                }
+                for t in topics
+            ],
+            "timeout": 30000,
+            "validate_only": validate_only,
+        }
+        resp = await self._rpc(19, body)
+        return [
+            CreateTopicResult(
+                r.name,
+                ApiError(r.error_code, r.error_message),
+                r.topic_id,
+                r.num_partitions,
+                r.replication_factor,
+                {
+                    c.name: c.value
+                    for c in (r.configs or ())
+                    if c.value is not None and c.config_source == 1
+                },
+            )
+            for r in resp.topics
+        ]
+
+    async def register_broker(
+        self,
+        broker_id: int,
+        incarnation_id: UUID,
+        endpoints: Sequence[tuple[str, str, int]],
+        rack: str | None,
+    ) -> tuple[ApiError, int]:
+        body = {
+            "broker_id": broker_id,
+            "cluster_id": self.cluster_id,
+            "incarnation_id": incarnation_id,
+            "listeners": [
+                {"name": n, "host": h, "port": p, "security_protocol": 0} for n, h, p in endpoints
+            ],
+            "features": [
+                {"name": name, "min_supported_version": lo, "max_supported_version": hi}
+                for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
+            ],
+            "rack": rack,
+            "log_dirs": [],
+            "previous_broker_epoch": -1,
+        }
+        resp = await self._rpc(62, body)
+        return ApiError(resp.error_code), resp.broker_epoch
+
+    async def broker_heartbeat(
+        self,
+        broker_id: int,
+        epoch: int,
+        want_fence: bool,
+        metadata_offset: int,
+        want_shut_down: bool = False,
+    ) -> tuple[ApiError, bool, bool]:
+        body = {
+            "broker_id": broker_id,
+            "broker_epoch": epoch,
+            "current_metadata_offset": metadata_offset,
+            "want_fence": want_fence,
+            "want_shut_down": want_shut_down,
+            "offline_log_dirs": [],
+        }
+        resp = await self._rpc(63, body)
+        return ApiError(resp.error_code), bool(resp.is_fenced), bool(resp.should_shut_down)
+
+    async def allocate_producer_ids(self, broker_id: int, epoch: int) -> tuple[ApiError, int, int]:
+        resp = await self._rpc(67, {"broker_id": broker_id, "broker_epoch": epoch})
+        return ApiError(resp.error_code), resp.producer_id_start, resp.producer_id_len
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
+    ) -> tuple[ApiError, list[IsrResult]]:
+        by_topic: dict[UUID, list[IsrChange]] = {}
+        for ch in changes:
+            by_topic.setdefault(ch.topic_id, []).append(ch)
+        body = {
+            "broker_id": broker_id,
+            "broker_epoch": broker_epoch,
+            "topics": [
+                {
+                    "topic_id": tid,
+                    "partitions": [
+                        {
+                            "partition_index": ch.partition,
+                            "leader_epoch": ch.leader_epoch,
+                            "new_isr_with_epochs": [
+                                {"broker_id": x, "broker_epoch": -1} for x in ch.new_isr
+                            ],
+                            "leader_recovery_state": 0,
+                            "partition_epoch": ch.partition_epoch,
+                        }
+                        for ch in chs
+                    ],
+                }
+                for tid, chs in by_topic.items()
+            ],
+        }
+        resp = await self._rpc(56, body)
+        return ApiError(resp.error_code), [
+            IsrResult(
+                t.topic_id,
+                p.partition_index,
+                ApiError(p.error_code),
+                PartitionInfo((), tuple(p.isr), p.leader_id, p.leader_epoch, p.partition_epoch),
+            )
+            for t in resp.topics
+            for p in t.partitions
+        ]
