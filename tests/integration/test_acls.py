@@ -341,6 +341,14 @@ def test_what_any_principal_may_ask_and_the_acls_tools_care(secured: Secured) ->
                      "--operation", "Write", "--group", "g1")  # fmt: skip
     assert bad.returncode != 0
     assert "GROUP only supports operations" in bad.stderr
+    # kafka-log-dirs.sh without DESCRIBE on the cluster: an error, not an empty list
+    bob_config = s.admin_config.parent / "bob.properties"
+    bob_config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                          f"sasl.username=bob\nsasl.password={USERS['bob']}\n")  # fmt: skip
+    dirs = keeperless("log-dirs", "--bootstrap-server", f"127.0.0.1:{s.port}",
+                      "--command-config", str(bob_config), "--describe")  # fmt: skip
+    assert dirs.returncode != 0
+    assert "CLUSTER_AUTHORIZATION_FAILED" in dirs.stderr
     # ListTransactions: only what the principal may describe
     assert _init_transactions(s, "alice", "tx-listed") == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
     s.acls("--add", "--allow-principal", "User:alice", "--operation", "Write",
