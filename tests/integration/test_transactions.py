@@ -400,7 +400,8 @@ def test_late_transactional_writes_are_refused(node: Node) -> None:
     assert produce("late-1", 1) == 48  # INVALID_TXN_STATE: the transaction was aborted
     assert produce("late-1", 1, version=11) == 120  # TRANSACTION_ABORTABLE from v11
     assert produce("late-1", 1, version=12) == 120
-    assert produce(None, 1) == 87  # INVALID_RECORD: transactional, without an id
+    # transactional, without an id: Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert produce(None, 1) == 53
     hanging = keeperless("transactions", *bs, "find-hanging", "--topic", topic, check=True)
     assert len(hanging.stdout.splitlines()) == 1, hanging.stdout
     q = Producer({"bootstrap.servers": node.bootstrap})
@@ -412,6 +413,35 @@ def test_late_transactional_writes_are_refused(node: Node) -> None:
     p.produce(topic, value=b"next", partition=0)
     p.commit_transaction(30)
     assert _read(node.bootstrap, topic, "read_committed", 1) == ["plain", "next"]
+
+
+def test_a_producer_id_is_written_only_under_its_transactional_id(node: Node) -> None:
+    """Found by a helper's probe: a client allowed its own transactional id wrote into
+    another's open transaction by naming the other's producer id and epoch (its records
+    were committed with that transaction). The leader has the coordinator confirm which
+    transactional id a producer id belongs to before taking its transactional writes."""
+    from keeperless.protocol.records import build_batch
+    from tests.integration.cluster import kafka_request
+
+    topic = _topic(node, 1)
+    p = _open_transaction(node, topic, "owner-1", b"owned")
+    bs = ["--bootstrap-server", node.bootstrap]
+    described = keeperless("transactions", *bs, "describe", "--transactional-id", "owner-1",
+                           check=True).stdout.splitlines()  # fmt: skip
+    pid, epoch = int(described[1].split()[2]), int(described[1].split()[3])
+    other = kafka_request(node.port, 22, 4, {"transactional_id": "intruder-1",
+                                             "transaction_timeout": 30000,
+                                             "producer_id": -1, "producer_epoch": -1})  # fmt: skip
+    assert other.error_code == 0
+    batch = build_batch([(None, b"injected", ())], producer_id=pid, producer_epoch=epoch,
+                        base_sequence=1, transactional=True)  # fmt: skip
+    resp = kafka_request(node.port, 0, 9, {
+        "transactional_id": "intruder-1", "acks": -1, "timeout": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+    })  # fmt: skip
+    assert resp.responses[0].partition_responses[0].error_code == 49  # INVALID_PRODUCER_ID_MAPPING
+    p.commit_transaction(30)
+    assert _read(node.bootstrap, topic, "read_committed", 1) == ["owned"]
 
 
 def test_offsets_outside_a_transaction_are_refused(node: Node) -> None:
@@ -499,7 +529,7 @@ def test_the_transactions_tool_as_kafkas(unverified: Node) -> None:
     batch = build_batch([(None, b"stray", ())], producer_id=999_999, producer_epoch=0,
                         base_sequence=0, transactional=True)  # fmt: skip
     resp = kafka_request(node.port, 0, 9, {
-        "transactional_id": None, "acks": -1, "timeout": 5000,
+        "transactional_id": "stray", "acks": -1, "timeout": 5000,
         "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
     })  # fmt: skip
     assert resp.responses[0].partition_responses[0].error_code == 0

@@ -54,3 +54,35 @@ def test_a_request_that_waited_for_nothing_is_not_checked_again(tmp_path: Path) 
 
     refused, recheck = asyncio.run(verify_produce(verify, "tx", 11, [("a", 0, ongoing, _txn(1))]))
     assert (refused, recheck) == ({}, set())
+
+
+def test_a_producer_id_is_written_only_under_its_own_transactional_id(tmp_path: Path) -> None:
+    """Found by a helper's probe: a principal allowed its own transactional id wrote into
+    another's open transaction by naming the other's producer id (the transaction was
+    open, so nothing was verified). A producer id this broker has not seen confirmed is
+    verified even where its transaction is open; one confirmed for another id is refused."""
+    from keeperless.broker.txn_verify import TxnOwners
+
+    ongoing = _partition(tmp_path, "a")
+    ongoing.append(_txn(0), 0, 1 << 20, 0)  # producer 7's (alice-tx's) transaction is open
+    asked: list[str] = []
+
+    async def verify(tid: str, pid: int, epoch: int, parts: list[tuple[str, int]]) -> dict:
+        asked.append(tid)
+        ok = tid == "alice-tx"  # the coordinator knows producer 7 as alice-tx's
+        return dict.fromkeys(parts, ErrorCode.none if ok else ErrorCode.invalid_producer_id_mapping)
+
+    owners = TxnOwners()
+    wanted = [("a", 0, ongoing, _txn(1))]
+    refused, _ = asyncio.run(verify_produce(verify, "bob-tx", 11, wanted, owners))
+    assert asked == ["bob-tx"]  # verified although the transaction is open
+    assert refused[("a", 0)].error == ErrorCode.invalid_producer_id_mapping
+    refused, _ = asyncio.run(verify_produce(verify, "alice-tx", 11, wanted, owners))
+    assert refused == {}
+    assert owners.get(7) == "alice-tx"
+    asked.clear()
+    refused, _ = asyncio.run(verify_produce(verify, "bob-tx", 11, wanted, owners))
+    assert asked == []  # confirmed for alice-tx: refused without asking
+    assert refused[("a", 0)].error == ErrorCode.invalid_producer_id_mapping
+    refused, _ = asyncio.run(verify_produce(verify, "alice-tx", 11, wanted, owners))
+    assert (refused, asked) == ({}, [])  # its owner goes on without a verification

@@ -14,7 +14,13 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.authz import AclOp, Resource
 from keeperless.broker.broker import Broker
 from keeperless.broker.partitions import AppendResult, NotLeaderError
-from keeperless.broker.txn_verify import Verify, still_verified, verify_produce
+from keeperless.broker.txn_verify import (
+    TxnOwners,
+    Verify,
+    still_verified,
+    transactional_header,
+    verify_produce,
+)
 from keeperless.protocol.build import build
 from keeperless.protocol.fetch_response import (
     FetchPartition,
@@ -99,6 +105,7 @@ class DataPlane:
         # the transaction coordinator's verification (KIP-890 part 1); None: disabled
         # (transaction.partition.verification.enable=false)
         self.verify_txn: Verify | None = None
+        self.txn_owners = TxnOwners()  # producer id -> transactional id, as verified
 
     def _partition_error(
         self, topic: str, index: int, follower_read: bool = False
@@ -154,9 +161,15 @@ class DataPlane:
             else:
                 named.append((td, td.name))
         authz = self.broker.authz
-        txn_denied = req.transactional_id is not None and authz.check(
-            AclOp.WRITE, Resource.TRANSACTIONAL_ID, req.transactional_id
-        )
+        # Kafka: transactional records need a transactional id the principal may write
+        txn_denied = (
+            authz.check(AclOp.WRITE, Resource.TRANSACTIONAL_ID, req.transactional_id)
+            if req.transactional_id is not None
+            else ErrorCode.transactional_id_authorization_failed
+            if any(transactional_header(pd.records) for td in req.topic_data
+                   for pd in td.partition_data)
+            else None
+        )  # fmt: skip
         refused, verified = ({}, set()) if txn_denied else await self._verify(req, version, named)
         for td, name in named:
             topic_denied = txn_denied or (
@@ -269,7 +282,9 @@ class DataPlane:
                     wanted.append((name, pd.index, p, pd.records))
         if not wanted:
             return {}, set()
-        return await verify_produce(self.verify_txn, req.transactional_id, version, wanted)
+        return await verify_produce(
+            self.verify_txn, req.transactional_id, version, wanted, self.txn_owners
+        )
 
     async def _await_isr(
         self,

@@ -18,7 +18,14 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.partitions import AppendResult, Partition
 from keeperless.protocol.records import BATCH_HEADER_SIZE, BatchHeader, read_header
 
-__all__ = ["Verify", "needs_verification", "still_verified", "verify_produce"]
+__all__ = [
+    "TxnOwners",
+    "Verify",
+    "needs_verification",
+    "still_verified",
+    "transactional_header",
+    "verify_produce",
+]
 
 # (transactional id, producer id, epoch, partitions) -> the coordinator's answer for each
 Verify = Callable[
@@ -34,9 +41,8 @@ _RETRIABLE = {
 }
 
 
-def needs_verification(p: Partition, records: bytes | None) -> BatchHeader | None:
-    """The header of a transactional data batch whose producer has no transaction open
-    in ``p`` and no verification standing for it; None otherwise."""
+def transactional_header(records: bytes | None) -> BatchHeader | None:
+    """The header of ``records`` if they are a transactional data batch."""
     if not records or len(records) < BATCH_HEADER_SIZE:
         return None
     try:
@@ -44,6 +50,36 @@ def needs_verification(p: Partition, records: bytes | None) -> BatchHeader | Non
     except ValueError:
         return None
     if not h.is_transactional or h.is_control or h.producer_id < 0:
+        return None
+    return h
+
+
+class TxnOwners:
+    """Which transactional id each producer id belongs to, as the coordinators confirmed
+    it to this broker: a produce naming another id for that producer is refused
+    (INVALID_PRODUCER_ID_MAPPING), and a producer not confirmed yet is verified even
+    where its transaction is already open - else anyone allowed one transactional id
+    could write into another's open transaction with its producer id (found by a
+    helper's probe). Bounded: a forgotten producer is simply verified again."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self._owner: dict[int, str] = {}
+
+    def get(self, pid: int) -> str | None:
+        return self._owner.get(pid)
+
+    def confirm(self, pid: int, tid: str) -> None:
+        if pid not in self._owner and len(self._owner) >= self.limit:
+            self._owner.pop(next(iter(self._owner)))
+        self._owner[pid] = tid
+
+
+def needs_verification(p: Partition, records: bytes | None) -> BatchHeader | None:
+    """The header of a transactional data batch whose producer has no transaction open
+    in ``p`` and no verification standing for it; None otherwise."""
+    h = transactional_header(records)
+    if h is None:
         return None
     if h.producer_id in p.txns.ongoing:
         return None
@@ -69,6 +105,7 @@ async def verify_produce(
     transactional_id: str | None,
     version: int,
     wanted: list[tuple[str, int, Partition, bytes | None]],
+    owners: TxnOwners | None = None,
 ) -> tuple[dict[tuple[str, int], AppendResult], set[tuple[str, int]]]:
     """Verify every partition of a produce request that needs it: (the refused ones with
     their answer, the partitions to check again before appending: all of them if the
@@ -78,7 +115,7 @@ async def verify_produce(
     todo: dict[tuple[int, int], list[tuple[str, int, Partition]]] = {}
     refused: dict[tuple[str, int], AppendResult] = {}
     for name, index, p, records in wanted:
-        h = needs_verification(p, records)
+        h = transactional_header(records)
         if h is None:
             continue
         if transactional_id is None:
@@ -86,6 +123,15 @@ async def verify_produce(
                 ErrorCode.invalid_record,
                 message="Transactional records in a produce request without a transactional id",
             )
+            continue
+        owner = owners.get(h.producer_id) if owners is not None else transactional_id
+        if owner is not None and owner != transactional_id:
+            refused[(name, index)] = AppendResult(
+                ErrorCode.invalid_producer_id_mapping,
+                message=f"Producer {h.producer_id} does not belong to {transactional_id!r}",
+            )
+            continue
+        if owner is not None and needs_verification(p, records) is None:
             continue
         todo.setdefault((h.producer_id, h.producer_epoch), []).append((name, index, p))
     for (pid, epoch), parts in todo.items():
@@ -95,6 +141,8 @@ async def verify_produce(
             err = answers.get((name, index), ErrorCode.coordinator_not_available)
             if err == ErrorCode.none:
                 p.state.verified[pid] = epoch
+                if owners is not None:
+                    owners.confirm(pid, transactional_id)
                 continue
             refused[(name, index)] = AppendResult(
                 _produce_error(err, version),
