@@ -78,18 +78,19 @@ def authorized_handlers(
     if not authz.enabled:
         return handlers
     out = dict(handlers)
-    for key, op in (_CONTROLLER_RPC if controller else {}).items():
-        if key in handlers:
-            out[key] = _cluster_check(handlers[key], authz, op)
-    for key, op in _CLUSTER.items():
-        if key in handlers:
-            out[key] = _cluster_check(handlers[key], authz, op)
-    for key, (op, res, field) in _ONE.items():
-        if key in handlers:
-            out[key] = _one_check(handlers[key], authz, op, res, field)
+    # innermost first: the per-topic checks run after the checks of the whole request
     for key, wrap in _TOPIC_ADMIN.items():
-        if key in handlers:
-            out[key] = wrap(handlers[key], authz)
+        if key in out:
+            out[key] = wrap(out[key], authz)
+    for key, (op, res, field) in _ONE.items():
+        if key in out:
+            out[key] = _one_check(out[key], authz, op, res, field)
+    for key, op in _CLUSTER.items():
+        if key in out:
+            out[key] = _cluster_check(out[key], authz, op)
+    for key, op in (_CONTROLLER_RPC if controller else {}).items():
+        if key in out:
+            out[key] = _cluster_check(out[key], authz, op)
     return out
 
 
@@ -315,7 +316,54 @@ def _listed(
     return wrap
 
 
+def _committed_topics(h: Handler, authz: Authz) -> Handler:
+    """OffsetCommit and TxnOffsetCommit: READ on each topic; the partitions of the others
+    answered TOPIC_AUTHORIZATION_FAILED, the rest committed (Kafka's rule: found by a
+    helper's probe, a group's member rewrote the offsets of topics it may not read)."""
+
+    def refused(t: Any) -> dict[str, Any]:
+        return {"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": DENIED[T]}
+            for p in t.partitions]}  # fmt: skip
+
+    return _split(h, "topics", lambda t: authz.allowed(AclOp.READ, T, t.name), refused, "topics")
+
+
+def _described_offsets(resp_topics: Any, asked: bool, authz: Authz) -> tuple[Any, ...]:
+    """OffsetFetch's topics as a principal may see them: those it may not DESCRIBE are
+    left out of an all-topics answer, and refused where the request named them."""
+    out = []
+    for t in resp_topics:
+        if authz.allowed(AclOp.DESCRIBE, T, t.name):
+            out.append(t)
+        elif asked:
+            refused = {"committed_offset": -1, "metadata": "", "error_code": DENIED[T]}
+            parts = tuple(dataclasses.replace(p, **refused) for p in t.partitions)
+            out.append(dataclasses.replace(t, partitions=parts))
+    return tuple(out)
+
+
 def _offset_fetch(h: Handler, authz: Authz) -> Handler:
+    """DESCRIBE on the group (each group from v8), then on each topic."""
+
+    async def checked(header: RequestHeader, req: Any) -> Any:
+        resp = await _offset_fetch_groups(h, authz)(header, req)
+        if header.api_version < 8:
+            topics = _described_offsets(resp.topics, req.topics is not None, authz)
+            return dataclasses.replace(resp, topics=topics)
+        asked = {g.group_id: g.topics is not None for g in req.groups}
+        groups = tuple(
+            dataclasses.replace(g, topics=_described_offsets(g.topics, asked[g.group_id], authz))
+            if g.group_id in asked
+            else g
+            for g in resp.groups
+        )
+        return dataclasses.replace(resp, groups=groups)
+
+    return checked
+
+
+def _offset_fetch_groups(h: Handler, authz: Authz) -> Handler:
     """DESCRIBE on the group (each group from v8)."""
 
     async def checked(header: RequestHeader, req: Any) -> Any:
@@ -405,6 +453,8 @@ def _add_partitions_to_txn(h: Handler, authz: Authz) -> Handler:
 
 
 _TOPIC_ADMIN: dict[int, Callable[[Handler, Authz], Handler]] = {
+    8: _committed_topics,
+    28: _committed_topics,
     24: _add_partitions_to_txn,
     61: _describe_producers,
     65: _describe_transactions,
