@@ -349,6 +349,11 @@ def test_what_any_principal_may_ask_and_the_acls_tools_care(secured: Secured) ->
                       "--command-config", str(bob_config), "--describe")  # fmt: skip
     assert dirs.returncode != 0
     assert "CLUSTER_AUTHORIZATION_FAILED" in dirs.stderr
+    # kafka-acls.sh --list likewise: "not allowed to look" is not "no ACLs"
+    listing = keeperless("acls", "--bootstrap-server", f"127.0.0.1:{s.port}",
+                         "--command-config", str(bob_config), "--list")  # fmt: skip
+    assert listing.returncode != 0
+    assert "CLUSTER_AUTHORIZATION_FAILED" in listing.stderr
     # ListTransactions: only what the principal may describe
     assert _init_transactions(s, "alice", "tx-listed") == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
     s.acls("--add", "--allow-principal", "User:alice", "--operation", "Write",

@@ -84,6 +84,26 @@ def _entry(b: Any) -> str:
             f"permissionType={b.permission_type.name})")  # fmt: skip
 
 
+def _refused_listing(bootstrap: str, props: dict[str, str]) -> None:
+    """librdkafka's describe_acls answers a refused DescribeAcls with no ACLs: asked again
+    raw, a refusal is said (Kafka's tool fails with the authorization error), so that
+    "no ACLs" and "not allowed to look" differ."""
+    from kio.schema.errors import ErrorCode
+
+    from keeperless.tools import client
+
+    client.configure(props, "--command-config")
+    body = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+            "principal_filter": None, "host_filter": None, "operation": 1,
+            "permission_type": 1}  # fmt: skip
+    resp = client.call(client.parse_servers(bootstrap, "--bootstrap-server"), 29, 3, body)
+    if int(resp.error_code) != 0:
+        name = ErrorCode(resp.error_code).name.upper()
+        hint = (" (DESCRIBE on the cluster is needed)"
+                if resp.error_code == ErrorCode.cluster_authorization_failed else "")  # fmt: skip
+        raise ToolError(f"Cannot list ACLs: {name}{hint}")
+
+
 def run_acls(args: Any, extra: dict[str, str], out: TextIO) -> int:
     import importlib
 
@@ -127,11 +147,12 @@ def run_acls(args: Any, extra: dict[str, str], out: TextIO) -> int:
             print(file=out)
 
     if action == "list":
-        if resources:
-            for kind, name in resources:
-                show(listing(kind, name))
-        else:
-            show(listing(None, None))
+        wanted: list[tuple[str | None, str | None]] = list(resources) or [(None, None)]
+        found = [listing(kind, name) for kind, name in wanted]
+        if not any(found):
+            _refused_listing(args.bootstrap_server, extra)
+        for f in found:
+            show(f)
         return 0
     if not resources:
         raise ToolError("You must specify one of: --topic, --cluster, --group, "
