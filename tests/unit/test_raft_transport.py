@@ -50,3 +50,22 @@ def test_a_peer_starting_up_is_not_reported_unreachable(
     assert len(lines) == 2, lines
     assert "Cannot reach voter(s) 2 (" in lines[0]
     assert "Reached voter 2 again" in lines[1]
+
+
+def test_a_stopping_node_does_not_serve_raft_requests() -> None:
+    """Found by a helper's probe: a Raft request on a connection still open after the
+    node closed its metadata log failed with an IndexError and a logged traceback. A
+    closed transport refuses it (the connection closes quietly)."""
+    import asyncio
+
+    from keeperless.protocol.framing import NodeStopping, RequestHeader
+
+    t = RaftTransport(1, "ours", {3: ("127.0.0.1", 1)}, ("127.0.0.1", 2))
+
+    def step(msg: object) -> None:
+        raise AssertionError("a stopping node stepped its Raft core")
+
+    t.step = step
+    t.close()
+    with pytest.raises(NodeStopping):
+        asyncio.run(t.handle(RequestHeader(52, 0, 1, "x"), None))

@@ -20,6 +20,7 @@ from keeperless.protocol.varint import read_uvarint
 
 __all__ = [
     "FrameDecoder",
+    "NodeStopping",
     "ProtocolError",
     "RequestHeader",
     "decode_request",
@@ -31,6 +32,10 @@ __all__ = [
 _I32 = struct.Struct(">i")
 _HDR = struct.Struct(">hhi")
 MAX_FRAME = 100 * 1024 * 1024
+
+
+class NodeStopping(RuntimeError):
+    """A request reached a node that is stopping: its connection closes quietly."""
 
 
 class ProtocolError(ValueError):

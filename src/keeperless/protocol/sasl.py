@@ -170,7 +170,7 @@ class ScramServer:
             raise SaslFailure("Invalid SCRAM client-first message (channel binding is not "
                               "supported)")  # fmt: skip
         attrs = _attrs(bare)
-        if "n" not in attrs or "r" not in attrs:
+        if not attrs.get("n") or not attrs.get("r"):  # RFC 5802: both non-empty
             raise SaslFailure("Invalid SCRAM client-first message: no user name or nonce")
         self._name = _unescape_name(attrs["n"])
         if authzid and authzid[2:] != self._name:

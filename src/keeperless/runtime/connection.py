@@ -21,6 +21,7 @@ from keeperless.protocol.fetch_response import fetch_replica_id
 from keeperless.protocol.framing import (
     MAX_FRAME,
     FrameDecoder,
+    NodeStopping,
     ProtocolError,
     RequestHeader,
     decode_request,
@@ -316,6 +317,9 @@ class KafkaProtocol(asyncio.Protocol):
                     out = await self.router.handle(frame)
             except ProtocolError as e:
                 self.router.warn(str(e)[:60], "Closing connection from %s: %s", self.peer, e)
+                self._close()
+                return
+            except NodeStopping:
                 self._close()
                 return
             except Exception as e:

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import (
+    NodeStopping,
     RequestHeader,
     decode_response,
     encode_request,
@@ -154,6 +155,7 @@ class RaftTransport:
         request_timeout_ms: int = 2000,
     ) -> None:
         self.node_id = node_id
+        self._closed = False  # stopping: requests still arriving are not served
         self.cluster_id = cluster_id
         self.voters = voters
         self.endpoint = endpoint
@@ -204,6 +206,8 @@ class RaftTransport:
     # -- inbound requests (controller listener) -----------------------------------------
 
     async def handle(self, header: RequestHeader, req: Any) -> Any:
+        if self._closed:  # the node is stopping: its metadata log may be closed already
+            raise NodeStopping
         key = header.api_key
         if key == 55:
             return self.describe_quorum_response(header)
@@ -315,6 +319,7 @@ class RaftTransport:
             log.info("[node %d] Reached voter %d again", self.node_id, peer)
 
     def close(self) -> None:
+        self._closed = True
         for lane in self._lanes.values():
             lane.close()
         for waiting in self._inbound.values():
