@@ -118,30 +118,48 @@ def _load_inline_chain(ctx: ssl.SSLContext, chain: str, key: str, password: str 
         ctx.load_cert_chain(cert_path, key_path, password)
 
 
+# what an operator can do about the usual TLS failures
+_TLS_HINTS = {
+    "WRONG_VERSION_NUMBER": "a client speaking plaintext to this TLS listener?",
+    "HTTP_REQUEST": "an HTTP client on this TLS listener",
+    "TLSV1_ALERT_UNKNOWN_CA": "the client does not trust this node's certificate: "
+    "check the client's truststore",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the client refused this node's certificate",
+    "CERTIFICATE_VERIFY_FAILED": "the client's certificate is not trusted here: "
+    "check ssl.truststore.* of the listener",
+    "PEER_DID_NOT_RETURN_A_CERTIFICATE": "ssl.client.auth=required and the client sent "
+    "no certificate",
+}
+
+
 class _TlsFailures:
-    """One warning per listener every 10 s for failed TLS handshakes (an untrusted or
-    missing client certificate, a plaintext client on a TLS port...), with how many
-    were not shown: the event loop itself drops these failures silently."""
+    """Failed TLS handshakes (an untrusted or missing client certificate, a plaintext
+    client on a TLS port...) logged once per listener and reason every 10 s, with how
+    many more there were: the event loop itself drops these failures silently. The
+    client's address is not known at this layer (the TLS object sees bytes only)."""
 
     def __init__(self, listener: str) -> None:
         self.listener = listener
-        self.last = -1e9
-        self.hidden = 0
+        self.last: dict[str, float] = {}
+        self.hidden: dict[str, int] = {}
 
     def failed(self, e: ssl.SSLError) -> None:
-        now = time.monotonic()
-        if now - self.last < 10:
-            self.hidden += 1
-            return
-        more = f" ({self.hidden} more since the last warning)" if self.hidden else ""
-        self.last, self.hidden = now, 0
         why = str(e.reason or e)
+        now = time.monotonic()
+        if now - self.last.get(why, -1e9) < 10:
+            self.hidden[why] = self.hidden.get(why, 0) + 1
+            return
+        n = self.hidden.pop(why, 0)
+        self.last[why] = now
         detail = getattr(e, "verify_message", None)  # which check the certificate failed
+        hint = _TLS_HINTS.get(why)
         logging.getLogger(__name__).warning(
-            "TLS handshake failed on listener %s: %s%s",
+            "TLS handshake failed on listener %s: %s%s%s%s",
             self.listener,
-            f"{why} ({detail})" if detail else why,
-            more,
+            why,
+            f" ({detail})" if detail else "",
+            f": {hint}" if hint else "",
+            f" ({n} more since the last such warning)" if n else "",
         )
 
 
