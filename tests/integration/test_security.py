@@ -214,6 +214,7 @@ def test_tls_with_client_certificates(secure: Secure) -> None:
     logs = secure.node.logs()
     assert "TLS handshake failed on listener TLS: CERTIFICATE_VERIFY_FAILED" in logs
     assert "check ssl.truststore.* of the listener" in logs
+    assert "(certificate has expired): the client's certificate has expired" in logs
     # each reason its own line, even within the 10 s of another's
     assert "TLS handshake failed on listener TLS: PEER_DID_NOT_RETURN_A_CERTIFICATE" in logs
     assert "TLS handshake failed on listener SASLTLS: TLSV1_ALERT_UNKNOWN_CA" in logs

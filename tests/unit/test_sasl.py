@@ -62,7 +62,9 @@ def test_scram_refuses_a_replayed_nonce_and_garbage() -> None:
     with pytest.raises(SaslFailure, match="channel binding"):
         ScramServer("SCRAM-SHA-256", lambda u: cred).step(b"p=tls-unique,,n=alice,r=x")
     # an empty nonce or user name is refused, for unknown users too (RFC 5802)
-    for first in (b"n,,n=x,r=", b"n,,n=alice,r=", b"n,,n=,r=abc"):
+    # (and, as Kafka parses it, n= before r= and a nonce of printable ASCII, no comma)
+    for first in (b"n,,n=x,r=", b"n,,n=alice,r=", b"n,,n=,r=abc", b"n,,r=abc,n=bob",
+                  b"n,,n=bob,r= ", b"n,,n=bob,r=\x00"):  # fmt: skip
         with pytest.raises(SaslFailure, match="no user name or nonce"):
             ScramServer("SCRAM-SHA-256", lambda u: None).step(first)
 

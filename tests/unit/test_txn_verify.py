@@ -86,3 +86,23 @@ def test_a_producer_id_is_written_only_under_its_own_transactional_id(tmp_path: 
     assert refused[("a", 0)].error == ErrorCode.invalid_producer_id_mapping
     refused, _ = asyncio.run(verify_produce(verify, "alice-tx", 11, wanted, owners))
     assert (refused, asked) == ({}, [])  # its owner goes on without a verification
+
+
+def test_a_producer_with_an_open_transaction_writes_only_transactionally(tmp_path: Path) -> None:
+    """Found by a helper's second probe: a non-transactional batch under the producer id
+    of another user's open transaction was appended - outside the transaction (it
+    survived an abort) and breaking the owner's sequence. Kafka refuses it
+    (INVALID_TXN_STATE, "Expected transactional write")."""
+    p = _partition(tmp_path, "a")
+    p.append(_txn(0), 0, 1 << 20, 0)  # producer 7's transaction is open
+    end = p.log.log_end_offset
+    plain = build_batch([(b"k", b"slipped", ())], producer_id=7, producer_epoch=0,
+                        base_sequence=1)  # fmt: skip
+    no_seq = build_batch([(b"k", b"slipped", ())], producer_id=7, producer_epoch=0)
+    for batch in (plain, no_seq):
+        res = p.append(batch, 0, 1 << 20, 0)
+        assert res.error == ErrorCode.invalid_txn_state
+        assert p.log.log_end_offset == end
+    assert p.append(_txn(1), 0, 1 << 20, 0).error == ErrorCode.none  # the owner goes on
+    p.append_marker(7, 0, True, 0, 0)
+    assert p.append(plain, 0, 1 << 20, 0).error != ErrorCode.invalid_txn_state  # ended

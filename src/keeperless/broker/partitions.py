@@ -513,6 +513,18 @@ class Partition:
                     message=f"Producer {first.producer_id} epoch {first.producer_epoch} is "
                     f"older than {known.epoch}",
                 )
+        for _pos, h in batches:
+            if h.producer_id >= 0 and not h.is_transactional and h.producer_id in self.txns.ongoing:
+                # Kafka's rule: while a producer's transaction is open here, its writes
+                # belong to it (else anyone could slip records under its id that survive
+                # an abort and break its sequence: found by a helper's probe)
+                return AppendResult(
+                    ErrorCode.invalid_txn_state,
+                    message=(
+                        f"Expected transactional write from producer {h.producer_id} at "
+                        f"offset {self.log.log_end_offset} in partition {self.topic}-{self.index}"
+                    ),
+                )
         if first.producer_id >= 0 and first.base_sequence >= 0:
             if len(batches) != 1:
                 return AppendResult(

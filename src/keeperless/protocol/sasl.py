@@ -18,6 +18,10 @@ from collections.abc import Callable
 
 from keeperless.metadata.image import ScramCredential as Credential
 
+# RFC 5802's client-first-message-bare (as Kafka's ScramMessages parses it): a user
+# name, then a nonce of printable ASCII without commas, then extensions
+_CLIENT_FIRST = re.compile(r"n=[^,]+,r=[\x21-\x2b\x2d-\x7e]+(,.*)?\Z", re.DOTALL)
+
 __all__ = [
     "MECHANISM_CODES",
     "Credential",
@@ -170,7 +174,7 @@ class ScramServer:
             raise SaslFailure("Invalid SCRAM client-first message (channel binding is not "
                               "supported)")  # fmt: skip
         attrs = _attrs(bare)
-        if not attrs.get("n") or not attrs.get("r"):  # RFC 5802: both non-empty
+        if not _CLIENT_FIRST.match(bare):  # RFC 5802: n= then r=, a printable nonce
             raise SaslFailure("Invalid SCRAM client-first message: no user name or nonce")
         self._name = _unescape_name(attrs["n"])
         if authzid and authzid[2:] != self._name:

@@ -127,6 +127,9 @@ _TLS_HINTS = {
     "SSLV3_ALERT_BAD_CERTIFICATE": "the client refused this node's certificate",
     "CERTIFICATE_VERIFY_FAILED": "the client's certificate is not trusted here: "
     "check ssl.truststore.* of the listener",
+    "certificate has expired": "the client's certificate has expired",
+    "certificate is not yet valid": "the client's certificate is not valid yet (clock?)",
+    "UNSUPPORTED_PROTOCOL": "the client offers only TLS versions before 1.2",
     "PEER_DID_NOT_RETURN_A_CERTIFICATE": "ssl.client.auth=required and the client sent "
     "no certificate",
 }
@@ -145,14 +148,15 @@ class _TlsFailures:
 
     def failed(self, e: ssl.SSLError) -> None:
         why = str(e.reason or e)
-        now = time.monotonic()
-        if now - self.last.get(why, -1e9) < 10:
-            self.hidden[why] = self.hidden.get(why, 0) + 1
-            return
-        n = self.hidden.pop(why, 0)
-        self.last[why] = now
         detail = getattr(e, "verify_message", None)  # which check the certificate failed
-        hint = _TLS_HINTS.get(why)
+        key = f"{why} {detail}"
+        now = time.monotonic()
+        if now - self.last.get(key, -1e9) < 10:
+            self.hidden[key] = self.hidden.get(key, 0) + 1
+            return
+        n = self.hidden.pop(key, 0)
+        self.last[key] = now
+        hint = _TLS_HINTS.get(detail or "") or _TLS_HINTS.get(why)
         logging.getLogger(__name__).warning(
             "TLS handshake failed on listener %s: %s%s%s%s",
             self.listener,
