@@ -370,15 +370,35 @@ def unverified(tmp_path: Path) -> Iterator[Node]:
     ).running()
 
 
+def _raw_txn_produce(
+    node: Node,
+    topic: str,
+    tid: str | None,
+    pid: int,
+    epoch: int,
+    seq: int,
+    value: bytes,
+    version: int = 9,
+) -> int:
+    """One transactional batch sent by hand to partition 0 (acks=all): its error code."""
+    from keeperless.protocol.records import build_batch
+    from tests.integration.cluster import kafka_request
+
+    batch = build_batch([(None, value, ())], producer_id=pid, producer_epoch=epoch,
+                        base_sequence=seq, transactional=True)  # fmt: skip
+    resp = kafka_request(node.port, 0, version, {
+        "transactional_id": tid, "acks": -1, "timeout": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+    })  # fmt: skip
+    return int(resp.responses[0].partition_responses[0].error_code)
+
+
 def test_late_transactional_writes_are_refused(node: Node) -> None:
     """KIP-890 part 1: a transactional write to a partition that is not in its
     producer's ongoing transaction (a retry arriving after the abort, a zombie) is
     refused, so it cannot open a transaction no coordinator will end (read_committed
     readers would be held at it until transaction.max.timeout.ms)."""
     from confluent_kafka import Producer
-
-    from keeperless.protocol.records import build_batch
-    from tests.integration.cluster import kafka_request
 
     topic = _topic(node, 1)
     p = _open_transaction(node, topic, "late-1", b"aborted")
@@ -389,13 +409,7 @@ def test_late_transactional_writes_are_refused(node: Node) -> None:
     p.abort_transaction(30)
 
     def produce(tid: str | None, seq: int, version: int = 9) -> int:
-        batch = build_batch([(None, b"late", ())], producer_id=pid, producer_epoch=epoch,
-                            base_sequence=seq, transactional=True)  # fmt: skip
-        resp = kafka_request(node.port, 0, version, {
-            "transactional_id": tid, "acks": -1, "timeout": 5000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
-        })  # fmt: skip
-        return int(resp.responses[0].partition_responses[0].error_code)
+        return _raw_txn_produce(node, topic, tid, pid, epoch, seq, b"late", version)
 
     assert produce("late-1", 1) == 48  # INVALID_TXN_STATE: the transaction was aborted
     assert produce("late-1", 1, version=11) == 120  # TRANSACTION_ABORTABLE from v11
@@ -420,7 +434,6 @@ def test_a_producer_id_is_written_only_under_its_transactional_id(node: Node) ->
     another's open transaction by naming the other's producer id and epoch (its records
     were committed with that transaction). The leader has the coordinator confirm which
     transactional id a producer id belongs to before taking its transactional writes."""
-    from keeperless.protocol.records import build_batch
     from tests.integration.cluster import kafka_request
 
     topic = _topic(node, 1)
@@ -433,13 +446,8 @@ def test_a_producer_id_is_written_only_under_its_transactional_id(node: Node) ->
                                              "transaction_timeout": 30000,
                                              "producer_id": -1, "producer_epoch": -1})  # fmt: skip
     assert other.error_code == 0
-    batch = build_batch([(None, b"injected", ())], producer_id=pid, producer_epoch=epoch,
-                        base_sequence=1, transactional=True)  # fmt: skip
-    resp = kafka_request(node.port, 0, 9, {
-        "transactional_id": "intruder-1", "acks": -1, "timeout": 5000,
-        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
-    })  # fmt: skip
-    assert resp.responses[0].partition_responses[0].error_code == 49  # INVALID_PRODUCER_ID_MAPPING
+    injected = _raw_txn_produce(node, topic, "intruder-1", pid, epoch, 1, b"injected")
+    assert injected == 49  # INVALID_PRODUCER_ID_MAPPING
     p.commit_transaction(30)
     assert _read(node.bootstrap, topic, "read_committed", 1) == ["owned"]
 
@@ -489,9 +497,6 @@ def test_the_transactions_tool_as_kafkas(unverified: Node) -> None:
     readers move past it."""
     from confluent_kafka import Producer
 
-    from keeperless.protocol.records import build_batch
-    from tests.integration.cluster import kafka_request
-
     node = unverified
     topic = _topic(node, 1)
     p = _open_transaction(node, topic, "tool-1", b"open")
@@ -526,13 +531,7 @@ def test_the_transactions_tool_as_kafkas(unverified: Node) -> None:
                      check=True).stdout.splitlines()  # fmt: skip
     assert "tool-1" not in [r.split()[0] for r in old[1:]]  # not open for an hour
     # a transaction no coordinator knows: a producer id that never asked for one
-    batch = build_batch([(None, b"stray", ())], producer_id=999_999, producer_epoch=0,
-                        base_sequence=0, transactional=True)  # fmt: skip
-    resp = kafka_request(node.port, 0, 9, {
-        "transactional_id": "stray", "acks": -1, "timeout": 5000,
-        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
-    })  # fmt: skip
-    assert resp.responses[0].partition_responses[0].error_code == 0
+    assert _raw_txn_produce(node, topic, "stray", 999_999, 0, 0, b"stray") == 0
     hanging = keeperless("transactions", *bs, "find-hanging", "--topic", topic,
                          check=True).stdout.splitlines()  # fmt: skip
     assert len(hanging) == 2, hanging
