@@ -18,7 +18,6 @@ from keeperless.broker.txn_verify import (
     TxnOwners,
     Verify,
     still_verified,
-    transactional_header,
     verify_produce,
 )
 from keeperless.protocol.build import build
@@ -166,7 +165,7 @@ class DataPlane:
             authz.check(AclOp.WRITE, Resource.TRANSACTIONAL_ID, req.transactional_id)
             if req.transactional_id is not None
             else ErrorCode.transactional_id_authorization_failed
-            if any(transactional_header(pd.records) for td in req.topic_data
+            if any(_transactional(pd.records) for td in req.topic_data
                    for pd in td.partition_data)
             else None
         )  # fmt: skip
@@ -634,3 +633,9 @@ class DataPlane:
                 parts.append(entry)
             topics.append({"topic": t.topic, "partitions": parts})
         return build(response_class(23, header.api_version), {"throttle_time": 0, "topics": topics})
+
+
+def _transactional(records: bytes | None) -> bool:
+    """The transactional flag of the first batch: its attributes' bit 4 (byte 22), read
+    without parsing the header (asked of every produce without a transactional id)."""
+    return records is not None and len(records) > 22 and bool(records[22] & 0x10)
