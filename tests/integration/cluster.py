@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import struct
@@ -16,7 +17,29 @@ from typing import Any
 ROOT = Path(__file__).parents[2]
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_ports = random.SystemRandom()
+
+
 def free_port() -> int:
+    """A port free now, below the kernel's ephemeral range: a port from that range can be
+    taken by any client's outgoing connection between this check and the node's bind
+    (a full run once lost a secured node's listener that way: "address already in use")."""
+    top = _ephemeral_low() - 1
+    for _ in range(200):
+        port = _ports.randint(10000, top) if top > 10000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
