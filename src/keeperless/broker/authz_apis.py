@@ -346,8 +346,10 @@ def _described_offsets(resp_topics: Any, asked: bool, authz: Authz) -> tuple[Any
 def _offset_fetch(h: Handler, authz: Authz) -> Handler:
     """DESCRIBE on the group (each group from v8), then on each topic."""
 
+    groups_checked = _offset_fetch_groups(h, authz)
+
     async def checked(header: RequestHeader, req: Any) -> Any:
-        resp = await _offset_fetch_groups(h, authz)(header, req)
+        resp = await groups_checked(header, req)
         if header.api_version < 8:
             topics = _described_offsets(resp.topics, req.topics is not None, authz)
             return dataclasses.replace(resp, topics=topics)

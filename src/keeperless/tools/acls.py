@@ -88,8 +88,6 @@ def _refused_listing(bootstrap: str, props: dict[str, str]) -> None:
     """librdkafka's describe_acls answers a refused DescribeAcls with no ACLs: asked again
     raw, a refusal is said (Kafka's tool fails with the authorization error), so that
     "no ACLs" and "not allowed to look" differ."""
-    from kio.schema.errors import ErrorCode
-
     from keeperless.tools import client
 
     client.configure(props, "--command-config")
@@ -98,10 +96,7 @@ def _refused_listing(bootstrap: str, props: dict[str, str]) -> None:
             "permission_type": 1}  # fmt: skip
     resp = client.call(client.parse_servers(bootstrap, "--bootstrap-server"), 29, 3, body)
     if int(resp.error_code) != 0:
-        name = ErrorCode(resp.error_code).name.upper()
-        hint = (" (DESCRIBE on the cluster is needed)"
-                if resp.error_code == ErrorCode.cluster_authorization_failed else "")  # fmt: skip
-        raise ToolError(f"Cannot list ACLs: {name}{hint}")
+        raise ToolError(f"Cannot list ACLs: {client.refusal(resp.error_code)}")
 
 
 def run_acls(args: Any, extra: dict[str, str], out: TextIO) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
 
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
@@ -159,3 +160,12 @@ def _recv(s: socket.socket, n: int) -> bytes:
             raise OSError("connection closed by the server")
         buf += chunk
     return bytes(buf)
+
+
+def refusal(code: int) -> str:
+    """A whole request's error as a tool says it: its name, and for a cluster
+    authorization failure what the principal lacks."""
+    name = ErrorCode(code).name.upper()
+    if code == ErrorCode.cluster_authorization_failed:
+        return f"{name} (DESCRIBE on the cluster is needed)"
+    return name

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from kio.schema.errors import ErrorCode
-
 from keeperless.metadata.features import (
     LATEST_METADATA_VERSION,
     metadata_version_for_release,
     release_for_level,
 )
-from keeperless.tools.client import ToolError, call, parse_servers
+from keeperless.tools.client import ToolError, call, parse_servers, refusal
 
 __all__ = [
     "describe_features",
@@ -64,10 +62,8 @@ def describe_log_dirs(
     for b in wanted:
         resp = call([brokers[b]], 35, 4, {"topics": None})
         if int(resp.error_code) != 0:  # v3+: the whole request refused
-            name = ErrorCode(resp.error_code).name.upper()
-            denied = resp.error_code == ErrorCode.cluster_authorization_failed
-            hint = " (DESCRIBE on the cluster is needed)" if denied else ""
-            raise ToolError(f"broker {b} refused to describe its log directories: {name}{hint}")
+            why = refusal(resp.error_code)
+            raise ToolError(f"broker {b} refused to describe its log directories: {why}")
         dirs = []
         for d in resp.results:
             dirs.append(
