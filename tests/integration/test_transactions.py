@@ -370,6 +370,14 @@ def unverified(tmp_path: Path) -> Iterator[Node]:
     ).running()
 
 
+def _producer_of(node: Node, tid: str) -> tuple[int, int]:
+    """The producer id and epoch of a transactional id, as kafka-transactions.sh says."""
+    described = keeperless("transactions", "--bootstrap-server", node.bootstrap, "describe",
+                           "--transactional-id", tid, check=True).stdout.splitlines()  # fmt: skip
+    row = described[1].split()
+    return int(row[2]), int(row[3])
+
+
 def _raw_txn_produce(
     node: Node,
     topic: str,
@@ -403,9 +411,7 @@ def test_late_transactional_writes_are_refused(node: Node) -> None:
     topic = _topic(node, 1)
     p = _open_transaction(node, topic, "late-1", b"aborted")
     bs = ["--bootstrap-server", node.bootstrap]
-    described = keeperless("transactions", *bs, "describe", "--transactional-id", "late-1",
-                           check=True).stdout.splitlines()  # fmt: skip
-    pid, epoch = int(described[1].split()[2]), int(described[1].split()[3])
+    pid, epoch = _producer_of(node, "late-1")
     p.abort_transaction(30)
 
     def produce(tid: str | None, seq: int, version: int = 9) -> int:
@@ -438,10 +444,7 @@ def test_a_producer_id_is_written_only_under_its_transactional_id(node: Node) ->
 
     topic = _topic(node, 1)
     p = _open_transaction(node, topic, "owner-1", b"owned")
-    bs = ["--bootstrap-server", node.bootstrap]
-    described = keeperless("transactions", *bs, "describe", "--transactional-id", "owner-1",
-                           check=True).stdout.splitlines()  # fmt: skip
-    pid, epoch = int(described[1].split()[2]), int(described[1].split()[3])
+    pid, epoch = _producer_of(node, "owner-1")
     other = kafka_request(node.port, 22, 4, {"transactional_id": "intruder-1",
                                              "transaction_timeout": 30000,
                                              "producer_id": -1, "producer_epoch": -1})  # fmt: skip
