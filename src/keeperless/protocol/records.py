@@ -21,7 +21,10 @@ __all__ = [
     "CorruptBatchError",
     "Record",
     "build_batch",
+    "complete_batches",
+    "crc_problem",
     "decode_records",
+    "header_problem",
     "iter_batches",
     "patch_offsets",
     "raw_records",
@@ -44,11 +47,15 @@ NO_PRODUCER_ID = -1
 
 
 class CorruptBatchError(ValueError):
-    """A batch failed validation; ``position`` is its byte offset in the buffer."""
+    """A batch failed validation; ``position`` is its byte offset in the buffer.
+    ``incomplete``: the batch is cut short by the end of the buffer (the rest may follow
+    in the next read, or was never written), not invalid in itself."""
 
-    def __init__(self, message: str, position: int) -> None:
+    def __init__(self, message: str, position: int, incomplete: bool = False) -> None:
         super().__init__(f"{message} at byte {position}")
+        self.reason = message
         self.position = position
+        self.incomplete = incomplete
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +106,28 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
     return BatchHeader(*_HEADER.unpack_from(buf, pos))
 
 
+MAX_BATCH_BYTES = 1 << 30  # no batch is larger (Kafka's message.max.bytes tops out below)
+
+
+def header_problem(h: BatchHeader) -> str | None:
+    """Why a batch header cannot be a valid v2 batch's, or None."""
+    if h.magic != 2:
+        return f"unsupported record batch magic {h.magic}"
+    if not BATCH_HEADER_SIZE - LOG_OVERHEAD <= h.batch_length <= MAX_BATCH_BYTES:
+        return f"invalid batch length {h.batch_length}"
+    if h.record_count < 0 or h.last_offset_delta < 0:
+        return "invalid record count"
+    return None
+
+
+def crc_problem(batch: bytes | bytearray | memoryview, h: BatchHeader) -> str | None:
+    """Whether a whole batch's CRC-32C (over attributes onwards) matches its header."""
+    computed = crc32c.crc32c(memoryview(batch)[21 : h.size])
+    if computed != h.crc:
+        return f"CRC mismatch (stored {h.crc}, computed {computed})"
+    return None
+
+
 def iter_batches(
     buf: bytes | bytearray | memoryview, verify_crc: bool = True
 ) -> Iterator[tuple[int, BatchHeader]]:
@@ -109,20 +138,32 @@ def iter_batches(
     end = len(mv)
     while pos < end:
         if end - pos < BATCH_HEADER_SIZE:
-            raise CorruptBatchError("truncated batch header", pos)
+            raise CorruptBatchError("truncated batch header", pos, incomplete=True)
         h = read_header(mv, pos)
-        if h.magic != 2:
-            raise CorruptBatchError(f"unsupported record batch magic {h.magic}", pos)
-        if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
-            raise CorruptBatchError(f"invalid batch length {h.batch_length}", pos)
+        problem = header_problem(h)
+        if problem is not None:
+            raise CorruptBatchError(problem, pos)
         if pos + h.size > end:
-            raise CorruptBatchError("truncated batch", pos)
-        if h.record_count < 0 or h.last_offset_delta < 0:
-            raise CorruptBatchError("invalid record count", pos)
-        if verify_crc and crc32c.crc32c(mv[pos + 21 : pos + h.size]) != h.crc:
-            raise CorruptBatchError("CRC mismatch", pos)
+            raise CorruptBatchError("truncated batch", pos, incomplete=True)
+        if verify_crc and (problem := crc_problem(mv[pos : pos + h.size], h)) is not None:
+            raise CorruptBatchError(problem, pos)
         yield pos, h
         pos += h.size
+
+
+def complete_batches(
+    buf: bytes | bytearray | memoryview, verify_crc: bool = True
+) -> list[tuple[int, BatchHeader]]:
+    """The whole batches of a read that may end inside a batch (a fetch or a log read
+    of a byte limit): the cut batch at the end is left out; an invalid batch raises."""
+    out: list[tuple[int, BatchHeader]] = []
+    try:
+        for item in iter_batches(buf, verify_crc):
+            out.append(item)
+    except CorruptBatchError as e:
+        if not e.incomplete:
+            raise
+    return out
 
 
 def patch_offsets(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:

@@ -24,11 +24,10 @@ from keeperless.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
     BATCH_HEADER_SIZE,
     BatchHeader,
-    CorruptBatchError,
     decode_records,
-    iter_batches,
     read_header,
 )
+from keeperless.storage.batch_scan import BatchScan
 from keeperless.storage.dir_failure import LogDirFailure, log_dir_failed
 from keeperless.storage.durable import fsync_dir, write_atomically
 from keeperless.storage.producer_files import (
@@ -67,7 +66,6 @@ _RETIRED_FD_MS = 60_000  # how long a replaced segment stays open for fetches se
 
 _INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
 _TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
-_RECOVERY_CHUNK = 8 * 1024 * 1024
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -185,10 +183,14 @@ class PartitionLog:
         now_ms: int,
         on_recovered_batch: Callable[[BatchHeader], None] | None = None,
         read_only: bool = False,
+        clean_shutdown: bool = False,
     ) -> None:
         """``read_only`` opens an existing log for tools: nothing is created, repaired or
-        rewritten, so a running node's files are left exactly as they are."""
+        rewritten, so a running node's files are left exactly as they are.
+        ``clean_shutdown``: the node knows its last stop was clean (a torn tail then
+        points at the disk, and the warning says so)."""
         self.dir = directory
+        self.clean_shutdown = clean_shutdown
         self.config = config
         self.read_only = read_only
         if not read_only and not directory.exists():
@@ -312,70 +314,40 @@ class PartitionLog:
         self, seg: _Segment, validate: bool, on_batch: Callable[[BatchHeader], None] | None
     ) -> None:
         """Rebuild a segment's indexes from its batch headers; on the active segment,
-        also verify every CRC and truncate a torn or corrupt tail."""
-        pos = 0
-        valid_end = 0
+        also verify every CRC. The segment ends at its last whole, valid batch: an
+        incomplete batch at the end of the file or a corrupt one (and all after it) is
+        truncated and reported, saying which."""
         interval = self.config.index_interval_bytes
-        while pos < seg.size:
-            chunk = os.pread(seg.fd, min(_RECOVERY_CHUNK, seg.size - pos), pos)
-            if len(chunk) < BATCH_HEADER_SIZE:
-                break
-            consumed = 0
-            try:
-                if validate:
-                    for rel, h in iter_batches(chunk):
-                        seg.note_batch(pos + rel, h, interval, persist=False)
-                        if on_batch is not None:
-                            on_batch(h)
-                        consumed = rel + h.size
-                else:
-                    while consumed + BATCH_HEADER_SIZE <= len(chunk):
-                        h = read_header(chunk, consumed)
-                        if consumed + h.size > len(chunk) or h.batch_length <= 0:
-                            break
-                        seg.note_batch(pos + consumed, h, interval, persist=False)
-                        if on_batch is not None:
-                            on_batch(h)
-                        consumed += h.size
-            except CorruptBatchError as e:
-                if consumed == 0 and e.position == 0 and len(chunk) == _RECOVERY_CHUNK:
-                    # A batch larger than the chunk: read it whole.
-                    h = read_header(chunk, 0)
-                    big = os.pread(seg.fd, h.size, pos)
-                    try:
-                        for _, hh in iter_batches(big):
-                            seg.note_batch(pos, hh, interval, persist=False)
-                            if on_batch is not None:
-                                on_batch(hh)
-                        pos += h.size
-                        valid_end = pos
-                        continue
-                    except CorruptBatchError:
-                        pass
-                if validate:
-                    pos += consumed
-                    valid_end = pos
-                    break
-            if consumed == 0:
-                break
-            pos += consumed
-            valid_end = pos
+        scan = BatchScan(seg.fd, 0, seg.size, verify_crc=validate)
+        for pos, h, _ in scan:
+            seg.note_batch(pos, h, interval, persist=False)
+            if on_batch is not None:
+                on_batch(h)
+        stop = scan.stop
+        assert stop is not None
         if self.read_only:
-            seg.size = valid_end  # serve only what is valid; repair is the node's job
+            seg.size = stop.position  # serve only what is valid; repair is the node's job
             return
-        if valid_end < seg.size:
-            lost = seg.size - valid_end
+        if not stop.clean:
+            lost = seg.size - stop.position
             self.truncated_bytes += lost
+            if stop.incomplete:
+                why = "a write cut short, as a crash or power loss leaves"
+                if self.clean_shutdown:
+                    why = "although the last shutdown was clean: check the disk"
+            else:
+                why = "the data was damaged on disk or by another program"
             log.warning(
-                "Partition log %s: truncating %d bytes of torn or corrupt data at position "
-                "%d of segment %s (left by an unclean shutdown)",
+                "Partition log %s: truncating %d bytes at position %d of segment %s: %s (%s)",
                 self.dir.name,
                 lost,
-                valid_end,
+                stop.position,
                 segment_name(seg.base_offset, ".log"),
+                stop.reason,
+                why,
             )
-            os.ftruncate(seg.fd, valid_end)
-            seg.size = valid_end
+            os.ftruncate(seg.fd, stop.position)
+            seg.size = stop.position
         seg.rewrite_indexes()
 
     # -- state ----------------------------------------------------------------------
