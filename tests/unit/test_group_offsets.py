@@ -287,3 +287,38 @@ def test_a_rebalance_while_a_txn_offset_commit_is_verified_fences_it(tmp_path: P
         b.close()
 
     asyncio.run(go())
+
+
+def test_a_coordinator_loads_offsets_written_past_every_read_window(tmp_path: Path) -> None:
+    """Loading a group's partition reads all of it, whatever its size (it read 1 MiB
+    slices and failed at the first batch one of them cut: issue 23's audit)."""
+    from keeperless.protocol.records import iter_batches, patch_offsets
+    from keeperless.storage.batch_scan import SCAN_WINDOW_BYTES
+
+    async def go() -> None:
+        b, offsets = _setup(tmp_path)
+        p = b.partitions.get(OFFSETS_TOPIC, 0)
+        assert p is not None
+        b.on_committed(
+            [r.PartitionChangeRecord(partition_id=0, topic_id=TID, leader=2, isr=(1, 2))], 4
+        )
+        metadata = "m" * 30_000  # batches of ~330 KB straddle every window boundary
+        last = 0
+        while p.log.size_bytes < 3 * SCAN_WINDOW_BYTES:
+            last += 1
+            key = offset_key(GROUP, "t", 0)
+            batch = bytearray(
+                build_batch(
+                    [(key, offset_value(last * 11 + i, -1, metadata, 0), ()) for i in range(11)]
+                )
+            )
+            for pos, _ in iter_batches(batch):
+                patch_offsets(batch, pos, p.log.log_end_offset, 1)
+            p.append_replica(bytes(batch), 0)
+        b.on_committed(
+            [r.PartitionChangeRecord(partition_id=0, topic_id=TID, leader=1, isr=(1, 2))], 5
+        )
+        assert await _committed(offsets) == last * 11 + 10
+        b.close()
+
+    asyncio.run(go())

@@ -21,7 +21,7 @@ from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.image import MetadataImage
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
-from keeperless.protocol.records import decode_records, iter_batches
+from keeperless.protocol.records import decode_records
 from keeperless.protocol.session import current_listener
 
 __all__ = [
@@ -224,27 +224,19 @@ class GroupCoordinator:
         if p is None:
             return 0
         self._loaded[idx] = epoch
-        off = p.log.log_start_offset
         n = 0
-        while True:
-            # up to the log end: as the new leader, its whole log is what gets committed
-            # (its own high watermark can lag behind commits the old leader acknowledged)
-            sl = p.read(off, 1 << 20, for_replica=True)
-            if sl is None:
-                break
-            data = sl.read()
-            for pos, h in iter_batches(data):
-                off = h.last_offset + 1
-                batch = memoryview(data)[pos : pos + h.size]
-                if h.is_control:  # a transaction's marker: its offsets apply or go
-                    self.end_pending(idx, h.producer_id, marker_type(batch) == COMMIT)
-                    continue
-                into = None
-                if h.is_transactional:
-                    into = self.pending_txn.setdefault(h.producer_id, {})
-                for rec in decode_records(batch):
-                    if rec.key is not None:
-                        n += self._replay(rec.key, rec.value, into)
+        # up to the log end: as the new leader, its whole log is what gets committed
+        # (its own high watermark can lag behind commits the old leader acknowledged)
+        for h, batch in p.log.batches(p.log.log_start_offset):
+            if h.is_control:  # a transaction's marker: its offsets apply or go
+                self.end_pending(idx, h.producer_id, marker_type(batch) == COMMIT)
+                continue
+            into = None
+            if h.is_transactional:
+                into = self.pending_txn.setdefault(h.producer_id, {})
+            for rec in decode_records(batch):
+                if rec.key is not None:
+                    n += self._replay(rec.key, rec.value, into)
         return n
 
     def add_pending(self, group: str, producer_id: int, offsets: Offsets) -> None:

@@ -31,7 +31,7 @@ from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.image import MetadataImage
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
-from keeperless.protocol.records import build_batch, decode_records, iter_batches
+from keeperless.protocol.records import build_batch, decode_records
 
 __all__ = ["TXN_TOPIC", "TxnCoordinator", "TxnSettings", "TxnStatus"]
 
@@ -227,16 +227,12 @@ class TxnCoordinator:
         p = self.broker.partitions.get(TXN_TOPIC, idx)
         if p is None:
             return 0
-        off = p.log.log_start_offset
         found: dict[str, TxnMetadata | None] = {}
-        while (sl := p.read(off, 1 << 20, for_replica=True)) is not None:
-            data = sl.read()
-            for pos, h in iter_batches(data):
-                off = h.last_offset + 1
-                for rec in decode_records(memoryview(data)[pos : pos + h.size]):
-                    parsed = parse_txn_record(rec.key, rec.value) if rec.key else None
-                    if parsed is not None:
-                        found[parsed[0]] = parsed[1]
+        for _, batch in p.log.batches(p.log.log_start_offset):
+            for rec in decode_records(batch):
+                parsed = parse_txn_record(rec.key, rec.value) if rec.key else None
+                if parsed is not None:
+                    found[parsed[0]] = parsed[1]
         resumed = 0
         for tid, md in found.items():
             if md is None:

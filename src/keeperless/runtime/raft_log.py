@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from keeperless.protocol.records import CorruptBatchError, iter_batches
+from keeperless.protocol.records import BatchHeader, iter_batches
 from keeperless.raft.messages import Entry, SnapshotId
 from keeperless.storage.durable import fsync_dir
 from keeperless.storage.log import LogConfig, PartitionLog
@@ -37,17 +37,20 @@ class FileRaftLog:
         self.read_only = read_only
         if not read_only:
             directory.mkdir(parents=True, exist_ok=True)
+        # (base offset, last offset, epoch) of every batch, for epoch lookups: noted as
+        # the segments are scanned on opening
+        self._index: list[tuple[int, int, int]] = []
+        self._bases: list[int] = []
         self.plog = PartitionLog(
-            directory, LogConfig(segment_bytes=segment_bytes), _now_ms(), read_only=read_only
+            directory,
+            LogConfig(segment_bytes=segment_bytes),
+            _now_ms(),
+            on_recovered_batch=self._remember_header,
+            read_only=read_only,
         )
         self._snapshot = self._latest_snapshot()
         self._staged: SnapshotId | None = None
-        # (base offset, last offset, epoch) of every batch, for epoch lookups
-        self._index: list[tuple[int, int, int]] = []
-        self._bases: list[int] = []
         self.truncations = 0  # lets an in-flight fsync tell that the log was cut
-        for entry in self._read_from(self.plog.log_start_offset, 2**62):
-            self._remember(entry)
         if (
             not read_only
             and self._snapshot is not None
@@ -68,6 +71,10 @@ class FileRaftLog:
             for p in self.dir.glob(f"*{SUFFIX}.tmp"):
                 p.unlink()  # a snapshot half-written at a crash is discarded
         return max(found, key=lambda s: s.end_offset) if found else None
+
+    def _remember_header(self, h: BatchHeader) -> None:
+        self._index.append((h.base_offset, h.last_offset, h.partition_leader_epoch))
+        self._bases.append(h.base_offset)
 
     def _remember(self, e: Entry) -> None:
         self._index.append((e.base_offset, e.last_offset, e.epoch))
@@ -110,28 +117,15 @@ class FileRaftLog:
 
     def _read_from(self, offset: int, max_entries: int) -> list[Entry]:
         out: list[Entry] = []
-        while len(out) < max_entries:
-            sl = self.plog.read(offset, 1 << 20)
-            if sl is None:
+        if max_entries <= 0:
+            return out
+        for h, data in self.plog.batches(offset):
+            out.append(
+                Entry(h.base_offset, h.last_offset, h.partition_leader_epoch, bytes(data),
+                      h.is_control)
+            )  # fmt: skip
+            if len(out) >= max_entries:
                 break
-            data = sl.read()
-            try:
-                for pos, h in iter_batches(data, verify_crc=False):
-                    if h.last_offset >= offset and len(out) < max_entries:
-                        out.append(
-                            Entry(
-                                h.base_offset,
-                                h.last_offset,
-                                h.partition_leader_epoch,
-                                data[pos : pos + h.size],
-                                h.is_control,
-                            )
-                        )
-                    offset = h.last_offset + 1
-            except CorruptBatchError as e:
-                # a read of max bytes ends inside a batch: the next read starts with it
-                if e.position == 0:
-                    raise
         return out
 
     def append(self, entries: list[Entry]) -> None:

@@ -94,7 +94,10 @@ class BatchScan:
             h = read_header(window, off)
             problem = header_problem(h)
             if problem is not None:
-                self.stop = ScanStop(pos, problem)
+                zeros = not any(window[off : off + BATCH_HEADER_SIZE])
+                if zeros:  # what some filesystems leave of blocks never written
+                    problem = "zero bytes where a batch header should be"
+                self.stop = ScanStop(pos, problem, incomplete=zeros)
                 return
             if pos + h.size > end:
                 self.stop = ScanStop(

@@ -401,6 +401,22 @@ class PartitionLog:
                 yield h
                 pos += h.size
 
+    def batches(
+        self, start: int, end: int | None = None
+    ) -> Iterator[tuple[BatchHeader, memoryview]]:
+        """Every whole batch holding an offset at or after ``start`` (and starting below
+        ``end``), with its bytes: what a coordinator or the metadata log replays. Read in
+        windows, whatever the batches' sizes; the log must not change meanwhile."""
+        i = max(0, bisect.bisect_right(self._bases, start) - 1)
+        for seg in self._segments[i:]:
+            j = bisect.bisect_right(seg.index, (start, 2**62)) - 1
+            pos = seg.index[j][1] if j >= 0 else 0
+            for _, h, data in BatchScan(seg.fd, pos, seg.size, verify_crc=False, with_data=True):
+                if end is not None and h.base_offset >= end:
+                    return
+                if h.last_offset >= start:
+                    yield h, data
+
     @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self._segments)
