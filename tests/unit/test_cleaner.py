@@ -232,3 +232,45 @@ def test_records_of_aborted_transactions_are_not_values_and_go(tmp_path: Path) -
     assert (4, (b"b", b"new-b")) in data
     assert [o for o, d in data if d == "marker"] == [3, 5]
     log.close()
+
+
+def test_a_segment_past_every_read_window_is_cleaned_whole(tmp_path: Path) -> None:
+    """Segments of several windows (batches straddling each boundary) are cleaned
+    batch by batch: every key's latest value stays, in a copy written as it is read."""
+    from keeperless.storage.batch_scan import SCAN_WINDOW_BYTES
+
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=4 * SCAN_WINDOW_BYTES), 0)
+    value = b"v" * 99_999
+    i = 0
+    while log.size_bytes < 3 * SCAN_WINDOW_BYTES:
+        _append(log, [(b"k%d" % (i % 7), value + b"%d" % i)] * 3, NOW)
+        i += 1
+    _append(log, [(b"end", b"x")], NOW)
+    log._roll(NOW)  # the written segment is no longer the active one
+    _clean(log)
+    got = _records(tmp_path)
+    assert [k for _, k, _, _ in got] == [b"k%d" % (j % 7) for j in range(i - 7, i)] + [b"end"]
+    assert got[-2][2] == value + b"%d" % (i - 1)
+
+
+def test_a_corrupt_segment_is_not_cleaned_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A batch failing its CRC past the first window: the cleaning fails (a cleaned copy
+    would silently lose what follows it) and no half-written copy is left."""
+    import pytest
+
+    from keeperless.protocol.records import CorruptBatchError
+    from keeperless.storage.batch_scan import SCAN_WINDOW_BYTES
+
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=4 * SCAN_WINDOW_BYTES), 0)
+    i = 0
+    while log.size_bytes < 2 * SCAN_WINDOW_BYTES:
+        _append(log, [(b"k%d" % (i % 3), b"v" * 50_000)], NOW)
+        i += 1
+    log._roll(NOW)
+    seg = sorted(tmp_path.glob("*.log"))[0]
+    with open(seg, "r+b") as f:
+        f.seek(seg.stat().st_size - 1000)
+        f.write(b"\xff")
+    with pytest.raises(CorruptBatchError, match="CRC mismatch"):
+        clean_partition(_job(log), NOW)
+    assert not list(tmp_path.glob("*.cleaned"))

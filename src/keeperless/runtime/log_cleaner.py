@@ -80,6 +80,9 @@ class LogCleaner:
         self._pool: ProcessPoolExecutor | None = None
         self.cleanings = 0
         self.bytes_read = 0
+        # partitions whose cleaning failed (a corrupt segment, say): skipped until the
+        # broker restarts, as Kafka's uncleanable partitions
+        self.uncleanable: set[tuple[str, int]] = set()
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -152,6 +155,8 @@ class LogCleaner:
     def candidates(self, now: int) -> list[tuple[float, tuple[str, int], Any, CleanJob]]:
         out = []
         for key, p in list(self.broker.partitions.partitions.items()):
+            if key in self.uncleanable:
+                continue
             found = self._job(key, p, now)
             if found is not None:
                 out.append((found[0], key, p, found[1]))
@@ -168,7 +173,20 @@ class LogCleaner:
         ratio, key, p, job = found[0]
         generation = p.log.generation
         loop = asyncio.get_running_loop()
-        res: CleanResult = await loop.run_in_executor(self._executor(), clean_partition, job, now)
+        try:
+            res: CleanResult = await loop.run_in_executor(
+                self._executor(), clean_partition, job, now
+            )
+        except (OSError, ValueError) as e:  # a corrupt segment, a read error
+            self.uncleanable.add(key)
+            log.warning(
+                "[node %d] Cleaning %s failed, not cleaning it again until a restart "
+                "(its log is served as it is): %s",
+                self.node_id,
+                job.name,
+                e,
+            )
+            return True
         if self.broker.partitions.partitions.get(key) is not p:
             for _, cleaned in res.swaps:  # deleted or re-created meanwhile
                 cleaned.unlink(missing_ok=True)

@@ -28,10 +28,11 @@ from keeperless.protocol.records import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
     BatchHeader,
-    iter_batches,
+    CorruptBatchError,
     raw_records,
     rebuild_batch,
 )
+from keeperless.storage.batch_scan import BatchScan
 
 __all__ = [
     "CLEANED_SUFFIX",
@@ -91,11 +92,20 @@ class CleanResult:
     seconds: float
 
 
-def _batches(path: Path, size: int) -> Iterator[tuple[BatchHeader, bytes]]:
-    with open(path, "rb") as f:
-        data = f.read(size)
-    for pos, h in iter_batches(data):
-        yield h, data[pos : pos + h.size]
+def _batches(path: Path, size: int) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """The segment's batches up to ``size``, read in windows (a segment is up to
+    segment.bytes, 1 GiB by default: never all in memory). A segment that does not
+    hold whole, valid batches up to ``size`` is not cleaned: a cleaned copy of it would
+    silently lose what follows the bad batch."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        scan = BatchScan(fd, 0, size, verify_crc=True)
+        for _, h, data in scan:
+            yield h, data
+        if scan.stop is not None and not scan.stop.clean:
+            raise CorruptBatchError(f"{path.name}: {scan.stop.reason}", scan.stop.position)
+    finally:
+        os.close(fd)
 
 
 class _Throttle:
@@ -171,16 +181,46 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
                 last_batch[h.producer_id] = h.base_offset
     horizon = now_ms - job.delete_retention_ms
     swaps = []
+    totals = (0, 0, 0, 0)  # bytes read and written, records read and kept
+    try:
+        for seg in job.segments:
+            if seg.base_offset >= map_end:
+                break  # beyond what the map knows: cleaned next time
+            cleaned = seg.path.with_name(seg.path.name + CLEANED_SUFFIX)
+            swaps.append((seg, cleaned))
+            counts = _clean_segment(
+                seg, cleaned, keys, map_end, horizon, is_aborted, last_batch, throttle
+            )
+            totals = tuple(t + c for t, c in zip(totals, counts, strict=True))  # type: ignore[assignment]
+    except BaseException:
+        for _, cleaned in swaps:  # nothing half-written is left for a swap
+            cleaned.unlink(missing_ok=True)
+        raise
+    read, written, seen, kept = totals
+    return CleanResult(
+        job.name, tuple(swaps), map_end, read, written, seen, kept, time.monotonic() - t0
+    )
+
+
+def _clean_segment(
+    seg: SegmentToClean,
+    cleaned: Path,
+    keys: dict[bytes, int],
+    map_end: int,
+    horizon: int,
+    is_aborted: _Aborted,
+    last_batch: dict[int, int],
+    throttle: _Throttle,
+) -> tuple[int, int, int, int]:
+    """Write ``seg`` without what the offset map replaces as ``cleaned``, fsynced;
+    returns (bytes read, bytes written, records read, records kept)."""
     read = written = seen = kept = 0
-    for seg in job.segments:
-        if seg.base_offset >= map_end:
-            break  # beyond what the map knows: cleaned next time
-        out = bytearray()
+    with open(cleaned, "wb") as out:
         for h, batch in _batches(seg.path, seg.size):
             read += len(batch)
             throttle(len(batch))
             if h.attributes & ATTR_CONTROL:
-                out += batch
+                written += out.write(batch)
                 continue
             retained = []
             aborted = is_aborted(h)
@@ -197,28 +237,10 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
                 retained.append(raw)
             kept += len(retained)
             if len(retained) == h.record_count:
-                out += batch
+                written += out.write(batch)
             elif retained or last_batch.get(h.producer_id) == h.base_offset:
-                out += rebuild_batch(h, retained)
-        cleaned = seg.path.with_name(seg.path.name + CLEANED_SUFFIX)
-        _write_durably(cleaned, bytes(out))
-        written += len(out)
-        throttle(len(out))
-        swaps.append((seg, cleaned))
-    return CleanResult(
-        job.name,
-        tuple(swaps),
-        map_end,
-        read,
-        written,
-        seen,
-        kept,
-        time.monotonic() - t0,
-    )
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+                written += out.write(rebuild_batch(h, retained))
+        out.flush()
+        os.fsync(out.fileno())
+    throttle(written)
+    return read, written, seen, kept
