@@ -269,3 +269,28 @@ def test_the_metadata_log_reopens_with_every_entry(
         assert again.read(0, len(entries) + 1) == entries
         assert again.last_epoch() == epoch
         again.close()
+
+
+def test_dump_log_prints_every_batch_past_every_window_and_names_a_torn_tail(
+    tmp_path: Path,
+) -> None:
+    import io
+
+    from keeperless.tools.dump_log import dump_file
+
+    d = tmp_path / "t-0"
+    plog = PartitionLog(d, LogConfig(), 0)
+    written = _write(plog, [(300_000, 30, 1), (1_000, 5_000, 2), (3 * MIB, 4, 1)] * 2)
+    plog.close()
+    seg = _segments(d)[0]
+    assert seg.stat().st_size > 3 * SCAN_WINDOW_BYTES
+    out = io.StringIO()
+    assert dump_file(seg, out, False, False, False)
+    assert out.getvalue().count("baseOffset: ") == len(written)
+    os.truncate(seg, seg.stat().st_size - 10)
+    out = io.StringIO()
+    assert not dump_file(seg, out, False, False, False)
+    text = out.getvalue()
+    assert text.count("baseOffset: ") == len(written) - 1
+    last = sum(w.size for w in written[:-1])
+    assert f"at position {last}: incomplete batch" in text

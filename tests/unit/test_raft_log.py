@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from keeperless.protocol.records import build_batch
-from keeperless.raft.log import MemoryLog
+from keeperless.raft.log import CorruptSnapshotError, MemoryLog
 from keeperless.raft.messages import Entry, SnapshotId
 from keeperless.runtime.raft_log import FileRaftLog
 
@@ -52,18 +54,32 @@ def test_file_log_matches_memory_log(tmp_path: Path) -> None:
     _same(mem, reopened)
 
 
+def _snapshot_bytes(tag: bytes, records: int = 3) -> bytes:
+    return build_batch([(None, tag * 1000, [])] * records)
+
+
 def test_snapshots_compact_and_install(tmp_path: Path) -> None:
     mem, disk = MemoryLog(), FileRaftLog(tmp_path / "m-0", segment_bytes=120)
     _fill([mem, disk])
     sid = SnapshotId(6, 2)
+    image = _snapshot_bytes(b"6")
     for lg in (mem, disk):
-        lg.take_snapshot(sid, b"image-at-6")
+        lg.take_snapshot(sid, image)
     assert (tmp_path / "m-0" / "00000000000000000006-0000000002.checkpoint").exists()
-    assert disk.snapshot_data() == b"image-at-6"
+    assert disk.snapshot_data() == image
+    for pos, n in ((0, 100), (100, 5000), (len(image) - 1, 100), (len(image), 10)):
+        assert disk.snapshot_chunk(pos, n) == mem.snapshot_chunk(pos, n)
+        assert disk.snapshot_chunk(pos, n) == (image[pos : pos + n], len(image))
     _same(mem, disk)
     other = SnapshotId(40, 7)
+    newer = _snapshot_bytes(b"n")
+    # a damaged transfer is refused and changes nothing
+    for damaged in (newer[:-1], newer[:100] + b"x" + newer[101:]):
+        with pytest.raises(CorruptSnapshotError):
+            disk.install_snapshot(other, damaged)
+    assert disk.snapshot_id == sid
     for lg in (mem, disk):
-        lg.install_snapshot(other, b"newer")
+        lg.install_snapshot(other, newer)
     _same(mem, disk)
     disk.close()
     again = FileRaftLog(tmp_path / "m-0")

@@ -9,7 +9,11 @@ from typing import Protocol
 
 from keeperless.raft.messages import Entry, SnapshotId
 
-__all__ = ["MemoryLog", "RaftLog"]
+__all__ = ["CorruptSnapshotError", "MemoryLog", "RaftLog"]
+
+
+class CorruptSnapshotError(ValueError):
+    """A fetched snapshot's bytes are not whole, valid batches: it is not installed."""
 
 
 class RaftLog(Protocol):
@@ -31,8 +35,13 @@ class RaftLog(Protocol):
         ...
 
     def snapshot_data(self) -> bytes: ...
+    def snapshot_chunk(self, position: int, max_bytes: int) -> tuple[bytes, int]:
+        """Up to ``max_bytes`` of the snapshot from ``position``, and its whole size."""
+        ...
+
     def install_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
-        """Replace the log by a snapshot (the log then starts at its end offset)."""
+        """Replace the log by a snapshot (the log then starts at its end offset); raises
+        CorruptSnapshotError, changing nothing, if ``data`` is damaged."""
         ...
 
     def take_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
@@ -96,6 +105,9 @@ class MemoryLog:
 
     def snapshot_data(self) -> bytes:
         return self._snapshot_data
+
+    def snapshot_chunk(self, position: int, max_bytes: int) -> tuple[bytes, int]:
+        return self._snapshot_data[position : position + max_bytes], len(self._snapshot_data)
 
     def install_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
         self.entries = []

@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from keeperless.raft import messages as m
+from keeperless.raft.log import CorruptSnapshotError
 from keeperless.raft.messages import SnapshotId
 from keeperless.raft.state import Progress, Role
 
@@ -171,8 +172,9 @@ def on_fetch_snapshot_request(core: RaftCore, req: m.FetchSnapshotRequest, now_m
             )
         )
         return
-    data = core.log.snapshot_data()
-    chunk = data[req.position : req.position + min(req.max_bytes, core.config.snapshot_chunk_bytes)]
+    chunk, size = core.log.snapshot_chunk(
+        req.position, min(req.max_bytes, core.config.snapshot_chunk_bytes)
+    )
     core._send(
         m.FetchSnapshotResponse(
             core.node_id,
@@ -181,7 +183,7 @@ def on_fetch_snapshot_request(core: RaftCore, req: m.FetchSnapshotRequest, now_m
             core.node_id,
             m.NONE,
             sid,
-            len(data),
+            size,
             req.position,
             chunk,
             req.request_id,
@@ -327,7 +329,17 @@ def on_fetch_snapshot_response(core: RaftCore, resp: m.FetchSnapshotResponse, no
             f"node {core.node_id}: asked by leader {resp.src} to replace its log by snapshot "
             f"{target}, which ends below its applied offset {core.applied}"
         )
-    core.log.install_snapshot(target, data)
+    try:
+        core.log.install_snapshot(target, data)
+    except CorruptSnapshotError as e:
+        log.warning(
+            "[node %d] Snapshot %s fetched from node %d is damaged (%s): fetching it again",
+            core.node_id,
+            target,
+            resp.src,
+            e,
+        )
+        return
     core.durable_end = target.end_offset
     core.applied = target.end_offset
     core.high_watermark = max(core.high_watermark, target.end_offset)

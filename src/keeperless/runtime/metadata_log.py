@@ -19,11 +19,11 @@ from keeperless.metadata.codec import decode_record, encode_record
 from keeperless.metadata.features import record_version
 from keeperless.metadata.image import MetadataDelta, MetadataImage
 from keeperless.metadata.snapshot import SnapshotWriter
-from keeperless.protocol.records import iter_batches, record_values
+from keeperless.protocol.records import CorruptBatchError, iter_batches, record_values
 from keeperless.raft.core import NotLeaderError, RaftConfig, RaftCore
 from keeperless.raft.messages import Entry, Message, SnapshotId
 from keeperless.raft.state import ElectionState
-from keeperless.runtime.raft_log import FileRaftLog
+from keeperless.runtime.raft_log import FileRaftLog, snapshot_file_name
 from keeperless.storage.durable import write_atomically
 
 __all__ = ["METADATA_TOPIC", "MetadataLog", "decode_entry", "image_of_snapshot", "iter_entry"]
@@ -45,7 +45,7 @@ def _now_ms() -> int:
 def iter_entry(data: bytes) -> Iterator[Any]:
     """The metadata records of the data batches in ``data`` (control batches have none)."""
     view = memoryview(data)
-    for pos, h in iter_batches(data, verify_crc=False):
+    for pos, h in iter_batches(data, verify_crc=True):
         if h.is_control:
             continue
         for value in record_values(view[pos : pos + h.size]):
@@ -162,7 +162,15 @@ class MetadataLog:
         if not self.snapshot_listeners:
             return
         t0 = time.monotonic()
-        delta, image = image_of_snapshot(data, sid)
+        try:
+            delta, image = image_of_snapshot(data, sid)
+        except CorruptBatchError as e:
+            raise ValueError(
+                f"{self.log_dir / snapshot_file_name(sid)} is damaged: {e}. It holds the "
+                "metadata up to its offset and is not used damaged. Restore it from a "
+                "backup; a broker that is not a controller may instead start with its "
+                f"{self.log_dir.name} directory moved aside, and fetches the metadata again"
+            ) from None
         for fn in self.snapshot_listeners:
             fn(delta, image, sid)
         log.info(

@@ -10,7 +10,8 @@ import os
 import time
 from pathlib import Path
 
-from keeperless.protocol.records import BatchHeader, iter_batches
+from keeperless.protocol.records import BatchHeader, CorruptBatchError, iter_batches
+from keeperless.raft.log import CorruptSnapshotError
 from keeperless.raft.messages import Entry, SnapshotId
 from keeperless.storage.durable import fsync_dir
 from keeperless.storage.log import LogConfig, PartitionLog
@@ -151,6 +152,15 @@ class FileRaftLog:
             return b""
         return (self.dir / snapshot_file_name(self._snapshot)).read_bytes()
 
+    def snapshot_chunk(self, position: int, max_bytes: int) -> tuple[bytes, int]:
+        """A piece of the snapshot file (a FetchSnapshot answer), read at its position:
+        the whole file is not read for every chunk."""
+        if self._snapshot is None:
+            return b"", 0
+        with open(self.dir / snapshot_file_name(self._snapshot), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            return os.pread(f.fileno(), max(0, min(max_bytes, size - position)), position), size
+
     def stage_snapshot(self, sid: SnapshotId, data: bytes) -> None:
         """Write and fsync a snapshot's file under a temporary name — from a worker thread,
         since at a million partitions that is 100+ MB — so that ``take_snapshot`` on the
@@ -187,6 +197,11 @@ class FileRaftLog:
         del self._bases[:i]
 
     def install_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
+        try:
+            for _ in iter_batches(data, verify_crc=True):
+                pass
+        except CorruptBatchError as e:
+            raise CorruptSnapshotError(str(e)) from None
         self.truncations += 1
         self._write_snapshot(snapshot, data)
         self.plog.reset_to(snapshot.end_offset, _now_ms())

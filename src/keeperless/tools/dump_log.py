@@ -5,6 +5,7 @@ the offending position."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
@@ -14,48 +15,31 @@ from keeperless.metadata.codec import MetadataRecordError, decode_record, record
 from keeperless.protocol.control import ABORT, COMMIT, CONTROL_NAMES, control_type, decode_control
 from keeperless.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
-    BATCH_HEADER_SIZE,
     CorruptBatchError,
     decode_records,
     read_header,
 )
+from keeperless.storage.batch_scan import BatchScan
 from keeperless.tools.offsets_decoder import decode_offsets_record, decode_transaction_record
 
 __all__ = ["dump_file"]
 
 _CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-_CHUNK = 8 * 1024 * 1024
 
 
-def _batches(path: Path, max_bytes: int | None = None) -> Iterator[tuple[int, bytes]]:
+def _batches(path: Path, max_bytes: int | None = None) -> Iterator[tuple[int, memoryview]]:
     """(position, batch bytes) for each batch (those within the first ``max_bytes``
     bytes); raises CorruptBatchError with the file position of the first bad one."""
-    import crc32c
-
     with open(path, "rb") as f:
-        pos = 0
-        while True:
-            f.seek(pos)
-            head = f.read(BATCH_HEADER_SIZE)
-            if not head or (max_bytes is not None and pos + len(head) > max_bytes):
-                return
-            if len(head) < BATCH_HEADER_SIZE:
-                raise CorruptBatchError("truncated batch header", pos)
-            h = read_header(head)
-            if h.magic != 2:
-                raise CorruptBatchError(f"unsupported magic {h.magic}", pos)
-            if h.batch_length < BATCH_HEADER_SIZE - 12 or h.batch_length > 1 << 30:
-                raise CorruptBatchError(f"invalid batch length {h.batch_length}", pos)
-            f.seek(pos)
-            data = f.read(h.size)
-            if len(data) < h.size:
-                raise CorruptBatchError(f"truncated batch ({len(data)} of {h.size} bytes)", pos)
-            if max_bytes is not None and pos + h.size > max_bytes:
-                return
-            if crc32c.crc32c(data[21:]) != h.crc:
-                raise CorruptBatchError(f"CRC mismatch (stored {h.crc})", pos)
+        size = os.fstat(f.fileno()).st_size
+        end = size if max_bytes is None else min(size, max_bytes)
+        scan = BatchScan(f.fileno(), 0, end, verify_crc=True)
+        for pos, _, data in scan:
             yield pos, data
-            pos += h.size
+        stop = scan.stop
+        assert stop is not None
+        if not stop.clean and not (stop.incomplete and end < size):
+            raise CorruptBatchError(stop.reason, stop.position)
 
 
 def dump_file(
