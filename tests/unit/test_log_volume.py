@@ -294,3 +294,46 @@ def test_dump_log_prints_every_batch_past_every_window_and_names_a_torn_tail(
     assert text.count("baseOffset: ") == len(written) - 1
     last = sum(w.size for w in written[:-1])
     assert f"at position {last}: incomplete batch" in text
+
+
+def test_a_clean_stop_is_marked_and_a_torn_tail_after_it_blames_the_disk(
+    tmp_path: Path, caplog: object
+) -> None:
+    """Kafka's .kafka_cleanshutdown: written when every log was flushed at a stop,
+    removed at start; the recovery warning tells a crash's torn tail from one found
+    after a clean stop."""
+    import logging
+    import uuid
+
+    from keeperless.broker.partitions import PartitionManager
+    from keeperless.metadata.image import PartitionInfo
+    from keeperless.storage.partition_dirs import CLEAN_SHUTDOWN_FILE
+
+    tid = uuid.uuid4()
+    info = PartitionInfo((1,), (1,), 1, 0, 0)
+
+    def start() -> PartitionManager:
+        pm = PartitionManager(1, tmp_path, LogConfig())
+        pm.ensure("t", 0, tid, info, LogConfig(), 0)
+        return pm
+
+    pm = start()
+    p = pm.get("t", 0)
+    assert p is not None
+    _write(p.log, [(1_000, 10, 1)])
+    pm.close()
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    seg = _segments(tmp_path / "t-0")[0]
+    os.truncate(seg, seg.stat().st_size - 1)
+    caplog.set_level(logging.WARNING)  # type: ignore[attr-defined]
+    pm = start()
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # until the next clean stop
+    assert "although the last shutdown was clean" in caplog.text  # type: ignore[attr-defined]
+    p = pm.get("t", 0)
+    assert p is not None
+    assert p.log.log_end_offset == 9
+    # a crash (no close): the next start does not know the stop was clean
+    os.truncate(seg, seg.stat().st_size - 1)
+    caplog.clear()  # type: ignore[attr-defined]
+    start()
+    assert "as a crash or power loss leaves" in caplog.text  # type: ignore[attr-defined]

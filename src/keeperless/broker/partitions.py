@@ -29,6 +29,7 @@ from keeperless.protocol.records import (
     read_header,
     set_log_append_time,
 )
+from keeperless.storage.durable import fsync_dir
 from keeperless.storage.epochs import LeaderEpochCache
 from keeperless.storage.log import FileSlice, LogConfig, PartitionLog
 from keeperless.storage.offset_checkpoint import (
@@ -37,6 +38,7 @@ from keeperless.storage.offset_checkpoint import (
     write_offset_checkpoint,
 )
 from keeperless.storage.partition_dirs import (
+    CLEAN_SHUTDOWN_FILE,
     discard,
     partition_dirs,
     read_topic_id,
@@ -91,6 +93,7 @@ class Partition:
         directory: Path,
         config: LogConfig,
         now_ms: int,
+        clean_shutdown: bool = False,
     ) -> None:
         self.topic = topic
         self.index = index
@@ -107,7 +110,9 @@ class Partition:
         snaps = snapshot_offsets(directory)
         self._replay_from = snaps[-1] if snaps else 0
         self._found: list[BatchHeader] | None = []
-        self.log = PartitionLog(directory, config, now_ms, self._recovered_batch)
+        self.log = PartitionLog(
+            directory, config, now_ms, self._recovered_batch, clean_shutdown=clean_shutdown
+        )
         self._load_state(self._found)
         self._found = None
         self.log.on_roll = self._on_roll
@@ -372,17 +377,20 @@ class Partition:
         self.state.take_snapshot(base_offset)
         self.state.delete_snapshots(below=self.log.first_segment_base)
 
-    def close(self) -> None:
+    def close(self) -> bool:
         """A clean shutdown: the log flushed and the producers' state snapshotted at its
-        end, so the next start replays nothing."""
+        end, so the next start replays nothing. False if that could not be done."""
+        clean = self.log.writable
         try:
             if self.log.writable:
                 self.log.flush()
                 self.log.sync_txn_indexes()
                 self.state.take_snapshot(self.log.log_end_offset)
         except OSError as e:
+            clean = False
             log.warning("Could not snapshot the producers of %s-%d: %s", self.topic, self.index, e)
         self.log.close()
+        return clean
 
     def _note_marker(
         self, h: BatchHeader, offset: int, data: bytes | None, index: bool = True
@@ -576,6 +584,14 @@ class PartitionManager:
         self._data_arrived: asyncio.Future[None] | None = None
         # set by the replica manager: a follower fetched from a partition led here
         self.on_follower_fetch: Callable[[Partition, int], None] | None = None
+        # Kafka's marker of a clean stop: read (and removed) at start, written at a
+        # clean stop; recovery then knows a torn tail is not a crash's
+        self.clean_shutdown = False
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        if marker.exists():
+            self.clean_shutdown = True
+            marker.unlink()
+            fsync_dir(log_dir)
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
@@ -608,20 +624,11 @@ class PartitionManager:
                     topic,
                 )
                 self._discard(directory)
-            p = Partition(topic, index, topic_id, directory, config, now_ms)
+            p = Partition(topic, index, topic_id, directory, config, now_ms, self.clean_shutdown)
             self.partitions[(topic, index)] = p
             start = self._starts.pop((topic, index), None)
             if start is not None and found == topic_id:
                 p.advance_start(start, now_ms)
-            if p.log.truncated_bytes:
-                log.warning(
-                    "[node %d] Recovered %s-%d: truncated %d torn bytes, log end %d",
-                    self.node_id,
-                    topic,
-                    index,
-                    p.log.truncated_bytes,
-                    p.log.log_end_offset,
-                )
         else:
             p.log.config = config
         p.node_id = self.node_id
@@ -707,6 +714,15 @@ class PartitionManager:
             await asyncio.wait_for(asyncio.shield(self._data_arrived), timeout_s)
 
     def close(self) -> None:
+        """Close every log; if each was flushed, mark the directory cleanly shut down."""
+        clean = True
         for p in self.partitions.values():
-            p.close()
+            clean = p.close() and clean
         self.partitions.clear()
+        if clean:
+            try:
+                (self.log_dir / CLEAN_SHUTDOWN_FILE).touch()
+                fsync_dir(self.log_dir)
+            except OSError as e:
+                log.warning("[node %d] Could not mark %s cleanly shut down: %s",
+                            self.node_id, self.log_dir, e)  # fmt: skip

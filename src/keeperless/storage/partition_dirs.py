@@ -19,6 +19,7 @@ from keeperless.storage.durable import fsync_dir, write_atomically
 from keeperless.storage.meta_properties import uuid_from_kafka, uuid_to_kafka
 
 __all__ = [
+    "CLEAN_SHUTDOWN_FILE",
     "PARTITION_METADATA",
     "discard",
     "partition_dirs",
@@ -28,6 +29,8 @@ __all__ = [
 ]
 
 PARTITION_METADATA = "partition.metadata"
+# in a log directory: its last stop was clean (written at a clean stop, removed at start)
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_SUFFIX = "-delete"
 _NAME = re.compile(r"^(?P<topic>.+)-(?P<index>\d+)$")
 
