@@ -326,3 +326,30 @@ def test_a_stale_duplicate_of_a_diverging_answer_is_ignored() -> None:
     assert net.log_of(4) == before
     assert net.nodes[4].applied == applied
     assert [v for _, v in applied] == [b"a", b"b", b"c"]
+
+
+def test_a_fetch_answer_holds_at_most_max_fetch_bytes_of_entries_but_always_one() -> None:
+    """A fetch answer is bounded in bytes as well as entries (an answer of 64 large
+    metadata batches could pass what the fetcher reads in one response), and a single
+    entry larger than the bound still goes (or the fetcher could never pass it)."""
+    import dataclasses
+
+    from tests.sim.paper_net import CONFIG, Net
+
+    config = dataclasses.replace(CONFIG, max_fetch_bytes=2_500)
+    net = Net(voters=3, config=config)
+    net.elect(1, [2, 3])
+    for value in (b"a" * 1_000, b"b" * 1_000, b"c" * 1_000, b"d" * 5_000, b"e" * 10):
+        net.propose(1, value)
+    answers: list[m.FetchResponse] = []
+
+    def watch(msg: m.Message) -> bool:
+        if isinstance(msg, m.FetchResponse) and msg.dst == 2 and msg.entries:
+            answers.append(msg)
+        return msg.dst in (1, 2) and msg.src in (1, 2)
+
+    net.deliver_until(lambda: net.log_of(2) == net.log_of(1), watch, waves=200)
+    sizes = [sum(len(e.data) for e in a.entries) for a in answers]
+    assert all(s <= 2_500 or len(a.entries) == 1 for s, a in zip(sizes, answers, strict=True))
+    assert any(len(a.entries) == 1 and s > 2_500 for s, a in zip(sizes, answers, strict=True))
+    assert len(answers) >= 3

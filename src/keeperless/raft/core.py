@@ -53,6 +53,9 @@ class RaftConfig:
     request_timeout_ms: int = 2000
     fetch_max_wait_ms: int = 500
     max_fetch_entries: int = 64
+    # a fetch answer holds at most this many bytes of entries (at least one entry): the
+    # bound the runtime asks for (Kafka's fetch max bytes for the metadata log)
+    max_fetch_bytes: int = 8 << 20
     snapshot_chunk_bytes: int = 1 << 20
 
 

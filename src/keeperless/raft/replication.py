@@ -136,8 +136,14 @@ def answer_fetch(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
     if core.role is not Role.LEADER:
         fetch_error(core, req, m.NOT_LEADER_OR_FOLLOWER)
         return
-    entries = tuple(core.log.read(req.fetch_offset, core.config.max_fetch_entries))
-    _leader_response(core, req, entries)
+    entries = core.log.read(req.fetch_offset, core.config.max_fetch_entries)
+    size = 0
+    for n, e in enumerate(entries):
+        size += len(e.data)
+        if size > core.config.max_fetch_bytes and n > 0:
+            entries = entries[:n]
+            break
+    _leader_response(core, req, tuple(entries))
 
 
 def release_parked(core: RaftCore, now_ms: int) -> None:

@@ -10,8 +10,9 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
-from keeperless.protocol.records import iter_batches
+from keeperless.protocol.records import complete_batches
 from keeperless.raft import messages as m
+from keeperless.raft.core import RaftConfig
 from keeperless.raft.messages import Entry, SnapshotId
 
 __all__ = [
@@ -27,7 +28,7 @@ TOPIC = "__cluster_metadata"
 FETCH_VERSION = 12
 # api key -> version we speak
 RAFT_APIS = {1: FETCH_VERSION, 52: 2, 53: 1, 54: 1, 59: 1}
-_MAX_FETCH_BYTES = 8 * 1024 * 1024
+_MAX_FETCH_BYTES = RaftConfig().max_fetch_bytes
 
 
 def _request_class(api_key: int) -> type:
@@ -47,7 +48,7 @@ def _entries(records: bytes | None) -> tuple[Entry, ...]:
             bytes(records[pos : pos + h.size]),
             h.is_control,
         )
-        for pos, h in iter_batches(records)
+        for pos, h in complete_batches(records)
     )
 
 

@@ -76,7 +76,7 @@ def load_from_quorum(servers: list[tuple[str, int]]) -> tuple[MetadataImage, int
     (image, leader id, epoch)."""
     import datetime
 
-    from keeperless.protocol.records import iter_batches
+    from keeperless.protocol.records import complete_batches
     from keeperless.tools.client import call
     from keeperless.tools.quorum import describe_quorum
 
@@ -135,7 +135,7 @@ def load_from_quorum(servers: list[tuple[str, int]]) -> tuple[MetadataImage, int
         data = bytes(p.records or b"")
         if not data:
             break
-        for pos, h in iter_batches(data):
+        for pos, h in complete_batches(data):
             if h.last_offset >= leader.high_watermark:
                 return image, leader.leader_id, leader.leader_epoch
             if not h.is_control:
