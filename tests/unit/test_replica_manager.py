@@ -141,3 +141,41 @@ def test_a_replica_fenced_or_shutting_down_is_not_proposed_into_the_isr(tmp_path
         b.close()
 
     asyncio.run(go())
+
+
+def test_a_fetch_that_ends_inside_a_batch_appends_the_whole_ones(tmp_path: Path) -> None:
+    """A follower more than replica.fetch.max.bytes behind gets answers cut inside a
+    batch. Dropping the cut batch resized a buffer the batch iterator still viewed
+    (BufferError), which killed the replica fetcher silently: the broker never rejoined
+    an ISR again (issue 23, item 4: a restarted broker 37-55 partitions under-replicated
+    for over 100 s, no log line anywhere)."""
+    from keeperless.protocol.records import build_batch, iter_batches, patch_offsets
+
+    b = _broker(tmp_path)
+    tid = uuid.uuid4()
+    b.on_committed(
+        [
+            r.TopicRecord(name="t", topic_id=tid),
+            r.PartitionRecord(partition_id=0, topic_id=tid, replicas=(1, 2), isr=(2,), leader=2),
+        ],
+        3,
+    )
+    p = b.partitions.get("t", 0)
+    assert p is not None
+    leader_log = bytearray()
+    for i in range(5):
+        batch = bytearray(build_batch([(None, b"v%d" % i * 300, ())] * 3))
+        patch_offsets(batch, 0, 3 * i, 0)
+        leader_log += batch
+    sizes = [h.size for _, h in iter_batches(leader_log)]
+    cut = sizes[0] + sizes[1] + sizes[2] // 2  # an answer of max bytes ends in batch 3
+    assert p.append_replica(bytes(leader_log[:cut]), 0) == 2
+    assert p.log.log_end_offset == 6
+    # the next fetch, from offset 6, gets the rest
+    assert p.append_replica(bytes(leader_log[sizes[0] + sizes[1] :]), 0) == 3
+    assert p.log.log_end_offset == 15
+    # exactly the leader's bytes, nothing of the cut batch (appending it with the whole
+    # ones wrote a torn batch into the middle of the follower's log)
+    (segment,) = sorted((tmp_path / "t-0").glob("*.log"))
+    assert segment.read_bytes() == bytes(leader_log)
+    b.close()

@@ -24,6 +24,7 @@ from keeperless.metadata.image import PartitionInfo
 from keeperless.protocol.records import (
     BatchHeader,
     CorruptBatchError,
+    complete_batches,
     iter_batches,
     patch_offsets,
     read_header,
@@ -273,12 +274,10 @@ class Partition:
         the number of batches appended."""
         buf = bytearray(records)
         try:
-            batches = list(iter_batches(buf))
+            # an answer of replica.fetch.max.bytes may end inside a batch: next time
+            batches = complete_batches(buf)
         except CorruptBatchError as e:
-            if e.position == 0:
-                raise ReplicationError(f"{self.topic}-{self.index}: {e}") from None
-            del buf[e.position :]  # a partial batch at the end of a fetch: next time
-            batches = list(iter_batches(buf))
+            raise ReplicationError(f"{self.topic}-{self.index}: {e}") from None
         leo = self.log.log_end_offset
         # the first batch may start past our end: the leader's cleaner removed what lay
         # between (a compacted log has gaps; Kafka's followers take them)
@@ -286,7 +285,8 @@ class Partition:
         if not keep:
             return 0
         start = keep[0][0]
-        data = buf[start:]
+        end = keep[-1][0] + keep[-1][1].size  # not the cut batch after it
+        data = buf[start:end]
         headers = [(pos - start, h) for pos, h in keep]
         for _, h in headers:
             self.epochs.assign(h.partition_leader_epoch, h.base_offset)

@@ -75,6 +75,7 @@ class _Fetcher:
         self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._corr = itertools.count(1)
         self._warned = False
+        self._crashed_at = -1e9
 
     def stop(self) -> None:
         self.task.cancel()
@@ -116,7 +117,22 @@ class _Fetcher:
             if self._warned:
                 log.info("[node %d] Fetching from leader %d again", broker.node_id, self.leader)
                 self._warned = False
-            if self._handle(resp):
+            try:
+                backoff = self._handle(resp)
+            except Exception as e:
+                # a fetcher that died silently left its partitions out of every ISR for
+                # good: say it, with its traceback (once a minute), and fetch again
+                now = time.monotonic()
+                if now - self._crashed_at >= 60.0:
+                    self._crashed_at = now
+                    log.exception(
+                        "[node %d] Applying a fetch from leader %d failed: %s; fetching again",
+                        broker.node_id,
+                        self.leader,
+                        e,
+                    )
+                backoff = True
+            if backoff:
                 await self._backoff()
 
     async def _backoff(self) -> None:
@@ -412,13 +428,25 @@ class ReplicaManager:
 
     async def _isr_loop(self) -> None:
         interval = max(min(self.settings.lag_time_max_ms / 2000, 5.0), 0.05)
+        crashed_at = -1e9
         while not self._stopped:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._isr_wakeup.wait(), interval)
             self._isr_wakeup.clear()
-            self._shrink(_now_ms())
-            if not self._pending:
-                continue
+            try:
+                await self._isr_round()
+            except Exception as e:
+                # this loop ending would freeze every ISR this broker leads, silently
+                if time.monotonic() - crashed_at >= 60.0:
+                    crashed_at = time.monotonic()
+                    log.exception("[node %d] ISR upkeep failed: %s", self.broker.node_id, e)
+                for key, p in self.broker.partitions.partitions.items():
+                    if p.pending_isr is not None and key not in self._pending:
+                        p.pending_isr = None  # what was in flight is proposed again
+
+    async def _isr_round(self) -> None:
+        self._shrink(_now_ms())
+        if self._pending:
             batch, self._pending = self._pending, {}
             try:
                 top, results = await self.broker.controller.alter_partition(

@@ -133,20 +133,24 @@ def iter_batches(
 ) -> Iterator[tuple[int, BatchHeader]]:
     """Yield (position, header) for each complete, valid batch; raise CorruptBatchError
     at the first invalid or incomplete one."""
-    mv = memoryview(buf)
     pos = 0
-    end = len(mv)
+    end = len(buf)
     while pos < end:
         if end - pos < BATCH_HEADER_SIZE:
             raise CorruptBatchError("truncated batch header", pos, incomplete=True)
-        h = read_header(mv, pos)
+        h = read_header(buf, pos)
         problem = header_problem(h)
         if problem is not None:
             raise CorruptBatchError(problem, pos)
         if pos + h.size > end:
             raise CorruptBatchError("truncated batch", pos, incomplete=True)
-        if verify_crc and (problem := crc_problem(mv[pos : pos + h.size], h)) is not None:
-            raise CorruptBatchError(problem, pos)
+        if verify_crc:
+            # a view only for the CRC: a view kept in this frame would pin ``buf`` (an
+            # exception's traceback keeps the frame; a bytearray could not be resized)
+            with memoryview(buf) as mv:
+                problem = crc_problem(mv[pos : pos + h.size], h)
+            if problem is not None:
+                raise CorruptBatchError(problem, pos)
         yield pos, h
         pos += h.size
 

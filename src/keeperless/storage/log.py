@@ -444,6 +444,10 @@ class PartitionLog:
         self, data: bytes | bytearray, headers: list[tuple[int, BatchHeader]], now_ms: int
     ) -> None:
         """Append batches (offsets already assigned) given with their parsed headers."""
+        if not headers or headers[-1][0] + headers[-1][1].size != len(data):
+            # an invariant: bytes the headers do not account for would be a torn batch
+            # in the middle of the log
+            raise ValueError(f"{len(data)} bytes to append do not end with their last batch")
         self._check_writable()
         seg = self._segments[-1]
         try:
