@@ -8,6 +8,7 @@ SEEDS ?= 2000
 RUNS ?= 4
 SEED ?=
 DURATION ?= 60
+VOLUME_MB ?= 300
 
 .PHONY: run test check venv sysdeps sim mutants chaos bench clean fmt
 
@@ -58,9 +59,11 @@ mutants: venv
 	$(PY) -m tests.sim.mutants --seeds $(SEEDS)
 
 ## chaos: the fault harness on real processes in network namespaces (root): RUNS runs
-## from seed SEED (random if empty), DURATION seconds of faults each; a failing seed replays
+## from seed SEED (random if empty), DURATION seconds of faults each, VOLUME_MB of large
+## values written and read back per run; a failing seed replays
 chaos: venv
-	$(PY) -m tests.chaos.run --runs $(RUNS) $(if $(SEED),--seed $(SEED)) --duration $(DURATION)
+	$(PY) -m tests.chaos.run --runs $(RUNS) $(if $(SEED),--seed $(SEED)) --duration $(DURATION) \
+		--volume-mb $(VOLUME_MB)
 
 ## bench: produce/consume throughput vs raw file and socket baselines
 bench: venv

@@ -24,7 +24,8 @@ __all__ = ["ChaosCluster", "ChaosNode"]
 
 BROKER_PORT = 9092
 CONTROLLER_PORT = 9093
-TMPFS_BYTES = 256 * 1024 * 1024
+# room for the bulk workload's few hundred MB per replica, and a disk-full fault fills it
+TMPFS_BYTES = 1536 * 1024 * 1024
 # formatted at an older metadata.version, which the nemesis upgrades during the run
 # (record versions change mid-stream, as when a rolling upgrade is finalized)
 FIRST_RELEASE = "3.5-IV2"
@@ -113,7 +114,6 @@ class ChaosNode:
             "transaction.state.log.num.partitions": "3",
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
             "auto.create.topics.enable": "false",
-            "log.segment.bytes": str(1024 * 1024),
             **TIMEOUTS,
             **SECURE_NODE_CONFIG,
         }
@@ -166,12 +166,20 @@ class ChaosNode:
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (a controlled shutdown), SIGKILL if it does not end in time."""
+        self.terminate()
+        self.wait_stopped(timeout)
+
+    def terminate(self) -> None:
+        """Ask it to stop (SIGTERM), without waiting: several nodes stop at once."""
         if not self.alive:
             return
-        assert self.proc is not None
         if self.paused:
             self.resume()
-        self.proc.send_signal(signal.SIGTERM)
+        self.signal(signal.SIGTERM)
+
+    def wait_stopped(self, timeout: float = 30.0) -> None:
+        if self.proc is None:
+            return
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:

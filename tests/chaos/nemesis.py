@@ -5,9 +5,15 @@ Faults: kill -9 and restart (any node, the active controller, a partition leader
 nodes at once); SIGSTOP/SIGCONT pauses longer than the session and fetch timeouts;
 partitions (random halves, the active controller isolated, one-way cuts, a bridge where
 one node sees both sides); a broker's disk full; a rolling restart of the brokers; a
-broker's power loss (its unflushed segment tails are lost: the active segments are cut
-back to their size when the fault began, as Kafka does not fsync partition data; the
-metadata log, fsynced before anything depends on it, is kept).
+broker's power loss (its unflushed segment tails are lost: each active segment is cut
+back to a random byte between its size when the fault began and its size now - a torn
+batch as often as not - as Kafka does not fsync partition data; the metadata log,
+fsynced before anything depends on it, is kept); the whole cluster, every broker (so
+every replica of every partition) or every controller stopped at once, cleanly or with
+kill -9, and started again; a broker stopped, unregistered (kafka-cluster.sh
+unregister) and started again. After a fault that restarts brokers, each must be back in
+the ISR of every partition it holds within ISR_REJOIN_S, or the partitions still missing
+it are recorded ("isr-late").
 """
 
 from __future__ import annotations
@@ -41,7 +47,17 @@ FAULTS = (
     "roll",
     "power-loss",
     "upgrade",
+    # whole-cluster changes (issue 23): every replica of every partition, every
+    # controller, a retired and re-registered broker
+    "restart-all",
+    "kill-all",
+    "stop-brokers",
+    "kill-brokers",
+    "restart-controllers",
+    "unregister",
 )
+# after a fault that restarts brokers: how long they may take to be back in every ISR
+ISR_REJOIN_S = 60.0
 # the releases the upgrade fault may finalize, in order (FIRST_RELEASE is the start)
 RELEASES = ("3.6-IV2", "3.7-IV0", "3.7-IV2", "3.7-IV4", "3.8-IV0", "3.9-IV0")
 
@@ -174,6 +190,7 @@ class Nemesis:
         time.sleep(hold)
         for n in nodes:
             n.start()
+        self._await_isr([n for n in nodes if n.is_broker])
 
     def _kill(self, hold: float) -> Any:
         n = self._pick()
@@ -273,6 +290,7 @@ class Nemesis:
             deadline = time.monotonic() + 30
             while not n.serving() and time.monotonic() < deadline:
                 time.sleep(0.2)
+        self._await_isr(self.cluster.brokers)
         return [n.node_id for n in self.cluster.brokers]
 
     def _upgrade(self, hold: float) -> Any:
@@ -312,13 +330,121 @@ class Nemesis:
         lost = 0
         now = _active_segments(n.data)
         for path, size in now.items():
-            keep = sizes.get(path, 0)
-            if size > keep:
+            synced = sizes.get(path, 0)
+            if size > synced:
+                # anywhere in what was written since: inside a batch as often as not
+                keep = self.rng.randint(synced, size)
                 with open(path, "r+b") as f:
                     f.truncate(keep)
                 lost += size - keep
         n.start()
+        self._await_isr([n])
         return {"node": n.node_id, "bytes_lost": lost}
+
+    # -- whole-cluster faults --------------------------------------------------------------
+
+    def _restart_together(self, nodes: list[ChaosNode], clean: bool, hold: float) -> None:
+        """Stop ``nodes`` at once (SIGTERM, or kill -9), then start them all again,
+        controllers first."""
+        for n in nodes:
+            if clean:
+                n.terminate()
+            else:
+                n.kill9()
+        for n in nodes:
+            n.wait_stopped(60.0)
+        time.sleep(min(hold, 2.0))
+        for n in sorted(nodes, key=lambda x: not x.is_controller):
+            n.start()
+        self._await_isr([n for n in nodes if n.is_broker])
+
+    def _restart_all(self, hold: float) -> Any:
+        nodes = list(self.cluster.nodes.values())
+        self._restart_together(nodes, True, hold)
+        return [n.node_id for n in nodes]
+
+    def _kill_all(self, hold: float) -> Any:
+        nodes = list(self.cluster.nodes.values())
+        self._restart_together(nodes, False, hold)
+        return [n.node_id for n in nodes]
+
+    def _stop_brokers(self, hold: float) -> Any:
+        self._restart_together(self.cluster.brokers, True, hold)
+        return [n.node_id for n in self.cluster.brokers]
+
+    def _kill_brokers(self, hold: float) -> Any:
+        self._restart_together(self.cluster.brokers, False, hold)
+        return [n.node_id for n in self.cluster.brokers]
+
+    def _restart_controllers(self, hold: float) -> Any:
+        clean = self.rng.random() < 0.5
+        self._restart_together(self.cluster.controllers, clean, hold)
+        return {"nodes": [n.node_id for n in self.cluster.controllers], "clean": clean}
+
+    def _unregister(self, hold: float) -> Any:
+        """A broker stopped, unregistered with Kafka's tool, and started again (it
+        registers anew): it must take its replicas back and rejoin their ISRs."""
+        import subprocess
+        import sys
+
+        n = self._pick(self.cluster.brokers)
+        n.stop()
+        others = ",".join(f"{b.addr}:9092" for b in self.cluster.brokers if b is not n)
+        res = None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # until the controller has fenced it
+            res = subprocess.run(
+                [sys.executable, "-m", "keeperless", "cluster", "unregister",
+                 "--bootstrap-server", others, "--id", str(n.node_id)],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            if res.returncode == 0:
+                break
+            time.sleep(0.5)
+        time.sleep(min(hold, 3.0))
+        n.start()
+        self._await_isr([n])
+        out = (res.stdout + res.stderr).strip()[-200:] if res is not None else ""
+        return {"node": n.node_id, "unregistered": res is not None and res.returncode == 0,
+                "output": out}  # fmt: skip
+
+    def _await_isr(self, nodes: list[ChaosNode]) -> None:
+        """Wait until each of ``nodes`` is in the ISR of every partition it holds; past
+        ISR_REJOIN_S, record the partitions still missing it."""
+        ids = {n.node_id for n in nodes}
+        if not ids:
+            return
+        deadline = time.monotonic() + ISR_REJOIN_S
+        missing: list[str] = []
+        while time.monotonic() < deadline:
+            missing = _missing_from_isr(self.cluster, ids)
+            if not missing:
+                return
+            time.sleep(0.5)
+        self.history.info("nemesis", "isr-late", {"nodes": sorted(ids), "after_s": ISR_REJOIN_S,
+                                                  "partitions": missing[:30],
+                                                  "count": len(missing)})  # fmt: skip
+
+
+def _missing_from_isr(cluster: ChaosCluster, ids: set[int]) -> list[str]:
+    """ "topic-partition: [node...]" for every partition whose replicas among ``ids`` are
+    not all in its ISR (everything, as unknown, if the metadata cannot be read)."""
+    from confluent_kafka.admin import AdminClient
+
+    from tests.chaos.workload import _quiet
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "logger": _quiet})
+    try:
+        md = admin.list_topics(timeout=5)
+    except Exception:
+        return ["(metadata unavailable)"]
+    out = []
+    for name, t in sorted(md.topics.items()):
+        for p, pm in sorted(t.partitions.items()):
+            lacking = sorted((set(pm.replicas) & ids) - set(pm.isrs))
+            if lacking:
+                out.append(f"{name}-{p}: {lacking}")
+    return out
 
 
 def _active_segments(data: Path) -> dict[Path, int]:

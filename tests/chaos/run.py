@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos import checkers
+from tests.chaos.bulk_workload import BULK_PARTITIONS, check_bulk_contents, read_bulk
 from tests.chaos.cluster import FIRST_RELEASE, ChaosCluster
 from tests.chaos.history import History
 from tests.chaos.nemesis import FAULTS, Nemesis
@@ -43,9 +44,10 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "chaos-results"
 
 
-def _settle(cluster: ChaosCluster, partitions: int, timeout_s: float = 90.0) -> bool:
-    """After healing: every broker serves and every partition of the topic has a leader
-    and all three replicas in sync."""
+def _settle(cluster: ChaosCluster, partitions: int, timeout_s: float = 90.0) -> list[str]:
+    """After healing: every broker serves, and every partition of every topic has a
+    leader and all its replicas in sync. Returns what is not so at the deadline (the
+    partitions named), nothing if all settled."""
     from confluent_kafka.admin import AdminClient
 
     from tests.chaos.workload import _quiet
@@ -53,17 +55,24 @@ def _settle(cluster: ChaosCluster, partitions: int, timeout_s: float = 90.0) -> 
     cluster.wait_serving(timeout_s)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "logger": _quiet})
     deadline = time.monotonic() + timeout_s
+    unsettled = ["(no metadata)"]
     while time.monotonic() < deadline:
         try:
-            t = admin.list_topics(TOPIC, timeout=5).topics[TOPIC]
-            if len(t.partitions) == partitions and all(
-                pm.leader >= 0 and len(pm.isrs) == 3 for pm in t.partitions.values()
-            ):
-                return True
-        except Exception:
-            pass
+            topics = admin.list_topics(timeout=5).topics
+            unsettled = [
+                f"{name}-{p}: leader {pm.leader}, replicas {pm.replicas}, isr {pm.isrs}"
+                for name, t in sorted(topics.items())
+                for p, pm in sorted(t.partitions.items())
+                if pm.leader < 0 or set(pm.isrs) != set(pm.replicas)
+            ]
+            if len(topics[TOPIC].partitions) != partitions:
+                unsettled.append(f"{TOPIC}: {len(topics[TOPIC].partitions)} partitions")
+            if not unsettled:
+                return []
+        except Exception as e:
+            unsettled = [f"(metadata: {e})"]
         time.sleep(0.5)
-    return False
+    return unsettled
 
 
 def _final_committed(bootstrap: str, partitions: int) -> dict[int, int]:
@@ -134,7 +143,11 @@ def run_once(
     duration_s: float,
     faults: tuple[str, ...] = FAULTS,
     keep: Path | None = None,
+    volume_mb: int = 0,
 ) -> dict[str, Any]:
+    """One run; ``volume_mb`` of large values are written and checked (the bulk
+    workload), on top of the other workloads."""
+    volume_bytes = volume_mb * 1024 * 1024
     rng = random.Random(seed)
     remove_stale()
     ids = range(1, 7) if topology == "split" else range(1, 4)
@@ -150,19 +163,26 @@ def run_once(
         cluster.start()
         racks = [f"rack-{n.node_id}" for n in cluster.brokers]
         workload = Workload(
-            cluster.bootstrap, history, rng, racks=racks, secure_bootstrap=cluster.secure_bootstrap
-        )
+            cluster.bootstrap, history, rng, racks=racks,
+            secure_bootstrap=cluster.secure_bootstrap, bulk_bytes=volume_bytes,
+        )  # fmt: skip
         workload.setup()
         workload.start()
         time.sleep(3.0)  # some quiet traffic first: the baseline latency
         nemesis = Nemesis(cluster, net, history, rng, faults)
         nemesis.run(duration_s, threading.Event())
         history.info("nemesis", "healed")
-        settled = _settle(cluster, workload.partitions)
+        if volume_bytes and not workload.bulk.wait(300):
+            anomalies.append({"kind": "volume-not-written", "acked_bytes":
+                              workload.bulk.acked_bytes, "target_bytes": volume_bytes})  # fmt: skip
+        unsettled = _settle(cluster, workload.partitions)
         time.sleep(3.0)  # quiet traffic after healing
         workload.finish()
-        if not settled:
-            anomalies.append({"kind": "did-not-settle", "after_s": 90})
+        if unsettled:
+            anomalies.append({"kind": "did-not-settle", "after_s": 90,
+                              "partitions": unsettled[:30], "count": len(unsettled)})  # fmt: skip
+        anomalies += [{"kind": "isr-rejoin-late", **e.value}
+                      for e in history.of("nemesis", "isr-late")]  # fmt: skip
         final = {p: read_partition(cluster.bootstrap, TOPIC, p) for p in range(workload.partitions)}
         committed = _final_committed(cluster.bootstrap, workload.partitions)
         history.complete(history.invoke("monitor", "committed"), "monitor", "ok", "committed",
@@ -170,6 +190,17 @@ def run_once(
         topics = _metadata(cluster.bootstrap)
         write_anomalies, write_stats = checkers.check_writes(history, final)
         anomalies += write_anomalies
+        bulk_stats: dict[str, Any] = {}
+        if volume_bytes:
+            read = {p: read_bulk(cluster.bootstrap, p) for p in range(BULK_PARTITIONS)}
+            bulk_final = {p: r[0] for p, r in read.items()}
+            bulk_anomalies, bulk_stats = checkers.check_writes(history, bulk_final, "bulk-")
+            anomalies += bulk_anomalies
+            content, content_stats = check_bulk_contents(
+                history, {p: r[1] for p, r in read.items()}
+            )
+            anomalies += content
+            bulk_stats.update(content_stats)
         anomalies += checkers.check_reads(history, final)
         anomalies += checkers.check_deletions(history, final)
         kv = {p: read_partition(cluster.bootstrap, KV_TOPIC, p) for p in range(KV_PARTITIONS)}
@@ -200,6 +231,7 @@ def run_once(
         report.update(
             faults=nemesis.log,
             writes=write_stats,
+            volume=bulk_stats,
             compaction={
                 **kv_stats,
                 "cleanings": sum(log.count(f"Cleaned {KV_TOPIC}-") for log in logs.values()),
@@ -272,6 +304,10 @@ def print_report(r: dict[str, Any]) -> None:
     )
     for f in r.get("faults", []):
         print(f"    {f['start_s']:>7.1f}-{f['end_s']:<7.1f} {f['fault']:<20} {f['target']}")
+    if r.get("volume"):
+        v = r["volume"]
+        print(f"    volume: {v.get('acked_bytes', 0) / 2**20:.0f} MB acknowledged, "
+              f"{v.get('read_bytes', 0) / 2**20:.0f} MB read back and checked")  # fmt: skip
     if r.get("latency"):
         print(f"    produce ack latency: {r['latency']}")
     for c in r.get("isolated_controllers", []):
@@ -294,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topology", choices=["split", "combined", "both"], default="both")
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of faults per run")
     ap.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
+    ap.add_argument("--volume-mb", type=int, default=300,
+                    help="MB of large values each run writes and checks (0: none)")  # fmt: skip
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(10**6)
     faults = tuple(f for f in args.faults.split(",") if f)
@@ -305,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = []
     for i in range(args.runs):
         topo = topologies[i % len(topologies)]
-        r = run_once(seed + i, topo, args.duration, faults)
+        r = run_once(seed + i, topo, args.duration, faults, volume_mb=args.volume_mb)
         print_report(r)
         summary.append({k: r.get(k) for k in ("seed", "topology", "seconds", "anomalies")})
         bad += bool(r["anomalies"])

@@ -1,5 +1,6 @@
 """The short fault schedule run by `make test`: one run of each topology with a fixed
-seed (about three minutes). `make chaos RUNS=N SEED=S` runs more."""
+seed, each writing and reading back 48 MB of large values (3 read windows per partition
+of the bulk topic). `make chaos RUNS=N SEED=S` runs more, at 300 MB a run."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from tests.chaos.run import print_report, run_once
     ids=["split", "combined"],
 )
 def test_short_fault_schedule(seed: int, topology: str, duration_s: float) -> None:
-    report = run_once(seed, topology, duration_s)
+    report = run_once(seed, topology, duration_s, volume_mb=48)
     print_report(report)
     assert report["faults"], "the nemesis injected nothing"
     assert report["writes"]["acked"] > 0, "nothing was acknowledged: the workload did not run"
+    assert report["volume"]["read_bytes"] >= 48 << 20, "the volume was not written and read"
     assert not report["anomalies"], json.dumps(report["anomalies"], indent=1, default=str)[:4000]

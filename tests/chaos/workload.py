@@ -39,6 +39,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
+from tests.chaos.bulk_workload import BulkWorkload
 from tests.chaos.history import History
 from tests.chaos.secure_workload import SecureWorkload
 from tests.chaos.txn_workload import TxnWorkload
@@ -80,6 +81,7 @@ class Workload:
         max_messages: int = 20_000,
         racks: Sequence[str] = (),
         secure_bootstrap: str = "",
+        bulk_bytes: int = 0,
     ) -> None:
         self.bootstrap = bootstrap
         self.racks = list(racks)
@@ -95,15 +97,18 @@ class Workload:
         self.txn = TxnWorkload(bootstrap, history, self.stop)
         # security: SCRAM users and ACLs enforced on a SASL listener (issue 17)
         self.secure = SecureWorkload(bootstrap, secure_bootstrap, history, self.stop)
+        # volume: large values until ``bulk_bytes`` are acknowledged (issue 23)
+        self.bulk = BulkWorkload(bootstrap, history, self.stop, self.rng, bulk_bytes)
 
     def _common(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, "logger": _quiet, "log_level": 0}
 
     def setup(self) -> None:
         admin = AdminClient(self._common())
-        fs = admin.create_topics(
-            [NewTopic(TOPIC, self.partitions, 3, config={"min.insync.replicas": "2"})]
-        )
+        # small segments: rolls and retention happen within a run (the cluster keeps
+        # Kafka's default segment.bytes, which the bulk topic fills)
+        conf = {"min.insync.replicas": "2", "segment.bytes": str(1 << 20)}
+        fs = admin.create_topics([NewTopic(TOPIC, self.partitions, 3, config=conf)])
         fs[TOPIC].result(30)
         kv = {
             "min.insync.replicas": "2",
@@ -114,6 +119,8 @@ class Workload:
         admin.create_topics([NewTopic(KV_TOPIC, KV_PARTITIONS, 3, config=kv)])[KV_TOPIC].result(30)
         self.txn.setup()
         self.secure.setup()
+        if self.bulk.target_bytes:
+            self.bulk.setup()
 
     def start(self) -> None:
         targets: list[tuple[str, Any]] = [
@@ -124,6 +131,8 @@ class Workload:
         targets += [("kv-producer", self._produce_kv)]
         targets += self.txn.targets()
         targets += self.secure.targets()
+        if self.bulk.target_bytes:
+            targets += self.bulk.targets()
         for name, fn in targets:
             t = threading.Thread(target=fn, name=name, daemon=True)
             t.start()

@@ -221,3 +221,28 @@ def test_idle_producers_expire_but_not_open_transactions(tmp_path: Path) -> None
     p.append_marker(2, 0, True, 0, 0)
     assert p.state.remove_expired(now_ms=100_000, expiration_ms=10_000) == 1
     assert sorted(p.producers) == [3]
+
+
+def test_an_unclean_restart_rebuilds_the_producers_from_a_segment_past_every_window(
+    tmp_path: Path,
+) -> None:
+    """The producers' state replayed from the recovery scan of a segment of several read
+    windows (issue 23's audit): a retry of the last batch is still known as a duplicate,
+    and the producer's next sequence is accepted."""
+    from keeperless.storage.batch_scan import SCAN_WINDOW_BYTES
+
+    p = _partition(tmp_path)
+    seq = 0
+    while p.log.size_bytes < 3 * SCAN_WINDOW_BYTES:
+        for pid in (5, 6):  # two producers, their batches interleaved
+            assert p.append(_batch(pid, seq, n=3, pad=100_000), 0, BIG, 0).error == ErrorCode.none
+        seq += 3
+    last_offset = p.log.log_end_offset - 3
+    p.log.close()  # a crash: no shutdown snapshot, the whole segment replayed
+    q = _partition(tmp_path)
+    retry = q.append(_batch(6, seq - 3, n=3, pad=100_000), 0, BIG, 0)
+    assert (retry.error, retry.base_offset) == (ErrorCode.none, last_offset)
+    assert q.log.log_end_offset == last_offset + 3  # not appended again
+    assert q.append(_batch(5, seq, n=1), 0, BIG, 0).error == ErrorCode.none
+    gap = q.append(_batch(6, seq + 5, n=1), 0, BIG, 0)
+    assert gap.error == ErrorCode.out_of_order_sequence_number
