@@ -111,15 +111,19 @@ def full_isr(bootstrap: str) -> bool:
 
 
 def restart_all(c: Cluster, timeout_s: float = 180.0) -> float:
-    """SIGTERM every node at once, start them again; seconds until every partition is
-    led with its ISR full."""
+    """Stop every node as Kafka's runbook does a full restart - the brokers together
+    (each a controlled shutdown), then the controllers - and start them again,
+    controllers first; seconds from the first SIGTERM until every partition is led with
+    its ISR full. (Stopped all at once, a broker finds no controller for its controlled
+    shutdown and its next start waits out its old session: the fault harness does that.)"""
     nodes = [*c.brokers.values(), *c.controllers.values()]
     t0 = time.monotonic()
-    for n in nodes:
-        if n.proc is not None and n.proc.poll() is None:
-            n.proc.terminate()
-    for n in nodes:
-        n.stop()
+    for group in (c.brokers.values(), c.controllers.values()):
+        for n in group:
+            if n.proc is not None and n.proc.poll() is None:
+                n.proc.terminate()
+        for n in group:
+            n.stop()
     for n in c.controllers.values():
         n.start_background()
     for n in c.brokers.values():

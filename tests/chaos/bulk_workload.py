@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.chaos.history import History
@@ -121,10 +121,28 @@ class BulkWorkload:
 
             return cb
 
+        try:
+            self._send_until_done(k, p, name, rng, compression, report, pending)
+        except KafkaException as e:
+            # a fatal error (librdkafka's idempotent producer found its sequence gone
+            # from the broker, say): recorded, and the checker reports it
+            h.info(name, "fatal", {"error": str(e.args[0])[:300]})
+        finally:
+            for op, v in list(pending.items()):
+                h.complete(op, name, "info", "send", {**v, "error": "undelivered at the end"})
+            with self._lock:
+                self._running -= 1
+                if self._running == 0:
+                    self.done.set()
+
+    def _send_until_done(
+        self, k: int, p: Producer, name: str, rng: random.Random, compression: str,
+        report: Any, pending: dict[int, dict[str, Any]],
+    ) -> None:  # fmt: skip
+        h = self.history
         seq = 0
-        share = self.target_bytes // 2
         sent = 0
-        while not self.stop.is_set() and not self.done.is_set() and sent < 2 * share:
+        while not self.stop.is_set() and not self.done.is_set() and sent < self.target_bytes:
             size = int(math.exp(rng.uniform(math.log(_MIN_VALUE), math.log(_MAX_VALUE))))
             value_id = f"b{k}-{seq}"
             payload = self._payload(size, compression != "none")
@@ -148,12 +166,6 @@ class BulkWorkload:
         deadline = time.monotonic() + 90
         while pending and time.monotonic() < deadline:
             p.flush(1)
-        for op, v in list(pending.items()):
-            h.complete(op, name, "info", "send", {**v, "error": "undelivered at the end"})
-        with self._lock:
-            self._running -= 1
-            if self._running == 0:
-                self.done.set()
 
 
 def read_bulk(
@@ -207,5 +219,7 @@ def check_bulk_contents(
             if v is not None and v["digest"] != d:
                 out.append({"kind": "bulk-value-altered", "partition": p, "offset": offset,
                             "value": value_id, "sent": v["digest"], "read": d})  # fmt: skip
+    out += [{"kind": "producer-fatal", "producer": e.process, **e.value}
+            for e in history.of("bulk-", "fatal")]  # fmt: skip
     acked = sum(e.value["size"] for e in history.of("bulk-", "send") if e.type == "ok")
     return out, {"acked_bytes": acked, "read_bytes": read_bytes}
