@@ -4,6 +4,7 @@ plus the nemesis's fault events. Checkers read it after the run."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import threading
@@ -37,10 +38,18 @@ class History:
         return time.monotonic() - self.start
 
     def _add(self, process: str, type_: str, f: str, value: Any, op: int) -> Event:
-        with self._lock:
+        # a SystemError here comes with the lock acquired: confluent-kafka ran a delivery
+        # callback with its fatal error still pending, and the first C call of the
+        # callback reports it (inside a ``with`` the lock stayed held for good and every
+        # workload thread hung)
+        with contextlib.suppress(SystemError):
+            self._lock.acquire()
+        try:
             e = Event(len(self.events), round(self.now(), 4), process, type_, f, value, op)
             self.events.append(e)
             return e
+        finally:
+            self._lock.release()
 
     def invoke(self, process: str, f: str, value: Any = None) -> int:
         op = next(self._ops)
