@@ -250,6 +250,30 @@ MUTANTS = [
         ),
         kind="scenario",
     ),
+    Mutant(
+        "fetch-unbounded",
+        "a leader answers a fetch with every entry it may, whatever their bytes",
+        "replication.py",
+        (
+            (
+                "        if size > core.config.max_fetch_bytes and n > 0:\n",
+                "        if False:\n",
+            ),
+        ),
+        kind="scenario",
+    ),
+    Mutant(
+        "snapshot-chunk-from-start",
+        "a leader answers every FetchSnapshot with the snapshot's first chunk",
+        "replication.py",
+        (
+            (
+                "    chunk, size = core.log.snapshot_chunk(\n        req.position,",
+                "    chunk, size = core.log.snapshot_chunk(\n        0,",
+            ),
+        ),
+        kind="scenario",
+    ),
 ]
 SCENARIOS = ROOT / "tests" / "sim" / "test_raft_paper.py"
 
