@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.chaos.history import History
@@ -173,34 +173,14 @@ def read_bulk(
 ) -> tuple[tuple[int, int, list[tuple[int, str]]], list[tuple[int, str, str]]]:
     """(lo, hi, [(offset, value id)]) of one partition of the bulk topic, and the
     (offset, id, digest) of every record as read, for the content check."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "chaos-bulk-reader",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 16 << 20,
-            "logger": _quiet,
-            "log_level": 0,
-        }
-    )
-    try:
-        tp = TopicPartition(BULK_TOPIC, partition)
-        lo, hi = c.get_watermark_offsets(tp, timeout=10)
-        c.assign([TopicPartition(BULK_TOPIC, partition, lo)])
-        out: list[tuple[int, str]] = []
-        digests: list[tuple[int, str, str]] = []
-        deadline = time.monotonic() + timeout_s
-        while (not out or out[-1][0] < hi - 1) and hi > lo:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{BULK_TOPIC}-{partition}: read up to {out[-1:]} of {hi}")
-            for m in c.consume(100, 1.0):
-                if m.error() is None:
-                    value_id, _, payload = m.value().partition(b":")
-                    out.append((m.offset(), value_id.decode()))
-                    digests.append((m.offset(), value_id.decode(), digest(payload)))
-        return (lo, hi, out), digests
-    finally:
-        c.close()
+    from tests.chaos.workload import read_partition
+
+    def id_and_digest(value: bytes) -> tuple[str, str]:
+        value_id, _, payload = value.partition(b":")
+        return value_id.decode(), digest(payload)
+
+    lo, hi, records = read_partition(bootstrap, BULK_TOPIC, partition, timeout_s, id_and_digest)
+    return (lo, hi, [(o, i) for o, (i, _) in records]), [(o, i, d) for o, (i, d) in records]
 
 
 def check_bulk_contents(

@@ -19,7 +19,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import (
@@ -427,14 +427,21 @@ def read_committed(reader: Consumer, partitions: int) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in tps if tp.error is None}
 
 
-def read_partition(bootstrap: str, topic: str, partition: int, timeout_s: float = 30.0) -> Any:
-    """Every record of one partition, (offset, value), from its start to its high
-    watermark, read by a consumer outside any group."""
+def read_partition(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    timeout_s: float = 30.0,
+    value: Callable[[bytes], Any] = bytes.decode,
+) -> Any:
+    """Every record of one partition, (offset, value(its bytes)), from its start to its
+    high watermark, read by a consumer outside any group."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "chaos-reader",
             "enable.auto.commit": False,
+            "fetch.max.bytes": 16 << 20,
             "logger": _quiet,
             "log_level": 0,
         }
@@ -443,14 +450,14 @@ def read_partition(bootstrap: str, topic: str, partition: int, timeout_s: float 
         tp = TopicPartition(topic, partition)
         lo, hi = c.get_watermark_offsets(tp, timeout=10)
         c.assign([TopicPartition(topic, partition, lo)])
-        out: list[tuple[int, str]] = []
+        out: list[tuple[int, Any]] = []
         deadline = time.monotonic() + timeout_s
         while (not out or out[-1][0] < hi - 1) and hi > lo:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{topic}-{partition}: read up to {out[-1:]} of {hi}")
             for m in c.consume(500, 1.0):
                 if m.error() is None:
-                    out.append((m.offset(), m.value().decode()))
+                    out.append((m.offset(), value(m.value())))
         return lo, hi, out
     finally:
         c.close()
