@@ -337,3 +337,33 @@ def test_a_clean_stop_is_marked_and_a_torn_tail_after_it_blames_the_disk(
     caplog.clear()  # type: ignore[attr-defined]
     start()
     assert "as a crash or power loss leaves" in caplog.text  # type: ignore[attr-defined]
+
+
+def test_a_damaged_older_segment_ends_the_log_there(tmp_path: Path, caplog: object) -> None:
+    """A header no valid batch has inside an older segment (found by the header scan):
+    the log ends at that batch and the later segments go, as Kafka's recovery does - not
+    a hole a consumer would silently skip."""
+    import logging
+
+    d = tmp_path / "t-0"
+    config = LogConfig(segment_bytes=SCAN_WINDOW_BYTES)
+    plog = PartitionLog(d, config, 0)
+    written = _write(plog, [(200_000, 20, 1)] * 7)  # appends of 4 MB: 3+ segments
+    plog.close()
+    segs = _segments(d)
+    assert len(segs) >= 3
+    damaged = segs[1]
+    base = int(damaged.name[:20])
+    in_segment = [w for w in written if w.base_offset >= base]
+    pos = in_segment[0].size + in_segment[1].size  # the third batch of the segment
+    with open(damaged, "r+b") as f:
+        f.seek(pos + 16)  # its magic byte
+        f.write(b"\x07")
+    caplog.set_level(logging.WARNING)  # type: ignore[attr-defined]
+    again = PartitionLog(d, config, 0)
+    assert again.log_end_offset == in_segment[2].base_offset
+    assert _segments(d) == segs[:2]
+    assert _read_all(again) == [w for w in written if w.base_offset < in_segment[2].base_offset]
+    assert "unsupported record batch magic 7" in caplog.text  # type: ignore[attr-defined]
+    assert "deleting" in caplog.text  # type: ignore[attr-defined]
+    again.close()

@@ -222,14 +222,35 @@ class PartitionLog:
             last = i == len(bases) - 1
             # every segment's batches: the producers' state (idempotent sequences) must
             # know a producer whose last batch lies in an older segment
-            self._scan(seg, validate=last, on_batch=on_batch)
+            whole = self._scan(seg, validate=last, on_batch=on_batch)
             self._segments.append(seg)
+            if not whole and not last:
+                # as Kafka's recovery: the log ends at its first damaged batch; what
+                # follows would be served with a hole before it
+                self._drop_after(seg, bases[i + 1 :], now_ms)
+                break
         if not self._segments:
             if self.read_only:
                 raise FileNotFoundError(f"{self.dir} holds no log segment")
             self._segments.append(_Segment(self.dir, 0, now_ms))
             fsync_dir(self.dir)
         self._bases = [s.base_offset for s in self._segments]
+
+    def _drop_after(self, seg: _Segment, later: list[int], now_ms: int) -> None:
+        log.warning(
+            "Partition log %s: deleting %d segment(s) after %s (from %s on): the log ends "
+            "where its first damaged batch was",
+            self.dir.name,
+            len(later),
+            segment_name(seg.base_offset, ".log"),
+            segment_name(later[0], ".log"),
+        )
+        if self.read_only:
+            return  # served up to the damage; the node repairs
+        for base in later:
+            gone = _Segment(self.dir, base, now_ms)
+            self._drop(gone)
+        fsync_dir(self.dir)
 
     def _finish_swaps(self) -> None:
         """What a crash left of a cleaning (Kafka's recovery rules): a ``.swap`` is a
@@ -312,11 +333,11 @@ class PartitionLog:
 
     def _scan(
         self, seg: _Segment, validate: bool, on_batch: Callable[[BatchHeader], None] | None
-    ) -> None:
+    ) -> bool:
         """Rebuild a segment's indexes from its batch headers; on the active segment,
         also verify every CRC. The segment ends at its last whole, valid batch: an
         incomplete batch at the end of the file or a corrupt one (and all after it) is
-        truncated and reported, saying which."""
+        truncated and reported, saying which. False if it was (or, read-only, would be)."""
         interval = self.config.index_interval_bytes
         scan = BatchScan(seg.fd, 0, seg.size, verify_crc=validate)
         for pos, h, _ in scan:
@@ -327,7 +348,7 @@ class PartitionLog:
         assert stop is not None
         if self.read_only:
             seg.size = stop.position  # serve only what is valid; repair is the node's job
-            return
+            return stop.clean
         if not stop.clean:
             lost = seg.size - stop.position
             self.truncated_bytes += lost
@@ -349,6 +370,7 @@ class PartitionLog:
             os.ftruncate(seg.fd, stop.position)
             seg.size = stop.position
         seg.rewrite_indexes()
+        return stop.clean
 
     # -- state ----------------------------------------------------------------------
 
