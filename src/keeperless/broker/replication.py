@@ -209,10 +209,16 @@ class _Fetcher:
                 if code == ErrorCode.none:
                     div = pr.diverging_epoch
                     if div.epoch >= 0 or div.end_offset >= 0:
+                        # Kafka's rule: where the leader's epoch ends, if ours is that
+                        # epoch too; if we do not know its epoch, back to where our own
+                        # epoch before it ends, and ask again from there
                         own_epoch, own_end = p.end_offset_for_epoch(div.epoch)
-                        target = div.end_offset
-                        if own_epoch == div.epoch and own_end >= 0:
-                            target = min(target, own_end)
+                        if own_epoch < 0:
+                            target = div.end_offset
+                        elif own_epoch == div.epoch:
+                            target = min(div.end_offset, own_end)
+                        else:
+                            target = own_end
                         p.truncate_to(max(target, p.log.log_start_offset))
                         continue
                     if pr.records:

@@ -49,9 +49,22 @@ class LeaderEpochCache:
         return self.entries[-1][0] if self.entries else -1
 
     def assign(self, epoch: int, start_offset: int, persist: bool = True) -> None:
-        """Note that ``epoch`` began at ``start_offset`` (ignored unless it is newer)."""
-        if epoch < 0 or epoch <= self.latest_epoch:
+        """Note that ``epoch`` began at ``start_offset``, as Kafka's cache does: a new
+        epoch, or the same epoch starting earlier, replaces every entry it contradicts
+        (an epoch at least as new, or one starting at or after it) - so that the cache
+        always says what the log holds (a batch of an older epoch appended after a
+        leadership that wrote nothing left an entry no batch had: a follower asking about
+        that older epoch was sent back to its start for ever)."""
+        if epoch < 0 or start_offset < 0:
             return
+        if self.entries:
+            last_epoch, last_start = self.entries[-1]
+            if epoch == last_epoch and start_offset >= last_start:
+                return
+        while self.entries and (
+            self.entries[-1][0] >= epoch or self.entries[-1][1] >= start_offset
+        ):
+            self.entries.pop()
         self.entries.append((epoch, start_offset))
         if persist:
             self._write()
@@ -68,19 +81,20 @@ class LeaderEpochCache:
         self._write()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """(largest epoch <= ``epoch`` held here, the offset where it ends); UNDEFINED if
-        the log holds no epoch that old."""
-        found = -1
-        for i, (e, _) in enumerate(self.entries):
-            if e > epoch:
-                break
-            found = i
-        if found < 0:
+        """Kafka's answer to "where does ``epoch`` end?": (the largest epoch <= it held
+        here, the start of the next epoch, or the log end for the latest); for an epoch
+        older than any held, (that epoch, where the oldest held one starts); UNDEFINED for
+        an undefined epoch or an empty cache."""
+        if epoch < 0 or not self.entries:
             return UNDEFINED
-        e = self.entries[found][0]
-        if found + 1 < len(self.entries):
-            return e, self.entries[found + 1][1]
-        return e, log_end_offset
+        if epoch == self.entries[-1][0]:
+            return epoch, log_end_offset
+        higher = next((i for i, (e, _) in enumerate(self.entries) if e > epoch), None)
+        if higher is None:
+            return self.entries[-1][0], log_end_offset
+        if higher == 0:
+            return epoch, self.entries[0][1]
+        return self.entries[higher - 1][0], self.entries[higher][1]
 
     def save(self) -> None:
         self._write()

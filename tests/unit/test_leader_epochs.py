@@ -1,0 +1,42 @@
+"""The leader-epoch cache as Kafka's (LeaderEpochFileCache): it always says what the log
+holds, and answers "where does epoch E end?" for any E. Found by the fault harness at
+volume (seed 2309, combined, rolls): a producer's retry was appended at offset 0 by the
+leader of epoch 1 while the followers kept the first leader's copy under epoch 0; asked
+where epoch 0 ends, the leader (whose log starts with epoch 1) answered "undefined",
+which the followers took for no divergence: they fetched nothing and stayed out of the
+ISR for good (the partition below min.insync.replicas, its replicas differing). Kafka
+answers (0, where epoch 1 starts) and the followers truncate there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from keeperless.storage.epochs import UNDEFINED, LeaderEpochCache
+
+
+def test_an_older_epoch_assigned_replaces_the_entries_it_contradicts(tmp_path: Path) -> None:
+    c = LeaderEpochCache(tmp_path)
+    c.assign(1, 0)  # a leader of epoch 1 that wrote nothing
+    c.assign(0, 0)  # then, as a follower, a batch of epoch 0 at offset 0
+    assert c.entries == [(0, 0)]
+    c.assign(0, 5)  # the same epoch again, later: nothing to note
+    c.assign(2, 10)
+    c.assign(3, 10)  # epoch 2 wrote nothing before 3 began
+    assert c.entries == [(0, 0), (3, 10)]
+    c.assign(3, 7)  # the same epoch starting earlier wins
+    assert c.entries == [(0, 0), (3, 7)]
+    assert LeaderEpochCache(tmp_path).entries == [(0, 0), (3, 7)]  # and is on disk
+
+
+def test_the_end_of_any_epoch_is_answered_as_kafka_does(tmp_path: Path) -> None:
+    c = LeaderEpochCache(tmp_path)
+    assert c.end_offset_for(0, 10) == UNDEFINED  # nothing held
+    c.assign(2, 5)
+    c.assign(4, 9)
+    c.assign(7, 20)
+    assert c.end_offset_for(1, 30) == (1, 5)  # older than any held: where the oldest starts
+    assert c.end_offset_for(2, 30) == (2, 9)
+    assert c.end_offset_for(3, 30) == (2, 9)  # the largest epoch at or below it
+    assert c.end_offset_for(5, 30) == (4, 20)
+    assert c.end_offset_for(7, 30) == (7, 30)  # the latest ends at the log end
+    assert c.end_offset_for(-1, 30) == UNDEFINED
