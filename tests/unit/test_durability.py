@@ -149,3 +149,39 @@ def test_snapshots_and_truncations_are_durable_by_name(
     assert len(list(d.glob("*.log"))) < segments  # whole segments went
     assert ("fsync", str(d)) in disk_ops
     log.close()
+
+
+def test_a_node_stopping_during_a_metadata_fsync_closes_its_log_after_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The fsync runs in a thread; a stop meanwhile closed the log under it, and its
+    completion then read the closed log (an IndexError traceback on every such stop,
+    found by the fault harness's rolls): the log is closed once the fsync is done."""
+    import asyncio
+    import threading
+    import time
+
+    async def go() -> None:
+        mlog = MetadataLog(1, (1,), tmp_path, send=lambda _: None)
+        entered = threading.Event()
+        real_flush = mlog.raft_log.flush
+
+        def slow_flush() -> None:
+            entered.set()
+            time.sleep(0.2)
+            real_flush()  # the descriptors must still be open here
+
+        mlog.raft_log.flush = slow_flush  # type: ignore[method-assign]
+        mlog._request_flush()
+        await asyncio.get_running_loop().run_in_executor(None, entered.wait, 5)
+        mlog.close()
+        assert not mlog.raft_log.plog.closed  # not under the fsync's feet
+        for _ in range(100):
+            if mlog.raft_log.plog.closed:
+                break
+            await asyncio.sleep(0.01)
+        assert mlog.raft_log.plog.closed
+
+    asyncio.run(go())
+    assert "Traceback" not in caplog.text
+    assert "halting" not in caplog.text

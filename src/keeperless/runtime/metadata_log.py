@@ -281,6 +281,10 @@ class MetadataLog:
 
     def _flushed(self, end: int, truncations: int, fut: asyncio.Future[None]) -> None:
         self._flushing = False
+        if self._closed:
+            # the node stopped while this fsync ran: its files were left open for it
+            self.raft_log.close()
+            return
         if fut.cancelled():
             return
         exc = fut.exception()
@@ -469,4 +473,7 @@ class MetadataLog:
             self._timer.cancel()
         if self._linger is not None:
             self._linger.cancel()
-        self.raft_log.close()
+        if not self._flushing:
+            # (an fsync in its thread would meet closed descriptors - or others' files
+            # under reused numbers: it closes them when it is done, in _flushed)
+            self.raft_log.close()
