@@ -367,3 +367,30 @@ def test_a_damaged_older_segment_ends_the_log_there(tmp_path: Path, caplog: obje
     assert "unsupported record batch magic 7" in caplog.text  # type: ignore[attr-defined]
     assert "deleting" in caplog.text  # type: ignore[attr-defined]
     again.close()
+
+
+def test_dump_log_shows_a_batch_failing_its_crc_as_invalid_and_goes_on(tmp_path: Path) -> None:
+    """As Kafka's tool: the damaged batch is printed with isvalid: false, the batches
+    after it still printed (a helper found the dump stopping at the first bad one)."""
+    import io
+
+    from keeperless.tools.dump_log import dump_file
+
+    d = tmp_path / "t-0"
+    plog = PartitionLog(d, LogConfig(), 0)
+    written = _write(plog, [(300_000, 40, 1)])
+    plog.close()
+    seg = _segments(d)[0]
+    bad = 31  # a batch past the first window
+    pos = sum(w.size for w in written[:bad])
+    with open(seg, "r+b") as f:
+        f.seek(pos + 1_000)
+        f.write(b"\xff\xfe")
+    out = io.StringIO()
+    assert not dump_file(seg, out, False, False, True)
+    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("baseOffset: ")]
+    assert len(lines) == len(written)
+    assert [ln.endswith("isvalid: false") for ln in lines].count(True) == 1
+    assert lines[bad].endswith("isvalid: false")
+    assert f"position: {pos} " in lines[bad]
+    assert "Found 1 batch(es) failing their CRC" in out.getvalue()

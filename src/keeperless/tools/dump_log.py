@@ -15,6 +15,7 @@ from keeperless.metadata.codec import MetadataRecordError, decode_record, record
 from keeperless.protocol.control import ABORT, COMMIT, CONTROL_NAMES, control_type, decode_control
 from keeperless.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
+    BATCH_HEADER_SIZE,
     CorruptBatchError,
     decode_records,
     read_header,
@@ -27,19 +28,34 @@ __all__ = ["dump_file"]
 _CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
-def _batches(path: Path, max_bytes: int | None = None) -> Iterator[tuple[int, memoryview]]:
-    """(position, batch bytes) for each batch (those within the first ``max_bytes``
-    bytes); raises CorruptBatchError with the file position of the first bad one."""
+def _batches(
+    path: Path, max_bytes: int | None = None
+) -> Iterator[tuple[int, memoryview, str | None]]:
+    """(position, batch bytes, why it is invalid or None) for each batch (those within
+    the first ``max_bytes`` bytes). A batch failing its CRC is given too, and the next
+    ones after it, as Kafka's tool does (``isvalid: false``); a batch the file ends
+    inside or a header no batch has ends the dump: CorruptBatchError at its position."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         end = size if max_bytes is None else min(size, max_bytes)
-        scan = BatchScan(f.fileno(), 0, end, verify_crc=True)
-        for pos, _, data in scan:
-            yield pos, data
-        stop = scan.stop
-        assert stop is not None
-        if not stop.clean and not (stop.incomplete and end < size):
-            raise CorruptBatchError(stop.reason, stop.position)
+        pos = 0
+        while True:
+            scan = BatchScan(f.fileno(), pos, end, verify_crc=True)
+            for at, _, data in scan:
+                yield at, data, None
+            stop = scan.stop
+            assert stop is not None
+            if stop.clean or (stop.incomplete and end < size):
+                return
+            if not stop.reason.startswith("CRC mismatch"):
+                raise CorruptBatchError(stop.reason, stop.position)
+            h = read_header(os.pread(f.fileno(), BATCH_HEADER_SIZE, stop.position))
+            yield (
+                stop.position,
+                memoryview(os.pread(f.fileno(), h.size, stop.position)),
+                stop.reason,
+            )
+            pos = stop.position + h.size
 
 
 def dump_file(
@@ -74,8 +90,9 @@ def dump_file(
         if start.isdigit():
             print(f"Log starting offset: {int(start)}", file=out)
     records_wanted = deep or print_data or decoder or offsets_decoder or transaction_decoder
+    invalid = 0
     try:
-        for pos, data in _batches(path, max_bytes):
+        for pos, data, problem in _batches(path, max_bytes):
             h = read_header(data)
             ts_type = "LogAppendTime" if h.attributes & ATTR_TIMESTAMP_TYPE else "CreateTime"
             print(
@@ -86,9 +103,14 @@ def dump_file(
                 f"isTransactional: {str(h.is_transactional).lower()} isControl: "
                 f"{str(h.is_control).lower()} position: {pos} {ts_type}: {h.max_timestamp} "
                 f"size: {h.size} magic: {h.magic} compresscodec: "
-                f"{_CODECS.get(h.compression, h.compression)} crc: {h.crc} isvalid: true",
+                f"{_CODECS.get(h.compression, h.compression)} crc: {h.crc} isvalid: "
+                f"{str(problem is None).lower()}",
                 file=out,
             )
+            if problem is not None:
+                invalid += 1
+                print(f"| records not read: {problem}", file=out)
+                continue
             if not records_wanted:
                 continue
             for rec in decode_records(data):
@@ -129,7 +151,9 @@ def dump_file(
             file=out,
         )
         return False
-    return True
+    if invalid:
+        print(f"Found {invalid} batch(es) failing their CRC in {path}", file=out)
+    return not invalid
 
 
 def dump_producer_file(path: Path, out: TextIO) -> bool:
