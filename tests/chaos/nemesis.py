@@ -415,6 +415,10 @@ class Nemesis:
         if not ids:
             return
         deadline = time.monotonic() + ISR_REJOIN_S
+        # serving first: a restarted broker's old incarnation can still be in the ISR
+        # (its session not yet expired), which is not a rejoin
+        while time.monotonic() < deadline and not all(n.serving() for n in nodes):
+            time.sleep(0.2)
         missing: list[str] = []
         while time.monotonic() < deadline:
             missing = _missing_from_isr(self.cluster, ids)
