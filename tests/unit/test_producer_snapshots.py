@@ -246,3 +246,28 @@ def test_an_unclean_restart_rebuilds_the_producers_from_a_segment_past_every_win
     assert q.append(_batch(5, seq, n=1), 0, BIG, 0).error == ErrorCode.none
     gap = q.append(_batch(6, seq + 5, n=1), 0, BIG, 0)
     assert gap.error == ErrorCode.out_of_order_sequence_number
+
+
+def test_an_unclean_restart_keeps_the_aborted_transactions_indexed_before_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    """Recovery replays from a snapshot inside the active segment and rewrites that
+    segment's .txnindex: the aborts indexed before the snapshot must stay in it (they
+    were dropped, and the next restart's leader served the aborted records to
+    read_committed consumers as committed - the fault harness's txn-duplicate at volume,
+    seed 2310: a roll, then a power loss)."""
+    p = _partition(tmp_path)
+    p.append(_batch(1, 0, txn=True), 0, BIG, 0)  # 0
+    p.append_marker(1, 0, False, 0, 0)  # 1: aborted
+    p.close()  # clean: a snapshot at 2, in the same segment
+    q = _partition(tmp_path)
+    q.append(_batch(2, 0, txn=True), 0, BIG, 0)  # 2
+    q.append_marker(2, 0, False, 0, 0)  # 3: aborted, after the snapshot
+    q.log.close()  # a crash: the next start replays from 2 and rewrites the index
+    r = _partition(tmp_path)
+    assert r.txns.aborted_between(0, 10) == [(1, 0), (2, 2)]
+    r.log.close()  # and again
+    s = _partition(tmp_path)
+    assert s.txns.aborted_between(0, 10) == [(1, 0), (2, 2)]
+    index = s.directory / "00000000000000000000.txnindex"
+    assert decode_txn_index(index.read_bytes()) == [AbortedTxn(1, 0, 1, 2), AbortedTxn(2, 2, 3, 4)]

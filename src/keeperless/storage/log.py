@@ -541,14 +541,26 @@ class PartitionLog:
         return sorted(out, key=lambda a: a.last_offset)
 
     def rewrite_txn_indexes(self, entries: list[AbortedTxn], from_offset: int) -> None:
-        """Make the indexes of the segments reaching ``from_offset`` and beyond hold
-        exactly ``entries`` (by the segment holding each marker)."""
+        """Make the indexes hold, from ``from_offset`` on, exactly ``entries`` (by the
+        segment holding each marker); what a segment's index says of markers below
+        ``from_offset`` stays (a recovery replaying from a snapshot inside a segment
+        dropped the aborts indexed before it, and a later leader served their records
+        as committed)."""
         for i, seg in enumerate(self._segments):
             end = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else 2**63
             if end <= from_offset:
                 continue
             path = self.dir / segment_name(seg.base_offset, TXN_INDEX_SUFFIX)
-            mine = b"".join(e.encode() for e in entries if seg.base_offset <= e.last_offset < end)
+            kept: list[AbortedTxn] = []
+            if seg.base_offset < from_offset:
+                with contextlib.suppress(FileNotFoundError):
+                    kept = [
+                        e
+                        for e in decode_txn_index(path.read_bytes())
+                        if e.last_offset < from_offset
+                    ]
+            ours = [e for e in entries if seg.base_offset <= e.last_offset < end]
+            mine = b"".join(e.encode() for e in kept + ours)
             if mine:
                 write_atomically(path, mine)
             elif path.exists():
