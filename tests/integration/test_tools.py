@@ -124,9 +124,26 @@ def test_dump_log(cluster3: Cluster, tmp_path: Path) -> None:
     corrupt.write_bytes(bytes(data))
     bad = keeperless("dump-log", "--files", str(corrupt))
     assert bad.returncode != 0
-    assert "Found a corrupt or truncated batch" in bad.stdout
-    assert "at position" in bad.stdout
+    # A batch failing its CRC is shown with isvalid: false and the dump goes on.
+    assert "isvalid: false" in bad.stdout
+    assert "Found 1 batch(es) failing their CRC" in bad.stdout
+    clean = tmp_path / "clean" / "00000000000000000000.log"
+    clean.parent.mkdir()
+    data[100] ^= 0xFF
+    clean.write_bytes(bytes(data))
+    assert bad.stdout.count("baseOffset:") == _ok("dump-log", "--files", str(clean)).count(
+        "baseOffset:"
+    )
     assert "Traceback" not in bad.stdout + bad.stderr
+    # A file that ends inside a batch ends the dump, naming where.
+    torn = tmp_path / "torn" / "00000000000000000000.log"
+    torn.parent.mkdir()
+    torn.write_bytes(bytes(data)[:-7])
+    cut = keeperless("dump-log", "--files", str(torn))
+    assert cut.returncode != 0
+    assert "Found a corrupt or truncated batch" in cut.stdout
+    assert "at position" in cut.stdout
+    assert "Traceback" not in cut.stdout + cut.stderr
 
 
 def test_console_tools_and_consumer_groups(cluster3: Cluster) -> None:
