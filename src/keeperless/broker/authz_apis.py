@@ -16,6 +16,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.authz import DENIED, AclOp, Authz, Resource
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build, build_filled
 from keeperless.protocol.framing import RequestHeader, response_class
 
@@ -27,34 +28,35 @@ C, G, X, T = Resource.CLUSTER, Resource.GROUP, Resource.TRANSACTIONAL_ID, Resour
 
 # api key -> operation on the cluster the whole request needs
 _CLUSTER = {
-    27: AclOp.CLUSTER_ACTION,  # WriteTxnMarkers
-    29: AclOp.DESCRIBE,  # DescribeAcls
-    30: AclOp.ALTER,  # CreateAcls
-    31: AclOp.ALTER,  # DeleteAcls
-    34: AclOp.ALTER,  # AlterReplicaLogDirs
-    35: AclOp.DESCRIBE,  # DescribeLogDirs
-    43: AclOp.ALTER,  # ElectLeaders
-    48: AclOp.DESCRIBE_CONFIGS,  # DescribeClientQuotas
-    49: AclOp.ALTER_CONFIGS,  # AlterClientQuotas
-    50: AclOp.DESCRIBE,  # DescribeUserScramCredentials
-    51: AclOp.ALTER,  # AlterUserScramCredentials
-    55: AclOp.DESCRIBE,  # DescribeQuorum
-    57: AclOp.ALTER,  # UpdateFeatures
-    64: AclOp.ALTER,  # UnregisterBroker
+    ApiKey.WRITE_TXN_MARKERS: AclOp.CLUSTER_ACTION,
+    ApiKey.DESCRIBE_ACLS: AclOp.DESCRIBE,
+    ApiKey.CREATE_ACLS: AclOp.ALTER,
+    ApiKey.DELETE_ACLS: AclOp.ALTER,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: AclOp.ALTER,
+    ApiKey.DESCRIBE_LOG_DIRS: AclOp.DESCRIBE,
+    ApiKey.ELECT_LEADERS: AclOp.ALTER,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: AclOp.DESCRIBE_CONFIGS,
+    ApiKey.ALTER_CLIENT_QUOTAS: AclOp.ALTER_CONFIGS,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: AclOp.DESCRIBE,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: AclOp.ALTER,
+    ApiKey.DESCRIBE_QUORUM: AclOp.DESCRIBE,
+    ApiKey.UPDATE_FEATURES: AclOp.ALTER,
+    ApiKey.UNREGISTER_BROKER: AclOp.ALTER,
 }
 # api key -> (operation, resource, the request field naming it)
 _ONE = {
-    11: (AclOp.READ, G, "group_id"),  # JoinGroup
-    12: (AclOp.READ, G, "group_id"),  # Heartbeat
-    13: (AclOp.READ, G, "group_id"),  # LeaveGroup
-    14: (AclOp.READ, G, "group_id"),  # SyncGroup
-    68: (AclOp.READ, G, "group_id"),  # ConsumerGroupHeartbeat
-    22: (AclOp.WRITE, X, "transactional_id"),  # InitProducerId (None: idempotent only)
-    25: (AclOp.WRITE, X, "transactional_id"),  # AddOffsetsToTxn
-    26: (AclOp.WRITE, X, "transactional_id"),  # EndTxn
-    28: (AclOp.WRITE, X, "transactional_id"),  # TxnOffsetCommit
-    8: (AclOp.READ, G, "group_id"),  # OffsetCommit
-    47: (AclOp.DELETE, G, "group_id"),  # OffsetDelete
+    ApiKey.JOIN_GROUP: (AclOp.READ, G, "group_id"),
+    ApiKey.HEARTBEAT: (AclOp.READ, G, "group_id"),
+    ApiKey.LEAVE_GROUP: (AclOp.READ, G, "group_id"),
+    ApiKey.SYNC_GROUP: (AclOp.READ, G, "group_id"),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (AclOp.READ, G, "group_id"),
+    # InitProducerId without a transactional id (idempotent only) needs no ACL here
+    ApiKey.INIT_PRODUCER_ID: (AclOp.WRITE, X, "transactional_id"),
+    ApiKey.ADD_OFFSETS_TO_TXN: (AclOp.WRITE, X, "transactional_id"),
+    ApiKey.END_TXN: (AclOp.WRITE, X, "transactional_id"),
+    ApiKey.TXN_OFFSET_COMMIT: (AclOp.WRITE, X, "transactional_id"),
+    ApiKey.OFFSET_COMMIT: (AclOp.READ, G, "group_id"),
+    ApiKey.OFFSET_DELETE: (AclOp.DELETE, G, "group_id"),
 }
 
 
@@ -67,7 +69,19 @@ def refusal(header: RequestHeader, error: ErrorCode, message: str) -> Any:
 
 # a controller's own RPCs (Raft between controllers, brokers' registration, heartbeats,
 # ISR changes, producer id blocks): CLUSTER_ACTION, as Kafka's controllers check
-_CONTROLLER_RPC = {k: AclOp.CLUSTER_ACTION for k in (1, 52, 53, 54, 56, 58, 59, 62, 63, 67)}
+_RPCS = (
+    ApiKey.FETCH,
+    ApiKey.VOTE,
+    ApiKey.BEGIN_QUORUM_EPOCH,
+    ApiKey.END_QUORUM_EPOCH,
+    ApiKey.ALTER_PARTITION,
+    ApiKey.ENVELOPE,
+    ApiKey.FETCH_SNAPSHOT,
+    ApiKey.BROKER_REGISTRATION,
+    ApiKey.BROKER_HEARTBEAT,
+    ApiKey.ALLOCATE_PRODUCER_IDS,
+)
+_CONTROLLER_RPC = {k: AclOp.CLUSTER_ACTION for k in _RPCS}
 
 
 def authorized_handlers(
@@ -107,9 +121,13 @@ def _one_check(h: Handler, authz: Authz, op: AclOp, res: Resource, field: str) -
     async def checked(header: RequestHeader, req: Any) -> Any:
         name = getattr(req, field, None)
         if name is None or authz.allowed(op, res, name):
-            if header.api_key == 25 and not authz.allowed(AclOp.READ, G, req.group_id):
+            if header.api_key == ApiKey.ADD_OFFSETS_TO_TXN and not authz.allowed(
+                AclOp.READ, G, req.group_id
+            ):
                 return refusal(header, DENIED[G], "READ on the group is denied")
-            if header.api_key == 28 and not authz.allowed(AclOp.READ, G, req.group_id):
+            if header.api_key == ApiKey.TXN_OFFSET_COMMIT and not authz.allowed(
+                AclOp.READ, G, req.group_id
+            ):
                 return _per_item_refusal(header, req, DENIED[G], "READ on the group is denied")
             return await h(header, req)
         return _per_item_refusal(header, req, DENIED[res], f"{op.name} on {name!r} is denied")
@@ -121,7 +139,7 @@ def _per_item_refusal(header: RequestHeader, req: Any, err: ErrorCode, msg: str)
     """The refusal in the shape each API answers with."""
     k = header.api_key
     cls = response_class(k, header.api_version)
-    if k in (8, 28):  # OffsetCommit, TxnOffsetCommit: per partition
+    if k in (ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT):  # per partition
         topics = [{"name": t.name, "partitions": [
             {"partition_index": p.partition_index, "error_code": err} for p in t.partitions]}
             for t in req.topics]  # fmt: skip
@@ -378,7 +396,9 @@ def _offset_fetch_groups(h: Handler, authz: Authz) -> Handler:
                 {"partition_index": i, "committed_offset": -1, "metadata": None,
                  "error_code": DENIED[G]} for i in t.partition_indexes]}
                 for t in req.topics or ()]  # fmt: skip
-            return build(response_class(9, header.api_version), {"topics": topics})
+            return build(
+                response_class(ApiKey.OFFSET_FETCH, header.api_version), {"topics": topics}
+            )
 
         def refused(g: Any) -> dict[str, Any]:
             return {"group_id": g.group_id, "topics": [], "error_code": DENIED[G]}
@@ -431,7 +451,7 @@ def _add_partitions_to_txn(h: Handler, authz: Authz) -> Handler:
     from v4 (brokers verifying, KIP-890): CLUSTER_ACTION."""
 
     async def checked(header: RequestHeader, req: Any) -> Any:
-        cls = response_class(24, header.api_version)
+        cls = response_class(ApiKey.ADD_PARTITIONS_TO_TXN, header.api_version)
         if header.api_version >= 4:
             if authz.allowed(AclOp.CLUSTER_ACTION, C):
                 return await h(header, req)
@@ -454,22 +474,24 @@ def _add_partitions_to_txn(h: Handler, authz: Authz) -> Handler:
     return checked
 
 
-_TOPIC_ADMIN: dict[int, Callable[[Handler, Authz], Handler]] = {
-    8: _committed_topics,
-    28: _committed_topics,
-    24: _add_partitions_to_txn,
-    61: _describe_producers,
-    65: _describe_transactions,
-    9: _offset_fetch,
-    10: _find_coordinator,
-    15: _describe_groups,
-    16: _listed("groups", "group_id", G, cluster_sees_all=True),
-    42: _delete_groups,
-    66: _listed("transaction_states", "transactional_id", X, cluster_sees_all=False),
-    19: _create_topics,
-    20: _delete_topics,
-    37: _create_partitions,
-    32: _configs(AclOp.DESCRIBE_CONFIGS, "results"),
-    33: _configs(AclOp.ALTER_CONFIGS, "responses"),
-    44: _configs(AclOp.ALTER_CONFIGS, "responses"),
+_TOPIC_ADMIN: dict[ApiKey, Callable[[Handler, Authz], Handler]] = {
+    ApiKey.OFFSET_COMMIT: _committed_topics,
+    ApiKey.TXN_OFFSET_COMMIT: _committed_topics,
+    ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
+    ApiKey.DESCRIBE_PRODUCERS: _describe_producers,
+    ApiKey.DESCRIBE_TRANSACTIONS: _describe_transactions,
+    ApiKey.OFFSET_FETCH: _offset_fetch,
+    ApiKey.FIND_COORDINATOR: _find_coordinator,
+    ApiKey.DESCRIBE_GROUPS: _describe_groups,
+    ApiKey.LIST_GROUPS: _listed("groups", "group_id", G, cluster_sees_all=True),
+    ApiKey.DELETE_GROUPS: _delete_groups,
+    ApiKey.LIST_TRANSACTIONS: _listed(
+        "transaction_states", "transactional_id", X, cluster_sees_all=False
+    ),
+    ApiKey.CREATE_TOPICS: _create_topics,
+    ApiKey.DELETE_TOPICS: _delete_topics,
+    ApiKey.CREATE_PARTITIONS: _create_partitions,
+    ApiKey.DESCRIBE_CONFIGS: _configs(AclOp.DESCRIBE_CONFIGS, "results"),
+    ApiKey.ALTER_CONFIGS: _configs(AclOp.ALTER_CONFIGS, "responses"),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs(AclOp.ALTER_CONFIGS, "responses"),
 }

@@ -21,6 +21,7 @@ from keeperless.broker.consumer_group import (
 )
 from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 
@@ -32,8 +33,11 @@ class ConsumerGroupApis:
         self.gc = coordinator
         self.broker = coordinator.broker
 
-    def handlers(self) -> dict[int, Any]:
-        return {68: self.heartbeat, 69: self.describe}
+    def handlers(self) -> dict[ApiKey, Any]:
+        return {
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self.heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: self.describe,
+        }
 
     def _view(self) -> TopicsView:
         image = self.broker.image
@@ -46,7 +50,7 @@ class ConsumerGroupApis:
             reply = self._heartbeat(header, req)
         except HeartbeatError as e:
             return build(
-                response_class(68, header.api_version),
+                response_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, header.api_version),
                 {
                     "throttle_time": 0,
                     "error_code": e.code,
@@ -59,7 +63,7 @@ class ConsumerGroupApis:
             )
         member_id, epoch, assignment = reply
         return build(
-            response_class(68, header.api_version),
+            response_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, header.api_version),
             {
                 "throttle_time": 0,
                 "error_code": ErrorCode.none,
@@ -216,7 +220,10 @@ class ConsumerGroupApis:
                     members=[_member(m, g, partitions) for m in g.members.values()],
                 )
             groups.append(entry)
-        return build(response_class(69, header.api_version), {"throttle_time": 0, "groups": groups})
+        return build(
+            response_class(ApiKey.CONSUMER_GROUP_DESCRIBE, header.api_version),
+            {"throttle_time": 0, "groups": groups},
+        )
 
 
 def _member(m: ConsumerMember, g: ConsumerGroup, partitions: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from kio.index import load_request_schema
 from keeperless.metadata.admin import ApiError, CreateTopicResult, IsrChange, IsrResult, NewTopic
 from keeperless.metadata.features import SUPPORTED_FEATURES
 from keeperless.metadata.image import PartitionInfo
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 
 __all__ = ["ControllerRpcs", "Send"]
@@ -23,7 +24,13 @@ __all__ = ["ControllerRpcs", "Send"]
 # (api key, version, request) -> the active controller's response
 Send = Callable[[int, int, Any], Awaitable[Any]]
 
-_VERSIONS = {19: 7, 56: 3, 62: 3, 63: 1, 67: 0}
+_VERSIONS = {
+    ApiKey.CREATE_TOPICS: 7,
+    ApiKey.ALTER_PARTITION: 3,
+    ApiKey.BROKER_REGISTRATION: 3,
+    ApiKey.BROKER_HEARTBEAT: 1,
+    ApiKey.ALLOCATE_PRODUCER_IDS: 0,
+}
 
 
 class ControllerRpcs:
@@ -31,7 +38,7 @@ class ControllerRpcs:
         self.send = send
         self.cluster_id = cluster_id  # carried by the registration
 
-    async def _rpc(self, api_key: int, body: dict[str, Any]) -> Any:
+    async def _rpc(self, api_key: ApiKey, body: dict[str, Any]) -> Any:
         version = _VERSIONS[api_key]
         return await self.send(api_key, version, build(load_request_schema(api_key, version), body))
 
@@ -55,7 +62,7 @@ class ControllerRpcs:
             "timeout": 30000,
             "validate_only": validate_only,
         }
-        resp = await self._rpc(19, body)
+        resp = await self._rpc(ApiKey.CREATE_TOPICS, body)
         return [
             CreateTopicResult(
                 r.name,
@@ -94,7 +101,7 @@ class ControllerRpcs:
             "log_dirs": [],
             "previous_broker_epoch": -1,
         }
-        resp = await self._rpc(62, body)
+        resp = await self._rpc(ApiKey.BROKER_REGISTRATION, body)
         return ApiError(resp.error_code), resp.broker_epoch
 
     async def broker_heartbeat(
@@ -113,11 +120,13 @@ class ControllerRpcs:
             "want_shut_down": want_shut_down,
             "offline_log_dirs": [],
         }
-        resp = await self._rpc(63, body)
+        resp = await self._rpc(ApiKey.BROKER_HEARTBEAT, body)
         return ApiError(resp.error_code), bool(resp.is_fenced), bool(resp.should_shut_down)
 
     async def allocate_producer_ids(self, broker_id: int, epoch: int) -> tuple[ApiError, int, int]:
-        resp = await self._rpc(67, {"broker_id": broker_id, "broker_epoch": epoch})
+        resp = await self._rpc(
+            ApiKey.ALLOCATE_PRODUCER_IDS, {"broker_id": broker_id, "broker_epoch": epoch}
+        )
         return ApiError(resp.error_code), resp.producer_id_start, resp.producer_id_len
 
     async def alter_partition(
@@ -148,7 +157,7 @@ class ControllerRpcs:
                 for tid, chs in by_topic.items()
             ],
         }
-        resp = await self._rpc(56, body)
+        resp = await self._rpc(ApiKey.ALTER_PARTITION, body)
         return ApiError(resp.error_code), [
             IsrResult(
                 t.topic_id,

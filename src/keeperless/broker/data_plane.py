@@ -20,6 +20,7 @@ from keeperless.broker.txn_verify import (
     still_verified,
     verify_produce,
 )
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.fetch_response import (
     FetchPartition,
@@ -263,7 +264,7 @@ class DataPlane:
                 {"node_id": e.node_id, "host": e.host, "port": e.port, "rack": e.rack}
                 for e in self._endpoints(leaders)
             ]
-        return build(response_class(0, version), body)
+        return build(response_class(ApiKey.PRODUCE, version), body)
 
     async def _verify(
         self, req: Any, version: int, named: list[tuple[Any, str | None]]
@@ -539,7 +540,10 @@ class DataPlane:
                             entry["offset"], entry["timestamp"] = found
                 parts.append(entry)
             topics.append({"name": t.name, "partitions": parts})
-        return build(response_class(2, header.api_version), {"throttle_time": 0, "topics": topics})
+        return build(
+            response_class(ApiKey.LIST_OFFSETS, header.api_version),
+            {"throttle_time": 0, "topics": topics},
+        )
 
     # -- DeleteRecords --------------------------------------------------------------------
 
@@ -601,7 +605,10 @@ class DataPlane:
         for entry, _p, target in moved:
             if entry["error_code"] == ErrorCode.none and entry["low_watermark"] < target:
                 entry["error_code"] = ErrorCode.request_timed_out
-        return build(response_class(21, header.api_version), {"throttle_time": 0, "topics": topics})
+        return build(
+            response_class(ApiKey.DELETE_RECORDS, header.api_version),
+            {"throttle_time": 0, "topics": topics},
+        )
 
     # -- OffsetForLeaderEpoch -------------------------------------------------------------
 
@@ -632,7 +639,10 @@ class DataPlane:
                     entry.update(error_code=err, leader_epoch=-1, end_offset=-1)
                 parts.append(entry)
             topics.append({"topic": t.topic, "partitions": parts})
-        return build(response_class(23, header.api_version), {"throttle_time": 0, "topics": topics})
+        return build(
+            response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, header.api_version),
+            {"throttle_time": 0, "topics": topics},
+        )
 
 
 def _transactional(records: bytes | None) -> bool:

@@ -21,6 +21,7 @@ from keeperless.metadata.config_catalog import (
     topic_doc,
 )
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 
@@ -54,7 +55,10 @@ def describe_configs(broker: Broker, header: RequestHeader, req: Any) -> Any:
                 if keys is None or not keys or c.name in keys
             ]
         results.append(entry)
-    return build(response_class(32, header.api_version), {"throttle_time": 0, "results": results})
+    return build(
+        response_class(ApiKey.DESCRIBE_CONFIGS, header.api_version),
+        {"throttle_time": 0, "results": results},
+    )
 
 
 def _describe_resource(broker: Broker, rtype: int, name: str) -> list[_Described]:

@@ -16,6 +16,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.controller_channel import ControllerUnavailableError, not_controller
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import (
     RequestHeader,
@@ -24,9 +25,8 @@ from keeperless.protocol.framing import (
 )
 from keeperless.protocol.session import ANONYMOUS, current_session, encode_principal
 
-__all__ = ["ENVELOPE", "Forwarder"]
+__all__ = ["Forwarder"]
 
-ENVELOPE = 58
 Handler = Callable[[RequestHeader, Any], Awaitable[Any]]
 
 
@@ -70,8 +70,8 @@ class Forwarder:
             "request_principal": encode_principal(s.principal if s is not None else ANONYMOUS),
             "client_host_address": _address(s.host if s is not None else "127.0.0.1"),
         }
-        envelope = build(load_request_schema(ENVELOPE, 0), body)
-        resp = await self.remote.forward(ENVELOPE, 0, envelope)
+        envelope = build(load_request_schema(ApiKey.ENVELOPE, 0), body)
+        resp = await self.remote.forward(ApiKey.ENVELOPE, 0, envelope)
         if resp.error_code != ErrorCode.none:
             raise ControllerUnavailableError(
                 f"the controller refused the forwarded request: {ErrorCode(resp.error_code).name}"

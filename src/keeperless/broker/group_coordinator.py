@@ -19,6 +19,7 @@ from keeperless.broker.mixed_groups import MixedGroups
 from keeperless.broker.txn_state import COMMIT, marker_type
 from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.image import MetadataImage
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import decode_records
@@ -74,7 +75,7 @@ def find_coordinator_response(
     body: dict[str, Any] = {"throttle_time": 0, "coordinators": coords}
     if header.api_version < 4:
         body.update({k: v for k, v in coords[0].items() if k != "key"})
-    return build(response_class(10, header.api_version), body)
+    return build(response_class(ApiKey.FIND_COORDINATOR, header.api_version), body)
 
 
 def _str(s: str | None) -> bytes:
@@ -354,7 +355,7 @@ class GroupCoordinator:
             )
             res = await out if isinstance(out, asyncio.Future) else out
         return build(
-            response_class(11, header.api_version),
+            response_class(ApiKey.JOIN_GROUP, header.api_version),
             {
                 "throttle_time": 0,
                 "error_code": res.error,
@@ -383,7 +384,7 @@ class GroupCoordinator:
                 mixed, req.member_id, req.generation_id, time.monotonic()
             )
             return build(
-                response_class(14, header.api_version),
+                response_class(ApiKey.SYNC_GROUP, header.api_version),
                 {
                     "throttle_time": 0,
                     "error_code": err,
@@ -398,7 +399,7 @@ class GroupCoordinator:
             out = g.sync(req.member_id, req.generation_id, assigns, time.monotonic(), instance)
             err, assignment = await out if isinstance(out, asyncio.Future) else out
         return build(
-            response_class(14, header.api_version),
+            response_class(ApiKey.SYNC_GROUP, header.api_version),
             {
                 "throttle_time": 0,
                 "error_code": err,
@@ -426,7 +427,8 @@ class GroupCoordinator:
                 )
             )
         return build(
-            response_class(12, header.api_version), {"throttle_time": 0, "error_code": err}
+            response_class(ApiKey.HEARTBEAT, header.api_version),
+            {"throttle_time": 0, "error_code": err},
         )
 
     async def leave_group(self, header: RequestHeader, req: Any) -> Any:
@@ -463,7 +465,7 @@ class GroupCoordinator:
             else (results[0]["error_code"] if len(who) == 1 else ErrorCode.none)
         )
         return build(
-            response_class(13, header.api_version),
+            response_class(ApiKey.LEAVE_GROUP, header.api_version),
             {"throttle_time": 0, "error_code": top, "members": results},
         )
 

@@ -18,6 +18,7 @@ from keeperless.broker.group_coordinator import (
 from keeperless.broker.groups import GroupState
 from keeperless.broker.partitions import NotLeaderError
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import build_batch
@@ -46,21 +47,20 @@ class GroupOffsets:
         self.gc = coordinator
         self.broker = coordinator.broker
 
-    def handlers(self) -> dict[int, Any]:
+    def handlers(self) -> dict[ApiKey, Any]:
         gc = self.gc
         return {
-            8: self.offset_commit,
-            9: self.offset_fetch,
-            10: gc.find_coordinator,
-            11: gc.join_group,
-            12: gc.heartbeat,
-            13: gc.leave_group,
-            14: gc.sync_group,
-            15: self.describe_groups,
-            16: self.list_groups,
-            42: self.delete_groups,
-            47: self.offset_delete,
-            74: self.list_config_resources,
+            ApiKey.OFFSET_COMMIT: self.offset_commit,
+            ApiKey.OFFSET_FETCH: self.offset_fetch,
+            ApiKey.JOIN_GROUP: gc.join_group,
+            ApiKey.HEARTBEAT: gc.heartbeat,
+            ApiKey.LEAVE_GROUP: gc.leave_group,
+            ApiKey.SYNC_GROUP: gc.sync_group,
+            ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+            ApiKey.LIST_GROUPS: self.list_groups,
+            ApiKey.DELETE_GROUPS: self.delete_groups,
+            ApiKey.OFFSET_DELETE: self.offset_delete,
+            ApiKey.LIST_CONFIG_RESOURCES: self.list_config_resources,
         }
 
     async def offset_commit(self, header: RequestHeader, req: Any) -> Any:
@@ -105,7 +105,7 @@ class GroupOffsets:
         for name, idx, e in topics:
             by_topic.setdefault(name, []).append({"partition_index": idx, "error_code": e})
         return build(
-            response_class(8, header.api_version),
+            response_class(ApiKey.OFFSET_COMMIT, header.api_version),
             {
                 "throttle_time": 0,
                 "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
@@ -216,7 +216,7 @@ class GroupOffsets:
         return ErrorCode.none, out
 
     async def offset_fetch(self, header: RequestHeader, req: Any) -> Any:
-        cls = response_class(9, header.api_version)
+        cls = response_class(ApiKey.OFFSET_FETCH, header.api_version)
         if header.api_version >= 8:
             groups = []
             for g in req.groups:
@@ -270,7 +270,7 @@ class GroupOffsets:
                 }
             )
         return build(
-            response_class(16, header.api_version),
+            response_class(ApiKey.LIST_GROUPS, header.api_version),
             {"throttle_time": 0, "error_code": ErrorCode.none, "groups": out},
         )
 
@@ -319,7 +319,10 @@ class GroupOffsets:
                     for m in g.members.values()
                 ]
             out.append(entry)
-        return build(response_class(15, header.api_version), {"throttle_time": 0, "groups": out})
+        return build(
+            response_class(ApiKey.DESCRIBE_GROUPS, header.api_version),
+            {"throttle_time": 0, "groups": out},
+        )
 
     async def delete_groups(self, header: RequestHeader, req: Any) -> Any:
         results = []
@@ -344,7 +347,8 @@ class GroupOffsets:
                     self.gc.consumer_groups.pop(gid, None)
             results.append({"group_id": gid, "error_code": err or ErrorCode.none})
         return build(
-            response_class(42, header.api_version), {"throttle_time": 0, "results": results}
+            response_class(ApiKey.DELETE_GROUPS, header.api_version),
+            {"throttle_time": 0, "results": results},
         )
 
     async def offset_delete(self, header: RequestHeader, req: Any) -> Any:
@@ -393,7 +397,7 @@ class GroupOffsets:
                 for key in doomed:
                     self.gc.offsets.get(gid, {}).pop(key, None)
         return build(
-            response_class(47, header.api_version),
+            response_class(ApiKey.OFFSET_DELETE, header.api_version),
             {
                 "error_code": err or ErrorCode.none,
                 "throttle_time": 0,
@@ -410,7 +414,7 @@ class GroupOffsets:
             wanted = set(_CONFIG_RESOURCE_TYPES)
         if not wanted <= set(_CONFIG_RESOURCE_TYPES):
             return build(
-                response_class(74, header.api_version),
+                response_class(ApiKey.LIST_CONFIG_RESOURCES, header.api_version),
                 {
                     "throttle_time": 0,
                     "error_code": ErrorCode.unsupported_version,
@@ -428,7 +432,7 @@ class GroupOffsets:
         }
         out = [{"resource_name": n, "resource_type": t} for t in sorted(wanted) for n in names[t]]
         return build(
-            response_class(74, header.api_version),
+            response_class(ApiKey.LIST_CONFIG_RESOURCES, header.api_version),
             {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": out},
         )
 

@@ -14,7 +14,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.authz import AclOp, Resource
-from keeperless.broker.authz_apis import authorized_handlers
 from keeperless.broker.broker import Broker
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.data_plane import DataPlane
@@ -53,7 +52,7 @@ from keeperless.metadata.admin_requests import (
 from keeperless.metadata.features import features_body
 from keeperless.metadata.image import AclEntry, MetadataImage
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
-from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS
+from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS, ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import ProtocolError, RequestHeader, response_class
 from keeperless.protocol.session import current_listener
@@ -75,45 +74,46 @@ MAX_PARTITIONS_PER_DESCRIBE = 2000
 
 
 class BrokerHandlers(LogDirApis):
-    def __init__(self, broker: Broker, extra: dict[int, Handler] | None = None) -> None:
+    """The broker's own APIs (the data plane, metadata and the admin APIs it answers or
+    forwards); the coordinators register theirs beside these (``server/node.py``)."""
+
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.data = DataPlane(broker)
-        self.apis = dict(BROKER_APIS)
-        self.handlers: dict[int, Handler] = {
-            0: self.data.produce,
-            1: self.data.fetch,
-            2: self.data.list_offsets,
-            23: self.data.offset_for_leader_epoch,
-            21: self.data.delete_records,
-            3: self.metadata,
-            18: self.api_versions,
-            19: self.create_topics,
-            20: self.delete_topics,
-            22: self.init_producer_id,
-            32: self.describe_configs,
-            37: self.create_partitions,
-            34: self.alter_replica_log_dirs,
-            35: self.describe_log_dirs,
-            33: self.alter_configs,
-            44: self.incremental_alter_configs,
-            55: self.describe_quorum,
-            60: self.describe_cluster,
-            75: self.describe_topic_partitions,
-            64: self.unregister_broker,
-            43: self.elect_leaders,
-            57: self.update_features,
-            29: self.describe_acls,
-            48: self.describe_client_quotas,
-            50: self.describe_scram_credentials,
-            51: self.alter_scram_credentials,
-            49: self.alter_client_quotas,
-            30: self.create_acls,
-            31: self.delete_acls,
+        # what ApiVersions advertises: set from the registry once every part registered
+        self.apis: dict[int, tuple[int, int]] = dict(BROKER_APIS)
+
+    def handlers(self) -> dict[ApiKey, Handler]:
+        return {
+            ApiKey.PRODUCE: self.data.produce,
+            ApiKey.FETCH: self.data.fetch,
+            ApiKey.LIST_OFFSETS: self.data.list_offsets,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.DELETE_RECORDS: self.data.delete_records,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.data.offset_for_leader_epoch,
+            ApiKey.DESCRIBE_ACLS: self.describe_acls,
+            ApiKey.CREATE_ACLS: self.create_acls,
+            ApiKey.DELETE_ACLS: self.delete_acls,
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.ALTER_CONFIGS: self.alter_configs,
+            ApiKey.ALTER_REPLICA_LOG_DIRS: self.alter_replica_log_dirs,
+            ApiKey.DESCRIBE_LOG_DIRS: self.describe_log_dirs,
+            ApiKey.CREATE_PARTITIONS: self.create_partitions,
+            ApiKey.ELECT_LEADERS: self.elect_leaders,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: self.describe_client_quotas,
+            ApiKey.ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_scram_credentials,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_scram_credentials,
+            ApiKey.DESCRIBE_QUORUM: self.describe_quorum,
+            ApiKey.UPDATE_FEATURES: self.update_features,
+            ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
+            ApiKey.UNREGISTER_BROKER: self.unregister_broker,
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: self.describe_topic_partitions,
         }
-        self.handlers.update(extra or {})
-        self.handlers = authorized_handlers(self.handlers, broker.authz)
-        # SaslHandshake and SaslAuthenticate are the connection's (runtime/sasl_state.py)
-        self.apis = {k: v for k, v in self.apis.items() if k in self.handlers or k in (17, 36)}
 
     async def _settle(self, predicate: Callable[[MetadataImage], bool]) -> None:
         """Answer only once this broker's image shows what the controller committed."""
@@ -122,7 +122,9 @@ class BrokerHandlers(LogDirApis):
     # -- ApiVersions ----------------------------------------------------------------------
 
     async def api_versions(self, header: RequestHeader, req: Any) -> Any:
-        return build(response_class(18, header.api_version), self.api_versions_body())
+        return build(
+            response_class(ApiKey.API_VERSIONS, header.api_version), self.api_versions_body()
+        )
 
     def api_versions_body(self, error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
         return {
@@ -256,7 +258,7 @@ class BrokerHandlers(LogDirApis):
                 }
             )
         return build(
-            response_class(3, header.api_version),
+            response_class(ApiKey.METADATA, header.api_version),
             {
                 "throttle_time": 0,
                 "brokers": self._brokers(),
@@ -324,7 +326,7 @@ class BrokerHandlers(LogDirApis):
                 next_cursor = {"topic_name": nxt, "partition_index": 0}
                 break
         return build(
-            response_class(75, header.api_version),
+            response_class(ApiKey.DESCRIBE_TOPIC_PARTITIONS, header.api_version),
             {"throttle_time": 0, "topics": topics, "next_cursor": next_cursor},
         )
 
@@ -350,7 +352,7 @@ class BrokerHandlers(LogDirApis):
             err = ErrorCode.unsupported_endpoint_type
             msg = "The broker listener only describes brokers (endpoint type 1)"
         return build(
-            response_class(60, header.api_version),
+            response_class(ApiKey.DESCRIBE_CLUSTER, header.api_version),
             {
                 "throttle_time": 0,
                 "error_code": err,
@@ -378,7 +380,8 @@ class BrokerHandlers(LogDirApis):
                          "configs": None}  # fmt: skip
             topics_out = [{"name": t.name, **timed_out} for t in req.topics]
             return build(
-                response_class(19, header.api_version), {"throttle_time": 0, "topics": topics_out}
+                response_class(ApiKey.CREATE_TOPICS, header.api_version),
+                {"throttle_time": 0, "topics": topics_out},
             )
         made = [r.name for r in resp.topics if r.error_code == ErrorCode.none]
         if made and not req.validate_only:
@@ -412,7 +415,10 @@ class BrokerHandlers(LogDirApis):
                     else None,
                 }
             )
-        return build(response_class(19, header.api_version), {"throttle_time": 0, "topics": topics})
+        return build(
+            response_class(ApiKey.CREATE_TOPICS, header.api_version),
+            {"throttle_time": 0, "topics": topics},
+        )
 
     async def delete_topics(self, header: RequestHeader, req: Any) -> Any:
         names, ids = delete_targets(req, header.api_version)
@@ -451,23 +457,6 @@ class BrokerHandlers(LogDirApis):
             )
         return resp
 
-    async def init_producer_id(self, header: RequestHeader, req: Any) -> Any:
-        def reply(err: ErrorCode, pid: int = -1, epoch: int = -1) -> Any:
-            return build(
-                response_class(22, header.api_version),
-                {
-                    "throttle_time": 0,
-                    "error_code": err,
-                    "producer_id": pid,
-                    "producer_epoch": epoch,
-                },
-            )
-
-        if req.transactional_id is not None:  # served by the transaction coordinator
-            return reply(ErrorCode.transactional_id_authorization_failed)
-        err, pid = await self.broker.allocate_producer_id()
-        return reply(err, pid, 0 if err == ErrorCode.none else -1)
-
     async def describe_quorum(self, header: RequestHeader, req: Any) -> Any:
         """Forwarded to the active controller, as Kafka's brokers do
         (kafka-metadata-quorum --bootstrap-server)."""
@@ -475,7 +464,7 @@ class BrokerHandlers(LogDirApis):
             return await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
             return build(
-                response_class(55, header.api_version),
+                response_class(ApiKey.DESCRIBE_QUORUM, header.api_version),
                 {
                     "error_code": ErrorCode.request_timed_out,
                     "error_message": str(e),
@@ -556,7 +545,7 @@ class BrokerHandlers(LogDirApis):
                 }
             )
         return build(
-            response_class(29, header.api_version),
+            response_class(ApiKey.DESCRIBE_ACLS, header.api_version),
             {
                 "throttle_time": 0,
                 "error_code": ErrorCode.none,
@@ -604,7 +593,7 @@ class BrokerHandlers(LogDirApis):
                 }
             )
         return build(
-            response_class(50, header.api_version),
+            response_class(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, header.api_version),
             {
                 "throttle_time": 0,
                 "error_code": ErrorCode.none,
@@ -640,7 +629,7 @@ class BrokerHandlers(LogDirApis):
         components = [(c.entity_type, int(c.match_type), c.match) for c in req.components]
         found = describe_client_quotas(self.broker.image.client_quotas, components, req.strict)
         return build(
-            response_class(48, header.api_version),
+            response_class(ApiKey.DESCRIBE_CLIENT_QUOTAS, header.api_version),
             {
                 "throttle_time": 0,
                 "error_code": ErrorCode.none,

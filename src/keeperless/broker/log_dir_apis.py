@@ -8,6 +8,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 
@@ -40,7 +41,7 @@ class LogDirApis:
         except OSError:
             total = usable = -1
         return build(
-            response_class(35, header.api_version),
+            response_class(ApiKey.DESCRIBE_LOG_DIRS, header.api_version),
             {
                 "throttle_time": 0,
                 "error_code": ErrorCode.none,
@@ -76,7 +77,7 @@ class LogDirApis:
                         {"partition_index": idx, "error_code": err}
                     )
         return build(
-            response_class(34, header.api_version),
+            response_class(ApiKey.ALTER_REPLICA_LOG_DIRS, header.api_version),
             {
                 "throttle_time": 0,
                 "results": [{"topic_name": n, "partitions": ps} for n, ps in by_topic.items()],

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from keeperless.metadata.image import MetadataImage, QuotaEntity
+from keeperless.protocol.apis import ApiKey
 
 __all__ = ["QuotaManager"]
 
@@ -104,8 +105,8 @@ class QuotaManager:
         """The throttle time of one request (the largest any of its quotas asks)."""
         user = principal[5:] if principal and principal.startswith("User:") else principal
         t = self.record("request_percentage", user, client_id, handling_ms)
-        if api_key == 0:
+        if api_key == ApiKey.PRODUCE:
             t = max(t, self.record("producer_byte_rate", user, client_id, request_bytes))
-        elif api_key == 1 and not replica:
+        elif api_key == ApiKey.FETCH and not replica:
             t = max(t, self.record("consumer_byte_rate", user, client_id, response_bytes))
         return t

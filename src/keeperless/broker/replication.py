@@ -31,6 +31,7 @@ from keeperless.broker.broker import Broker
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.partitions import Partition, ReplicationError
 from keeperless.metadata.admin import IsrChange
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
 
@@ -177,19 +178,21 @@ class _Fetcher:
             "forgotten_topics_data": [],
             "rack_id": "",
         }
-        req = build(load_request_schema(1, _FETCH_VERSION), body)
+        req = build(load_request_schema(ApiKey.FETCH, _FETCH_VERSION), body)
         if self._conn is None:
             self._conn = await asyncio.wait_for(broker.connect_peer(*found), 10)
         reader, writer = self._conn
         corr = next(self._corr)
         writer.write(
-            encode_request(1, _FETCH_VERSION, corr, f"replica-fetcher-{broker.node_id}", req)
+            encode_request(
+                ApiKey.FETCH, _FETCH_VERSION, corr, f"replica-fetcher-{broker.node_id}", req
+            )
         )
         await writer.drain()
         timeout = settings.fetch_wait_max_ms / 1000 + 30
         (size,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), timeout))
         frame = memoryview(await asyncio.wait_for(reader.readexactly(size), timeout))
-        got, resp = decode_response(frame, 1, _FETCH_VERSION)
+        got, resp = decode_response(frame, ApiKey.FETCH, _FETCH_VERSION)
         if got != corr:
             raise OSError(f"correlation id {got} != {corr}")
         return resp

@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
 from keeperless.broker.txn_coordinator import TxnCoordinator, TxnStatus
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 
@@ -39,9 +40,12 @@ class TxnAdmin:
         self.broker = broker
         self.tc = coordinator
 
-    def handlers(self) -> dict[int, Any]:
-        return {61: self.describe_producers, 65: self.describe_transactions,
-                66: self.list_transactions}  # fmt: skip
+    def handlers(self) -> dict[ApiKey, Any]:
+        return {
+            ApiKey.DESCRIBE_PRODUCERS: self.describe_producers,
+            ApiKey.DESCRIBE_TRANSACTIONS: self.describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: self.list_transactions,
+        }
 
     async def list_transactions(self, header: RequestHeader, req: Any) -> Any:
         known = set(STATE_NAMES.values())
@@ -54,7 +58,7 @@ class TxnAdmin:
             matcher = re.compile(pattern) if pattern else None
         except re.error:
             return build(
-                response_class(66, header.api_version),
+                response_class(ApiKey.LIST_TRANSACTIONS, header.api_version),
                 {"throttle_time": 0, "error_code": ErrorCode.invalid_regular_expression,
                  "unknown_state_filters": (), "transaction_states": ()},
             )  # fmt: skip
@@ -74,7 +78,7 @@ class TxnAdmin:
                 {"transactional_id": tid, "producer_id": md.producer_id, "transaction_state": name}
             )
         return build(
-            response_class(66, header.api_version),
+            response_class(ApiKey.LIST_TRANSACTIONS, header.api_version),
             {"throttle_time": 0, "error_code": ErrorCode.none, "unknown_state_filters": unknown,
              "transaction_states": states},
         )  # fmt: skip
@@ -107,7 +111,7 @@ class TxnAdmin:
                 }
             )
         return build(
-            response_class(65, header.api_version),
+            response_class(ApiKey.DESCRIBE_TRANSACTIONS, header.api_version),
             {"throttle_time": 0, "transaction_states": out},
         )
 
@@ -135,4 +139,7 @@ class TxnAdmin:
                 parts.append({"partition_index": index, "error_code": err,
                               "error_message": None, "active_producers": producers})  # fmt: skip
             topics.append({"name": t.name, "partitions": parts})
-        return build(response_class(61, header.api_version), {"throttle_time": 0, "topics": topics})
+        return build(
+            response_class(ApiKey.DESCRIBE_PRODUCERS, header.api_version),
+            {"throttle_time": 0, "topics": topics},
+        )

@@ -29,6 +29,7 @@ from keeperless.broker.partitions import NotLeaderError
 from keeperless.broker.txn_markers import OFFSETS_TOPIC, TxnMarkerWriter
 from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.image import MetadataImage
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import build_batch, decode_records
@@ -166,14 +167,14 @@ class TxnCoordinator:
         self._timer: asyncio.Task[None] | None = None
         broker.on_image.append(self._on_image)
 
-    def handlers(self) -> dict[int, Any]:
+    def handlers(self) -> dict[ApiKey, Any]:
         return {
-            10: self.find_coordinator,
-            22: self.init_producer_id,
-            24: self.add_partitions_to_txn,
-            25: self.add_offsets_to_txn,
-            26: self.end_txn,
-            27: self.markers.handle,
+            ApiKey.FIND_COORDINATOR: self.find_coordinator,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
+            ApiKey.END_TXN: self.end_txn,
+            ApiKey.WRITE_TXN_MARKERS: self.markers.handle,
         }
 
     def start(self) -> None:
@@ -277,6 +278,8 @@ class TxnCoordinator:
     # -- FindCoordinator -----------------------------------------------------------------
 
     async def find_coordinator(self, header: RequestHeader, req: Any) -> Any:
+        """FindCoordinator for every key type, as Kafka's KafkaApis answers it: a
+        transactional id's coordinator here, a group's from the group coordinator."""
         if getattr(req, "key_type", 0) != 1:
             return await self._find_group(header, req)
         ready = self._ensure_topic()
@@ -325,7 +328,7 @@ class TxnCoordinator:
     async def init_producer_id(self, header: RequestHeader, req: Any) -> Any:
         def reply(err: ErrorCode, pid: int = -1, epoch: int = -1) -> Any:
             return build(
-                response_class(22, header.api_version),
+                response_class(ApiKey.INIT_PRODUCER_ID, header.api_version),
                 {"throttle_time": 0, "error_code": err, "producer_id": pid,
                  "producer_epoch": epoch},
             )  # fmt: skip
@@ -418,7 +421,7 @@ class TxnCoordinator:
             verify_only=False,
         )
         return build(
-            response_class(24, header.api_version),
+            response_class(ApiKey.ADD_PARTITIONS_TO_TXN, header.api_version),
             {"throttle_time": 0, "results_by_topic_v3_and_below": results},
         )
 
@@ -432,7 +435,7 @@ class TxnCoordinator:
             )  # fmt: skip
             out.append({"transactional_id": txn.transactional_id, "topic_results": results})
         return build(
-            response_class(24, header.api_version),
+            response_class(ApiKey.ADD_PARTITIONS_TO_TXN, header.api_version),
             {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": out},
         )
 
@@ -510,7 +513,7 @@ class TxnCoordinator:
         }
         host, port = found
         try:
-            resp = await self._client.request(host, port, 24, 4, body)
+            resp = await self._client.request(host, port, ApiKey.ADD_PARTITIONS_TO_TXN, 4, body)
         except OSError as e:
             log.debug(
                 "[node %d] Verifying %s with broker %d: %s", self.broker.node_id, tid, leader, e
@@ -537,7 +540,7 @@ class TxnCoordinator:
                 idx = partition_for_group(req.group_id, len(t.partitions))
                 err = await self._add(md, {(OFFSETS_TOPIC, idx)})
         return build(
-            response_class(25, header.api_version),
+            response_class(ApiKey.ADD_OFFSETS_TO_TXN, header.api_version),
             {"throttle_time": 0, "error_code": err or ErrorCode.none},
         )
 
@@ -546,7 +549,7 @@ class TxnCoordinator:
     async def end_txn(self, header: RequestHeader, req: Any) -> Any:
         def reply(err: ErrorCode) -> Any:
             return build(
-                response_class(26, header.api_version),
+                response_class(ApiKey.END_TXN, header.api_version),
                 {"throttle_time": 0, "error_code": err, "producer_id": -1, "producer_epoch": -1},
             )
 
@@ -681,7 +684,7 @@ class TxnCoordinator:
         }
         host, port = found
         try:
-            resp = await self._client.request(host, port, 27, 1, body)
+            resp = await self._client.request(host, port, ApiKey.WRITE_TXN_MARKERS, 1, body)
         except OSError as e:
             log.debug("[node %d] WriteTxnMarkers to %d: %s", self.broker.node_id, leader, e)
             return failed

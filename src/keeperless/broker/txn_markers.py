@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
 from keeperless.broker.partitions import NotLeaderError, Partition
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 
@@ -95,4 +96,6 @@ class TxnMarkerWriter:
                     "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
                 }
             )
-        return build(response_class(27, header.api_version), {"markers": markers})
+        return build(
+            response_class(ApiKey.WRITE_TXN_MARKERS, header.api_version), {"markers": markers}
+        )

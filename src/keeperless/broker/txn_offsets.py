@@ -18,6 +18,7 @@ from keeperless.broker.group_coordinator import (
 )
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.txn_verify import Verify
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import build_batch
@@ -35,8 +36,8 @@ class TxnOffsets:
         # partition must be in the producer's ongoing transaction (AddOffsetsToTxn)
         self.verify: Verify | None = None
 
-    def handlers(self) -> dict[int, Any]:
-        return {28: self.txn_offset_commit}
+    def handlers(self) -> dict[ApiKey, Any]:
+        return {ApiKey.TXN_OFFSET_COMMIT: self.txn_offset_commit}
 
     def on_marker(self, partition: int, producer_id: int, commit: bool) -> None:
         """A transaction marker reached a __consumer_offsets partition led here."""
@@ -109,7 +110,7 @@ class TxnOffsets:
             )
         code = err or ErrorCode.none
         return build(
-            response_class(28, header.api_version),
+            response_class(ApiKey.TXN_OFFSET_COMMIT, header.api_version),
             {
                 "throttle_time": 0,
                 "topics": [

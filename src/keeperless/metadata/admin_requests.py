@@ -16,6 +16,7 @@ from keeperless.metadata.admin import (
     QuotaAlteration,
 )
 from keeperless.metadata.image import AclEntry
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
 
@@ -79,7 +80,7 @@ def config_changes(req: Any) -> list[tuple[int, str, list[tuple[str, int, str | 
 
 def delete_topics_response(version: int, results: Any) -> Any:
     return build(
-        response_class(20, version),
+        response_class(ApiKey.DELETE_TOPICS, version),
         {
             "throttle_time": 0,
             "responses": [
@@ -92,7 +93,7 @@ def delete_topics_response(version: int, results: Any) -> Any:
 
 def create_partitions_response(version: int, results: Any) -> Any:
     return build(
-        response_class(37, version),
+        response_class(ApiKey.CREATE_PARTITIONS, version),
         {
             "throttle_time": 0,
             "results": [
@@ -130,7 +131,7 @@ def alter_configs_response(version: int, results: Any, api_key: int = 44) -> Any
 
 def unregister_response(version: int, err: Any) -> Any:
     return build(
-        response_class(64, version),
+        response_class(ApiKey.UNREGISTER_BROKER, version),
         {"throttle_time": 0, "error_code": err.code, "error_message": err.message},
     )
 
@@ -149,7 +150,7 @@ def update_features_response(version: int, results: Any, top: Any = None) -> Any
         # v2 has no per-feature results: the first failure is the answer
         top = next((e for _, e in results if e.code != ErrorCode.none), None)
     return build(
-        response_class(57, version),
+        response_class(ApiKey.UPDATE_FEATURES, version),
         {
             "throttle_time": 0,
             "error_code": top.code if top is not None else ErrorCode.none,
@@ -176,7 +177,7 @@ def elect_leaders_response(version: int, results: Any, top: Any = None) -> Any:
             {"partition_id": partition, "error_code": err.code, "error_message": err.message}
         )
     return build(
-        response_class(43, version),
+        response_class(ApiKey.ELECT_LEADERS, version),
         {
             "throttle_time": 0,
             "error_code": top.code if top is not None else ErrorCode.none,
@@ -219,7 +220,7 @@ def acl_filters(req: Any) -> list[AclFilter]:
 
 def create_acls_response(version: int, results: Any) -> Any:
     return build(
-        response_class(30, version),
+        response_class(ApiKey.CREATE_ACLS, version),
         {
             "throttle_time": 0,
             "results": [{"error_code": e.code, "error_message": e.message} for e in results],
@@ -229,7 +230,7 @@ def create_acls_response(version: int, results: Any) -> Any:
 
 def delete_acls_response(version: int, results: Any, top: Any = None) -> Any:
     return build(
-        response_class(31, version),
+        response_class(ApiKey.DELETE_ACLS, version),
         {
             "throttle_time": 0,
             "filter_results": [
@@ -269,7 +270,7 @@ def quota_alterations(req: Any) -> list[QuotaAlteration]:
 
 def alter_client_quotas_response(version: int, changes: Any, results: Any) -> Any:
     return build(
-        response_class(49, version),
+        response_class(ApiKey.ALTER_CLIENT_QUOTAS, version),
         {
             "throttle_time": 0,
             "entries": [
@@ -298,7 +299,7 @@ def scram_alterations(
 
 def alter_scram_response(version: int, results: Any) -> Any:
     return build(
-        response_class(51, version),
+        response_class(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, version),
         {
             "throttle_time": 0,
             "results": [

@@ -1,166 +1,254 @@
-"""The Kafka APIs this node implements, and the version ranges it advertises."""
+"""Every Kafka API: its key, and for each API this node serves, the versions it answers
+on the broker listener and on the controller listener. Each API is declared here once;
+the ApiVersions answers, the listeners' request routing, the authorization table and the
+handler registry (``server/registry.py``) are all read from this table."""
 
 from __future__ import annotations
 
-__all__ = ["ADVERTISED_MIN", "API_NAMES", "BROKER_APIS", "CONTROLLER_APIS"]
+import dataclasses
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
 
-# api key -> (min version, max version) served on the broker listener: Apache Kafka
-# 4.1's ranges for every API implemented here (tests/unit/test_api_versions.py holds
-# Kafka's table and checks each entry against it).
-BROKER_APIS: dict[int, tuple[int, int]] = {
-    0: (3, 13),  # Produce (v13: topic ids, KIP-516)
-    1: (4, 18),  # Fetch (v13+: topic ids)
-    2: (1, 10),  # ListOffsets
-    3: (0, 13),  # Metadata
-    8: (2, 9),  # OffsetCommit
-    9: (1, 9),  # OffsetFetch
-    10: (0, 6),  # FindCoordinator
-    11: (0, 9),  # JoinGroup
-    12: (0, 4),  # Heartbeat
-    13: (0, 5),  # LeaveGroup
-    14: (0, 5),  # SyncGroup
-    15: (0, 6),  # DescribeGroups
-    16: (0, 5),  # ListGroups
-    17: (0, 1),  # SaslHandshake (answered by the connection, runtime/sasl_state.py)
-    18: (0, 4),  # ApiVersions
-    19: (2, 7),  # CreateTopics
-    20: (1, 6),  # DeleteTopics
-    21: (0, 2),  # DeleteRecords
-    22: (0, 5),  # InitProducerId
-    23: (2, 4),  # OffsetForLeaderEpoch
-    24: (0, 5),  # AddPartitionsToTxn (v4+: batched, verify_only)
-    25: (0, 4),  # AddOffsetsToTxn
-    26: (0, 5),  # EndTxn
-    27: (1, 1),  # WriteTxnMarkers (broker to broker)
-    28: (0, 5),  # TxnOffsetCommit
-    29: (1, 3),  # DescribeAcls (from the image; enforcement comes later)
-    30: (1, 3),  # CreateAcls (forwarded to the controller)
-    31: (1, 3),  # DeleteAcls (forwarded to the controller)
-    32: (1, 4),  # DescribeConfigs
-    33: (0, 2),  # AlterConfigs (forwarded to the controller)
-    34: (1, 2),  # AlterReplicaLogDirs (one log directory per broker)
-    35: (1, 4),  # DescribeLogDirs
-    36: (0, 2),  # SaslAuthenticate
-    37: (0, 3),  # CreatePartitions
-    42: (0, 2),  # DeleteGroups
-    43: (0, 2),  # ElectLeaders (forwarded to the controller)
-    44: (0, 1),  # IncrementalAlterConfigs
-    47: (0, 0),  # OffsetDelete
-    48: (0, 1),  # DescribeClientQuotas (from the image; enforcement comes later)
-    49: (0, 1),  # AlterClientQuotas (forwarded to the controller)
-    50: (0, 0),  # DescribeUserScramCredentials (from the image)
-    51: (0, 0),  # AlterUserScramCredentials (forwarded to the controller)
-    55: (0, 2),  # DescribeQuorum (forwarded to the controller)
-    57: (0, 2),  # UpdateFeatures (forwarded to the controller)
-    60: (0, 2),  # DescribeCluster
-    61: (0, 0),  # DescribeProducers
-    64: (0, 0),  # UnregisterBroker (forwarded to the controller)
-    65: (0, 0),  # DescribeTransactions
-    66: (0, 2),  # ListTransactions
-    68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848)
-    69: (0, 1),  # ConsumerGroupDescribe
-    74: (0, 1),  # ListConfigResources
-    75: (0, 0),  # DescribeTopicPartitions
-}
+__all__ = [
+    "ADVERTISED_MIN",
+    "APIS",
+    "API_NAMES",
+    "BROKER_APIS",
+    "CONTROLLER_APIS",
+    "ApiKey",
+    "ApiSpec",
+    "Listener",
+]
 
-# Kafka 4.x advertises Produce from v0 although it serves v3 and later only: librdkafka
-# before 2.0 looks for v0-v2 to decide which message formats a broker takes
-# (KAFKA-18659). A request below the served range is refused like any unsupported one.
-ADVERTISED_MIN = {0: 0}
 
-# The controller listener: Raft between voters and observers, and the RPCs brokers send
-# to the active controller.
-CONTROLLER_APIS: dict[int, tuple[int, int]] = {
-    1: (12, 12),  # Fetch (of __cluster_metadata)
-    17: (0, 1),  # SaslHandshake
-    18: (0, 3),  # ApiVersions
-    19: (7, 7),  # CreateTopics
-    20: (6, 6),  # DeleteTopics
-    30: (2, 3),  # CreateAcls
-    31: (2, 3),  # DeleteAcls
-    33: (0, 2),  # AlterConfigs
-    36: (0, 2),  # SaslAuthenticate
-    37: (3, 3),  # CreatePartitions
-    43: (1, 2),  # ElectLeaders
-    44: (0, 1),  # IncrementalAlterConfigs
-    49: (0, 1),  # AlterClientQuotas
-    51: (0, 0),  # AlterUserScramCredentials
-    52: (2, 2),  # Vote
-    53: (1, 1),  # BeginQuorumEpoch
-    54: (1, 1),  # EndQuorumEpoch
-    55: (0, 2),  # DescribeQuorum
-    56: (2, 3),  # AlterPartition
-    57: (0, 1),  # UpdateFeatures
-    58: (0, 0),  # Envelope (brokers' forwarded admin requests, KIP-590)
-    59: (1, 1),  # FetchSnapshot
-    60: (0, 1),  # DescribeCluster (the controllers, KIP-919)
-    62: (3, 3),  # BrokerRegistration
-    63: (1, 1),  # BrokerHeartbeat
-    64: (0, 0),  # UnregisterBroker
-    67: (0, 0),  # AllocateProducerIds
-}
+class ApiKey(enum.IntEnum):
+    """Kafka's API keys (``org.apache.kafka.common.protocol.ApiKeys``), as of 4.1."""
 
-API_NAMES = {
-    66: "ListTransactions",
-    65: "DescribeTransactions",
-    61: "DescribeProducers",
-    17: "SaslHandshake",
-    58: "Envelope",
-    36: "SaslAuthenticate",
-    0: "Produce",
-    1: "Fetch",
-    2: "ListOffsets",
-    3: "Metadata",
-    8: "OffsetCommit",
-    9: "OffsetFetch",
-    10: "FindCoordinator",
-    11: "JoinGroup",
-    12: "Heartbeat",
-    13: "LeaveGroup",
-    14: "SyncGroup",
-    15: "DescribeGroups",
-    16: "ListGroups",
-    18: "ApiVersions",
-    19: "CreateTopics",
-    20: "DeleteTopics",
-    21: "DeleteRecords",
-    22: "InitProducerId",
-    23: "OffsetForLeaderEpoch",
-    24: "AddPartitionsToTxn",
-    25: "AddOffsetsToTxn",
-    26: "EndTxn",
-    27: "WriteTxnMarkers",
-    28: "TxnOffsetCommit",
-    33: "AlterConfigs",
-    34: "AlterReplicaLogDirs",
-    47: "OffsetDelete",
-    68: "ConsumerGroupHeartbeat",
-    69: "ConsumerGroupDescribe",
-    74: "ListConfigResources",
-    75: "DescribeTopicPartitions",
-    29: "DescribeAcls",
-    30: "CreateAcls",
-    31: "DeleteAcls",
-    32: "DescribeConfigs",
-    37: "CreatePartitions",
-    60: "DescribeCluster",
-    42: "DeleteGroups",
-    43: "ElectLeaders",
-    44: "IncrementalAlterConfigs",
-    48: "DescribeClientQuotas",
-    49: "AlterClientQuotas",
-    50: "DescribeUserScramCredentials",
-    51: "AlterUserScramCredentials",
-    56: "AlterPartition",
-    57: "UpdateFeatures",
-    35: "DescribeLogDirs",
-    64: "UnregisterBroker",
-    52: "Vote",
-    53: "BeginQuorumEpoch",
-    54: "EndQuorumEpoch",
-    55: "DescribeQuorum",
-    59: "FetchSnapshot",
-    62: "BrokerRegistration",
-    63: "BrokerHeartbeat",
-    67: "AllocateProducerIds",
-}
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    CREATE_DELEGATION_TOKEN = 38
+    RENEW_DELEGATION_TOKEN = 39
+    EXPIRE_DELEGATION_TOKEN = 40
+    DESCRIBE_DELEGATION_TOKEN = 41
+    DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    VOTE = 52
+    BEGIN_QUORUM_EPOCH = 53
+    END_QUORUM_EPOCH = 54
+    DESCRIBE_QUORUM = 55
+    ALTER_PARTITION = 56
+    UPDATE_FEATURES = 57
+    ENVELOPE = 58
+    FETCH_SNAPSHOT = 59
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    UNREGISTER_BROKER = 64
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+    ALLOCATE_PRODUCER_IDS = 67
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
+    CONTROLLER_REGISTRATION = 70
+    GET_TELEMETRY_SUBSCRIPTIONS = 71
+    PUSH_TELEMETRY = 72
+    ASSIGN_REPLICAS_TO_DIRS = 73
+    LIST_CONFIG_RESOURCES = 74
+    DESCRIBE_TOPIC_PARTITIONS = 75
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    ADD_RAFT_VOTER = 80
+    REMOVE_RAFT_VOTER = 81
+    UPDATE_RAFT_VOTER = 82
+    INITIALIZE_SHARE_GROUP_STATE = 83
+    READ_SHARE_GROUP_STATE = 84
+    WRITE_SHARE_GROUP_STATE = 85
+    DELETE_SHARE_GROUP_STATE = 86
+    READ_SHARE_GROUP_STATE_SUMMARY = 87
+    STREAMS_GROUP_HEARTBEAT = 88
+    STREAMS_GROUP_DESCRIBE = 89
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
+
+    @property
+    def title(self) -> str:
+        """Kafka's name of the API: ``ApiVersions``, ``DescribeUserScramCredentials``."""
+        return "".join(w.capitalize() for w in self.name.split("_"))
+
+
+class Listener(enum.Enum):
+    """Where a request arrives: a broker's listeners (clients and other brokers) or a
+    controller's (Raft, brokers' RPCs, forwarded admin requests)."""
+
+    BROKER = "broker"
+    CONTROLLER = "controller"
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiSpec:
+    """One API as this node serves it: the (min, max) versions on each listener (None:
+    not served there). ``advertised_min`` is a lower minimum to advertise than to serve
+    (see Produce below)."""
+
+    key: ApiKey
+    broker: tuple[int, int] | None = None
+    controller: tuple[int, int] | None = None
+    advertised_min: int | None = None
+
+    def versions(self, listener: Listener) -> tuple[int, int] | None:
+        return self.broker if listener is Listener.BROKER else self.controller
+
+
+# Apache Kafka 4.1's ranges for every API implemented here (tests/unit/test_api_versions.py
+# holds Kafka's table and checks each entry against it). Produce: Kafka 4.x advertises v0
+# although it serves v3 and later only, as librdkafka before 2.0 looks for v0-v2 to decide
+# which message formats a broker takes (KAFKA-18659); a request below the served range is
+# refused like any unsupported one.
+_TABLE = (
+    ApiSpec(ApiKey.PRODUCE, broker=(3, 13), advertised_min=0),  # v13: topic ids, KIP-516
+    ApiSpec(
+        ApiKey.FETCH, broker=(4, 18), controller=(12, 12)
+    ),  # v13+: topic ids; of __cluster_metadata
+    ApiSpec(ApiKey.LIST_OFFSETS, broker=(1, 10)),
+    ApiSpec(ApiKey.METADATA, broker=(0, 13)),
+    ApiSpec(ApiKey.OFFSET_COMMIT, broker=(2, 9)),
+    ApiSpec(ApiKey.OFFSET_FETCH, broker=(1, 9)),
+    ApiSpec(ApiKey.FIND_COORDINATOR, broker=(0, 6)),
+    ApiSpec(ApiKey.JOIN_GROUP, broker=(0, 9)),
+    ApiSpec(ApiKey.HEARTBEAT, broker=(0, 4)),
+    ApiSpec(ApiKey.LEAVE_GROUP, broker=(0, 5)),
+    ApiSpec(ApiKey.SYNC_GROUP, broker=(0, 5)),
+    ApiSpec(ApiKey.DESCRIBE_GROUPS, broker=(0, 6)),
+    ApiSpec(ApiKey.LIST_GROUPS, broker=(0, 5)),
+    ApiSpec(
+        ApiKey.SASL_HANDSHAKE, broker=(0, 1), controller=(0, 1)
+    ),  # answered by the connection, runtime/sasl_state.py
+    ApiSpec(ApiKey.API_VERSIONS, broker=(0, 4), controller=(0, 3)),
+    ApiSpec(ApiKey.CREATE_TOPICS, broker=(2, 7), controller=(7, 7)),
+    ApiSpec(ApiKey.DELETE_TOPICS, broker=(1, 6), controller=(6, 6)),
+    ApiSpec(ApiKey.DELETE_RECORDS, broker=(0, 2)),
+    ApiSpec(ApiKey.INIT_PRODUCER_ID, broker=(0, 5)),
+    ApiSpec(ApiKey.OFFSET_FOR_LEADER_EPOCH, broker=(2, 4)),
+    ApiSpec(ApiKey.ADD_PARTITIONS_TO_TXN, broker=(0, 5)),  # v4+: batched, verify_only
+    ApiSpec(ApiKey.ADD_OFFSETS_TO_TXN, broker=(0, 4)),
+    ApiSpec(ApiKey.END_TXN, broker=(0, 5)),
+    ApiSpec(ApiKey.WRITE_TXN_MARKERS, broker=(1, 1)),  # broker to broker
+    ApiSpec(ApiKey.TXN_OFFSET_COMMIT, broker=(0, 5)),
+    ApiSpec(ApiKey.DESCRIBE_ACLS, broker=(1, 3)),  # from the image
+    ApiSpec(ApiKey.CREATE_ACLS, broker=(1, 3), controller=(2, 3)),  # forwarded to the controller
+    ApiSpec(ApiKey.DELETE_ACLS, broker=(1, 3), controller=(2, 3)),  # forwarded to the controller
+    ApiSpec(ApiKey.DESCRIBE_CONFIGS, broker=(1, 4)),
+    ApiSpec(ApiKey.ALTER_CONFIGS, broker=(0, 2), controller=(0, 2)),  # forwarded to the controller
+    ApiSpec(ApiKey.ALTER_REPLICA_LOG_DIRS, broker=(1, 2)),  # one log directory per broker
+    ApiSpec(ApiKey.DESCRIBE_LOG_DIRS, broker=(1, 4)),
+    ApiSpec(ApiKey.SASL_AUTHENTICATE, broker=(0, 2), controller=(0, 2)),
+    ApiSpec(ApiKey.CREATE_PARTITIONS, broker=(0, 3), controller=(3, 3)),
+    ApiSpec(ApiKey.DELETE_GROUPS, broker=(0, 2)),
+    ApiSpec(ApiKey.ELECT_LEADERS, broker=(0, 2), controller=(1, 2)),  # forwarded to the controller
+    ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, broker=(0, 1), controller=(0, 1)),
+    ApiSpec(ApiKey.OFFSET_DELETE, broker=(0, 0)),
+    ApiSpec(ApiKey.DESCRIBE_CLIENT_QUOTAS, broker=(0, 1)),  # from the image
+    ApiSpec(
+        ApiKey.ALTER_CLIENT_QUOTAS, broker=(0, 1), controller=(0, 1)
+    ),  # forwarded to the controller
+    ApiSpec(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, broker=(0, 0)),  # from the image
+    ApiSpec(
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS, broker=(0, 0), controller=(0, 0)
+    ),  # forwarded to the controller
+    ApiSpec(ApiKey.VOTE, controller=(2, 2)),
+    ApiSpec(ApiKey.BEGIN_QUORUM_EPOCH, controller=(1, 1)),
+    ApiSpec(ApiKey.END_QUORUM_EPOCH, controller=(1, 1)),
+    ApiSpec(
+        ApiKey.DESCRIBE_QUORUM, broker=(0, 2), controller=(0, 2)
+    ),  # forwarded to the controller
+    ApiSpec(ApiKey.ALTER_PARTITION, controller=(2, 3)),
+    ApiSpec(
+        ApiKey.UPDATE_FEATURES, broker=(0, 2), controller=(0, 1)
+    ),  # forwarded to the controller
+    ApiSpec(ApiKey.ENVELOPE, controller=(0, 0)),  # brokers' forwarded admin requests, KIP-590
+    ApiSpec(ApiKey.FETCH_SNAPSHOT, controller=(1, 1)),
+    ApiSpec(ApiKey.DESCRIBE_CLUSTER, broker=(0, 2), controller=(0, 1)),  # the controllers, KIP-919
+    ApiSpec(ApiKey.DESCRIBE_PRODUCERS, broker=(0, 0)),
+    ApiSpec(ApiKey.BROKER_REGISTRATION, controller=(3, 3)),
+    ApiSpec(ApiKey.BROKER_HEARTBEAT, controller=(1, 1)),
+    ApiSpec(
+        ApiKey.UNREGISTER_BROKER, broker=(0, 0), controller=(0, 0)
+    ),  # forwarded to the controller
+    ApiSpec(ApiKey.DESCRIBE_TRANSACTIONS, broker=(0, 0)),
+    ApiSpec(ApiKey.LIST_TRANSACTIONS, broker=(0, 2)),
+    ApiSpec(ApiKey.ALLOCATE_PRODUCER_IDS, controller=(0, 0)),
+    ApiSpec(ApiKey.CONSUMER_GROUP_HEARTBEAT, broker=(0, 1)),  # KIP-848
+    ApiSpec(ApiKey.CONSUMER_GROUP_DESCRIBE, broker=(0, 1)),
+    ApiSpec(ApiKey.LIST_CONFIG_RESOURCES, broker=(0, 1)),
+    ApiSpec(ApiKey.DESCRIBE_TOPIC_PARTITIONS, broker=(0, 0)),
+)
+
+
+def _index(table: tuple[ApiSpec, ...]) -> Mapping[ApiKey, ApiSpec]:
+    out: dict[ApiKey, ApiSpec] = {}
+    for spec in table:
+        if spec.key in out:
+            raise ValueError(f"API {spec.key.title} ({int(spec.key)}) is declared twice")
+        if spec.broker is None and spec.controller is None:
+            raise ValueError(f"API {spec.key.title} is declared but served nowhere")
+        out[spec.key] = spec
+    return MappingProxyType(out)
+
+
+APIS: Mapping[ApiKey, ApiSpec] = _index(_TABLE)
+
+BROKER_APIS: Mapping[int, tuple[int, int]] = MappingProxyType(
+    {k: s.broker for k, s in APIS.items() if s.broker is not None}
+)
+CONTROLLER_APIS: Mapping[int, tuple[int, int]] = MappingProxyType(
+    {k: s.controller for k, s in APIS.items() if s.controller is not None}
+)
+ADVERTISED_MIN: Mapping[int, int] = MappingProxyType(
+    {k: s.advertised_min for k, s in APIS.items() if s.advertised_min is not None}
+)
+API_NAMES: Mapping[int, str] = MappingProxyType({k: k.title for k in ApiKey})

@@ -15,6 +15,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.prescan import check_lengths
 from keeperless.protocol.varint import read_uvarint
 
@@ -144,7 +145,7 @@ def encode_response(header: RequestHeader, response: Any) -> bytes:
     buf = io.BytesIO()
     buf.write(b"\x00\x00\x00\x00")
     buf.write(_I32.pack(header.correlation_id))
-    if type(response).__flexible__ and header.api_key != 18:
+    if type(response).__flexible__ and header.api_key != ApiKey.API_VERSIONS:
         buf.write(b"\x00")  # empty tagged fields
     entity_writer(type(response))(buf, response)
     out = buf.getbuffer()
@@ -174,7 +175,7 @@ def decode_response(frame: memoryview, api_key: int, version: int) -> tuple[int,
     cls = load_response_schema(api_key, version)
     (corr,) = _I32.unpack_from(frame, 0)
     pos = 4
-    if cls.__flexible__ and api_key != 18:
+    if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
         pos = _skip_tagged_fields(frame, pos)
     value, _ = entity_reader(cls)(frame, pos)
     return corr, value

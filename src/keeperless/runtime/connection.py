@@ -15,7 +15,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.protocol.apis import API_NAMES
+from keeperless.protocol.apis import API_NAMES, ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.fetch_response import fetch_replica_id
 from keeperless.protocol.framing import (
@@ -79,14 +79,14 @@ class RequestRouter:
 
     async def handle(self, frame: memoryview) -> bytes | list[Any] | None:
         header, pos = read_header(frame)
-        if header.api_key in (17, 36):
+        if header.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
             return illegal_sasl_state(frame)  # no SASL exchange expected on this connection
         rng = self.apis.get(header.api_key)
-        if header.api_key == 18 and (rng is None or header.api_version > rng[1]):
+        if header.api_key == ApiKey.API_VERSIONS and (rng is None or header.api_version > rng[1]):
             # Unknown ApiVersions version: answer v0 with UNSUPPORTED_VERSION (KIP-511).
-            hdr = RequestHeader(18, 0, header.correlation_id, header.client_id)
+            hdr = RequestHeader(ApiKey.API_VERSIONS, 0, header.correlation_id, header.client_id)
             body = self.api_versions_body(ErrorCode.unsupported_version)
-            return encode_response(hdr, build(response_class(18, 0), body))
+            return encode_response(hdr, build(response_class(ApiKey.API_VERSIONS, 0), body))
         if rng is None or not rng[0] <= header.api_version <= rng[1]:
             name = API_NAMES.get(header.api_key, f"api key {header.api_key}")
             raise ProtocolError(
@@ -124,7 +124,7 @@ class RequestRouter:
             if (isinstance(resp, list))
             else 0
         )
-        replica = header.api_key == 1 and fetch_replica_id(req) >= 0
+        replica = header.api_key == ApiKey.FETCH and fetch_replica_id(req) >= 0
         throttle = self.quotas.throttle(
             s.principal if s is not None else None, header.client_id, header.api_key,
             len(frame), out_bytes, ms, replica,
@@ -254,7 +254,7 @@ class KafkaProtocol(asyncio.Protocol):
         without one closes the connection. False: close it."""
         assert self.security is not None
         api_key = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
-        if api_key == 17:
+        if api_key == ApiKey.SASL_HANDSHAKE:
             self._previous = self.session.principal
             self.session.authenticated = False
             self.sasl = SaslState(self.security)

@@ -8,6 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
 from keeperless.protocol.records import complete_batches
@@ -76,7 +77,7 @@ def request_of(msg: m.Message, cluster_id: str, endpoint: tuple[str, int]) -> tu
                 "voter_id": msg.dst,
                 "topics": [{"topic_name": TOPIC, "partitions": [part]}],
             }
-            return 52, build(_request_class(52), body)
+            return 52, build(_request_class(ApiKey.VOTE), body)
         case m.BeginQuorumEpoch():
             part = {
                 "partition_index": 0,
@@ -90,7 +91,7 @@ def request_of(msg: m.Message, cluster_id: str, endpoint: tuple[str, int]) -> tu
                 "topics": [{"topic_name": TOPIC, "partitions": [part]}],
                 "leader_endpoints": leader_endpoints,
             }
-            return 53, build(_request_class(53), body)
+            return 53, build(_request_class(ApiKey.BEGIN_QUORUM_EPOCH), body)
         case m.EndQuorumEpoch():
             part = {
                 "partition_index": 0,
@@ -106,7 +107,7 @@ def request_of(msg: m.Message, cluster_id: str, endpoint: tuple[str, int]) -> tu
                 "topics": [{"topic_name": TOPIC, "partitions": [part]}],
                 "leader_endpoints": leader_endpoints,
             }
-            return 54, build(_request_class(54), body)
+            return 54, build(_request_class(ApiKey.END_QUORUM_EPOCH), body)
         case m.FetchRequest():
             part = {
                 "partition": 0,
@@ -129,7 +130,7 @@ def request_of(msg: m.Message, cluster_id: str, endpoint: tuple[str, int]) -> tu
                 "forgotten_topics_data": [],
                 "rack_id": "",
             }
-            return 1, build(_request_class(1), body)
+            return 1, build(_request_class(ApiKey.FETCH), body)
         case m.FetchSnapshotRequest():
             part = {
                 "partition": 0,
@@ -143,14 +144,14 @@ def request_of(msg: m.Message, cluster_id: str, endpoint: tuple[str, int]) -> tu
                 "max_bytes": msg.max_bytes,
                 "topics": [{"name": TOPIC, "partitions": [part]}],
             }
-            return 59, build(_request_class(59), body)
+            return 59, build(_request_class(ApiKey.FETCH_SNAPSHOT), body)
     raise TypeError(f"not a request: {msg!r}")
 
 
 def request_to_message(api_key: int, req: Any, dst: int, request_id: int = 0) -> m.Message:
     """The core message for an inbound Raft request addressed to ``dst`` (this node);
     ``request_id`` is the transport's name for it, which the core's answer echoes."""
-    if api_key == 52:
+    if api_key == ApiKey.VOTE:
         p = req.topics[0].partitions[0]
         return m.VoteRequest(
             p.replica_id,
@@ -161,10 +162,10 @@ def request_to_message(api_key: int, req: Any, dst: int, request_id: int = 0) ->
             bool(getattr(p, "pre_vote", False)),
             request_id,
         )
-    if api_key == 53:
+    if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
         p = req.topics[0].partitions[0]
         return m.BeginQuorumEpoch(p.leader_id, dst, p.leader_epoch, p.leader_id)
-    if api_key == 54:
+    if api_key == ApiKey.END_QUORUM_EPOCH:
         p = req.topics[0].partitions[0]
         return m.EndQuorumEpoch(
             p.leader_id,
@@ -173,7 +174,7 @@ def request_to_message(api_key: int, req: Any, dst: int, request_id: int = 0) ->
             p.leader_id,
             tuple(c.candidate_id for c in p.preferred_candidates),
         )
-    if api_key == 1:
+    if api_key == ApiKey.FETCH:
         p = req.topics[0].partitions[0]
         wait = int(req.max_wait.total_seconds() * 1000)
         return m.FetchRequest(
@@ -185,7 +186,7 @@ def request_to_message(api_key: int, req: Any, dst: int, request_id: int = 0) ->
             wait,
             request_id,
         )
-    if api_key == 59:
+    if api_key == ApiKey.FETCH_SNAPSHOT:
         p = req.topics[0].partitions[0]
         return m.FetchSnapshotRequest(
             req.replica_id,
@@ -209,8 +210,12 @@ def response_of(
     one-way BeginQuorumEpoch/EndQuorumEpoch, or when the core gave no answer)."""
     cls = response_class(api_key, version)
     none = ErrorCode.none
-    if api_key in (53, 54) or msg is None:
-        err = none if msg is None and api_key in (53, 54) else ErrorCode.not_leader_or_follower
+    if api_key in (ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH) or msg is None:
+        err = (
+            none
+            if msg is None and api_key in (ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH)
+            else ErrorCode.not_leader_or_follower
+        )
         part = {
             "partition_index": 0,
             "index": 0,
@@ -318,7 +323,7 @@ def response_to_message(api_key: int, resp: Any, request: m.Message) -> m.Messag
     the connection's correlation id tied it to ``request``, whose id and fields the
     message echoes for the core to match."""
     src, dst = request.dst, request.src
-    if api_key == 52:
+    if api_key == ApiKey.VOTE:
         assert isinstance(request, m.VoteRequest)
         p = resp.topics[0].partitions[0] if resp.topics else None
         if p is None:
@@ -333,7 +338,7 @@ def response_to_message(api_key: int, resp: Any, request: m.Message) -> m.Messag
             int(p.error_code),
             request.request_id,
         )
-    if api_key == 1:
+    if api_key == ApiKey.FETCH:
         assert isinstance(request, m.FetchRequest)
         if not resp.responses:
             return None
@@ -355,7 +360,7 @@ def response_to_message(api_key: int, resp: Any, request: m.Message) -> m.Messag
             request.last_fetched_epoch,
             request.request_id,
         )
-    if api_key == 59:
+    if api_key == ApiKey.FETCH_SNAPSHOT:
         assert isinstance(request, m.FetchSnapshotRequest)
         p = resp.topics[0].partitions[0] if resp.topics else None
         if p is None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import (
     NodeStopping,
@@ -267,7 +268,7 @@ class RaftTransport:
             for key in ("current_voters", "observers"):  # v2: no directory ids (KIP-853)
                 part[key] = [{**r, "replica_directory_id": _NO_DIRECTORY} for r in part[key]]
         return build(
-            response_class(55, header.api_version),
+            response_class(ApiKey.DESCRIBE_QUORUM, header.api_version),
             {
                 "error_code": ErrorCode.none,
                 "error_message": None,

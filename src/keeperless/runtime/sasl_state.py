@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.protocol.apis import API_NAMES
+from keeperless.protocol.apis import API_NAMES, ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_request, encode_response, read_header, response_class
 from keeperless.protocol.sasl import MECHANISM_CODES, PlainServer, SaslFailure, ScramServer
@@ -32,7 +32,7 @@ def illegal_sasl_state(frame: memoryview) -> bytes:
     """SaslHandshake/SaslAuthenticate where no SASL exchange is expected."""
     header, _ = read_header(frame)
     body: dict[str, Any] = {"error_code": ErrorCode.illegal_sasl_state}
-    if header.api_key == 17:
+    if header.api_key == ApiKey.SASL_HANDSHAKE:
         body["mechanisms"] = []
     else:
         body.update(error_message="No SASL authentication is expected here", auth_bytes=b"")
@@ -55,19 +55,19 @@ class SaslState:
         if self.raw:
             return self._raw_token(bytes(frame), session)
         header, pos = read_header(frame)
-        if header.api_key == 18:
+        if header.api_key == ApiKey.API_VERSIONS:
             return None, False
-        if header.api_key not in (17, 36):
+        if header.api_key not in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
             name = API_NAMES.get(header.api_key, f"api key {header.api_key}")
             self.failure = f"Unexpected Kafka request of type {name} during SASL handshake"
             return None, True
-        lo, hi = SASL_HANDSHAKE if header.api_key == 17 else SASL_AUTHENTICATE
+        lo, hi = SASL_HANDSHAKE if header.api_key == ApiKey.SASL_HANDSHAKE else SASL_AUTHENTICATE
         if not lo <= header.api_version <= hi:
             self.failure = f"unsupported version {header.api_version} of api key {header.api_key}"
             return None, True
         req = decode_request(header, frame, pos)
         cls = response_class(header.api_key, header.api_version)
-        if header.api_key == 17:
+        if header.api_key == ApiKey.SASL_HANDSHAKE:
             mech = str(req.mechanism).upper()
             enabled = list(self.security.mechanisms)
             if self.server is not None or mech not in enabled:

@@ -55,6 +55,7 @@ from keeperless.metadata.admin_requests import (
     update_features_response,
 )
 from keeperless.metadata.image import AclEntry
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.server.controller_service import ControllerService, NotControllerError
@@ -79,7 +80,7 @@ class LocalController:
         """A client's request answered by this controller as if sent to its listener."""
         assert self.apis is not None
         header = RequestHeader(api_key, version, 0, f"node-{self.service.node_id}")
-        return await self.apis.handlers()[api_key](header, req)
+        return await self.apis.handlers()[ApiKey(api_key)](header, req)
 
     async def create_topics(
         self, topics: Sequence[NewTopic], validate_only: bool
@@ -236,28 +237,25 @@ class ControllerApis:
         self.service = service
         self.cluster_id = cluster_id
         self.local = LocalController(service, self)
-        # handlers of the node's own (the Raft transport's DescribeQuorum)
-        self.extra: dict[int, Any] = {}
 
-    def handlers(self) -> dict[int, Any]:
+    def handlers(self) -> dict[ApiKey, Any]:
         return {
-            **self.extra,
-            19: self.create_topics,
-            20: self.delete_topics,
-            30: self.create_acls,
-            31: self.delete_acls,
-            37: self.create_partitions,
-            43: self.elect_leaders,
-            33: self.alter_configs,
-            44: self.incremental_alter_configs,
-            49: self.alter_client_quotas,
-            51: self.alter_scram_credentials,
-            56: self.alter_partition,
-            57: self.update_features,
-            62: self.register_broker,
-            63: self.broker_heartbeat,
-            64: self.unregister_broker,
-            67: self.allocate_producer_ids,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.CREATE_ACLS: self.create_acls,
+            ApiKey.DELETE_ACLS: self.delete_acls,
+            ApiKey.CREATE_PARTITIONS: self.create_partitions,
+            ApiKey.ELECT_LEADERS: self.elect_leaders,
+            ApiKey.ALTER_CONFIGS: self.alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+            ApiKey.ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_scram_credentials,
+            ApiKey.ALTER_PARTITION: self.alter_partition,
+            ApiKey.UPDATE_FEATURES: self.update_features,
+            ApiKey.BROKER_REGISTRATION: self.register_broker,
+            ApiKey.BROKER_HEARTBEAT: self.broker_heartbeat,
+            ApiKey.UNREGISTER_BROKER: self.unregister_broker,
+            ApiKey.ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
         }
 
     def _not_controller(self, header: RequestHeader, body: dict[str, Any]) -> Any:
@@ -276,7 +274,7 @@ class ControllerApis:
                 CreateTopicResult(t.name, ApiError(ErrorCode.not_controller)) for t in topics
             ]
         return build(
-            response_class(19, header.api_version),
+            response_class(ApiKey.CREATE_TOPICS, header.api_version),
             {
                 "throttle_time": 0,
                 "topics": [
@@ -331,7 +329,7 @@ class ControllerApis:
                 req.cluster_id,
             )
             return build(
-                response_class(62, header.api_version),
+                response_class(ApiKey.BROKER_REGISTRATION, header.api_version),
                 {
                     "throttle_time": 0,
                     "error_code": ErrorCode.inconsistent_cluster_id,
@@ -349,7 +347,7 @@ class ControllerApis:
         except NotControllerError:
             return self._not_controller(header, {"broker_epoch": -1})
         return build(
-            response_class(62, header.api_version),
+            response_class(ApiKey.BROKER_REGISTRATION, header.api_version),
             {"throttle_time": 0, "error_code": err.code, "broker_epoch": epoch},
         )
 
@@ -367,7 +365,7 @@ class ControllerApis:
                 header, {"is_caught_up": False, "is_fenced": True, "should_shut_down": False}
             )
         return build(
-            response_class(63, header.api_version),
+            response_class(ApiKey.BROKER_HEARTBEAT, header.api_version),
             {
                 "throttle_time": 0,
                 "error_code": err.code,
@@ -385,7 +383,7 @@ class ControllerApis:
         except NotControllerError:
             return self._not_controller(header, {"producer_id_start": -1, "producer_id_len": 0})
         return build(
-            response_class(67, header.api_version),
+            response_class(ApiKey.ALLOCATE_PRODUCER_IDS, header.api_version),
             {
                 "throttle_time": 0,
                 "error_code": err.code,
@@ -498,7 +496,7 @@ class ControllerApis:
                 }
             )
         return build(
-            response_class(56, header.api_version),
+            response_class(ApiKey.ALTER_PARTITION, header.api_version),
             {
                 "throttle_time": 0,
                 "error_code": top.code,

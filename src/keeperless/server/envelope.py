@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import (
     ProtocolError,
@@ -33,7 +34,7 @@ FORWARDABLE = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 49, 51, 55, 57, 64})
 
 def envelope_handler(handlers: Mapping[int, Handler], active: Callable[[], bool]) -> Handler:
     async def envelope(header: RequestHeader, req: Any) -> Any:
-        cls = response_class(58, header.api_version)
+        cls = response_class(ApiKey.ENVELOPE, header.api_version)
         if not active():
             return build(cls, {"response_data": b"", "error_code": ErrorCode.not_controller})
         data = memoryview(bytes(req.request_data))

@@ -21,7 +21,7 @@ from keeperless.broker.broker import Broker, BrokerSettings
 from keeperless.broker.consumer_group_apis import ConsumerGroupApis
 from keeperless.broker.controller_channel import ControllerUnavailableError, RemoteController
 from keeperless.broker.controller_rpcs import ControllerRpcs
-from keeperless.broker.forwarder import ENVELOPE, Forwarder
+from keeperless.broker.forwarder import Forwarder
 from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.handlers import BrokerHandlers
@@ -34,7 +34,7 @@ from keeperless.broker.txn_offsets import TxnOffsets
 from keeperless.metadata.authorizer import Authorizer
 from keeperless.metadata.features import features_body
 from keeperless.metadata.image import ScramCredential
-from keeperless.protocol.apis import CONTROLLER_APIS
+from keeperless.protocol.apis import CONTROLLER_APIS, ApiKey, Listener
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
 from keeperless.protocol.sasl import MECHANISM_CODES
@@ -55,6 +55,7 @@ from keeperless.server.config import Endpoint, NodeConfig
 from keeperless.server.controller_apis import ControllerApis, ControllerClient
 from keeperless.server.controller_service import ControllerService
 from keeperless.server.envelope import envelope_handler
+from keeperless.server.registry import ApiRegistry
 from keeperless.storage.dir_failure import set_failure_handler
 from keeperless.storage.log import LogConfig
 
@@ -123,8 +124,6 @@ class Node:
         self.controller_apis = (
             ControllerApis(self.controller, self.cluster_id) if self.controller else None
         )
-        if self.controller_apis is not None:
-            self.controller_apis.extra[55] = self.transport.handle
         self.remote = RemoteController(
             self.node_id,
             voters,
@@ -392,18 +391,22 @@ class Node:
         assert self.txn is not None
         assert self.markers is not None
         offsets = GroupOffsets(self.groups)
-        extra = offsets.handlers()
-        extra.update(ConsumerGroupApis(self.groups).handlers())
         txn_offsets = TxnOffsets(self.groups, offsets)
         self.markers.on_offsets_marker = txn_offsets.on_marker
-        extra.update(txn_offsets.handlers())
-        extra.update(self.txn.handlers())
-        extra.update(TxnAdmin(self.broker, self.txn).handlers())
-        h = BrokerHandlers(self.broker, extra)
+        h = BrokerHandlers(self.broker)
+        registry = ApiRegistry(Listener.BROKER)
+        registry.register("the broker", h.handlers())
+        registry.register("the group coordinator", offsets.handlers())
+        registry.register("the consumer group protocol", ConsumerGroupApis(self.groups).handlers())
+        registry.register("transactional offset commits", txn_offsets.handlers())
+        registry.register("the transaction coordinator", self.txn.handlers())
+        registry.register("the transaction admin APIs", TxnAdmin(self.broker, self.txn).handlers())
         if self.config["transaction.partition.verification.enable"]:
             h.data.verify_txn = self.txn.verify
             txn_offsets.verify = self.txn.verify
-        router = RequestRouter(self.node_id, h.apis, h.handlers, h.api_versions_body)
+        h.apis = registry.versions()
+        handlers = authorized_handlers(registry.complete(), self.broker.authz)
+        router = RequestRouter(self.node_id, h.apis, handlers, h.api_versions_body)
         broker = self.broker
         router.quotas = QuotaManager(lambda: broker.image, time.monotonic)
         return router
@@ -412,7 +415,7 @@ class Node:
         """DescribeCluster on the controller listener (KIP-919): the controllers."""
         core = self.mlog.core
         return build(
-            response_class(60, header.api_version),
+            response_class(ApiKey.DESCRIBE_CLUSTER, header.api_version),
             {
                 "throttle_time": 0,
                 "error_code": ErrorCode.none,
@@ -445,14 +448,19 @@ class Node:
             }
 
         async def api_versions(header: Any, req: Any) -> Any:
-            return build(response_class(18, header.api_version), body(ErrorCode.none))
+            return build(
+                response_class(ApiKey.API_VERSIONS, header.api_version), body(ErrorCode.none)
+            )
 
-        handlers: dict[int, Any] = {18: api_versions}
-        for key in (1, 52, 53, 54, 55, 59):
-            handlers[key] = self.transport.handle
         assert self.controller_apis is not None
-        handlers.update(self.controller_apis.handlers())
-        handlers[60] = self._describe_cluster_controllers
+        registry = ApiRegistry(Listener.CONTROLLER)
+        own = {ApiKey.API_VERSIONS: api_versions,
+               ApiKey.DESCRIBE_CLUSTER: self._describe_cluster_controllers}  # fmt: skip
+        registry.register("the controller", own)
+        raft = (ApiKey.FETCH, ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH,
+                ApiKey.DESCRIBE_QUORUM, ApiKey.FETCH_SNAPSHOT)  # fmt: skip
+        registry.register("the Raft transport", dict.fromkeys(raft, self.transport.handle))
+        registry.register("the controller's APIs", self.controller_apis.handlers())
         c = self.config
         mlog = self.mlog
         authz = Authz(
@@ -462,13 +470,16 @@ class Node:
             else None,
             ready=lambda: mlog.caught_up,
         )
-        handlers = authorized_handlers(handlers, authz, controller=True)
+        handlers = authorized_handlers(
+            registry.complete(exempt=[ApiKey.ENVELOPE]), authz, controller=True
+        )
         # forwarded requests are answered by these same handlers, authorized as the
         # client the envelope names
         envelope = envelope_handler(dict(handlers), lambda: service.is_active)
-        handlers.update(authorized_handlers({ENVELOPE: envelope}, authz, controller=True))
+        registry.register("the forwarding of admin requests (KIP-590)", {ApiKey.ENVELOPE: envelope})
+        handlers.update(authorized_handlers({ApiKey.ENVELOPE: envelope}, authz, controller=True))
         self.controller_handlers = handlers
-        return RequestRouter(self.node_id, dict(CONTROLLER_APIS), handlers, body)
+        return RequestRouter(self.node_id, registry.versions(), handlers, body)
 
     # -- broker lifecycle ---------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
+from keeperless.protocol.apis import ApiKey
 from keeperless.tools.errors import ToolError
 from keeperless.tools.rdkafka import Session
 
@@ -94,7 +95,9 @@ def _refused_listing(bootstrap: str, props: dict[str, str]) -> None:
     body = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
             "principal_filter": None, "host_filter": None, "operation": 1,
             "permission_type": 1}  # fmt: skip
-    resp = client.call(client.parse_servers(bootstrap, "--bootstrap-server"), 29, 3, body)
+    resp = client.call(
+        client.parse_servers(bootstrap, "--bootstrap-server"), ApiKey.DESCRIBE_ACLS, 3, body
+    )
     if int(resp.error_code) != 0:
         raise ToolError(f"Cannot list ACLs: {client.refusal(resp.error_code)}")
 

@@ -15,6 +15,7 @@ from typing import Any
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
 from keeperless.protocol.sasl import SaslClient, SaslFailure
@@ -92,12 +93,12 @@ def _exchange(s: socket.socket, api_key: int, version: int, body: dict[str, Any]
 
 def _login(s: socket.socket) -> None:
     sec = _SEC
-    hs = _exchange(s, 17, 1, {"mechanism": sec.mechanism})
+    hs = _exchange(s, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": sec.mechanism})
     if hs.error_code:
         raise OSError(f"the server does not enable SASL mechanism {sec.mechanism}")
 
     def auth(token: bytes) -> bytes:
-        resp = _exchange(s, 36, 2, {"auth_bytes": token})
+        resp = _exchange(s, ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token})
         if resp.error_code:
             raise OSError(resp.error_message or "SASL authentication failed")
         return bytes(resp.auth_bytes)

@@ -10,6 +10,7 @@ from keeperless.metadata.features import (
     metadata_version_for_release,
     release_for_level,
 )
+from keeperless.protocol.apis import ApiKey
 from keeperless.tools.client import ToolError, call, parse_servers, refusal
 
 __all__ = [
@@ -26,7 +27,7 @@ NOT_CONTROLLER = 41
 
 def unregister_broker(bootstrap: str, broker_id: int, out: TextIO) -> int:
     servers = parse_servers(bootstrap, "--bootstrap-server")
-    resp = call(servers, 64, 0, {"broker_id": broker_id}, timeout_s=40)
+    resp = call(servers, ApiKey.UNREGISTER_BROKER, 0, {"broker_id": broker_id}, timeout_s=40)
     if int(resp.error_code) != 0:
         raise ToolError(resp.error_message or resp.error_code.name)
     print(f"Broker {broker_id} is no longer registered.", file=out)
@@ -36,7 +37,7 @@ def unregister_broker(bootstrap: str, broker_id: int, out: TextIO) -> int:
 def _brokers(servers: list[tuple[str, int]]) -> dict[int, tuple[str, int]]:
     md = call(
         servers,
-        3,
+        ApiKey.METADATA,
         12,
         {
             "topics": [],
@@ -60,7 +61,7 @@ def describe_log_dirs(
     print("Querying brokers for log directories information", file=out)
     result = []
     for b in wanted:
-        resp = call([brokers[b]], 35, 4, {"topics": None})
+        resp = call([brokers[b]], ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
         if int(resp.error_code) != 0:  # v3+: the whole request refused
             why = refusal(resp.error_code)
             raise ToolError(f"broker {b} refused to describe its log directories: {why}")
@@ -91,7 +92,10 @@ def describe_log_dirs(
 
 def describe_features(servers: list[tuple[str, int]], out: TextIO) -> int:
     resp: Any = call(
-        servers, 18, 3, {"client_software_name": "keeperless", "client_software_version": "tool"}
+        servers,
+        ApiKey.API_VERSIONS,
+        3,
+        {"client_software_name": "keeperless", "client_software_version": "tool"},
     )
     finalized = {f.name: f.max_version_level for f in resp.finalized_features}
     for f in sorted(resp.supported_features, key=lambda f: f.name):
@@ -291,7 +295,7 @@ def _expand_topics(
     names = sorted({t for t, p in partitions if p < 0})
     md = call(
         servers,
-        3,
+        ApiKey.METADATA,
         12,
         {
             "topics": [{"name": t, "topic_id": None} for t in names],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
+from keeperless.protocol.apis import ApiKey
 from keeperless.tools.client import ToolError, call
 from keeperless.tools.configs_entities import (
     DEFAULT,
@@ -42,7 +43,7 @@ def _names(servers: list[tuple[str, int]], etype: str) -> list[str]:
     """Every topic, or every broker and then the cluster-wide default (Kafka's order)."""
     md = call(
         servers,
-        3,
+        ApiKey.METADATA,
         12,
         {
             "topics": None if etype == "topics" else [],
@@ -60,7 +61,7 @@ def _describe_resource(
 ) -> None:
     resp = call(
         servers,
-        32,
+        ApiKey.DESCRIBE_CONFIGS,
         4,
         {
             "resources": [
@@ -112,7 +113,7 @@ def _alter_resource(
     }
     r: Any = None
     for server in servers:  # a controller that does not lead answers NOT_CONTROLLER
-        r = call([server], 44, 1, body, timeout_s=40).responses[0]
+        r = call([server], ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body, timeout_s=40).responses[0]
         if int(r.error_code) != NOT_CONTROLLER:
             break
     if int(r.error_code) != 0:

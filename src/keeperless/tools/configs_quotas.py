@@ -9,6 +9,7 @@ import hashlib
 import os
 from typing import Any, TextIO
 
+from keeperless.protocol.apis import ApiKey
 from keeperless.tools.client import call
 from keeperless.tools.configs_entities import DEFAULT, Entity
 from keeperless.tools.errors import ToolError
@@ -52,7 +53,9 @@ def describe_users_or_clients(
             components.append({"entity_type": QUOTA_TYPES[etype], "match_type": 1, "match": None})
         else:
             components.append({"entity_type": QUOTA_TYPES[etype], "match_type": 0, "match": name})
-    resp = call(servers, 48, 1, {"components": components, "strict": True})
+    resp = call(
+        servers, ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"components": components, "strict": True}
+    )
     if int(resp.error_code) != 0:
         raise ToolError(resp.error_message or resp.error_code.name)
     rows = []
@@ -70,7 +73,12 @@ def describe_users_or_clients(
 
 
 def _describe_scram(servers: list[tuple[str, int]], user: str | None, out: TextIO) -> None:
-    resp = call(servers, 50, 0, {"users": None if user is None else [{"name": user}]})
+    resp = call(
+        servers,
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+        0,
+        {"users": None if user is None else [{"name": user}]},
+    )
     if int(resp.error_code) != 0:
         raise ToolError(resp.error_message or resp.error_code.name)
     for r in sorted(resp.results, key=lambda r: r.user):
@@ -118,7 +126,9 @@ def _call_active(servers: list[tuple[str, int]], api_key: int, body: dict[str, A
     """To a broker, or to each controller until the active one answers."""
     resp: Any = None
     for server in servers:
-        resp = call([server], api_key, 1 if api_key == 49 else 0, body, timeout_s=40)
+        resp = call(
+            [server], api_key, 1 if api_key == ApiKey.ALTER_CLIENT_QUOTAS else 0, body, timeout_s=40
+        )
         results = getattr(resp, "entries", None) or getattr(resp, "results", None) or ()
         if not any(int(r.error_code) == NOT_CONTROLLER for r in results):
             return resp

@@ -9,6 +9,7 @@ import re
 import time
 from typing import Any
 
+from keeperless.protocol.apis import ApiKey
 from keeperless.tools.client import ToolError, call, parse_servers
 
 __all__ = [
@@ -182,10 +183,10 @@ def delete_group_offsets(
         ],
     }
     while True:
-        fc = call(servers, 10, 3, {"key": gid, "key_type": 0})
+        fc = call(servers, ApiKey.FIND_COORDINATOR, 3, {"key": gid, "key_type": 0})
         code = int(fc.error_code)
         if code == 0:
-            resp = call([(fc.host, fc.port)], 47, 0, body)
+            resp = call([(fc.host, fc.port)], ApiKey.OFFSET_DELETE, 0, body)
             code = int(resp.error_code)
             if code not in _RETRIABLE:
                 break

@@ -20,6 +20,7 @@ import keeperless
 from keeperless.metadata.codec import record_to_json
 from keeperless.metadata.image import MetadataDelta, MetadataImage
 from keeperless.metadata.snapshot import image_records
+from keeperless.protocol.apis import ApiKey
 from keeperless.runtime.metadata_log import decode_entry, iter_entry
 from keeperless.storage.meta_properties import uuid_to_kafka
 from keeperless.tools.client import ToolError
@@ -80,7 +81,12 @@ def load_from_quorum(servers: list[tuple[str, int]]) -> tuple[MetadataImage, int
     from keeperless.tools.client import call
     from keeperless.tools.quorum import describe_quorum
 
-    cl = call(servers, 60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
+    cl = call(
+        servers,
+        ApiKey.DESCRIBE_CLUSTER,
+        1,
+        {"include_cluster_authorized_operations": False, "endpoint_type": 2},
+    )
     leader = describe_quorum(servers)
     addrs = {b.broker_id: (b.host, b.port) for b in cl.brokers}
     target = [addrs.get(leader.leader_id, servers[0])]
@@ -93,7 +99,7 @@ def load_from_quorum(servers: list[tuple[str, int]]) -> tuple[MetadataImage, int
     while offset < leader.high_watermark:
         resp = call(
             target,
-            1,
+            ApiKey.FETCH,
             12,
             {
                 "replica_id": -1,
@@ -154,7 +160,7 @@ def _fetch_snapshot(
     while True:
         resp = call(
             target,
-            59,
+            ApiKey.FETCH_SNAPSHOT,
             1,
             {
                 "replica_id": -1,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, TextIO
 
+from keeperless.protocol.apis import ApiKey
 from keeperless.tools.client import ToolError, call
 
 __all__ = [
@@ -54,7 +55,7 @@ def _ask_quorum(servers: list[tuple[str, int]]) -> tuple[Any, str, bool]:
             continue
         seen.add(server)
         try:
-            resp = call([server], 55, 2, body)
+            resp = call([server], ApiKey.DESCRIBE_QUORUM, 2, body)
         except ToolError as e:
             if not answered:
                 last = str(e)
@@ -80,7 +81,10 @@ def _ask_quorum(servers: list[tuple[str, int]]) -> tuple[Any, str, bool]:
 
 def cluster_id(servers: list[tuple[str, int]]) -> str:
     resp = call(
-        servers, 60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1}
+        servers,
+        ApiKey.DESCRIBE_CLUSTER,
+        1,
+        {"include_cluster_authorized_operations": False, "endpoint_type": 1},
     )
     return str(resp.cluster_id)
 

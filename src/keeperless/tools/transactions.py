@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any, TextIO
 
+from keeperless.protocol.apis import ApiKey
 from keeperless.tools.client import call
 from keeperless.tools.errors import ToolError
 
@@ -27,7 +28,7 @@ def _metadata(servers: Servers, topics: list[str] | None) -> Any:
         "allow_auto_topic_creation": False,
         "include_topic_authorized_operations": False,
     }
-    return call(servers, 3, 12, body)
+    return call(servers, ApiKey.METADATA, 12, body)
 
 
 def _brokers(md: Any) -> dict[int, tuple[str, int]]:
@@ -49,7 +50,12 @@ def _leader(servers: Servers, topic: str, partition: int) -> tuple[int, tuple[st
 
 
 def _producers(server: tuple[str, int], topic: str, partition: int) -> list[Any]:
-    resp = call([server], 61, 0, {"topics": [{"name": topic, "partition_indexes": [partition]}]})
+    resp = call(
+        [server],
+        ApiKey.DESCRIBE_PRODUCERS,
+        0,
+        {"topics": [{"name": topic, "partition_indexes": [partition]}]},
+    )
     p = resp.topics[0].partitions[0]
     if int(p.error_code) != 0:
         raise ToolError(f"describe-producers {topic}-{partition}: {p.error_code.name}")
@@ -67,7 +73,7 @@ def _list(
     for node, server in sorted(_brokers(_metadata(servers, [])).items()):
         body = {"state_filters": [], "producer_id_filters": producer_ids or [],
                 "duration_filter": duration_ms, "transactional_id_pattern": pattern}  # fmt: skip
-        resp = call([server], 66, 2, body)
+        resp = call([server], ApiKey.LIST_TRANSACTIONS, 2, body)
         if int(resp.error_code) != 0:
             raise ToolError(f"list: {resp.error_code.name} from broker {node}")
         out.extend((node, t) for t in resp.transaction_states)
@@ -76,7 +82,7 @@ def _list(
 
 def _coordinator(servers: Servers, tid: str) -> tuple[int, tuple[str, int]]:
     for _ in range(20):  # the coordinator's partition may be created by this question
-        resp = call(servers, 10, 3, {"key": tid, "key_type": 1})
+        resp = call(servers, ApiKey.FIND_COORDINATOR, 3, {"key": tid, "key_type": 1})
         if int(resp.error_code) == 0:
             return resp.node_id, (resp.host, resp.port)
         time.sleep(0.25)
@@ -93,7 +99,12 @@ def run_transactions(args: Any, servers: Servers, out: TextIO) -> int:
         return 0
     if cmd == "describe":
         node, server = _coordinator(servers, args.transactional_id)
-        resp = call([server], 65, 0, {"transactional_ids": [args.transactional_id]})
+        resp = call(
+            [server],
+            ApiKey.DESCRIBE_TRANSACTIONS,
+            0,
+            {"transactional_ids": [args.transactional_id]},
+        )
         s = resp.transaction_states[0]
         if int(s.error_code) != 0:
             raise ToolError(f"transactional id {args.transactional_id}: {s.error_code.name}")
@@ -154,7 +165,7 @@ def _abort(args: Any, servers: Servers, out: TextIO) -> int:
         "topics": [{"name": args.topic, "partition_indexes": [args.partition]}],
         "coordinator_epoch": coord,
     }
-    resp = call([server], 27, 1, {"markers": [marker]})
+    resp = call([server], ApiKey.WRITE_TXN_MARKERS, 1, {"markers": [marker]})
     code = resp.markers[0].topics[0].partitions[0].error_code
     if int(code) != 0:
         raise ToolError(f"aborting the transaction of producer {pid}: {code.name}")
