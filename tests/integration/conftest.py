@@ -28,3 +28,24 @@ def cluster3(tmp_path: Path) -> Iterator[Cluster]:
         yield c
     finally:
         c.stop()
+
+
+# every node's StandardAuthorizer enforcing ACLs, allowing what no ACL names; the nodes'
+# own principal (ANONYMOUS over PLAINTEXT) a super user, as KIP-801 requires for a quorum
+# to form before its ACLs are loaded
+AUTHORIZED = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
+    "super.users": "User:ANONYMOUS",
+}
+
+
+@pytest.fixture
+def cluster3_authorized(tmp_path: Path) -> Iterator[Cluster]:
+    """3 controllers + 2 brokers with an authorizer (ACLs can be created), started."""
+    c = Cluster(tmp_path, extra=AUTHORIZED)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()

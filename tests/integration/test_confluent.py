@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
 from keeperless.protocol.records import build_batch
 from tests.integration.cluster import Node, kafka_request, wait_until
+from tests.integration.conftest import AUTHORIZED
 
 
 def create(node: Node, name: str, partitions: int = 1, config: dict[str, str] | None = None):
@@ -257,9 +261,77 @@ def test_log_append_time_and_min_insync_replicas(node: Node) -> None:
     assert leader_only.flush(10) == 0
 
 
-def test_acls_through_the_admin_client(node: Node) -> None:
-    """CreateAcls / DescribeAcls / DeleteAcls with confluent-kafka's AdminClient (the
-    records live in the metadata log; enforcement is a later issue)."""
+@pytest.fixture
+def authorized(tmp_path: Path) -> Iterator[Node]:
+    """A node whose StandardAuthorizer enforces ACLs, allowing what no ACL names."""
+    n = Node(tmp_path, extra=AUTHORIZED)
+    n.format()
+    n.start()
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+def _everything() -> Any:
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    return AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                            AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
+
+
+def test_acls_without_an_authorizer_are_security_disabled(node: Node) -> None:
+    """As Kafka's: with no authorizer.class.name nothing would enforce an ACL, so
+    CreateAcls, DescribeAcls and DeleteAcls answer SECURITY_DISABLED and store nothing."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    read = AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL,
+                      "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)  # fmt: skip
+    with pytest.raises(KafkaException, match="SECURITY_DISABLED|No Authorizer") as made:
+        admin.create_acls([read])[read].result(timeout=20)
+    assert made.value.args[0].code() == KafkaError.SECURITY_DISABLED
+    # librdkafka passes over DescribeAcls' error (an empty list); kafka-python raises it
+    assert admin.describe_acls(_everything()).result(timeout=20) == []
+    from kafka import KafkaAdminClient
+    from kafka.admin import (
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePatternFilter,
+    )
+    from kafka.admin import ResourceType as KResourceType
+    from kafka.errors import SecurityDisabledError
+
+    kp = KafkaAdminClient(bootstrap_servers=node.bootstrap)
+    try:
+        anything = ResourcePatternFilter(KResourceType.ANY, None, ACLResourcePatternType.ANY)
+        with pytest.raises(SecurityDisabledError, match="No Authorizer is configured"):
+            kp.describe_acls(ACLFilter(None, "*", ACLOperation.ANY, ACLPermissionType.ANY,
+                                       anything))  # fmt: skip
+    finally:
+        kp.close()
+    with pytest.raises(KafkaException) as deleted:
+        admin.delete_acls([_everything()])[_everything()].result(timeout=20)
+    assert deleted.value.args[0].code() == KafkaError.SECURITY_DISABLED
+
+
+def test_acls_through_the_admin_client(authorized: Node) -> None:
+    """CreateAcls / DescribeAcls / DeleteAcls with confluent-kafka's AdminClient on a
+    node with an authorizer (the records live in the metadata log)."""
     from confluent_kafka.admin import (
         AclBinding,
         AclBindingFilter,
@@ -269,6 +341,7 @@ def test_acls_through_the_admin_client(node: Node) -> None:
         ResourceType,
     )
 
+    node = authorized
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
     read = AclBinding(
         ResourceType.TOPIC,

@@ -385,8 +385,10 @@ def test_tools_over_sasl_ssl_add_a_scram_user(secure: Secure, tmp_path: Path) ->
     _roundtrip(secure.conf("SASLPLAIN", **bob))
     listed = keeperless("transactions", *base, "list", check=True).stdout
     assert listed.splitlines()[0].split()[0] == "TransactionalId"
-    acls = keeperless("acls", *base, "--list", check=True)
-    assert acls.returncode == 0
+    # no authorizer on this cluster: Kafka's tool fails with SecurityDisabledException
+    acls = keeperless("acls", *base, "--list")
+    assert acls.returncode == 1
+    assert "SECURITY_DISABLED: No Authorizer is configured." in acls.stdout + acls.stderr
     for bad_config, why in (("SCRAM-SHA-256=[password=]", "a password is required"),
                             ("SCRAM-SHA-1=[password=x]", "unknown SCRAM mechanism")):  # fmt: skip
         refused = keeperless("configs", *base, "--alter", "--add-config", bad_config,

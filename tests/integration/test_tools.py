@@ -440,7 +440,8 @@ def test_leader_election_tool(cluster3: Cluster) -> None:
         wait_until(lambda: live("4,5"), what="brokers 4 and 5 registered and unfenced")
 
 
-def test_metadata_shell_tree(cluster3: Cluster) -> None:
+def test_metadata_shell_tree(cluster3_authorized: Cluster) -> None:
+    cluster3 = cluster3_authorized
     _ok(
         "topics",
         "--bootstrap-server",

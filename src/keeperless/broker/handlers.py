@@ -20,6 +20,7 @@ from keeperless.broker.data_plane import DataPlane
 from keeperless.broker.describe_configs import describe_configs
 from keeperless.broker.log_dir_apis import LogDirApis
 from keeperless.metadata.admin import (
+    NO_AUTHORIZER,
     AclFilter,
     ApiError,
     NewTopic,
@@ -525,6 +526,12 @@ class BrokerHandlers(LogDirApis):
         return resp
 
     async def describe_acls(self, header: RequestHeader, req: Any) -> Any:
+        if not self.broker.authz.enabled:  # as Kafka's AclApis: nothing enforces ACLs
+            return build(
+                response_class(ApiKey.DESCRIBE_ACLS, header.api_version),
+                {"throttle_time": 0, "error_code": NO_AUTHORIZER.code,
+                 "error_message": NO_AUTHORIZER.message, "resources": []},
+            )  # fmt: skip
         f = AclFilter(
             req.resource_type_filter,
             req.resource_name_filter,

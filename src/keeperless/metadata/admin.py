@@ -18,6 +18,7 @@ __all__ = [
     "LITERAL",
     "MATCH",
     "MAX_TOPIC_NAME",
+    "NO_AUTHORIZER",
     "PREFIXED",
     "WILDCARD",
     "AclFilter",
@@ -50,6 +51,10 @@ class ApiError:
     @staticmethod
     def none() -> ApiError:
         return ApiError(ErrorCode.none)
+
+
+# ACLs asked of a node with no authorizer (Kafka's AclApis)
+NO_AUTHORIZER = ApiError(ErrorCode.security_disabled, "No Authorizer is configured.")
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from keeperless.controller.isr import alter_partition
 from keeperless.controller.quotas import alter_client_quotas
 from keeperless.controller.scram import alter_scram_credentials
 from keeperless.metadata.admin import (
+    NO_AUTHORIZER,
     AclFilter,
     ApiError,
     CreatePartitionsRequest,
@@ -233,9 +234,12 @@ class ControllerClient:
 class ControllerApis:
     """Handlers of the controller listener for the broker-to-controller RPCs."""
 
-    def __init__(self, service: ControllerService, cluster_id: str) -> None:
+    def __init__(self, service: ControllerService, cluster_id: str, authorizer: bool) -> None:
         self.service = service
         self.cluster_id = cluster_id
+        # ACLs are created and deleted only where an authorizer enforces them: without
+        # one Kafka's controllers answer SECURITY_DISABLED
+        self.authorizer = authorizer
         self.local = LocalController(service, self)
 
     def handlers(self) -> dict[ApiKey, Any]:
@@ -444,6 +448,8 @@ class ControllerApis:
 
     async def create_acls(self, header: RequestHeader, req: Any) -> Any:
         acls = acl_creations(req)
+        if not self.authorizer:
+            return create_acls_response(header.api_version, [NO_AUTHORIZER for _ in acls])
         try:
             results = await self.local.create_acls(acls)
         except NotControllerError:
@@ -452,6 +458,8 @@ class ControllerApis:
 
     async def delete_acls(self, header: RequestHeader, req: Any) -> Any:
         filters = acl_filters(req)
+        if not self.authorizer:
+            return delete_acls_response(header.api_version, [[] for _ in filters], NO_AUTHORIZER)
         try:
             results = await self.local.delete_acls(filters)
         except NotControllerError:

@@ -122,7 +122,9 @@ class Node:
         self.transport.describe = lambda: core.describe(int(time.time() * 1000))
         self.controller = ControllerService(config, self.mlog) if config.is_controller else None
         self.controller_apis = (
-            ControllerApis(self.controller, self.cluster_id) if self.controller else None
+            ControllerApis(self.controller, self.cluster_id, bool(config["authorizer.class.name"]))
+            if self.controller
+            else None
         )
         self.remote = RemoteController(
             self.node_id,
@@ -515,6 +517,20 @@ class Node:
                         b.node_id,
                         err.message or "its session has not expired",
                         told - waited_since,
+                    )
+                await asyncio.sleep(1.0)
+                continue
+            if err.code == ErrorCode.cluster_authorization_failed:
+                # as Kafka's BrokerLifecycleManager: retried (the controllers' ACLs may
+                # not be loaded yet, or an operator may grant it), said once in 30 s
+                if time.monotonic() - told >= 30:
+                    told = time.monotonic()
+                    log.error(
+                        "[node %d] The controllers refuse this broker's registration: "
+                        "CLUSTER_AUTHORIZATION_FAILED (its principal on the controller "
+                        "listener needs CLUSTER_ACTION on the cluster: list it in "
+                        "super.users); retrying",
+                        self.node_id,
                     )
                 await asyncio.sleep(1.0)
                 continue

@@ -99,7 +99,8 @@ def _refused_listing(bootstrap: str, props: dict[str, str]) -> None:
         client.parse_servers(bootstrap, "--bootstrap-server"), ApiKey.DESCRIBE_ACLS, 3, body
     )
     if int(resp.error_code) != 0:
-        raise ToolError(f"Cannot list ACLs: {client.refusal(resp.error_code)}")
+        why = f": {resp.error_message}" if resp.error_message else ""
+        raise ToolError(f"Cannot list ACLs: {client.refusal(resp.error_code)}{why}")
 
 
 def run_acls(args: Any, extra: dict[str, str], out: TextIO) -> int:
