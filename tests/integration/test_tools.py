@@ -272,6 +272,20 @@ def test_configs_tool(cluster3: Cluster) -> None:
     )
     assert static.returncode != 0
     assert "Cannot update these configs dynamically" in static.stderr
+    # a broker's own configs through any bootstrap broker: the tool asks that broker, as
+    # Kafka's admin client does
+    via4 = ["--bootstrap-server", cluster3.brokers[4].bootstrap]
+    five = ["--entity-type", "brokers", "--entity-name", "5"]
+    _ok("configs", *via4, *five, "--alter", "--add-config", "log.cleaner.threads=2")
+    b5 = _ok("configs", *via4, *five, "--describe")
+    assert "log.cleaner.threads=2 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:" in b5
+    assert "log.cleaner.threads" not in _ok(
+        "configs", *via4, "--entity-type", "brokers", "--entity-name", "4", "--describe"
+    )
+    gone = keeperless("configs", *via4, "--entity-type", "brokers", "--entity-name", "9",
+                      "--describe")  # fmt: skip
+    assert gone.returncode != 0
+    assert "Broker 9 is not a registered broker of this cluster (brokers: 4, 5)" in gone.stderr
 
 
 def test_features_and_log_dirs(cluster3: Cluster) -> None:

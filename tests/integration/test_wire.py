@@ -457,6 +457,7 @@ def test_describe_configs_as_kafka_fills_them(three: Cluster) -> None:
     port = three.brokers[int(broker_id)].port
     assert configs["advertised.listeners"].value == f"PLAINTEXT://127.0.0.1:{port}"
     assert configs["advertised.listeners"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert configs["advertised.listeners"].is_read_only  # in KRaft, as Kafka 4.x
     assert configs["num.partitions"].source == ConfigSource.DEFAULT_CONFIG.value
     assert configs["node.id"].is_read_only
     assert not configs["log.retention.ms"].is_read_only

@@ -40,6 +40,30 @@ def test_set_append_subtract_delete() -> None:
     assert dict(c.image.topic_config("t")) == {"cleanup.policy": "compact"}
 
 
+def test_append_and_subtract_start_from_the_default_when_nothing_is_set() -> None:
+    """Kafka's ConfigurationControlManager: APPEND compact to a topic on the default
+    cleanup.policy (delete) gives delete,compact; SUBTRACT of the default leaves it empty."""
+    c = _controller()
+    res = incremental_alter_configs(c, [(2, "t", [("cleanup.policy", APPEND, "compact")])], False)
+    assert res.response[0][2].code == ErrorCode.none
+    c.replay(res.records, 10)
+    assert c.image.topic_config("t")["cleanup.policy"] == "delete,compact"
+    c.replay(
+        incremental_alter_configs(c, [(2, "t", [("cleanup.policy", DELETE, None)])], False).records,
+        11,
+    )
+    res = incremental_alter_configs(c, [(2, "t", [("cleanup.policy", SUBTRACT, "delete")])], False)
+    c.replay(res.records, 12)
+    assert c.image.topic_config("t")["cleanup.policy"] == ""
+    # a broker's list config the same way (its static default)
+    res = incremental_alter_configs(
+        c, [(4, "", [("log.cleanup.policy", APPEND, "compact")])], False
+    )
+    assert res.response[0][2].code == ErrorCode.none, res.response[0][2].message
+    c.replay(res.records, 13)
+    assert c.image.configs[(4, "")]["log.cleanup.policy"] == "delete,compact"
+
+
 def test_rejections_carry_kafka_error_codes() -> None:
     c = _controller()
     cases = [
@@ -47,6 +71,8 @@ def test_rejections_carry_kafka_error_codes() -> None:
         ((2, "t", [("bogus", SET, "1")]), ErrorCode.invalid_config),
         ((2, "t", [("retention.ms", SET, "soon")]), ErrorCode.invalid_config),
         ((4, "1", [("node.id", SET, "2")]), ErrorCode.invalid_config),
+        # read-only in KRaft since Kafka 4.0 (KAFKA-18403)
+        ((4, "1", [("advertised.listeners", SET, "PLAINTEXT://h:1")]), ErrorCode.invalid_config),
         ((4, "9", [("log.retention.ms", SET, "2")]), ErrorCode.invalid_request),
     ]
     for change, code in cases:

@@ -18,7 +18,11 @@ from keeperless.metadata.config_catalog import (
     ConfigType,
 )
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
-from keeperless.metadata.topic_configs import TopicConfigError, validate_topic_configs
+from keeperless.metadata.topic_configs import (
+    TOPIC_CONFIG_DEFAULTS,
+    TopicConfigError,
+    validate_topic_configs,
+)
 
 __all__ = [
     "DYNAMIC_BROKER_CONFIGS",
@@ -71,6 +75,13 @@ def _validate(rtype: int, name: str, key: str, value: str | None) -> str | None:
     return None
 
 
+def _default(rtype: int, key: str) -> str | None:
+    if rtype == TOPIC_RESOURCE:
+        return TOPIC_CONFIG_DEFAULTS.get(key)
+    d = BROKER_CONFIGS.get(key)
+    return d.default if d is not None else None
+
+
 def incremental_alter_configs(
     c: QuorumController, changes: Sequence[ConfigChange], validate_only: bool
 ) -> Result[list[tuple[int, str, ApiError]]]:
@@ -107,7 +118,13 @@ def incremental_alter_configs(
         error = None
         for key, op, value in ops:
             if op in (APPEND, SUBTRACT):
-                parts = [p for p in current.get(key, "").split(",") if p]
+                # from the effective value: the one set, else the default (Kafka's
+                # ConfigurationControlManager: APPEND compact to a topic on the default
+                # cleanup.policy=delete gives delete,compact)
+                base = current.get(key)
+                if base is None:
+                    base = _default(rtype, key)
+                parts = [p for p in (base or "").split(",") if p]
                 for v in (value or "").split(","):
                     if op == APPEND and v and v not in parts:
                         parts.append(v)

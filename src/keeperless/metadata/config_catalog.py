@@ -112,8 +112,9 @@ _BROKER: list[ConfigDef] = [
         "advertised.listeners",
         T.STRING,
         None,
+        # read-only in KRaft (Kafka 4.0, KAFKA-18403): a broker's registration keeps its
+        # endpoints until it registers again
         "The addresses clients are told to use, when they differ from listeners.",
-        PER_BROKER,
     ),
     _d("controller.listener.names", T.STRING, None, "The listeners the controllers use."),
     _d(

@@ -39,6 +39,21 @@ def _label(etype: str, name: str) -> str:
     return f"{etype[:-1]} {name}"
 
 
+def _broker_address(servers: list[tuple[str, int]], name: str) -> list[tuple[str, int]]:
+    """Where a broker's own configs are asked: that broker, as Kafka's admin client
+    sends them (a broker answers only for itself), found through any bootstrap server."""
+    if name == DEFAULT:
+        return servers
+    body = {"topics": [], "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False}  # fmt: skip
+    md = call(servers, ApiKey.METADATA, 12, body)
+    for b in md.brokers:
+        if str(b.node_id) == name:
+            return [(b.host, b.port)]
+    ids = ", ".join(str(i) for i in sorted(b.node_id for b in md.brokers))
+    raise ToolError(f"Broker {name} is not a registered broker of this cluster (brokers: {ids})")
+
+
 def _names(servers: list[tuple[str, int]], etype: str) -> list[str]:
     """Every topic, or every broker and then the cluster-wide default (Kafka's order)."""
     md = call(
@@ -136,7 +151,10 @@ def run_configs(args: Any, servers: list[tuple[str, int]], controller: bool, out
             raise ToolError("--alter needs --add-config or --delete-config")
         if etype in ("users", "clients"):
             return alter_user_or_client(servers, entities, adds, deletes, out)
-        _alter_resource(servers, entities[0], adds, deletes, out)
+        where = servers
+        if etype == "brokers" and not controller:
+            where = _broker_address(servers, str(entities[0][1]))
+        _alter_resource(where, entities[0], adds, deletes, out)
         return 0
     if args.add_config or args.delete_config:
         raise ToolError("--add-config and --delete-config are only valid with --alter")
@@ -151,5 +169,6 @@ def run_configs(args: Any, servers: list[tuple[str, int]], controller: bool, out
     name = entities[0][1]
     names = _names(servers, etype) if name is None else [name]
     for n in names:
-        _describe_resource(servers, etype, n, args.all, out)
+        where = _broker_address(servers, n) if etype == "brokers" else servers
+        _describe_resource(where, etype, n, args.all, out)
     return 0
