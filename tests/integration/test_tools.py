@@ -286,6 +286,21 @@ def test_configs_tool(cluster3: Cluster) -> None:
                       "--describe")  # fmt: skip
     assert gone.returncode != 0
     assert "Broker 9 is not a registered broker of this cluster (brokers: 4, 5)" in gone.stderr
+    # a broker's log levels at run time (BROKER_LOGGER), asked of that broker
+    loggers = ["--entity-type", "broker-loggers", "--entity-name", "5"]
+    _ok("configs", *via4, *loggers, "--alter", "--add-config", "keeperless.broker=DEBUG")
+    levels = _ok("configs", *via4, *loggers, "--describe")
+    assert levels.splitlines()[0] == "Dynamic configs for broker-logger 5 are:"
+    assert "  keeperless.broker=DEBUG sensitive=false" in levels
+    assert "keeperless.broker=DEBUG" not in _ok(
+        "configs", *via4, "--entity-type", "broker-loggers", "--entity-name", "4", "--describe"
+    )
+    _ok("configs", *via4, *loggers, "--alter", "--delete-config", "keeperless.broker")
+    assert "keeperless.broker=DEBUG" not in _ok("configs", *via4, *loggers, "--describe")
+    loud = keeperless("configs", *via4, *loggers, "--alter", "--add-config",
+                      "keeperless.broker=LOUD")  # fmt: skip
+    assert loud.returncode != 0
+    assert "not a supported log level" in loud.stderr
 
 
 def test_features_and_log_dirs(cluster3: Cluster) -> None:

@@ -4,13 +4,13 @@ them (sensitive values hidden)."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
+from keeperless.broker.log_levels import BROKER_LOGGER_RESOURCE, logger_levels
 from keeperless.metadata.config_catalog import (
     BROKER_CONFIGS,
     READ_ONLY,
@@ -93,14 +93,11 @@ def _describe_resource(broker: Broker, rtype: int, name: str) -> list[_Described
         src = ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG
         return [
             _Described(n, lvl, src, (), ConfigType.STRING, False, False, "")
-            for n, lvl in _loggers()
+            for n, lvl in logger_levels()
         ]
     raise _DescribeError(
         ErrorCode.invalid_request, f"Unsupported resource type {rtype} in DescribeConfigs"
     )
-
-
-BROKER_LOGGER_RESOURCE = 8
 
 
 class _DescribeError(Exception):
@@ -135,18 +132,6 @@ def _broker_described(
         d is not None and d.sensitive,
         d.doc if d is not None else "",
     )
-
-
-def _loggers() -> list[tuple[str, str]]:
-    """keeperless's loggers and their effective levels (BROKER_LOGGER resources)."""
-    names = [
-        "root",
-        *sorted(n for n in logging.root.manager.loggerDict if n.startswith("keeperless")),
-    ]
-    return [
-        (n, logging.getLevelName(logging.getLogger(None if n == "root" else n).getEffectiveLevel()))
-        for n in names
-    ]
 
 
 def _config_entry(c: _Described, synonyms: bool, docs: bool) -> dict[str, Any]:

@@ -7,6 +7,7 @@ answered after their records commit and the broker's own image has them.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,6 +20,7 @@ from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.data_plane import DataPlane
 from keeperless.broker.describe_configs import describe_configs
 from keeperless.broker.log_dir_apis import LogDirApis
+from keeperless.broker.log_levels import BROKER_LOGGER_RESOURCE, alter_log_levels
 from keeperless.metadata.admin import (
     NO_AUTHORIZER,
     AclFilter,
@@ -494,6 +496,28 @@ class BrokerHandlers(LogDirApis):
         return resp
 
     async def incremental_alter_configs(self, header: RequestHeader, req: Any) -> Any:
+        # a broker's loggers are this process's: changed here, as Kafka's KafkaApis does,
+        # and the rest forwarded to the controller
+        local = [r for r in req.resources if r.resource_type == BROKER_LOGGER_RESOURCE]
+        if local:
+            mine = [
+                (r.resource_type, r.resource_name,
+                 alter_log_levels(self.broker.node_id, r.resource_name,
+                                  [(c.name, c.config_operation, c.value) for c in r.configs],
+                                  req.validate_only))
+                for r in local
+            ]  # fmt: skip
+            rest = tuple(r for r in req.resources if r.resource_type != BROKER_LOGGER_RESOURCE)
+            if not rest:
+                return alter_configs_response(header.api_version, mine)
+            resp = await self.incremental_alter_configs(
+                header, dataclasses.replace(req, resources=rest)
+            )
+            theirs = [
+                (r.resource_type, r.resource_name, ApiError(r.error_code, r.error_message))
+                for r in resp.responses
+            ]
+            return alter_configs_response(header.api_version, mine + theirs)
         changes = config_changes(req)
         try:
             resp = await self.broker.forwarder.forward(header, req)

@@ -221,7 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     cf.add_argument("--describe", action="store_true")
     cf.add_argument("--alter", action="store_true")
     cf.add_argument("--all", action="store_true")
-    cf.add_argument("--entity-type", action="append", help="topics, brokers, users or clients")
+    cf.add_argument(
+        "--entity-type", action="append", help="topics, brokers, broker-loggers, users or clients"
+    )
     cf.add_argument("--entity-name", action="append")
     cf.add_argument("--entity-default", action="store_true")
     for flag in ("--topic", "--broker", "--user", "--client"):

@@ -19,13 +19,14 @@ from keeperless.tools.configs_quotas import alter_user_or_client, describe_users
 
 __all__ = ["run_configs"]
 
-_TYPES = {"topics": 2, "brokers": 4}
+_TYPES = {"topics": 2, "brokers": 4, "broker-loggers": 8}
 _SOURCES = {
     1: "DYNAMIC_TOPIC_CONFIG",
     2: "DYNAMIC_BROKER_CONFIG",
     3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
     4: "STATIC_BROKER_CONFIG",
     5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
 }
 NOT_CONTROLLER = 41
 
@@ -68,7 +69,8 @@ def _names(servers: list[tuple[str, int]], etype: str) -> list[str]:
     )
     if etype == "topics":
         return sorted(t.name for t in md.topics if int(t.error_code) == 0)
-    return [str(b) for b in sorted(b.node_id for b in md.brokers)] + [DEFAULT]
+    ids = [str(b) for b in sorted(b.node_id for b in md.brokers)]
+    return ids if etype == "broker-loggers" else [*ids, DEFAULT]
 
 
 def _describe_resource(
@@ -89,7 +91,7 @@ def _describe_resource(
     res = resp.results[0]
     if int(res.error_code) != 0:
         raise ToolError(res.error_message or res.error_code.name)
-    dynamic = {1, 2, 3}
+    dynamic = {1, 2, 3, 6}
     shown = [c for c in res.configs if describe_all or c.config_source in dynamic]
     if etype == "brokers" and name == DEFAULT:
         print(
@@ -152,7 +154,7 @@ def run_configs(args: Any, servers: list[tuple[str, int]], controller: bool, out
         if etype in ("users", "clients"):
             return alter_user_or_client(servers, entities, adds, deletes, out)
         where = servers
-        if etype == "brokers" and not controller:
+        if etype in ("brokers", "broker-loggers") and not controller:
             where = _broker_address(servers, str(entities[0][1]))
         _alter_resource(where, entities[0], adds, deletes, out)
         return 0
@@ -169,6 +171,6 @@ def run_configs(args: Any, servers: list[tuple[str, int]], controller: bool, out
     name = entities[0][1]
     names = _names(servers, etype) if name is None else [name]
     for n in names:
-        where = _broker_address(servers, n) if etype == "brokers" else servers
+        where = _broker_address(servers, n) if etype != "topics" else servers
         _describe_resource(where, etype, n, args.all, out)
     return 0
