@@ -3,6 +3,7 @@ server-side assignment, rebalances as members join and leave, commits, describe.
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,3 +155,44 @@ def test_classic_and_consumer_members_share_one_group(node848: Node) -> None:
     b.close()
     classic.close()
     assert all(e.code() != KafkaError._FATAL for e in errors), errors
+
+
+def test_group_configs_set_with_kafka_configs_reach_the_group(node848: Node) -> None:
+    """kafka-configs.sh --entity-type groups: a group's consumer.heartbeat.interval.ms is
+    stored in the metadata log, described with source GROUP_CONFIG, listed among the
+    groups with configs, and what the group's members are told to heartbeat at."""
+    from tests.integration.cluster import kafka_request, keeperless
+
+    bs = ["--bootstrap-server", node848.bootstrap]
+    grp = ["--entity-type", "groups", "--entity-name", "tuned"]
+    items = "consumer.heartbeat.interval.ms=7000,share.auto.offset.reset=earliest"
+    alter = keeperless("configs", *bs, *grp, "--alter", "--add-config", items)
+    assert alter.returncode == 0, alter.stderr
+    assert "Completed updating config for group tuned." in alter.stdout
+    desc = keeperless("configs", *bs, *grp, "--describe", check=True).stdout
+    assert desc.splitlines()[0] == "Dynamic configs for group tuned are:"
+    assert "  consumer.heartbeat.interval.ms=7000 sensitive=false synonyms={GROUP_CONFIG:" in desc
+    assert "share.auto.offset.reset=earliest" in desc
+    # what the group does not set is the broker's (this node's 500 ms interval)
+    other = ["--entity-type", "groups", "--entity-name", "plain", "--describe", "--all"]
+    full = keeperless("configs", *bs, *other, check=True).stdout
+    assert "  consumer.heartbeat.interval.ms=500 sensitive=false synonyms={DEFAULT_CONFIG:" in full
+    every = keeperless("configs", *bs, "--entity-type", "groups", "--describe", check=True)
+    assert "Dynamic configs for group tuned are:" in every.stdout
+    bad = keeperless("configs", *bs, *grp, "--alter", "--add-config", "consumer.x=1")
+    assert bad.returncode != 0
+    assert "Unknown group config name: consumer.x" in bad.stderr
+    # FindCoordinator creates __consumer_offsets
+    kafka_request(node848.port, 10, 4, {"key_type": 0, "coordinator_keys": ["tuned"]})
+    body = {"group_id": "tuned", "member_id": "", "member_epoch": 0, "instance_id": None,
+            "rack_id": None, "rebalance_timeout": datetime.timedelta(seconds=30),
+            "subscribed_topic_names": ["t"],
+            "server_assignor": None, "topic_partitions": []}  # fmt: skip
+    deadline = time.monotonic() + 30
+    while True:  # the group coordinator's topic may still be coming up
+        resp = kafka_request(node848.port, 68, 0, body)
+        if int(resp.error_code) == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert int(resp.error_code) == 0, resp
+    assert resp.heartbeat_interval.total_seconds() == 7.0

@@ -122,3 +122,38 @@ def test_legacy_alter_configs_replaces_the_whole_set() -> None:
         assert res.records == []
     res = alter_configs(c, [(2, "missing", [])], False)
     assert res.response[0][2].code == ErrorCode.unknown_topic_or_partition
+
+
+def test_group_configs_as_kafka_validates_them() -> None:
+    """KIP-848/932 group configs: stored for any group name, in Kafka's ranges."""
+    c = _controller()
+    ok = incremental_alter_configs(c, [(32, "g", [
+        ("consumer.session.timeout.ms", SET, "50000"),
+        ("consumer.heartbeat.interval.ms", SET, "6000"),
+        ("share.auto.offset.reset", SET, "by_duration:PT1H30M"),
+    ])], False)  # fmt: skip
+    assert ok.response[0][2].code == ErrorCode.none, ok.response[0][2].message
+    c.replay(ok.records, 10)
+    assert c.image.configs[(32, "g")]["consumer.session.timeout.ms"] == "50000"
+    cases = [
+        (("consumer.session.timeout.ms", SET, "10000"), "must be between 45000 and 60000"),
+        (("consumer.session.timeout.ms", SET, "soon"), "Not a number"),
+        (("no.such", SET, "1"), "Unknown group config name: no.such"),
+        (("no.such", DELETE, None), "Unknown group config name: no.such"),
+        (("share.auto.offset.reset", SET, "whenever"), "by_duration"),
+        (("share.isolation.level", SET, "dirty"), "read_committed, read_uncommitted"),
+        (("consumer.session.timeout.ms", APPEND, "1"), "only valid for list configs"),
+    ]
+    for op, says in cases:
+        res = incremental_alter_configs(c, [(32, "g", [op])], False)
+        err = res.response[0][2]
+        assert err.code == ErrorCode.invalid_config, op
+        assert says in (err.message or ""), (op, err.message)
+        assert res.records == []
+    nameless = incremental_alter_configs(c, [(32, "", [("share.isolation.level", SET,
+                                                        "read_committed")])], False)  # fmt: skip
+    assert nameless.response[0][2].code == ErrorCode.invalid_request
+    gone = incremental_alter_configs(c, [(32, "g", [("consumer.session.timeout.ms", DELETE,
+                                                     None)])], False)  # fmt: skip
+    c.replay(gone.records, 11)
+    assert "consumer.session.timeout.ms" not in c.image.configs[(32, "g")]

@@ -44,8 +44,7 @@ class ConsumerGroupApis:
         return {t.name: (t.topic_id, len(t.partitions)) for t in image.topics.values()}
 
     async def heartbeat(self, header: RequestHeader, req: Any) -> Any:
-        s = self.gc.settings
-        interval = s.consumer_heartbeat_interval_ms
+        interval = self.gc.consumer_heartbeat_interval_ms(req.group_id)
         try:
             reply = self._heartbeat(header, req)
         except HeartbeatError as e:

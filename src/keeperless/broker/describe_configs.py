@@ -20,6 +20,7 @@ from keeperless.metadata.config_catalog import (
     topic_config_type,
     topic_doc,
 )
+from keeperless.metadata.group_configs import GROUP_CONFIGS, GROUP_RESOURCE, GroupConfigDef
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
@@ -94,6 +95,31 @@ def _describe_resource(broker: Broker, rtype: int, name: str) -> list[_Described
         return [
             _Described(n, lvl, src, (), ConfigType.STRING, False, False, "")
             for n, lvl in logger_levels()
+        ]
+    if rtype == GROUP_RESOURCE:
+        if not name:
+            raise _DescribeError(ErrorCode.invalid_request, "A group config needs a group name")
+        own = image.configs.get((GROUP_RESOURCE, name), {})
+        layers = broker.config_layers()
+
+        def effective(d: GroupConfigDef) -> str | None:
+            # a group without its own value takes the broker's (Kafka's GroupConfig)
+            if d.broker_key in BROKER_CONFIGS:
+                return resolve_broker(d.broker_key, *layers)[0]
+            return d.default
+
+        return [
+            _Described(
+                k,
+                own[k] if k in own else effective(d),
+                ConfigSource.GROUP_CONFIG if k in own else ConfigSource.DEFAULT_CONFIG,
+                ((k, own[k], ConfigSource.GROUP_CONFIG),) if k in own else (),
+                ConfigType.INT if d.type == "int" else ConfigType.STRING,
+                False,
+                False,
+                d.doc,
+            )
+            for k, d in sorted(GROUP_CONFIGS.items())
         ]
     raise _DescribeError(
         ErrorCode.invalid_request, f"Unsupported resource type {rtype} in DescribeConfigs"

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import struct
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from keeperless.broker.groups import Group, JoinResult
 from keeperless.broker.mixed_groups import MixedGroups
 from keeperless.broker.txn_state import COMMIT, marker_type
 from keeperless.metadata.admin import NewTopic
+from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.metadata.image import MetadataImage
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
@@ -469,12 +471,25 @@ class GroupCoordinator:
             {"throttle_time": 0, "error_code": top, "members": results},
         )
 
+    def _group_configs(self, group_id: str) -> Mapping[str, str]:
+        return self.broker.image.configs.get((GROUP_RESOURCE, group_id), {})
+
+    def consumer_heartbeat_interval_ms(self, group_id: str) -> int:
+        """The group's consumer.heartbeat.interval.ms, else the broker's."""
+        own = self._group_configs(group_id).get("consumer.heartbeat.interval.ms")
+        return int(own) if own is not None else self.settings.consumer_heartbeat_interval_ms
+
+    def consumer_session_timeout_ms(self, group_id: str) -> int:
+        """The group's consumer.session.timeout.ms, else the broker's."""
+        own = self._group_configs(group_id).get("consumer.session.timeout.ms")
+        return int(own) if own is not None else self.settings.consumer_session_timeout_ms
+
     def expire_sessions(self) -> None:
         now = time.monotonic()
         for g in self.groups.values():
             g.expire_sessions(now)
         for gid, cg in list(self.consumer_groups.items()):
             before = len(cg.members)
-            cg.expire(now, self.settings.consumer_session_timeout_ms)
+            cg.expire(now, self.consumer_session_timeout_ms(gid))
             if len(cg.members) < before:
                 self.mixed.maybe_downgrade(gid, now)

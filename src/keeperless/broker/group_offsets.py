@@ -17,6 +17,7 @@ from keeperless.broker.group_coordinator import (
 )
 from keeperless.broker.groups import GroupState
 from keeperless.broker.partitions import NotLeaderError
+from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
@@ -428,7 +429,12 @@ class GroupOffsets:
             4: brokers,
             8: brokers,
             16: [],  # no client metrics subscriptions (KIP-714) here
-            32: sorted(set(self.gc.groups) | set(self.gc.offsets)),
+            # the groups this coordinator knows, and every group with configs of its own
+            32: sorted(
+                set(self.gc.groups)
+                | set(self.gc.offsets)
+                | {n for t, n in image.configs if t == GROUP_RESOURCE and image.configs[t, n]}
+            ),
         }
         out = [{"resource_name": n, "resource_type": t} for t in sorted(wanted) for n in names[t]]
         return build(

@@ -222,7 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     cf.add_argument("--alter", action="store_true")
     cf.add_argument("--all", action="store_true")
     cf.add_argument(
-        "--entity-type", action="append", help="topics, brokers, broker-loggers, users or clients"
+        "--entity-type",
+        action="append",
+        help="topics, brokers, broker-loggers, groups, users or clients",
     )
     cf.add_argument("--entity-name", action="append")
     cf.add_argument("--entity-default", action="store_true")

@@ -17,6 +17,12 @@ from keeperless.metadata.config_catalog import (
     TOPIC_SYNONYMS,
     ConfigType,
 )
+from keeperless.metadata.group_configs import (
+    GROUP_CONFIGS,
+    GROUP_RESOURCE,
+    validate_group_config,
+    validate_group_configs,
+)
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from keeperless.metadata.topic_configs import (
     TOPIC_CONFIG_DEFAULTS,
@@ -46,6 +52,8 @@ ConfigChange = tuple[int, str, Sequence[tuple[str, int, str | None]]]
 
 
 def _validate(rtype: int, name: str, key: str, value: str | None) -> str | None:
+    if rtype == GROUP_RESOURCE:
+        return validate_group_config(key, value)
     if rtype == TOPIC_RESOURCE:
         try:
             validate_topic_configs({key: value})
@@ -104,7 +112,11 @@ def incremental_alter_configs(
         ):
             out.append((rtype, name, ApiError(ErrorCode.invalid_request, f"Unknown broker {name}")))
             continue
-        if rtype not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+        if rtype == GROUP_RESOURCE and not name:
+            out.append((rtype, name, ApiError(ErrorCode.invalid_request,
+                                              "A group config needs a group name")))  # fmt: skip
+            continue
+        if rtype not in (TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE):
             out.append(
                 (
                     rtype,
@@ -117,6 +129,16 @@ def incremental_alter_configs(
         mine: list[Any] = []
         error = None
         for key, op, value in ops:
+            if op in (APPEND, SUBTRACT) and rtype == GROUP_RESOURCE:
+                error = ApiError(
+                    ErrorCode.invalid_config,
+                    f"{'APPEND' if op == APPEND else 'SUBTRACT'} is only valid for list "
+                    f"configs; {key} is not one",
+                )
+                break
+            if op == DELETE and rtype == GROUP_RESOURCE and key not in GROUP_CONFIGS:
+                error = ApiError(ErrorCode.invalid_config, f"Unknown group config name: {key}")
+                break
             if op in (APPEND, SUBTRACT):
                 # from the effective value: the one set, else the default (Kafka's
                 # ConfigurationControlManager: APPEND compact to a topic on the default
@@ -146,6 +168,10 @@ def incremental_alter_configs(
             mine.append(
                 r.ConfigRecord(resource_type=rtype, resource_name=name, name=key, value=value)
             )
+        if error is None and rtype == GROUP_RESOURCE:
+            problem = validate_group_configs(current)
+            if problem is not None:
+                error = ApiError(ErrorCode.invalid_config, problem)
         if error is not None:
             out.append((rtype, name, error))
             continue

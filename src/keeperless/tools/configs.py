@@ -19,7 +19,7 @@ from keeperless.tools.configs_quotas import alter_user_or_client, describe_users
 
 __all__ = ["run_configs"]
 
-_TYPES = {"topics": 2, "brokers": 4, "broker-loggers": 8}
+_TYPES = {"topics": 2, "brokers": 4, "broker-loggers": 8, "groups": 32}
 _SOURCES = {
     1: "DYNAMIC_TOPIC_CONFIG",
     2: "DYNAMIC_BROKER_CONFIG",
@@ -27,6 +27,7 @@ _SOURCES = {
     4: "STATIC_BROKER_CONFIG",
     5: "DEFAULT_CONFIG",
     6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    8: "GROUP_CONFIG",
 }
 NOT_CONTROLLER = 41
 
@@ -56,7 +57,13 @@ def _broker_address(servers: list[tuple[str, int]], name: str) -> list[tuple[str
 
 
 def _names(servers: list[tuple[str, int]], etype: str) -> list[str]:
-    """Every topic, or every broker and then the cluster-wide default (Kafka's order)."""
+    """Every topic, every group, or every broker and then the cluster-wide default
+    (Kafka's order)."""
+    if etype == "groups":  # as Kafka 4.1's tool: ListConfigResources of groups
+        listed = call(servers, ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": [32]})
+        if int(listed.error_code) != 0:
+            raise ToolError(f"Cannot list groups: {listed.error_code.name}")
+        return sorted(r.resource_name for r in listed.config_resources)
     md = call(
         servers,
         ApiKey.METADATA,
@@ -91,7 +98,7 @@ def _describe_resource(
     res = resp.results[0]
     if int(res.error_code) != 0:
         raise ToolError(res.error_message or res.error_code.name)
-    dynamic = {1, 2, 3, 6}
+    dynamic = {1, 2, 3, 6, 8}
     shown = [c for c in res.configs if describe_all or c.config_source in dynamic]
     if etype == "brokers" and name == DEFAULT:
         print(
@@ -171,6 +178,6 @@ def run_configs(args: Any, servers: list[tuple[str, int]], controller: bool, out
     name = entities[0][1]
     names = _names(servers, etype) if name is None else [name]
     for n in names:
-        where = _broker_address(servers, n) if etype != "topics" else servers
+        where = _broker_address(servers, n) if etype in ("brokers", "broker-loggers") else servers
         _describe_resource(where, etype, n, args.all, out)
     return 0

@@ -11,7 +11,7 @@ from keeperless.tools.errors import ToolError
 __all__ = ["DEFAULT", "ENTITY_TYPES", "Entity", "parse_config_items", "resolve_entities"]
 
 DEFAULT = ""  # the entity's default (--entity-default); None: every entity (describe)
-ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "users", "clients")
+ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "groups", "users", "clients")
 Entity = tuple[str, str | None]
 
 _SHORTCUTS = (
@@ -60,7 +60,7 @@ def resolve_entities(args: Any, alter: bool) -> list[Entity]:
     kinds = [t for t, _ in out]
     if len(out) > 1 and sorted(kinds) != ["clients", "users"]:
         raise ToolError("only a user and a client may be named together (their quota)")
-    if out[0][0] in ("topics", "broker-loggers") and out[0][1] == DEFAULT:
+    if out[0][0] in ("topics", "broker-loggers", "groups") and out[0][1] == DEFAULT:
         raise ToolError(f"--entity-default applies to brokers, users and clients, not {out[0][0]}")
     if alter and any(name is None for _, name in out):
         raise ToolError("--alter needs --entity-name or --entity-default")
