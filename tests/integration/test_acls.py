@@ -374,3 +374,38 @@ def test_what_any_principal_may_ask_and_the_acls_tools_care(secured: Secured) ->
 
     assert "tx-listed" in listed("alice")
     assert "tx-listed" not in listed("bob")
+
+
+def test_the_apis_that_checked_nothing_check_as_kafka(secured: Secured) -> None:
+    """Found by the authorization table generated from the API registry: these answered
+    any principal. Now, as Kafka's KafkaApis: DescribeTopicPartitions and
+    OffsetForLeaderEpoch need DESCRIBE on each topic, ConsumerGroupDescribe DESCRIBE on
+    each group, ListConfigResources DESCRIBE_CONFIGS on the cluster."""
+    from keeperless.tools import client
+
+    topic = _topic(secured)
+
+    def ask(user: str, key: int, version: int, body: dict[str, Any]) -> Any:
+        client.configure({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                          "sasl.username": user, "sasl.password": USERS[user]}, "test")  # fmt: skip
+        try:
+            return client.call([("127.0.0.1", secured.port)], key, version, body)
+        finally:
+            client.configure({}, "test")
+
+    dtp = {"topics": [{"name": topic}], "response_partition_limit": 100, "cursor": None}
+    assert int(ask("bob", 75, 0, dtp).topics[0].error_code) == 29  # TOPIC_AUTHORIZATION_FAILED
+    [mine] = ask("admin", 75, 0, dtp).topics
+    assert int(mine.error_code) == 0
+    listed = ask("bob", 75, 0, {"topics": [], "response_partition_limit": 100, "cursor": None})
+    assert topic not in {t.name for t in listed.topics}
+    ofle = {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
+        {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}  # fmt: skip
+    assert int(ask("bob", 23, 4, ofle).topics[0].partitions[0].error_code) == 29
+    assert int(ask("admin", 23, 4, ofle).topics[0].partitions[0].error_code) == 0
+    cgd = {"group_ids": ["g-secret"], "include_authorized_operations": False}
+    assert int(ask("bob", 69, 0, cgd).groups[0].error_code) == 30  # GROUP_AUTHORIZATION_FAILED
+    assert int(ask("admin", 69, 0, cgd).groups[0].error_code) != 30
+    lcr = {"resource_types": [2]}
+    assert int(ask("bob", 74, 1, lcr).error_code) == 31  # CLUSTER_AUTHORIZATION_FAILED
+    assert int(ask("admin", 74, 1, lcr).error_code) == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -118,3 +119,65 @@ def test_every_controller_refusal_encodes(key: int) -> None:
         resp = _per_item_refusal(header, None, denied, "denied")
         assert encode_response(header, resp)
         assert resp.error_code == denied
+
+
+def _rules(controller: bool) -> dict[str, set[int]]:
+    from keeperless.broker import authz_apis as a
+
+    out = {"cluster": set(a._CLUSTER), "one resource": set(a._ONE),
+           "per item": set(a._TOPIC_ADMIN), "in the handler": set(a.IN_HANDLER),
+           "none (as Kafka)": set(a.UNCHECKED)}  # fmt: skip
+    if controller:
+        out["controller RPC"] = set(a._CONTROLLER_RPC)
+    return out
+
+
+@pytest.mark.parametrize("listener", ["broker", "controller"])
+def test_every_served_api_has_an_authorization_rule(listener: str) -> None:
+    """Generated from the API table: an API served on a listener with no rule declared
+    (or declared both as checked and as unchecked) fails the build."""
+    from keeperless.protocol.apis import APIS, Listener
+
+    rules = _rules(listener == "controller")
+    served = [k for k, s in APIS.items() if s.versions(Listener(listener)) is not None]
+    checked = set().union(*(v for n, v in rules.items() if n not in ("none (as Kafka)",
+                                                                    "in the handler")))  # fmt: skip
+    missing = [k.title for k in served if not any(k in v for v in rules.values())]
+    assert not missing, f"no authorization rule for {missing} (broker/authz_apis.py)"
+    unchecked = rules["none (as Kafka)"]
+    both = [k.title for k in served
+            if k in unchecked and (k in checked or k in rules["in the handler"])]  # fmt: skip
+    assert not both
+
+
+def test_the_rule_table_check_can_fail() -> None:
+    from keeperless.broker import authz_apis as a
+
+    a.IN_HANDLER = a.IN_HANDLER - {75}  # type: ignore[misc]
+    try:
+        with pytest.raises(AssertionError, match="DescribeTopicPartitions"):
+            test_every_served_api_has_an_authorization_rule("broker")
+    finally:
+        a.IN_HANDLER = a.IN_HANDLER | {75}  # type: ignore[misc]
+
+
+def test_a_refused_consumer_group_describe_encodes_in_every_version() -> None:
+    from keeperless.broker.authz import Authz
+    from keeperless.broker.authz_apis import _consumer_group_describe
+
+    class Deny(Authz):
+        def allowed(self, op: Any, resource: Any, name: str = "") -> bool:
+            return False
+
+    async def handler(header: Any, req: Any) -> Any:
+        raise AssertionError("not reached")
+
+    import asyncio
+
+    wrapped = _consumer_group_describe(handler, Deny(lambda: None, None))  # type: ignore[arg-type]
+    lo, hi = BROKER_APIS[69]
+    for version in range(lo, hi + 1):
+        header = RequestHeader(69, version, 7, "t")
+        resp = asyncio.run(wrapped(header, SimpleNamespace(group_ids=["g"])))
+        assert encode_response(header, resp)
+        assert resp.groups[0].error_code == ErrorCode.group_authorization_failed

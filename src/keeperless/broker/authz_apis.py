@@ -42,6 +42,7 @@ _CLUSTER = {
     ApiKey.DESCRIBE_QUORUM: AclOp.DESCRIBE,
     ApiKey.UPDATE_FEATURES: AclOp.ALTER,
     ApiKey.UNREGISTER_BROKER: AclOp.ALTER,
+    ApiKey.LIST_CONFIG_RESOURCES: AclOp.DESCRIBE_CONFIGS,
 }
 # api key -> (operation, resource, the request field naming it)
 _ONE = {
@@ -58,6 +59,23 @@ _ONE = {
     ApiKey.OFFSET_COMMIT: (AclOp.READ, G, "group_id"),
     ApiKey.OFFSET_DELETE: (AclOp.DELETE, G, "group_id"),
 }
+
+
+# checked inside their handlers, per topic or partition (Kafka's KafkaApis does the same):
+# the refused parts answered TOPIC_AUTHORIZATION_FAILED (or left out of a listing)
+IN_HANDLER = frozenset({
+    ApiKey.PRODUCE,  # WRITE per topic; a transactional id WRITE; IDEMPOTENT_WRITE
+    ApiKey.FETCH,  # READ per topic; CLUSTER_ACTION for a follower
+    ApiKey.LIST_OFFSETS,  # DESCRIBE per topic
+    ApiKey.METADATA,  # DESCRIBE per topic (unlisted when all asked); CREATE to auto-create
+    ApiKey.DELETE_RECORDS,  # DELETE per topic
+    ApiKey.OFFSET_FOR_LEADER_EPOCH,  # CLUSTER_ACTION, else DESCRIBE per topic
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS,  # DESCRIBE per topic (unlisted when all asked)
+})  # fmt: skip
+# checked by nobody, as in Kafka: the handshake before a principal exists, and
+# DescribeCluster (which only withholds the cluster's authorized operations)
+UNCHECKED = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
+                       ApiKey.DESCRIBE_CLUSTER})  # fmt: skip
 
 
 def refusal(header: RequestHeader, error: ErrorCode, message: str) -> Any:
@@ -144,34 +162,34 @@ def _per_item_refusal(header: RequestHeader, req: Any, err: ErrorCode, msg: str)
             {"partition_index": p.partition_index, "error_code": err} for p in t.partitions]}
             for t in req.topics]  # fmt: skip
         return build(cls, {"throttle_time": 0, "topics": topics})
-    if k == 30:  # CreateAcls
+    if k == ApiKey.CREATE_ACLS:
         results = [{"error_code": err, "error_message": msg} for _ in req.creations]
         return build(cls, {"throttle_time": 0, "results": results})
-    if k == 31:  # DeleteAcls
+    if k == ApiKey.DELETE_ACLS:
         results = [{"error_code": err, "error_message": msg, "matching_acls": []}
                    for _ in req.filters]  # fmt: skip
         return build(cls, {"throttle_time": 0, "filter_results": results})
-    if k == 49:  # AlterClientQuotas
+    if k == ApiKey.ALTER_CLIENT_QUOTAS:
         entries = [{"error_code": err, "error_message": msg, "entity": [
             {"entity_type": e.entity_type, "entity_name": e.entity_name} for e in x.entity]}
             for x in req.entries]  # fmt: skip
         return build(cls, {"throttle_time": 0, "entries": entries})
-    if k == 51:  # AlterUserScramCredentials
+    if k == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         users = {u.name for u in (*req.deletions, *req.upsertions)}
         results = [{"user": u, "error_code": err, "error_message": msg} for u in sorted(users)]
         return build(cls, {"throttle_time": 0, "results": results})
-    if k == 27:  # WriteTxnMarkers
+    if k == ApiKey.WRITE_TXN_MARKERS:
         markers = [{"producer_id": m.producer_id, "topics": [
             {"name": t.name, "partitions": [{"partition_index": i, "error_code": err}
                                            for i in t.partition_indexes]} for t in m.topics]}
             for m in req.markers]  # fmt: skip
         return build(cls, {"markers": markers})
-    if k == 43 and header.api_version == 0:  # ElectLeaders v0: per partition
+    if k == ApiKey.ELECT_LEADERS and header.api_version == 0:  # v0: per partition
         results = [{"topic": t.topic, "partition_result": [
             {"partition_id": i, "error_code": err, "error_message": msg} for i in t.partitions]}
             for t in req.topic_partitions or ()]  # fmt: skip
         return build(cls, {"throttle_time": 0, "replica_election_results": results})
-    if k == 34:  # AlterReplicaLogDirs: per partition
+    if k == ApiKey.ALTER_REPLICA_LOG_DIRS:  # per partition
         results = [{"topic_name": t.name, "partitions": [
             {"partition_index": i, "error_code": err} for i in t.partitions]}
             for d in req.dirs for t in d.topics]  # fmt: skip
@@ -255,14 +273,17 @@ def _create_partitions(h: Handler, authz: Authz) -> Handler:
 
 def _configs(op: AclOp, response_field: str) -> Callable[[Handler, Authz], Handler]:
     def wrap(h: Handler, authz: Authz) -> Handler:
+        # topics and groups on themselves, brokers and their loggers on the cluster
+        on = {2: T, 32: G}
+
         def ok(r: Any) -> bool:
-            if r.resource_type == 2:
-                return authz.allowed(op, T, r.resource_name)
+            res = on.get(r.resource_type)
+            if res is not None:
+                return authz.allowed(op, res, r.resource_name)
             return authz.allowed(op, C)
 
         def refused(r: Any) -> dict[str, Any]:
-            err = (ErrorCode.topic_authorization_failed if r.resource_type == 2
-                   else ErrorCode.cluster_authorization_failed)  # fmt: skip
+            err = DENIED[on.get(r.resource_type, C)]
             return {"error_code": err, "error_message": "Authorization failed.",
                     "resource_type": r.resource_type, "resource_name": r.resource_name,
                     "configs": []}  # fmt: skip
@@ -303,6 +324,17 @@ def _describe_groups(h: Handler, authz: Authz) -> Handler:
                 "authorized_operations": -2147483648}  # fmt: skip
 
     return _split(h, "groups", lambda g: authz.allowed(AclOp.DESCRIBE, G, g), refused,
+                  "groups")  # fmt: skip
+
+
+def _consumer_group_describe(h: Handler, authz: Authz) -> Handler:
+    def refused(g: str) -> dict[str, Any]:
+        return {"error_code": ErrorCode.group_authorization_failed,
+                "error_message": "Authorization failed.", "group_id": g, "group_state": "",
+                "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
+                "authorized_operations": -2147483648}  # fmt: skip
+
+    return _split(h, "group_ids", lambda g: authz.allowed(AclOp.DESCRIBE, G, g), refused,
                   "groups")  # fmt: skip
 
 
@@ -483,6 +515,7 @@ _TOPIC_ADMIN: dict[ApiKey, Callable[[Handler, Authz], Handler]] = {
     ApiKey.OFFSET_FETCH: _offset_fetch,
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.DESCRIBE_GROUPS: _describe_groups,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: _consumer_group_describe,
     ApiKey.LIST_GROUPS: _listed("groups", "group_id", G, cluster_sees_all=True),
     ApiKey.DELETE_GROUPS: _delete_groups,
     ApiKey.LIST_TRANSACTIONS: _listed(

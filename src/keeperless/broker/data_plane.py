@@ -616,11 +616,16 @@ class DataPlane:
         """Where a leader epoch ends in the leader's log (KIP-101/KIP-320): a consumer
         that saw a leader change checks its position has not been truncated away."""
         topics = []
+        authz = self.broker.authz
+        # as Kafka's KafkaApis: CLUSTER_ACTION (followers) covers every topic, else
+        # DESCRIBE on each
+        replica = authz.allowed(AclOp.CLUSTER_ACTION, Resource.CLUSTER)
         for t in req.topics:
             parts = []
+            denied = not replica and authz.check(AclOp.DESCRIBE, Resource.TOPIC, t.topic)
             for op in t.partitions:
                 entry: dict[str, Any] = {"partition": op.partition, "error_code": ErrorCode.none}
-                err = self._partition_error(t.topic, op.partition)
+                err = denied or self._partition_error(t.topic, op.partition)
                 p = self.broker.partitions.get(t.topic, op.partition)
                 if err is None and p is None:
                     err = ErrorCode.not_leader_or_follower

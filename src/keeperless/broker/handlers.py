@@ -282,7 +282,11 @@ class BrokerHandlers(LogDirApis):
         image = self.broker.image
         limit = max(min(req.response_partition_limit, MAX_PARTITIONS_PER_DESCRIBE), 1)
         cursor = req.cursor
-        wanted = sorted({t.name for t in req.topics}) if req.topics else sorted(image.topic_ids)
+        authz = self.broker.authz
+        if req.topics:
+            wanted = sorted({t.name for t in req.topics})
+        else:  # every topic this principal may describe, as Kafka's
+            wanted = [n for n in sorted(image.topic_ids) if authz.allowed(AclOp.DESCRIBE, T, n)]
         if cursor is not None and req.topics and cursor.topic_name not in wanted:
             raise ProtocolError(
                 f"DescribeTopicPartitions: the cursor's topic {cursor.topic_name!r} is not "
@@ -294,11 +298,13 @@ class BrokerHandlers(LogDirApis):
         next_cursor = None
         for i, name in enumerate(wanted):
             t = image.topic(name)
-            if t is None:
+            if t is None or not authz.allowed(AclOp.DESCRIBE, T, name):
                 code = (
                     ErrorCode.invalid_topic_exception
                     if validate_topic_name(name)
                     else ErrorCode.unknown_topic_or_partition
+                    if authz.allowed(AclOp.DESCRIBE, T, name)
+                    else ErrorCode.topic_authorization_failed
                 )
                 topics.append(
                     {"error_code": code, "name": name, "topic_id": None, "partitions": []}
@@ -318,7 +324,7 @@ class BrokerHandlers(LogDirApis):
                     "topic_id": t.topic_id,
                     "is_internal": name.startswith("__"),
                     "partitions": [self._partition_entry(image, t.partitions[p], p) for p in taken],
-                    "topic_authorized_operations": all_operations("topic"),
+                    "topic_authorized_operations": self._topic_ops(name),
                 }
             )
             if rest:
