@@ -157,3 +157,50 @@ def test_group_configs_as_kafka_validates_them() -> None:
                                                      None)])], False)  # fmt: skip
     c.replay(gone.records, 11)
     assert "consumer.session.timeout.ms" not in c.image.configs[(32, "g")]
+
+
+# Kafka 4.1's "Update Mode" of broker configs, as its broker-configs documentation lists
+_KAFKA_41_MODES = {
+    "log.retention.ms": "cluster-wide",
+    "message.max.bytes": "cluster-wide",
+    "log.cleaner.threads": "cluster-wide",
+    "num.replica.fetchers": "cluster-wide",
+    "sasl.kerberos.min.time.before.relogin": "per-broker",
+    "ssl.keystore.location": "per-broker",
+    "listeners": "per-broker",
+    "advertised.listeners": "read-only",
+    "num.partitions": "read-only",
+    "default.replication.factor": "read-only",
+    "node.id": "read-only",
+    "log.dirs": "read-only",
+}
+
+
+def test_update_modes_are_kafkas() -> None:
+    from keeperless.metadata.config_catalog import kafka_update_mode
+
+    assert {k: kafka_update_mode(k) for k in _KAFKA_41_MODES} == _KAFKA_41_MODES
+
+
+def test_dynamic_broker_configs_as_kafka_takes_them() -> None:
+    """Tried as a new user would: sasl.kerberos.min.time.before.relogin=58000 on a broker
+    was refused, which Kafka accepts; num.partitions was accepted (and never used), which
+    Kafka refuses; a per-broker config has no cluster-wide default; what keeperless reads
+    only at start is refused saying so."""
+    c = _controller()
+    ok = incremental_alter_configs(
+        c, [(4, "1", [("sasl.kerberos.min.time.before.relogin", SET, "58000")])], False
+    )
+    assert ok.response[0][2].code == ErrorCode.none, ok.response[0][2].message
+    cases = [
+        ((4, "", [("num.partitions", SET, "3")]), "Cannot update these configs dynamically"),
+        ((4, "", [("sasl.kerberos.min.time.before.relogin", SET, "58000")]),
+         "at default cluster level, broker id must be specified"),
+        ((4, "1", [("ssl.keystore.location", SET, "/x.jks")]),
+         "keeperless reads it at start (Kafka changes it on a running broker)"),
+    ]  # fmt: skip
+    for change, says in cases:
+        res = incremental_alter_configs(c, [change], False)
+        err = res.response[0][2]
+        assert err.code == ErrorCode.invalid_config, change
+        assert says in (err.message or ""), (change, err.message)

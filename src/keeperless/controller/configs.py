@@ -13,6 +13,9 @@ from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
 from keeperless.metadata.config_catalog import (
     BROKER_CONFIGS,
+    LIVE_UNSUPPORTED,
+    LIVE_UNSUPPORTED_REASON,
+    PER_BROKER,
     READ_ONLY,
     TOPIC_SYNONYMS,
     ConfigType,
@@ -60,8 +63,16 @@ def _validate(rtype: int, name: str, key: str, value: str | None) -> str | None:
         except TopicConfigError as e:
             return str(e)
         return None
+    if key in LIVE_UNSUPPORTED:
+        return f"Cannot update these configs dynamically: [{key}] ({LIVE_UNSUPPORTED_REASON})"
     if key not in DYNAMIC_BROKER_CONFIGS:
         return f"Cannot update these configs dynamically: [{key}]" if key else "Empty config name"
+    if not name and BROKER_CONFIGS[key].scope == PER_BROKER:
+        # Kafka's DynamicBrokerConfig: a per-broker config has no cluster-wide default
+        return (
+            "Cannot update these configs at default cluster level, broker id must be "
+            f"specified: [{key}]"
+        )
     if value is None:
         return None
     kind = BROKER_CONFIGS[key].type

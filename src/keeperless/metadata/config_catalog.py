@@ -27,6 +27,7 @@ __all__ = [
     "ConfigSource",
     "ConfigType",
     "Resolved",
+    "kafka_update_mode",
     "resolve_broker",
     "resolve_topic",
 ]
@@ -79,10 +80,85 @@ _HOUR_MS = 3_600_000
 _LONG_MAX = str(2**63 - 1)
 
 
-def _d(
-    name: str, t: ConfigType, default: str | None, doc: str, scope: str = READ_ONLY
-) -> ConfigDef:
-    return ConfigDef(name, t, default, doc, scope)
+# Which broker configs Kafka 4.1 changes while running, and at which level (its
+# DynamicBrokerConfig: the listener and security configs per broker, the rest
+# cluster-wide; every other key is read-only). Each catalog entry's update mode is read
+# from here, never declared beside it.
+_KAFKA_PER_BROKER = frozenset({
+    # DynamicListenerConfig (advertised.listeners left it in 4.0, KAFKA-18403)
+    "listeners", "listener.security.protocol.map", "principal.builder.class",
+    "ssl.protocol", "ssl.provider", "ssl.cipher.suites", "ssl.enabled.protocols",
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password",
+    "ssl.key.password", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+    "ssl.endpoint.identification.algorithm", "ssl.secure.random.implementation",
+    "ssl.client.auth", "ssl.engine.factory.class", "ssl.keystore.certificate.chain",
+    "ssl.keystore.key", "ssl.truststore.certificates",
+    "sasl.mechanism.inter.broker.protocol", "sasl.jaas.config", "sasl.enabled.mechanisms",
+    "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
+    "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter",
+    "sasl.login.refresh.min.period.seconds", "sasl.login.refresh.buffer.seconds",
+})  # fmt: skip
+_KAFKA_CLUSTER_WIDE = frozenset({
+    # LogCleaner, DynamicThreadPool, SocketServer, the producer state, metric reporters
+    "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.dedupe.buffer.load.factor", "log.cleaner.io.buffer.size",
+    "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms", "message.max.bytes",
+    "num.io.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
+    "background.threads", "num.network.threads", "max.connections",
+    "max.connection.creation.rate", "max.connections.per.ip",
+    "max.connections.per.ip.overrides", "metric.reporters", "producer.id.expiration.ms",
+    "transaction.partition.verification.enable",
+    # DynamicLogConfig: every broker synonym of a topic config
+    "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.roll.jitter.ms",
+    "log.roll.jitter.hours", "log.index.size.max.bytes", "log.flush.interval.messages",
+    "log.flush.interval.ms", "log.retention.bytes", "log.retention.ms",
+    "log.retention.minutes", "log.retention.hours", "log.index.interval.bytes",
+    "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms", "log.segment.delete.delay.ms",
+    "log.cleaner.min.cleanable.ratio", "log.cleanup.policy",
+    "unclean.leader.election.enable", "min.insync.replicas", "compression.type",
+    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+    "log.preallocate", "log.message.timestamp.type", "log.message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms", "log.local.retention.ms",
+    "log.local.retention.bytes",
+})  # fmt: skip
+
+
+def kafka_update_mode(name: str) -> str:
+    """Kafka 4.1's update mode of a broker config: read-only, per-broker, cluster-wide."""
+    if name in _KAFKA_PER_BROKER:
+        return PER_BROKER
+    return CLUSTER_WIDE if name in _KAFKA_CLUSTER_WIDE else READ_ONLY
+
+
+# Kafka changes these on a running broker; keeperless builds its listeners, TLS contexts
+# and SASL mechanisms and reads these producer-state settings at start only, so for now
+# they are read-only here, and changing one says so (LIVE_UNSUPPORTED_REASON) rather than
+# storing a value nothing would use
+LIVE_UNSUPPORTED = frozenset(
+    {k for k in _KAFKA_PER_BROKER
+     if k.startswith("ssl.") or k in ("listeners", "listener.security.protocol.map",
+                                      "principal.builder.class", "sasl.jaas.config",
+                                      "sasl.enabled.mechanisms",
+                                      "sasl.mechanism.inter.broker.protocol")}
+    | {"producer.id.expiration.ms", "transaction.partition.verification.enable"}
+)  # fmt: skip
+LIVE_UNSUPPORTED_REASON = (
+    "keeperless reads it at start (Kafka changes it on a running broker): set it in the "
+    "broker's server.properties and restart the broker"
+)
+
+
+def update_mode(name: str) -> str:
+    """This node's update mode of a broker config: Kafka's, but for LIVE_UNSUPPORTED."""
+    return READ_ONLY if name in LIVE_UNSUPPORTED else kafka_update_mode(name)
+
+
+def _d(name: str, t: ConfigType, default: str | None, doc: str) -> ConfigDef:
+    return ConfigDef(name, t, default, doc, update_mode(name))
 
 
 _BROKER: list[ConfigDef] = [
@@ -124,7 +200,6 @@ _BROKER: list[ConfigDef] = [
         T.STRING,
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
         "The security protocol of each listener name.",
-        PER_BROKER,
     ),
     _d(
         "inter.broker.listener.name",
@@ -219,14 +294,12 @@ _BROKER: list[ConfigDef] = [
         T.INT,
         "1",
         "The number of partitions of a new topic that names none.",
-        CLUSTER_WIDE,
     ),
     _d(
         "default.replication.factor",
         T.INT,
         "1",
         "The replication factor of a new topic that names none.",
-        CLUSTER_WIDE,
     ),
     _d(
         "auto.create.topics.enable",
@@ -239,51 +312,44 @@ _BROKER: list[ConfigDef] = [
         T.INT,
         str(1024**3),
         "The size at which a log segment is rolled.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.roll.ms",
         T.LONG,
         None,
         "The age at which a log segment is rolled (log.roll.hours if not set).",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.roll.hours",
         T.INT,
         "168",
         "The age in hours at which a log segment is rolled.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.roll.jitter.ms",
         T.LONG,
         None,
         "A random amount subtracted from the roll time.",
-        CLUSTER_WIDE,
     ),
-    _d("log.roll.jitter.hours", T.INT, "0", "log.roll.jitter.ms in hours.", CLUSTER_WIDE),
+    _d("log.roll.jitter.hours", T.INT, "0", "log.roll.jitter.ms in hours."),
     _d(
         "log.retention.ms",
         T.LONG,
         None,
         "How long data is kept (log.retention.minutes if not set; -1: forever).",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.retention.minutes",
         T.INT,
         None,
         "How long data is kept, in minutes (log.retention.hours if not set).",
-        CLUSTER_WIDE,
     ),
-    _d("log.retention.hours", T.INT, "168", "How long data is kept, in hours.", CLUSTER_WIDE),
+    _d("log.retention.hours", T.INT, "168", "How long data is kept, in hours."),
     _d(
         "log.retention.bytes",
         T.LONG,
         "-1",
         "The most data a partition keeps (-1: no limit).",
-        CLUSTER_WIDE,
     ),
     _d("log.retention.check.interval.ms", T.LONG, "300000", "How often retention is enforced."),
     _d(
@@ -291,139 +357,118 @@ _BROKER: list[ConfigDef] = [
         T.INT,
         "4096",
         "Bytes between offset index entries.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.index.size.max.bytes",
         T.INT,
         "10485760",
         "The largest an offset index grows.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.flush.interval.messages",
         T.LONG,
         _LONG_MAX,
         "Messages written before a partition is flushed to disk.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.flush.interval.ms",
         T.LONG,
         None,
         "Time before a partition is flushed to disk (unset: never on a timer).",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.cleanup.policy",
         T.LIST,
         "delete",
         "The default cleanup policy: delete, compact or both.",
-        CLUSTER_WIDE,
     ),
     _d("log.cleaner.enable", T.BOOLEAN, "true", "Run the log cleaner for compacted topics."),
-    _d("log.cleaner.threads", T.INT, "1", "Threads cleaning compacted logs.", CLUSTER_WIDE),
+    _d("log.cleaner.threads", T.INT, "1", "Threads cleaning compacted logs."),
     _d(
         "log.cleaner.dedupe.buffer.size",
         T.LONG,
         "134217728",
         "Memory for the cleaner's offset map of keys, over all its threads.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.cleaner.io.max.bytes.per.second",
         T.DOUBLE,
         "1.7976931348623157E308",
         "The cleaner's read and write rate limit, over all its threads.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.cleaner.backoff.ms",
         T.LONG,
         "15000",
         "How long the cleaner sleeps when no log needs cleaning.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.cleaner.delete.retention.ms",
         T.LONG,
         "86400000",
         "How long tombstones are kept on compacted topics.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.cleaner.min.compaction.lag.ms",
         T.LONG,
         "0",
         "The minimum age of a record before it may be compacted.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.cleaner.max.compaction.lag.ms",
         T.LONG,
         _LONG_MAX,
         "The maximum age of a record before it must be compacted.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.cleaner.min.cleanable.ratio",
         T.DOUBLE,
         "0.5",
         "The dirty share of a log above which it is cleaned.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.segment.delete.delay.ms",
         T.LONG,
         "60000",
         "How long a deleted segment's files stay before removal.",
-        CLUSTER_WIDE,
     ),
-    _d("log.preallocate", T.BOOLEAN, "false", "Preallocate new segment files.", CLUSTER_WIDE),
+    _d("log.preallocate", T.BOOLEAN, "false", "Preallocate new segment files."),
     _d(
         "log.message.timestamp.type",
         T.STRING,
         "CreateTime",
         "CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.message.timestamp.before.max.ms",
         T.LONG,
         _LONG_MAX,
         "How far in the past a record's timestamp may be.",
-        CLUSTER_WIDE,
     ),
     _d(
         "log.message.timestamp.after.max.ms",
         T.LONG,
         "3600000",
         "How far in the future a record's timestamp may be.",
-        CLUSTER_WIDE,
     ),
     _d(
         "message.max.bytes",
         T.INT,
         "1048588",
         "The largest record batch a partition accepts.",
-        CLUSTER_WIDE,
     ),
     _d(
         "compression.type",
         T.STRING,
         "producer",
         "The compression of stored batches (producer: as the producer sent them).",
-        CLUSTER_WIDE,
     ),
-    _d(
-        "min.insync.replicas", T.INT, "1", "In-sync replicas an acks=all write needs.", CLUSTER_WIDE
-    ),
+    _d("min.insync.replicas", T.INT, "1", "In-sync replicas an acks=all write needs."),
     _d(
         "unclean.leader.election.enable",
         T.BOOLEAN,
         "false",
         "Elect a replica outside the ISR when no ISR member is alive (may lose data).",
-        CLUSTER_WIDE,
     ),
     _d("delete.topic.enable", T.BOOLEAN, "true", "Topics may be deleted."),
     # replication
@@ -444,7 +489,7 @@ _BROKER: list[ConfigDef] = [
     _d(
         "replica.fetch.backoff.ms", T.INT, "1000", "How long a follower waits after a failed fetch."
     ),
-    _d("num.replica.fetchers", T.INT, "1", "Fetcher threads per source broker.", CLUSTER_WIDE),
+    _d("num.replica.fetchers", T.INT, "1", "Fetcher threads per source broker."),
     # groups
     _d(
         "offsets.topic.replication.factor",
@@ -496,19 +541,76 @@ _BROKER: list[ConfigDef] = [
         "The server assignors of consumer-protocol groups, the first the default.",
     ),
     # accepted without effect here
+    _d("background.threads", T.INT, "10", "Background threads (tasks of one event loop here)."),
+    _d(
+        "log.cleaner.dedupe.buffer.load.factor",
+        T.DOUBLE,
+        "0.9",
+        "How full the cleaner's offset map may be.",
+    ),
+    _d("log.cleaner.io.buffer.size", T.INT, "524288", "The cleaner's read and write buffers."),
+    # Kerberos (GSSAPI) and OAUTHBEARER logins: keeperless offers neither mechanism
+    _d("sasl.kerberos.service.name", T.STRING, None, "The Kerberos name the broker runs as."),
+    _d("sasl.kerberos.kinit.cmd", T.STRING, "/usr/bin/kinit", "The Kerberos kinit command."),
+    _d(
+        "sasl.kerberos.ticket.renew.window.factor",
+        T.DOUBLE,
+        "0.8",
+        "When a Kerberos ticket is renewed, as a fraction of its lifetime.",
+    ),
+    _d(
+        "sasl.kerberos.ticket.renew.jitter",
+        T.DOUBLE,
+        "0.05",
+        "Random jitter added to a Kerberos renewal.",
+    ),
+    _d(
+        "sasl.kerberos.min.time.before.relogin",
+        T.LONG,
+        "60000",
+        "The shortest time between Kerberos relogins.",
+    ),
+    _d(
+        "sasl.kerberos.principal.to.local.rules",
+        T.LIST,
+        "DEFAULT",
+        "Rules mapping Kerberos principal names to short names.",
+    ),
+    _d(
+        "sasl.login.refresh.window.factor",
+        T.DOUBLE,
+        "0.8",
+        "When a login's credential is refreshed, as a fraction of its lifetime.",
+    ),
+    _d(
+        "sasl.login.refresh.window.jitter",
+        T.DOUBLE,
+        "0.05",
+        "Random jitter added to a login refresh.",
+    ),
+    _d(
+        "sasl.login.refresh.min.period.seconds",
+        T.SHORT,
+        "60",
+        "The shortest time between login refreshes.",
+    ),
+    _d(
+        "sasl.login.refresh.buffer.seconds",
+        T.SHORT,
+        "300",
+        "How long before a credential expires it is refreshed.",
+    ),
     _d(
         "num.network.threads",
         T.INT,
         "3",
         "Network threads (one event loop serves all connections here).",
-        CLUSTER_WIDE,
     ),
     _d(
         "num.io.threads",
         T.INT,
         "8",
         "I/O threads (one event loop serves all requests here).",
-        CLUSTER_WIDE,
     ),
     _d("socket.send.buffer.bytes", T.INT, "102400", "The socket send buffer (-1: the OS default)."),
     _d(
@@ -523,7 +625,6 @@ _BROKER: list[ConfigDef] = [
         T.INT,
         "2",
         "Threads recovering logs at start.",
-        CLUSTER_WIDE,
     ),
     _d(
         "transaction.state.log.replication.factor",
@@ -638,7 +739,7 @@ _SECURITY: tuple[tuple[str, ConfigType, str | None, str], ...] = (
     ),
 )
 _BROKER.extend(
-    ConfigDef(n, t, d, doc, READ_ONLY, sensitive=t == T.PASSWORD) for n, t, d, doc in _SECURITY
+    ConfigDef(n, t, d, doc, update_mode(n), sensitive=t == T.PASSWORD) for n, t, d, doc in _SECURITY
 )
 
 BROKER_CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in _BROKER}
