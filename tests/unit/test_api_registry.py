@@ -123,3 +123,46 @@ def test_the_bare_key_check_can_fail() -> None:
         "response_class(18, 0)\nif h.api_key == 17: pass\n"
     )
     assert len(_bare_keys(ast.parse(code))) == 3
+
+
+def test_handlers_get_a_request_context_with_the_sender() -> None:
+    """Kafka's RequestContext: the router hands each handler the header and the
+    connection's session; nothing is read from context variables."""
+    import asyncio
+
+    from kio.index import load_request_schema
+    from kio.schema.errors import ErrorCode
+
+    from keeperless.protocol.build import build, build_filled
+    from keeperless.protocol.context import RequestContext, listener_of, session_of
+    from keeperless.protocol.framing import encode_request, response_class
+    from keeperless.protocol.session import Session
+    from keeperless.runtime.connection import RequestRouter
+
+    seen: list[Any] = []
+
+    async def describe_cluster(ctx: Any, req: Any) -> Any:
+        seen.append(ctx)
+        cls = response_class(ApiKey.DESCRIBE_CLUSTER, ctx.api_version)
+        return build_filled(cls, {"error_code": ErrorCode.none})
+
+    router = RequestRouter(1, {ApiKey.DESCRIBE_CLUSTER: (0, 1)},
+                           {ApiKey.DESCRIBE_CLUSTER: describe_cluster}, lambda e: {})  # fmt: skip
+    body = build(load_request_schema(60, 1), {"include_cluster_authorized_operations": False,
+                                               "endpoint_type": 1})  # fmt: skip
+    frame = memoryview(encode_request(60, 1, 9, "cli", body)[4:])
+    alice = Session("SASL_SSL", "SASL_SSL", "192.0.2.4", "User:alice", True)
+    out, throttle = asyncio.run(router.handle(frame, alice))
+    assert out is not None
+    assert throttle == 0
+    [ctx] = seen
+    assert isinstance(ctx, RequestContext)
+    assert (ctx.api_key, ctx.api_version, ctx.correlation_id, ctx.client_id) == (60, 1, 9, "cli")
+    assert session_of(ctx) is alice
+    assert ctx.principal == "User:alice"
+    assert listener_of(ctx) == "SASL_SSL"
+
+
+def test_no_context_variables_carry_request_state() -> None:
+    uses = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if "ContextVar" in p.read_text()]
+    assert not uses

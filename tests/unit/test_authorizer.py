@@ -166,7 +166,7 @@ def test_a_refused_consumer_group_describe_encodes_in_every_version() -> None:
     from keeperless.broker.authz_apis import _consumer_group_describe
 
     class Deny(Authz):
-        def allowed(self, op: Any, resource: Any, name: str = "") -> bool:
+        def allowed(self, who: Any, op: Any, resource: Any, name: str = "") -> bool:
             return False
 
     async def handler(header: Any, req: Any) -> Any:

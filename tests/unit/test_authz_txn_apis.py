@@ -27,7 +27,7 @@ class _Allowing(Authz):
         super().__init__(lambda: None, Authorizer())  # type: ignore[arg-type,return-value]
         self.set = set(allowed)
 
-    def allowed(self, op: AclOp, resource: Resource, name: str = CLUSTER_NAME) -> bool:
+    def allowed(self, who: Any, op: AclOp, resource: Resource, name: str = CLUSTER_NAME) -> bool:
         return (op, resource, name) in self.set
 
 

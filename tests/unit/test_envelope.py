@@ -14,15 +14,16 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.forwarder import Forwarder
 from keeperless.protocol.build import build, build_filled
+from keeperless.protocol.context import RequestContext, session_of
 from keeperless.protocol.framing import RequestHeader, response_class
-from keeperless.protocol.session import Session, current_session
+from keeperless.protocol.session import Session
 from keeperless.server.envelope import envelope_handler
 
 SEEN: list[tuple[str, str]] = []
 
 
 async def unregister(header: RequestHeader, req: Any) -> Any:
-    s = current_session.get()
+    s = session_of(header)
     assert s is not None
     SEEN.append((s.principal, s.host))
     return build_filled(response_class(64, header.api_version), {"error_code": ErrorCode.none})
@@ -35,11 +36,7 @@ class FakeRemote:
     async def forward(self, api_key: int, version: int, req: Any, timeout_s: Any = None) -> Any:
         assert api_key == 58
         outer = Session("CONTROLLER", "PLAINTEXT", "10.0.0.9", "User:broker-7", True)
-        token = current_session.set(outer)
-        try:
-            return await self.handler(RequestHeader(58, version, 3, "broker-7"), req)
-        finally:
-            current_session.reset(token)
+        return await self.handler(RequestContext(58, version, 3, "broker-7", outer), req)
 
 
 async def nothing_local() -> None:
@@ -49,9 +46,9 @@ async def nothing_local() -> None:
 def test_the_controller_sees_the_client_not_the_broker() -> None:
     async def go() -> Any:
         fwd = Forwarder(FakeRemote(active=True), nothing_local)
-        current_session.set(Session("SASL_SSL", "SASL_SSL", "192.0.2.4", "User:alice", True))
+        alice = Session("SASL_SSL", "SASL_SSL", "192.0.2.4", "User:alice", True)
         req = build(load_request_schema(64, 0), {"broker_id": 5})
-        return await fwd.forward(RequestHeader(64, 0, 41, "admin-client"), req)
+        return await fwd.forward(RequestContext(64, 0, 41, "admin-client", alice), req)
 
     SEEN.clear()
     resp = asyncio.run(go())

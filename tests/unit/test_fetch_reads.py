@@ -17,6 +17,7 @@ from keeperless.broker.broker import Broker
 from keeperless.broker.data_plane import DataPlane
 from keeperless.metadata import _records_gen as r
 from keeperless.protocol.fetch_response import FetchPartition
+from keeperless.protocol.framing import RequestHeader
 from keeperless.protocol.records import build_batch
 from tests.unit.brokers import make_broker
 
@@ -67,7 +68,9 @@ def _req(offset: int, rack: str = "", epoch: int = -1) -> Any:
 
 
 def _fetch(b: Broker, version: int, req: Any) -> FetchPartition:
-    topics, _total, _errors, _leaders = DataPlane(b)._fetch_once(req, version, 1 << 20, True)
+    topics, _total, _errors, _leaders = DataPlane(b)._fetch_once(
+        RequestHeader(1, version, 1, "c"), req, version, 1 << 20, True
+    )
     return topics[0][1][0]
 
 

@@ -12,7 +12,8 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.metadata.authorizer import CLUSTER_NAME, AclOp, Authorizer, Resource
 from keeperless.metadata.image import MetadataImage
-from keeperless.protocol.session import current_session
+from keeperless.protocol.context import session_of
+from keeperless.protocol.framing import RequestHeader
 
 __all__ = ["AclOp", "Authz", "Resource"]
 
@@ -45,29 +46,34 @@ class Authz:
     def enabled(self) -> bool:
         return self.authorizer is not None
 
-    def allowed(self, op: AclOp, resource: Resource, name: str = CLUSTER_NAME) -> bool:
+    def allowed(
+        self, who: RequestHeader, op: AclOp, resource: Resource, name: str = CLUSTER_NAME
+    ) -> bool:
+        """Whether the sender of the request ``who`` (its RequestContext) may."""
         if self.authorizer is None:
             return True
-        s = current_session.get()
+        s = session_of(who)
         if s is None:
-            return True
+            return True  # a request made inside the node
         if self._ready is not None and not self._ready():
             return s.principal in self.authorizer.super_users
         return self.authorizer.authorize(
             self._image().acls, s.principal, s.host, op, resource, name
         )
 
-    def check(self, op: AclOp, resource: Resource, name: str = CLUSTER_NAME) -> ErrorCode | None:
+    def check(
+        self, who: RequestHeader, op: AclOp, resource: Resource, name: str = CLUSTER_NAME
+    ) -> ErrorCode | None:
         """None if allowed; else the error Kafka answers."""
-        return None if self.allowed(op, resource, name) else DENIED[resource]
+        return None if self.allowed(who, op, resource, name) else DENIED[resource]
 
-    def topic_ops(self, name: str, ops: Any) -> int:
-        """Kafka's authorized-operations bit field of a topic for this session."""
-        return self.ops(Resource.TOPIC, name, ops)
+    def topic_ops(self, who: RequestHeader, name: str, ops: Any) -> int:
+        """Kafka's authorized-operations bit field of a topic for the sender."""
+        return self.ops(who, Resource.TOPIC, name, ops)
 
-    def ops(self, resource: Resource, name: str, ops: Any) -> int:
-        """Kafka's authorized-operations bit field of a resource for this session."""
-        s = current_session.get()
+    def ops(self, who: RequestHeader, resource: Resource, name: str, ops: Any) -> int:
+        """Kafka's authorized-operations bit field of a resource for the sender."""
+        s = session_of(who)
         if self.authorizer is None or s is None:
             return -2147483648
         return self.authorizer.authorized_ops(

@@ -128,7 +128,7 @@ def authorized_handlers(
 
 def _cluster_check(h: Handler, authz: Authz, op: AclOp) -> Handler:
     async def checked(header: RequestHeader, req: Any) -> Any:
-        if authz.allowed(op, C):
+        if authz.allowed(header, op, C):
             return await h(header, req)
         return _per_item_refusal(header, req, DENIED[C], f"{op.name} on the cluster is denied")
 
@@ -138,13 +138,13 @@ def _cluster_check(h: Handler, authz: Authz, op: AclOp) -> Handler:
 def _one_check(h: Handler, authz: Authz, op: AclOp, res: Resource, field: str) -> Handler:
     async def checked(header: RequestHeader, req: Any) -> Any:
         name = getattr(req, field, None)
-        if name is None or authz.allowed(op, res, name):
+        if name is None or authz.allowed(header, op, res, name):
             if header.api_key == ApiKey.ADD_OFFSETS_TO_TXN and not authz.allowed(
-                AclOp.READ, G, req.group_id
+                header, AclOp.READ, G, req.group_id
             ):
                 return refusal(header, DENIED[G], "READ on the group is denied")
             if header.api_key == ApiKey.TXN_OFFSET_COMMIT and not authz.allowed(
-                AclOp.READ, G, req.group_id
+                header, AclOp.READ, G, req.group_id
             ):
                 return _per_item_refusal(header, req, DENIED[G], "READ on the group is denied")
             return await h(header, req)
@@ -203,12 +203,12 @@ def _per_item_refusal(header: RequestHeader, req: Any, err: ErrorCode, msg: str)
 def _split(
     h: Handler,
     items_field: str,
-    allowed: Callable[[Any], bool],
+    allowed: Callable[[RequestHeader, Any], bool],
     refused_entry: Callable[[Any], dict[str, Any]],
     response_field: str,
 ) -> Handler:
     async def checked(header: RequestHeader, req: Any) -> Any:
-        verdicts = [(i, allowed(i)) for i in getattr(req, items_field)]
+        verdicts = [(i, allowed(header, i)) for i in getattr(req, items_field)]
         ok = tuple(i for i, yes in verdicts if yes)
         denied = [i for i, yes in verdicts if not yes]
         if not denied:
@@ -225,8 +225,10 @@ def _split(
 
 
 def _create_topics(h: Handler, authz: Authz) -> Handler:
-    def ok(t: Any) -> bool:
-        return authz.allowed(AclOp.CREATE, C) or authz.allowed(AclOp.CREATE, T, t.name)
+    def ok(header: RequestHeader, t: Any) -> bool:
+        return authz.allowed(header, AclOp.CREATE, C) or authz.allowed(
+            header, AclOp.CREATE, T, t.name
+        )
 
     def refused(t: Any) -> dict[str, Any]:
         return {"name": t.name, "topic_id": UUID(int=0),
@@ -249,9 +251,9 @@ def _delete_topics(h: Handler, authz: Authz) -> Handler:
             topic = authz.image().topics.get(t.topic_id)
             return topic.name if topic is not None else None
 
-        def ok(t: Any) -> bool:
+        def ok(header: RequestHeader, t: Any) -> bool:
             n = name_of(t)
-            return n is None or authz.allowed(AclOp.DELETE, T, n)
+            return n is None or authz.allowed(header, AclOp.DELETE, T, n)
 
         def refused(t: Any) -> dict[str, Any]:
             return {"name": name_of(t), "topic_id": getattr(t, "topic_id", UUID(int=0)),
@@ -265,7 +267,7 @@ def _delete_topics(h: Handler, authz: Authz) -> Handler:
 
 def _create_partitions(h: Handler, authz: Authz) -> Handler:
     return _split(
-        h, "topics", lambda t: authz.allowed(AclOp.ALTER, T, t.name),
+        h, "topics", lambda hd, t: authz.allowed(hd, AclOp.ALTER, T, t.name),
         lambda t: {"name": t.name, "error_code": ErrorCode.topic_authorization_failed,
                    "error_message": "Authorization failed."}, "results",
     )  # fmt: skip
@@ -276,11 +278,11 @@ def _configs(op: AclOp, response_field: str) -> Callable[[Handler, Authz], Handl
         # topics and groups on themselves, brokers and their loggers on the cluster
         on = {2: T, 32: G}
 
-        def ok(r: Any) -> bool:
+        def ok(header: RequestHeader, r: Any) -> bool:
             res = on.get(r.resource_type)
             if res is not None:
-                return authz.allowed(op, res, r.resource_name)
-            return authz.allowed(op, C)
+                return authz.allowed(header, op, res, r.resource_name)
+            return authz.allowed(header, op, C)
 
         def refused(r: Any) -> dict[str, Any]:
             err = DENIED[on.get(r.resource_type, C)]
@@ -299,11 +301,11 @@ def _find_coordinator(h: Handler, authz: Authz) -> Handler:
     async def checked(header: RequestHeader, req: Any) -> Any:
         res = X if getattr(req, "key_type", 0) == 1 else G
 
-        def ok(key: str) -> bool:
-            return authz.allowed(AclOp.DESCRIBE, res, key)
+        def ok(header: RequestHeader, key: str) -> bool:
+            return authz.allowed(header, AclOp.DESCRIBE, res, key)
 
         if header.api_version < 4:
-            if ok(req.key):
+            if ok(header, req.key):
                 return await h(header, req)
             return refusal(header, DENIED[res], "DESCRIBE on the key is denied")
 
@@ -323,8 +325,8 @@ def _describe_groups(h: Handler, authz: Authz) -> Handler:
                 "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
                 "authorized_operations": -2147483648}  # fmt: skip
 
-    return _split(h, "groups", lambda g: authz.allowed(AclOp.DESCRIBE, G, g), refused,
-                  "groups")  # fmt: skip
+    return _split(h, "groups", lambda hd, g: authz.allowed(hd, AclOp.DESCRIBE, G, g),
+                  refused, "groups")  # fmt: skip
 
 
 def _consumer_group_describe(h: Handler, authz: Authz) -> Handler:
@@ -334,15 +336,15 @@ def _consumer_group_describe(h: Handler, authz: Authz) -> Handler:
                 "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
                 "authorized_operations": -2147483648}  # fmt: skip
 
-    return _split(h, "group_ids", lambda g: authz.allowed(AclOp.DESCRIBE, G, g), refused,
-                  "groups")  # fmt: skip
+    return _split(h, "group_ids", lambda hd, g: authz.allowed(hd, AclOp.DESCRIBE, G, g),
+                  refused, "groups")  # fmt: skip
 
 
 def _delete_groups(h: Handler, authz: Authz) -> Handler:
     def refused(g: str) -> dict[str, Any]:
         return {"group_id": g, "error_code": ErrorCode.group_authorization_failed}
 
-    return _split(h, "groups_names", lambda g: authz.allowed(AclOp.DELETE, G, g),
+    return _split(h, "groups_names", lambda hd, g: authz.allowed(hd, AclOp.DELETE, G, g),
                   refused, "results")  # fmt: skip
 
 
@@ -355,10 +357,11 @@ def _listed(
     def wrap(h: Handler, authz: Authz) -> Handler:
         async def checked(header: RequestHeader, req: Any) -> Any:
             resp = await h(header, req)
-            if cluster_sees_all and authz.allowed(AclOp.DESCRIBE, C):
+            if cluster_sees_all and authz.allowed(header, AclOp.DESCRIBE, C):
                 return resp
             mine = tuple(e for e in getattr(resp, field)
-                         if authz.allowed(AclOp.DESCRIBE, res, getattr(e, key)))  # fmt: skip
+                         if authz.allowed(header, AclOp.DESCRIBE, res,
+                                          getattr(e, key)))  # fmt: skip
             return dataclasses.replace(resp, **{field: mine})
 
         return checked
@@ -376,15 +379,23 @@ def _committed_topics(h: Handler, authz: Authz) -> Handler:
             {"partition_index": p.partition_index, "error_code": DENIED[T]}
             for p in t.partitions]}  # fmt: skip
 
-    return _split(h, "topics", lambda t: authz.allowed(AclOp.READ, T, t.name), refused, "topics")
+    return _split(
+        h,
+        "topics",
+        lambda hd, t: authz.allowed(hd, AclOp.READ, T, t.name),
+        refused,
+        "topics",
+    )
 
 
-def _described_offsets(resp_topics: Any, asked: bool, authz: Authz) -> tuple[Any, ...]:
+def _described_offsets(
+    header: RequestHeader, resp_topics: Any, asked: bool, authz: Authz
+) -> tuple[Any, ...]:
     """OffsetFetch's topics as a principal may see them: those it may not DESCRIBE are
     left out of an all-topics answer, and refused where the request named them."""
     out = []
     for t in resp_topics:
-        if authz.allowed(AclOp.DESCRIBE, T, t.name):
+        if authz.allowed(header, AclOp.DESCRIBE, T, t.name):
             out.append(t)
         elif asked:
             refused = {"committed_offset": -1, "metadata": "", "error_code": DENIED[T]}
@@ -401,11 +412,13 @@ def _offset_fetch(h: Handler, authz: Authz) -> Handler:
     async def checked(header: RequestHeader, req: Any) -> Any:
         resp = await groups_checked(header, req)
         if header.api_version < 8:
-            topics = _described_offsets(resp.topics, req.topics is not None, authz)
+            topics = _described_offsets(header, resp.topics, req.topics is not None, authz)
             return dataclasses.replace(resp, topics=topics)
         asked = {g.group_id: g.topics is not None for g in req.groups}
         groups = tuple(
-            dataclasses.replace(g, topics=_described_offsets(g.topics, asked[g.group_id], authz))
+            dataclasses.replace(
+                g, topics=_described_offsets(header, g.topics, asked[g.group_id], authz)
+            )
             if g.group_id in asked
             else g
             for g in resp.groups
@@ -420,7 +433,7 @@ def _offset_fetch_groups(h: Handler, authz: Authz) -> Handler:
 
     async def checked(header: RequestHeader, req: Any) -> Any:
         if header.api_version < 8:
-            if authz.allowed(AclOp.DESCRIBE, G, req.group_id):
+            if authz.allowed(header, AclOp.DESCRIBE, G, req.group_id):
                 return await h(header, req)
             if header.api_version >= 2:
                 return refusal(header, DENIED[G], "DESCRIBE on the group is denied")
@@ -435,7 +448,7 @@ def _offset_fetch_groups(h: Handler, authz: Authz) -> Handler:
         def refused(g: Any) -> dict[str, Any]:
             return {"group_id": g.group_id, "topics": [], "error_code": DENIED[G]}
 
-        ok = lambda g: authz.allowed(AclOp.DESCRIBE, G, g.group_id)  # noqa: E731
+        ok = lambda hd, g: authz.allowed(hd, AclOp.DESCRIBE, G, g.group_id)  # noqa: E731
         return await _split(h, "groups", ok, refused, "groups")(header, req)
 
     return checked
@@ -450,14 +463,15 @@ def _describe_transactions(h: Handler, authz: Authz) -> Handler:
                 "transaction_timeout": 0, "transaction_start_time": _NO_TIME,
                 "producer_id": -1, "producer_epoch": -1, "topics": ()}  # fmt: skip
 
-    split = _split(h, "transactional_ids", lambda t: authz.allowed(AclOp.DESCRIBE, X, t),
+    split = _split(h, "transactional_ids",
+                   lambda hd, t: authz.allowed(hd, AclOp.DESCRIBE, X, t),
                    refused, "transaction_states")  # fmt: skip
 
     async def checked(header: RequestHeader, req: Any) -> Any:
         resp = await split(header, req)
         states = tuple(
             dataclasses.replace(s, topics=tuple(
-                t for t in s.topics if authz.allowed(AclOp.DESCRIBE, T, t.topic)))
+                t for t in s.topics if authz.allowed(header, AclOp.DESCRIBE, T, t.topic)))
             for s in resp.transaction_states
         )  # fmt: skip
         return dataclasses.replace(resp, transaction_states=states)
@@ -473,8 +487,8 @@ def _describe_producers(h: Handler, authz: Authz) -> Handler:
             {"partition_index": i, "error_code": DENIED[T], "error_message": None,
              "active_producers": []} for i in t.partition_indexes]}  # fmt: skip
 
-    return _split(h, "topics", lambda t: authz.allowed(AclOp.READ, T, t.name), refused,
-                  "topics")  # fmt: skip
+    return _split(h, "topics", lambda hd, t: authz.allowed(hd, AclOp.READ, T, t.name),
+                  refused, "topics")  # fmt: skip
 
 
 def _add_partitions_to_txn(h: Handler, authz: Authz) -> Handler:
@@ -485,15 +499,15 @@ def _add_partitions_to_txn(h: Handler, authz: Authz) -> Handler:
     async def checked(header: RequestHeader, req: Any) -> Any:
         cls = response_class(ApiKey.ADD_PARTITIONS_TO_TXN, header.api_version)
         if header.api_version >= 4:
-            if authz.allowed(AclOp.CLUSTER_ACTION, C):
+            if authz.allowed(header, AclOp.CLUSTER_ACTION, C):
                 return await h(header, req)
             return build(cls, {"throttle_time": 0, "error_code": DENIED[C],
                                "results_by_transaction": []})  # fmt: skip
         topics = req.v3_and_below_topics
-        if not authz.allowed(AclOp.WRITE, X, req.v3_and_below_transactional_id):
+        if not authz.allowed(header, AclOp.WRITE, X, req.v3_and_below_transactional_id):
             errors = {t.name: DENIED[X] for t in topics}
         else:
-            denied = {t.name for t in topics if not authz.allowed(AclOp.WRITE, T, t.name)}
+            denied = {t.name for t in topics if not authz.allowed(header, AclOp.WRITE, T, t.name)}
             if not denied:
                 return await h(header, req)
             errors = {t.name: DENIED[T] if t.name in denied

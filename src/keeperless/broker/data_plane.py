@@ -22,6 +22,7 @@ from keeperless.broker.txn_verify import (
 )
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
+from keeperless.protocol.context import listener_of
 from keeperless.protocol.fetch_response import (
     FetchPartition,
     NodeEndpoint,
@@ -31,7 +32,6 @@ from keeperless.protocol.fetch_response import (
 )
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import CorruptBatchError, decode_records, iter_batches
-from keeperless.protocol.session import current_listener
 from keeperless.storage.log import FileSlice
 
 __all__ = ["DataPlane"]
@@ -163,7 +163,7 @@ class DataPlane:
         authz = self.broker.authz
         # Kafka: transactional records need a transactional id the principal may write
         txn_denied = (
-            authz.check(AclOp.WRITE, Resource.TRANSACTIONAL_ID, req.transactional_id)
+            authz.check(header, AclOp.WRITE, Resource.TRANSACTIONAL_ID, req.transactional_id)
             if req.transactional_id is not None
             else ErrorCode.transactional_id_authorization_failed
             if any(_transactional(pd.records) for td in req.topic_data
@@ -173,7 +173,7 @@ class DataPlane:
         refused, verified = ({}, set()) if txn_denied else await self._verify(req, version, named)
         for td, name in named:
             topic_denied = txn_denied or (
-                name is not None and authz.check(AclOp.WRITE, Resource.TOPIC, name)
+                name is not None and authz.check(header, AclOp.WRITE, Resource.TOPIC, name)
             )
             parts = []
             for pd in td.partition_data:
@@ -262,7 +262,7 @@ class DataPlane:
         if leaders:
             body["node_endpoints"] = [
                 {"node_id": e.node_id, "host": e.host, "port": e.port, "rack": e.rack}
-                for e in self._endpoints(leaders)
+                for e in self._endpoints(header, leaders)
             ]
         return build(response_class(ApiKey.PRODUCE, version), body)
 
@@ -359,7 +359,7 @@ class DataPlane:
         return None, None
 
     def _fetch_once(
-        self, req: Any, version: int, budget: int, first: bool
+        self, header: RequestHeader, req: Any, version: int, budget: int, first: bool
     ) -> tuple[list[tuple[str | UUID, list[FetchPartition]]], int, bool, set[int]]:
         """One pass over the partitions: (topics, bytes, whether to answer at once, the
         leaders named in current_leader fields)."""
@@ -376,7 +376,9 @@ class DataPlane:
         out: list[tuple[str | UUID, list[FetchPartition]]] = []
         authz = self.broker.authz
         # a follower's fetch needs CLUSTER_ACTION; a consumer's, READ on each topic
-        cluster_denied = replica >= 0 and authz.check(AclOp.CLUSTER_ACTION, Resource.CLUSTER)
+        cluster_denied = replica >= 0 and authz.check(
+            header, AclOp.CLUSTER_ACTION, Resource.CLUSTER
+        )
         for t in req.topics:
             parts = []
             if version >= 13:  # KIP-516: topics named by id
@@ -386,7 +388,9 @@ class DataPlane:
             else:
                 key = name = t.topic
             read_denied = (
-                replica < 0 and name is not None and authz.check(AclOp.READ, Resource.TOPIC, name)
+                replica < 0
+                and name is not None
+                and authz.check(header, AclOp.READ, Resource.TOPIC, name)
             )
             for fp in t.partitions:
                 if name is None:
@@ -464,11 +468,11 @@ class DataPlane:
         info = t.partitions[index]
         return (info.leader, info.leader_epoch)
 
-    def _endpoints(self, nodes: set[int]) -> list[NodeEndpoint]:
+    def _endpoints(self, header: RequestHeader, nodes: set[int]) -> list[NodeEndpoint]:
         out = []
         for n in sorted(nodes):
             b = self.broker.image.brokers.get(n)
-            found = b.endpoint(current_listener()) if b is not None and not b.fenced else None
+            found = b.endpoint(listener_of(header)) if b is not None and not b.fenced else None
             if b is not None and found is not None:
                 out.append(NodeEndpoint(n, found[0], found[1], b.rack))
         return out
@@ -480,7 +484,7 @@ class DataPlane:
         first = True
         version = header.api_version
         while True:
-            topics, total, errors, leaders = self._fetch_once(req, version, budget, first)
+            topics, total, errors, leaders = self._fetch_once(header, req, version, budget, first)
             first = False
             remaining = deadline - loop.time()
             if total >= max(req.min_bytes, 1) or remaining <= 0 or errors:
@@ -494,7 +498,7 @@ class DataPlane:
             version,
             header.correlation_id,
             topics,
-            node_endpoints=self._endpoints(leaders) if leaders else (),
+            node_endpoints=self._endpoints(header, leaders) if leaders else (),
         )
 
     # -- ListOffsets ----------------------------------------------------------------------
@@ -505,7 +509,7 @@ class DataPlane:
             parts = []
             for lp in t.partitions:
                 err = self.broker.authz.check(
-                    AclOp.DESCRIBE, Resource.TOPIC, t.name
+                    header, AclOp.DESCRIBE, Resource.TOPIC, t.name
                 ) or self._partition_error(t.name, lp.partition_index)
                 p = self.broker.partitions.get(t.name, lp.partition_index)
                 entry: dict[str, Any] = {
@@ -564,7 +568,7 @@ class DataPlane:
                 }
                 parts.append(entry)
                 err = self.broker.authz.check(
-                    AclOp.DELETE, Resource.TOPIC, t.name
+                    header, AclOp.DELETE, Resource.TOPIC, t.name
                 ) or self._partition_error(t.name, dp.partition_index)
                 p = self.broker.partitions.get(t.name, dp.partition_index)
                 if err is None and p is None:
@@ -619,10 +623,10 @@ class DataPlane:
         authz = self.broker.authz
         # as Kafka's KafkaApis: CLUSTER_ACTION (followers) covers every topic, else
         # DESCRIBE on each
-        replica = authz.allowed(AclOp.CLUSTER_ACTION, Resource.CLUSTER)
+        replica = authz.allowed(header, AclOp.CLUSTER_ACTION, Resource.CLUSTER)
         for t in req.topics:
             parts = []
-            denied = not replica and authz.check(AclOp.DESCRIBE, Resource.TOPIC, t.topic)
+            denied = not replica and authz.check(header, AclOp.DESCRIBE, Resource.TOPIC, t.topic)
             for op in t.partitions:
                 entry: dict[str, Any] = {"partition": op.partition, "error_code": ErrorCode.none}
                 err = denied or self._partition_error(t.topic, op.partition)

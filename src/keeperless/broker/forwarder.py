@@ -18,12 +18,13 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.controller_channel import ControllerUnavailableError, not_controller
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
+from keeperless.protocol.context import session_of
 from keeperless.protocol.framing import (
     RequestHeader,
     decode_response,
     encode_request,
 )
-from keeperless.protocol.session import ANONYMOUS, current_session, encode_principal
+from keeperless.protocol.session import ANONYMOUS, encode_principal
 
 __all__ = ["Forwarder"]
 
@@ -61,7 +62,7 @@ class Forwarder:
         return await self._enveloped(header, req)
 
     async def _enveloped(self, header: RequestHeader, req: Any) -> Any:
-        s = current_session.get()
+        s = session_of(header)
         inner = encode_request(
             header.api_key, header.api_version, header.correlation_id, header.client_id or "", req
         )[4:]

@@ -23,9 +23,9 @@ from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.metadata.image import MetadataImage
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
+from keeperless.protocol.context import listener_of
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import decode_records
-from keeperless.protocol.session import current_listener
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -51,14 +51,16 @@ def partition_for_group(group_id: str, partitions: int) -> int:
     return (h & 0x7FFFFFFF) % partitions
 
 
-def coordinator_of(image: MetadataImage, topic: str, key: str, ready: bool) -> dict[str, Any]:
+def coordinator_of(
+    image: MetadataImage, topic: str, key: str, ready: bool, listener: str | None
+) -> dict[str, Any]:
     """FindCoordinator's entry for ``key``: the live leader of its partition of
     ``topic`` (Kafka's rule, for groups and transactional ids alike)."""
     t = image.topic(topic)
     if ready and t is not None and key:
         leader = t.partitions[partition_for_group(key, len(t.partitions))].leader
         reg = image.brokers.get(leader)
-        found = reg.endpoint(current_listener()) if reg is not None and not reg.fenced else None
+        found = reg.endpoint(listener) if reg is not None and not reg.fenced else None
         if found is not None:
             host, port = found
             return {"key": key, "node_id": leader, "host": host, "port": port,
@@ -73,7 +75,8 @@ def find_coordinator_response(
 ) -> Any:
     """FindCoordinator for every key of the request (one key before v4)."""
     keys = list(req.coordinator_keys) if header.api_version >= 4 else [req.key]
-    coords = [coordinator_of(image, topic, k, ready) for k in keys]
+    listener = listener_of(header)
+    coords = [coordinator_of(image, topic, k, ready, listener) for k in keys]
     body: dict[str, Any] = {"throttle_time": 0, "coordinators": coords}
     if header.api_version < 4:
         body.update({k: v for k, v in coords[0].items() if k != "key"})

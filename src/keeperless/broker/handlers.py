@@ -57,8 +57,8 @@ from keeperless.metadata.image import AclEntry, MetadataImage
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS, ApiKey
 from keeperless.protocol.build import build
+from keeperless.protocol.context import listener_of
 from keeperless.protocol.framing import ProtocolError, RequestHeader, response_class
-from keeperless.protocol.session import current_listener
 
 T = Resource.TOPIC
 CLUSTER_NAME = "kafka-cluster"
@@ -142,9 +142,9 @@ class BrokerHandlers(LogDirApis):
 
     # -- Metadata -------------------------------------------------------------------------
 
-    def _brokers(self, include_fenced: bool = False) -> list[dict[str, Any]]:
+    def _brokers(self, header: RequestHeader, include_fenced: bool = False) -> list[dict[str, Any]]:
         out = []
-        listener = current_listener()
+        listener = listener_of(header)
         for b in sorted(self.broker.image.brokers.values(), key=lambda b: b.broker_id):
             if b.fenced and b.broker_id != self.broker.node_id and not include_fenced:
                 continue
@@ -163,15 +163,15 @@ class BrokerHandlers(LogDirApis):
             )
         return out
 
-    def _cluster_ops(self) -> int:
+    def _cluster_ops(self, header: RequestHeader) -> int:
         if not self.broker.authz.enabled:
             return all_operations("cluster")
-        return self.broker.authz.ops(Resource.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
+        return self.broker.authz.ops(header, Resource.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
 
-    def _topic_ops(self, name: str) -> int:
+    def _topic_ops(self, header: RequestHeader, name: str) -> int:
         if not self.broker.authz.enabled:
             return all_operations("topic")
-        return self.broker.authz.topic_ops(name, TOPIC_OPS)
+        return self.broker.authz.topic_ops(header, name, TOPIC_OPS)
 
     async def metadata(self, header: RequestHeader, req: Any) -> Any:
         image = self.broker.image
@@ -179,7 +179,9 @@ class BrokerHandlers(LogDirApis):
         by_id: list[Any] = []  # v10+: topics asked for by id (a KIP-848 assignment's)
         if req.topics is None or (header.api_version == 0 and not req.topics):
             # all topics: those this principal may not describe are left out
-            names = [n for n in sorted(image.topic_ids) if authz.allowed(AclOp.DESCRIBE, T, n)]
+            names = [
+                n for n in sorted(image.topic_ids) if authz.allowed(header, AclOp.DESCRIBE, T, n)
+            ]
         else:
             names = [t.name for t in req.topics if t.name is not None]
             by_id = [
@@ -200,12 +202,12 @@ class BrokerHandlers(LogDirApis):
                 continue
             if validate_topic_name(n) is not None:
                 missing[n] = ErrorCode.invalid_topic_exception
-            elif not authz.allowed(AclOp.DESCRIBE, T, n):
+            elif not authz.allowed(header, AclOp.DESCRIBE, T, n):
                 missing[n] = ErrorCode.topic_authorization_failed
             elif auto and req.topics is not None and not n.startswith("__"):
                 # auto-creation needs CREATE on the cluster or the topic
-                creatable_here = authz.allowed(AclOp.CREATE, Resource.CLUSTER) or (
-                    authz.allowed(AclOp.CREATE, T, n)
+                creatable_here = authz.allowed(header, AclOp.CREATE, Resource.CLUSTER) or (
+                    authz.allowed(header, AclOp.CREATE, T, n)
                 )
                 missing[n] = (
                     ErrorCode.leader_not_available
@@ -234,7 +236,7 @@ class BrokerHandlers(LogDirApis):
                 names.append(found.name)
         for name in names:
             t = image.topic(name)
-            if t is not None and not authz.allowed(AclOp.DESCRIBE, T, name):
+            if t is not None and not authz.allowed(header, AclOp.DESCRIBE, T, name):
                 t = None
                 missing[name] = ErrorCode.topic_authorization_failed
             if t is None:
@@ -255,7 +257,7 @@ class BrokerHandlers(LogDirApis):
                     "topic_id": t.topic_id,
                     "is_internal": name.startswith("__"),
                     "partitions": parts,
-                    "topic_authorized_operations": self._topic_ops(name)
+                    "topic_authorized_operations": self._topic_ops(header, name)
                     if getattr(req, "include_topic_authorized_operations", False)
                     else NOT_REQUESTED,
                 }
@@ -264,12 +266,12 @@ class BrokerHandlers(LogDirApis):
             response_class(ApiKey.METADATA, header.api_version),
             {
                 "throttle_time": 0,
-                "brokers": self._brokers(),
+                "brokers": self._brokers(header),
                 "cluster_id": self.broker.settings.cluster_id,
                 "controller_id": self.broker.node_id,
                 "topics": topics,
                 "error_code": ErrorCode.none,
-                "cluster_authorized_operations": self._cluster_ops()
+                "cluster_authorized_operations": self._cluster_ops(header)
                 if getattr(req, "include_cluster_authorized_operations", False)
                 else NOT_REQUESTED,
             },
@@ -286,7 +288,9 @@ class BrokerHandlers(LogDirApis):
         if req.topics:
             wanted = sorted({t.name for t in req.topics})
         else:  # every topic this principal may describe, as Kafka's
-            wanted = [n for n in sorted(image.topic_ids) if authz.allowed(AclOp.DESCRIBE, T, n)]
+            wanted = [
+                n for n in sorted(image.topic_ids) if authz.allowed(header, AclOp.DESCRIBE, T, n)
+            ]
         if cursor is not None and req.topics and cursor.topic_name not in wanted:
             raise ProtocolError(
                 f"DescribeTopicPartitions: the cursor's topic {cursor.topic_name!r} is not "
@@ -298,12 +302,12 @@ class BrokerHandlers(LogDirApis):
         next_cursor = None
         for i, name in enumerate(wanted):
             t = image.topic(name)
-            if t is None or not authz.allowed(AclOp.DESCRIBE, T, name):
+            if t is None or not authz.allowed(header, AclOp.DESCRIBE, T, name):
                 code = (
                     ErrorCode.invalid_topic_exception
                     if validate_topic_name(name)
                     else ErrorCode.unknown_topic_or_partition
-                    if authz.allowed(AclOp.DESCRIBE, T, name)
+                    if authz.allowed(header, AclOp.DESCRIBE, T, name)
                     else ErrorCode.topic_authorization_failed
                 )
                 topics.append(
@@ -324,7 +328,7 @@ class BrokerHandlers(LogDirApis):
                     "topic_id": t.topic_id,
                     "is_internal": name.startswith("__"),
                     "partitions": [self._partition_entry(image, t.partitions[p], p) for p in taken],
-                    "topic_authorized_operations": self._topic_ops(name),
+                    "topic_authorized_operations": self._topic_ops(header, name),
                 }
             )
             if rest:
@@ -369,10 +373,10 @@ class BrokerHandlers(LogDirApis):
                 "endpoint_type": 1,
                 "cluster_id": self.broker.settings.cluster_id,
                 "controller_id": self.broker.node_id,
-                "brokers": self._brokers(getattr(req, "include_fenced_brokers", False))
+                "brokers": self._brokers(header, getattr(req, "include_fenced_brokers", False))
                 if err == ErrorCode.none
                 else [],
-                "cluster_authorized_operations": self._cluster_ops()
+                "cluster_authorized_operations": self._cluster_ops(header)
                 if getattr(req, "include_cluster_authorized_operations", False)
                 else NOT_REQUESTED,
             },

@@ -1,11 +1,9 @@
-"""Who sent the request being handled: each connection's Session (principal, client
-address, listener), set by the connection for the task that serves it and read by
-handlers (authorization, the endpoints a client is told about) through
-``current_session``."""
+"""Who is on the other end of a connection: its Session (principal, client address,
+listener), which the router puts in the RequestContext of every request it hands to a
+handler (``protocol/context.py``)."""
 
 from __future__ import annotations
 
-import contextvars
 from dataclasses import dataclass
 
 from keeperless.protocol.varint import read_uvarint, write_uvarint
@@ -13,8 +11,6 @@ from keeperless.protocol.varint import read_uvarint, write_uvarint
 __all__ = [
     "ANONYMOUS",
     "Session",
-    "current_listener",
-    "current_session",
     "decode_principal",
     "encode_principal",
 ]
@@ -30,17 +26,6 @@ class Session:
     principal: str = ANONYMOUS
     authenticated: bool = False
     mechanism: str | None = None
-
-
-current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
-    "keeperless_session", default=None
-)
-
-
-def current_listener() -> str | None:
-    """The listener the request being handled came in on (None: not from a client)."""
-    s = current_session.get()
-    return s.listener if s is not None and s.listener else None
 
 
 def encode_principal(principal: str) -> bytes:

@@ -4,7 +4,6 @@ are answered in order, one at a time, as Kafka does."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import datetime
 import logging
@@ -17,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.protocol.apis import API_NAMES, ApiKey
 from keeperless.protocol.build import build
+from keeperless.protocol.context import RequestContext
 from keeperless.protocol.fetch_response import fetch_replica_id
 from keeperless.protocol.framing import (
     MAX_FRAME,
@@ -30,13 +30,12 @@ from keeperless.protocol.framing import (
     response_class,
 )
 from keeperless.runtime.sasl_state import SaslState, illegal_sasl_state
-from keeperless.runtime.security import ListenerSecurity, Session, current_session
+from keeperless.runtime.security import ListenerSecurity, Session
 
 __all__ = ["KafkaProtocol", "RequestRouter"]
 
 log = logging.getLogger(__name__)
 # the throttle time the request just handled earned (client quotas), for its connection
-current_throttle: contextvars.ContextVar[int] = contextvars.ContextVar("throttle", default=0)
 
 
 SASL_MAX_RECEIVE = 524288
@@ -77,16 +76,21 @@ class RequestRouter:
             self._last_warn[key] = now
             log.warning("[node %d] " + msg, self.node_id, *args)
 
-    async def handle(self, frame: memoryview) -> bytes | list[Any] | None:
+    async def handle(
+        self, frame: memoryview, session: Session | None = None
+    ) -> tuple[bytes | list[Any] | None, int]:
+        """The answer to one request from ``session``'s connection, and how long (ms) a
+        client over its quota is muted for."""
         header, pos = read_header(frame)
         if header.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
-            return illegal_sasl_state(frame)  # no SASL exchange expected on this connection
+            # no SASL exchange expected on this connection
+            return illegal_sasl_state(frame), 0
         rng = self.apis.get(header.api_key)
         if header.api_key == ApiKey.API_VERSIONS and (rng is None or header.api_version > rng[1]):
             # Unknown ApiVersions version: answer v0 with UNSUPPORTED_VERSION (KIP-511).
             hdr = RequestHeader(ApiKey.API_VERSIONS, 0, header.correlation_id, header.client_id)
             body = self.api_versions_body(ErrorCode.unsupported_version)
-            return encode_response(hdr, build(response_class(ApiKey.API_VERSIONS, 0), body))
+            return encode_response(hdr, build(response_class(ApiKey.API_VERSIONS, 0), body)), 0
         if rng is None or not rng[0] <= header.api_version <= rng[1]:
             name = API_NAMES.get(header.api_key, f"api key {header.api_key}")
             raise ProtocolError(
@@ -94,31 +98,35 @@ class RequestRouter:
                 f"node does not support ({f'versions {rng[0]}-{rng[1]}' if rng else 'not offered'})"
             )
         req = decode_request(header, frame, pos)
+        ctx = RequestContext.of(header, session)
         t0 = time.perf_counter()
         if self.metrics is None:
-            resp = await self.handlers[header.api_key](header, req)
+            resp = await self.handlers[header.api_key](ctx, req)
         else:
             name = API_NAMES.get(header.api_key, str(header.api_key))
             t0 = time.perf_counter()
             try:
-                resp = await self.handlers[header.api_key](header, req)
+                resp = await self.handlers[header.api_key](ctx, req)
             except Exception:
                 self.metrics.request_errors.labels(name).inc()
                 raise
             self.metrics.requests.labels(name).inc()
             self.metrics.request_latency.labels(name).observe((time.perf_counter() - t0) * 1000)
+        throttle = 0
         if self.quotas is not None and self.quotas.active:
-            resp = self._throttled(header, req, frame, resp, (time.perf_counter() - t0) * 1000)
+            resp, throttle = self._throttled(
+                ctx, req, frame, resp, (time.perf_counter() - t0) * 1000
+            )
         if resp is None or isinstance(resp, list):
-            return resp  # no response (acks=0), or a frame already encoded as parts
-        return encode_response(header, resp)
+            return resp, throttle  # no response (acks=0), or a frame encoded as parts
+        return encode_response(header, resp), throttle
 
     def _throttled(
-        self, header: RequestHeader, req: Any, frame: memoryview, resp: Any, ms: float
-    ) -> Any:
+        self, ctx: RequestContext, req: Any, frame: memoryview, resp: Any, ms: float
+    ) -> tuple[Any, int]:
         """Client quotas: record the request, and if the client is over a quota, tell it
         to wait (throttle_time_ms) and mute its connection that long (KIP-219)."""
-        s = current_session.get()
+        header, s = ctx, ctx.session
         out_bytes = (
             sum(p.length if hasattr(p, "length") else len(p) for p in resp)
             if (isinstance(resp, list))
@@ -130,18 +138,17 @@ class RequestRouter:
             len(frame), out_bytes, ms, replica,
         )  # fmt: skip
         if throttle <= 0 or resp is None:
-            return resp
-        current_throttle.set(throttle)
+            return resp, 0
         if isinstance(resp, list):  # Fetch: throttle_time_ms follows the correlation id
             at = 4 + (1 if header.api_version >= 12 else 0)
             first = bytearray(resp[1])
             first[at : at + 4] = throttle.to_bytes(4, "big")
-            return [resp[0], bytes(first), *resp[2:]]
+            return [resp[0], bytes(first), *resp[2:]], throttle
         if hasattr(resp, "throttle_time"):
-            return dataclasses.replace(
+            resp = dataclasses.replace(
                 resp, throttle_time=datetime.timedelta(milliseconds=throttle)
             )
-        return resp
+        return resp, throttle
 
 
 def _failure_key(e: BaseException) -> str:
@@ -284,7 +291,6 @@ class KafkaProtocol(asyncio.Protocol):
             self.transport.close()
 
     async def _serve(self) -> None:
-        current_session.set(self.session)
         while True:
             frame = await self.queue.get()
             if frame is None or self.transport is None or self.transport.is_closing():
@@ -294,6 +300,7 @@ class KafkaProtocol(asyncio.Protocol):
                 self.transport.resume_reading()
             try:
                 out: bytes | list[Any] | None
+                throttle = 0
                 relogin = self.sasl is not None and self.session.authenticated
                 if relogin and not self._reauthenticating(frame):
                     self._close()
@@ -304,7 +311,7 @@ class KafkaProtocol(asyncio.Protocol):
                         self.decoder.max_frame = self.max_request_bytes
                         close = close or not self._logged_in()
                     if out is None and not close:
-                        out = await self.router.handle(frame)  # ApiVersions
+                        out, _ = await self.router.handle(frame, self.session)  # ApiVersions
                     if close:
                         if out is not None and isinstance(out, bytes):
                             self.transport.write(out)
@@ -314,7 +321,7 @@ class KafkaProtocol(asyncio.Protocol):
                         self._close()
                         return
                 else:
-                    out = await self.router.handle(frame)
+                    out, throttle = await self.router.handle(frame, self.session)
             except ProtocolError as e:
                 self.router.warn(str(e)[:60], "Closing connection from %s: %s", self.peer, e)
                 self._close()
@@ -335,9 +342,6 @@ class KafkaProtocol(asyncio.Protocol):
                     )
                 self._close()
                 return
-            throttle = current_throttle.get()
-            if throttle:
-                current_throttle.set(0)
             if out is None or self.transport.is_closing():
                 if throttle:
                     await asyncio.sleep(throttle / 1000)  # muted: nothing more is read

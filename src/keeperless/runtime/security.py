@@ -7,8 +7,8 @@ SCRAM-SHA-256, SCRAM-SHA-512) with PLAIN's users in the listener's JAAS configur
 Every key may be set for one listener as ``listener.name.<listener>.<key>`` (and a JAAS
 configuration per mechanism as ``listener.name.<listener>.<mechanism>.sasl.jaas.config``).
 
-Each connection has a Session (who, from where, on which listener), visible to the
-request handlers of its task through ``current_session``.
+Each connection has a Session (who, from where, on which listener), which the router
+passes to the request handlers in each request's RequestContext.
 
 The client side (``ClientSecurity``, ``connect``) is what nodes use toward each other
 (inter.broker.listener.name, controller.listener.names): the same keys, and the
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from keeperless.protocol.sasl import Credential, SaslClient, SaslFailure, parse_jaas
-from keeperless.protocol.session import ANONYMOUS, Session, current_session
+from keeperless.protocol.session import ANONYMOUS, Session
 
 __all__ = [
     "ANONYMOUS",
@@ -40,7 +40,6 @@ __all__ = [
     "Session",
     "client_security",
     "connect",
-    "current_session",
     "listener_security",
 ]
 

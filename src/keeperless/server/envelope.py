@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
+from keeperless.protocol.context import RequestContext, session_of
 from keeperless.protocol.framing import (
     ProtocolError,
     RequestHeader,
@@ -22,14 +23,20 @@ from keeperless.protocol.framing import (
     read_header,
     response_class,
 )
-from keeperless.protocol.session import Session, current_session, decode_principal
+from keeperless.protocol.session import Session, decode_principal
 
 __all__ = ["FORWARDABLE", "envelope_handler"]
 
 Handler = Callable[[RequestHeader, Any], Awaitable[Any]]
 
 # what brokers forward (Kafka's forwardable admin APIs served here)
-FORWARDABLE = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 49, 51, 55, 57, 64})
+FORWARDABLE = frozenset({
+    ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
+    ApiKey.ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS, ApiKey.ELECT_LEADERS,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_QUORUM, ApiKey.UPDATE_FEATURES,
+    ApiKey.UNREGISTER_BROKER,
+})  # fmt: skip
 
 
 def envelope_handler(handlers: Mapping[int, Handler], active: Callable[[], bool]) -> Handler:
@@ -47,14 +54,11 @@ def envelope_handler(handlers: Mapping[int, Handler], active: Callable[[], bool]
             host = ipaddress.ip_address(bytes(req.client_host_address)).compressed
         except (ProtocolError, ValueError):
             return build(cls, {"response_data": b"", "error_code": ErrorCode.invalid_request})
-        outer = current_session.get()
+        outer = session_of(header)
         client = Session(outer.listener if outer else "", outer.protocol if outer else "",
                          host, principal, authenticated=True)  # fmt: skip
-        token = current_session.set(client)
-        try:
-            resp = await handlers[inner.api_key](inner, inner_req)
-        finally:
-            current_session.reset(token)
+        # handled as if the client the envelope names had sent it here
+        resp = await handlers[inner.api_key](RequestContext.of(inner, client), inner_req)
         answer = encode_response(inner, resp)[4:]  # the inner header and body
         return build(cls, {"response_data": answer, "error_code": ErrorCode.none})
 
