@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.authz_apis import _CLUSTER, _CONTROLLER_RPC, _ONE, _per_item_refusal
-from keeperless.metadata.authorizer import AclOp, Authorizer, Resource
 from keeperless.metadata.image import AclEntry
 from keeperless.protocol.apis import BROKER_APIS, CONTROLLER_APIS
 from keeperless.protocol.framing import RequestHeader, encode_response
+from keeperless.security.api_rules import _CLUSTER, _CONTROLLER_RPC, _ONE, _per_item_refusal
+from keeperless.security.authorizer import AclOp, Authorizer, Resource
 
 _REQUESTS = {
     43: SimpleNamespace(topic_partitions=[SimpleNamespace(topic="t", partitions=[0])]),
@@ -122,7 +122,7 @@ def test_every_controller_refusal_encodes(key: int) -> None:
 
 
 def _rules(controller: bool) -> dict[str, set[int]]:
-    from keeperless.broker import authz_apis as a
+    from keeperless.security import api_rules as a
 
     out = {"cluster": set(a._CLUSTER), "one resource": set(a._ONE),
            "per item": set(a._TOPIC_ADMIN), "in the handler": set(a.IN_HANDLER),
@@ -143,7 +143,7 @@ def test_every_served_api_has_an_authorization_rule(listener: str) -> None:
     checked = set().union(*(v for n, v in rules.items() if n not in ("none (as Kafka)",
                                                                     "in the handler")))  # fmt: skip
     missing = [k.title for k in served if not any(k in v for v in rules.values())]
-    assert not missing, f"no authorization rule for {missing} (broker/authz_apis.py)"
+    assert not missing, f"no authorization rule for {missing} (security/api_rules.py)"
     unchecked = rules["none (as Kafka)"]
     both = [k.title for k in served
             if k in unchecked and (k in checked or k in rules["in the handler"])]  # fmt: skip
@@ -151,7 +151,7 @@ def test_every_served_api_has_an_authorization_rule(listener: str) -> None:
 
 
 def test_the_rule_table_check_can_fail() -> None:
-    from keeperless.broker import authz_apis as a
+    from keeperless.security import api_rules as a
 
     a.IN_HANDLER = a.IN_HANDLER - {75}  # type: ignore[misc]
     try:
@@ -162,8 +162,8 @@ def test_the_rule_table_check_can_fail() -> None:
 
 
 def test_a_refused_consumer_group_describe_encodes_in_every_version() -> None:
-    from keeperless.broker.authz import Authz
-    from keeperless.broker.authz_apis import _consumer_group_describe
+    from keeperless.security.api_rules import _consumer_group_describe
+    from keeperless.security.authz import Authz
 
     class Deny(Authz):
         def allowed(self, who: Any, op: Any, resource: Any, name: str = "") -> bool:

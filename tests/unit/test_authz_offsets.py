@@ -8,9 +8,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.authz import AclOp, Resource
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.security.authz import AclOp, Resource
 from tests.unit.test_authz_txn_apis import OK, _Allowing, _run
 
 T, G = Resource.TOPIC, Resource.GROUP

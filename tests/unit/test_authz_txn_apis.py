@@ -10,11 +10,11 @@ from typing import Any
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.authz import AclOp, Authz, Resource
-from keeperless.broker.authz_apis import _NO_TIME, authorized_handlers
-from keeperless.metadata.authorizer import CLUSTER_NAME, Authorizer
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, encode_response, response_class
+from keeperless.security.api_rules import _NO_TIME, authorized_handlers
+from keeperless.security.authorizer import CLUSTER_NAME, Authorizer
+from keeperless.security.authz import AclOp, Authz, Resource
 
 X, T, C = Resource.TRANSACTIONAL_ID, Resource.TOPIC, Resource.CLUSTER
 OK = ErrorCode.none

@@ -9,7 +9,7 @@ import pytest
 
 from keeperless.metadata.bootstrap import scram_record
 from keeperless.metadata.image import ScramCredential
-from keeperless.protocol.sasl import (
+from keeperless.security.sasl import (
     PlainServer,
     SaslFailure,
     ScramServer,

@@ -14,12 +14,10 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.authz import Authz
 from keeperless.broker.auto_create import AutoTopicCreator
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.controller_rpcs import ControllerRpcs
 from keeperless.broker.partitions import PartitionManager
-from keeperless.metadata.authorizer import Authorizer
 from keeperless.metadata.config_catalog import Resolved, resolve_broker, resolve_topic
 from keeperless.metadata.image import (
     BROKER_RESOURCE,
@@ -29,6 +27,8 @@ from keeperless.metadata.image import (
     PartitionInfo,
 )
 from keeperless.metadata.topic_configs import TOPIC_CONFIG_DEFAULTS
+from keeperless.security.authorizer import Authorizer
+from keeperless.security.authz import Authz
 from keeperless.storage.log import LogConfig
 
 __all__ = ["Broker", "BrokerSettings"]

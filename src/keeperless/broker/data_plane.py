@@ -11,7 +11,6 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.authz import AclOp, Resource
 from keeperless.broker.broker import Broker
 from keeperless.broker.partitions import AppendResult, NotLeaderError
 from keeperless.broker.txn_verify import (
@@ -32,6 +31,7 @@ from keeperless.protocol.fetch_response import (
 )
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import CorruptBatchError, decode_records, iter_batches
+from keeperless.security.authz import AclOp, Resource
 from keeperless.storage.log import FileSlice
 
 __all__ = ["DataPlane"]

@@ -14,7 +14,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.authz import AclOp, Resource
 from keeperless.broker.broker import Broker
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.data_plane import DataPlane
@@ -59,6 +58,7 @@ from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS, ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.context import listener_of
 from keeperless.protocol.framing import ProtocolError, RequestHeader, response_class
+from keeperless.security.authz import AclOp, Resource
 
 T = Resource.TOPIC
 CLUSTER_NAME = "kafka-cluster"

@@ -167,7 +167,7 @@ _TABLE = (
     ApiSpec(ApiKey.LIST_GROUPS, broker=(0, 5)),
     ApiSpec(
         ApiKey.SASL_HANDSHAKE, broker=(0, 1), controller=(0, 1)
-    ),  # answered by the connection, runtime/sasl_state.py
+    ),  # answered by the connection, security/sasl_state.py
     ApiSpec(ApiKey.API_VERSIONS, broker=(0, 4), controller=(0, 3)),
     ApiSpec(ApiKey.CREATE_TOPICS, broker=(2, 7), controller=(7, 7)),
     ApiSpec(ApiKey.DELETE_TOPICS, broker=(1, 6), controller=(6, 6)),

@@ -29,8 +29,8 @@ from keeperless.protocol.framing import (
     read_header,
     response_class,
 )
-from keeperless.runtime.sasl_state import SaslState, illegal_sasl_state
-from keeperless.runtime.security import ListenerSecurity, Session
+from keeperless.security.listeners import ListenerSecurity, Session
+from keeperless.security.sasl_state import SaslState, illegal_sasl_state
 
 __all__ = ["KafkaProtocol", "RequestRouter"]
 
@@ -306,7 +306,7 @@ class KafkaProtocol(asyncio.Protocol):
                     self._close()
                     return
                 if self.sasl is not None and not self.session.authenticated:
-                    out, close = self.sasl.handle(frame, self.session, self.router)
+                    out, close = self.sasl.handle(frame, self.session)
                     if self.session.authenticated:
                         self.decoder.max_frame = self.max_request_bytes
                         close = close or not self._logged_in()

@@ -39,7 +39,7 @@ from keeperless.runtime.raft_rpc import (
     response_of,
     response_to_message,
 )
-from keeperless.runtime.security import ClientSecurity, connect
+from keeperless.security.listeners import ClientSecurity, connect
 
 _NO_DIRECTORY = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: the directory is unknown
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from keeperless._properties import PropertiesError, parse_properties
-from keeperless.runtime.security import SecurityConfigError, listener_security
+from keeperless.security.listeners import SecurityConfigError, listener_security
 
 __all__ = [
     "ConfigError",
@@ -333,7 +333,7 @@ ACCEPTED_KAFKA_KEYS = frozenset(
         "compression.type",
         "num.replica.fetchers",
         "unclean.leader.election.enable",
-        # security: read per listener by runtime/security.py (listener.name.<l>.<key>
+        # security: read per listener by security/listeners.py (listener.name.<l>.<key>
         # overrides are accepted too, see _accepted)
         "ssl.keystore.type",
         "ssl.keystore.location",

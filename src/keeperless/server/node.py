@@ -15,8 +15,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.authz import Authz
-from keeperless.broker.authz_apis import authorized_handlers
 from keeperless.broker.broker import Broker, BrokerSettings
 from keeperless.broker.consumer_group_apis import ConsumerGroupApis
 from keeperless.broker.controller_channel import ControllerUnavailableError, RemoteController
@@ -31,26 +29,28 @@ from keeperless.broker.txn_admin import TxnAdmin
 from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
 from keeperless.broker.txn_offsets import TxnOffsets
-from keeperless.metadata.authorizer import Authorizer
 from keeperless.metadata.features import features_body
 from keeperless.metadata.image import ScramCredential
 from keeperless.protocol.apis import CONTROLLER_APIS, ApiKey, Listener
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
-from keeperless.protocol.sasl import MECHANISM_CODES
 from keeperless.raft.core import RaftConfig
 from keeperless.runtime.connection import KafkaProtocol, RequestRouter
 from keeperless.runtime.log_cleaner import CleanerSettings, LogCleaner
 from keeperless.runtime.metadata_log import MetadataLog
 from keeperless.runtime.metrics import Metrics
 from keeperless.runtime.raft_transport import RaftTransport
-from keeperless.runtime.security import (
+from keeperless.runtime.tasks import stop_tasks
+from keeperless.security.api_rules import authorized_handlers
+from keeperless.security.authorizer import Authorizer
+from keeperless.security.authz import Authz
+from keeperless.security.listeners import (
     ListenerSecurity,
     client_security,
     connect,
     listener_security,
 )
-from keeperless.runtime.tasks import stop_tasks
+from keeperless.security.sasl import MECHANISM_CODES
 from keeperless.server.config import Endpoint, NodeConfig
 from keeperless.server.controller_apis import ControllerApis, ControllerClient
 from keeperless.server.controller_service import ControllerService

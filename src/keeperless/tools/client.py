@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_response, encode_request
-from keeperless.protocol.sasl import SaslClient, SaslFailure
+from keeperless.security.sasl import SaslClient, SaslFailure
 from keeperless.tools.errors import ToolError
 from keeperless.tools.rdkafka import jaas_login
 

@@ -15,7 +15,7 @@ import re
 import time
 from typing import Any
 
-from keeperless.protocol.sasl import jaas_credentials
+from keeperless.security.sasl import jaas_credentials
 from keeperless.tools.errors import ToolError
 
 __all__ = [

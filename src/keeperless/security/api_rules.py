@@ -15,10 +15,10 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.authz import DENIED, AclOp, Authz, Resource
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build, build_filled
 from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.security.authz import DENIED, AclOp, Authz, Resource
 
 __all__ = ["authorized_handlers"]
 

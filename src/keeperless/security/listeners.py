@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from keeperless.protocol.sasl import Credential, SaslClient, SaslFailure, parse_jaas
 from keeperless.protocol.session import ANONYMOUS, Session
+from keeperless.security.sasl import Credential, SaslClient, SaslFailure, parse_jaas
 
 __all__ = [
     "ANONYMOUS",

@@ -1,4 +1,4 @@
-"""The broker's authorization checks: the StandardAuthorizer (metadata/authorizer.py)
+"""The broker's authorization checks: the StandardAuthorizer (security/authorizer.py)
 applied to the principal and address of the connection a request came in on. Without
 ``authorizer.class.name`` every request is allowed (Kafka's default); requests a node
 makes itself (no session) are always allowed."""
@@ -10,10 +10,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.metadata.authorizer import CLUSTER_NAME, AclOp, Authorizer, Resource
 from keeperless.metadata.image import MetadataImage
 from keeperless.protocol.context import session_of
 from keeperless.protocol.framing import RequestHeader
+from keeperless.security.authorizer import CLUSTER_NAME, AclOp, Authorizer, Resource
 
 __all__ = ["AclOp", "Authz", "Resource"]
 

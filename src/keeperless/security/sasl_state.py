@@ -16,11 +16,11 @@ from kio.schema.errors import ErrorCode
 from keeperless.protocol.apis import API_NAMES, ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import decode_request, encode_response, read_header, response_class
-from keeperless.protocol.sasl import MECHANISM_CODES, PlainServer, SaslFailure, ScramServer
+from keeperless.security.sasl import MECHANISM_CODES, PlainServer, SaslFailure, ScramServer
 
 if TYPE_CHECKING:
-    from keeperless.runtime.connection import RequestRouter
-    from keeperless.runtime.security import ListenerSecurity, Session
+    from keeperless.protocol.session import Session
+    from keeperless.security.listeners import ListenerSecurity
 
 __all__ = ["SaslState", "illegal_sasl_state"]
 
@@ -48,9 +48,7 @@ class SaslState:
         self.failure = ""
         self.expected: str | None = None  # a re-login must name the same principal
 
-    def handle(
-        self, frame: memoryview, session: Session, router: RequestRouter
-    ) -> tuple[bytes | None, bool]:
+    def handle(self, frame: memoryview, session: Session) -> tuple[bytes | None, bool]:
         """(response, close). (None, False): not SASL's to answer (ApiVersions)."""
         if self.raw:
             return self._raw_token(bytes(frame), session)
