@@ -3,6 +3,8 @@ its broker synonyms, dynamic per-broker before the cluster default before the fi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from keeperless.metadata.config_catalog import (
     BROKER_CONFIGS,
     READ_ONLY,
@@ -74,7 +76,26 @@ def test_every_topic_config_has_a_type_a_default_a_doc_and_known_synonyms() -> N
 
 
 def test_every_key_a_server_properties_may_set_is_in_the_catalog() -> None:
-    from keeperless.server.config import _SCHEMA, ACCEPTED_KAFKA_KEYS
+    from keeperless.server.config import _PARSERS, ACCEPTED_KAFKA_KEYS
 
-    missing = sorted((set(_SCHEMA) | ACCEPTED_KAFKA_KEYS) - set(BROKER_CONFIGS))
+    missing = sorted((set(_PARSERS) | ACCEPTED_KAFKA_KEYS) - set(BROKER_CONFIGS))
     assert not missing
+
+
+def test_a_node_takes_each_default_from_the_catalog(tmp_path: Path) -> None:
+    """Each config key is defined once: what a node uses for a key it was not given is
+    the catalog's default (the one DescribeConfigs shows), parsed."""
+    from keeperless.server.config import _PARSERS, load_config
+
+    path = tmp_path / "server.properties"
+    path.write_text("process.roles=broker,controller\nnode.id=1\n"
+                    "controller.quorum.voters=1@127.0.0.1:9093\n"
+                    "listeners=PLAINTEXT://:9092,CONTROLLER://:9093\n"
+                    "controller.listener.names=CONTROLLER\n"
+                    f"log.dirs={tmp_path / 'data'}\n")  # fmt: skip
+    cfg = load_config(path)
+    for key, parser in _PARSERS.items():
+        if key in cfg.raw:
+            continue
+        default = BROKER_CONFIGS[key].default
+        assert cfg[key] == (None if default is None else parser(key, default)), key

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from keeperless._properties import PropertiesError, parse_properties
+from keeperless.metadata.config_catalog import BROKER_CONFIGS
 from keeperless.security.listeners import SecurityConfigError, listener_security
 
 __all__ = [
@@ -231,90 +232,87 @@ def _protocol_map(key: str, raw: str) -> dict[str, str]:
     return out
 
 
-# key -> (parser, default). A default of None means "not set".
-_SCHEMA: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
-    "process.roles": (_roles, None),
-    "node.id": (_int(0), None),
-    "controller.quorum.voters": (_voters, ""),
-    "controller.quorum.bootstrap.servers": (_list, ""),
-    "listeners": (_listeners, "PLAINTEXT://:9092"),
-    "advertised.listeners": (_listeners, None),
-    "controller.listener.names": (_list, None),
-    "listener.security.protocol.map": (
-        _protocol_map,
-        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
-        "CONTROLLER:PLAINTEXT",
-    ),
-    "inter.broker.listener.name": (_str, None),
-    "log.dirs": (_list, None),
-    "log.dir": (_list, "/tmp/kraft-combined-logs"),
-    "metadata.log.dir": (_str, None),
-    "num.partitions": (_int(1), "1"),
-    "default.replication.factor": (_int(1), "1"),
-    "auto.create.topics.enable": (_bool, "true"),
-    "log.segment.bytes": (_int(14), str(1024 * 1024 * 1024)),
-    "log.roll.ms": (_int(1), None),
-    "log.roll.hours": (_int(1), "168"),
-    "log.retention.ms": (_int(-1), None),
-    "log.retention.minutes": (_int(-1), None),
-    "log.retention.hours": (_int(-1), "168"),
-    "log.retention.bytes": (_int(-1), "-1"),
-    "log.retention.check.interval.ms": (_int(1), "300000"),
-    "log.index.interval.bytes": (_int(0), "4096"),
-    "log.flush.interval.messages": (_int(1), str(2**63 - 1)),
-    "min.insync.replicas": (_int(1), "1"),
-    "offsets.topic.replication.factor": (_int(1), "3"),
-    "offsets.topic.num.partitions": (_int(1), "50"),
-    "transaction.state.log.num.partitions": (_int(1), "50"),
-    "transaction.state.log.replication.factor": (_int(1), "3"),
-    "transaction.state.log.min.isr": (_int(1), "2"),
-    "transaction.state.log.segment.bytes": (_int(1024), "104857600"),
-    "transaction.max.timeout.ms": (_int(1), "900000"),
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (_int(1), "10000"),
-    "transactional.id.expiration.ms": (_int(1), "604800000"),
-    "transaction.partition.verification.enable": (_bool, "true"),
-    "transaction.remove.expired.transaction.cleanup.interval.ms": (_int(1), "3600000"),
-    "producer.id.expiration.ms": (_int(1), "86400000"),
-    "producer.id.expiration.check.interval.ms": (_int(1), "600000"),
-    "message.max.bytes": (_int(0), "1048588"),
-    "group.initial.rebalance.delay.ms": (_int(0), "3000"),
-    "group.min.session.timeout.ms": (_int(0), "6000"),
-    "group.max.session.timeout.ms": (_int(0), "1800000"),
-    "offsets.commit.timeout.ms": (_int(1), "5000"),
-    "group.consumer.heartbeat.interval.ms": (_int(1), "5000"),
-    "group.consumer.session.timeout.ms": (_int(1), "45000"),
-    "group.consumer.assignors": (_assignors, "uniform,range"),
-    "broker.rack": (_str, None),
-    "socket.request.max.bytes": (_int(1), "104857600"),
-    "authorizer.class.name": (_authorizer, None),
-    "super.users": (_super_users, ""),
-    "allow.everyone.if.no.acl.found": (_bool, "false"),
-    "replica.selector.class": (_replica_selector, None),
-    "controller.quorum.election.timeout.ms": (_int(1), "1000"),
-    "controller.quorum.fetch.timeout.ms": (_int(1), "2000"),
-    "controller.quorum.election.backoff.max.ms": (_int(1), "1000"),
-    "controller.quorum.request.timeout.ms": (_int(1), "2000"),
-    "controller.quorum.append.linger.ms": (_int(0), "25"),
-    "broker.session.timeout.ms": (_int(1), "9000"),
-    "broker.heartbeat.interval.ms": (_int(1), "2000"),
-    "metadata.log.max.record.bytes.between.snapshots": (_int(1), str(20 * 1024 * 1024)),
-    "metadata.log.max.snapshot.interval.ms": (_int(0), "3600000"),
-    "metadata.log.segment.bytes": (_int(1024), str(1024 * 1024 * 1024)),
-    "metrics.http.listener": (_http_listener, None),
-    "replica.lag.time.max.ms": (_int(1), "30000"),
-    "replica.fetch.wait.max.ms": (_int(0), "500"),
-    "replica.fetch.max.bytes": (_int(1), "1048576"),
-    "replica.fetch.response.max.bytes": (_int(1), "10485760"),
-    "replica.fetch.backoff.ms": (_int(0), "1000"),
-    "log.cleaner.enable": (_bool, "true"),
-    "log.cleaner.threads": (_int(1), "1"),
-    "log.cleaner.dedupe.buffer.size": (_int(1 << 16), str(128 * 1024 * 1024)),
-    "log.cleaner.io.max.bytes.per.second": (_positive_float, "1.7976931348623157E308"),
-    "log.cleaner.backoff.ms": (_int(0), "15000"),
-    "log.cleaner.delete.retention.ms": (_int(0), "86400000"),
-    "log.cleaner.min.compaction.lag.ms": (_int(0), "0"),
-    "log.cleaner.max.compaction.lag.ms": (_int(1), str(2**63 - 1)),
-    "log.cleaner.min.cleanable.ratio": (_ratio, "0.5"),
+# key -> its parser (and validator). The default, type and documentation of every key
+# are the catalog's (metadata/config_catalog.py): each config key is defined once.
+_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "process.roles": _roles,
+    "node.id": _int(0),
+    "controller.quorum.voters": _voters,
+    "controller.quorum.bootstrap.servers": _list,
+    "listeners": _listeners,
+    "advertised.listeners": _listeners,
+    "controller.listener.names": _list,
+    "listener.security.protocol.map": _protocol_map,
+    "inter.broker.listener.name": _str,
+    "log.dirs": _list,
+    "log.dir": _list,
+    "metadata.log.dir": _str,
+    "num.partitions": _int(1),
+    "default.replication.factor": _int(1),
+    "auto.create.topics.enable": _bool,
+    "log.segment.bytes": _int(14),
+    "log.roll.ms": _int(1),
+    "log.roll.hours": _int(1),
+    "log.retention.ms": _int(-1),
+    "log.retention.minutes": _int(-1),
+    "log.retention.hours": _int(-1),
+    "log.retention.bytes": _int(-1),
+    "log.retention.check.interval.ms": _int(1),
+    "log.index.interval.bytes": _int(0),
+    "log.flush.interval.messages": _int(1),
+    "min.insync.replicas": _int(1),
+    "offsets.topic.replication.factor": _int(1),
+    "offsets.topic.num.partitions": _int(1),
+    "transaction.state.log.num.partitions": _int(1),
+    "transaction.state.log.replication.factor": _int(1),
+    "transaction.state.log.min.isr": _int(1),
+    "transaction.state.log.segment.bytes": _int(1024),
+    "transaction.max.timeout.ms": _int(1),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": _int(1),
+    "transactional.id.expiration.ms": _int(1),
+    "transaction.partition.verification.enable": _bool,
+    "transaction.remove.expired.transaction.cleanup.interval.ms": _int(1),
+    "producer.id.expiration.ms": _int(1),
+    "producer.id.expiration.check.interval.ms": _int(1),
+    "message.max.bytes": _int(0),
+    "group.initial.rebalance.delay.ms": _int(0),
+    "group.min.session.timeout.ms": _int(0),
+    "group.max.session.timeout.ms": _int(0),
+    "offsets.commit.timeout.ms": _int(1),
+    "group.consumer.heartbeat.interval.ms": _int(1),
+    "group.consumer.session.timeout.ms": _int(1),
+    "group.consumer.assignors": _assignors,
+    "broker.rack": _str,
+    "socket.request.max.bytes": _int(1),
+    "authorizer.class.name": _authorizer,
+    "super.users": _super_users,
+    "allow.everyone.if.no.acl.found": _bool,
+    "replica.selector.class": _replica_selector,
+    "controller.quorum.election.timeout.ms": _int(1),
+    "controller.quorum.fetch.timeout.ms": _int(1),
+    "controller.quorum.election.backoff.max.ms": _int(1),
+    "controller.quorum.request.timeout.ms": _int(1),
+    "controller.quorum.append.linger.ms": _int(0),
+    "broker.session.timeout.ms": _int(1),
+    "broker.heartbeat.interval.ms": _int(1),
+    "metadata.log.max.record.bytes.between.snapshots": _int(1),
+    "metadata.log.max.snapshot.interval.ms": _int(0),
+    "metadata.log.segment.bytes": _int(1024),
+    "metrics.http.listener": _http_listener,
+    "replica.lag.time.max.ms": _int(1),
+    "replica.fetch.wait.max.ms": _int(0),
+    "replica.fetch.max.bytes": _int(1),
+    "replica.fetch.response.max.bytes": _int(1),
+    "replica.fetch.backoff.ms": _int(0),
+    "log.cleaner.enable": _bool,
+    "log.cleaner.threads": _int(1),
+    "log.cleaner.dedupe.buffer.size": _int(1 << 16),
+    "log.cleaner.io.max.bytes.per.second": _positive_float,
+    "log.cleaner.backoff.ms": _int(0),
+    "log.cleaner.delete.retention.ms": _int(0),
+    "log.cleaner.min.compaction.lag.ms": _int(0),
+    "log.cleaner.max.compaction.lag.ms": _int(1),
+    "log.cleaner.min.cleanable.ratio": _ratio,
 }
 
 # Kafka keys that an existing server.properties may carry and that keeperless accepts
@@ -508,12 +506,13 @@ def load_config(
         raw[key.strip()] = value
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        if key in _SCHEMA:
-            values[key] = _SCHEMA[key][0](key, value)
+        if key in _PARSERS:
+            values[key] = _PARSERS[key](key, value)
         elif not _accepted(key):
             raise ConfigError(f"Unknown configuration key {key!r}")
-    for key, (parser, default) in _SCHEMA.items():
+    for key, parser in _PARSERS.items():
         if key not in values:
+            default = BROKER_CONFIGS[key].default
             values[key] = None if default is None else parser(key, default)
     _validate(values)
     config = NodeConfig(values, {k: v.strip() for k, v in raw.items()})
