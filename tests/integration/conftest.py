@@ -8,15 +8,19 @@ import pytest
 from tests.integration.cluster import Cluster, Node
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    n = Node(tmp_path)
+def running(n: Node) -> Iterator[Node]:
+    """A fixture's node: formatted, started, yielded, stopped."""
     n.format()
     n.start()
     try:
         yield n
     finally:
         n.stop()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    yield from running(Node(tmp_path))
 
 
 @pytest.fixture

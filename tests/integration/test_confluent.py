@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 
 from keeperless.protocol.records import build_batch
 from tests.integration.cluster import Node, kafka_request, wait_until
-from tests.integration.conftest import AUTHORIZED
+from tests.integration.conftest import AUTHORIZED, running
 
 
 def create(node: Node, name: str, partitions: int = 1, config: dict[str, str] | None = None):
@@ -264,13 +264,7 @@ def test_log_append_time_and_min_insync_replicas(node: Node) -> None:
 @pytest.fixture
 def authorized(tmp_path: Path) -> Iterator[Node]:
     """A node whose StandardAuthorizer enforces ACLs, allowing what no ACL names."""
-    n = Node(tmp_path, extra=AUTHORIZED)
-    n.format()
-    n.start()
-    try:
-        yield n
-    finally:
-        n.stop()
+    yield from running(Node(tmp_path, extra=AUTHORIZED))
 
 
 def _everything() -> Any:

@@ -11,15 +11,7 @@ from kio.schema.errors import ErrorCode
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
-from keeperless.metadata.config_catalog import (
-    BROKER_CONFIGS,
-    LIVE_UNSUPPORTED,
-    LIVE_UNSUPPORTED_REASON,
-    PER_BROKER,
-    READ_ONLY,
-    TOPIC_SYNONYMS,
-    ConfigType,
-)
+from keeperless.metadata.config_catalog import BROKER_CONFIGS, TOPIC_SYNONYMS, ConfigType
 from keeperless.metadata.group_configs import (
     GROUP_CONFIGS,
     GROUP_RESOURCE,
@@ -31,6 +23,12 @@ from keeperless.metadata.topic_configs import (
     TOPIC_CONFIG_DEFAULTS,
     TopicConfigError,
     validate_topic_configs,
+)
+from keeperless.metadata.update_modes import (
+    LIVE_UNSUPPORTED,
+    LIVE_UNSUPPORTED_REASON,
+    PER_BROKER,
+    READ_ONLY,
 )
 
 __all__ = [
