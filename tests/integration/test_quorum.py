@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -19,12 +20,34 @@ def _create(c: Cluster, name: str, partitions: int = 2, timeout: float = 20) -> 
         timeout + 5
     )
 
+    # as Kafka's own tests do after a create: wait until every broker's metadata shows
+    # the topic with a leader for each partition (the create is answered once the broker
+    # that handled it has it; the others follow the metadata log a moment later)
+    def everywhere() -> bool:
+        for b in c.brokers.values():
+            md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(name, timeout=5)
+            t = md.topics.get(name)
+            if t is None or t.error is not None or len(t.partitions) != partitions:
+                return False
+            if any(p.leader < 0 for p in t.partitions.values()):
+                return False
+        return True
+
+    wait_until(everywhere, timeout, interval=0.2, what=f"every broker to know topic {name}")
+
 
 def _produce(c: Cluster, topic: str, n: int, tag: bytes) -> None:
     p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+    failed: list[str] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
     for i in range(n):
-        p.produce(topic, value=tag + b"-%d" % i)
+        p.produce(topic, value=tag + b"-%d" % i, on_delivery=report)
     assert p.flush(30) == 0
+    assert not failed, f"{len(failed)} of {n} not delivered: {failed[:3]}"
 
 
 def _consume(c: Cluster, topic: str, n: int) -> list[bytes]:
@@ -39,11 +62,15 @@ def _consume(c: Cluster, topic: str, n: int) -> list[bytes]:
     cons.assign([TopicPartition(topic, p, 0) for p in meta.topics[topic].partitions])
     out: list[bytes] = []
     deadline = time.monotonic() + 30
+    errors: list[str] = []
     while len(out) < n and time.monotonic() < deadline:
         m = cons.poll(0.5)
         if m is not None and not m.error():
             out.append(m.value())
+        elif m is not None:
+            errors.append(str(m.error()))
     cons.close()
+    assert len(out) >= n or not errors, f"{len(out)} of {n} read; errors: {errors[-3:]}"
     return out
 
 
