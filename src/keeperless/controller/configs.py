@@ -16,7 +16,6 @@ from keeperless.metadata.group_configs import (
     GROUP_CONFIGS,
     GROUP_RESOURCE,
     validate_group_config,
-    validate_group_configs,
 )
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from keeperless.metadata.topic_configs import (
@@ -177,10 +176,6 @@ def incremental_alter_configs(
             mine.append(
                 r.ConfigRecord(resource_type=rtype, resource_name=name, name=key, value=value)
             )
-        if error is None and rtype == GROUP_RESOURCE:
-            problem = validate_group_configs(current)
-            if problem is not None:
-                error = ApiError(ErrorCode.invalid_config, problem)
         if error is not None:
             out.append((rtype, name, error))
             continue

@@ -11,9 +11,7 @@ __all__ = [
     "GROUP_CONFIGS",
     "GROUP_RESOURCE",
     "GroupConfigDef",
-    "group_config_value",
     "validate_group_config",
-    "validate_group_configs",
 ]
 
 GROUP_RESOURCE = 32
@@ -98,19 +96,3 @@ def validate_group_config(name: str, value: str | None) -> str | None:
             f"{', '.join(d.choices)}"
         )
     return None
-
-
-def validate_group_configs(configs: Mapping[str, str]) -> str | None:
-    """Kafka's GroupConfig rule across keys: a heartbeat interval below the session
-    timeout."""
-    for kind in ("consumer", "share", "streams"):
-        s = group_config_value(configs, f"{kind}.session.timeout.ms")
-        h = group_config_value(configs, f"{kind}.heartbeat.interval.ms")
-        if h >= s:
-            return f"{kind}.heartbeat.interval.ms must be less than {kind}.session.timeout.ms"
-    return None
-
-
-def group_config_value(configs: Mapping[str, str], name: str) -> int:
-    """An int group config: the group's own value, else the default."""
-    return int(configs.get(name, GROUP_CONFIGS[name].default))
