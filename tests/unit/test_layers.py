@@ -61,3 +61,21 @@ def test_protocol_and_security_import_only_what_they_stand_on() -> None:
     edges = _edges()
     assert edges.get("protocol", set()) == set()  # nothing above it, metadata/ included
     assert edges["security"] <= {"metadata", "protocol"}
+
+
+def test_the_network_client_stands_on_the_protocol_and_security_only() -> None:
+    assert _edges()["net"] <= {"protocol", "security"}
+
+
+def test_only_the_network_client_opens_connections_to_other_nodes() -> None:
+    """Every outgoing node-to-node connection goes through net/client.py (framing,
+    correlation ids, timeouts, backoff, TLS and SASL once); the command-line tools
+    (tools/client.py) are blocking clients of their own process."""
+    allowed = {"net/client.py", "tools/client.py"}
+    offenders = [
+        rel
+        for path in PKG.rglob("*.py")
+        if (rel := path.relative_to(PKG).as_posix()) not in allowed
+        and any(s in path.read_text() for s in ("open_connection(", "readexactly("))
+    ]
+    assert offenders == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +27,7 @@ from keeperless.metadata.image import (
     PartitionInfo,
 )
 from keeperless.metadata.topic_configs import TOPIC_CONFIG_DEFAULTS
+from keeperless.net.client import NetworkClient
 from keeperless.security.authorizer import Authorizer
 from keeperless.security.authz import Authz
 from keeperless.storage.log import LogConfig
@@ -35,12 +36,6 @@ __all__ = ["Broker", "BrokerSettings"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-Connector = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
-
-
-async def open_plain(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    return await asyncio.open_connection(host, port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +68,9 @@ class Broker:
     def __init__(self, settings: BrokerSettings, controller: ControllerRpcs) -> None:
         self.settings = settings
         self.node_id = settings.node_id
-        # how this broker reaches its peers (inter.broker.listener.name, with that
-        # listener's TLS and SASL): set by the node
-        self.connect_peer: Connector = open_plain
+        # how this broker reaches its peers (inter.broker.listener.name; the node sets
+        # that listener's TLS and SASL on it): replica fetches, transaction markers
+        self.peers = NetworkClient(f"broker-{settings.node_id}")
         # clients' admin requests to the active controller (set by the node)
         self.forwarder: Any = None
         self.inter_broker_listener: str | None = None
@@ -322,5 +317,6 @@ class Broker:
             p.state.remove_expired(now, expiration_ms)
 
     def close(self) -> None:
+        self.peers.close()
         self.auto_create.close()
         self.partitions.close()

@@ -6,16 +6,14 @@ controller_rpcs.py, clients' admin requests forwarded as they are by forwarder.p
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.protocol.framing import decode_response, encode_request
+from keeperless.net.client import NetworkClient
 
 __all__ = [
     "ControllerUnavailableError",
@@ -58,14 +56,11 @@ class RemoteController:
         timeout_ms: int,
     ) -> None:
         self.node_id = node_id
-        # how to reach a controller listener (its TLS and SASL): set by the node
-        self.connect: Callable[[str, int], Awaitable[tuple[Any, Any]]] | None = None
+        # the controller listener's TLS and SASL are set on it by the node
+        self.client = NetworkClient(f"broker-{node_id}")
         self.voters = voters
         self.leader = leader
         self.timeout_s = timeout_ms / 1000
-        self._corr = itertools.count(1)
-        self._conns: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
 
     async def forward(
         self, api_key: int, version: int, req: Any, timeout_s: float | None = None
@@ -87,13 +82,12 @@ class RemoteController:
                 target = untried[0]
             tried.add(target)
             try:
-                resp = await asyncio.wait_for(
-                    self._call(target, api_key, version, req),
-                    max(deadline - time.monotonic(), 0.01),
-                )
-            except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+                resp = await self.client.request(
+                    self.voters[target], api_key, version, req,
+                    timeout_s=max(deadline - time.monotonic(), 0.01),
+                )  # fmt: skip
+            except (OSError, TimeoutError) as e:
                 last_error = f"node {target}: {e or type(e).__name__}"
-                self._drop(target)
                 await asyncio.sleep(0.05)
                 continue
             if not_controller(resp):
@@ -106,32 +100,5 @@ class RemoteController:
             f"({last_error})"
         )
 
-    async def _call(self, target: int, api_key: int, version: int, req: Any) -> Any:
-        lock = self._locks.setdefault(target, asyncio.Lock())
-        async with lock:  # one request at a time per connection keeps it simple
-            conn = self._conns.get(target)
-            if conn is None:
-                if self.connect is not None:
-                    conn = await self.connect(*self.voters[target])
-                else:
-                    conn = await asyncio.open_connection(*self.voters[target])
-                self._conns[target] = conn
-            reader, writer = conn
-            corr = next(self._corr)
-            writer.write(encode_request(api_key, version, corr, f"broker-{self.node_id}", req))
-            await writer.drain()
-            (size,) = struct.unpack(">i", await reader.readexactly(4))
-            frame = memoryview(await reader.readexactly(size))
-            got, resp = decode_response(frame, api_key, version)
-            if got != corr:
-                raise OSError(f"correlation id {got} != {corr}")
-            return resp
-
-    def _drop(self, target: int) -> None:
-        conn = self._conns.pop(target, None)
-        if conn is not None:
-            conn[1].close()
-
     def close(self) -> None:
-        for target in list(self._conns):
-            self._drop(target)
+        self.client.close()

@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
@@ -32,8 +29,6 @@ from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.partitions import Partition, ReplicationError
 from keeperless.metadata.admin import IsrChange
 from keeperless.protocol.apis import ApiKey
-from keeperless.protocol.build import build
-from keeperless.protocol.framing import decode_response, encode_request
 
 __all__ = ["ReplicaManager", "ReplicationSettings"]
 
@@ -61,6 +56,7 @@ class ReplicationSettings:
     fetch_backoff_ms: int = 1000
 
 
+_FETCH_LANE = "replica-fetcher"  # its own connection: fetches long-poll
 REFUSAL_BACKOFF_S = 1.0  # before an ISR change refused for the same metadata is tried again
 
 
@@ -73,8 +69,7 @@ class _Fetcher:
         self.partitions: set[tuple[str, int]] = set()
         self.wakeup = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self._run())
-        self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-        self._corr = itertools.count(1)
+        self._dest: tuple[str, int] | None = None  # the leader's endpoint last fetched from
         self._warned = False
         self._crashed_at = -1e9
 
@@ -83,9 +78,9 @@ class _Fetcher:
         self._close()
 
     def _close(self) -> None:
-        if self._conn is not None:
-            self._conn[1].close()
-            self._conn = None
+        if self._dest is not None:
+            self.manager.broker.peers.drop(self._dest, _FETCH_LANE)
+            self._dest = None
 
     async def _run(self) -> None:
         broker = self.manager.broker
@@ -102,7 +97,7 @@ class _Fetcher:
                 continue
             try:
                 resp = await self._fetch(parts)
-            except (OSError, TimeoutError, asyncio.IncompleteReadError, struct.error) as e:
+            except OSError as e:  # TimeoutError included
                 self._close()
                 if not self._warned:
                     log.warning(
@@ -178,24 +173,14 @@ class _Fetcher:
             "forgotten_topics_data": [],
             "rack_id": "",
         }
-        req = build(load_request_schema(ApiKey.FETCH, _FETCH_VERSION), body)
-        if self._conn is None:
-            self._conn = await asyncio.wait_for(broker.connect_peer(*found), 10)
-        reader, writer = self._conn
-        corr = next(self._corr)
-        writer.write(
-            encode_request(
-                ApiKey.FETCH, _FETCH_VERSION, corr, f"replica-fetcher-{broker.node_id}", req
-            )
-        )
-        await writer.drain()
-        timeout = settings.fetch_wait_max_ms / 1000 + 30
-        (size,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), timeout))
-        frame = memoryview(await asyncio.wait_for(reader.readexactly(size), timeout))
-        got, resp = decode_response(frame, ApiKey.FETCH, _FETCH_VERSION)
-        if got != corr:
-            raise OSError(f"correlation id {got} != {corr}")
-        return resp
+        if self._dest != found:
+            self._close()
+            self._dest = found
+        return await broker.peers.request(
+            found, ApiKey.FETCH, _FETCH_VERSION, body,
+            timeout_s=settings.fetch_wait_max_ms / 1000 + 30,
+            lane=_FETCH_LANE, client_id=f"replica-fetcher-{broker.node_id}",
+        )  # fmt: skip
 
     def _handle(self, resp: Any) -> bool:
         """Apply a fetch response; True if the fetcher should back off."""

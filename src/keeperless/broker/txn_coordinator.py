@@ -24,7 +24,6 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
 from keeperless.broker.group_coordinator import find_coordinator_response, partition_for_group
-from keeperless.broker.inter_broker import InterBrokerClient
 from keeperless.broker.partitions import NotLeaderError
 from keeperless.broker.txn_markers import OFFSETS_TOPIC, TxnMarkerWriter
 from keeperless.metadata.admin import NewTopic
@@ -37,6 +36,7 @@ from keeperless.protocol.records import build_batch, decode_records
 __all__ = ["TXN_TOPIC", "TxnCoordinator", "TxnSettings", "TxnStatus"]
 
 log = logging.getLogger(__name__)
+_PEER_TIMEOUT_S = 30.0  # a marker write or a verification, to another broker
 TXN_TOPIC = "__transaction_state"
 _S16 = struct.Struct(">h")
 _VALUE_HEAD = struct.Struct(">hqhib")
@@ -160,9 +160,6 @@ class TxnCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         self._loaded: dict[int, int] = {}  # partition -> leader epoch (coordinator epoch)
         self._last_removal = _now_ms()
-        self._client = InterBrokerClient(
-            broker.node_id, connect=lambda host, port: broker.connect_peer(host, port)
-        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
         broker.on_image.append(self._on_image)
@@ -185,7 +182,15 @@ class TxnCoordinator:
             self._timer.cancel()
         for t in list(self._tasks):
             t.cancel()
-        self._client.close()
+
+    async def _peer_request(
+        self, host: str, port: int, api_key: ApiKey, version: int, body: dict[str, Any]
+    ) -> Any:
+        """A request to another broker (markers, verification) on the broker's network
+        client; OSError (TimeoutError included) when it cannot be answered in time."""
+        return await self.broker.peers.request(
+            (host, port), api_key, version, body, timeout_s=_PEER_TIMEOUT_S, lane="txn"
+        )
 
     # -- placement and loading -----------------------------------------------------------
 
@@ -513,7 +518,7 @@ class TxnCoordinator:
         }
         host, port = found
         try:
-            resp = await self._client.request(host, port, ApiKey.ADD_PARTITIONS_TO_TXN, 4, body)
+            resp = await self._peer_request(host, port, ApiKey.ADD_PARTITIONS_TO_TXN, 4, body)
         except OSError as e:
             log.debug(
                 "[node %d] Verifying %s with broker %d: %s", self.broker.node_id, tid, leader, e
@@ -684,7 +689,7 @@ class TxnCoordinator:
         }
         host, port = found
         try:
-            resp = await self._client.request(host, port, ApiKey.WRITE_TXN_MARKERS, 1, body)
+            resp = await self._peer_request(host, port, ApiKey.WRITE_TXN_MARKERS, 1, body)
         except OSError as e:
             log.debug("[node %d] WriteTxnMarkers to %d: %s", self.broker.node_id, leader, e)
             return failed

@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import struct
 import time
 import uuid
 from collections.abc import Callable
@@ -22,13 +21,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.net.client import Backoff, NetworkClient
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import (
     NodeStopping,
     RequestHeader,
-    decode_response,
-    encode_request,
     response_class,
 )
 from keeperless.raft import messages as m
@@ -39,7 +37,6 @@ from keeperless.runtime.raft_rpc import (
     response_of,
     response_to_message,
 )
-from keeperless.security.listeners import ClientSecurity, connect
 
 _NO_DIRECTORY = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: the directory is unknown
 
@@ -51,99 +48,6 @@ _EXPECTED: dict[int, type] = {52: m.VoteResponse, 1: m.FetchResponse, 59: m.Fetc
 _RESPONSES = tuple(_EXPECTED.values())
 _RECONNECT_BACKOFF_S = 0.2
 UNREACHABLE_GRACE_S = 2.0  # a peer starting up is not worth a warning
-
-
-class _Lane:
-    """One outbound connection to a peer's controller listener."""
-
-    def __init__(self, transport: RaftTransport, peer: int, addr: tuple[str, int]) -> None:
-        self.t = transport
-        self.peer = peer
-        self.addr = addr
-        self.writer: asyncio.StreamWriter | None = None
-        self.connecting: asyncio.Task[None] | None = None
-        self.queue: list[bytes] = []
-        self.pending: dict[int, tuple[int, int, m.Message]] = {}
-        self.retry_at = 0.0
-
-    def send(self, msg: m.Message) -> None:
-        key, obj = request_of(msg, self.t.cluster_id, self.t.endpoint)
-        corr = next(self.t.correlation)
-        version = RAFT_APIS[key]
-        frame = encode_request(key, version, corr, f"raft-{self.t.node_id}", obj)
-        self.pending[corr] = (key, version, msg)
-        if self.writer is not None:
-            self.writer.write(frame)
-            return
-        if time.monotonic() < self.retry_at:
-            self.pending.pop(corr, None)  # peer down: the core retries after its timeout
-            return
-        self.queue.append(frame)
-        if self.connecting is None:
-            self.connecting = asyncio.get_running_loop().create_task(self._connect())
-
-    async def _connect(self) -> None:
-        try:
-            reader, writer = await asyncio.wait_for(
-                connect(*self.addr, self.t.security, f"raft-{self.t.node_id}"),
-                self.t.request_timeout_s,
-            )
-        except (OSError, TimeoutError) as e:
-            self.retry_at = time.monotonic() + _RECONNECT_BACKOFF_S
-            self.queue.clear()
-            self.pending.clear()
-            self.connecting = None
-            self.t.unreachable(self.peer, self.addr, str(e) or type(e).__name__)
-            return
-        self.connecting = None
-        self.writer = writer
-        self.t.reachable(self.peer)
-        for frame in self.queue:
-            writer.write(frame)
-        self.queue.clear()
-        try:
-            await self._read(reader)
-        finally:
-            self.writer = None
-            self.pending.clear()
-            writer.close()
-
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        while True:
-            try:
-                head = await reader.readexactly(4)
-                (size,) = struct.unpack(">i", head)
-                frame = memoryview(await reader.readexactly(size))
-            except (asyncio.IncompleteReadError, OSError):
-                return
-            (corr,) = struct.unpack_from(">i", frame, 0)
-            entry = self.pending.pop(corr, None)
-            if entry is None:
-                continue
-            key, version, request = entry
-            try:
-                _, resp = decode_response(frame, key, version)
-                if getattr(resp, "error_code", None) == ErrorCode.inconsistent_cluster_id:
-                    self.t.foreign(
-                        self.peer,
-                        "refused-us",
-                        f"node {self.peer} refused our {type(request).__name__} as coming "
-                        f"from another cluster: this node is formatted for cluster "
-                        f"{self.t.cluster_id}",
-                    )
-                    continue
-                msg = response_to_message(key, resp, request)
-            except Exception:
-                log.exception("[node %d] Bad Raft response from node %d", self.t.node_id, self.peer)
-                return
-            if msg is not None and self.t.step is not None:
-                self.t.step(msg)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        if self.connecting is not None:
-            self.connecting.cancel()
 
 
 class RaftTransport:
@@ -162,13 +66,18 @@ class RaftTransport:
         self.endpoint = endpoint
         self.request_timeout_s = request_timeout_ms / 1000
         self.listener_name = "CONTROLLER"  # the first of controller.listener.names
-        self.security: ClientSecurity | None = None  # that listener's TLS and SASL
-        self.correlation = itertools.count(1)
+        # the controller listener's TLS and SASL are set on it by the node
+        self.client = NetworkClient(
+            f"raft-{node_id}",
+            connect_timeout_s=self.request_timeout_s,
+            backoff=Backoff(_RECONNECT_BACKOFF_S, _RECONNECT_BACKOFF_S, jitter=0),
+        )
+        self.client.on_unreachable = self._unreachable_at
+        self.client.on_reachable = self._reachable_at
         self._inbound_ids = itertools.count(1)  # names inbound requests for the core
         self.step: Callable[[m.Message], None] | None = None
         self.state: Callable[[], tuple[int, int]] = lambda: (-1, 0)  # (leader id, epoch)
         self.describe: Callable[[], dict[str, Any] | None] = lambda: None
-        self._lanes: dict[tuple[int, str], _Lane] = {}
         self._inbound: dict[tuple[int, type], list[tuple[m.Message, asyncio.Future[Any]]]] = {}
         self._down: dict[int, float] = {}  # peer -> since when it has been unreachable
         self._warned: set[int] = set()  # peers a warning named
@@ -184,13 +93,32 @@ class RaftTransport:
         addr = self.voters.get(msg.dst)
         if addr is None:
             return  # not a voter: an observer is only ever answered, never called
-        lane_name = (
-            "fetch" if isinstance(msg, m.FetchRequest | m.FetchSnapshotRequest) else "control"
-        )
-        lane = self._lanes.get((msg.dst, lane_name))
-        if lane is None:
-            lane = self._lanes[(msg.dst, lane_name)] = _Lane(self, msg.dst, addr)
-        lane.send(msg)
+        lane = "fetch" if isinstance(msg, m.FetchRequest | m.FetchSnapshotRequest) else "control"
+        key, obj = request_of(msg, self.cluster_id, self.endpoint)
+        fut = self.client.send(addr, key, RAFT_APIS[key], obj, lane=lane)
+        fut.add_done_callback(lambda f: self._response(msg, key, f))
+
+    def _response(self, request: m.Message, key: int, fut: asyncio.Future[Any]) -> None:
+        """A peer's answer stepped into the core; no answer (peer down, connection lost)
+        is nothing to step: the core retries after its own timeout."""
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        resp = fut.result()
+        if getattr(resp, "error_code", None) == ErrorCode.inconsistent_cluster_id:
+            self.foreign(
+                request.dst,
+                "refused-us",
+                f"node {request.dst} refused our {type(request).__name__} as coming from "
+                f"another cluster: this node is formatted for cluster {self.cluster_id}",
+            )
+            return
+        try:
+            msg = response_to_message(key, resp, request)
+        except Exception:
+            log.exception("[node %d] Bad Raft response from node %d", self.node_id, request.dst)
+            return
+        if msg is not None and self.step is not None:
+            self.step(msg)
 
     def _answer(self, msg: m.Message) -> None:
         waiting = self._inbound.get((msg.dst, type(msg)))
@@ -313,6 +241,17 @@ class RaftTransport:
             self._foreign_warnings[(peer, direction)] = now
             log.error("[node %d] INCONSISTENT_CLUSTER_ID: %s", self.node_id, what)
 
+    def _peer_at(self, addr: tuple[str, int]) -> int | None:
+        return next((p for p, a in self.voters.items() if tuple(a) == tuple(addr)), None)
+
+    def _unreachable_at(self, addr: tuple[str, int], why: str) -> None:
+        if (peer := self._peer_at(addr)) is not None:
+            self.unreachable(peer, addr, why)
+
+    def _reachable_at(self, addr: tuple[str, int]) -> None:
+        if (peer := self._peer_at(addr)) is not None:
+            self.reachable(peer)
+
     def reachable(self, peer: int) -> None:
         self._down.pop(peer, None)
         if peer in self._warned:
@@ -321,8 +260,7 @@ class RaftTransport:
 
     def close(self) -> None:
         self._closed = True
-        for lane in self._lanes.values():
-            lane.close()
+        self.client.close()
         for waiting in self._inbound.values():
             for _, fut in waiting:
                 if not fut.done():

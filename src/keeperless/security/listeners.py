@@ -10,18 +10,17 @@ configuration per mechanism as ``listener.name.<listener>.<mechanism>.sasl.jaas.
 Each connection has a Session (who, from where, on which listener), which the router
 passes to the request handlers in each request's RequestContext.
 
-The client side (``ClientSecurity``, ``connect``) is what nodes use toward each other
+The client side (``ClientSecurity``) is what nodes use toward each other
 (inter.broker.listener.name, controller.listener.names): the same keys, and the
 ``sasl.mechanism.inter.broker.protocol``/``sasl.mechanism.controller.protocol``
-mechanism with the username and password of the listener's JAAS configuration."""
+mechanism with the username and password of the listener's JAAS configuration; the
+connections themselves are net/client.py's."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import ssl
-import struct
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from keeperless.protocol.session import ANONYMOUS, Session
-from keeperless.security.sasl import Credential, SaslClient, SaslFailure, parse_jaas
+from keeperless.security.sasl import Credential, parse_jaas
 
 __all__ = [
     "ANONYMOUS",
@@ -39,7 +38,6 @@ __all__ = [
     "SecurityConfigError",
     "Session",
     "client_security",
-    "connect",
     "listener_security",
 ]
 
@@ -380,71 +378,3 @@ def client_security(
 
 class AuthenticationError(OSError):
     """A peer refused this node's credentials."""
-
-
-async def connect(
-    host: str, port: int, sec: ClientSecurity | None, client_id: str
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection to a peer's listener, TLS and SASL done."""
-    sec = sec or ClientSecurity()
-    if sec.ssl_context is not None:
-        reader, writer = await asyncio.open_connection(
-            host, port, ssl=sec.ssl_context, server_hostname=host
-        )
-    else:
-        reader, writer = await asyncio.open_connection(host, port)
-    if sec.mechanism is not None:
-        try:
-            await _sasl_login(reader, writer, sec, client_id)
-        except BaseException:
-            writer.close()
-            raise
-    return reader, writer
-
-
-async def _exchange(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    api_key: int,
-    version: int,
-    body: dict[str, object],
-    client_id: str,
-) -> object:
-    from kio.index import load_request_schema
-
-    from keeperless.protocol.build import build
-    from keeperless.protocol.framing import decode_response, encode_request
-
-    req = build(load_request_schema(api_key, version), body)
-    writer.write(encode_request(api_key, version, 1, client_id, req))
-    await writer.drain()
-    (size,) = struct.unpack(">i", await reader.readexactly(4))
-    _, resp = decode_response(memoryview(await reader.readexactly(size)), api_key, version)
-    return resp
-
-
-async def _sasl_login(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    sec: ClientSecurity,
-    client_id: str,
-) -> None:
-    mech = sec.mechanism
-    assert mech is not None
-    hs = await _exchange(reader, writer, 17, 1, {"mechanism": mech}, client_id)
-    if getattr(hs, "error_code", 0):
-        raise AuthenticationError(f"the peer does not enable SASL mechanism {mech}")
-
-    async def auth(token: bytes) -> bytes:
-        resp = await _exchange(reader, writer, 36, 2, {"auth_bytes": token}, client_id)
-        if getattr(resp, "error_code", 0):
-            raise AuthenticationError(getattr(resp, "error_message", None) or "SASL failed")
-        return bytes(getattr(resp, "auth_bytes", b""))
-
-    client = SaslClient(mech, sec.username, sec.password)
-    token: bytes | None = client.first()
-    while token is not None:
-        try:
-            token = client.step(await auth(token))
-        except SaslFailure as e:
-            raise AuthenticationError(str(e)) from None

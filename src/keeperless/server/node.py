@@ -47,7 +47,6 @@ from keeperless.security.authz import Authz
 from keeperless.security.listeners import (
     ListenerSecurity,
     client_security,
-    connect,
     listener_security,
 )
 from keeperless.security.sasl import MECHANISM_CODES
@@ -102,7 +101,7 @@ class Node:
         if config.controller_listener_names:
             name = config.controller_listener_names[0]
             self.transport.listener_name = name
-            self.transport.security = client_security(
+            self.transport.client.security = client_security(
                 config.raw, name, config.protocol_of(name), "sasl.mechanism.controller.protocol"
             )
         self.mlog = MetadataLog(
@@ -330,18 +329,14 @@ class Node:
     def _secure_peers(self, broker: Broker) -> None:
         """Brokers reach controllers on the controller listener and each other on
         inter.broker.listener.name, with those listeners' TLS and SASL."""
-        ctl = self.transport.security
-        self.remote.connect = lambda host, port: connect(host, port, ctl, f"broker-{self.node_id}")
+        self.remote.client.security = self.transport.client.security
         name = self.config.inter_broker_listener
         broker.inter_broker_listener = name
         sec = client_security(
             self.config.raw, name, self.config.protocol_of(name),
             "sasl.mechanism.inter.broker.protocol",
         )  # fmt: skip
-        if sec.protocol != "PLAINTEXT":
-            broker.connect_peer = lambda host, port: connect(
-                host, port, sec, f"broker-{self.node_id}"
-            )
+        broker.peers.security = sec
 
     def _scram_lookup(self, mechanism: str, user: str) -> ScramCredential | None:
         """A user's SCRAM credential in the metadata this node has applied."""

@@ -1,0 +1,1 @@
+"""Outgoing connections: one client for every node-to-node request."""

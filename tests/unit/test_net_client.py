@@ -1,0 +1,175 @@
+"""The one network client every node-to-node request goes through: responses matched by
+correlation id, request timeouts, reconnect backoff, reachability callbacks."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from keeperless.net.client import Backoff, NetworkClient
+from keeperless.protocol.apis import ApiKey
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import (
+    RequestHeader,
+    encode_response,
+    read_header,
+    response_class,
+)
+
+Answer = Callable[[list[RequestHeader], asyncio.StreamWriter], Awaitable[None]]
+
+
+def _answer(header: RequestHeader, error_code: int) -> bytes:
+    resp = build(
+        response_class(ApiKey.API_VERSIONS, 0),
+        {"error_code": ErrorCode(error_code), "api_keys": []},
+    )
+    return encode_response(header, resp)
+
+
+async def _peer(answer: Answer, port: int = 0) -> tuple[asyncio.Server, int, list[RequestHeader]]:
+    """A peer that hands every request header it reads to ``answer``."""
+    seen: list[RequestHeader] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                header, _ = read_header(memoryview(await reader.readexactly(size)))
+                seen.append(header)
+                await answer(seen, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", port)
+    return server, server.sockets[0].getsockname()[1], seen
+
+
+def _versions(client: NetworkClient, port: int, **kw: Any) -> Any:
+    return client.request(("127.0.0.1", port), ApiKey.API_VERSIONS, 0, {}, **kw)
+
+
+def test_pipelined_responses_are_matched_by_correlation_id() -> None:
+    """Two requests in flight on one connection, answered in the reverse order: each
+    caller gets its own answer (the error code tells them apart)."""
+
+    async def reverse(seen: list[RequestHeader], writer: asyncio.StreamWriter) -> None:
+        if len(seen) == 2:
+            writer.write(_answer(seen[1], 2) + _answer(seen[0], 1))
+
+    async def main() -> None:
+        server, port, seen = await _peer(reverse)
+        client = NetworkClient("test")
+        first = asyncio.ensure_future(_versions(client, port, timeout_s=5))
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(_versions(client, port, timeout_s=5))
+        a, b = await asyncio.gather(first, second)
+        assert (a.error_code, b.error_code) == (1, 2)
+        assert len({h.correlation_id for h in seen}) == 2
+        assert {h.client_id for h in seen} == {"test"}
+        client.close()
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_a_request_not_answered_in_time_fails_and_closes_its_connection() -> None:
+    conns: list[asyncio.StreamWriter] = []
+
+    async def silent(seen: list[RequestHeader], writer: asyncio.StreamWriter) -> None:
+        conns.append(writer)
+        if writer is not conns[0]:  # the connection after the timeout is answered
+            writer.write(_answer(seen[-1], 0))
+
+    async def main() -> None:
+        server, port, seen = await _peer(silent)
+        client = NetworkClient("test")
+        with pytest.raises(TimeoutError, match="no response to API_VERSIONS within 100 ms"):
+            await _versions(client, port, timeout_s=0.1)
+        assert (await _versions(client, port, timeout_s=5)).error_code == 0
+        assert len(seen) == 2
+        assert conns[0] is not conns[1]
+        client.close()
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_an_unreachable_peer_is_retried_only_after_the_backoff() -> None:
+    """A refused connection fails the request and starts the backoff: sends within it
+    fail at once (no connection attempt); after it the peer is tried again and reached."""
+
+    async def answer(seen: list[RequestHeader], writer: asyncio.StreamWriter) -> None:
+        writer.write(_answer(seen[-1], 0))
+
+    async def main() -> None:
+        server, port, _ = await _peer(answer)
+        server.close()
+        await server.wait_closed()
+        client = NetworkClient("test", backoff=Backoff(0.3, 0.3, jitter=0))
+        events: list[str] = []
+        client.on_unreachable = lambda dest, why: events.append(f"down {dest[1]}")
+        client.on_reachable = lambda dest: events.append(f"up {dest[1]}")
+        with pytest.raises(OSError, match=f"127.0.0.1:{port}"):
+            await _versions(client, port, timeout_s=5)
+        assert events == [f"down {port}"]
+        with pytest.raises(OSError, match="reconnecting in"):
+            await _versions(client, port, timeout_s=5)
+        assert events == [f"down {port}"]  # no second attempt within the backoff
+        server2, _, _ = await _peer(answer, port)
+        await asyncio.sleep(0.35)
+        assert (await _versions(client, port, timeout_s=5)).error_code == 0
+        assert events == [f"down {port}", f"up {port}"]
+        client.close()
+        server2.close()
+
+    asyncio.run(main())
+
+
+def test_a_peer_closing_the_connection_fails_what_is_in_flight() -> None:
+    async def hang_up(seen: list[RequestHeader], writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    async def main() -> None:
+        server, port, _ = await _peer(hang_up)
+        client = NetworkClient("test")
+        with pytest.raises(OSError, match="closed"):
+            await _versions(client, port, timeout_s=5)
+        client.close()
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_lanes_are_separate_connections() -> None:
+    """A request held by the peer on one lane does not hold up another lane (Raft's
+    long-polling fetches and its votes)."""
+    held: list[tuple[RequestHeader, asyncio.StreamWriter]] = []
+
+    async def hold_fetch_lane(seen: list[RequestHeader], writer: asyncio.StreamWriter) -> None:
+        if seen[-1].client_id == "fetch":
+            held.append((seen[-1], writer))
+        else:
+            writer.write(_answer(seen[-1], 0))
+
+    async def main() -> None:
+        server, port, _ = await _peer(hold_fetch_lane)
+        client = NetworkClient("test")
+        slow = asyncio.ensure_future(
+            _versions(client, port, timeout_s=5, lane="fetch", client_id="fetch")
+        )
+        await asyncio.sleep(0.05)
+        assert (await _versions(client, port, timeout_s=1, lane="vote")).error_code == 0
+        assert not slow.done()
+        header, writer = held[0]
+        writer.write(_answer(header, 0))
+        assert (await slow).error_code == 0
+        client.close()
+        server.close()
+
+    asyncio.run(main())
