@@ -389,6 +389,10 @@ def test_tools_over_sasl_ssl_add_a_scram_user(secure: Secure, tmp_path: Path) ->
     acls = keeperless("acls", *base, "--list")
     assert acls.returncode == 1
     assert "SECURITY_DISABLED: No Authorizer is configured." in acls.stdout + acls.stderr
+    # no delegation.token.secret.key on this cluster: tokens are disabled
+    token = keeperless("delegation-tokens", *base, "--describe")
+    assert token.returncode == 1
+    assert "Delegation Token feature is not enabled." in token.stderr, token.stderr
     for bad_config, why in (("SCRAM-SHA-256=[password=]", "a password is required"),
                             ("SCRAM-SHA-1=[password=x]", "unknown SCRAM mechanism")):  # fmt: skip
         refused = keeperless("configs", *base, "--alter", "--add-config", bad_config,

@@ -81,19 +81,21 @@ def test_pipelined_responses_are_matched_by_correlation_id() -> None:
 def test_a_request_not_answered_in_time_fails_and_closes_its_connection() -> None:
     conns: list[asyncio.StreamWriter] = []
 
-    async def silent(seen: list[RequestHeader], writer: asyncio.StreamWriter) -> None:
+    async def ignore_one(seen: list[RequestHeader], writer: asyncio.StreamWriter) -> None:
         conns.append(writer)
-        if writer is not conns[0]:  # the connection after the timeout is answered
+        if seen[-1].client_id != "ignored":
             writer.write(_answer(seen[-1], 0))
 
     async def main() -> None:
-        server, port, seen = await _peer(silent)
+        server, port, seen = await _peer(ignore_one)
         client = NetworkClient("test")
+        assert (await _versions(client, port, timeout_s=5)).error_code == 0  # connected
         with pytest.raises(TimeoutError, match="no response to API_VERSIONS within 100 ms"):
-            await _versions(client, port, timeout_s=0.1)
+            await _versions(client, port, timeout_s=0.1, client_id="ignored")
         assert (await _versions(client, port, timeout_s=5)).error_code == 0
-        assert len(seen) == 2
-        assert conns[0] is not conns[1]
+        assert len(seen) == 3
+        assert conns[0] is conns[1]
+        assert conns[2] is not conns[0]  # the stuck connection was closed, a new one made
         client.close()
         server.close()
 
@@ -111,7 +113,7 @@ def test_an_unreachable_peer_is_retried_only_after_the_backoff() -> None:
         server, port, _ = await _peer(answer)
         server.close()
         await server.wait_closed()
-        client = NetworkClient("test", backoff=Backoff(0.3, 0.3, jitter=0))
+        client = NetworkClient("test", backoff=Backoff(1.0, 1.0, jitter=0))
         events: list[str] = []
         client.on_unreachable = lambda dest, why: events.append(f"down {dest[1]}")
         client.on_reachable = lambda dest: events.append(f"up {dest[1]}")
@@ -122,7 +124,7 @@ def test_an_unreachable_peer_is_retried_only_after_the_backoff() -> None:
             await _versions(client, port, timeout_s=5)
         assert events == [f"down {port}"]  # no second attempt within the backoff
         server2, _, _ = await _peer(answer, port)
-        await asyncio.sleep(0.35)
+        await asyncio.sleep(1.05)
         assert (await _versions(client, port, timeout_s=5)).error_code == 0
         assert events == [f"down {port}", f"up {port}"]
         client.close()

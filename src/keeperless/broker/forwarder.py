@@ -68,7 +68,11 @@ class Forwarder:
         )[4:]
         body = {
             "request_data": inner,
-            "request_principal": encode_principal(s.principal if s is not None else ANONYMOUS),
+            "request_principal": (
+                encode_principal(s.principal, s.token_authenticated)
+                if s is not None
+                else encode_principal(ANONYMOUS)
+            ),
             "client_host_address": _address(s.host if s is not None else "127.0.0.1"),
         }
         envelope = build(load_request_schema(ApiKey.ENVELOPE, 0), body)

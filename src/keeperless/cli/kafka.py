@@ -45,6 +45,7 @@ log_dirs = entry("kafka-log-dirs.sh")
 delete_records = entry("kafka-delete-records.sh")
 transactions = entry("kafka-transactions.sh")
 acls = entry("kafka-acls.sh")
+delegation_tokens = entry("kafka-delegation-tokens.sh")
 
 
 if __name__ == "__main__":  # python -m keeperless.cli.kafka kafka-topics.sh ...

@@ -155,6 +155,7 @@ _RAW_TOOLS = (
     "leader-election",
     "configs",
     "transactions",
+    "delegation-tokens",
 )
 
 
@@ -304,6 +305,11 @@ def _tools(args: argparse.Namespace) -> int:
         if args.txn_cmd == "find-hanging" and args.broker_id is None and args.topic is None:
             raise ToolError("find-hanging needs --broker-id or --topic")
         return run_transactions(args, _servers(args), sys.stdout)
+    if args.command == "delegation-tokens":
+        from keeperless.tools.delegation_tokens import check_token_args, run_delegation_tokens
+
+        check_token_args(args)
+        return run_delegation_tokens(args, _servers(args), sys.stdout)
     if args.command == "acls":
         from keeperless.tools.acls import run_acls
 

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "kafka-delete-records.sh": ("delete-records",),
     "kafka-transactions.sh": ("transactions",),
     "kafka-acls.sh": ("acls",),
+    "kafka-delegation-tokens.sh": ("delegation-tokens",),
 }
 
 # set by main() when run as one of Kafka's scripts: ("keeperless topics", "kafka-topics.sh")
@@ -323,6 +324,22 @@ def build_parser() -> argparse.ArgumentParser:
         ac.add_argument(flag, action="append")
     ac.add_argument("--resource-pattern-type", help="literal, prefixed, match or any")
     ac.add_argument("--principal", help="--list: only this principal's ACLs")
+
+    dt = sub.add_parser(
+        "delegation-tokens",
+        help="create, renew, expire and describe delegation tokens (kafka-delegation-tokens.sh)",
+    )
+    _connection_flags(dt, controller=False)
+    for flag in ("--create", "--renew", "--expire", "--describe"):
+        dt.add_argument(flag, action="store_true")
+    dt.add_argument("--owner-principal", action="append", help="principalType:name")
+    dt.add_argument("--renewer-principal", action="append", help="principalType:name")
+    dt.add_argument("--max-life-time-period", type=int,
+                    help="ms; -1: delegation.token.max.lifetime.ms")  # fmt: skip
+    dt.add_argument("--renew-time-period", type=int,
+                    help="ms; -1: delegation.token.expiry.time.ms")  # fmt: skip
+    dt.add_argument("--expiry-time-period", type=int, help="ms; -1: at once")
+    dt.add_argument("--hmac", help="the token's HMAC (base64)")
 
     tx = sub.add_parser("transactions", help="list, describe, abort and find hanging transactions")
     _connection_flags(tx, controller=False)

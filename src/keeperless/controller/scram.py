@@ -1,7 +1,7 @@
 """SCRAM credentials in the metadata log (KIP-554): AlterUserScramCredentials stores the
 salt, StoredKey and ServerKey derived from the client's salted password (never the
 password); DescribeUserScramCredentials shows mechanisms and iterations only.
-Authentication with them is a later issue."""
+Deleting a user's last credential removes the delegation tokens it owns."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.controller.delegation_tokens import tokens_of_removed_users
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
@@ -107,4 +108,11 @@ def alter_scram_credentials(
             )
     # a user with any error gets none of its alterations applied
     kept = [rec for rec in records if getattr(rec, "name", None) not in errors]
+    # a user left with no credential at all can no longer log in: its tokens go too
+    deleted = {
+        (x.name, x.mechanism) for x in kept if isinstance(x, r.RemoveUserScramCredentialRecord)
+    }
+    remaining = {u for u, m in c.image.scram if (u, m) not in deleted}
+    remaining |= {x.name for x in kept if isinstance(x, r.UserScramCredentialRecord)}
+    kept += tokens_of_removed_users(c.image, sorted({u for u, _ in deleted} - remaining))
     return Result(kept, [(u, errors.get(u, ApiError.none())) for u in order])

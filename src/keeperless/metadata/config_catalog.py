@@ -647,6 +647,30 @@ _SECURITY: tuple[tuple[str, ConfigType, str | None, str], ...] = (
     ("super.users", T.LIST, "", "Principals allowed everything (User:a;User:b)."),
     ("allow.everyone.if.no.acl.found", T.BOOLEAN, "false", "Allow what no ACL names."),
     (
+        "delegation.token.secret.key",
+        T.PASSWORD,
+        None,
+        "The key delegation tokens are signed with, the same on every node (none: no tokens).",
+    ),
+    (
+        "delegation.token.max.lifetime.ms",
+        T.LONG,
+        "604800000",
+        "The longest a delegation token lives, however often it is renewed.",
+    ),
+    (
+        "delegation.token.expiry.time.ms",
+        T.LONG,
+        "86400000",
+        "How long a delegation token lives before it must be renewed.",
+    ),
+    (
+        "delegation.token.expiry.check.interval.ms",
+        T.LONG,
+        "3600000",
+        "How often the active controller removes expired delegation tokens.",
+    ),
+    (
         "transaction.remove.expired.transaction.cleanup.interval.ms",
         T.INT,
         "3600000",

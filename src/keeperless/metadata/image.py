@@ -19,6 +19,7 @@ from keeperless.metadata import _records_gen as r
 __all__ = [
     "AclEntry",
     "BrokerRegistration",
+    "DelegationToken",
     "MetadataDelta",
     "MetadataImage",
     "PartitionInfo",
@@ -100,6 +101,23 @@ class ScramCredential:
 
 
 @dataclass(frozen=True, slots=True)
+class DelegationToken:
+    """A delegation token's information (KIP-48, Kafka's TokenInformation); its HMAC is
+    not stored: every node derives it from delegation.token.secret.key."""
+
+    token_id: str
+    owner: str  # a principal, "User:alice"
+    requester: str
+    renewers: tuple[str, ...]
+    issue_ms: int
+    max_ms: int
+    expiry_ms: int
+
+    def owner_or_renewer(self, principal: str) -> bool:
+        return principal == self.owner or principal in self.renewers
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     """Every map is persistent (a HAMT): the next image shares all it did not change, so
     applying a delta costs what the delta touched, not the size of the cluster."""
@@ -118,6 +136,8 @@ class MetadataImage:
     )
     # (user, mechanism: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512) -> credential
     scram: Mapping[tuple[str, int], ScramCredential] = field(default_factory=lambda: _EMPTY_MAP)
+    # token id -> its information
+    delegation_tokens: Mapping[str, DelegationToken] = field(default_factory=lambda: _EMPTY_MAP)
 
     def topic(self, name: str) -> TopicImage | None:
         tid = self.topic_ids.get(name)
@@ -146,6 +166,7 @@ class MetadataDelta:
     _acls: MapMutation[UUID, AclEntry] | None = None
     _quotas: MapMutation[QuotaEntity, Mapping[str, float]] | None = None
     _scram: MapMutation[tuple[str, int], ScramCredential] | None = None
+    _tokens: MapMutation[str, DelegationToken] | None = None
     offset: int = -1
     changed_topics: set[UUID] = field(default_factory=set)
     deleted_topics: dict[UUID, TopicImage] = field(default_factory=dict)
@@ -314,6 +335,25 @@ class MetadataDelta:
     def _remove_scram_credential(self, rec: r.RemoveUserScramCredentialRecord) -> None:
         self._sc().pop((rec.name, rec.mechanism), None)
 
+    def _tk(self) -> MapMutation[str, DelegationToken]:
+        if self._tokens is None:
+            self._tokens = _mutate(self.image.delegation_tokens)
+        return self._tokens
+
+    def _delegation_token(self, rec: r.DelegationTokenRecord) -> None:
+        self._tk()[rec.token_id] = DelegationToken(
+            rec.token_id,
+            rec.owner,
+            rec.requester,
+            tuple(rec.renewers),
+            rec.issue_timestamp,
+            rec.max_timestamp,
+            rec.expiration_timestamp,
+        )
+
+    def _remove_delegation_token(self, rec: r.RemoveDelegationTokenRecord) -> None:
+        self._tk().pop(rec.token_id, None)
+
     def _client_quota(self, rec: r.ClientQuotaRecord) -> None:
         if self._quotas is None:
             self._quotas = _mutate(self.image.client_quotas)
@@ -355,6 +395,7 @@ class MetadataDelta:
             acls=done(self._acls, img.acls),
             client_quotas=done(self._quotas, img.client_quotas),
             scram=done(self._scram, img.scram),
+            delegation_tokens=done(self._tokens, img.delegation_tokens),
         )
 
 
@@ -376,4 +417,6 @@ _HANDLERS: dict[type, Any] = {
     r.ClientQuotaRecord: MetadataDelta._client_quota,
     r.UserScramCredentialRecord: MetadataDelta._scram_credential,
     r.RemoveUserScramCredentialRecord: MetadataDelta._remove_scram_credential,
+    r.DelegationTokenRecord: MetadataDelta._delegation_token,
+    r.RemoveDelegationTokenRecord: MetadataDelta._remove_delegation_token,
 }

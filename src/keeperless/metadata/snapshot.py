@@ -12,7 +12,7 @@ from keeperless.metadata import _records_gen as r
 from keeperless.metadata.codec import encode_record
 from keeperless.metadata.features import METADATA_VERSION_FEATURE, record_version
 from keeperless.metadata.fieldspec import ZERO_UUID
-from keeperless.metadata.image import AclEntry, MetadataImage, TopicImage
+from keeperless.metadata.image import AclEntry, DelegationToken, MetadataImage, TopicImage
 from keeperless.protocol.control import control_batch, snapshot_footer, snapshot_header
 from keeperless.protocol.records import build_batch
 
@@ -20,6 +20,7 @@ __all__ = [
     "SnapshotWriter",
     "image_records",
     "snapshot_of_records",
+    "token_record",
     "topic_records",
 ]
 
@@ -112,6 +113,20 @@ def _tail_records(image: MetadataImage) -> Iterator[Any]:
         )
     for acl_id, a in sorted(image.acls.items()):
         yield acl_record(acl_id, a)
+    for _, t in sorted(image.delegation_tokens.items()):
+        yield token_record(t)
+
+
+def token_record(t: DelegationToken) -> r.DelegationTokenRecord:
+    return r.DelegationTokenRecord(
+        owner=t.owner,
+        requester=t.requester,
+        renewers=t.renewers,
+        issue_timestamp=t.issue_ms,
+        max_timestamp=t.max_ms,
+        expiration_timestamp=t.expiry_ms,
+        token_id=t.token_id,
+    )
 
 
 def acl_record(acl_id: UUID, a: AclEntry) -> r.AccessControlEntryRecord:

@@ -196,6 +196,11 @@ _TABLE = (
     ApiSpec(
         ApiKey.ALTER_CLIENT_QUOTAS, broker=(0, 1), controller=(0, 1)
     ),  # forwarded to the controller
+    # delegation tokens (KIP-48): created, renewed and expired on the controller
+    ApiSpec(ApiKey.CREATE_DELEGATION_TOKEN, broker=(1, 3), controller=(1, 3)),
+    ApiSpec(ApiKey.RENEW_DELEGATION_TOKEN, broker=(1, 2), controller=(1, 2)),
+    ApiSpec(ApiKey.EXPIRE_DELEGATION_TOKEN, broker=(1, 2), controller=(1, 2)),
+    ApiSpec(ApiKey.DESCRIBE_DELEGATION_TOKEN, broker=(1, 3)),  # from the image
     ApiSpec(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, broker=(0, 0)),  # from the image
     ApiSpec(
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS, broker=(0, 0), controller=(0, 0)

@@ -26,9 +26,11 @@ class Session:
     principal: str = ANONYMOUS
     authenticated: bool = False
     mechanism: str | None = None
+    # authenticated with a delegation token (SCRAM with tokenauth=true): as its owner
+    token_authenticated: bool = False
 
 
-def encode_principal(principal: str) -> bytes:
+def encode_principal(principal: str, token_authenticated: bool = False) -> bytes:
     """A principal as Kafka's DefaultKafkaPrincipalBuilder serializes it for
     EnvelopeRequest (DefaultPrincipalData v0: type, name, token-authenticated)."""
     kind, _, name = principal.partition(":")
@@ -37,13 +39,14 @@ def encode_principal(principal: str) -> bytes:
         data = text.encode()
         write_uvarint(out, len(data) + 1)
         out += data
-    out += b"\x00"  # not token-authenticated
+    out += b"\x01" if token_authenticated else b"\x00"
     out += b"\x00"  # no tagged fields
     return bytes(out)
 
 
-def decode_principal(data: bytes) -> str:
-    """The inverse of ``encode_principal``; ValueError if it is not one."""
+def decode_principal(data: bytes) -> tuple[str, bool]:
+    """The inverse of ``encode_principal``: (principal, token-authenticated); ValueError
+    if it is not one."""
     if len(data) < 2 or data[:2] != b"\x00\x00":
         raise ValueError("not a version 0 principal")
     pos = 2
@@ -54,4 +57,6 @@ def decode_principal(data: bytes) -> str:
             raise ValueError("a truncated principal")
         parts.append(data[pos : pos + n - 1].decode())
         pos += n - 1
-    return f"{parts[0]}:{parts[1]}"
+    if pos >= len(data):
+        raise ValueError("a truncated principal")
+    return f"{parts[0]}:{parts[1]}", data[pos] != 0

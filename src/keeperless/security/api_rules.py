@@ -71,11 +71,15 @@ IN_HANDLER = frozenset({
     ApiKey.DELETE_RECORDS,  # DELETE per topic
     ApiKey.OFFSET_FOR_LEADER_EPOCH,  # CLUSTER_ACTION, else DESCRIBE per topic
     ApiKey.DESCRIBE_TOPIC_PARTITIONS,  # DESCRIBE per topic (unlisted when all asked)
+    ApiKey.CREATE_DELEGATION_TOKEN,  # CREATE_TOKENS on the owner (a user) when not the sender
+    ApiKey.DESCRIBE_DELEGATION_TOKEN,  # DESCRIBE per token or DESCRIBE_TOKENS on its owner
 })  # fmt: skip
-# checked by nobody, as in Kafka: the handshake before a principal exists, and
-# DescribeCluster (which only withholds the cluster's authorized operations)
+# checked by nobody, as in Kafka: the handshake before a principal exists, DescribeCluster
+# (which only withholds the cluster's authorized operations), and renewing or expiring a
+# token (its owner and renewers only: the controller's check, not an ACL)
 UNCHECKED = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
-                       ApiKey.DESCRIBE_CLUSTER})  # fmt: skip
+                       ApiKey.DESCRIBE_CLUSTER, ApiKey.RENEW_DELEGATION_TOKEN,
+                       ApiKey.EXPIRE_DELEGATION_TOKEN})  # fmt: skip
 
 
 def refusal(header: RequestHeader, error: ErrorCode, message: str) -> Any:

@@ -49,6 +49,7 @@ class SecurityConfigError(ValueError):
 
 
 ScramLookup = Callable[[str, str], Credential | None]  # (mechanism, user)
+TokenLookup = Callable[[str, str], tuple[Credential, str] | None]  # (mechanism, token id)
 
 
 @dataclass(slots=True)
@@ -59,6 +60,8 @@ class ListenerSecurity:
     mechanisms: tuple[str, ...] = ()
     plain_users: Mapping[str, str] = field(default_factory=dict)
     scram_lookup: ScramLookup | None = None
+    # (mechanism, token id) -> a delegation token's credential and owner
+    token_lookup: TokenLookup | None = None
     principal_rules: tuple[tuple[re.Pattern[str], str, str], ...] = ()
     reauth_ms: int = 0  # connections.max.reauth.ms (KIP-368)
 
@@ -313,7 +316,11 @@ _LOGIN_MODULES = {
 
 
 def listener_security(
-    raw: Mapping[str, str], listener: str, protocol: str, scram_lookup: ScramLookup | None
+    raw: Mapping[str, str],
+    listener: str,
+    protocol: str,
+    scram_lookup: ScramLookup | None,
+    token_lookup: TokenLookup | None = None,
 ) -> ListenerSecurity:
     sec = ListenerSecurity(listener, protocol)
     if protocol in ("SSL", "SASL_SSL"):
@@ -338,6 +345,7 @@ def listener_security(
                     'user_<name>="<password>"'
                 )
         sec.scram_lookup = scram_lookup
+        sec.token_lookup = token_lookup
     return sec
 
 

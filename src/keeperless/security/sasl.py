@@ -105,6 +105,10 @@ class PlainServer:
     def done(self) -> bool:
         return self.user is not None
 
+    @property
+    def principal(self) -> str:
+        return f"User:{self.user}"
+
 
 def _attrs(msg: str) -> dict[str, str]:
     out = {}
@@ -140,11 +144,21 @@ def scram_client_proof(mechanism: str, salted: bytes, auth_message: bytes) -> tu
 class ScramServer:
     """SCRAM-SHA-256/512: client-first -> server-first, client-final -> server-final."""
 
-    def __init__(self, mechanism: str, lookup: Callable[[str], Credential | None]) -> None:
+    def __init__(
+        self,
+        mechanism: str,
+        lookup: Callable[[str], Credential | None],
+        token_lookup: Callable[[str], tuple[Credential, str] | None] | None = None,
+    ) -> None:
         self.mechanism = mechanism
         self.algo = _HASH[mechanism]
         self.lookup = lookup
+        # a delegation token's credential and owner, by token id (tokenauth=true)
+        self.token_lookup = token_lookup
         self.user: str | None = None
+        self.token_authenticated = False
+        self._owner = ""
+        self._token_owner = ""
         self._stage = 0
         self._first_bare = ""
         self._server_first = ""
@@ -155,6 +169,11 @@ class ScramServer:
     @property
     def done(self) -> bool:
         return self.user is not None
+
+    @property
+    def principal(self) -> str:
+        """Who authenticated: the user, or a token's owner."""
+        return self._owner or f"User:{self.user}"
 
     def step(self, token: bytes) -> bytes:
         try:
@@ -173,16 +192,30 @@ class ScramServer:
         if gs2 not in ("n", "y") or not bare:
             raise SaslFailure("Invalid SCRAM client-first message (channel binding is not "
                               "supported)")  # fmt: skip
-        attrs = _attrs(bare)
         if not _CLIENT_FIRST.match(bare):  # RFC 5802: n= then r=, a printable nonce
             raise SaslFailure("Invalid SCRAM client-first message: no user name or nonce")
-        self._name = _unescape_name(attrs["n"])
+        name, nonce, *more = bare.split(",")
+        # Kafka's extensions after the nonce (key=value): tokenauth=true names a
+        # delegation token (the token id as user name, its HMAC as password)
+        extensions = {}
+        for ext in more:
+            key, sep, value = ext.partition("=")
+            if not sep or not key:
+                raise SaslFailure(f"Invalid SCRAM extension {ext[:20]!r}")
+            extensions[key] = value
+        self._name = _unescape_name(name[2:])
         if authzid and authzid[2:] != self._name:
             raise SaslFailure("Authentication failed: Client requested an authorization id "
                               "that is different from username")  # fmt: skip
-        self._cred = self.lookup(self._name)
+        if extensions.get("tokenauth", "").lower() == "true":
+            found = self.token_lookup(self._name) if self.token_lookup is not None else None
+            self._cred = found[0] if found is not None else None
+            self._token_owner = found[1] if found is not None else ""
+            self.token_authenticated = True
+        else:
+            self._cred = self.lookup(self._name)
         self._first_bare = bare
-        self._nonce = attrs["r"] + secrets.token_urlsafe(18)
+        self._nonce = nonce[2:] + secrets.token_urlsafe(18)
         # an unknown user gets a well-formed challenge all the same (the failure comes
         # at the proof): the answer does not tell which users exist
         cred = self._cred
@@ -217,6 +250,8 @@ class ScramServer:
             raise SaslFailure(f"Authentication failed during authentication due to invalid "
                               f"credentials with SASL mechanism {self.mechanism}")  # fmt: skip
         self.user = self._name
+        if self.token_authenticated:
+            self._owner = self._token_owner
         server_sig = hmac.new(cred.server_key, auth, self.algo).digest()
         return f"v={base64.b64encode(server_sig).decode()}".encode()
 
@@ -227,12 +262,17 @@ class SaslClient:
     None once logged in (SaslFailure if a SCRAM server's signature does not match).
     Nodes (to their peers) and the tools drive it over their own connections."""
 
-    def __init__(self, mechanism: str, username: str, password: str) -> None:
+    def __init__(
+        self, mechanism: str, username: str, password: str, *, tokenauth: bool = False
+    ) -> None:
         self.mechanism = mechanism
         self.username = username
         self.password = password
         name = username.replace("=", "=3D").replace(",", "=2C")
-        self._first_bare = f"n={name},r={secrets.token_urlsafe(18)}"
+        # tokenauth: a delegation token (its id as user name, its base64 HMAC as
+        # password), Kafka's SCRAM extension
+        ext = ",tokenauth=true" if tokenauth else ""
+        self._first_bare = f"n={name},r={secrets.token_urlsafe(18)}{ext}"
         self._signature = b""
         self._stage = 0
 

@@ -99,8 +99,8 @@ class SaslState:
             body = {"error_code": ErrorCode.sasl_authentication_failed,
                     "error_message": str(e), "auth_bytes": b""}  # fmt: skip
             return encode_response(header, build(cls, body)), True
-        if self.server.done and self.expected not in (None, f"User:{self.server.user}"):
-            self.failure = f"re-authenticated as User:{self.server.user}, not {self.expected}"
+        if self.server.done and self.expected not in (None, self.server.principal):
+            self.failure = f"re-authenticated as {self.server.principal}, not {self.expected}"
             body = {"error_code": ErrorCode.sasl_authentication_failed,
                     "error_message": "Re-authentication must keep the same principal",
                     "auth_bytes": b""}  # fmt: skip
@@ -126,9 +126,12 @@ class SaslState:
     def _maybe_done(self, session: Session) -> None:
         server = self.server
         if server is not None and server.done and server.user is not None:
-            session.principal = f"User:{server.user}"
+            session.principal = server.principal
             session.mechanism = self.mechanism
             session.authenticated = True
+            session.token_authenticated = isinstance(server, ScramServer) and (
+                server.token_authenticated
+            )
 
     def _server_for(self, mech: str) -> PlainServer | ScramServer:
         if mech == "PLAIN":
@@ -136,4 +139,9 @@ class SaslState:
         lookup = self.security.scram_lookup
         if mech not in MECHANISM_CODES:
             raise SaslFailure(f"SASL mechanism {mech} is not supported")
-        return ScramServer(mech, lambda user: lookup(mech, user) if lookup is not None else None)
+        tokens = self.security.token_lookup
+        return ScramServer(
+            mech,
+            lambda user: lookup(mech, user) if lookup is not None else None,
+            (lambda token_id: tokens(mech, token_id)) if tokens is not None else None,
+        )

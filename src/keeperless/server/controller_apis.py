@@ -15,6 +15,12 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.controller_channel import RemoteController, not_controller
 from keeperless.controller.acls import create_acls, delete_acls
 from keeperless.controller.configs import alter_configs, incremental_alter_configs
+from keeperless.controller.delegation_tokens import (
+    TokenResult,
+    create_token,
+    expire_token,
+    renew_token,
+)
 from keeperless.controller.elections import elect_leaders
 from keeperless.controller.features import update_features
 from keeperless.controller.fencing import register_broker
@@ -56,9 +62,17 @@ from keeperless.metadata.admin_requests import (
     update_features_response,
 )
 from keeperless.metadata.image import AclEntry
+from keeperless.metadata.token_requests import (
+    create_request,
+    create_response,
+    expiry_response,
+    ms_of,
+)
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
+from keeperless.protocol.context import session_of
 from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.protocol.session import ANONYMOUS
 from keeperless.server.controller_service import ControllerService, NotControllerError
 
 __all__ = ["ControllerApis", "ControllerClient", "LocalController"]
@@ -68,6 +82,12 @@ log = logging.getLogger(__name__)
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _principal(header: RequestHeader) -> str:
+    """Who sent a request (a forwarded one: the client the envelope names)."""
+    s = session_of(header)
+    return s.principal if s is not None else ANONYMOUS
 
 
 class LocalController:
@@ -260,6 +280,9 @@ class ControllerApis:
             ApiKey.BROKER_HEARTBEAT: self.broker_heartbeat,
             ApiKey.UNREGISTER_BROKER: self.unregister_broker,
             ApiKey.ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
+            ApiKey.CREATE_DELEGATION_TOKEN: self.create_delegation_token,
+            ApiKey.RENEW_DELEGATION_TOKEN: self.renew_delegation_token,
+            ApiKey.EXPIRE_DELEGATION_TOKEN: self.expire_delegation_token,
         }
 
     def _not_controller(self, header: RequestHeader, body: dict[str, Any]) -> Any:
@@ -445,6 +468,48 @@ class ControllerApis:
             users = dict.fromkeys([u for u, _ in deletions] + [u[0] for u in upsertions])
             results = [(u, ApiError(ErrorCode.not_controller)) for u in users]
         return alter_scram_response(header.api_version, results)
+
+    async def create_delegation_token(self, header: RequestHeader, req: Any) -> Any:
+        """The owner (the requester unless the request names one), checked by the broker
+        that forwarded it (CREATE_TOKENS on the owner), as Kafka's brokers do."""
+        owner, renewers, max_life = create_request(req)
+        requester = _principal(header)
+        tokens = self.service.tokens
+        try:
+            res = await self.service.call(
+                lambda c: create_token(c, tokens, _now_ms(), requester, owner, renewers, max_life)
+            )
+        except NotControllerError:
+            res = TokenResult(ErrorCode.not_controller)
+        return create_response(
+            header.api_version, res.error, owner or requester, requester, res.token, res.hmac
+        )
+
+    async def renew_delegation_token(self, header: RequestHeader, req: Any) -> Any:
+        who, mac, period = _principal(header), bytes(req.hmac), ms_of(req.renew_period)
+        tokens = self.service.tokens
+        try:
+            res = await self.service.call(
+                lambda c: renew_token(c, tokens, _now_ms(), who, mac, period)
+            )
+        except NotControllerError:
+            res = TokenResult(ErrorCode.not_controller)
+        return expiry_response(
+            ApiKey.RENEW_DELEGATION_TOKEN, header.api_version, res.error, res.expiry_ms
+        )
+
+    async def expire_delegation_token(self, header: RequestHeader, req: Any) -> Any:
+        who, mac, period = _principal(header), bytes(req.hmac), ms_of(req.expiry_time_period)
+        tokens = self.service.tokens
+        try:
+            res = await self.service.call(
+                lambda c: expire_token(c, tokens, _now_ms(), who, mac, period)
+            )
+        except NotControllerError:
+            res = TokenResult(ErrorCode.not_controller)
+        return expiry_response(
+            ApiKey.EXPIRE_DELEGATION_TOKEN, header.api_version, res.error, res.expiry_ms
+        )
 
     async def create_acls(self, header: RequestHeader, req: Any) -> Any:
         acls = acl_creations(req)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from keeperless.controller.delegation_tokens import TokenSettings, sweep_expired
 from keeperless.controller.fencing import fence_stale_brokers, start_sessions
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata.features import METADATA_VERSION_FEATURE
@@ -51,6 +52,12 @@ class ControllerService:
             },
         )
         self.controller.session_timeout_ms = config["broker.session.timeout.ms"]
+        self.tokens = TokenSettings(
+            config["delegation.token.secret.key"] or None,
+            config["delegation.token.max.lifetime.ms"],
+            config["delegation.token.expiry.time.ms"],
+        )
+        self._token_check_s = config["delegation.token.expiry.check.interval.ms"] / 1000
         c = self.controller
         mlog.listeners.append(c.replay_committed)
         mlog.snapshot_listeners.append(lambda delta, image, sid: c.load_image(image))
@@ -59,6 +66,7 @@ class ControllerService:
         self._append_lock = asyncio.Lock()
         self._activation: asyncio.Task[None] | None = None
         self._sessions: asyncio.Task[None] | None = None
+        self._token_sweeper: asyncio.Task[None] | None = None
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
         self.new_active_controllers = 0
         self.timed_out_heartbeats = 0
@@ -72,6 +80,9 @@ class ControllerService:
         if self._sessions is not None:
             self._sessions.cancel()
             self._sessions = None
+        if self._token_sweeper is not None:
+            self._token_sweeper.cancel()
+            self._token_sweeper = None
         if self._activation is not None:
             self._activation.cancel()
             self._activation = None
@@ -93,6 +104,8 @@ class ControllerService:
         )
         start_sessions(self.controller, _now_ms())
         self._sessions = asyncio.get_running_loop().create_task(self._watch_sessions())
+        if self.tokens.secret_key:
+            self._token_sweeper = asyncio.get_running_loop().create_task(self._sweep_tokens())
         if METADATA_VERSION_FEATURE not in self.controller.image.features:
             boot = self.mlog.bootstrap_records()
             if boot:
@@ -116,6 +129,22 @@ class ControllerService:
                     self.node_id,
                     b,
                     self.controller.session_timeout_ms,
+                )
+
+    async def _sweep_tokens(self) -> None:
+        """Remove expired delegation tokens (every delegation.token.expiry.check.interval.ms)."""
+        while self._active.is_set():
+            await asyncio.sleep(self._token_check_s)
+            try:
+                gone = await self.call(lambda c: sweep_expired(c, _now_ms()))
+            except NotControllerError:
+                return
+            for t in gone:
+                log.info(
+                    "[node %d] Removed delegation token %s of %s: expired",
+                    self.node_id,
+                    t.token_id,
+                    t.owner,
                 )
 
     async def wait_active(self, timeout_s: float) -> bool:

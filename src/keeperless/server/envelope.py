@@ -35,7 +35,8 @@ FORWARDABLE = frozenset({
     ApiKey.ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS, ApiKey.ELECT_LEADERS,
     ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_QUORUM, ApiKey.UPDATE_FEATURES,
-    ApiKey.UNREGISTER_BROKER,
+    ApiKey.UNREGISTER_BROKER, ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN,
+    ApiKey.EXPIRE_DELEGATION_TOKEN,
 })  # fmt: skip
 
 
@@ -50,13 +51,14 @@ def envelope_handler(handlers: Mapping[int, Handler], active: Callable[[], bool]
             if inner.api_key not in FORWARDABLE or inner.api_key not in handlers:
                 raise ProtocolError(f"api key {inner.api_key} cannot be forwarded")
             inner_req = decode_request(inner, data, pos)
-            principal = decode_principal(bytes(req.request_principal))
+            principal, by_token = decode_principal(bytes(req.request_principal))
             host = ipaddress.ip_address(bytes(req.client_host_address)).compressed
         except (ProtocolError, ValueError):
             return build(cls, {"response_data": b"", "error_code": ErrorCode.invalid_request})
         outer = session_of(header)
         client = Session(outer.listener if outer else "", outer.protocol if outer else "",
-                         host, principal, authenticated=True)  # fmt: skip
+                         host, principal, authenticated=True,
+                         token_authenticated=by_token)  # fmt: skip
         # handled as if the client the envelope names had sent it here
         resp = await handlers[inner.api_key](RequestContext.of(inner, client), inner_req)
         answer = encode_response(inner, resp)[4:]  # the inner header and body

@@ -19,6 +19,7 @@ from keeperless.broker.broker import Broker, BrokerSettings
 from keeperless.broker.consumer_group_apis import ConsumerGroupApis
 from keeperless.broker.controller_channel import ControllerUnavailableError, RemoteController
 from keeperless.broker.controller_rpcs import ControllerRpcs
+from keeperless.broker.delegation_token_apis import DelegationTokenApis
 from keeperless.broker.forwarder import Forwarder
 from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.group_offsets import GroupOffsets
@@ -30,7 +31,7 @@ from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
 from keeperless.broker.txn_offsets import TxnOffsets
 from keeperless.metadata.features import features_body
-from keeperless.metadata.image import ScramCredential
+from keeperless.metadata.image import MetadataImage, ScramCredential
 from keeperless.protocol.apis import CONTROLLER_APIS, ApiKey, Listener
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
@@ -50,6 +51,7 @@ from keeperless.security.listeners import (
     listener_security,
 )
 from keeperless.security.sasl import MECHANISM_CODES
+from keeperless.security.tokens import TokenCredentials
 from keeperless.server.config import Endpoint, NodeConfig
 from keeperless.server.controller_apis import ControllerApis, ControllerClient
 from keeperless.server.controller_service import ControllerService
@@ -124,6 +126,12 @@ class Node:
             ControllerApis(self.controller, self.cluster_id, bool(config["authorizer.class.name"]))
             if self.controller
             else None
+        )
+        # delegation tokens' SCRAM credentials (tokenauth=true), from the applied metadata
+        self.token_credentials = TokenCredentials(
+            config["delegation.token.secret.key"] or None,
+            self._image,
+            lambda: int(time.time() * 1000),
         )
         self.remote = RemoteController(
             self.node_id,
@@ -338,15 +346,18 @@ class Node:
         )  # fmt: skip
         broker.peers.security = sec
 
+    def _image(self) -> MetadataImage:
+        """The metadata this node has applied (its controller's committed image on a
+        controller; a broker's published one)."""
+        if self.controller is not None:
+            return self.controller.controller.committed
+        if self.broker is not None:
+            return self.broker.image
+        return MetadataImage()
+
     def _scram_lookup(self, mechanism: str, user: str) -> ScramCredential | None:
         """A user's SCRAM credential in the metadata this node has applied."""
-        if self.controller is not None:
-            image = self.controller.controller.committed
-        elif self.broker is not None:
-            image = self.broker.image
-        else:
-            return None
-        return image.scram.get((user, MECHANISM_CODES[mechanism]))
+        return self._image().scram.get((user, MECHANISM_CODES[mechanism]))
 
     async def _listen(
         self, ep: Endpoint, router: RequestRouter, serve: bool = True
@@ -354,8 +365,9 @@ class Node:
         """Bind a listener (and accept connections on it unless ``serve`` is False)."""
         host = ep.host or "0.0.0.0"
         sec = listener_security(
-            self.config.raw, ep.listener, self.config.protocol_of(ep.listener), self._scram_lookup
-        )
+            self.config.raw, ep.listener, self.config.protocol_of(ep.listener),
+            self._scram_lookup, self.token_credentials.lookup,
+        )  # fmt: skip
         try:
             server = await asyncio.get_running_loop().create_server(
                 _protocol_factory(router, sec, self.config["socket.request.max.bytes"]),
@@ -398,6 +410,8 @@ class Node:
         registry.register("transactional offset commits", txn_offsets.handlers())
         registry.register("the transaction coordinator", self.txn.handlers())
         registry.register("the transaction admin APIs", TxnAdmin(self.broker, self.txn).handlers())
+        tokens = DelegationTokenApis(self.broker, self.config["delegation.token.secret.key"])
+        registry.register("the delegation token APIs", tokens.handlers())
         if self.config["transaction.partition.verification.enable"]:
             h.data.verify_txn = self.txn.verify
             txn_offsets.verify = self.txn.verify

@@ -2,13 +2,14 @@
 PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL as --command-config says (``configure``):
 security.protocol, ssl.truststore.location or ssl.ca.location (PEM), sasl.mechanism
 (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) with sasl.jaas.config or sasl.username and
-sasl.password."""
+sasl.password; a delegation token with tokenauth="true" in sasl.jaas.config."""
 
 from __future__ import annotations
 
 import socket
 import ssl
 import struct
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +18,8 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
-from keeperless.protocol.framing import decode_response, encode_request
-from keeperless.security.sasl import SaslClient, SaslFailure
+from keeperless.protocol.framing import decode_response, encode_request, response_class
+from keeperless.security.sasl import SaslClient, SaslFailure, parse_jaas
 from keeperless.tools.errors import ToolError
 from keeperless.tools.rdkafka import jaas_login
 
@@ -46,6 +47,7 @@ class _Security:
     mechanism: str = ""
     username: str = ""
     password: str = ""
+    tokenauth: bool = False  # a delegation token (tokenauth="true" in sasl.jaas.config)
 
 
 _SEC = _Security()
@@ -78,6 +80,13 @@ def configure(props: dict[str, str], source: str) -> None:
         if sec.mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
             raise ToolError(f"{source}: sasl.mechanism {sec.mechanism} is not supported")
         sec.username, sec.password = jaas_login(props, source)
+        jaas = props.get("sasl.jaas.config")
+        if jaas:
+            try:
+                options = parse_jaas(jaas)[1]
+            except ValueError as e:
+                raise ToolError(f"{source}: sasl.jaas.config: {e}") from None
+            sec.tokenauth = options.get("tokenauth", "").lower() == "true"
         if not sec.username:
             raise ToolError(f"{source}: SASL needs sasl.jaas.config (username, password) "
                             "or sasl.username and sasl.password")  # fmt: skip
@@ -103,7 +112,7 @@ def _login(s: socket.socket) -> None:
             raise OSError(resp.error_message or "SASL authentication failed")
         return bytes(resp.auth_bytes)
 
-    client = SaslClient(sec.mechanism, sec.username, sec.password)
+    client = SaslClient(sec.mechanism, sec.username, sec.password, tokenauth=sec.tokenauth)
     token: bytes | None = client.first()
     while token is not None:
         try:
@@ -131,9 +140,13 @@ def call(
     version: int,
     body: dict[str, Any],
     timeout_s: float = 10.0,
+    *,
+    error_first: bool = False,
 ) -> Any:
     """Send the request to the first server that answers; raise ToolError naming every
-    server tried if none does."""
+    server tried if none does. ``error_first``: a response whose body starts with its
+    error code, read from there when the rest cannot be decoded (Kafka answers a refused
+    delegation token request with -1 timestamps, which kio's reader refuses)."""
     req = build(load_request_schema(api_key, version), body)
     frame = encode_request(api_key, version, 1, "keeperless-tool", req)
     errors = []
@@ -142,7 +155,13 @@ def call(
             with _connect(host, port, timeout_s) as s:
                 s.sendall(frame)
                 size = struct.unpack(">i", _recv(s, 4))[0]
-                _, resp = decode_response(memoryview(_recv(s, size)), api_key, version)
+                answer = memoryview(_recv(s, size))
+                try:
+                    _, resp = decode_response(answer, api_key, version)
+                except Exception:
+                    if not error_first:
+                        raise
+                    return _error_only(answer, api_key, version)
                 return resp
         except (OSError, struct.error) as e:
             errors.append(
@@ -151,6 +170,17 @@ def call(
                 else f"{host}:{port} ({e})"
             )
     raise ToolError("could not reach " + ", ".join(errors))
+
+
+def _error_only(frame: memoryview, api_key: int, version: int) -> Any:
+    """The error code of a response that begins with it (after the response header:
+    the correlation id, and an empty tag buffer when the response is flexible)."""
+    flexible: bool = getattr(response_class(api_key, version), "__flexible__", False)
+    pos = 5 if flexible else 4
+    (code,) = struct.unpack_from(">h", frame, pos)
+    if code == 0:
+        raise ToolError(f"cannot decode the response to API {api_key} v{version}")
+    return types.SimpleNamespace(error_code=code)
 
 
 def _recv(s: socket.socket, n: int) -> bytes:
