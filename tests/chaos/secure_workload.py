@@ -9,7 +9,10 @@ other workloads and the nodes themselves use it); on the secured listener:
   of hers may ever be acknowledged, stored or delivered;
 - ``writer`` with a wrong password tries too: never logged in, nothing stored;
 - at the end ``reader`` (READ on the topic and its group) reads every acknowledged
-  record back through the secured listener.
+  record back through the secured listener;
+- ``writer`` creates delegation tokens and expires some at once, and logs in with them
+  (SCRAM with tokenauth=true): at the end every acknowledged token that was not expired
+  logs in on every broker and is described, and no acknowledged expiry is undone.
 
 So credentials and ACLs held in the metadata log keep being enforced by every broker
 across kills, partitions, controller failovers and upgrades."""
@@ -62,6 +65,7 @@ NODE_CONFIG = {
     "allow.everyone.if.no.acl.found": "false",
     "sasl.enabled.mechanisms": "SCRAM-SHA-256",
     "inter.broker.listener.name": "PLAINTEXT",
+    "delegation.token.secret.key": "chaos-token-key",
 }
 
 
@@ -77,6 +81,10 @@ class SecureWorkload:
         self.intruder_read: list[str] = []  # must stay empty
         self.intruder_refusals = 0
         self.refusal_codes: set[str] = set()
+        self.tokens: dict[str, str] = {}  # acknowledged token id -> base64 hmac
+        self.expired: dict[str, str] = {}  # acknowledged immediate expiries
+        self.token_logins = {"ok": 0, "refused": 0}
+        self.token_errors: set[str] = set()
 
     def _conf(self, user: str | None, password: str | None = None) -> dict[str, Any]:
         conf: dict[str, Any] = {"logger": _quiet, "log_level": 0}
@@ -104,7 +112,131 @@ class SecureWorkload:
             f.result(30)
 
     def targets(self) -> list[tuple[str, Any]]:
-        return [("secure-writer", self._write), ("secure-intruder", self._intrude)]
+        return [("secure-writer", self._write), ("secure-intruder", self._intrude),
+                ("secure-tokens", self._tokens)]  # fmt: skip
+
+    def _servers(self) -> list[tuple[str, int]]:
+        from keeperless.tools.client import parse_servers
+
+        return parse_servers(self.secure_bootstrap, "secure bootstrap")
+
+    def _token_security(self, token_id: str | None = None, mac: str | None = None) -> Any:
+        from keeperless.tools.client import security_of
+
+        props = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                 "sasl.username": token_id or "writer",
+                 "sasl.password": mac or _PASSWORDS["writer"]}  # fmt: skip
+        sec = security_of(props, "chaos")
+        sec.tokenauth = token_id is not None
+        return sec
+
+    def _token_call(self, api: int, version: int, body: dict[str, Any],
+                    servers: list[tuple[str, int]] | None = None,
+                    sec: Any = None) -> Any:  # fmt: skip
+        from keeperless.tools.client import call
+
+        return call(servers or self._servers(), api, version, body, timeout_s=10,
+                    error_first=True, security=sec or self._token_security())  # fmt: skip
+
+    def _login_with(self, token_id: str, mac: str, server: tuple[str, int]) -> bool:
+        from keeperless.tools.errors import ToolError
+
+        try:
+            self._token_call(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                     "include_topic_authorized_operations": False},
+                             [server], self._token_security(token_id, mac))  # fmt: skip
+        except ToolError as e:
+            if "Authentication failed" in str(e):
+                return False
+            raise
+        return True
+
+    def _tokens(self, every_s: float = 1.0, max_ops: int = 300) -> None:
+        """Create tokens, expire some at once, log in with live ones, throughout."""
+        import base64
+        import random
+
+        from keeperless.tools.errors import ToolError
+
+        rng = random.Random(17)
+        for _ in range(max_ops):
+            if self.stop.is_set():
+                return
+            try:
+                live = sorted(set(self.tokens) - set(self.expired))
+                if len(live) < 3 or rng.random() < 0.5:
+                    resp = self._token_call(38, 3, {"renewers": [], "max_lifetime": -1,
+                                                    "owner_principal_type": None,
+                                                    "owner_principal_name": None})  # fmt: skip
+                    if resp.error_code == 0:
+                        self.tokens[resp.token_id] = base64.b64encode(resp.hmac).decode()
+                    else:
+                        self.token_errors.add(f"create:{resp.error_code}")
+                elif rng.random() < 0.3:
+                    tid = rng.choice(live)
+                    mac = self.tokens[tid]
+                    resp = self._token_call(40, 2, {"hmac": base64.b64decode(mac),
+                                                    "expiry_time_period": -1})  # fmt: skip
+                    if resp.error_code == 0:
+                        self.expired[tid] = mac
+                    else:
+                        self.token_errors.add(f"expire:{resp.error_code}")
+                else:
+                    tid = rng.choice(live)
+                    ok = self._login_with(tid, self.tokens[tid], rng.choice(self._servers()))
+                    self.token_logins["ok" if ok else "refused"] += 1
+            except (ToolError, OSError) as e:  # a node down, a failover: tried again later
+                self.token_errors.add(type(e).__name__)
+            time.sleep(every_s)
+
+    def check_tokens(self, timeout_s: float = 60.0) -> tuple[list[Anomaly], dict[str, Any]]:
+        """Every acknowledged live token logs in on every broker and is described; no
+        acknowledged immediate expiry is undone."""
+        from keeperless.tools.errors import ToolError
+
+        anomalies: list[Anomaly] = []
+        live = {t: m for t, m in self.tokens.items() if t not in self.expired}
+        deadline = time.monotonic() + timeout_s
+        for server in self._servers():
+            for tid, mac in live.items():
+                ok = False
+                while not ok and time.monotonic() < deadline:
+                    try:
+                        ok = self._login_with(tid, mac, server)
+                    except (ToolError, OSError):
+                        ok = False
+                    if not ok:
+                        time.sleep(0.5)
+                if not ok:
+                    anomalies.append({"kind": "token-lost", "token": tid, "broker": server})
+            for tid, mac in self.expired.items():
+                # a broker still applying the metadata may take it a moment longer
+                until = time.monotonic() + 10
+                accepted = True
+                while accepted and time.monotonic() < until:
+                    try:
+                        accepted = self._login_with(tid, mac, server)
+                    except (ToolError, OSError):
+                        accepted = False  # not reachable: nothing to say here
+                    if accepted:
+                        time.sleep(0.5)
+                if accepted:
+                    anomalies.append({"kind": "token-resurrected", "token": tid,
+                                      "broker": server})  # fmt: skip
+        listed: set[str] = set()
+        with contextlib.suppress(ToolError, OSError):
+            resp = self._token_call(41, 3, {"owners": None})
+            listed = {t.token_id for t in resp.tokens}
+        if set(live) - listed:
+            anomalies.append({"kind": "token-not-described",
+                              "missing": sorted(set(live) - listed)[:10]})  # fmt: skip
+        if set(self.expired) & listed:
+            anomalies.append({"kind": "token-resurrected",
+                              "described": sorted(set(self.expired) & listed)[:10]})  # fmt: skip
+        stats = {"created": len(self.tokens), "expired": len(self.expired),
+                 "logins": dict(self.token_logins),
+                 "errors": sorted(self.token_errors)}  # fmt: skip
+        return anomalies, stats
 
     def _write(self, rate_per_s: float = 10.0, max_records: int = 2000) -> None:
         p = Producer({**self._conf("writer"), "acks": "all", "enable.idempotence": True,
@@ -190,7 +322,9 @@ class SecureWorkload:
             anomalies.append({"kind": "acl-bypass", "stored": foreign[:10],
                               "acknowledged": self.intruder_acked[:10],
                               "read": self.intruder_read[:10]})  # fmt: skip
+        token_anomalies, token_stats = self.check_tokens()
+        anomalies += token_anomalies
         stats = {"acked": len(self.acked), "read_back": len(got & want),
                  "intruder_refusals": self.intruder_refusals,
-                 "refusals": sorted(self.refusal_codes)}  # fmt: skip
+                 "refusals": sorted(self.refusal_codes), "tokens": token_stats}  # fmt: skip
         return anomalies, stats

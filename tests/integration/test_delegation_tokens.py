@@ -53,6 +53,7 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenCluster]:
     probe = Node(work)  # for its ports
     sasl = free_port()
     extra = {
+        "controller.quorum.voters": f"1@127.0.0.1:{probe.controller_port}",
         "listeners": f"PLAINTEXT://127.0.0.1:{probe.port},"
         f"CONTROLLER://127.0.0.1:{probe.controller_port},SASL://127.0.0.1:{sasl}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{probe.port},SASL://127.0.0.1:{sasl}",
@@ -96,14 +97,11 @@ def _metadata_as(t: TokenCluster, config: Path) -> list[str]:
     from keeperless.cli.main import _command_config
     from keeperless.tools import client
 
-    client.configure(_command_config(str(config)), "test")
-    try:
-        host, port = t.sasl.split(":")
-        resp = client.call([(host, int(port))], 3, 12, {"topics": None,
-                           "allow_auto_topic_creation": False,
-                           "include_topic_authorized_operations": False})  # fmt: skip
-    finally:
-        client.configure({}, "test")
+    sec = client.security_of(_command_config(str(config)), "test")
+    host, port = t.sasl.split(":")
+    resp = client.call([(host, int(port))], 3, 12, {"topics": None,
+                       "allow_auto_topic_creation": False,
+                       "include_topic_authorized_operations": False}, security=sec)  # fmt: skip
     return sorted(x.name for x in resp.topics if x.error_code == 0)
 
 
@@ -204,6 +202,14 @@ def test_expire_at_once_and_tokens_outlive_a_restart(tokens: TokenCluster) -> No
     listed = t.tool(alice, "--describe").stdout
     assert second[0] in listed
     assert first[0] not in listed
+    # the metadata shell shows the token's information, never its HMAC
+    shell = keeperless("metadata-shell", "--bootstrap-controller",
+                       f"127.0.0.1:{t.node.controller_port}", "--", "cat",
+                       f"/delegationToken/{second[0]}")  # fmt: skip
+    assert shell.returncode == 0, shell.stderr
+    shell = shell.stdout
+    assert '"owner": "User:alice"' in shell.replace('"Owner"', '"owner"'), shell
+    assert second[1] not in shell
     t.tool(alice, "--expire", "--hmac", second[1], "--expiry-time-period", "-1")
 
 

@@ -23,7 +23,7 @@ from keeperless.security.sasl import SaslClient, SaslFailure, parse_jaas
 from keeperless.tools.errors import ToolError
 from keeperless.tools.rdkafka import jaas_login
 
-__all__ = ["QUIET", "ToolError", "call", "configure", "parse_servers"]
+__all__ = ["QUIET", "Security", "ToolError", "call", "configure", "parse_servers", "security_of"]
 
 # librdkafka in the tools: errors only on stderr (no informational chatter such as
 # "BGQUEUE ... Purging" when an admin client is destroyed); --command-config may override
@@ -41,7 +41,7 @@ def parse_servers(value: str, flag: str) -> list[tuple[str, int]]:
 
 
 @dataclass(slots=True)
-class _Security:
+class Security:
     protocol: str = "PLAINTEXT"
     context: ssl.SSLContext | None = None
     mechanism: str = ""
@@ -50,16 +50,22 @@ class _Security:
     tokenauth: bool = False  # a delegation token (tokenauth="true" in sasl.jaas.config)
 
 
-_SEC = _Security()
+_SEC = Security()
 
 
 def configure(props: dict[str, str], source: str) -> None:
     """The tool's connection security, from its --command-config properties."""
     global _SEC
+    _SEC = security_of(props, source)
+
+
+def security_of(props: dict[str, str], source: str) -> Security:
+    """Connection security from client properties (for a caller that passes it to
+    ``call`` itself rather than configuring the tool's)."""
     protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
     if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
         raise ToolError(f"{source}: unknown security.protocol {protocol}")
-    sec = _Security(protocol)
+    sec = Security(protocol)
     if protocol.endswith("SSL"):
         ctx = ssl.create_default_context()
         ca = props.get("ssl.truststore.location") or props.get("ssl.ca.location")
@@ -90,7 +96,7 @@ def configure(props: dict[str, str], source: str) -> None:
         if not sec.username:
             raise ToolError(f"{source}: SASL needs sasl.jaas.config (username, password) "
                             "or sasl.username and sasl.password")  # fmt: skip
-    _SEC = sec
+    return sec
 
 
 def _exchange(s: socket.socket, api_key: int, version: int, body: dict[str, Any]) -> Any:
@@ -100,8 +106,7 @@ def _exchange(s: socket.socket, api_key: int, version: int, body: dict[str, Any]
     return decode_response(memoryview(_recv(s, size)), api_key, version)[1]
 
 
-def _login(s: socket.socket) -> None:
-    sec = _SEC
+def _login(s: socket.socket, sec: Security) -> None:
     hs = _exchange(s, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": sec.mechanism})
     if hs.error_code:
         raise OSError(f"the server does not enable SASL mechanism {sec.mechanism}")
@@ -121,13 +126,14 @@ def _login(s: socket.socket) -> None:
             raise OSError(str(e)) from None
 
 
-def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
+def _connect(host: str, port: int, timeout_s: float, sec: Security | None = None) -> socket.socket:
+    sec = sec or _SEC
     s = socket.create_connection((host, port), timeout=timeout_s)
     try:
-        if _SEC.context is not None:
-            s = _SEC.context.wrap_socket(s, server_hostname=host)
-        if _SEC.mechanism:
-            _login(s)
+        if sec.context is not None:
+            s = sec.context.wrap_socket(s, server_hostname=host)
+        if sec.mechanism:
+            _login(s, sec)
     except BaseException:
         s.close()
         raise
@@ -142,6 +148,7 @@ def call(
     timeout_s: float = 10.0,
     *,
     error_first: bool = False,
+    security: Security | None = None,
 ) -> Any:
     """Send the request to the first server that answers; raise ToolError naming every
     server tried if none does. ``error_first``: a response whose body starts with its
@@ -152,7 +159,7 @@ def call(
     errors = []
     for host, port in servers:
         try:
-            with _connect(host, port, timeout_s) as s:
+            with _connect(host, port, timeout_s, security) as s:
                 s.sendall(frame)
                 size = struct.unpack(">i", _recv(s, 4))[0]
                 answer = memoryview(_recv(s, size))

@@ -241,6 +241,10 @@ def build_tree(image: MetadataImage, leader: str) -> Tree:
             }
         },
         "clientQuotas": _quota_tree(image),
+        # Kafka's DelegationTokenImageNode: the tokens' information (never an HMAC)
+        "delegationToken": {
+            rec.token_id: js(rec) for rec in by_kind.get("DelegationTokenRecord", [])
+        },
         "metadataQuorum": {"leader": leader},
         "local": {"version": keeperless.__version__, "commitId": "unknown"},
     }
