@@ -15,7 +15,7 @@ from keeperless.metadata.config_catalog import (
     resolve_topic,
     topic_config_type,
 )
-from keeperless.metadata.topic_configs import TOPIC_CONFIG_DEFAULTS, TOPIC_CONFIG_DOCS
+from keeperless.metadata.topic_configs import TOPIC_CONFIGS
 
 S = ConfigSource
 
@@ -65,8 +65,10 @@ def test_broker_configs_resolve_with_their_sources() -> None:
 
 
 def test_every_topic_config_has_a_type_a_default_a_doc_and_known_synonyms() -> None:
-    for key in TOPIC_CONFIG_DEFAULTS:
-        assert TOPIC_CONFIG_DOCS.get(key), key
+    for key, d in TOPIC_CONFIGS.items():
+        assert d.doc, key
+        assert d.default is not None, key
+        d.validate(d.default)  # every default passes its own validator
         assert topic_config_type(key) != ConfigType.UNKNOWN
         for broker_key, _ in TOPIC_SYNONYMS.get(key, ()):
             assert broker_key in BROKER_CONFIGS, broker_key
@@ -99,3 +101,59 @@ def test_a_node_takes_each_default_from_the_catalog(tmp_path: Path) -> None:
             continue
         default = BROKER_CONFIGS[key].default
         assert cfg[key] == (None if default is None else parser(key, default)), key
+
+
+def test_every_broker_default_passes_its_own_definition() -> None:
+    for d in BROKER_CONFIGS.values():
+        if d.default is not None:
+            d.validate(d.default)
+
+
+def test_the_node_and_alter_configs_refuse_a_value_with_the_same_words() -> None:
+    """One definition per key: a value the node's parser refuses in server.properties is
+    refused by IncrementalAlterConfigs in the same words (Kafka's)."""
+    import random
+
+    import pytest
+
+    from keeperless.controller.configs import incremental_alter_configs
+    from keeperless.controller.quorum_controller import QuorumController
+    from keeperless.metadata.image import BROKER_RESOURCE
+    from keeperless.server.config import ConfigError, load_config
+
+    base = {"process.roles": "broker,controller", "node.id": "1",
+            "controller.quorum.voters": "1@127.0.0.1:9093",
+            "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+            "controller.listener.names": "CONTROLLER", "log.dirs": "/tmp/x"}  # fmt: skip
+    c = QuorumController(1, random.Random(1), {})
+    for key, bad, why in (
+        ("log.retention.ms", "-5", "Value must be at least -1"),
+        ("log.cleaner.min.cleanable.ratio", "1.5", "Value must be no more than 1"),
+        ("log.cleaner.threads", "lots", "Not a number of type INT"),
+        ("log.cleanup.policy", "forever", "String must be one of: delete, compact"),
+    ):
+        with pytest.raises(ConfigError) as node:
+            load_config(properties={**base, key: bad})
+        res = incremental_alter_configs(c, [(BROKER_RESOURCE, "", [(key, 0, bad)])], False)
+        (_, _, err) = res.response[0]
+        assert why in str(node.value), (key, node.value)
+        assert str(node.value) == err.message, (key, node.value, err)
+
+
+def test_every_catalog_key_is_taken_from_server_properties() -> None:
+    """Found while unifying the definitions: log.cleanup.policy (and 21 other keys
+    DescribeConfigs lists and AlterConfigs takes) was refused in server.properties as an
+    unknown key. Each is taken at its default, and a bad value is refused."""
+    import pytest
+
+    from keeperless.server.config import ConfigError, load_config
+
+    base = {"process.roles": "broker,controller", "node.id": "1",
+            "controller.quorum.voters": "1@127.0.0.1:9093",
+            "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+            "controller.listener.names": "CONTROLLER", "log.dirs": "/tmp/x"}  # fmt: skip
+    for key, d in BROKER_CONFIGS.items():
+        if d.default is not None and key not in base:
+            load_config(properties={**base, key: d.default})
+    with pytest.raises(ConfigError, match="log.roll.jitter.ms"):
+        load_config(properties={**base, "log.roll.jitter.ms": "soon"})

@@ -11,7 +11,8 @@ from kio.schema.errors import ErrorCode
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
-from keeperless.metadata.config_catalog import BROKER_CONFIGS, TOPIC_SYNONYMS, ConfigType
+from keeperless.metadata.config_catalog import BROKER_CONFIGS, TOPIC_SYNONYMS
+from keeperless.metadata.config_def import ConfigValueError
 from keeperless.metadata.group_configs import (
     GROUP_CONFIGS,
     GROUP_RESOURCE,
@@ -72,19 +73,14 @@ def _validate(rtype: int, name: str, key: str, value: str | None) -> str | None:
         )
     if value is None:
         return None
-    kind = BROKER_CONFIGS[key].type
-    try:
-        if kind in (ConfigType.INT, ConfigType.LONG, ConfigType.SHORT):
-            int(value)
-        elif kind == ConfigType.DOUBLE:
-            float(value)
-        elif kind == ConfigType.BOOLEAN and value.lower() not in ("true", "false"):
-            return f"Invalid value {value} for configuration {key}: Expected true or false"
-    except ValueError:
-        return f"Invalid value {value} for configuration {key}: Not a number"
+    d = BROKER_CONFIGS[key]
+    try:  # the definition the node's own parser reads (metadata/config_def.py)
+        d.validate(value)
+    except ConfigValueError as e:
+        return str(e)
     topic_key = _TOPIC_KEY_OF.get(key)
-    if topic_key is not None:
-        try:
+    if topic_key is not None and d.validator is None:
+        try:  # a broker default of a topic config takes what the topic config takes
             validate_topic_configs({topic_key: value})
         except TopicConfigError as e:
             return str(e).replace(topic_key, key)

@@ -11,10 +11,19 @@ those in the broker's static file, then the default.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from enum import IntEnum
 
-from keeperless.metadata.topic_configs import TOPIC_CONFIG_DEFAULTS, TOPIC_CONFIG_DOCS
+from keeperless.metadata.config_def import (
+    ConfigDef,
+    ConfigType,
+    Validator,
+    at_least,
+    between,
+    greater_than,
+    list_of,
+)
+from keeperless.metadata.topic_configs import TOPIC_CONFIG_DEFAULTS, TOPIC_CONFIGS
 from keeperless.metadata.update_modes import (
     CLUSTER_WIDE,
     PER_BROKER,
@@ -28,7 +37,6 @@ __all__ = [
     "CLUSTER_WIDE",
     "PER_BROKER",
     "READ_ONLY",
-    "TOPIC_CONFIG_TYPES",
     "TOPIC_SYNONYMS",
     "ConfigDef",
     "ConfigSource",
@@ -40,21 +48,6 @@ __all__ = [
 ]
 
 
-class ConfigType(IntEnum):
-    """DescribeConfigs' config_type (v3+)."""
-
-    UNKNOWN = 0
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    SHORT = 4
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
-    CLASS = 8
-    PASSWORD = 9
-
-
 class ConfigSource(IntEnum):
     DYNAMIC_TOPIC_CONFIG = 1
     DYNAMIC_BROKER_CONFIG = 2
@@ -64,16 +57,6 @@ class ConfigSource(IntEnum):
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
     CLIENT_METRICS_CONFIG = 7
     GROUP_CONFIG = 8
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigDef:
-    name: str
-    type: ConfigType
-    default: str | None
-    doc: str
-    scope: str = READ_ONLY
-    sensitive: bool = False
 
 
 # (value, source, synonyms as (name, value, source) in precedence order)
@@ -693,7 +676,76 @@ _BROKER.extend(
     ConfigDef(n, t, d, doc, update_mode(n), sensitive=t == T.PASSWORD) for n, t, d, doc in _SECURITY
 )
 
-BROKER_CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in _BROKER}
+# the values each broker key takes beyond its type (Kafka's validators), checked by the
+# node's parser and by AlterConfigs alike
+_VALIDATORS: dict[str, Validator] = {
+    "node.id": at_least(0),
+    "num.partitions": at_least(1),
+    "default.replication.factor": at_least(1),
+    "log.segment.bytes": at_least(14),
+    "log.roll.ms": at_least(1),
+    "log.roll.hours": at_least(1),
+    "log.retention.ms": at_least(-1),
+    "log.retention.minutes": at_least(-1),
+    "log.retention.hours": at_least(-1),
+    "log.retention.bytes": at_least(-1),
+    "log.retention.check.interval.ms": at_least(1),
+    "log.index.interval.bytes": at_least(0),
+    "log.flush.interval.messages": at_least(1),
+    "min.insync.replicas": at_least(1),
+    "offsets.topic.replication.factor": at_least(1),
+    "offsets.topic.num.partitions": at_least(1),
+    "transaction.state.log.num.partitions": at_least(1),
+    "transaction.state.log.replication.factor": at_least(1),
+    "transaction.state.log.min.isr": at_least(1),
+    "transaction.state.log.segment.bytes": at_least(1024),
+    "transaction.max.timeout.ms": at_least(1),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": at_least(1),
+    "transactional.id.expiration.ms": at_least(1),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": at_least(1),
+    "producer.id.expiration.ms": at_least(1),
+    "producer.id.expiration.check.interval.ms": at_least(1),
+    "message.max.bytes": at_least(0),
+    "group.initial.rebalance.delay.ms": at_least(0),
+    "group.min.session.timeout.ms": at_least(0),
+    "group.max.session.timeout.ms": at_least(0),
+    "offsets.commit.timeout.ms": at_least(1),
+    "group.consumer.heartbeat.interval.ms": at_least(1),
+    "group.consumer.session.timeout.ms": at_least(1),
+    "socket.request.max.bytes": at_least(1),
+    "controller.quorum.election.timeout.ms": at_least(1),
+    "controller.quorum.fetch.timeout.ms": at_least(1),
+    "controller.quorum.election.backoff.max.ms": at_least(1),
+    "controller.quorum.request.timeout.ms": at_least(1),
+    "controller.quorum.append.linger.ms": at_least(0),
+    "broker.session.timeout.ms": at_least(1),
+    "broker.heartbeat.interval.ms": at_least(1),
+    "metadata.log.max.record.bytes.between.snapshots": at_least(1),
+    "metadata.log.max.snapshot.interval.ms": at_least(0),
+    "metadata.log.segment.bytes": at_least(1024),
+    "replica.lag.time.max.ms": at_least(1),
+    "replica.fetch.wait.max.ms": at_least(0),
+    "replica.fetch.max.bytes": at_least(1),
+    "replica.fetch.response.max.bytes": at_least(1),
+    "replica.fetch.backoff.ms": at_least(0),
+    "log.cleaner.threads": at_least(1),
+    "log.cleaner.dedupe.buffer.size": at_least(1 << 16),
+    "log.cleaner.io.max.bytes.per.second": greater_than(0),
+    "log.cleaner.backoff.ms": at_least(0),
+    "log.cleaner.delete.retention.ms": at_least(0),
+    "log.cleaner.min.compaction.lag.ms": at_least(0),
+    "log.cleaner.max.compaction.lag.ms": at_least(1),
+    "log.cleaner.min.cleanable.ratio": between(0, 1),
+    "delegation.token.max.lifetime.ms": at_least(1),
+    "delegation.token.expiry.time.ms": at_least(1),
+    "delegation.token.expiry.check.interval.ms": at_least(1),
+    "log.cleanup.policy": list_of("delete", "compact"),
+}
+
+BROKER_CONFIGS: Mapping[str, ConfigDef] = {
+    c.name: replace(c, validator=_VALIDATORS.get(c.name)) for c in _BROKER
+}
+assert set(_VALIDATORS) <= set(BROKER_CONFIGS), set(_VALIDATORS) - set(BROKER_CONFIGS)
 
 # topic config -> its broker synonyms, most specific first, with the factor from the
 # broker key's unit to the topic key's (Kafka's LogConfig synonyms)
@@ -727,23 +779,10 @@ TOPIC_SYNONYMS: Mapping[str, tuple[tuple[str, int], ...]] = {
     "unclean.leader.election.enable": (("unclean.leader.election.enable", 1),),
 }
 
-TOPIC_CONFIG_TYPES: Mapping[str, ConfigType] = {
-    "cleanup.policy": T.LIST,
-    "compression.type": T.STRING,
-    "message.timestamp.type": T.STRING,
-    "min.cleanable.dirty.ratio": T.DOUBLE,
-    "unclean.leader.election.enable": T.BOOLEAN,
-    "preallocate": T.BOOLEAN,
-    "segment.bytes": T.INT,
-    "max.message.bytes": T.INT,
-    "min.insync.replicas": T.INT,
-    "index.interval.bytes": T.INT,
-    "segment.index.bytes": T.INT,
-}
-
 
 def topic_config_type(key: str) -> ConfigType:
-    return TOPIC_CONFIG_TYPES.get(key, T.LONG)
+    d = TOPIC_CONFIGS.get(key)
+    return d.type if d is not None else T.LONG
 
 
 def _scaled(value: str | None, factor: int) -> str | None:
@@ -820,4 +859,5 @@ def resolve_topic(
 
 
 def topic_doc(key: str) -> str:
-    return TOPIC_CONFIG_DOCS.get(key, "")
+    d = TOPIC_CONFIGS.get(key)
+    return d.doc if d is not None else ""

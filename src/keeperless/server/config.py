@@ -16,6 +16,7 @@ from typing import Any
 
 from keeperless._properties import PropertiesError, parse_properties
 from keeperless.metadata.config_catalog import BROKER_CONFIGS
+from keeperless.metadata.config_def import ConfigType, ConfigValueError
 from keeperless.security.listeners import SecurityConfigError, listener_security
 
 __all__ = [
@@ -46,43 +47,23 @@ class Voter:
     port: int
 
 
-def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str, str], int]:
-    def parse(key: str, raw: str) -> int:
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            raise ConfigError(f"Invalid value {raw!r} for {key}: not an integer") from None
-        if lo is not None and value < lo:
-            raise ConfigError(f"Invalid value {value} for {key}: must be at least {lo}")
-        if hi is not None and value > hi:
-            raise ConfigError(f"Invalid value {value} for {key}: must be at most {hi}")
-        return value
-
-    return parse
+_CONVERT: dict[ConfigType, Callable[[str], Any]] = {
+    ConfigType.INT: int,
+    ConfigType.SHORT: int,
+    ConfigType.LONG: int,
+    ConfigType.DOUBLE: float,
+    ConfigType.BOOLEAN: lambda v: v.lower() == "true",
+}
 
 
-def _bool(key: str, raw: str) -> bool:
-    v = raw.strip().lower()
-    if v in ("true", "false"):
-        return v == "true"
-    raise ConfigError(f"Invalid value {raw!r} for {key}: expected true or false")
-
-
-def _positive_float(key: str, raw: str) -> float:
+def _typed(key: str, raw: str) -> Any:
+    """A key whose catalog definition says all: its type and its validator."""
+    d = BROKER_CONFIGS[key]
     try:
-        value = float(raw.strip())
-    except ValueError:
-        raise ConfigError(f"Invalid value {raw!r} for {key}: not a number") from None
-    if not value > 0:
-        raise ConfigError(f"Invalid value {raw!r} for {key}: must be positive")
-    return value
-
-
-def _ratio(key: str, raw: str) -> float:
-    value = _positive_float(key, raw)
-    if value > 1:
-        raise ConfigError(f"Invalid value {raw!r} for {key}: must be between 0 and 1")
-    return value
+        d.validate(raw)
+    except ConfigValueError as e:
+        raise ConfigError(str(e)) from None
+    return _CONVERT.get(d.type, str)(raw.strip())
 
 
 def _str(key: str, raw: str) -> str:
@@ -236,7 +217,7 @@ def _protocol_map(key: str, raw: str) -> dict[str, str]:
 # are the catalog's (metadata/config_catalog.py): each config key is defined once.
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "process.roles": _roles,
-    "node.id": _int(0),
+    "node.id": _typed,
     "controller.quorum.voters": _voters,
     "controller.quorum.bootstrap.servers": _list,
     "listeners": _listeners,
@@ -247,76 +228,76 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "log.dirs": _list,
     "log.dir": _list,
     "metadata.log.dir": _str,
-    "num.partitions": _int(1),
-    "default.replication.factor": _int(1),
-    "auto.create.topics.enable": _bool,
-    "log.segment.bytes": _int(14),
-    "log.roll.ms": _int(1),
-    "log.roll.hours": _int(1),
-    "log.retention.ms": _int(-1),
-    "log.retention.minutes": _int(-1),
-    "log.retention.hours": _int(-1),
-    "log.retention.bytes": _int(-1),
-    "log.retention.check.interval.ms": _int(1),
-    "log.index.interval.bytes": _int(0),
-    "log.flush.interval.messages": _int(1),
-    "min.insync.replicas": _int(1),
-    "offsets.topic.replication.factor": _int(1),
-    "offsets.topic.num.partitions": _int(1),
-    "transaction.state.log.num.partitions": _int(1),
-    "transaction.state.log.replication.factor": _int(1),
-    "transaction.state.log.min.isr": _int(1),
-    "transaction.state.log.segment.bytes": _int(1024),
-    "transaction.max.timeout.ms": _int(1),
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": _int(1),
-    "transactional.id.expiration.ms": _int(1),
-    "transaction.partition.verification.enable": _bool,
-    "transaction.remove.expired.transaction.cleanup.interval.ms": _int(1),
-    "producer.id.expiration.ms": _int(1),
-    "producer.id.expiration.check.interval.ms": _int(1),
-    "message.max.bytes": _int(0),
-    "group.initial.rebalance.delay.ms": _int(0),
-    "group.min.session.timeout.ms": _int(0),
-    "group.max.session.timeout.ms": _int(0),
-    "offsets.commit.timeout.ms": _int(1),
-    "group.consumer.heartbeat.interval.ms": _int(1),
-    "group.consumer.session.timeout.ms": _int(1),
+    "num.partitions": _typed,
+    "default.replication.factor": _typed,
+    "auto.create.topics.enable": _typed,
+    "log.segment.bytes": _typed,
+    "log.roll.ms": _typed,
+    "log.roll.hours": _typed,
+    "log.retention.ms": _typed,
+    "log.retention.minutes": _typed,
+    "log.retention.hours": _typed,
+    "log.retention.bytes": _typed,
+    "log.retention.check.interval.ms": _typed,
+    "log.index.interval.bytes": _typed,
+    "log.flush.interval.messages": _typed,
+    "min.insync.replicas": _typed,
+    "offsets.topic.replication.factor": _typed,
+    "offsets.topic.num.partitions": _typed,
+    "transaction.state.log.num.partitions": _typed,
+    "transaction.state.log.replication.factor": _typed,
+    "transaction.state.log.min.isr": _typed,
+    "transaction.state.log.segment.bytes": _typed,
+    "transaction.max.timeout.ms": _typed,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": _typed,
+    "transactional.id.expiration.ms": _typed,
+    "transaction.partition.verification.enable": _typed,
+    "transaction.remove.expired.transaction.cleanup.interval.ms": _typed,
+    "producer.id.expiration.ms": _typed,
+    "producer.id.expiration.check.interval.ms": _typed,
+    "message.max.bytes": _typed,
+    "group.initial.rebalance.delay.ms": _typed,
+    "group.min.session.timeout.ms": _typed,
+    "group.max.session.timeout.ms": _typed,
+    "offsets.commit.timeout.ms": _typed,
+    "group.consumer.heartbeat.interval.ms": _typed,
+    "group.consumer.session.timeout.ms": _typed,
     "group.consumer.assignors": _assignors,
     "broker.rack": _str,
-    "socket.request.max.bytes": _int(1),
+    "socket.request.max.bytes": _typed,
     "authorizer.class.name": _authorizer,
     "super.users": _super_users,
-    "allow.everyone.if.no.acl.found": _bool,
+    "allow.everyone.if.no.acl.found": _typed,
     "delegation.token.secret.key": _str,
-    "delegation.token.max.lifetime.ms": _int(1),
-    "delegation.token.expiry.time.ms": _int(1),
-    "delegation.token.expiry.check.interval.ms": _int(1),
+    "delegation.token.max.lifetime.ms": _typed,
+    "delegation.token.expiry.time.ms": _typed,
+    "delegation.token.expiry.check.interval.ms": _typed,
     "replica.selector.class": _replica_selector,
-    "controller.quorum.election.timeout.ms": _int(1),
-    "controller.quorum.fetch.timeout.ms": _int(1),
-    "controller.quorum.election.backoff.max.ms": _int(1),
-    "controller.quorum.request.timeout.ms": _int(1),
-    "controller.quorum.append.linger.ms": _int(0),
-    "broker.session.timeout.ms": _int(1),
-    "broker.heartbeat.interval.ms": _int(1),
-    "metadata.log.max.record.bytes.between.snapshots": _int(1),
-    "metadata.log.max.snapshot.interval.ms": _int(0),
-    "metadata.log.segment.bytes": _int(1024),
+    "controller.quorum.election.timeout.ms": _typed,
+    "controller.quorum.fetch.timeout.ms": _typed,
+    "controller.quorum.election.backoff.max.ms": _typed,
+    "controller.quorum.request.timeout.ms": _typed,
+    "controller.quorum.append.linger.ms": _typed,
+    "broker.session.timeout.ms": _typed,
+    "broker.heartbeat.interval.ms": _typed,
+    "metadata.log.max.record.bytes.between.snapshots": _typed,
+    "metadata.log.max.snapshot.interval.ms": _typed,
+    "metadata.log.segment.bytes": _typed,
     "metrics.http.listener": _http_listener,
-    "replica.lag.time.max.ms": _int(1),
-    "replica.fetch.wait.max.ms": _int(0),
-    "replica.fetch.max.bytes": _int(1),
-    "replica.fetch.response.max.bytes": _int(1),
-    "replica.fetch.backoff.ms": _int(0),
-    "log.cleaner.enable": _bool,
-    "log.cleaner.threads": _int(1),
-    "log.cleaner.dedupe.buffer.size": _int(1 << 16),
-    "log.cleaner.io.max.bytes.per.second": _positive_float,
-    "log.cleaner.backoff.ms": _int(0),
-    "log.cleaner.delete.retention.ms": _int(0),
-    "log.cleaner.min.compaction.lag.ms": _int(0),
-    "log.cleaner.max.compaction.lag.ms": _int(1),
-    "log.cleaner.min.cleanable.ratio": _ratio,
+    "replica.lag.time.max.ms": _typed,
+    "replica.fetch.wait.max.ms": _typed,
+    "replica.fetch.max.bytes": _typed,
+    "replica.fetch.response.max.bytes": _typed,
+    "replica.fetch.backoff.ms": _typed,
+    "log.cleaner.enable": _typed,
+    "log.cleaner.threads": _typed,
+    "log.cleaner.dedupe.buffer.size": _typed,
+    "log.cleaner.io.max.bytes.per.second": _typed,
+    "log.cleaner.backoff.ms": _typed,
+    "log.cleaner.delete.retention.ms": _typed,
+    "log.cleaner.min.compaction.lag.ms": _typed,
+    "log.cleaner.max.compaction.lag.ms": _typed,
+    "log.cleaner.min.cleanable.ratio": _typed,
 }
 
 # Kafka keys that an existing server.properties may carry and that keeperless accepts
@@ -512,6 +493,8 @@ def load_config(
     for key, value in raw.items():
         if key in _PARSERS:
             values[key] = _PARSERS[key](key, value)
+        elif key in BROKER_CONFIGS:  # read through its topic synonyms, or shown only
+            values[key] = _typed(key, value)
         elif not _accepted(key):
             raise ConfigError(f"Unknown configuration key {key!r}")
     for key, parser in _PARSERS.items():
