@@ -27,7 +27,20 @@ sys.path.insert(0, str(ROOT))
 from tests.integration.cluster import Cluster, describe_quorum, wait_until  # noqa: E402
 
 from keeperless.broker.controller_channel import RemoteController  # noqa: E402
-from keeperless.controller.quorum_controller import NewTopic  # noqa: E402
+
+
+async def _create(client: RemoteController, name: str) -> int:
+    """CreateTopics (one partition, RF 1) sent to the active controller: its error code."""
+    from kio.index import load_request_schema
+
+    from keeperless.protocol.build import build
+
+    body = {"topics": [{"name": name, "num_partitions": 1, "replication_factor": 1,
+                        "assignments": [], "configs": []}],
+            "timeout": 30_000, "validate_only": False}  # fmt: skip
+    resp = await client.forward(19, 7, build(load_request_schema(19, 7), body))
+    return int(resp.topics[0].error_code)
+
 
 RECORDS_PER_OP = 2  # TopicRecord + PartitionRecord
 
@@ -61,15 +74,14 @@ async def writes(
     lat = []
     for i in range(ops):
         t0 = time.perf_counter()
-        [res] = await clients[0].create_topics([NewTopic(f"lat-{i}", 1, 1)], False)
-        assert res.error.code == 0, res.error
+        code = await _create(clients[0], f"lat-{i}")
+        assert code == 0, code
         lat.append((time.perf_counter() - t0) * 1000)
 
     async def worker(k: int, client: RemoteController) -> int:
         done = 0
         for i in range(ops // concurrency):
-            [res] = await client.create_topics([NewTopic(f"tp-{k}-{i}", 1, 1)], False)
-            done += res.error.code == 0
+            done += await _create(client, f"tp-{k}-{i}") == 0
         return done
 
     t0 = time.perf_counter()
@@ -83,8 +95,7 @@ async def writes(
 async def _create_once(voters: dict[int, tuple[str, int]], target: int, name: str) -> int:
     rc = RemoteController(-1, voters, lambda: target, 5000)
     try:
-        [res] = await rc.create_topics([NewTopic(name, 1, 1)], False)
-        return int(res.error.code)
+        return await _create(rc, name)
     finally:
         rc.close()
 

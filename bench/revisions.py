@@ -37,20 +37,24 @@ def _flat(value: Any, prefix: str = "") -> dict[str, float]:
     return out
 
 
-def _run(tree: Path, bench: str, extra: list[str]) -> dict[str, float]:
-    """Run ``bench`` of the tree at ``tree`` (its code on PYTHONPATH) and read its JSON."""
-    results = tree / "bench" / "results"
+def _run(
+    tree: Path, bench: str, extra: list[str], script_tree: Path | None = None
+) -> dict[str, float]:
+    """Run ``bench`` (of ``script_tree``, by default ``tree``) with the code of the tree
+    at ``tree`` on PYTHONPATH, and read its JSON."""
+    script_tree = script_tree or tree
+    results = script_tree / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
     before = set(results.glob("*.json"))
     env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree}"}
-    script = str(tree / "bench" / f"{bench}.py")
+    script = str(script_tree / "bench" / f"{bench}.py")
     subprocess.run([sys.executable, script, *extra], check=True, env=env, cwd=tree,
                    stdout=subprocess.DEVNULL)  # fmt: skip
     new = sorted(set(results.glob("*.json")) - before, key=lambda p: p.stat().st_mtime)
     if not new:
         raise RuntimeError(f"{bench} of {tree} wrote no result")
     data = json.loads(new[-1].read_text())
-    if tree != ROOT:
+    if tree != ROOT or script_tree != ROOT:
         new[-1].unlink()
     return _flat(data)
 
@@ -60,6 +64,9 @@ def main() -> int:
     ap.add_argument("--base", required=True, help="the baseline revision (a commit, a tag)")
     ap.add_argument("--bench", default="throughput", help="a bench/<name>.py")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--script-from-head", action="store_true",
+                    help="run this checkout's benchmark script on both (a script that rotted "
+                    "at the baseline, driving the code through interfaces both have)")  # fmt: skip
     ap.add_argument("extra", nargs="*", help="the benchmark's own arguments (after --)")
     args = ap.parse_args()
 
@@ -75,7 +82,8 @@ def main() -> int:
     runs: dict[str, list[dict[str, float]]] = {"base": [], "head": []}
     try:
         for _ in range(args.rounds):
-            runs["base"].append(_run(tree, args.bench, args.extra))
+            script_tree = ROOT if args.script_from_head else None
+            runs["base"].append(_run(tree, args.bench, args.extra, script_tree))
             runs["head"].append(_run(ROOT, args.bench, args.extra))
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
