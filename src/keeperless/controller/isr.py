@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from kio.schema.errors import ErrorCode
 
 from keeperless.controller.quorum_controller import QuorumController, Result
+from keeperless.controller.reassignment import change_partition
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError, IsrChange, IsrResult
 from keeperless.metadata.image import PartitionInfo
@@ -98,19 +99,13 @@ def alter_partition(
         if tuple(ch.new_isr) == info.isr:
             results.append(IsrResult(ch.topic_id, ch.partition, ApiError.none(), info))
             continue
-        records.append(
-            r.PartitionChangeRecord(
-                partition_id=ch.partition, topic_id=ch.topic_id, isr=tuple(ch.new_isr)
-            )
-        )
-        after = PartitionInfo(
-            info.replicas,
-            tuple(ch.new_isr),
-            info.leader,
-            info.leader_epoch,
-            info.partition_epoch + 1,
-        )
-        changed.append(f"{topic.name}-{ch.partition} {list(info.isr)} -> {list(ch.new_isr)}")
+        # a reassignment whose new replicas are all in the ISR now completes with it
+        rec, after = change_partition(c, ch.topic_id, ch.partition, info, isr=tuple(ch.new_isr))
+        if rec is not None:
+            records.append(rec)
+        changed.append(f"{topic.name}-{ch.partition} {list(info.isr)} -> {list(after.isr)}"
+                       + (f" (reassigned to {list(after.replicas)})"
+                          if info.reassigning and not after.reassigning else ""))  # fmt: skip
         results.append(IsrResult(ch.topic_id, ch.partition, ApiError.none(), after))
     if changed:  # one line per request, however many partitions it changes
         log.info(

@@ -44,6 +44,19 @@ class PartitionInfo:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    # a reassignment in progress (KIP-455): the replicas it adds and removes; both are
+    # in ``replicas`` until it completes
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        """The replicas once the reassignment in progress completes."""
+        return tuple(b for b in self.replicas if b not in self.removing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +160,20 @@ class MetadataImage:
         return self.configs.get((TOPIC_RESOURCE, name), _EMPTY)
 
 
+def changed_partition(old: PartitionInfo, rec: r.PartitionChangeRecord) -> PartitionInfo:
+    """A partition after a PartitionChangeRecord (a field left null keeps its value)."""
+    leader = old.leader if rec.leader == -2 else rec.leader
+    return PartitionInfo(
+        tuple(rec.replicas) if rec.replicas is not None else old.replicas,
+        tuple(rec.isr) if rec.isr is not None else old.isr,
+        leader,
+        old.leader_epoch + 1 if leader != old.leader or rec.replicas else old.leader_epoch,
+        old.partition_epoch + 1,
+        tuple(rec.adding_replicas) if rec.adding_replicas is not None else old.adding,
+        tuple(rec.removing_replicas) if rec.removing_replicas is not None else old.removing,
+    )
+
+
 def _mutate(m: Mapping[K, V]) -> MapMutation[K, V]:
     base = m if isinstance(m, Map) else Map(m)
     return base.mutate()
@@ -225,22 +252,20 @@ class MetadataDelta:
 
     def _partition(self, rec: r.PartitionRecord) -> None:
         self._p(rec.topic_id)[rec.partition_id] = PartitionInfo(
-            tuple(rec.replicas), tuple(rec.isr), rec.leader, rec.leader_epoch, rec.partition_epoch
+            tuple(rec.replicas),
+            tuple(rec.isr),
+            rec.leader,
+            rec.leader_epoch,
+            rec.partition_epoch,
+            tuple(rec.adding_replicas),
+            tuple(rec.removing_replicas),
         )
         self.changed_topics.add(rec.topic_id)
         self.changed_partitions.add((rec.topic_id, rec.partition_id))
 
     def _partition_change(self, rec: r.PartitionChangeRecord) -> None:
         parts = self._p(rec.topic_id)
-        old = parts[rec.partition_id]
-        leader = old.leader if rec.leader == -2 else rec.leader
-        parts[rec.partition_id] = PartitionInfo(
-            tuple(rec.replicas) if rec.replicas is not None else old.replicas,
-            tuple(rec.isr) if rec.isr is not None else old.isr,
-            leader,
-            old.leader_epoch + 1 if leader != old.leader or rec.replicas else old.leader_epoch,
-            old.partition_epoch + 1,
-        )
+        parts[rec.partition_id] = changed_partition(parts[rec.partition_id], rec)
         self.changed_topics.add(rec.topic_id)
         self.changed_partitions.add((rec.topic_id, rec.partition_id))
 

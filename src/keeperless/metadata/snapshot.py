@@ -57,6 +57,8 @@ def topic_records(topic: TopicImage, level: int | None = None) -> Iterator[Any]:
             leader=p.leader,
             leader_epoch=p.leader_epoch,
             partition_epoch=p.partition_epoch,
+            adding_replicas=p.adding,
+            removing_replicas=p.removing,
             directories=tuple(ZERO_UUID for _ in p.replicas) if dirs else (),
         )
 

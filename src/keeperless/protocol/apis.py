@@ -192,6 +192,9 @@ _TABLE = (
     ApiSpec(ApiKey.ELECT_LEADERS, broker=(0, 2), controller=(1, 2)),  # forwarded to the controller
     ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, broker=(0, 1), controller=(0, 1)),
     ApiSpec(ApiKey.OFFSET_DELETE, broker=(0, 0)),
+    # partition reassignment (KIP-455), forwarded to the controller
+    ApiSpec(ApiKey.ALTER_PARTITION_REASSIGNMENTS, broker=(0, 1), controller=(0, 1)),
+    ApiSpec(ApiKey.LIST_PARTITION_REASSIGNMENTS, broker=(0, 0), controller=(0, 0)),
     ApiSpec(ApiKey.DESCRIBE_CLIENT_QUOTAS, broker=(0, 1)),  # from the image
     ApiSpec(
         ApiKey.ALTER_CLIENT_QUOTAS, broker=(0, 1), controller=(0, 1)

@@ -25,7 +25,13 @@ from keeperless.controller.elections import elect_leaders
 from keeperless.controller.features import update_features
 from keeperless.controller.fencing import register_broker
 from keeperless.controller.isr import alter_partition
+from keeperless.controller.quorum_controller import Result
 from keeperless.controller.quotas import alter_client_quotas
+from keeperless.controller.reassignment import (
+    ReassignmentTarget,
+    alter_reassignments,
+    list_reassignments,
+)
 from keeperless.controller.scram import alter_scram_credentials
 from keeperless.metadata.admin import (
     NO_AUTHORIZER,
@@ -62,6 +68,11 @@ from keeperless.metadata.admin_requests import (
     update_features_response,
 )
 from keeperless.metadata.image import AclEntry
+from keeperless.metadata.reassignment_requests import (
+    alter_response,
+    list_response,
+    reassignment_targets,
+)
 from keeperless.metadata.token_requests import (
     create_request,
     create_response,
@@ -280,6 +291,8 @@ class ControllerApis:
             ApiKey.BROKER_HEARTBEAT: self.broker_heartbeat,
             ApiKey.UNREGISTER_BROKER: self.unregister_broker,
             ApiKey.ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
             ApiKey.CREATE_DELEGATION_TOKEN: self.create_delegation_token,
             ApiKey.RENEW_DELEGATION_TOKEN: self.renew_delegation_token,
             ApiKey.EXPIRE_DELEGATION_TOKEN: self.expire_delegation_token,
@@ -468,6 +481,29 @@ class ControllerApis:
             users = dict.fromkeys([u for u, _ in deletions] + [u[0] for u in upsertions])
             results = [(u, ApiError(ErrorCode.not_controller)) for u in users]
         return alter_scram_response(header.api_version, results)
+
+    async def alter_partition_reassignments(self, header: RequestHeader, req: Any) -> Any:
+        asked = reassignment_targets(req)
+        targets = [ReassignmentTarget(t, p, r) for t, p, r in asked]
+        allow = bool(getattr(req, "allow_replication_factor_change", True))
+        try:
+            results = await self.service.call(lambda c: alter_reassignments(c, targets, allow))
+        except NotControllerError:
+            err = ApiError(ErrorCode.not_controller)
+            return alter_response(header.api_version, [(t, p, err) for t, p, _ in asked], err)
+        return alter_response(header.api_version, results)
+
+    async def list_partition_reassignments(self, header: RequestHeader, req: Any) -> Any:
+        topics = (
+            None
+            if req.topics is None
+            else [(t.name, list(t.partition_indexes)) for t in req.topics]
+        )
+        try:
+            found = await self.service.call(lambda c: Result([], list_reassignments(c, topics)))
+        except NotControllerError:
+            return list_response(header.api_version, [], ApiError(ErrorCode.not_controller))
+        return list_response(header.api_version, found)
 
     async def create_delegation_token(self, header: RequestHeader, req: Any) -> Any:
         """The owner (the requester unless the request names one), checked by the broker

@@ -25,6 +25,7 @@ from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.handlers import BrokerHandlers
 from keeperless.broker.quotas import QuotaManager
+from keeperless.broker.reassignment_apis import ReassignmentApis
 from keeperless.broker.replication import ReplicaManager, ReplicationSettings
 from keeperless.broker.txn_admin import TxnAdmin
 from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
@@ -410,6 +411,7 @@ class Node:
         registry.register("transactional offset commits", txn_offsets.handlers())
         registry.register("the transaction coordinator", self.txn.handlers())
         registry.register("the transaction admin APIs", TxnAdmin(self.broker, self.txn).handlers())
+        registry.register("partition reassignment", ReassignmentApis(self.broker).handlers())
         tokens = DelegationTokenApis(self.broker, self.config["delegation.token.secret.key"])
         registry.register("the delegation token APIs", tokens.handlers())
         if self.config["transaction.partition.verification.enable"]:

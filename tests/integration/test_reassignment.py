@@ -1,0 +1,196 @@
+"""Partition reassignment (KIP-455) with a real client's admin API (kafka-python's
+alter_partition_reassignments / list_partition_reassignments): a live RF 3 partition
+moved to three other brokers under acks=all load loses nothing, the removed replicas'
+brokers delete their copies, a cancellation restores the original replicas, and bad
+targets are refused with Kafka's errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.cluster import Cluster, wait_until
+
+
+@pytest.fixture(scope="module")
+def six(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One controller and six brokers (ids 2-7)."""
+    c = Cluster(tmp_path_factory.mktemp("reassign"), controllers=1, brokers=6,
+                extra={"offsets.topic.replication.factor": "3"})  # fmt: skip
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _admin(c: Cluster) -> Any:
+    from kafka.admin import KafkaAdminClient
+
+    return KafkaAdminClient(bootstrap_servers=c.bootstrap, request_timeout_ms=30_000)
+
+
+def _replicas(c: Cluster, topic: str, p: int = 0) -> tuple[list[int], list[int], int]:
+    """(replicas, ISR, leader) from a broker's Metadata."""
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(topic, timeout=10)
+    part = md.topics[topic].partitions[p]
+    return list(part.replicas), list(part.isrs), part.leader
+
+
+def _create(c: Cluster, replicas: list[int]) -> str:
+    from kafka.admin import NewTopic
+
+    name = f"move-{uuid.uuid4().hex[:6]}"
+    admin = _admin(c)
+    try:
+        admin.create_topics([NewTopic(name, replica_assignments={0: replicas})])
+    finally:
+        admin.close()
+    wait_until(lambda: _replicas(c, name)[2] in replicas, what="the topic's leader")
+    return name
+
+
+class _Load:
+    """acks=all writes of numbered values until stopped; what was acknowledged."""
+
+    def __init__(self, c: Cluster, topic: str) -> None:
+        from confluent_kafka import Producer
+
+        self.acked: list[str] = []
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all",
+                           "enable.idempotence": True, "linger.ms": 5})  # fmt: skip
+        self.topic = topic
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _done(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked.append(msg.value().decode().split(":")[0])
+        else:
+            self.errors.append(str(err))
+
+    def _run(self) -> None:
+        i = 0
+        while not self.stop.is_set() and i < 200_000:
+            try:
+                self.p.produce(self.topic, f"v-{i}:".encode() + b"x" * 200, partition=0,
+                               on_delivery=self._done)  # fmt: skip
+                i += 1
+                if i % 10 == 0:
+                    time.sleep(0.005)  # at most ~2000 a second: the bound lasts the test
+            except BufferError:
+                self.p.poll(0.05)
+            self.p.poll(0)
+        self.p.flush(30)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.t.join(60)
+
+
+def _read_all(c: Cluster, topic: str) -> set[str]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}",
+                     "enable.auto.commit": False})  # fmt: skip
+    cons.assign([TopicPartition(topic, 0, 0)])
+    got: set[str] = set()
+    idle = time.monotonic()
+    try:
+        while time.monotonic() - idle < 5:
+            for m in cons.consume(1000, 0.5):
+                if m.error() is None:
+                    got.add(m.value().decode().split(":")[0])
+                    idle = time.monotonic()
+    finally:
+        cons.close()
+    return got
+
+
+def _partition_dir(c: Cluster, broker: int, topic: str) -> Path:
+    return c.brokers[broker].data / f"{topic}-0"
+
+
+def test_move_a_live_partition_to_three_other_brokers(six: Cluster) -> None:
+    from kafka.structs import TopicPartition as KTP
+
+    c = six
+    topic = _create(c, [2, 3, 4])
+    load = _Load(c, topic)
+    wait_until(lambda: len(load.acked) > 2000, timeout=30, what="acknowledged writes")
+    admin = _admin(c)
+    try:
+        result = admin.alter_partition_reassignments({KTP(topic, 0): [5, 6, 7]})
+        assert result == {KTP(topic, 0): None}, result
+        listed = admin.list_partition_reassignments([KTP(topic, 0)])
+        assert listed  # in progress (the new replicas are catching up) or already done
+        wait_until(lambda: sorted(_replicas(c, topic)[0]) == [5, 6, 7], timeout=60,
+                   what="the reassignment to complete")  # fmt: skip
+        acked_at_move = len(load.acked)
+        assert not admin.list_partition_reassignments([KTP(topic, 0)])
+    finally:
+        admin.close()
+    wait_until(lambda: len(load.acked) > acked_at_move + 500, timeout=30,
+               what="writes acknowledged by the new replicas")  # fmt: skip
+    load.finish()
+    _, isr, leader = _replicas(c, topic)
+    assert sorted(isr) == [5, 6, 7]
+    assert leader in (5, 6, 7)
+    got = _read_all(c, topic)
+    lost = set(load.acked) - got
+    assert not lost, f"{len(lost)} acknowledged records lost, e.g. {sorted(lost)[:3]}"
+    for b in (2, 3, 4):  # the removed replicas' copies are deleted
+        wait_until(lambda b=b: not _partition_dir(c, b, topic).exists(), timeout=20,
+                   what=f"broker {b} to delete its copy")  # fmt: skip
+    for b in (5, 6, 7):
+        assert _partition_dir(c, b, topic).exists()
+
+
+def test_cancel_restores_the_original_replicas(six: Cluster) -> None:
+    from kafka.structs import TopicPartition as KTP
+
+    c = six
+    topic = _create(c, [2, 3, 4])
+    # a replica on a stopped broker never catches up: the reassignment stays in progress
+    c.brokers[7].stop()
+    admin = _admin(c)
+    try:
+        admin.alter_partition_reassignments({KTP(topic, 0): [2, 3, 7]})
+        wait_until(lambda: 7 in _replicas(c, topic)[0], what="broker 7 added")
+        listed = admin.list_partition_reassignments([KTP(topic, 0)])
+        assert listed, listed
+        admin.alter_partition_reassignments({KTP(topic, 0): None})  # cancel
+        wait_until(lambda: sorted(_replicas(c, topic)[0]) == [2, 3, 4],
+                   what="the original replicas back")  # fmt: skip
+        assert not admin.list_partition_reassignments([KTP(topic, 0)])
+    finally:
+        admin.close()
+        c.brokers[7].start()
+
+
+def test_bad_targets_are_refused(six: Cluster) -> None:
+    from kafka.structs import TopicPartition as KTP
+
+    c = six
+    topic = _create(c, [2, 3, 4])
+    tp = KTP(topic, 0)
+    admin = _admin(c)
+    try:
+        for target, name in (([2, 2, 3], "InvalidReplicationAssignment"),
+                             ([2, 3, 99], "InvalidReplicationAssignment"),
+                             (None, "NoReassignmentInProgress")):  # fmt: skip
+            result = admin.alter_partition_reassignments({tp: target})
+            assert name in result[tp].__name__, result
+    finally:
+        admin.close()
+    assert sorted(_replicas(c, topic)[0]) == [2, 3, 4]
