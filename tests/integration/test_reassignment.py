@@ -194,3 +194,82 @@ def test_bad_targets_are_refused(six: Cluster) -> None:
     finally:
         admin.close()
     assert sorted(_replicas(c, topic)[0]) == [2, 3, 4]
+
+
+def test_the_kafka_named_tool(six: Cluster, tmp_path: Path) -> None:
+    """kafka-reassign-partitions.sh: --generate a proposal, --execute it, --list and
+    kafka-topics.sh --describe while it runs, --verify, --cancel; refusals in Kafka's
+    words."""
+    import json
+    import subprocess
+
+    from tests.integration.cluster import ROOT, keeperless
+
+    c = six
+    script = str(ROOT / "bin" / "kafka-reassign-partitions.sh")
+
+    def tool(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([script, "--bootstrap-server", c.bootstrap, *args],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    topic = _create(c, [2, 3, 4])
+    move = tmp_path / "move.json"
+    move.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+    gen = tool("--generate", "--topics-to-move-json-file", str(move), "--broker-list", "5,6,7")
+    assert gen.returncode == 0, gen.stderr
+    current, proposed = gen.stdout.split("Proposed partition reassignment configuration\n")
+    assert current.startswith("Current partition replica assignment\n")
+    plan = json.loads(proposed)
+    assert sorted(plan["partitions"][0]["replicas"]) == [5, 6, 7]
+    # broker 7 stopped: the reassignment stays in progress while we look at it
+    c.brokers[7].stop()
+    try:
+        target = tmp_path / "target.json"
+        target.write_text(proposed)
+        run = tool("--execute", "--reassignment-json-file", str(target))
+        assert run.returncode == 0, run.stderr
+        assert (
+            "Save this to use as the --reassignment-json-file option during rollback" in run.stdout
+        )
+        assert f"Successfully started partition reassignment for {topic}-0" in run.stdout
+        listed = tool("--list").stdout
+        assert listed.startswith("Current partition reassignments:\n")
+        assert f"{topic}-0: replicas: " in listed
+        assert " adding: " in listed
+        assert " removing: 2,3,4." in listed
+        described = keeperless("topics", "--bootstrap-server", c.bootstrap, "--describe",
+                               "--topic", topic, check=True).stdout  # fmt: skip
+        assert "\tAdding Replicas: " in described
+        assert "\tRemoving Replicas: 2,3,4" in described
+        verify = tool("--verify", "--reassignment-json-file", str(target))
+        assert f"Reassignment of partition {topic}-0 is still in progress." in verify.stdout
+        again = tool("--execute", "--reassignment-json-file", str(target))
+        assert again.returncode == 1
+        assert "Cannot execute because there is an existing partition assignment." in (
+            again.stdout + again.stderr
+        )
+        throttled = tool("--execute", "--reassignment-json-file", str(target), "--additional",
+                         "--throttle", "1000")  # fmt: skip
+        assert throttled.returncode == 1
+        assert "not supported yet" in throttled.stderr
+        cancel = tool("--cancel", "--reassignment-json-file", str(target))
+        assert f"Successfully cancelled partition reassignment for: {topic}-0" in cancel.stdout
+        wait_until(lambda: sorted(_replicas(c, topic)[0]) == [2, 3, 4], what="rollback")
+        assert tool("--list").stdout.strip() == "No partition reassignments found."
+        verify = tool("--verify", "--reassignment-json-file", str(target)).stdout
+        assert f"There is no active reassignment of partition {topic}-0, but replica set is " in (
+            verify
+        )
+    finally:
+        c.brokers[7].start()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [2, 2, 3]}]}))  # fmt: skip
+    refused = tool("--execute", "--reassignment-json-file", str(bad))
+    assert refused.returncode == 1
+    assert "Partition replica lists may not contain duplicate entries" in refused.stderr
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [2, 3, 99]}]}))  # fmt: skip
+    assert "Unknown broker id 99" in tool("--execute", "--reassignment-json-file",
+                                          str(unknown)).stderr  # fmt: skip

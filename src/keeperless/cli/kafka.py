@@ -46,6 +46,7 @@ delete_records = entry("kafka-delete-records.sh")
 transactions = entry("kafka-transactions.sh")
 acls = entry("kafka-acls.sh")
 delegation_tokens = entry("kafka-delegation-tokens.sh")
+reassign_partitions = entry("kafka-reassign-partitions.sh")
 
 
 if __name__ == "__main__":  # python -m keeperless.cli.kafka kafka-topics.sh ...

@@ -156,6 +156,7 @@ _RAW_TOOLS = (
     "configs",
     "transactions",
     "delegation-tokens",
+    "reassign-partitions",
 )
 
 
@@ -305,6 +306,11 @@ def _tools(args: argparse.Namespace) -> int:
         if args.txn_cmd == "find-hanging" and args.broker_id is None and args.topic is None:
             raise ToolError("find-hanging needs --broker-id or --topic")
         return run_transactions(args, _servers(args), sys.stdout)
+    if args.command == "reassign-partitions":
+        from keeperless.tools.reassign import check_reassign_args, run_reassign
+
+        check_reassign_args(args)
+        return run_reassign(args, _servers(args), sys.stdout)
     if args.command == "delegation-tokens":
         from keeperless.tools.delegation_tokens import check_token_args, run_delegation_tokens
 

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "kafka-transactions.sh": ("transactions",),
     "kafka-acls.sh": ("acls",),
     "kafka-delegation-tokens.sh": ("delegation-tokens",),
+    "kafka-reassign-partitions.sh": ("reassign-partitions",),
 }
 
 # set by main() when run as one of Kafka's scripts: ("keeperless topics", "kafka-topics.sh")
@@ -324,6 +325,21 @@ def build_parser() -> argparse.ArgumentParser:
         ac.add_argument(flag, action="append")
     ac.add_argument("--resource-pattern-type", help="literal, prefixed, match or any")
     ac.add_argument("--principal", help="--list: only this principal's ACLs")
+
+    rp = sub.add_parser(
+        "reassign-partitions",
+        help="move partitions between brokers (kafka-reassign-partitions.sh)",
+    )
+    _connection_flags(rp, controller=False)
+    for flag in ("--generate", "--execute", "--verify", "--cancel", "--list", "--additional",
+                 "--preserve-throttles", "--disable-rack-aware"):  # fmt: skip
+        rp.add_argument(flag, action="store_true")
+    rp.add_argument("--topics-to-move-json-file", help='{"topics": [{"topic": "t"}], "version": 1}')
+    rp.add_argument("--broker-list", help="ids of the brokers to move to (--generate)")
+    rp.add_argument("--reassignment-json-file", help="a reassignment (--generate's proposal)")
+    rp.add_argument("--throttle", type=int, help="bytes/s of the catch-up (not supported yet)")
+    rp.add_argument("--replica-alter-log-dirs-throttle", type=int, help="(not supported yet)")
+    rp.add_argument("--timeout", type=int, default=10000, help="ms")
 
     dt = sub.add_parser(
         "delegation-tokens",

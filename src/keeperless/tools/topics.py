@@ -8,6 +8,7 @@ import re
 import uuid
 from typing import Any, TextIO
 
+from keeperless.protocol.apis import ApiKey
 from keeperless.storage.meta_properties import uuid_to_kafka
 from keeperless.tools.client import ToolError
 from keeperless.tools.rdkafka import TIMEOUT_S, Session
@@ -86,6 +87,7 @@ class _Topics:
     def __init__(self, args: Any, extra: dict[str, str], out: TextIO) -> None:
         self.args = args
         self.out = out
+        self.extra = extra
         self.session = Session(args.bootstrap_server, extra)
         self.admin = self.session.admin()
 
@@ -171,6 +173,7 @@ class _Topics:
             entry = entries.get("min.insync.replicas")
             min_isr[res.name] = int(entry.value) if entry is not None and entry.value else 1
         filters = [f for f in PARTITION_FILTERS if getattr(a, f)]
+        moving = self.reassignments(names)
         for name in names:
             d = self.result(descs[name])
             parts = sorted(d.partitions, key=lambda p: p.id)
@@ -191,12 +194,32 @@ class _Topics:
                 isr = [r.id for r in p.isr]
                 if not _shown(filters, leader, replicas, isr, min_isr.get(name, 1)):
                     continue
-                print(
+                line = (
                     f"\tTopic: {name}\tPartition: {p.id}\tLeader: "
                     f"{leader if leader >= 0 else 'none'}\tReplicas: "
-                    f"{','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}",
-                    file=self.out,
+                    f"{','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}"
                 )
+                move = moving.get((name, p.id))
+                if move is not None:  # as Kafka's TopicCommand shows a reassignment
+                    line += (f"\tAdding Replicas: {','.join(map(str, move[0]))}"
+                             f"\tRemoving Replicas: {','.join(map(str, move[1]))}")  # fmt: skip
+                print(line, file=self.out)
+
+    def reassignments(self, names: list[str]) -> dict[tuple[str, int], tuple[Any, Any]]:
+        """(adding, removing) of the partitions being reassigned (ListPartitionReassignments
+        through the tools' own client: librdkafka has no call for it); none when it
+        cannot be asked."""
+        from keeperless.tools.client import call, parse_servers, security_of
+
+        try:
+            servers = parse_servers(self.args.bootstrap_server, "--bootstrap-server")
+            body = {"timeout": 10_000, "topics": None}  # all: few run at once
+            resp = call(servers, ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, body,
+                        security=security_of(self.extra, "--command-config"))  # fmt: skip
+        except (ToolError, OSError):
+            return {}
+        return {(t.name, p.partition_index): (p.adding_replicas, p.removing_replicas)
+                for t in resp.topics if t.name in names for p in t.partitions}  # fmt: skip
 
 
 def _shown(filters: list[str], leader: int, replicas: list[int], isr: list[int], mi: int) -> bool:

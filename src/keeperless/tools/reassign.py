@@ -1,0 +1,256 @@
+"""`reassign-partitions`: Kafka's kafka-reassign-partitions.sh over Metadata,
+AlterPartitionReassignments and ListPartitionReassignments - --generate a proposal for
+moving topics to a broker list, --execute a reassignment JSON file (refused while others
+run, unless --additional), --verify it, --cancel it, --list what runs - with Kafka's
+JSON files and words."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any, TextIO
+
+from keeperless.protocol.apis import ApiKey
+from keeperless.tools.client import ToolError, call
+
+__all__ = ["check_reassign_args", "run_reassign"]
+
+Servers = list[tuple[str, int]]
+Assignment = dict[tuple[str, int], list[int]]
+
+_ACTIONS = ("generate", "execute", "verify", "cancel", "list")
+_CANNOT_EXECUTE = (
+    "Cannot execute because there is an existing partition assignment.  Use --additional to "
+    "override this and create a new partition assignment in addition to the existing one. "
+    "The --additional flag can also be used to change the throttle by resubmitting the "
+    "current reassignment."
+)
+
+
+def check_reassign_args(args: Any) -> str:
+    actions = [a for a in _ACTIONS if getattr(args, a)]
+    if len(actions) != 1:
+        raise ToolError("Command must include exactly one action: --generate, --execute, "
+                        "--verify, --cancel, --list")  # fmt: skip
+    action = actions[0]
+    if not args.bootstrap_server:
+        raise ToolError('Missing required argument "[bootstrap-server]"')
+    need = {"generate": ("topics_to_move_json_file", "broker_list"),
+            "execute": ("reassignment_json_file",), "verify": ("reassignment_json_file",),
+            "cancel": ("reassignment_json_file",), "list": ()}[action]  # fmt: skip
+    for name in need:
+        if not getattr(args, name):
+            raise ToolError(f'Missing required argument "[{name.replace("_", "-")}]"')
+    if args.throttle is not None or args.replica_alter_log_dirs_throttle is not None:
+        raise ToolError(
+            "--throttle and --replica-alter-log-dirs-throttle are not supported yet: "
+            "keeperless has no replication throttles (issue 25, item 2)"
+        )
+    return action
+
+
+def _tp(key: tuple[str, int]) -> str:
+    return f"{key[0]}-{key[1]}"
+
+
+def _json(assignment: Assignment) -> str:
+    """Kafka's formatAsReassignmentJson."""
+    parts = [{"topic": t, "partition": p, "replicas": r, "log_dirs": ["any"] * len(r)}
+             for (t, p), r in sorted(assignment.items())]  # fmt: skip
+    return json.dumps({"version": 1, "partitions": parts}, separators=(",", ":"))
+
+
+def _read(path: str, flag: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ToolError(f"{flag} {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ToolError(f"{flag} {path}: not JSON ({e})") from None
+
+
+def _reassignment_file(path: str) -> Assignment:
+    data = _read(path, "--reassignment-json-file")
+    parts = data.get("partitions") if isinstance(data, dict) else None
+    if not isinstance(parts, list) or not parts:
+        raise ToolError("Partition reassignment list cannot be empty")
+    out: Assignment = {}
+    dups = []
+    for p in parts:
+        try:
+            key = (str(p["topic"]), int(p["partition"]))
+            replicas = [int(b) for b in p["replicas"]]
+        except (KeyError, TypeError, ValueError):
+            raise ToolError(f"--reassignment-json-file {path}: each partition needs topic, "
+                            f"partition and replicas: {json.dumps(p)}") from None  # fmt: skip
+        if any(d != "any" for d in p.get("log_dirs", [])):
+            raise ToolError("log_dirs other than \"any\" are not supported yet: keeperless "
+                            "has one log directory per broker (issue 25, item 4)")  # fmt: skip
+        if key in out:
+            raise ToolError(f"Reassignment JSON file contains multiple entries for {_tp(key)}")
+        if len(set(replicas)) != len(replicas):
+            dups.append(f"{_tp(key)}: {replicas}")
+        out[key] = replicas
+    if dups:
+        raise ToolError("Partition replica lists may not contain duplicate entries: "
+                        + ", ".join(dups))  # fmt: skip
+    return out
+
+
+def _metadata(servers: Servers, topics: list[str]) -> Any:
+    body = {"topics": [{"name": t, "topic_id": None} for t in topics],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False}  # fmt: skip
+    return call(servers, ApiKey.METADATA, 12, body)
+
+
+def _current(servers: Servers, topics: list[str]) -> tuple[Assignment, list[int]]:
+    """The topics' replica assignments and the registered brokers (unknown topics:
+    ToolError, as Kafka's "Topic X not found.")."""
+    md = _metadata(servers, sorted(set(topics)))
+    out: Assignment = {}
+    for t in md.topics:
+        if t.error_code:
+            raise ToolError(f"Topic {t.name} not found.")
+        for p in t.partitions:
+            out[(t.name, p.partition_index)] = list(p.replica_nodes)
+    return out, sorted(b.node_id for b in md.brokers)
+
+
+def _ongoing(servers: Servers) -> dict[tuple[str, int], Any]:
+    resp = call(servers, ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, {"timeout": 30_000,
+                                                                  "topics": None})  # fmt: skip
+    if resp.error_code:
+        raise ToolError(resp.error_message or resp.error_code.name)
+    return {(t.name, p.partition_index): p for t in resp.topics for p in t.partitions}
+
+
+def _alter(servers: Servers, targets: dict[tuple[str, int], list[int] | None]) -> dict[str, str]:
+    """Errors by partition ("topic-p": message) of one AlterPartitionReassignments."""
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (t, p), replicas in sorted(targets.items()):
+        by_topic.setdefault(t, []).append({"partition_index": p, "replicas": replicas})
+    body = {"timeout": 30_000, "allow_replication_factor_change": True,
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}  # fmt: skip
+    resp = call(servers, ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body, timeout_s=40)
+    if resp.error_code:
+        raise ToolError(resp.error_message or resp.error_code.name)
+    return {f"{t.name}-{p.partition_index}": p.error_message or p.error_code.name
+            for t in resp.responses for p in t.partitions if p.error_code}  # fmt: skip
+
+
+def _lines(errors: dict[str, str]) -> str:
+    return "\n".join(f"{k}: {v}" for k, v in sorted(errors.items()))
+
+
+def _propose(current: Assignment, brokers: list[int]) -> Assignment:
+    """Kafka's AdminUtils.assignReplicasToBrokers (rack-unaware): a random first broker,
+    replicas spread by a shift that grows every full round."""
+    out: Assignment = {}
+    n = len(brokers)
+    for topic in sorted({t for t, _ in current}):
+        parts = sorted(p for t, p in current if t == topic)
+        rf = len(current[(topic, parts[0])])
+        if rf > n:
+            raise ToolError(f"Replication factor: {rf} larger than available brokers: {n}.")
+        start, shift = random.randrange(n), random.randrange(n)
+        for p in parts:
+            if p > 0 and p % n == 0:
+                shift += 1
+            first = (p + start) % n
+            replicas = [brokers[first]]
+            for j in range(rf - 1):
+                replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+            out[(topic, p)] = replicas
+    return out
+
+
+def run_reassign(args: Any, servers: Servers, out: TextIO) -> int:
+    action = check_reassign_args(args)
+    if action == "list":
+        ongoing = _ongoing(servers)
+        if not ongoing:
+            print("No partition reassignments found.", file=out)
+            return 0
+        print("Current partition reassignments:", file=out)
+        for key in sorted(ongoing):
+            p = ongoing[key]
+            line = f"{_tp(key)}: replicas: {','.join(map(str, p.replicas))}."
+            if p.adding_replicas:
+                line += f" adding: {','.join(map(str, p.adding_replicas))}."
+            if p.removing_replicas:
+                line += f" removing: {','.join(map(str, p.removing_replicas))}."
+            print(line, file=out)
+        return 0
+    if action == "generate":
+        data = _read(args.topics_to_move_json_file, "--topics-to-move-json-file")
+        try:
+            topics = [str(t["topic"]) for t in data["topics"]]
+        except (KeyError, TypeError):
+            raise ToolError('--topics-to-move-json-file: expected {"topics": [{"topic": '
+                            '"name"}], "version": 1}') from None  # fmt: skip
+        try:
+            brokers = [int(b) for b in args.broker_list.split(",")]
+        except ValueError:
+            raise ToolError(
+                f"--broker-list {args.broker_list!r}: expected ids like 1,2,3"
+            ) from None
+        if len(set(brokers)) != len(brokers):
+            dup = sorted({b for b in brokers if brokers.count(b) > 1})
+            raise ToolError(f"Broker list contains duplicate entries: {dup}")
+        if len(set(topics)) != len(topics):
+            dup_t = sorted({t for t in topics if topics.count(t) > 1})
+            raise ToolError(f"List of topics to reassign contains duplicate entries: {dup_t}")
+        current, registered = _current(servers, topics)
+        proposed = _propose(current, [b for b in brokers if b in registered])
+        print(f"Current partition replica assignment\n{_json(current)}\n", file=out)
+        print(f"Proposed partition reassignment configuration\n{_json(proposed)}", file=out)
+        return 0
+    targets = _reassignment_file(args.reassignment_json_file)
+    if action == "execute":
+        if not args.additional and _ongoing(servers):
+            raise ToolError(_CANNOT_EXECUTE)
+        current, registered = _current(servers, [t for t, _ in targets])
+        unknown = sorted({b for r in targets.values() for b in r} - set(registered))
+        if unknown:
+            raise ToolError(f"Unknown broker id {unknown[0]}")
+        missing = sorted(set(targets) - set(current))
+        if missing:
+            raise ToolError("Unable to find partition: " + ", ".join(map(_tp, missing)))
+        mine = {k: v for k, v in current.items() if k in targets}
+        print(f"Current partition replica assignment\n\n{_json(mine)}\n\n"
+              "Save this to use as the --reassignment-json-file option during rollback",
+              file=out)  # fmt: skip
+        errors = _alter(servers, {k: v for k, v in targets.items()})
+        if errors:
+            raise ToolError("Error reassigning partition(s):\n" + _lines(errors))
+        names = ",".join(_tp(k) for k in sorted(targets))
+        print(f"Successfully started partition reassignment{'' if len(targets) == 1 else 's'} "
+              f"for {names}", file=out)  # fmt: skip
+        return 0
+    ongoing = _ongoing(servers)
+    if action == "cancel":
+        active = sorted(k for k in targets if k in ongoing)
+        if not active:
+            print("None of the specified partition reassignments are active.", file=out)
+            return 0
+        errors = _alter(servers, dict.fromkeys(active))
+        if errors:
+            raise ToolError("Error cancelling partition reassignment(s):\n" + _lines(errors))
+        print(f"Successfully cancelled partition reassignment{'' if len(active) == 1 else 's'} "
+              f"for: {','.join(map(_tp, active))}", file=out)  # fmt: skip
+        return 0
+    current, _ = _current(servers, [t for t, _ in targets])
+    print("Status of partition reassignment:", file=out)
+    for key in sorted(targets):
+        if key in ongoing:
+            print(f"Reassignment of partition {_tp(key)} is still in progress.", file=out)
+        elif current.get(key) == targets[key]:
+            print(f"Reassignment of partition {_tp(key)} is completed.", file=out)
+        else:
+            have = ",".join(map(str, current.get(key, [])))
+            want = ",".join(map(str, targets[key]))
+            print(f"There is no active reassignment of partition {_tp(key)}, but replica set "
+                  f"is {have} rather than {want}.", file=out)  # fmt: skip
+    return 0
