@@ -273,3 +273,27 @@ def test_the_kafka_named_tool(six: Cluster, tmp_path: Path) -> None:
         {"topic": topic, "partition": 0, "replicas": [2, 3, 99]}]}))  # fmt: skip
     assert "Unknown broker id 99" in tool("--execute", "--reassignment-json-file",
                                           str(unknown)).stderr  # fmt: skip
+
+
+def test_create_with_a_replica_assignment(six: Cluster) -> None:
+    """kafka-topics.sh --create --replica-assignment: each partition's replicas as given;
+    Kafka's refusals for a malformed one."""
+    from tests.integration.cluster import keeperless
+
+    c = six
+    topic = f"placed-{uuid.uuid4().hex[:6]}"
+    made = keeperless("topics", "--bootstrap-server", c.bootstrap, "--create", "--topic", topic,
+                      "--replica-assignment", "5:6:7,6:7:2")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    wait_until(lambda: _replicas(c, topic, 1)[0] == [6, 7, 2], what="partition 1's replicas")
+    assert _replicas(c, topic, 0)[0] == [5, 6, 7]
+    for bad, words in (("5:5:6", "may not contain duplicate entries: 5"),
+                       ("5:6,6:7:2", "Partition 1 has different replication factor"),
+                       ("5:x", "expected broker ids")):  # fmt: skip
+        r = keeperless("topics", "--bootstrap-server", c.bootstrap, "--create", "--topic",
+                       f"bad-{uuid.uuid4().hex[:6]}", "--replica-assignment", bad)  # fmt: skip
+        assert r.returncode == 1
+        assert words in r.stderr, r.stderr
+    both = keeperless("topics", "--bootstrap-server", c.bootstrap, "--create", "--topic", "x",
+                      "--replica-assignment", "5", "--partitions", "2")  # fmt: skip
+    assert 'can\'t be used with option "[partitions]"' in both.stderr

@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--topic", help="a topic; a regular expression except with --create")
     tp.add_argument("--partitions", type=int)
     tp.add_argument("--replication-factor", type=int)
+    tp.add_argument("--replica-assignment",
+                    help="--create: each partition's replicas, 1:2:3,2:3:4 (no --partitions, "
+                    "no --replication-factor)")  # fmt: skip
     tp.add_argument("--config", action="append", metavar="KEY=VALUE")
     for flag in (
         "--if-not-exists",

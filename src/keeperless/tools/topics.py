@@ -43,6 +43,26 @@ def _topic_id(tid: Any) -> str:
     return uuid_to_kafka(uuid.UUID(int=(hi << 64) | lo))
 
 
+def parse_replica_assignment(text: str) -> list[list[int]]:
+    """Kafka's --replica-assignment: partitions separated by commas, each partition's
+    replicas by colons (0:1:2,1:2:0)."""
+    out: list[list[int]] = []
+    for i, part in enumerate(text.split(",")):
+        try:
+            replicas = [int(b) for b in part.split(":")]
+        except ValueError:
+            raise ToolError(f"--replica-assignment {text!r}: expected broker ids like "
+                            "1:2:3,2:3:1") from None  # fmt: skip
+        dups = sorted({b for b in replicas if replicas.count(b) > 1})
+        if dups:
+            raise ToolError("Partition replica lists may not contain duplicate entries: "
+                            + ",".join(map(str, dups)))  # fmt: skip
+        if out and len(replicas) != len(out[0]):
+            raise ToolError(f"Partition {i} has different replication factor: {part}")
+        out.append(replicas)
+    return out
+
+
 def check_topic_args(args: Any) -> None:
     """Kafka's option rules, checked before connecting."""
     given = [a for a in ACTIONS if getattr(args, a)]
@@ -72,6 +92,14 @@ def check_topic_args(args: Any) -> None:
             "--unavailable-partitions, --under-min-isr-partitions and "
             "--at-min-isr-partitions may not be combined"
         )
+    if getattr(args, "replica_assignment", None) is not None:
+        if action != "create":
+            raise ToolError("Option --replica-assignment is only valid with --create here")
+        for other in ("partitions", "replication_factor"):
+            if getattr(args, other) is not None:
+                raise ToolError(f'Option "[replica-assignment]" can\'t be used with option '
+                                f'"[{other.replace("_", "-")}]"')  # fmt: skip
+        parse_replica_assignment(args.replica_assignment)
     if action == "alter" and args.partitions is None:
         raise ToolError("--alter needs --partitions (change configs with kafka-configs.sh)")
     if action != "create" and args.topic is not None:
@@ -113,9 +141,13 @@ class _Topics:
         from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
         a = self.args
-        nt = NewTopic(
-            a.topic, a.partitions or -1, a.replication_factor or -1, config=_configs(a.config)
-        )
+        if getattr(a, "replica_assignment", None) is not None:
+            nt = NewTopic(a.topic, replica_assignment=parse_replica_assignment(
+                a.replica_assignment), config=_configs(a.config))  # fmt: skip
+        else:
+            nt = NewTopic(
+                a.topic, a.partitions or -1, a.replication_factor or -1, config=_configs(a.config)
+            )
         try:
             self.result(self.admin.create_topics([nt], request_timeout=TIMEOUT_S)[a.topic])
         except ToolError as e:
