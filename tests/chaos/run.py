@@ -175,6 +175,7 @@ def run_once(
         if volume_bytes and not workload.bulk.wait(300):
             anomalies.append({"kind": "volume-not-written", "acked_bytes":
                               workload.bulk.acked_bytes, "target_bytes": volume_bytes})  # fmt: skip
+        workload.moves_stop.set()  # the last reassignments complete while settling
         unsettled = _settle(cluster, workload.partitions)
         time.sleep(3.0)  # quiet traffic after healing
         workload.finish()
@@ -247,6 +248,10 @@ def run_once(
             },
             security=secure_stats,
             delete_records=sum(1 for e in history.of("admin", "delete-records") if e.type == "ok"),
+            reassignments={
+                kind: sum(1 for e in history.of("mover", "reassign") if e.type == kind)
+                for kind in ("ok", "fail", "info")
+            },
             # copies of a value written under two epochs of its producer: librdkafka
             # re-sent it after bumping its epoch (a message timed out), as against Kafka
             client_duplicates=client_duplicates,

@@ -92,6 +92,7 @@ class Workload:
         self.rate_per_s = rate_per_s
         self.max_messages = max_messages
         self.stop = threading.Event()
+        self.moves_stop = threading.Event()  # set once healed: reassignments then settle
         self.threads: list[threading.Thread] = []
         # exactly-once: a transactional copier between two topics
         self.txn = TxnWorkload(bootstrap, history, self.stop)
@@ -127,7 +128,7 @@ class Workload:
             (f"producer-{k}", lambda k=k: self._produce(k)) for k in range(self.producers)
         ]
         targets += [(f"consumer-{k}", lambda k=k: self._consume(k)) for k in range(2)]
-        targets += [("monitor", self._monitor), ("admin", self._admin)]
+        targets += [("monitor", self._monitor), ("admin", self._admin), ("mover", self._move)]
         targets += [("kv-producer", self._produce_kv)]
         targets += self.txn.targets()
         targets += self.secure.targets()
@@ -338,6 +339,57 @@ class Workload:
                 h.complete(op, "admin", kind, f, {**value, "code": DEFINITE[code]})
             else:
                 h.complete(op, "admin", "info", f, {**value, "code": code})
+
+    def _move(self) -> None:
+        """Partition reassignment (issue 25) of the workload's own topic throughout: a
+        partition at 3 replicas is moved to 2 of them, one at 2 gets the third broker back
+        (a fresh replica that must catch up), in a shuffled order; some moves are
+        cancelled and some replaced before they complete. Every other checker then holds
+        over partitions whose replicas changed: no acknowledged write lost, replicas
+        agreeing, and no copy left on a broker that no longer hosts one."""
+        from keeperless.tools.client import call, parse_servers
+        from keeperless.tools.errors import ToolError
+
+        h = self.history
+        rng = random.Random(self.rng.random())
+        servers = parse_servers(self.bootstrap, "bootstrap")
+        md_body = {"topics": [{"name": TOPIC, "topic_id": None}],
+                   "allow_auto_topic_creation": False,
+                   "include_topic_authorized_operations": False}  # fmt: skip
+        while not self.stop.wait(rng.uniform(1.0, 3.0)) and not self.moves_stop.is_set():
+            try:
+                md = call(servers, 3, 12, md_body, timeout_s=8)
+            except (ToolError, OSError):
+                continue
+            brokers = sorted(b.node_id for b in md.brokers)
+            parts = {p.partition_index: list(p.replica_nodes)
+                     for t in md.topics if t.name == TOPIC for p in t.partitions}  # fmt: skip
+            p = rng.randrange(self.partitions)
+            current = parts.get(p)
+            if not current or len(brokers) < 3:
+                continue
+            target: list[int] | None
+            if rng.random() < 0.15:
+                target = None  # cancel (NO_REASSIGNMENT_IN_PROGRESS when none runs)
+            elif len(current) >= 3:
+                target = rng.sample(current, 2)
+            else:
+                target = [*current, rng.choice([b for b in brokers if b not in current])]
+                rng.shuffle(target)
+            value = {"partition": p, "target": target}
+            op = h.invoke("mover", "reassign", value)
+            body = {"timeout": 10_000, "topics": [{"name": TOPIC, "partitions": [
+                {"partition_index": p, "replicas": target}]}]}  # fmt: skip
+            try:
+                resp = call(servers, 45, 0, body, timeout_s=15)
+            except (ToolError, OSError) as e:
+                h.complete(op, "mover", "info", "reassign", {**value, "error": str(e)[:200]})
+                continue
+            code = int(resp.error_code)
+            if not code and resp.responses:
+                code = int(resp.responses[0].partitions[0].error_code)
+            kind = "ok" if code == 0 else "fail"
+            h.complete(op, "mover", kind, "reassign", {**value, "code": code})
 
     def _delete_records(self, admin: AdminClient) -> None:
         """DeleteRecords of a few records at the start of a partition of the workload's

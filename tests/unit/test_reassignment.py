@@ -154,3 +154,32 @@ def test_a_reassignment_in_progress_is_in_the_snapshot() -> None:
     assert rebuilt is not None
     assert rebuilt.partitions[0] == _part(c)
     assert rebuilt.partitions[0].adding == (4, 5)
+
+
+def test_preferred_leaders_come_back_automatically() -> None:
+    """auto.leader.rebalance.enable (Kafka's KRaft controller): a partition led by
+    another replica than its first goes back to the first one when that one is in the
+    ISR and active; not while it is being reassigned, not to a fenced or lagging one."""
+    from keeperless.controller.elections import balance_leaders
+    from keeperless.metadata import _records_gen as r
+
+    c, log = _cluster()
+    t = c.image.topic("b")
+    assert t is not None
+    for p in (0, 1, 2):
+        info = t.partitions[p]
+        other = next(b for b in info.isr if b != info.replicas[0])
+        log.append([r.PartitionChangeRecord(partition_id=p, topic_id=t.topic_id, leader=other)])
+    # partition 1's preferred replica lags (out of the ISR); partition 2 is being moved
+    p1 = _part(c, p=1)
+    log.append([r.PartitionChangeRecord(partition_id=1, topic_id=t.topic_id,
+                isr=tuple(b for b in p1.isr if b != p1.replicas[0]))])  # fmt: skip
+    log.commit()
+    assert _move(c, log, (4, 5, _part(c, p=2).replicas[0]), p=2) == ErrorCode.none
+    res = balance_leaders(c, [t.topic_id])
+    assert res.response == ["b-0"]
+    log.append(res.records)
+    log.commit()
+    assert _part(c, p=0).leader == _part(c, p=0).replicas[0]
+    assert _part(c, p=1).leader != _part(c, p=1).replicas[0]
+    assert balance_leaders(c, [t.topic_id]).records == []

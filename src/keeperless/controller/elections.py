@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
@@ -19,7 +20,7 @@ from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
 from keeperless.metadata.image import PartitionInfo
 
-__all__ = ["PREFERRED", "UNCLEAN", "elect_leaders"]
+__all__ = ["PREFERRED", "UNCLEAN", "balance_leaders", "elect_leaders"]
 
 log = logging.getLogger(__name__)
 
@@ -122,3 +123,33 @@ def elect_leaders(
             more,
         )
     return Result(list(records), results, atomic=False)
+
+
+def balance_leaders(c: QuorumController, topic_ids: Sequence[UUID]) -> Result[list[str]]:
+    """Kafka's automatic preferred leader balancing (auto.leader.rebalance.enable): each
+    partition of ``topic_ids`` led by another replica than its first goes back to the
+    first one, if that one is in the ISR and active (no reassignment of it running).
+    Called in slices of the topics, so a large cluster's scan never holds the loop."""
+    image = c.image
+    live = {b.broker_id for b in image.brokers.values() if b.active}
+    records: list[r.PartitionChangeRecord] = []
+    moved: list[str] = []
+    for tid in topic_ids:
+        topic = image.topics.get(tid)
+        if topic is None:
+            continue
+        for idx, info in topic.partitions.items():
+            if info.reassigning or not info.replicas:
+                continue
+            preferred = info.replicas[0]
+            if info.leader == preferred or preferred not in info.isr or preferred not in live:
+                continue
+            records.append(
+                r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=preferred)
+            )
+            moved.append(f"{topic.name}-{idx}")
+    if moved:
+        log.info("[node %d] Preferred leaders restored (auto.leader.rebalance.enable) for %s%s",
+                 c.node_id, ", ".join(moved[:10]),
+                 f" and {len(moved) - 10} more" if len(moved) > 10 else "")  # fmt: skip
+    return Result(list(records), moved, atomic=False)

@@ -630,6 +630,24 @@ _SECURITY: tuple[tuple[str, ConfigType, str | None, str], ...] = (
     ("super.users", T.LIST, "", "Principals allowed everything (User:a;User:b)."),
     ("allow.everyone.if.no.acl.found", T.BOOLEAN, "false", "Allow what no ACL names."),
     (
+        "auto.leader.rebalance.enable",
+        T.BOOLEAN,
+        "true",
+        "The active controller moves leadership back to each partition's preferred replica.",
+    ),
+    (
+        "leader.imbalance.check.interval.seconds",
+        T.LONG,
+        "300",
+        "How often the active controller looks for partitions led by another replica.",
+    ),
+    (
+        "leader.imbalance.per.broker.percentage",
+        T.INT,
+        "10",
+        "Accepted for ZooKeeper-era configs; a KRaft controller, as Kafka's, does not use it.",
+    ),
+    (
         "delegation.token.secret.key",
         T.PASSWORD,
         None,
@@ -736,6 +754,8 @@ _VALIDATORS: dict[str, Validator] = {
     "log.cleaner.min.compaction.lag.ms": at_least(0),
     "log.cleaner.max.compaction.lag.ms": at_least(1),
     "log.cleaner.min.cleanable.ratio": between(0, 1),
+    "leader.imbalance.check.interval.seconds": at_least(1),
+    "leader.imbalance.per.broker.percentage": at_least(0),
     "delegation.token.max.lifetime.ms": at_least(1),
     "delegation.token.expiry.time.ms": at_least(1),
     "delegation.token.expiry.check.interval.ms": at_least(1),

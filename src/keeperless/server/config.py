@@ -268,6 +268,8 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "authorizer.class.name": _authorizer,
     "super.users": _super_users,
     "allow.everyone.if.no.acl.found": _typed,
+    "auto.leader.rebalance.enable": _typed,
+    "leader.imbalance.check.interval.seconds": _typed,
     "delegation.token.secret.key": _str,
     "delegation.token.max.lifetime.ms": _typed,
     "delegation.token.expiry.time.ms": _typed,

@@ -7,6 +7,7 @@ it appended but could not commit."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import random
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from keeperless.controller.delegation_tokens import TokenSettings, sweep_expired
+from keeperless.controller.elections import balance_leaders
 from keeperless.controller.fencing import fence_stale_brokers, start_sessions
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata.features import METADATA_VERSION_FEATURE
@@ -25,6 +27,7 @@ from keeperless.server.config import NodeConfig
 __all__ = ["ControllerService", "NotControllerError"]
 
 log = logging.getLogger(__name__)
+BALANCE_SLICE = 20_000  # partitions looked at per leader-balancing operation
 
 PROPOSE_CHUNK = 2000  # records encoded between two turns of the event loop
 MAX_UNCOMMITTED = 10 * PROPOSE_CHUNK  # records a big operation may have appended, uncommitted
@@ -58,6 +61,8 @@ class ControllerService:
             config["delegation.token.expiry.time.ms"],
         )
         self._token_check_s = config["delegation.token.expiry.check.interval.ms"] / 1000
+        self._balance = bool(config["auto.leader.rebalance.enable"])
+        self._balance_s = config["leader.imbalance.check.interval.seconds"]
         c = self.controller
         mlog.listeners.append(c.replay_committed)
         mlog.snapshot_listeners.append(lambda delta, image, sid: c.load_image(image))
@@ -67,6 +72,7 @@ class ControllerService:
         self._activation: asyncio.Task[None] | None = None
         self._sessions: asyncio.Task[None] | None = None
         self._token_sweeper: asyncio.Task[None] | None = None
+        self._balancer: asyncio.Task[None] | None = None
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
         self.new_active_controllers = 0
         self.timed_out_heartbeats = 0
@@ -83,6 +89,9 @@ class ControllerService:
         if self._token_sweeper is not None:
             self._token_sweeper.cancel()
             self._token_sweeper = None
+        if self._balancer is not None:
+            self._balancer.cancel()
+            self._balancer = None
         if self._activation is not None:
             self._activation.cancel()
             self._activation = None
@@ -106,6 +115,8 @@ class ControllerService:
         self._sessions = asyncio.get_running_loop().create_task(self._watch_sessions())
         if self.tokens.secret_key:
             self._token_sweeper = asyncio.get_running_loop().create_task(self._sweep_tokens())
+        if self._balance:
+            self._balancer = asyncio.get_running_loop().create_task(self._balance_leaders())
         if METADATA_VERSION_FEATURE not in self.controller.image.features:
             boot = self.mlog.bootstrap_records()
             if boot:
@@ -146,6 +157,24 @@ class ControllerService:
                     t.token_id,
                     t.owner,
                 )
+
+    async def _balance_leaders(self) -> None:
+        """Preferred leaders back, every leader.imbalance.check.interval.seconds, the
+        topics taken in slices of about BALANCE_SLICE partitions per operation."""
+        while self._active.is_set():
+            await asyncio.sleep(self._balance_s)
+            topics = list(self.controller.image.topics.items())
+            i = 0
+            while i < len(topics):
+                ids, scanned = [], 0
+                while i < len(topics) and scanned < BALANCE_SLICE:
+                    ids.append(topics[i][0])
+                    scanned += len(topics[i][1].partitions)
+                    i += 1
+                try:
+                    await self.call(functools.partial(balance_leaders, topic_ids=ids))
+                except NotControllerError:
+                    return
 
     async def wait_active(self, timeout_s: float) -> bool:
         try:
