@@ -223,3 +223,41 @@ def test_which_connections_may_manage_tokens() -> None:
 def test_the_envelope_carries_token_authentication() -> None:
     assert decode_principal(encode_principal("User:a", True)) == ("User:a", True)
     assert decode_principal(encode_principal("User:a")) == ("User:a", False)
+
+
+def test_a_forwarded_refusal_with_kafkas_minus_one_timestamps_is_read() -> None:
+    """Found by the fault harness (combined nodes, the token APIs forwarded in an
+    Envelope): the controller's refusal carries Kafka's -1 timestamps, which kio cannot
+    decode; the broker failed the request with a traceback and closed the connection.
+    The forwarder now says which error the controller answered."""
+    import asyncio
+
+    import pytest
+    from kio.index import load_request_schema
+
+    from keeperless.broker.forwarder import Forwarder, UndecodableAnswerError
+    from keeperless.metadata.token_requests import expiry_response
+    from keeperless.protocol.apis import ApiKey
+    from keeperless.protocol.build import build
+    from keeperless.protocol.framing import RequestHeader, encode_response, response_class
+
+    header = RequestHeader(ApiKey.RENEW_DELEGATION_TOKEN, 2, 7, "c")
+    refusal = expiry_response(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                              ErrorCode.delegation_token_not_found, -1)  # fmt: skip
+
+    class Remote:
+        async def forward(self, api_key: int, version: int, req: object,
+                          timeout_s: float | None = None) -> object:  # fmt: skip
+            data = encode_response(header, refusal)[4:]
+            return build(response_class(ApiKey.ENVELOPE, 0),
+                         {"response_data": data, "error_code": ErrorCode.none})  # fmt: skip
+
+    async def no_local() -> None:
+        return None
+
+    req = build(load_request_schema(ApiKey.RENEW_DELEGATION_TOKEN, 2),
+                {"hmac": b"x", "renew_period": -1})  # fmt: skip
+    fwd = Forwarder(Remote(), no_local)
+    with pytest.raises(UndecodableAnswerError) as e:
+        asyncio.run(fwd.forward(header, req))
+    assert e.value.error_code == ErrorCode.delegation_token_not_found

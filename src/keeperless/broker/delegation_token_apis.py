@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
 from keeperless.broker.controller_channel import ControllerUnavailableError
+from keeperless.broker.forwarder import UndecodableAnswerError
 from keeperless.metadata.image import MetadataImage
 from keeperless.metadata.token_requests import (
     ERROR_TIMESTAMP,
@@ -72,6 +73,8 @@ class DelegationTokenApis:
             resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError:
             return create_response(v, ErrorCode.request_timed_out, owner, requester)
+        except UndecodableAnswerError as e:  # a refusal, with Kafka's -1 timestamps
+            return create_response(v, ErrorCode(e.error_code), owner, requester)
         if resp.error_code == ErrorCode.none:
             tid = resp.token_id
             await self.broker.wait_for(lambda img: tid in img.delegation_tokens, _SETTLE_TIMEOUT_S)
@@ -92,6 +95,8 @@ class DelegationTokenApis:
             resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError:
             return expiry_response(api, v, ErrorCode.request_timed_out, ERROR_TIMESTAMP)
+        except UndecodableAnswerError as e:  # a refusal, with Kafka's -1 timestamps
+            return expiry_response(api, v, ErrorCode(e.error_code), ERROR_TIMESTAMP)
         if resp.error_code == ErrorCode.none and self.secret_key:
             mac, key = bytes(req.hmac), self.secret_key
             expiry = round(resp.expiry_timestamp.timestamp() * 1000)

@@ -23,10 +23,21 @@ from keeperless.protocol.framing import (
     RequestHeader,
     decode_response,
     encode_request,
+    leading_error_code,
 )
 from keeperless.protocol.session import ANONYMOUS, encode_principal
 
-__all__ = ["Forwarder"]
+__all__ = ["Forwarder", "UndecodableAnswerError"]
+
+
+class UndecodableAnswerError(Exception):
+    """The controller's answer could not be read whole (a delegation token refusal with
+    Kafka's -1 timestamps); ``error_code`` is what it said."""
+
+    def __init__(self, error_code: int) -> None:
+        super().__init__(f"an answer with error code {error_code} that cannot be read whole")
+        self.error_code = error_code
+
 
 Handler = Callable[[RequestHeader, Any], Awaitable[Any]]
 
@@ -81,7 +92,11 @@ class Forwarder:
             raise ControllerUnavailableError(
                 f"the controller refused the forwarded request: {ErrorCode(resp.error_code).name}"
             )
-        _, answer = decode_response(
-            memoryview(resp.response_data), header.api_key, header.api_version
-        )
+        data = memoryview(resp.response_data)
+        try:
+            _, answer = decode_response(data, header.api_key, header.api_version)
+        except Exception:
+            raise UndecodableAnswerError(
+                leading_error_code(data, header.api_key, header.api_version)
+            ) from None
         return answer

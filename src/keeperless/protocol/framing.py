@@ -179,3 +179,15 @@ def decode_response(frame: memoryview, api_key: int, version: int) -> tuple[int,
         pos = _skip_tagged_fields(frame, pos)
     value, _ = entity_reader(cls)(frame, pos)
     return corr, value
+
+
+def leading_error_code(frame: memoryview, api_key: int, version: int) -> int:
+    """The error code of a response frame (without its size prefix) whose body starts
+    with it: for an answer kio cannot read whole (Kafka answers a refused delegation
+    token request with -1 timestamps, which kio's reader refuses)."""
+    cls = load_response_schema(api_key, version)
+    pos = 4
+    if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
+        pos = _skip_tagged_fields(frame, pos)
+    (code,) = struct.unpack_from(">h", frame, pos)
+    return int(code)

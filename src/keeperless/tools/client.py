@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
-from keeperless.protocol.framing import decode_response, encode_request, response_class
+from keeperless.protocol.framing import decode_response, encode_request, leading_error_code
 from keeperless.security.sasl import SaslClient, SaslFailure, parse_jaas
 from keeperless.tools.errors import ToolError
 from keeperless.tools.rdkafka import jaas_login
@@ -182,9 +182,7 @@ def call(
 def _error_only(frame: memoryview, api_key: int, version: int) -> Any:
     """The error code of a response that begins with it (after the response header:
     the correlation id, and an empty tag buffer when the response is flexible)."""
-    flexible: bool = getattr(response_class(api_key, version), "__flexible__", False)
-    pos = 5 if flexible else 4
-    (code,) = struct.unpack_from(">h", frame, pos)
+    code = leading_error_code(frame, api_key, version)
     if code == 0:
         raise ToolError(f"cannot decode the response to API {api_key} v{version}")
     return types.SimpleNamespace(error_code=code)
