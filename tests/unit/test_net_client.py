@@ -175,3 +175,28 @@ def test_lanes_are_separate_connections() -> None:
         server.close()
 
     asyncio.run(main())
+
+
+def test_a_request_timing_out_fails_the_others_on_its_connection_with_oserror() -> None:
+    """Found by the fault harness: a request that timed out closed the connection and
+    *cancelled* the others in flight on it; a broker's heartbeat loop, sharing the
+    connection to the controller, took the CancelledError for its own and ended - the
+    broker stayed fenced for good. The others fail with OSError (their callers retry)."""
+
+    async def silent(seen: list[RequestHeader], writer: asyncio.StreamWriter) -> None:
+        return None
+
+    async def main() -> None:
+        server, port, _ = await _peer(silent)
+        client = NetworkClient("test")
+        patient = asyncio.ensure_future(_versions(client, port, timeout_s=30))
+        await asyncio.sleep(0.05)
+        with pytest.raises(TimeoutError):
+            await _versions(client, port, timeout_s=0.1)
+        with pytest.raises(OSError, match="timed out"):
+            await patient
+        assert not patient.cancelled()
+        client.close()
+        server.close()
+
+    asyncio.run(main())

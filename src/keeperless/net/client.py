@@ -178,17 +178,18 @@ class _Connection:
                 fut.set_exception(error)
                 fut.exception()  # a sender that no longer waits has been told enough
 
-    def close(self) -> None:
+    def close(self, why: str = "connection closed") -> None:
+        """Close it; what is in flight fails with OSError. Never cancelled: a caller takes
+        a CancelledError for its own cancellation (found by the fault harness: a broker's
+        heartbeat loop, sharing the connection to the controller with a request that timed
+        out, ended for good - the broker stayed fenced)."""
         if self.writer is not None:
             self.writer.close()
             self.writer = None
         if self.connecting is not None:
             self.connecting.cancel()
             self.connecting = None
-        self.queue.clear()
-        pending, self.pending = self.pending, {}
-        for _, _, fut in pending.values():
-            fut.cancel()
+        self._fail_all(OSError(f"{_name(self.dest)}: {why}"))
 
 
 class NetworkClient:
@@ -252,7 +253,7 @@ class NetworkClient:
                 await conn.drain()
                 return await fut
         except TimeoutError:
-            self.drop(dest, lane)
+            self.drop(dest, lane, f"closed after {_api_name(api_key)} timed out")
             raise TimeoutError(
                 f"{_name(dest)}: no response to {_api_name(api_key)} within "
                 f"{timeout_s * 1000:.0f} ms"
@@ -262,15 +263,16 @@ class NetworkClient:
                 fut.cancel()
             raise
 
-    def drop(self, dest: Destination, lane: str = "") -> None:
-        """Close a connection (its requests in flight fail); the next request reopens it."""
+    def drop(self, dest: Destination, lane: str = "", why: str = "connection closed") -> None:
+        """Close a connection (its requests in flight fail with OSError); the next request
+        reopens it."""
         conn = self._conns.pop((dest, lane), None)
         if conn is not None:
-            conn.close()
+            conn.close(why)
 
     def close(self) -> None:
         for dest, lane in list(self._conns):
-            self.drop(dest, lane)
+            self.drop(dest, lane, "the client closed")
 
 
 def _name(dest: Destination) -> str:

@@ -611,10 +611,18 @@ class Node:
             await asyncio.sleep(CONTROLLED_SHUTDOWN_POLL_S)
 
     async def _heartbeat_loop(self) -> None:
+        """A heartbeat that fails in an unforeseen way is logged (once a minute) and tried
+        again: a loop that ended would leave the broker fenced for good, silently."""
         interval = self.config["broker.heartbeat.interval.ms"] / 1000
+        told = -1e9
         while True:
             await asyncio.sleep(interval)
-            await self._heartbeat()
+            try:
+                await self._heartbeat()
+            except Exception:
+                if time.monotonic() - told >= 60:
+                    told = time.monotonic()
+                    log.exception("[node %d] Heartbeat failed; trying again", self.node_id)
 
     async def _retention_loop(self) -> None:
         assert self.broker is not None
