@@ -179,3 +179,44 @@ def test_a_fetch_that_ends_inside_a_batch_appends_the_whole_ones(tmp_path: Path)
     (segment,) = sorted((tmp_path / "t-0").glob("*.log"))
     assert segment.read_bytes() == bytes(leader_log)
     b.close()
+
+
+def test_an_empty_replica_starting_inside_a_batch_takes_the_batch_whole(tmp_path: Path) -> None:
+    """Found by the fault harness: DeleteRecords moved the leader's log start to 13,
+    inside a batch of offsets 10-15; a replica added then (a reassignment) reset its
+    empty log to 13 and fetched from there, got the batch 10-15 and skipped it as below
+    its end, appending 16 on: offsets 13-15 were missing, and lost once it led. As Kafka,
+    an empty replica starts its log at the batch's first offset and takes it whole."""
+    from keeperless.protocol.records import build_batch, patch_offsets
+
+    b = _broker(tmp_path)
+    tid = uuid.uuid4()
+    b.on_committed(
+        [
+            r.TopicRecord(name="t", topic_id=tid),
+            r.PartitionRecord(partition_id=0, topic_id=tid, replicas=(1, 2), isr=(2,), leader=2),
+        ],
+        3,
+    )
+    p = b.partitions.get("t", 0)
+    assert p is not None
+    p.reset_to(13, 0)  # the leader's log start, from an OFFSET_OUT_OF_RANGE answer
+    leader = bytearray()
+    for base in (10, 16):
+        batch = bytearray(build_batch([(None, b"v", ())] * 6))
+        patch_offsets(batch, 0, base, 0)
+        leader += batch
+    assert p.append_replica(bytes(leader), 0) == 2
+    assert p.log.log_end_offset == 22
+    (segment,) = sorted((tmp_path / "t-0").glob("*.log"))
+    assert segment.read_bytes() == bytes(leader)  # offsets 10-21, nothing skipped
+    # a batch over the end of a replica that holds records is refused, not skipped
+    from keeperless.broker.partitions import ReplicationError
+
+    again = bytearray(build_batch([(None, b"w", ())] * 4))
+    patch_offsets(again, 0, 20, 0)
+    import pytest
+
+    with pytest.raises(ReplicationError, match="overlaps the end"):
+        p.append_replica(bytes(again), 0)
+    b.close()

@@ -279,6 +279,30 @@ class Partition:
         except CorruptBatchError as e:
             raise ReplicationError(f"{self.topic}-{self.index}: {e}") from None
         leo = self.log.log_end_offset
+        first = next((h for _, h in batches if h.last_offset >= leo), None)
+        if first is not None and first.base_offset < leo:
+            # a batch around our end: the leader's log start is inside a batch
+            # (DeleteRecords) and this replica starts there, empty. Kafka's rule
+            # (Partition.appendRecordsToFollowerOrFutureReplica): start the log at the
+            # batch's first offset and take it whole; the leader's log start is applied
+            # after. Skipping it lost the records from our start to its end (found by the
+            # fault harness: a replica added by a reassignment, then leader, had lost
+            # three acknowledged records).
+            if self.log.log_start_offset != leo:
+                raise ReplicationError(
+                    f"{self.topic}-{self.index}: the leader's batch {first.base_offset}-"
+                    f"{first.last_offset} overlaps the end of this replica's log ({leo})"
+                )
+            log.info(
+                "[node %d] %s-%d: the leader's first batch starts at %d, before this empty "
+                "replica's start %d (its log start is inside the batch); starting at %d",
+                self.node_id, self.topic, self.index, first.base_offset, leo,
+                first.base_offset,
+            )  # fmt: skip
+            self.log.reset_to(first.base_offset, now_ms)
+            self.epochs.clear()
+            self._hw = first.base_offset
+            leo = first.base_offset
         # the first batch may start past our end: the leader's cleaner removed what lay
         # between (a compacted log has gaps; Kafka's followers take them)
         keep = [(pos, h) for pos, h in batches if h.base_offset >= leo]
