@@ -220,3 +220,32 @@ def test_an_empty_replica_starting_inside_a_batch_takes_the_batch_whole(tmp_path
     with pytest.raises(ReplicationError, match="overlaps the end"):
         p.append_replica(bytes(again), 0)
     b.close()
+
+
+def test_a_produce_waiting_on_a_partition_reassigned_away_is_told_not_leader(
+    tmp_path: Path,
+) -> None:
+    """Found by the fault harness: a reassignment removed this leader's replica between
+    an acks=all append and its wait; the wait read the closed log (IndexError, the
+    client's connection closed with a traceback). It is NOT_LEADER_OR_FOLLOWER now."""
+    import pytest
+
+    from keeperless.broker.partitions import NotLeaderError
+
+    b = _broker(tmp_path)
+    tid = uuid.uuid4()
+    b.on_committed(
+        [
+            r.TopicRecord(name="t", topic_id=tid),
+            r.PartitionRecord(partition_id=0, topic_id=tid, replicas=(1, 2), isr=(1, 2), leader=1),
+        ],
+        3,
+    )
+    p = b.partitions.get("t", 0)
+    assert p is not None
+    assert p.info is not None
+    epoch = p.info.leader_epoch
+    assert b.partitions.remove("t", 0, tid, "reassigned away from this broker")
+    with pytest.raises(NotLeaderError):
+        asyncio.run(p.wait_for_hw(5, 1.0, epoch))
+    b.close()

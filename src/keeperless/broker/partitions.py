@@ -688,6 +688,10 @@ class PartitionManager:
             why,
         )
         p.fail_waiters()
+        # no longer anyone's replica here: a request still holding it (an acks=all
+        # produce about to wait, found by the fault harness as an IndexError on the
+        # closed log) is answered NOT_LEADER_OR_FOLLOWER
+        p.info = None
         p.log.close()  # no snapshot: it is deleted
         self._discard(p.directory)
         return True
