@@ -117,6 +117,17 @@ def _read_all(c: Cluster, topic: str) -> set[str]:
     return got
 
 
+def _restart_broker(c: Cluster, broker: int) -> None:
+    """Start a stopped broker and wait until clients see it (registered and unfenced):
+    the next test may place replicas on it."""
+    from confluent_kafka.admin import AdminClient
+
+    c.brokers[broker].start()
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    wait_until(lambda: broker in admin.list_topics(timeout=5).brokers, timeout=30,
+               what=f"broker {broker} back")  # fmt: skip
+
+
 def _partition_dir(c: Cluster, broker: int, topic: str) -> Path:
     return c.brokers[broker].data / f"{topic}-0"
 
@@ -175,7 +186,7 @@ def test_cancel_restores_the_original_replicas(six: Cluster) -> None:
         assert not admin.list_partition_reassignments([KTP(topic, 0)])
     finally:
         admin.close()
-        c.brokers[7].start()
+        _restart_broker(c, 7)
 
 
 def test_bad_targets_are_refused(six: Cluster) -> None:
@@ -261,7 +272,7 @@ def test_the_kafka_named_tool(six: Cluster, tmp_path: Path) -> None:
             verify
         )
     finally:
-        c.brokers[7].start()
+        _restart_broker(c, 7)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"version": 1, "partitions": [
         {"topic": topic, "partition": 0, "replicas": [2, 2, 3]}]}))  # fmt: skip

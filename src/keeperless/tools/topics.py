@@ -142,8 +142,10 @@ class _Topics:
 
         a = self.args
         if getattr(a, "replica_assignment", None) is not None:
-            nt = NewTopic(a.topic, replica_assignment=parse_replica_assignment(
-                a.replica_assignment), config=_configs(a.config))  # fmt: skip
+            placed = parse_replica_assignment(a.replica_assignment)
+            # librdkafka wants the partition count with an assignment (not -1)
+            nt = NewTopic(a.topic, len(placed), -1, replica_assignment=placed,
+                          config=_configs(a.config))  # fmt: skip
         else:
             nt = NewTopic(
                 a.topic, a.partitions or -1, a.replication_factor or -1, config=_configs(a.config)
