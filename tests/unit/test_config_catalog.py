@@ -8,13 +8,11 @@ from pathlib import Path
 from keeperless.metadata.config_catalog import (
     BROKER_CONFIGS,
     READ_ONLY,
-    TOPIC_SYNONYMS,
     ConfigSource,
     ConfigType,
-    resolve_broker,
-    resolve_topic,
     topic_config_type,
 )
+from keeperless.metadata.config_resolution import TOPIC_SYNONYMS, resolve_broker, resolve_topic
 from keeperless.metadata.topic_configs import TOPIC_CONFIGS
 
 S = ConfigSource

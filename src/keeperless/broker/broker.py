@@ -18,7 +18,8 @@ from keeperless.broker.auto_create import AutoTopicCreator
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.controller_rpcs import ControllerRpcs
 from keeperless.broker.partitions import PartitionManager
-from keeperless.metadata.config_catalog import Resolved, resolve_broker, resolve_topic
+from keeperless.metadata.config_catalog import Resolved
+from keeperless.metadata.config_resolution import resolve_broker, resolve_topic
 from keeperless.metadata.image import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,

@@ -16,10 +16,10 @@ from keeperless.metadata.config_catalog import (
     READ_ONLY,
     ConfigSource,
     ConfigType,
-    resolve_broker,
     topic_config_type,
     topic_doc,
 )
+from keeperless.metadata.config_resolution import resolve_broker
 from keeperless.metadata.group_configs import GROUP_CONFIGS, GROUP_RESOURCE, GroupConfigDef
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from keeperless.protocol.apis import ApiKey

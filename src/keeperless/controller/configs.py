@@ -11,8 +11,9 @@ from kio.schema.errors import ErrorCode
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
-from keeperless.metadata.config_catalog import BROKER_CONFIGS, TOPIC_SYNONYMS
+from keeperless.metadata.config_catalog import BROKER_CONFIGS
 from keeperless.metadata.config_def import ConfigValueError
+from keeperless.metadata.config_resolution import TOPIC_SYNONYMS
 from keeperless.metadata.group_configs import (
     GROUP_CONFIGS,
     GROUP_RESOURCE,
