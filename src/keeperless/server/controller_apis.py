@@ -522,30 +522,24 @@ class ControllerApis:
         )
 
     async def renew_delegation_token(self, header: RequestHeader, req: Any) -> Any:
-        who, mac, period = _principal(header), bytes(req.hmac), ms_of(req.renew_period)
-        tokens = self.service.tokens
-        try:
-            res = await self.service.call(
-                lambda c: renew_token(c, tokens, _now_ms(), who, mac, period)
-            )
-        except NotControllerError:
-            res = TokenResult(ErrorCode.not_controller)
-        return expiry_response(
-            ApiKey.RENEW_DELEGATION_TOKEN, header.api_version, res.error, res.expiry_ms
-        )
+        return await self._token_expiry(header, renew_token, bytes(req.hmac),
+                                        ms_of(req.renew_period))  # fmt: skip
 
     async def expire_delegation_token(self, header: RequestHeader, req: Any) -> Any:
-        who, mac, period = _principal(header), bytes(req.hmac), ms_of(req.expiry_time_period)
-        tokens = self.service.tokens
+        return await self._token_expiry(header, expire_token, bytes(req.hmac),
+                                        ms_of(req.expiry_time_period))  # fmt: skip
+
+    async def _token_expiry(
+        self, header: RequestHeader, rule: Any, mac: bytes, period_ms: int
+    ) -> Any:
+        """Renew or expire (``rule``) the token of HMAC ``mac``, as its sender."""
+        who, tokens = _principal(header), self.service.tokens
         try:
-            res = await self.service.call(
-                lambda c: expire_token(c, tokens, _now_ms(), who, mac, period)
-            )
+            res = await self.service.call(lambda c: rule(c, tokens, _now_ms(), who, mac, period_ms))
         except NotControllerError:
             res = TokenResult(ErrorCode.not_controller)
-        return expiry_response(
-            ApiKey.EXPIRE_DELEGATION_TOKEN, header.api_version, res.error, res.expiry_ms
-        )
+        return expiry_response(ApiKey(header.api_key), header.api_version, res.error,
+                               res.expiry_ms)  # fmt: skip
 
     async def create_acls(self, header: RequestHeader, req: Any) -> Any:
         acls = acl_creations(req)
