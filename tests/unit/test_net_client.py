@@ -200,3 +200,27 @@ def test_a_request_timing_out_fails_the_others_on_its_connection_with_oserror() 
         server.close()
 
     asyncio.run(main())
+
+
+def test_the_client_holds_its_connection_tasks_and_ends_them_when_closed() -> None:
+    """Found by the fault harness: a connection's reader task, referenced by nothing but
+    the event loop's weak set, was collected while pending ("Task was destroyed but it
+    is pending!"). The client holds every connection task and cancels them at close."""
+
+    async def answer(seen: list[RequestHeader], writer: asyncio.StreamWriter) -> None:
+        writer.write(_answer(seen[-1], 0))
+
+    async def main() -> None:
+        server, port, _ = await _peer(answer)
+        client = NetworkClient("test")
+        assert (await _versions(client, port, timeout_s=5)).error_code == 0
+        tasks = list(client._tasks)
+        assert len(tasks) == 1
+        assert not tasks[0].done()  # reading, held by the client
+        client.close()
+        await asyncio.sleep(0.05)
+        assert tasks[0].done()
+        assert not client._tasks
+        server.close()
+
+    asyncio.run(main())

@@ -24,7 +24,7 @@ import logging
 import random
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,7 +92,7 @@ class _Connection:
             return fut
         self.queue.append(frame)
         if self.connecting is None:
-            self.connecting = asyncio.get_running_loop().create_task(self._run())
+            self.connecting = self.client.spawn(self._run())
         return fut
 
     async def drain(self) -> None:
@@ -212,6 +212,16 @@ class NetworkClient:
         self.on_reachable: Callable[[Destination], None] | None = None
         self._corr = itertools.count(1)
         self._conns: dict[tuple[Destination, str], _Connection] = {}
+        # every connection's task (connect, then read), held here: the event loop keeps
+        # only weak references, and a reader task collected while pending was logged as
+        # "Task was destroyed but it is pending!" (found by the fault harness)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     def send(
         self,
@@ -273,6 +283,8 @@ class NetworkClient:
     def close(self) -> None:
         for dest, lane in list(self._conns):
             self.drop(dest, lane, "the client closed")
+        for task in list(self._tasks):
+            task.cancel()
 
 
 def _name(dest: Destination) -> str:
