@@ -150,14 +150,16 @@ def test_a_peer_closing_the_connection_fails_what_is_in_flight() -> None:
 
 def test_lanes_are_separate_connections() -> None:
     """A request held by the peer on one lane does not hold up another lane (Raft's
-    long-polling fetches and its votes)."""
-    held: list[tuple[RequestHeader, asyncio.StreamWriter]] = []
+    long-polling fetches and its votes). The peer answers each connection's requests
+    one at a time, in order, as Kafka's brokers do: a held fetch holds up everything
+    behind it on its own connection, so the vote is answered only on another one."""
+    release = asyncio.Event()
 
     async def hold_fetch_lane(seen: list[RequestHeader], writer: asyncio.StreamWriter) -> None:
-        if seen[-1].client_id == "fetch":
-            held.append((seen[-1], writer))
-        else:
-            writer.write(_answer(seen[-1], 0))
+        header = seen[-1]
+        if header.client_id == "fetch":
+            await release.wait()  # this connection reads nothing more meanwhile
+        writer.write(_answer(header, 0))
 
     async def main() -> None:
         server, port, _ = await _peer(hold_fetch_lane)
@@ -168,8 +170,7 @@ def test_lanes_are_separate_connections() -> None:
         await asyncio.sleep(0.05)
         assert (await _versions(client, port, timeout_s=1, lane="vote")).error_code == 0
         assert not slow.done()
-        header, writer = held[0]
-        writer.write(_answer(header, 0))
+        release.set()
         assert (await slow).error_code == 0
         client.close()
         server.close()
