@@ -128,6 +128,31 @@ def _restart_broker(c: Cluster, broker: int) -> None:
                what=f"broker {broker} back")  # fmt: skip
 
 
+def _wait_gone(c: Cluster, broker: int) -> None:
+    """Until clients no longer see a stopped broker (else a client may still try it)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    wait_until(lambda: broker not in admin.list_topics(timeout=5).brokers, timeout=30,
+               what=f"broker {broker} gone from the metadata")  # fmt: skip
+
+
+def _fill(c: Cluster, topic: str, megabytes: int) -> None:
+    """About ``megabytes`` MB into partition 0, acknowledged by every replica."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 20})
+    for i in range(megabytes * 1000):
+        while True:
+            try:
+                p.produce(topic, b"%08d" % i + b"x" * 1000, partition=0)
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    assert p.flush(60) == 0
+
+
 def _partition_dir(c: Cluster, broker: int, topic: str) -> Path:
     return c.brokers[broker].data / f"{topic}-0"
 
@@ -174,6 +199,7 @@ def test_cancel_restores_the_original_replicas(six: Cluster) -> None:
     topic = _create(c, [2, 3, 4])
     # a replica on a stopped broker never catches up: the reassignment stays in progress
     c.brokers[7].stop()
+    _wait_gone(c, 7)
     admin = _admin(c)
     try:
         admin.alter_partition_reassignments({KTP(topic, 0): [2, 3, 7]})
@@ -224,6 +250,7 @@ def test_the_kafka_named_tool(six: Cluster, tmp_path: Path) -> None:
                               capture_output=True, text=True, timeout=60)  # fmt: skip
 
     topic = _create(c, [2, 3, 4])
+    _fill(c, topic, 3)  # more than two fetches' worth: a slow throttle holds the move
     move = tmp_path / "move.json"
     move.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
     gen = tool("--generate", "--topics-to-move-json-file", str(move), "--broker-list", "5,6,7")
@@ -232,47 +259,55 @@ def test_the_kafka_named_tool(six: Cluster, tmp_path: Path) -> None:
     assert current.startswith("Current partition replica assignment\n")
     plan = json.loads(proposed)
     assert sorted(plan["partitions"][0]["replicas"]) == [5, 6, 7]
-    # broker 7 stopped: the reassignment stays in progress while we look at it
-    c.brokers[7].stop()
-    try:
-        target = tmp_path / "target.json"
-        target.write_text(proposed)
-        run = tool("--execute", "--reassignment-json-file", str(target))
-        assert run.returncode == 0, run.stderr
-        assert (
-            "Save this to use as the --reassignment-json-file option during rollback" in run.stdout
-        )
-        assert f"Successfully started partition reassignment for {topic}-0" in run.stdout
-        listed = tool("--list").stdout
-        assert listed.startswith("Current partition reassignments:\n")
-        assert f"{topic}-0: replicas: " in listed
-        assert " adding: " in listed
-        assert " removing: 2,3,4." in listed
-        described = keeperless("topics", "--bootstrap-server", c.bootstrap, "--describe",
-                               "--topic", topic, check=True).stdout  # fmt: skip
-        assert "\tAdding Replicas: " in described
-        assert "\tRemoving Replicas: 2,3,4" in described
-        verify = tool("--verify", "--reassignment-json-file", str(target))
-        assert f"Reassignment of partition {topic}-0 is still in progress." in verify.stdout
-        again = tool("--execute", "--reassignment-json-file", str(target))
-        assert again.returncode == 1
-        assert "Cannot execute because there is an existing partition assignment." in (
-            again.stdout + again.stderr
-        )
-        throttled = tool("--execute", "--reassignment-json-file", str(target), "--additional",
-                         "--throttle", "1000")  # fmt: skip
-        assert throttled.returncode == 1
-        assert "not supported yet" in throttled.stderr
-        cancel = tool("--cancel", "--reassignment-json-file", str(target))
-        assert f"Successfully cancelled partition reassignment for: {topic}-0" in cancel.stdout
-        wait_until(lambda: sorted(_replicas(c, topic)[0]) == [2, 3, 4], what="rollback")
-        assert tool("--list").stdout.strip() == "No partition reassignments found."
-        verify = tool("--verify", "--reassignment-json-file", str(target)).stdout
-        assert f"There is no active reassignment of partition {topic}-0, but replica set is " in (
-            verify
-        )
-    finally:
-        _restart_broker(c, 7)
+    target = tmp_path / "target.json"
+    target.write_text(proposed)
+    # a throttle of 1000 B/s: the reassignment stays in progress while we look at it
+    run = tool("--execute", "--reassignment-json-file", str(target), "--throttle", "1000")
+    assert run.returncode == 0, run.stderr
+    assert "Save this to use as the --reassignment-json-file option during rollback" in run.stdout
+    assert f"Successfully started partition reassignment for {topic}-0" in run.stdout
+    assert "The inter-broker throttle limit was set to 1000 B/s" in run.stdout
+    assert _topic_throttles(c, topic) == ("0:2,0:3,0:4", "0:5,0:6,0:7")
+    listed = tool("--list").stdout
+    assert listed.startswith("Current partition reassignments:\n")
+    assert f"{topic}-0: replicas: " in listed
+    assert " adding: " in listed
+    assert " removing: 2,3,4." in listed
+    described = keeperless("topics", "--bootstrap-server", c.bootstrap, "--describe",
+                           "--topic", topic, check=True).stdout  # fmt: skip
+    assert "\tAdding Replicas: " in described
+    assert "\tRemoving Replicas: 2,3,4" in described
+    verify = tool("--verify", "--reassignment-json-file", str(target))
+    assert f"Reassignment of partition {topic}-0 is still in progress." in verify.stdout
+    assert "Clearing" not in verify.stdout  # the throttles stay while it runs
+    again = tool("--execute", "--reassignment-json-file", str(target))
+    assert again.returncode == 1
+    assert "Cannot execute because there is an existing partition assignment." in (
+        again.stdout + again.stderr
+    )
+    # --additional changes the throttle of what runs
+    throttled = tool("--execute", "--reassignment-json-file", str(target), "--additional",
+                     "--throttle", "2000")  # fmt: skip
+    assert throttled.returncode == 0, throttled.stderr
+    assert "The inter-broker throttle limit was set to 2000 B/s" in throttled.stdout
+    assert _broker_throttle(c, 6) == "2000"
+    notanumber = tool("--execute", "--reassignment-json-file", str(target), "--additional",
+                      "--throttle", "fast")  # fmt: skip
+    assert notanumber.returncode != 0
+    assert "--throttle" in notanumber.stderr
+    assert "'fast'" in notanumber.stderr
+    cancel = tool("--cancel", "--reassignment-json-file", str(target))
+    assert f"Successfully cancelled partition reassignment for: {topic}-0" in cancel.stdout
+    assert "Clearing broker-level throttles on brokers 2,3,4,5,6,7" in cancel.stdout
+    assert f"Clearing topic-level throttles on topic {topic}" in cancel.stdout
+    assert _topic_throttles(c, topic) == ("", "")
+    assert _broker_throttle(c, 6) is None
+    wait_until(lambda: sorted(_replicas(c, topic)[0]) == [2, 3, 4], what="rollback")
+    assert tool("--list").stdout.strip() == "No partition reassignments found."
+    verify = tool("--verify", "--reassignment-json-file", str(target)).stdout
+    assert f"There is no active reassignment of partition {topic}-0, but replica set is " in (
+        verify
+    )
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"version": 1, "partitions": [
         {"topic": topic, "partition": 0, "replicas": [2, 2, 3]}]}))  # fmt: skip
@@ -284,6 +319,84 @@ def test_the_kafka_named_tool(six: Cluster, tmp_path: Path) -> None:
         {"topic": topic, "partition": 0, "replicas": [2, 3, 99]}]}))  # fmt: skip
     assert "Unknown broker id 99" in tool("--execute", "--reassignment-json-file",
                                           str(unknown)).stderr  # fmt: skip
+
+
+def _topic_throttles(c: Cluster, topic: str) -> tuple[str, str]:
+    """(leader.replication.throttled.replicas, follower.replication.throttled.replicas)."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    res = ConfigResource("topic", topic)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})  # kept until the answer
+    got = admin.describe_configs([res])[res].result(10)
+    return (got["leader.replication.throttled.replicas"].value or "",
+            got["follower.replication.throttled.replicas"].value or "")  # fmt: skip
+
+
+def _broker_throttle(c: Cluster, broker: int) -> str | None:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    res = ConfigResource("broker", str(broker))
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})  # kept until the answer
+    got = admin.describe_configs([res])[res].result(10)
+    entry = got["follower.replication.throttled.rate"]
+    return None if entry.is_default else entry.value
+
+
+def _log_bytes(c: Cluster, broker: int, topic: str) -> int:
+    d = _partition_dir(c, broker, topic)
+    try:
+        return sum(f.stat().st_size for f in d.glob("*.log"))
+    except OSError:  # not there yet, or a segment rolled while we looked
+        return 0
+
+
+def test_a_throttled_move_catches_up_at_the_throttle(six: Cluster, tmp_path: Path) -> None:
+    """kafka-reassign-partitions.sh --throttle: the new replica catches up at the rate
+    set (within 20 %), the tool sets the topic and broker throttles as Kafka's does, and
+    --verify clears them once the move is done."""
+    import json
+    import subprocess
+
+    from tests.integration.cluster import ROOT
+
+    c = six
+    topic = _create(c, [2, 3, 4])
+    _fill(c, topic, 16)
+    size = _log_bytes(c, 2, topic)
+    assert size > 16_000_000
+    rate = 2_000_000
+    target = tmp_path / "target.json"
+    target.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [2, 3, 5]}]}))  # fmt: skip
+    script = str(ROOT / "bin" / "kafka-reassign-partitions.sh")
+
+    def tool(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([script, "--bootstrap-server", c.bootstrap, *args],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    run = tool("--execute", "--reassignment-json-file", str(target), "--throttle", str(rate))
+    assert run.returncode == 0, run.stderr
+    started = time.monotonic()  # the reassignment is in the metadata
+    assert "Warning: You must run --verify periodically" in run.stdout
+    assert f"The inter-broker throttle limit was set to {rate} B/s" in run.stdout
+    # as Kafka's tool: the leader throttle on the source replicas, the follower
+    # throttle on the new one, the rate on every broker of the move
+    assert _topic_throttles(c, topic) == ("0:2,0:3,0:4", "0:5")
+    assert _broker_throttle(c, 5) == str(rate)
+    assert _broker_throttle(c, 6) is None
+    wait_until(lambda: _log_bytes(c, 5, topic) >= size, timeout=60,
+               what="the new replica to catch up")  # fmt: skip
+    took = time.monotonic() - started
+    observed = size / took
+    assert 0.8 * rate <= observed <= 1.2 * rate, f"{observed:.0f} B/s against {rate} B/s"
+    wait_until(lambda: sorted(_replicas(c, topic)[0]) == [2, 3, 5], timeout=30,
+               what="the reassignment to complete")  # fmt: skip
+    verify = tool("--verify", "--reassignment-json-file", str(target))
+    assert f"Reassignment of partition {topic}-0 is completed." in verify.stdout
+    assert "Clearing broker-level throttles on brokers 2,3,4,5,6,7" in verify.stdout
+    assert f"Clearing topic-level throttles on topic {topic}" in verify.stdout
+    assert _topic_throttles(c, topic) == ("", "")
+    assert _broker_throttle(c, 5) is None
 
 
 def test_create_with_a_replica_assignment(six: Cluster) -> None:

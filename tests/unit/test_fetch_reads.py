@@ -68,7 +68,7 @@ def _req(offset: int, rack: str = "", epoch: int = -1) -> Any:
 
 
 def _fetch(b: Broker, version: int, req: Any) -> FetchPartition:
-    topics, _total, _errors, _leaders = DataPlane(b)._fetch_once(
+    topics, _total, _errors, _leaders, _throttled = DataPlane(b)._fetch_once(
         RequestHeader(1, version, 1, "c"), req, version, 1 << 20, True
     )
     return topics[0][1][0]

@@ -110,12 +110,35 @@ def test_cancel_reverts_and_a_new_target_replaces_one_in_progress() -> None:
     assert _move(c, log, (5, 1, 2)) == ErrorCode.none
     p = _part(c)
     assert p.replicas[:3] == (5, 1, 2)
-    # as Kafka computes it, against the current replicas (5 was already being added)
-    assert p.adding == ()
-    assert 4 in p.removing
+    # 5 is still being added; 4 (added by the replaced target) and the original 3 are
+    # removed, 4 still marked as not original
+    assert p.adding == (4, 5)
+    assert p.removing == tuple(sorted({4, *original} - {1, 2}))
     assert p.reassigning
     _isr(c, log, (*p.isr, 5))
     assert _part(c).replicas == (5, 1, 2)
+
+
+def test_the_same_target_again_changes_nothing_and_cancel_still_reverts() -> None:
+    """kafka-reassign-partitions.sh --additional --throttle resubmits what runs: the
+    replicas being added stay so, and a cancellation reverts to the original ones (it
+    once cleared the adding set, and the cancellation kept all six replicas)."""
+    c, log = _cluster()
+    original = _part(c).replicas
+    target = (4, 5, original[0])
+    assert _move(c, log, target) == ErrorCode.none
+    moving = _part(c)
+    res = alter_reassignments(c, [ReassignmentTarget("b", 0, target)])
+    assert res.records == []
+    assert res.response[0][2].code == ErrorCode.none
+    assert _part(c) == moving
+    # a new target adding another broker, then cancelled: the original replicas
+    assert _move(c, log, (4, original[1], original[0])) == ErrorCode.none
+    assert _part(c).adding == (4, 5)
+    assert _move(c, log, None) == ErrorCode.none
+    reverted = _part(c)
+    assert sorted(reverted.replicas) == sorted(original)  # in the current order, as Kafka
+    assert not reverted.reassigning
 
 
 def test_bad_targets_are_refused_with_kafkas_words() -> None:

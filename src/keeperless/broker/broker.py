@@ -18,6 +18,7 @@ from keeperless.broker.auto_create import AutoTopicCreator
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.controller_rpcs import ControllerRpcs
 from keeperless.broker.partitions import PartitionManager
+from keeperless.broker.replication_quotas import ReplicationQuotas
 from keeperless.metadata.config_catalog import Resolved
 from keeperless.metadata.config_resolution import resolve_broker, resolve_topic
 from keeperless.metadata.image import (
@@ -91,6 +92,7 @@ class Broker:
         self.fenced = True
         self.on_image: list[Callable[[MetadataImage], None]] = []
         self._produce_settings: dict[str, tuple[int, bool, int, bool]] = {}
+        self.replication_quotas = ReplicationQuotas(settings.node_id)
         self._producer_ids: list[int] = []
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
         self._image_waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
@@ -157,6 +159,7 @@ class Broker:
             new = delta.apply()
         self.image = new
         self._produce_settings.clear()
+        self.replication_quotas.update(new, self.config_layers())
         if not self.partitions_live:
             self.changed_partitions = []
             if self.publish_from is not None and new.offset >= self.publish_from:

@@ -360,10 +360,12 @@ class DataPlane:
 
     def _fetch_once(
         self, header: RequestHeader, req: Any, version: int, budget: int, first: bool
-    ) -> tuple[list[tuple[str | UUID, list[FetchPartition]]], int, bool, set[int]]:
+    ) -> tuple[list[tuple[str | UUID, list[FetchPartition]]], int, bool, set[int], int]:
         """One pass over the partitions: (topics, bytes, whether to answer at once, the
-        leaders named in current_leader fields)."""
+        leaders named in current_leader fields, bytes of replicas under a replication
+        throttle)."""
         total = 0
+        throttled_bytes = 0
         errors = False
         replica = fetch_replica_id(req)
         # KIP-392: a consumer's Fetch v11+ may be served by any replica, and a leader with
@@ -379,6 +381,11 @@ class DataPlane:
         cluster_denied = replica >= 0 and authz.check(
             header, AclOp.CLUSTER_ACTION, Resource.CLUSTER
         )
+        # a reassignment's catch-up held to leader.replication.throttled.rate
+        quota = self.broker.replication_quotas.leader if replica >= 0 else None
+        if quota is not None and not quota.active:
+            quota = None
+        over_quota = quota is not None and quota.exceeded(time.monotonic())
         for t in req.topics:
             parts = []
             if version >= 13:  # KIP-516: topics named by id
@@ -447,11 +454,16 @@ class DataPlane:
                     code = ErrorCode.offset_out_of_range
                     errors = True
                 elif budget - total > 0 or total == 0:
-                    want = min(fp.partition_max_bytes, max(budget - total, 1))
-                    sl = p.read(fp.fetch_offset, want, replica >= 0, committed)
-                    if sl is not None:
+                    throttled = quota is not None and quota.is_throttled(name, fp.partition)
+                    if throttled and over_quota and replica not in _isr(p):
+                        pass  # Kafka's shouldLeaderThrottle: no records this time
+                    elif (sl := p.read(fp.fetch_offset,
+                                       min(fp.partition_max_bytes, max(budget - total, 1)),
+                                       replica >= 0, committed)) is not None:  # fmt: skip
                         records = sl
                         total += sl.length
+                        if throttled:
+                            throttled_bytes += sl.length
                     if committed:  # what to skip of what it reads (up to the LSO)
                         aborted = p.txns.aborted_between(fp.fetch_offset, lso)
                 parts.append(
@@ -459,7 +471,7 @@ class DataPlane:
                                    aborted=aborted)
                 )  # fmt: skip
             out.append((key, parts))
-        return out, total, errors, leaders
+        return out, total, errors, leaders, throttled_bytes
 
     def _current_leader(self, topic: str, index: int) -> tuple[int, int] | None:
         t = self.broker.image.topic(topic)
@@ -484,7 +496,9 @@ class DataPlane:
         first = True
         version = header.api_version
         while True:
-            topics, total, errors, leaders = self._fetch_once(header, req, version, budget, first)
+            topics, total, errors, leaders, throttled = self._fetch_once(
+                header, req, version, budget, first
+            )
             first = False
             remaining = deadline - loop.time()
             if total >= max(req.min_bytes, 1) or remaining <= 0 or errors:
@@ -492,6 +506,8 @@ class DataPlane:
             await self.broker.partitions.wait_for_data(remaining)
         if self.broker.metrics is not None and total:
             self.broker.metrics.bytes_out.inc(total)
+        if throttled:
+            self.broker.replication_quotas.leader.record(time.monotonic(), throttled)
         # Encoded by hand: record data goes from the segment file to the socket
         # (sendfile) without passing through Python objects.
         return encode_fetch_response(
@@ -652,6 +668,10 @@ class DataPlane:
             response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, header.api_version),
             {"throttle_time": 0, "topics": topics},
         )
+
+
+def _isr(p: Any) -> tuple[int, ...]:
+    return p.info.isr if p.info is not None else ()
 
 
 def _transactional(records: bytes | None) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from keeperless.metadata.image import MetadataImage, QuotaEntity
 from keeperless.protocol.apis import ApiKey
 
-__all__ = ["QuotaManager"]
+__all__ = ["QuotaManager", "Rate"]
 
 WINDOW_S = 1.0  # quota.window.size.seconds
 SAMPLES = 11  # quota.window.num
@@ -25,23 +25,40 @@ MAX_THROTTLE_MS = int(WINDOW_S * SAMPLES * 1000)
 
 
 @dataclass(slots=True)
-class _Rate:
+class Rate:
+    """A rate measured over ``samples`` windows of ``window_s`` seconds, as Kafka's
+    metrics measure quotas. Kafka's Rate (client quotas) measures over a span never less
+    than ``samples - 1`` windows, so a new client's first burst is measured against the
+    whole span; its SimpleRate (replication quotas, ``simple``) over what has elapsed
+    since the oldest window, but at least one window."""
+
+    window_s: float = WINDOW_S
+    samples: int = SAMPLES
+    simple: bool = False
     windows: deque[list[float]] = field(default_factory=deque)  # [start, amount]
 
     def record(self, now: float, amount: float) -> tuple[float, float]:
-        """Add ``amount`` at ``now``: (the rate per second, the span it is measured
-        over). As Kafka's Rate: the span is never less than SAMPLES - 1 windows, so a
-        new client's first burst is measured against the whole span."""
+        """Add ``amount`` at ``now``: (the rate per second, the span it is measured over)."""
         w = self.windows
-        if not w or now - w[-1][0] >= WINDOW_S:
+        if not w or now - w[-1][0] >= self.window_s:
             w.append([now, 0.0])
         w[-1][1] += amount
-        while w and now - w[0][0] >= WINDOW_S * SAMPLES:
+        return self.measure(now)
+
+    def measure(self, now: float) -> tuple[float, float]:
+        """(the rate per second at ``now``, the span it is measured over)."""
+        w = self.windows
+        while w and now - w[0][0] >= self.window_s * self.samples:
             w.popleft()
+        if not w:
+            return 0.0, self.window_s
         span = now - w[0][0]
-        full = int(span / WINDOW_S)
-        if full < SAMPLES - 1:
-            span += (SAMPLES - 1 - full) * WINDOW_S
+        if self.simple:
+            span = max(span, self.window_s)
+        else:
+            full = int(span / self.window_s)
+            if full < self.samples - 1:
+                span += (self.samples - 1 - full) * self.window_s
         return sum(a for _, a in w) / span, span
 
 
@@ -49,7 +66,7 @@ class QuotaManager:
     def __init__(self, image: Callable[[], MetadataImage], clock: Callable[[], float]) -> None:
         self._image = image
         self._clock = clock
-        self._rates: dict[tuple[str, QuotaEntity], _Rate] = {}
+        self._rates: dict[tuple[str, QuotaEntity], Rate] = {}
 
     @property
     def active(self) -> bool:
@@ -86,7 +103,7 @@ class QuotaManager:
         if quota <= 0:
             return MAX_THROTTLE_MS
         now = self._clock()
-        rate = self._rates.setdefault((key, entity), _Rate())
+        rate = self._rates.setdefault((key, entity), Rate())
         observed, span = rate.record(now, amount)
         if observed <= quota:
             return 0

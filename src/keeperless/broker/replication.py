@@ -95,6 +95,10 @@ class _Fetcher:
                 self.wakeup.clear()
                 await self.wakeup.wait()
                 continue
+            parts, wait_s = self._unthrottled(parts)
+            if not parts:  # every partition waits for the follower throttle
+                await self._backoff(min(wait_s, settings.fetch_backoff_ms / 1000))
+                continue
             try:
                 resp = await self._fetch(parts)
             except OSError as e:  # TimeoutError included
@@ -131,12 +135,33 @@ class _Fetcher:
             if backoff:
                 await self._backoff()
 
-    async def _backoff(self) -> None:
+    async def _backoff(self, seconds: float | None = None) -> None:
+        if seconds is None:
+            seconds = self.manager.settings.fetch_backoff_ms / 1000
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(
-                self.wakeup.wait(), self.manager.settings.fetch_backoff_ms / 1000
-            )
+            await asyncio.wait_for(self.wakeup.wait(), seconds)
         self.wakeup.clear()
+
+    def _unthrottled(
+        self, parts: list[tuple[tuple[str, int], Partition]]
+    ) -> tuple[list[tuple[tuple[str, int], Partition]], float]:
+        """Kafka's shouldFollowerThrottle: while follower.replication.throttled.rate is
+        exceeded, the throttled replicas not in the ISR are left out of the fetch; (what
+        to fetch, how long until the rate is back within its limit)."""
+        quota = self.manager.broker.replication_quotas.follower
+        if not quota.active:
+            return parts, 0.0
+        now = time.monotonic()
+        wait_s = quota.wait_s(now)
+        if wait_s <= 0:
+            return parts, 0.0
+        me = self.manager.broker.node_id
+        kept = [
+            (k, p)
+            for k, p in parts
+            if not quota.is_throttled(*k) or (p.info is not None and me in p.info.isr)
+        ]
+        return kept, wait_s
 
     async def _fetch(self, parts: Sequence[tuple[tuple[str, int], Partition]]) -> Any:
         broker = self.manager.broker
@@ -243,6 +268,16 @@ class _Fetcher:
                     )
                     backoff = True
         del appended
+        quota = broker.replication_quotas.follower
+        if quota.active:
+            throttled = sum(
+                len(pr.records)
+                for t in resp.responses
+                for pr in t.partitions
+                if pr.records and quota.is_throttled(t.topic, pr.partition_index)
+            )
+            if throttled:
+                quota.record(time.monotonic(), throttled)
         return backoff
 
 

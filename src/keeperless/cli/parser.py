@@ -340,8 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--topics-to-move-json-file", help='{"topics": [{"topic": "t"}], "version": 1}')
     rp.add_argument("--broker-list", help="ids of the brokers to move to (--generate)")
     rp.add_argument("--reassignment-json-file", help="a reassignment (--generate's proposal)")
-    rp.add_argument("--throttle", type=int, help="bytes/s of the catch-up (not supported yet)")
-    rp.add_argument("--replica-alter-log-dirs-throttle", type=int, help="(not supported yet)")
+    rp.add_argument("--throttle", type=int,
+                    help="--execute: bytes/s of the catch-up between brokers, until --verify "
+                         "sees the reassignment done")  # fmt: skip
+    rp.add_argument("--replica-alter-log-dirs-throttle", type=int,
+                    help="--execute: bytes/s of replica moves between log directories")  # fmt: skip
     rp.add_argument("--timeout", type=int, default=10000, help="ms")
 
     dt = sub.add_parser(

@@ -10,7 +10,10 @@
    over to the first target replica in the ISR, and the adding/removing sets are
    cleared. The removed replicas' brokers stop and delete their copies.
 3. A cancellation (null replicas) reverts to the original replicas (those not being
-   added); a new target replaces one in progress, computed from the current replicas.
+   added); a new target replaces one in progress, and every replica not of the
+   original set stays in the adding set (computed against the current replicas alone,
+   resubmitting the same target - as `kafka-reassign-partitions.sh --additional
+   --throttle` does - once emptied it, and a cancellation then kept every replica).
 
 Everything is in the metadata log, so a reassignment survives a controller failover."""
 
@@ -169,8 +172,13 @@ def _one(
         msg = (f"The replication factor is changed from {rf} to {len(replicas)} but "
                "allowReplicationFactorChange is false.")  # fmt: skip
         return None, ApiError(ErrorCode.invalid_replication_factor, msg), ""
+    # every replica not of the original set stays "adding", so that a cancellation
+    # reverts to the original replicas whatever targets came between; one a replaced
+    # target was adding and the new one drops is removing too (as in Kafka, where the
+    # adding set is kept when a new target adds nothing)
+    originals = {b for b in info.replicas if b not in info.adding}
     removing = tuple(sorted(set(info.replicas) - set(replicas)))
-    adding = tuple(sorted(set(replicas) - set(info.replicas)))
+    adding = tuple(sorted((set(replicas) | set(removing)) - originals))
     merged = replicas + removing
     rec, after = change_partition(c, topic.topic_id, target.partition, info,
                                   replicas=merged, adding=adding, removing=removing)  # fmt: skip

@@ -300,6 +300,41 @@ _BROKER: list[ConfigDef] = [
         "1.7976931348623157E308",
         "The cleaner's read and write rate limit, over all its threads.",
     ),
+    # replication throttles (Kafka's QuotaConfig): the rates are set dynamically, per
+    # broker or as the cluster default; the topics name the replicas they apply to
+    _d(
+        "leader.replication.throttled.rate",
+        T.LONG,
+        _LONG_MAX,
+        "Bytes per second this broker sends, as a leader, to the followers of the replicas "
+        "its topics' leader.replication.throttled.replicas name while they are not in the "
+        "ISR.",
+    ),
+    _d(
+        "follower.replication.throttled.rate",
+        T.LONG,
+        _LONG_MAX,
+        "Bytes per second this broker fetches, as a follower not in the ISR, of the "
+        "replicas its topics' follower.replication.throttled.replicas name.",
+    ),
+    _d(
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        T.LONG,
+        _LONG_MAX,
+        "Bytes per second a replica moved between this broker's log directories is copied.",
+    ),
+    _d(
+        "replication.quota.window.num",
+        T.INT,
+        "11",
+        "The samples a replication throttle's rate is measured over.",
+    ),
+    _d(
+        "replication.quota.window.size.seconds",
+        T.INT,
+        "1",
+        "The length of one sample of a replication throttle's rate.",
+    ),
     _d(
         "log.cleaner.backoff.ms",
         T.LONG,
@@ -744,6 +779,11 @@ _VALIDATORS: dict[str, Validator] = {
     "log.cleaner.dedupe.buffer.size": at_least(1 << 16),
     "log.cleaner.io.max.bytes.per.second": greater_than(0),
     "log.cleaner.backoff.ms": at_least(0),
+    "leader.replication.throttled.rate": at_least(0),
+    "follower.replication.throttled.rate": at_least(0),
+    "replica.alter.log.dirs.io.max.bytes.per.second": at_least(0),
+    "replication.quota.window.num": at_least(1),
+    "replication.quota.window.size.seconds": at_least(1),
     "log.cleaner.delete.retention.ms": at_least(0),
     "log.cleaner.min.compaction.lag.ms": at_least(0),
     "log.cleaner.max.compaction.lag.ms": at_least(1),

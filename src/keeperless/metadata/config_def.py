@@ -8,6 +8,7 @@ words, Kafka's: ``Invalid value X for configuration K: <reason>``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -25,6 +26,7 @@ __all__ = [
     "greater_than",
     "list_of",
     "one_of",
+    "throttled_replicas",
 ]
 
 TOPIC_SCOPE = "topic"  # a topic config: set per topic, at any time
@@ -113,6 +115,22 @@ def list_of(*options: str) -> Validator:
             raise _invalid(key, value, f"String must be one of: {', '.join(options)}")
 
     return check
+
+
+_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+
+def throttled_replicas(key: str, value: str) -> None:
+    """Kafka's ThrottledReplicaListValidator: ``*``, or partition:broker pairs."""
+    v = value.strip()
+    if v == "*" or all(_REPLICA.fullmatch(p.strip()) for p in v.split(",") if p.strip()):
+        return
+    raise _invalid(
+        key,
+        value,
+        f"{key} must be the literal '*' or a list of replicas in the "
+        "following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...",
+    )
 
 
 _INTEGRAL = {ConfigType.INT: "INT", ConfigType.SHORT: "SHORT", ConfigType.LONG: "LONG"}

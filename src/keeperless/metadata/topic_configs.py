@@ -13,6 +13,7 @@ from keeperless.metadata.config_def import (
     between,
     list_of,
     one_of,
+    throttled_replicas,
 )
 from keeperless.metadata.config_def import ConfigType as T
 
@@ -221,6 +222,26 @@ _TOPIC: list[ConfigDef] = [
         "How far in the future a record's timestamp may be.",
         TOPIC_SCOPE,
         validator=at_least(0),
+    ),
+    ConfigDef(
+        "leader.replication.throttled.replicas",
+        T.LIST,
+        "",
+        "The replicas whose replication is throttled on the leader side, as "
+        "partition:broker pairs (or * for all): while a follower not in the ISR catches "
+        "up, the leader sends it no more than leader.replication.throttled.rate.",
+        TOPIC_SCOPE,
+        validator=throttled_replicas,
+    ),
+    ConfigDef(
+        "follower.replication.throttled.replicas",
+        T.LIST,
+        "",
+        "The replicas whose replication is throttled on the follower side, as "
+        "partition:broker pairs (or * for all): a follower not in the ISR fetches them no "
+        "faster than follower.replication.throttled.rate.",
+        TOPIC_SCOPE,
+        validator=throttled_replicas,
     ),
 ]
 TOPIC_CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in _TOPIC}

@@ -60,6 +60,9 @@ _KAFKA_CLUSTER_WIDE = frozenset({
     "log.preallocate", "log.message.timestamp.type", "log.message.timestamp.before.max.ms",
     "log.message.timestamp.after.max.ms", "log.local.retention.ms",
     "log.local.retention.bytes",
+    # DynamicConfig.Broker's replication quotas (set for one broker or the default)
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
 })  # fmt: skip
 
 

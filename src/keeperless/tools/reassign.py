@@ -19,6 +19,17 @@ __all__ = ["check_reassign_args", "run_reassign"]
 Servers = list[tuple[str, int]]
 Assignment = dict[tuple[str, int], list[int]]
 
+_VERIFY_WARNING = (
+    "Warning: You must run --verify periodically, until the reassignment completes, to "
+    "ensure the throttle is removed."
+)
+# Kafka's QuotaConfig keys the tool sets and clears
+_BROKER_THROTTLES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                     "replica.alter.log.dirs.io.max.bytes.per.second")  # fmt: skip
+_TOPIC_THROTTLES = ("leader.replication.throttled.replicas",
+                    "follower.replication.throttled.replicas")  # fmt: skip
+_TOPIC, _BROKER = 2, 4  # ConfigResource types
+
 _ACTIONS = ("generate", "execute", "verify", "cancel", "list")
 _CANNOT_EXECUTE = (
     "Cannot execute because there is an existing partition assignment.  Use --additional to "
@@ -42,11 +53,6 @@ def check_reassign_args(args: Any) -> str:
     for name in need:
         if not getattr(args, name):
             raise ToolError(f'Missing required argument "[{name.replace("_", "-")}]"')
-    if args.throttle is not None or args.replica_alter_log_dirs_throttle is not None:
-        raise ToolError(
-            "--throttle and --replica-alter-log-dirs-throttle are not supported yet: "
-            "keeperless has no replication throttles (issue 25, item 2)"
-        )
     return action
 
 
@@ -140,6 +146,72 @@ def _alter(servers: Servers, targets: dict[tuple[str, int], list[int] | None]) -
             for t in resp.responses for p in t.partitions if p.error_code}  # fmt: skip
 
 
+def _alter_configs(servers: Servers, changes: dict[tuple[int, str], dict[str, str | None]]) -> None:
+    """One IncrementalAlterConfigs: each resource's keys SET to a value or DELETEd (None)."""
+    resources = [
+        {"resource_type": rtype, "resource_name": name,
+         "configs": [{"name": k, "config_operation": 0 if v is not None else 1, "value": v}
+                     for k, v in sorted(ops.items())]}
+        for (rtype, name), ops in sorted(changes.items())
+    ]  # fmt: skip
+    if not resources:
+        return
+    body = {"resources": resources, "validate_only": False}
+    resp = call(servers, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body, timeout_s=40)
+    failed = [f"{r.resource_name}: {r.error_message or r.error_code.name}"
+              for r in resp.responses if r.error_code]  # fmt: skip
+    if failed:
+        raise ToolError("Error setting throttles: " + "; ".join(failed))
+
+
+def _set_throttles(
+    servers: Servers,
+    ongoing: dict[tuple[str, int], Any],
+    targets: Assignment,
+    current: Assignment,
+    rate: int,
+) -> None:
+    """Kafka's modifyReassignmentThrottle: on each moving topic, the leader throttle on
+    every source replica and the follower throttle on every new one (of this
+    reassignment and those already running); the rate on every broker they involve."""
+    moves: dict[tuple[str, int], tuple[set[int], set[int]]] = {}
+    for key, r in ongoing.items():
+        adding = set(r.adding_replicas)
+        moves[key] = (set(r.replicas) - adding, adding)
+    for key, replicas in targets.items():
+        sources = moves[key][0] if key in moves else set(current[key])
+        moves[key] = (sources, set(replicas) - sources)
+    changes: dict[tuple[int, str], dict[str, str | None]] = {}
+    brokers: set[int] = set()
+    for topic in sorted({t for t, _ in moves}):
+        mine = sorted((p, m) for (t, p), m in moves.items() if t == topic)
+        leader = sorted({f"{p}:{b}" for p, (src, _) in mine for b in src})
+        follower = sorted({f"{p}:{b}" for p, (_, dst) in mine for b in dst})
+        changes[(_TOPIC, topic)] = {_TOPIC_THROTTLES[0]: ",".join(leader),
+                                    _TOPIC_THROTTLES[1]: ",".join(follower)}  # fmt: skip
+        for _, (src, dst) in mine:
+            brokers |= src | dst
+    for b in sorted(brokers):
+        changes[(_BROKER, str(b))] = dict.fromkeys(_BROKER_THROTTLES[:2], str(rate))
+    _alter_configs(servers, changes)
+
+
+def _clear_throttles(
+    servers: Servers, targets: Assignment, registered: list[int], out: TextIO
+) -> None:
+    """Kafka's clearAllThrottles: the broker throttles of every broker, the topic
+    throttles of every topic of the reassignment."""
+    brokers = sorted(set(registered) | {b for r in targets.values() for b in r})
+    topics = sorted({t for t, _ in targets})
+    print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
+          f"{','.join(map(str, brokers))}", file=out)  # fmt: skip
+    _alter_configs(servers, {(_BROKER, str(b)): dict.fromkeys(_BROKER_THROTTLES)
+                             for b in brokers})  # fmt: skip
+    print(f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} "
+          f"{','.join(topics)}", file=out)  # fmt: skip
+    _alter_configs(servers, {(_TOPIC, t): dict.fromkeys(_TOPIC_THROTTLES) for t in topics})
+
+
 def _lines(errors: dict[str, str]) -> str:
     return "\n".join(f"{k}: {v}" for k, v in sorted(errors.items()))
 
@@ -209,8 +281,14 @@ def run_reassign(args: Any, servers: Servers, out: TextIO) -> int:
         return 0
     targets = _reassignment_file(args.reassignment_json_file)
     if action == "execute":
-        if not args.additional and _ongoing(servers):
+        ongoing = _ongoing(servers)
+        if not args.additional and ongoing:
             raise ToolError(_CANNOT_EXECUTE)
+        for flag, value in (("--throttle", args.throttle),
+                            ("--replica-alter-log-dirs-throttle",
+                             args.replica_alter_log_dirs_throttle)):  # fmt: skip
+            if value is not None and value < -1:
+                raise ToolError(f"{flag} {value}: expected bytes per second (-1: none)")
         current, registered = _current(servers, [t for t, _ in targets])
         unknown = sorted({b for r in targets.values() for b in r} - set(registered))
         if unknown:
@@ -222,6 +300,17 @@ def run_reassign(args: Any, servers: Servers, out: TextIO) -> int:
         print(f"Current partition replica assignment\n\n{_json(mine)}\n\n"
               "Save this to use as the --reassignment-json-file option during rollback",
               file=out)  # fmt: skip
+        throttle = -1 if args.throttle is None else args.throttle
+        dirs_throttle = (-1 if args.replica_alter_log_dirs_throttle is None
+                         else args.replica_alter_log_dirs_throttle)  # fmt: skip
+        if throttle >= 0 or dirs_throttle >= 0:
+            print(_VERIFY_WARNING, file=out)
+        if throttle >= 0:
+            _set_throttles(servers, ongoing, targets, current, throttle)
+            print(f"The inter-broker throttle limit was set to {throttle} B/s", file=out)
+        if dirs_throttle >= 0:  # set on the brokers of log_dirs moves: none while all are "any"
+            print(f"The replica-alter-dir throttle limit was set to {dirs_throttle} B/s",
+                  file=out)  # fmt: skip
         errors = _alter(servers, {k: v for k, v in targets.items()})
         if errors:
             raise ToolError("Error reassigning partition(s):\n" + _lines(errors))
@@ -234,14 +323,17 @@ def run_reassign(args: Any, servers: Servers, out: TextIO) -> int:
         active = sorted(k for k in targets if k in ongoing)
         if not active:
             print("None of the specified partition reassignments are active.", file=out)
-            return 0
-        errors = _alter(servers, dict.fromkeys(active))
-        if errors:
-            raise ToolError("Error cancelling partition reassignment(s):\n" + _lines(errors))
-        print(f"Successfully cancelled partition reassignment{'' if len(active) == 1 else 's'} "
-              f"for: {','.join(map(_tp, active))}", file=out)  # fmt: skip
+        else:
+            errors = _alter(servers, dict.fromkeys(active))
+            if errors:
+                raise ToolError("Error cancelling partition reassignment(s):\n" + _lines(errors))
+            print(f"Successfully cancelled partition reassignment"
+                  f"{'' if len(active) == 1 else 's'} for: {','.join(map(_tp, active))}",
+                  file=out)  # fmt: skip
+        if not args.preserve_throttles:
+            _clear_throttles(servers, targets, _current(servers, [])[1], out)
         return 0
-    current, _ = _current(servers, [t for t, _ in targets])
+    current, registered = _current(servers, [t for t, _ in targets])
     print("Status of partition reassignment:", file=out)
     for key in sorted(targets):
         if key in ongoing:
@@ -253,4 +345,6 @@ def run_reassign(args: Any, servers: Servers, out: TextIO) -> int:
             want = ",".join(map(str, targets[key]))
             print(f"There is no active reassignment of partition {_tp(key)}, but replica set "
                   f"is {have} rather than {want}.", file=out)  # fmt: skip
+    if not args.preserve_throttles and not any(k in ongoing for k in targets):
+        _clear_throttles(servers, targets, registered, out)
     return 0
