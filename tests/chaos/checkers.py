@@ -598,6 +598,23 @@ def check_compaction(history: History, final: Final) -> tuple[list[Anomaly], dic
     return out, {"sent": sent, "acked_keys": len(acked), "in_log": in_log}
 
 
+def check_replica_counts(
+    topics: dict[str, Any], topic: str, allowed: frozenset[int]
+) -> list[Anomaly]:
+    """After every reassignment settled, each partition of ``topic`` has as many
+    replicas as some target or its original set had: a cancellation or a replaced
+    target that left the replicas of two sets (once: all six after a resubmitted target
+    was cancelled) is an anomaly."""
+    found = topics.get(topic)
+    if found is None:
+        return []
+    return [
+        _anomaly("replica-count", topic=topic, partition=p, replicas=replicas)
+        for p, replicas in sorted(found[1].items())
+        if len(replicas) not in allowed
+    ]
+
+
 def check_replicas(
     data_dirs: dict[int, Path], topics: dict[str, Any], compacted: frozenset[str] = frozenset()
 ) -> list[Anomaly]:

@@ -228,6 +228,8 @@ def run_once(
         anomalies += checkers.check_logs(logs, disk_full)
         anomalies += checkers.check_metadata_agreement(data)
         anomalies += checkers.check_replicas(data, topics, frozenset({KV_TOPIC}))
+        # the mover moves the workload's topic between 2 and 3 replicas
+        anomalies += checkers.check_replica_counts(topics, TOPIC, frozenset({2, 3}))
         anomalies, client_duplicates = checkers.explain_duplicates(anomalies, data, TOPIC)
         report.update(
             faults=nemesis.log,
@@ -252,6 +254,7 @@ def run_once(
                 kind: sum(1 for e in history.of("mover", "reassign") if e.type == kind)
                 for kind in ("ok", "fail", "info")
             },
+            throttles=sum(1 for e in history.of("mover", "throttle") if e.type == "ok"),
             # copies of a value written under two epochs of its producer: librdkafka
             # re-sent it after bumping its epoch (a message timed out), as against Kafka
             client_duplicates=client_duplicates,

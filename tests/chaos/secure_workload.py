@@ -83,6 +83,8 @@ class SecureWorkload:
         self.refusal_codes: set[str] = set()
         self.tokens: dict[str, str] = {}  # acknowledged token id -> base64 hmac
         self.expired: dict[str, str] = {}  # acknowledged immediate expiries
+        # expiries whose answer never came (a timeout in a fault): done or not
+        self.maybe_expired: set[str] = set()
         self.token_logins = {"ok": 0, "refused": 0}
         self.token_errors: set[str] = set()
 
@@ -163,7 +165,7 @@ class SecureWorkload:
             if self.stop.is_set():
                 return
             try:
-                live = sorted(set(self.tokens) - set(self.expired))
+                live = sorted(set(self.tokens) - set(self.expired) - self.maybe_expired)
                 if len(live) < 3 or rng.random() < 0.5:
                     resp = self._token_call(38, 3, {"renewers": [], "max_lifetime": -1,
                                                     "owner_principal_type": None,
@@ -175,8 +177,10 @@ class SecureWorkload:
                 elif rng.random() < 0.3:
                     tid = rng.choice(live)
                     mac = self.tokens[tid]
+                    self.maybe_expired.add(tid)  # until the answer says
                     resp = self._token_call(40, 2, {"hmac": base64.b64decode(mac),
                                                     "expiry_time_period": -1})  # fmt: skip
+                    self.maybe_expired.discard(tid)
                     if resp.error_code == 0:
                         self.expired[tid] = mac
                     else:
@@ -195,18 +199,20 @@ class SecureWorkload:
         from keeperless.tools.errors import ToolError
 
         anomalies: list[Anomaly] = []
-        live = {t: m for t, m in self.tokens.items() if t not in self.expired}
+        live = {t: m for t, m in self.tokens.items()
+                if t not in self.expired and t not in self.maybe_expired}  # fmt: skip
         deadline = time.monotonic() + timeout_s
         for server in self._servers():
             for tid, mac in live.items():
                 ok = False
-                while not ok and time.monotonic() < deadline:
+                while True:  # each token tried at least once, past the deadline too
                     try:
                         ok = self._login_with(tid, mac, server)
                     except (ToolError, OSError):
                         ok = False
-                    if not ok:
-                        time.sleep(0.5)
+                    if ok or time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.5)
                 if not ok:
                     anomalies.append({"kind": "token-lost", "token": tid, "broker": server})
             for tid, mac in self.expired.items():
@@ -223,17 +229,21 @@ class SecureWorkload:
                 if accepted:
                     anomalies.append({"kind": "token-resurrected", "token": tid,
                                       "broker": server})  # fmt: skip
-        listed: set[str] = set()
+        listed: set[str] | None = None
         with contextlib.suppress(ToolError, OSError):
             resp = self._token_call(41, 3, {"owners": None})
             listed = {t.token_id for t in resp.tokens}
-        if set(live) - listed:
+        if listed is None:
+            listed = set()
+            self.token_errors.add("describe at the end")
+        elif set(live) - listed:
             anomalies.append({"kind": "token-not-described",
                               "missing": sorted(set(live) - listed)[:10]})  # fmt: skip
         if set(self.expired) & listed:
             anomalies.append({"kind": "token-resurrected",
                               "described": sorted(set(self.expired) & listed)[:10]})  # fmt: skip
         stats = {"created": len(self.tokens), "expired": len(self.expired),
+                 "maybe_expired": len(self.maybe_expired),
                  "logins": dict(self.token_logins),
                  "errors": sorted(self.token_errors)}  # fmt: skip
         return anomalies, stats

@@ -357,6 +357,9 @@ class Workload:
                    "allow_auto_topic_creation": False,
                    "include_topic_authorized_operations": False}  # fmt: skip
         while not self.stop.wait(rng.uniform(1.0, 3.0)) and not self.moves_stop.is_set():
+            if rng.random() < 0.15:
+                self._throttle(servers, rng.choice([None, 1 << 20, 2 << 20, 4 << 20]))
+                continue
             try:
                 md = call(servers, 3, 12, md_body, timeout_s=8)
             except (ToolError, OSError):
@@ -390,6 +393,43 @@ class Workload:
                 code = int(resp.responses[0].partitions[0].error_code)
             kind = "ok" if code == 0 else "fail"
             h.complete(op, "mover", kind, "reassign", {**value, "code": code})
+        # the last moves complete while the cluster settles: at full speed
+        deadline = time.monotonic() + 30
+        while not self._throttle(servers, None) and time.monotonic() < deadline:
+            time.sleep(1.0)
+
+    def _throttle(self, servers: list[tuple[str, int]], rate: int | None) -> bool:
+        """Replication throttles (issue 25) on every replica of the workload's topic at
+        ``rate`` bytes/s (as the cluster default of every broker), or none: moves and
+        the catch-up of restarted brokers run under them. True once answered."""
+        from keeperless.tools.client import call
+        from keeperless.tools.errors import ToolError
+
+        h = self.history
+        value = {"rate": rate}
+        op = h.invoke("mover", "throttle", value)
+        keys = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+        rates = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+
+        def ops(names: tuple[str, str], v: str | None) -> list[dict[str, Any]]:
+            return [{"name": k, "config_operation": 1 if v is None else 0, "value": v}
+                    for k in names]  # fmt: skip
+
+        body = {"resources": [
+            {"resource_type": 2, "resource_name": TOPIC,
+             "configs": ops(keys, None if rate is None else "*")},
+            {"resource_type": 4, "resource_name": "",
+             "configs": ops(rates, None if rate is None else str(rate))},
+        ], "validate_only": False}  # fmt: skip
+        try:
+            resp = call(servers, 44, 1, body, timeout_s=15)
+        except (ToolError, OSError) as e:
+            h.complete(op, "mover", "info", "throttle", {**value, "error": str(e)[:200]})
+            return False
+        codes = [int(r.error_code) for r in resp.responses]
+        kind = "ok" if not any(codes) else "fail"
+        h.complete(op, "mover", kind, "throttle", {**value, "codes": codes})
+        return kind == "ok"
 
     def _delete_records(self, admin: AdminClient) -> None:
         """DeleteRecords of a few records at the start of a partition of the workload's

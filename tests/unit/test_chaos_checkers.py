@@ -413,3 +413,10 @@ def test_exactly_once_output_is_the_input_below_the_committed_offset() -> None:
     # a value the input holds twice (an idempotent producer's re-send) is copied twice
     twice = {0: ["in-0", "in-0"]}
     assert check_exactly_once(twice, {0: ["out:in-0", "out:in-0"]}, {0: 2}) == []
+
+
+def test_a_partition_left_with_the_replicas_of_two_sets_is_an_anomaly() -> None:
+    topics = {"w": (None, {0: [1, 2, 3], 1: [4, 5], 2: [5, 6, 7, 2, 3, 4]})}
+    found = checkers.check_replica_counts(topics, "w", frozenset({2, 3}))
+    assert [(a["kind"], a["partition"]) for a in found] == [("replica-count", 2)]
+    assert checkers.check_replica_counts(topics, "absent", frozenset({2, 3})) == []
