@@ -399,6 +399,48 @@ def test_a_throttled_move_catches_up_at_the_throttle(six: Cluster, tmp_path: Pat
     assert _broker_throttle(c, 5) is None
 
 
+def test_drain_unregister_and_reuse_a_broker_id(six: Cluster) -> None:
+    """A stopped broker unregistered while it still holds a replica: Kafka's tool line
+    and a warning naming the partition, which stays readable (under-replicated, not
+    lost) until a reassignment repairs it; the id then re-used by a broker started on
+    the old disk starts clean (its stray copy deleted) and takes new replicas."""
+    from kafka.structs import TopicPartition as KTP
+
+    from tests.integration.cluster import keeperless
+
+    c = six
+    topic = _create(c, [5, 6, 7])
+    _fill(c, topic, 1)
+    c.brokers[6].stop()
+    _wait_gone(c, 6)
+    try:
+        out = keeperless("cluster", "unregister", "--bootstrap-server", c.bootstrap,
+                         "--id", "6", check=True).stdout  # fmt: skip
+        assert "Broker 6 is no longer registered." in out
+        assert "WARNING: broker 6 still holds replicas of " in out
+        assert f"{topic}-0" in out
+        replicas, isr, _ = _replicas(c, topic)
+        assert 6 in replicas
+        assert 6 not in isr
+        assert len(_read_all(c, topic)) == 1000  # under-replicated, not lost
+        admin = _admin(c)
+        try:
+            admin.alter_partition_reassignments({KTP(topic, 0): [5, 7, 2]})
+        finally:
+            admin.close()
+        wait_until(lambda: sorted(_replicas(c, topic)[0]) == [2, 5, 7], timeout=60,
+                   what="the repair to complete")  # fmt: skip
+        assert _partition_dir(c, 6, topic).exists()  # the stopped broker's old copy
+    finally:
+        _restart_broker(c, 6)
+    wait_until(lambda: not _partition_dir(c, 6, topic).exists(), timeout=30,
+               what="the re-registered broker to delete its stray copy")  # fmt: skip
+    fresh = _create(c, [6, 2, 3])
+    _fill(c, fresh, 1)
+    assert len(_read_all(c, fresh)) == 1000
+    assert len(_read_all(c, topic)) == 1000
+
+
 def test_create_with_a_replica_assignment(six: Cluster) -> None:
     """kafka-topics.sh --create --replica-assignment: each partition's replicas as given;
     Kafka's refusals for a malformed one."""

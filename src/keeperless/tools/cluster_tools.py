@@ -25,12 +25,42 @@ __all__ = [
 NOT_CONTROLLER = 41
 
 
+def _hosted(servers: list[tuple[str, int]], broker_id: int) -> list[str]:
+    """The partitions ("topic-p") whose replicas include ``broker_id``."""
+    body = {"topics": None, "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False}  # fmt: skip
+    md = call(servers, ApiKey.METADATA, 12, body)
+    return sorted(
+        (f"{t.name}-{p.partition_index}" for t in md.topics for p in t.partitions
+         if broker_id in p.replica_nodes),
+        key=lambda k: (k.rsplit("-", 1)[0], int(k.rsplit("-", 1)[1])),
+    )  # fmt: skip
+
+
 def unregister_broker(bootstrap: str, broker_id: int, out: TextIO) -> int:
+    """Kafka's kafka-cluster.sh unregister; then, beyond Kafka's tool, a warning naming
+    the partitions the broker still holds replicas of (they are not moved: each stays
+    under-replicated, readable from its other replicas, until it is reassigned)."""
     servers = parse_servers(bootstrap, "--bootstrap-server")
     resp = call(servers, ApiKey.UNREGISTER_BROKER, 0, {"broker_id": broker_id}, timeout_s=40)
     if int(resp.error_code) != 0:
         raise ToolError(resp.error_message or resp.error_code.name)
     print(f"Broker {broker_id} is no longer registered.", file=out)
+    try:
+        hosted = _hosted(servers, broker_id)
+    except (ToolError, OSError):
+        return 0  # the unregistration is done; the warning is best effort
+    if hosted:
+        shown = ", ".join(hosted[:10]) + (
+            f" and {len(hosted) - 10} more" if len(hosted) > 10 else ""
+        )
+        print(
+            f"WARNING: broker {broker_id} still holds replicas of {len(hosted)} "
+            f"partition(s): {shown}. They stay under-replicated until they are reassigned "
+            "to registered brokers (kafka-reassign-partitions.sh); drain a broker before "
+            "unregistering it.",
+            file=out,
+        )
     return 0
 
 
