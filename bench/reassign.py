@@ -1,0 +1,147 @@
+"""Moving a partition between brokers (KIP-455): the time and bytes to move one
+partition of ``--mb`` MB to another broker, unthrottled and under a replication
+throttle, beside a plain file copy of the same segments measured in the same run.
+
+    python bench/reassign.py [--mb 1024] [--throttle-mb 50]
+
+One controller and three brokers; the partition (RF 1) is filled on broker 2, moved to
+broker 3 with no throttle, then to broker 4 with ``kafka-reassign-partitions.sh
+--throttle``. A move is timed from the AlterPartitionReassignments answer to the
+partition's replicas being the target alone (the new replica caught up, joined the
+ISR and the old one removed). Prints a table and writes
+bench/results/reassign-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.integration.cluster import Cluster, wait_until  # noqa: E402
+
+TOPIC = "bench-move"
+
+
+def _fill(c: Cluster, megabytes: int) -> None:
+    import os
+
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "1", "linger.ms": 20,
+                  "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20})  # fmt: skip
+    block = os.urandom(1 << 20)
+    value_size = 10_000
+    for i in range(megabytes * (1 << 20) // value_size):
+        start = (i * 7919) % (len(block) - value_size)
+        while True:
+            try:
+                p.produce(TOPIC, block[start : start + value_size], partition=0)
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    assert p.flush(300) == 0
+
+
+def _replicas(c: Cluster) -> list[int]:
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(TOPIC, timeout=10)
+    return sorted(md.topics[TOPIC].partitions[0].replicas)
+
+
+def _log_bytes(c: Cluster, broker: int) -> int:
+    d = c.brokers[broker].data / f"{TOPIC}-0"
+    return sum(f.stat().st_size for f in d.glob("*.log")) if d.exists() else 0
+
+
+def _move(c: Cluster, target: int, throttle: int | None, workdir: Path) -> float:
+    plan = workdir / f"to-{target}.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": TOPIC, "partition": 0, "replicas": [target]}]}))  # fmt: skip
+    tool = [str(ROOT / "bin" / "kafka-reassign-partitions.sh"), "--bootstrap-server",
+            c.bootstrap, "--reassignment-json-file", str(plan)]  # fmt: skip
+    args = [*tool, "--execute"] + (["--throttle", str(throttle)] if throttle else [])
+    subprocess.run(args, check=True, capture_output=True, text=True, timeout=60)
+    started = time.monotonic()
+    wait_until(lambda: _replicas(c) == [target], timeout=3600, interval=0.1,
+               what=f"the move to broker {target}")  # fmt: skip
+    took = time.monotonic() - started
+    subprocess.run([*tool, "--verify"], check=True, capture_output=True, text=True, timeout=60)
+    return took
+
+
+def _copy_baseline(c: Cluster, broker: int, workdir: Path) -> float:
+    src = c.brokers[broker].data / f"{TOPIC}-0"
+    dst = workdir / "copy"
+    dst.mkdir()
+    started = time.monotonic()
+    for f in sorted(src.glob("*.log")):
+        shutil.copyfile(f, dst / f.name)
+        with open(dst / f.name, "rb+") as out:  # durable, as a replica's appends are
+            import os
+
+            os.fsync(out.fileno())
+    took = time.monotonic() - started
+    shutil.rmtree(dst)
+    return took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=int, default=1024, help="size of the partition moved")
+    ap.add_argument("--throttle-mb", type=int, default=50, help="MB/s of the throttled move")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-reassign-") as tmp:
+        work = Path(tmp)
+        c = Cluster(work, controllers=1, brokers=3)
+        c.start()
+        try:
+            from kafka.admin import KafkaAdminClient, NewTopic
+
+            admin = KafkaAdminClient(bootstrap_servers=c.bootstrap)
+            admin.create_topics([NewTopic(TOPIC, replica_assignments={0: [2]})])
+            admin.close()
+            wait_until(lambda: _replicas(c) == [2], what="the topic")
+            _fill(c, args.mb)
+            size = _log_bytes(c, 2)
+            copy_s = _copy_baseline(c, 2, work)
+            free_s = _move(c, 3, None, work)
+            throttle = args.throttle_mb * 1_000_000
+            throttled_s = _move(c, 4, throttle, work)
+        finally:
+            c.stop()
+    mb = size / 1e6
+    rows: list[dict[str, Any]] = [
+        {"case": "file copy (baseline)", "seconds": copy_s, "mb_per_s": mb / copy_s},
+        {"case": "move, no throttle", "seconds": free_s, "mb_per_s": mb / free_s},
+        {
+            "case": f"move, --throttle {throttle}",
+            "seconds": throttled_s,
+            "mb_per_s": mb / throttled_s,
+            "limit_mb_per_s": throttle / 1e6,
+        },
+    ]
+    print(f"one partition of {mb:.0f} MB ({size} bytes) moved between brokers")
+    print(f"{'case':<34}{'seconds':>10}{'MB/s':>10}{'x copy':>10}")
+    for r in rows:
+        print(f"{r['case']:<34}{r['seconds']:>10.2f}{r['mb_per_s']:>10.1f}"
+              f"{r['mb_per_s'] / rows[0]['mb_per_s']:>10.2f}")  # fmt: skip
+    out = ROOT / "bench" / "results" / f"reassign-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"bytes": size, "rows": rows}, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
