@@ -306,8 +306,13 @@ def test_configs_tool(cluster3: Cluster) -> None:
 def test_features_and_log_dirs(cluster3: Cluster) -> None:
     bs = ["--bootstrap-server", cluster3.bootstrap]
     feats = _ok("features", "describe", *bs)
-    assert feats.startswith("Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\t")
-    assert "FinalizedVersionLevel: 3.9-IV0" in feats
+    lines = feats.splitlines()
+    # sorted by name, as Kafka's tool: KIP-966's feature first, not finalized
+    assert lines[0].startswith("Feature: eligible.leader.replicas.version\tSupportedMinVersion: 0"
+                               "\tSupportedMaxVersion: 1\tFinalizedVersionLevel: -\t")  # fmt: skip
+    assert lines[1].startswith("Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\t"
+                               "SupportedMaxVersion: 4.0-IV3\t")  # fmt: skip
+    assert "FinalizedVersionLevel: 3.9-IV0" in lines[1]
     _ok("topics", *bs, "--create", "--topic", "sized", "--partitions", "2")
     res = keeperless("console-producer", *bs, "--topic", "sized")
     assert res.returncode == 0  # no input: nothing produced, still a clean exit
@@ -333,7 +338,8 @@ def test_features_upgrade_and_downgrade(cluster3: Cluster) -> None:
 
     def finalized(*flags: str) -> str:
         out = _ok("features", "describe", *flags)
-        return out.split("FinalizedVersionLevel: ")[1].split("\t")[0]
+        line = next(x for x in out.splitlines() if x.startswith("Feature: metadata.version\t"))
+        return line.split("FinalizedVersionLevel: ")[1].split("\t")[0]
 
     assert finalized(*bc) == "3.9-IV0"
     # 3.9 -> 3.7-IV2: no level in between changed the metadata format
@@ -353,10 +359,13 @@ def test_features_upgrade_and_downgrade(cluster3: Cluster) -> None:
     unsafe = keeperless("features", "downgrade", *bs, "--unsafe", "--release-version", "3.7-IV1")
     assert unsafe.returncode == 1
     assert "Unsafe metadata downgrade is not supported in this version." in unsafe.stdout
-    too_new = keeperless("features", "upgrade", *bc, "--feature", "metadata.version=22")
+    too_new = keeperless("features", "upgrade", *bc, "--feature", "metadata.version=26")
     assert too_new.returncode == 1
-    assert "Invalid update version 22 for feature metadata.version." in too_new.stdout
-    assert "only supports versions 7-21" in too_new.stdout
+    assert "Invalid update version 26 for feature metadata.version." in too_new.stdout
+    assert "only supports versions 7-25" in too_new.stdout
+    elr = keeperless("features", "upgrade", *bs, "--feature", "eligible.leader.replicas.version=1")
+    assert elr.returncode == 1
+    assert "depends on metadata.version level 23 (4.0-IV1)" in elr.stdout
     bad = keeperless("features", "upgrade", *bs, "--metadata", "9.9")
     assert bad.returncode == 1
     assert "Unknown release version '9.9'" in bad.stderr

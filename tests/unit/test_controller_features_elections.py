@@ -37,7 +37,9 @@ class Log:
 
 
 def _controller(
-    level: int = 21, brokers: dict[int, tuple[int, int]] | None = None
+    level: int = 21,
+    brokers: dict[int, tuple[int, int]] | None = None,
+    features: dict[str, tuple[int, int]] | None = None,
 ) -> tuple[QuorumController, Log]:
     c = QuorumController(
         1, random.Random(1), {"num.partitions": 3, "default.replication.factor": 2}
@@ -46,8 +48,9 @@ def _controller(
     log.apply([r.FeatureLevelRecord(name=MV, feature_level=level)])
     for b, (lo, hi) in (brokers or {1: (7, 21), 2: (7, 21), 3: (7, 21)}).items():
         res = c.register_broker(
-            b, uuid.uuid4(), [("PLAINTEXT", "h", b)], None, log.offset + 1, 0, {MV: (lo, hi)}
-        )
+            b, uuid.uuid4(), [("PLAINTEXT", "h", b)], None, log.offset + 1, 0,
+            {MV: (lo, hi), **(features or {})},
+        )  # fmt: skip
         assert res.response[0].code == ErrorCode.none
         log.apply(res.records)
         epoch = c.image.brokers[b].epoch
@@ -105,7 +108,7 @@ def test_only_a_change_made_is_logged_as_one(caplog: pytest.LogCaptureFixture) -
 def test_refusals_name_the_reason_with_invalid_update_version() -> None:
     c, _ = _controller(level=21)
     cases = [
-        (22, UPGRADE, "Local controller 1 only supports versions 7-21"),
+        (26, UPGRADE, "Local controller 1 only supports versions 7-25"),
         (
             16,
             SAFE_DOWNGRADE,
@@ -216,3 +219,25 @@ def test_preferred_and_unclean_elections() -> None:
             log.apply([r.FenceBrokerRecord(id=b.broker_id, epoch=b.epoch)])
     [(_, _, err)] = elect_leaders(c, UNCLEAN, [("t", 0)]).response
     assert err.code == ErrorCode.eligible_leaders_not_available
+
+
+def test_eligible_leader_replicas_need_metadata_version_4_0_iv1() -> None:
+    """KIP-966's feature depends on metadata.version 23: refused below it, whether the
+    feature is raised or metadata.version lowered under it; both in one request pass."""
+    elr = "eligible.leader.replicas.version"
+    both = (7, 25)
+    c, log = _controller(level=21, brokers={1: both, 2: both, 3: both},
+                         features={elr: (0, 1)})  # fmt: skip
+    res = update_features(c, [(elr, 1, UPGRADE)], False)
+    assert res.records == []
+    [(_, err)] = res.response
+    assert err.code == ErrorCode.invalid_update_version
+    assert "depends on metadata.version level 23 (4.0-IV1)" in (err.message or "")
+    res = update_features(c, [(MV, 23, UPGRADE), (elr, 1, UPGRADE)], False)
+    assert [e.code for _, e in res.response] == [ErrorCode.none, ErrorCode.none]
+    log.apply(res.records)
+    assert c.image.features[elr] == 1
+    res = update_features(c, [(MV, 22, SAFE_DOWNGRADE)], False)
+    [(name, err)] = res.response
+    assert name == MV
+    assert err.code == ErrorCode.invalid_update_version

@@ -354,8 +354,8 @@ class BrokerHandlers(LogDirApis):
             "leader_epoch": info.leader_epoch,
             "replica_nodes": info.replicas,
             "isr_nodes": info.isr,
-            "eligible_leader_replicas": None,
-            "last_known_elr": None,
+            "eligible_leader_replicas": info.elr,
+            "last_known_elr": info.last_known_elr,
             "offline_replicas": (),
         }
 

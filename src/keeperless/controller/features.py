@@ -18,9 +18,11 @@ from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
 from keeperless.metadata.features import (
+    FEATURE_DEPENDENCIES,
     METADATA_VERSION_FEATURE,
     SUPPORTED_FEATURES,
     metadata_changed_between,
+    release_for_level,
 )
 
 __all__ = ["SAFE_DOWNGRADE", "UNSAFE_DOWNGRADE", "UPGRADE", "update_features"]
@@ -86,6 +88,34 @@ def _update(
     return ApiError.none(), r.FeatureLevelRecord(name=feature, feature_level=level)
 
 
+def _check_dependencies(
+    c: QuorumController,
+    records: list[r.FeatureLevelRecord],
+    results: list[tuple[str, ApiError]],
+) -> None:
+    """A feature level that needs a metadata.version (eligible leader replicas need
+    4.0-IV1) is refused, naming the dependency, if the levels after this request would
+    break it - whether the feature is raised or metadata.version lowered."""
+    final = dict(c.image.features)
+    final.update({rec.name: rec.feature_level for rec in records})
+    changed = {rec.name for rec in records}
+    for (feature, level), needs in FEATURE_DEPENDENCIES.items():
+        mv = final.get(METADATA_VERSION_FEATURE, 0)
+        if final.get(feature, 0) < level or mv >= needs:
+            continue
+        blame = feature if feature in changed else METADATA_VERSION_FEATURE
+        text = (
+            f"Invalid update version {final.get(blame, 0)} for feature {blame}. {feature} "
+            f"could not be set to {final.get(feature, 0)} because it depends on "
+            f"metadata.version level {needs} ({release_for_level(needs)}), and "
+            f"metadata.version would be {mv} ({release_for_level(mv)})."
+        )
+        log.warning(text)
+        for i, (name, _) in enumerate(results):
+            if name == blame:
+                results[i] = (name, ApiError(ErrorCode.invalid_update_version, text))
+
+
 def update_features(
     c: QuorumController, updates: Sequence[tuple[str, int, int]], validate_only: bool
 ) -> Result[list[tuple[str, ApiError]]]:
@@ -104,6 +134,7 @@ def update_features(
         results.append((feature, err))
         if rec is not None:
             records.append(rec)
+    _check_dependencies(c, records, results)
     failed = any(e.code != ErrorCode.none for _, e in results)
     for rec in records:
         # a change is announced only when it is made: a dry run (validate_only) or a

@@ -6,10 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "ELR_FEATURE",
+    "ELR_METADATA_VERSION",
+    "FEATURE_DEPENDENCIES",
     "LATEST_METADATA_VERSION",
+    "LATEST_PRODUCTION_METADATA_VERSION",
     "METADATA_VERSION_FEATURE",
     "MINIMUM_METADATA_VERSION",
     "SUPPORTED_FEATURES",
+    "elr_enabled",
     "features_body",
     "metadata_changed_between",
     "metadata_version_for_release",
@@ -36,17 +41,29 @@ _RELEASES: tuple[tuple[str, int], ...] = (
     ("3.7-IV4", 19),
     ("3.8-IV0", 20),
     ("3.9-IV0", 21),
+    ("4.0-IV0", 22),
+    ("4.0-IV1", 23),  # eligible leader replicas (KIP-966): PartitionRecord v2
+    ("4.0-IV2", 24),
+    ("4.0-IV3", 25),
 )
 MINIMUM_METADATA_VERSION = _RELEASES[0][1]
 LATEST_METADATA_VERSION = _RELEASES[-1][1]
+# what `storage format` writes when no --release-version is given
+LATEST_PRODUCTION_METADATA_VERSION = 21
+# KIP-966: leaders elected from eligible replicas (ELR) once this is 1
+ELR_FEATURE = "eligible.leader.replicas.version"
+ELR_METADATA_VERSION = 23  # the metadata.version ELR needs (4.0-IV1)
 # What this build supports, as brokers register it and controllers check it.
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
-    METADATA_VERSION_FEATURE: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION)
+    METADATA_VERSION_FEATURE: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION),
+    ELR_FEATURE: (0, 1),
 }
+# a feature level and the metadata.version it needs (Kafka's feature dependencies)
+FEATURE_DEPENDENCIES: dict[tuple[str, int], int] = {(ELR_FEATURE, 1): ELR_METADATA_VERSION}
 
 # Levels that changed the metadata format (Kafka's MetadataVersion.didMetadataChange):
 # a downgrade across one of them could lose metadata, so it is refused.
-_METADATA_CHANGED = frozenset({7, 8, 11, 13, 14, 15, 17})
+_METADATA_CHANGED = frozenset({7, 8, 11, 13, 14, 15, 17, 23})
 
 
 # Kafka's MetadataVersion gates: the first level with each capability.
@@ -65,7 +82,8 @@ def record_version(record: Any, level: int | None) -> int:
         return highest
     name = type(record).__name__
     if name in ("PartitionRecord", "PartitionChangeRecord"):
-        # v2 (ELR) needs 4.0-IV1, beyond the levels this build supports
+        if level >= ELR_METADATA_VERSION:
+            return min(highest, 2)
         return min(highest, 1 if level >= _DIRECTORY_ASSIGNMENT else 0)
     if name == "RegisterBrokerRecord":
         if level >= _DIRECTORY_ASSIGNMENT:
@@ -120,3 +138,12 @@ def features_body(image: Any) -> dict[str, Any]:
             if level
         ],
     }
+
+
+def elr_enabled(features: Any) -> bool:
+    """Eligible leader replicas (KIP-966) are on: the feature finalized at 1 (which
+    needs metadata.version 4.0-IV1)."""
+    return bool(
+        features.get(ELR_FEATURE, 0) >= 1
+        and features.get(METADATA_VERSION_FEATURE, 0) >= ELR_METADATA_VERSION
+    )

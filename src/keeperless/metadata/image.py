@@ -48,6 +48,10 @@ class PartitionInfo:
     # in ``replicas`` until it completes
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    # KIP-966: replicas that left the ISR while it was below min.insync.replicas and
+    # may still be elected (they hold every committed record), and those last known so
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
     @property
     def reassigning(self) -> bool:
@@ -171,6 +175,10 @@ def changed_partition(old: PartitionInfo, rec: r.PartitionChangeRecord) -> Parti
         old.partition_epoch + 1,
         tuple(rec.adding_replicas) if rec.adding_replicas is not None else old.adding,
         tuple(rec.removing_replicas) if rec.removing_replicas is not None else old.removing,
+        tuple(rec.eligible_leader_replicas)
+        if rec.eligible_leader_replicas is not None
+        else old.elr,
+        tuple(rec.last_known_elr) if rec.last_known_elr is not None else old.last_known_elr,
     )
 
 
@@ -259,6 +267,8 @@ class MetadataDelta:
             rec.partition_epoch,
             tuple(rec.adding_replicas),
             tuple(rec.removing_replicas),
+            tuple(rec.eligible_leader_replicas or ()),
+            tuple(rec.last_known_elr or ()),
         )
         self.changed_topics.add(rec.topic_id)
         self.changed_partitions.add((rec.topic_id, rec.partition_id))

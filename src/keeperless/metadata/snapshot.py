@@ -59,6 +59,8 @@ def topic_records(topic: TopicImage, level: int | None = None) -> Iterator[Any]:
             partition_epoch=p.partition_epoch,
             adding_replicas=p.adding,
             removing_replicas=p.removing,
+            eligible_leader_replicas=p.elr or None,
+            last_known_elr=p.last_known_elr or None,
             directories=tuple(ZERO_UUID for _ in p.replicas) if dirs else (),
         )
 

@@ -11,7 +11,10 @@ from keeperless.metadata.bootstrap import (
     build_snapshot,
     scram_record,
 )
-from keeperless.metadata.features import LATEST_METADATA_VERSION, metadata_version_for_release
+from keeperless.metadata.features import (
+    LATEST_PRODUCTION_METADATA_VERSION,
+    metadata_version_for_release,
+)
 from keeperless.storage.durable import write_atomically
 from keeperless.storage.meta_properties import (
     META_PROPERTIES,
@@ -48,7 +51,7 @@ def format_storage(
     except ValueError as e:
         raise StorageError(f"Invalid cluster id: {e}") from None
     level = (
-        LATEST_METADATA_VERSION
+        LATEST_PRODUCTION_METADATA_VERSION
         if release_version is None
         else metadata_version_for_release(release_version)
     )

@@ -6,7 +6,7 @@ import json
 from typing import Any, TextIO
 
 from keeperless.metadata.features import (
-    LATEST_METADATA_VERSION,
+    LATEST_PRODUCTION_METADATA_VERSION,
     metadata_version_for_release,
     release_for_level,
 )
@@ -224,7 +224,7 @@ def version_mapping(release: str | None, out: TextIO) -> int:
     """kafka-storage.sh / kafka-features.sh version-mapping: the feature levels a release
     sets (this build has one feature, metadata.version)."""
     if release is None:
-        level = LATEST_METADATA_VERSION
+        level = LATEST_PRODUCTION_METADATA_VERSION
     else:
         try:
             level = metadata_version_for_release(release)

@@ -208,6 +208,7 @@ class _Topics:
             min_isr[res.name] = int(entry.value) if entry is not None and entry.value else 1
         filters = [f for f in PARTITION_FILTERS if getattr(a, f)]
         moving = self.reassignments(names)
+        eligible = self.eligible(names)
         for name in names:
             d = self.result(descs[name])
             parts = sorted(d.partitions, key=lambda p: p.id)
@@ -237,6 +238,11 @@ class _Topics:
                 if move is not None:  # as Kafka's TopicCommand shows a reassignment
                     line += (f"\tAdding Replicas: {','.join(map(str, move[0]))}"
                              f"\tRemoving Replicas: {','.join(map(str, move[1]))}")  # fmt: skip
+                elr, last_known = eligible.get((name, p.id), (None, None))
+                line += "\tElr: " + ("N/A" if elr is None else ",".join(map(str, elr)))
+                line += "\tLastKnownElr: " + (
+                    "N/A" if last_known is None else ",".join(map(str, last_known))
+                )
                 print(line, file=self.out)
 
     def reassignments(self, names: list[str]) -> dict[tuple[str, int], tuple[Any, Any]]:
@@ -254,6 +260,32 @@ class _Topics:
             return {}
         return {(t.name, p.partition_index): (p.adding_replicas, p.removing_replicas)
                 for t in resp.topics if t.name in names for p in t.partitions}  # fmt: skip
+
+    def eligible(self, names: list[str]) -> dict[tuple[str, int], tuple[Any, Any]]:
+        """(ELR, last known ELR) of each partition (KIP-966), from DescribeTopicPartitions
+        through the tools' own client (librdkafka does not show them); none when it
+        cannot be asked (Kafka's tool then prints N/A)."""
+        from keeperless.tools.client import call, parse_servers, security_of
+
+        out: dict[tuple[str, int], tuple[Any, Any]] = {}
+        try:
+            servers = parse_servers(self.args.bootstrap_server, "--bootstrap-server")
+            cursor = None
+            while True:
+                body = {"topics": [{"name": n} for n in names],
+                        "response_partition_limit": 2000, "cursor": cursor}  # fmt: skip
+                resp = call(servers, ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, body,
+                            security=security_of(self.extra, "--command-config"))  # fmt: skip
+                for t in resp.topics:
+                    for p in t.partitions:
+                        out[(t.name, p.partition_index)] = (p.eligible_leader_replicas,
+                                                            p.last_known_elr)  # fmt: skip
+                nxt = resp.next_cursor
+                if nxt is None:
+                    return out
+                cursor = {"topic_name": nxt.topic_name, "partition_index": nxt.partition_index}
+        except (ToolError, OSError):
+            return out
 
 
 def _shown(filters: list[str], leader: int, replicas: list[int], isr: list[int], mi: int) -> bool:
