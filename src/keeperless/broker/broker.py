@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,6 +21,7 @@ from keeperless.broker.partitions import PartitionManager
 from keeperless.broker.replication_quotas import ReplicationQuotas
 from keeperless.metadata.config_catalog import Resolved
 from keeperless.metadata.config_resolution import resolve_broker, resolve_topic
+from keeperless.metadata.features import elr_enabled
 from keeperless.metadata.image import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
@@ -146,6 +147,7 @@ class Broker:
             if cfg is None:
                 cfg = configs[name] = self.log_config(name)
             self.partitions.ensure(name, p, tid, info, cfg, now)
+        self._hw_rule(mine, elr_enabled(image.features))
         self.changed_partitions = sorted(mine)
         log.info(
             "[node %d] Caught up with the metadata at offset %d: hosting %d partition(s)",
@@ -157,6 +159,7 @@ class Broker:
     def _publish(self, delta: MetadataDelta, new: MetadataImage | None = None) -> None:
         if new is None:
             new = delta.apply()
+        elr_was = elr_enabled(self.image.features)
         self.image = new
         self._produce_settings.clear()
         self.replication_quotas.update(new, self.config_layers())
@@ -198,8 +201,23 @@ class Broker:
                 local = self.partitions.get(name, p)
                 if local is not None:
                     local.log.config = cfg
+        elr_on = elr_enabled(new.features)
+        if elr_on != elr_was:
+            touched = {name for name, _ in self.partitions.partitions}
+        self._hw_rule(changed if not touched else [*changed, *self._local(touched)], elr_on)
         self.changed_partitions = changed
         self._notify(new)
+
+    def _hw_rule(self, keys: Iterable[tuple[str, int]], elr_on: bool) -> None:
+        """KIP-966: with eligible leader replicas on, a partition's high watermark does
+        not advance while its ISR is below the topic's min.insync.replicas."""
+        for name, p in keys:
+            local = self.partitions.get(name, p)
+            if local is not None:
+                local.hw_min_isr = self.produce_settings(name)[2] if elr_on else 0
+
+    def _local(self, names: set[str]) -> list[tuple[str, int]]:
+        return [key for key in self.partitions.partitions if key[0] in names]
 
     def _notify(self, new: MetadataImage) -> None:
         for fn in self.on_image:

@@ -131,6 +131,8 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         # the ISR this leader asked the controller for and has no answer to yet
         self.pending_isr: tuple[int, ...] | None = None
+        # KIP-966: the min.insync.replicas below which the HW stays (0: ELR off)
+        self.hw_min_isr = 0
         self.leader_since_ms = now_ms
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
@@ -153,9 +155,15 @@ class Partition:
     def high_watermark(self) -> int:
         if self.is_leader:
             assert self.info is not None
-            if all(r == self.node_id for r in self.maximal_isr()):
+            if all(r == self.node_id for r in self.maximal_isr()) and not self._under_min_isr():
                 self._set_hw(self.log.log_end_offset)
         return min(self._hw, self.log.log_end_offset)
+
+    def _under_min_isr(self) -> bool:
+        """KIP-966: with eligible leader replicas on (``hw_min_isr`` set), the high
+        watermark does not advance while the ISR is below min.insync.replicas, so every
+        replica that leaves it then (into the ELR) holds every committed record."""
+        return self.info is not None and len(self.info.isr) < self.hw_min_isr
 
     def _set_hw(self, hw: int) -> None:
         if hw <= self._hw:
@@ -173,7 +181,7 @@ class Partition:
 
     def maybe_advance_hw(self) -> bool:
         """Leader: raise the HW to what every ISR member has; True if it rose."""
-        if not self.is_leader:
+        if not self.is_leader or self._under_min_isr():
             return False
         assert self.info is not None
         hw = self.log.log_end_offset

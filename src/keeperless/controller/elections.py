@@ -54,6 +54,10 @@ def _elect(
     clean = next((x for x in p.replicas if x in p.isr and x in live), None)
     if clean is not None:
         return ApiError.none(), clean, None
+    if not p.isr:  # KIP-966: an eligible replica is a clean choice
+        eligible = next((x for x in p.replicas if x in p.elr and x in live), None)
+        if eligible is not None:
+            return ApiError.none(), eligible, (eligible,)
     unclean = next((x for x in p.replicas if x in live), None)
     if unclean is None:
         return (
@@ -106,11 +110,18 @@ def elect_leaders(
             continue
         results.append((name, idx, err))
         if err.code == ErrorCode.none:
-            records.append(
-                r.PartitionChangeRecord(
-                    partition_id=idx, topic_id=topic.topic_id, leader=leader, isr=isr
-                )
-            )
+            elr: tuple[int, ...] | None = None
+            last_known: tuple[int, ...] | None = None
+            if isr is not None and (info.elr or info.last_known_elr):
+                # from the ELR: it leaves the ELR; unclean: both are cleared (as Kafka)
+                from_elr = leader in info.elr
+                elr = tuple(b for b in info.elr if b != leader) if from_elr else ()
+                last_known = info.last_known_elr if from_elr else ()
+            rec = r.PartitionChangeRecord(
+                partition_id=idx, topic_id=topic.topic_id, leader=leader, isr=isr,
+                eligible_leader_replicas=elr, last_known_elr=last_known,
+            )  # fmt: skip
+            records.append(rec)
     if records:
         elected = [f"{t}-{p}" for t, p, e in results if e.code == ErrorCode.none]
         more = f" and {len(elected) - 10} more" if len(elected) > 10 else ""

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.controller.eligible import MinIsr, elect, eligible_after
 from keeperless.controller.quorum_controller import PartitionKey, QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
@@ -95,15 +96,21 @@ def iter_leaders_after_fence(
     image: MetadataImage,
     broker_id: int | Iterable[int],
     index: Mapping[int, set[PartitionKey]] | None = None,
+    min_isr: MinIsr | None = None,
 ) -> Iterator[Any]:
     """Partition changes for fenced brokers: they leave every ISR (a partition keeps its
     last ISR member), and where one led, the next live ISR member leads; with none left
-    the partition is offline (leader -1). Generated lazily from ``image``: a broker of a
-    million partitions yields a million changes, appended while they are computed."""
+    the partition is offline (leader -1). With eligible leader replicas on (``min_isr``
+    given, KIP-966) the last member leaves too, into the ELR, and a leader may come from
+    the ELR. Generated lazily from ``image``: a broker of a million partitions yields a
+    million changes, appended while they are computed."""
     gone = {broker_id} if isinstance(broker_id, int) else set(broker_id)
     live = {b.broker_id for b in image.brokers.values() if b.active} - gone
     for tid, idx, p in _candidates(image, index, gone):
         if not gone.intersection(p.isr):
+            continue
+        if min_isr is not None:
+            yield from _fence_with_elr(image, tid, idx, p, gone, live, min_isr)
             continue
         isr = tuple(x for x in p.isr if x not in gone) or p.isr
         if p.leader in gone:
@@ -113,13 +120,46 @@ def iter_leaders_after_fence(
             yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, isr=isr)
 
 
+def _fence_with_elr(
+    image: MetadataImage,
+    tid: UUID,
+    idx: int,
+    p: PartitionInfo,
+    gone: set[int],
+    live: set[int],
+    min_isr: MinIsr,
+) -> Iterator[Any]:
+    isr = tuple(x for x in p.isr if x not in gone)
+    elr, last_known = eligible_after(p, isr, min_isr(image.topics[tid].name))
+    leader = p.leader
+    if leader in gone or leader not in isr:
+        leader, isr, elr = elect(p.replicas, isr, elr, live.__contains__)
+    yield r.PartitionChangeRecord(
+        partition_id=idx,
+        topic_id=tid,
+        leader=leader if leader != p.leader else -2,
+        isr=isr,
+        eligible_leader_replicas=elr if elr != p.elr else None,
+        last_known_elr=last_known if last_known != p.last_known_elr else None,
+    )
+
+
 def iter_leaders_after_unfence(
     image: MetadataImage, broker_id: int, index: Mapping[int, set[PartitionKey]] | None = None
 ) -> Iterator[Any]:
-    """The leaderless partitions with ``broker_id`` in their ISR: it leads them again."""
+    """The leaderless partitions with ``broker_id`` in their ISR: it leads them again;
+    or, their ISR empty, with it in their ELR (KIP-966): it leads them as their ISR."""
     for tid, idx, p in _candidates(image, index, (broker_id,)):
         if p.leader == NO_LEADER and broker_id in p.isr:
             yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=broker_id)
+        elif p.leader == NO_LEADER and not p.isr and broker_id in p.elr:
+            yield r.PartitionChangeRecord(
+                partition_id=idx,
+                topic_id=tid,
+                leader=broker_id,
+                isr=(broker_id,),
+                eligible_leader_replicas=tuple(b for b in p.elr if b != broker_id),
+            )
 
 
 def fence_stale_brokers(c: QuorumController, now_ms: int) -> Result[list[int]]:
@@ -135,7 +175,7 @@ def fence_stale_brokers(c: QuorumController, now_ms: int) -> Result[list[int]]:
     fences = [fence_record(b, c.image.brokers[b].epoch) for b in stale]
     for b in stale:
         c._last_heartbeat_ms.pop(b, None)
-    moves = iter_leaders_after_fence(c.image, stale, c.partitions_by_broker)
+    moves = iter_leaders_after_fence(c.image, stale, c.partitions_by_broker, c.elr_min_isr())
     return _moves_then(stale, moves, fences)
 
 
@@ -168,7 +208,9 @@ def register_broker(
             broker_id,
         )
         c._last_heartbeat_ms.pop(broker_id, None)
-        moves = iter_leaders_after_fence(c.image, broker_id, c.partitions_by_broker)
+        moves = iter_leaders_after_fence(
+            c.image, broker_id, c.partitions_by_broker, c.elr_min_isr()
+        )
         err = ApiError(
             ErrorCode.duplicate_broker_registration,
             f"The previous incarnation of broker {broker_id} is being fenced",
@@ -241,7 +283,7 @@ def broker_heartbeat(
         else:
             log.info("[node %d] Fencing broker %d at its request", c.node_id, broker_id)
         c._last_heartbeat_ms.pop(broker_id, None)
-        moves = iter_leaders_after_fence(c.image, broker_id, index)
+        moves = iter_leaders_after_fence(c.image, broker_id, index, c.elr_min_isr())
         return _moves_then((ok, True, want_shut_down), moves, [fence_record(broker_id, epoch)])
     if b.in_controlled_shutdown or not want_shut_down:
         return Result([], (ok, False, False))
@@ -252,7 +294,7 @@ def broker_heartbeat(
         broker_id,
         held,
     )
-    moves = iter_leaders_after_fence(c.image, broker_id, index)
+    moves = iter_leaders_after_fence(c.image, broker_id, index, c.elr_min_isr())
     return _moves_then((ok, False, False), moves, [controlled_shutdown_record(broker_id, epoch)])
 
 

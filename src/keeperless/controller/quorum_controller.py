@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import random
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.controller.eligible import min_isr_of
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import (
     ApiError,
@@ -26,7 +27,11 @@ from keeperless.metadata.admin import (
     NewTopic,
     validate_topic_name,
 )
-from keeperless.metadata.features import METADATA_VERSION_FEATURE, SUPPORTED_FEATURES
+from keeperless.metadata.features import (
+    METADATA_VERSION_FEATURE,
+    SUPPORTED_FEATURES,
+    elr_enabled,
+)
 from keeperless.metadata.image import (
     TOPIC_RESOURCE,
     MetadataDelta,
@@ -80,6 +85,14 @@ class QuorumController:
         self._journal: deque[tuple[int, list[tuple[int, PartitionKey, bool]]]] = deque()
 
     # -- state --------------------------------------------------------------------------
+
+    def elr_min_isr(self) -> Callable[[str], int] | None:
+        """Each topic's effective min.insync.replicas while eligible leader replicas
+        (KIP-966) are on; None while they are off."""
+        if not elr_enabled(self.image.features):
+            return None
+        static = {"min.insync.replicas": str(self.defaults.get("min.insync.replicas", 1))}
+        return min_isr_of(self.image, static)
 
     @property
     def metadata_version(self) -> int | None:

@@ -26,6 +26,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.controller.eligible import elect, eligible_after
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
@@ -93,9 +94,15 @@ def change_partition(
     if done is not None:
         t_replicas, t_isr = done
         t_adding = t_removing = ()
+    elr, last_known = info.elr, info.last_known_elr
+    min_isr = c.elr_min_isr()
+    if min_isr is not None:  # KIP-966: who leaves the ISR below min ISR stays eligible
+        elr, last_known = eligible_after(info, t_isr, min_isr(c.image.topics[topic_id].name))
+        elr = tuple(b for b in elr if b in t_replicas)
+        last_known = tuple(b for b in last_known if b in t_replicas)
     leader = info.leader
     if leader not in t_isr or leader not in t_replicas:
-        leader = next((b for b in t_replicas if b in t_isr and _acceptable(c, b)), -1)
+        leader, t_isr, elr = elect(t_replicas, t_isr, elr, lambda b: _acceptable(c, b))
     rec = r.PartitionChangeRecord(
         partition_id=partition,
         topic_id=topic_id,
@@ -104,10 +111,13 @@ def change_partition(
         leader=leader if leader != info.leader else -2,
         adding_replicas=t_adding if t_adding != info.adding else None,
         removing_replicas=t_removing if t_removing != info.removing else None,
+        eligible_leader_replicas=elr if elr != info.elr else None,
+        last_known_elr=last_known if last_known != info.last_known_elr else None,
     )
-    if (rec.replicas, rec.isr, rec.adding_replicas, rec.removing_replicas) == (
-        None, None, None, None
-    ) and rec.leader == -2:  # fmt: skip
+    if (rec.replicas, rec.isr, rec.adding_replicas, rec.removing_replicas,
+            rec.eligible_leader_replicas, rec.last_known_elr) == (None,) * 6 and (
+        rec.leader == -2
+    ):  # fmt: skip
         return None, info
     return rec, changed_partition(info, rec)
 

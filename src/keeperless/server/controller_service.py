@@ -52,6 +52,7 @@ class ControllerService:
             {
                 "num.partitions": config["num.partitions"],
                 "default.replication.factor": config["default.replication.factor"],
+                "min.insync.replicas": config["min.insync.replicas"],
             },
         )
         self.controller.session_timeout_ms = config["broker.session.timeout.ms"]

@@ -1,0 +1,136 @@
+"""Eligible leader replicas (KIP-966) on the controller: replicas that leave the ISR
+while it is below min.insync.replicas stay eligible, the last ISR member fenced leaves
+the ISR into the ELR, a leader comes from the ELR when the ISR is empty, an ELR member
+coming back leads, and with the feature off nothing of this happens."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.controller.elections import UNCLEAN, elect_leaders
+from keeperless.controller.isr import alter_partition
+from keeperless.controller.quorum_controller import QuorumController
+from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import IsrChange
+from keeperless.metadata.image import PartitionInfo
+from tests.unit.controller_log import ActiveLog, active_cluster
+
+ELR = "eligible.leader.replicas.version"
+
+
+def _cluster(elr: bool = True) -> tuple[QuorumController, ActiveLog]:
+    """Brokers 1-3; topic "b" (RF 3) with min.insync.replicas=2; ELR on or off."""
+    c, log = active_cluster(level=23)
+    records: list[r.FeatureLevelRecord | r.ConfigRecord] = [
+        r.ConfigRecord(resource_type=2, resource_name="b", name="min.insync.replicas", value="2")
+    ]
+    if elr:
+        records.append(r.FeatureLevelRecord(name=ELR, feature_level=1))
+    log.append(records)
+    log.commit()
+    return c, log
+
+
+def _part(c: QuorumController) -> PartitionInfo:
+    t = c.image.topic("b")
+    assert t is not None
+    return t.partitions[0]
+
+
+def _shrink(c: QuorumController, log: ActiveLog, new_isr: tuple[int, ...]) -> None:
+    info = _part(c)
+    t = c.image.topic("b")
+    assert t is not None
+    ch = IsrChange(t.topic_id, 0, info.leader_epoch, new_isr, info.partition_epoch)
+    res = alter_partition(c, info.leader, c.image.brokers[info.leader].epoch, [ch])
+    assert res.response[1][0].error.code == ErrorCode.none, res.response
+    log.append(res.records)
+    log.commit()
+
+
+def _fence(c: QuorumController, log: ActiveLog, broker: int) -> None:
+    res = c.broker_heartbeat(broker, c.image.brokers[broker].epoch, True, True, 0)
+    log.append(res.all_records())
+    log.commit()
+
+
+def _to_isr_of_leader_alone(c: QuorumController, log: ActiveLog) -> tuple[int, int, int]:
+    """The ISR shrinks to its leader alone, one member at a time: (leader, the member
+    that left while the ISR was at min ISR, the one that left below it)."""
+    p = _part(c)
+    leader = p.leader
+    first, second = [b for b in p.replicas if b != leader]
+    _shrink(c, log, (leader, second))
+    assert _part(c).elr == ()  # 2 >= min ISR: nobody is eligible out of the ISR
+    _shrink(c, log, (leader,))
+    return leader, first, second
+
+
+def test_a_replica_leaving_the_isr_below_min_isr_stays_eligible() -> None:
+    c, log = _cluster()
+    leader, first, second = _to_isr_of_leader_alone(c, log)
+    p = _part(c)
+    assert p.isr == (leader,)
+    assert p.elr == (second,)  # it had every record committed while the ISR was 2
+    assert first not in p.elr  # it left while the ISR was at min ISR
+    # back to min ISR: the ELR is cleared
+    _shrink(c, log, (leader, second))
+    assert (_part(c).elr, _part(c).last_known_elr) == ((), ())
+
+
+def test_the_last_isr_member_fenced_hands_over_to_an_eligible_replica() -> None:
+    c, log = _cluster()
+    leader, _first, second = _to_isr_of_leader_alone(c, log)
+    _fence(c, log, leader)
+    p = _part(c)
+    assert p.leader == second  # elected from the ELR
+    assert p.isr == (second,)
+    assert p.elr == (leader,)  # the fenced leader had every committed record too
+
+
+def test_an_eligible_replica_coming_back_leads_a_leaderless_partition() -> None:
+    c, log = _cluster()
+    leader, first, second = _to_isr_of_leader_alone(c, log)
+    _fence(c, log, second)
+    _fence(c, log, first)
+    _fence(c, log, leader)
+    p = _part(c)
+    assert (p.leader, p.isr) == (-1, ())
+    assert set(p.elr) == {leader, second}
+    # the lagging replica is not eligible: an unclean election would be needed for it
+    res = c.broker_heartbeat(first, c.image.brokers[first].epoch, False, True, 0)
+    log.append(res.all_records())
+    log.commit()
+    assert _part(c).leader == -1
+    res = c.broker_heartbeat(second, c.image.brokers[second].epoch, False, True, 0)
+    log.append(res.all_records())
+    log.commit()
+    p = _part(c)
+    assert (p.leader, p.isr) == (second, (second,))
+    assert p.elr == (leader,)
+
+
+def test_an_unclean_election_clears_the_eligible_replicas() -> None:
+    c, log = _cluster()
+    leader, first, second = _to_isr_of_leader_alone(c, log)
+    for b in (second, first, leader):
+        _fence(c, log, b)
+    res = c.broker_heartbeat(first, c.image.brokers[first].epoch, False, True, 0)
+    log.append(res.all_records())
+    log.commit()
+    res = elect_leaders(c, UNCLEAN, [("b", 0)])
+    assert res.response[0][2].code == ErrorCode.none
+    log.append(res.records)
+    log.commit()
+    p = _part(c)
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (first, (first,), (), ())
+
+
+def test_with_the_feature_off_the_last_isr_member_stays_and_the_partition_is_offline() -> None:
+    c, log = _cluster(elr=False)
+    leader, _first, second = _to_isr_of_leader_alone(c, log)
+    assert _part(c).elr == ()
+    _fence(c, log, leader)
+    p = _part(c)
+    assert (p.leader, p.isr, p.elr) == (-1, (leader,), ())
+    assert second not in p.isr
