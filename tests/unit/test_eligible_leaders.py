@@ -5,14 +5,20 @@ coming back leads, and with the feature off nothing of this happens."""
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+
 from kio.schema.errors import ErrorCode
 
 from keeperless.controller.elections import UNCLEAN, elect_leaders
+from keeperless.controller.fencing import register_broker
 from keeperless.controller.isr import alter_partition
 from keeperless.controller.quorum_controller import QuorumController
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import IsrChange
 from keeperless.metadata.image import PartitionInfo
+from keeperless.protocol.records import build_batch
+from tests.unit.brokers import make_broker
 from tests.unit.controller_log import ActiveLog, active_cluster
 
 ELR = "eligible.leader.replicas.version"
@@ -134,3 +140,67 @@ def test_with_the_feature_off_the_last_isr_member_stays_and_the_partition_is_off
     p = _part(c)
     assert (p.leader, p.isr, p.elr) == (-1, (leader,), ())
     assert second not in p.isr
+
+
+def test_the_high_watermark_stays_while_the_isr_is_below_min_isr(tmp_path: Path) -> None:
+    """The broker's side of KIP-966: with the feature on, a leader whose ISR is below
+    the topic's min.insync.replicas does not advance its high watermark (what it has
+    alone is not committed); at min ISR it does; with the feature off it always did."""
+    b = make_broker(tmp_path)
+    tid = uuid.uuid4()
+    b.on_committed([
+        r.FeatureLevelRecord(name="metadata.version", feature_level=23),
+        r.TopicRecord(name="t", topic_id=tid),
+        r.ConfigRecord(resource_type=2, resource_name="t", name="min.insync.replicas", value="2"),
+        r.PartitionRecord(partition_id=0, topic_id=tid, replicas=(1, 2), isr=(1,), leader=1,
+                          leader_epoch=1),
+    ], 3)  # fmt: skip
+    p = b.partitions.get("t", 0)
+    assert p is not None
+    p.append(build_batch([(b"k", b"v", ())] * 3), 1, 1 << 20, 0)
+    assert p.high_watermark == 3  # feature off: the leader alone commits
+    b.on_committed([r.FeatureLevelRecord(name=ELR, feature_level=1)], 4)
+    assert p.hw_min_isr == 2
+    p.append(build_batch([(b"k", b"v", ())] * 3), 1, 1 << 20, 0)
+    assert p.high_watermark == 3  # below min ISR: it stays
+    b.on_committed([r.PartitionChangeRecord(partition_id=0, topic_id=tid, isr=(1, 2))], 5)
+    p.record_follower_fetch(2, 6, 0)
+    assert p.high_watermark == 6  # at min ISR: what both have is committed
+    b.close()
+
+
+def test_a_replica_back_from_an_unclean_shutdown_is_no_longer_eligible() -> None:
+    """A broker that registers without naming its last epoch (no clean-shutdown file:
+    a crash, whose unflushed tail may be gone) leaves every ELR, into the last known
+    ELR; one whose clean-shutdown file names its epoch stays eligible."""
+    c, log = _cluster()
+    leader, _first, second = _to_isr_of_leader_alone(c, log)
+    assert _part(c).elr == (second,)
+    _fence(c, log, second)
+    epoch = c.image.brokers[second].epoch
+    clean = register_broker(c, second, uuid.uuid4(), [("P", "h", second)], None,
+                            log.offset + 1, 0, None, epoch)  # fmt: skip
+    assert clean.response[0].code == ErrorCode.none
+    log.append(clean.records)
+    log.commit()
+    assert _part(c).elr == (second,)
+    later = c.session_timeout_ms + 1  # the clean incarnation's session is over
+    crashed = register_broker(c, second, uuid.uuid4(), [("P", "h", second)], None,
+                              log.offset + 1, later, None, -1)  # fmt: skip
+    assert crashed.response[0].code == ErrorCode.none
+    log.append(crashed.records)
+    log.commit()
+    p = _part(c)
+    assert p.elr == ()
+    assert p.last_known_elr == (second,)
+    assert p.isr == (leader,)
+
+
+def test_the_clean_shutdown_file_names_the_brokers_epoch(tmp_path: Path) -> None:
+    from keeperless.broker.partitions import PartitionManager
+    from keeperless.storage.log import LogConfig
+
+    PartitionManager(1, tmp_path, LogConfig()).close(42)
+    assert PartitionManager(1, tmp_path, LogConfig()).previous_broker_epoch == 42
+    # read once: a crash after this start leaves no file, and the next start says -1
+    assert PartitionManager(1, tmp_path, LogConfig()).previous_broker_epoch == -1

@@ -341,4 +341,4 @@ class Broker:
     def close(self) -> None:
         self.peers.close()
         self.auto_create.close()
-        self.partitions.close()
+        self.partitions.close(self.broker_epoch)

@@ -85,6 +85,7 @@ class ControllerRpcs:
         incarnation_id: UUID,
         endpoints: Sequence[tuple[str, str, int]],
         rack: str | None,
+        previous_broker_epoch: int = -1,
     ) -> tuple[ApiError, int]:
         body = {
             "broker_id": broker_id,
@@ -99,7 +100,7 @@ class ControllerRpcs:
             ],
             "rack": rack,
             "log_dirs": [],
-            "previous_broker_epoch": -1,
+            "previous_broker_epoch": previous_broker_epoch,
         }
         resp = await self._rpc(ApiKey.BROKER_REGISTRATION, body)
         return ApiError(resp.error_code), resp.broker_epoch

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from keeperless.protocol.records import (
     read_header,
     set_log_append_time,
 )
-from keeperless.storage.durable import fsync_dir
+from keeperless.storage.durable import fsync_dir, write_atomically
 from keeperless.storage.epochs import LeaderEpochCache
 from keeperless.storage.log import FileSlice, LogConfig, PartitionLog
 from keeperless.storage.offset_checkpoint import (
@@ -619,9 +620,14 @@ class PartitionManager:
         # Kafka's marker of a clean stop: read (and removed) at start, written at a
         # clean stop; recovery then knows a torn tail is not a crash's
         self.clean_shutdown = False
+        # the broker epoch the clean-shutdown file names (as Kafka's, {"version": 0,
+        # "brokerEpoch": N}), told to the controller at registration; -1 after a crash
+        self.previous_broker_epoch = -1
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         if marker.exists():
             self.clean_shutdown = True
+            with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+                self.previous_broker_epoch = int(json.loads(marker.read_text())["brokerEpoch"])
             marker.unlink()
             fsync_dir(log_dir)
 
@@ -749,15 +755,19 @@ class PartitionManager:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._data_arrived), timeout_s)
 
-    def close(self) -> None:
-        """Close every log; if each was flushed, mark the directory cleanly shut down."""
+    def close(self, broker_epoch: int = -1) -> None:
+        """Close every log; if each was flushed, mark the directory cleanly shut down
+        (with the broker's epoch, which it names when it registers again)."""
         clean = True
         for p in self.partitions.values():
             clean = p.close() and clean
         self.partitions.clear()
         if clean:
             try:
-                (self.log_dir / CLEAN_SHUTDOWN_FILE).touch()
+                write_atomically(
+                    self.log_dir / CLEAN_SHUTDOWN_FILE,
+                    json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode(),
+                )
                 fsync_dir(self.log_dir)
             except OSError as e:
                 log.warning("[node %d] Could not mark %s cleanly shut down: %s",

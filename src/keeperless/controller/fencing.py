@@ -188,6 +188,7 @@ def register_broker(
     next_offset: int,
     now_ms: int,
     features: Mapping[str, tuple[int, int]] | None = None,
+    previous_broker_epoch: int = -1,
 ) -> Result[tuple[ApiError, int]]:
     """A broker registers. A new process of a broker whose previous one is still
     unfenced (it died without a controlled shutdown, and its session ran out but was not
@@ -216,9 +217,41 @@ def register_broker(
             f"The previous incarnation of broker {broker_id} is being fenced",
         )
         return _moves_then((err, -1), moves, [fence_record(broker_id, existing.epoch)])
-    return c.register_broker(
+    res = c.register_broker(
         broker_id, incarnation_id, endpoints, rack, next_offset, now_ms, features
     )
+    if (
+        existing is not None
+        and previous_broker_epoch != existing.epoch
+        and res.response[0].code == ErrorCode.none
+        and c.elr_min_isr() is not None
+    ):
+        # KIP-966: its last stop was not clean (no clean-shutdown file with its epoch):
+        # what it had may be gone, so it is no longer an eligible leader
+        unclean = list(_out_of_elr(c.image, broker_id, c.partitions_by_broker))
+        if unclean:
+            log.info(
+                "[node %d] Broker %d registers after an unclean shutdown: no longer an "
+                "eligible leader of %d partition(s)",
+                c.node_id,
+                broker_id,
+                len(unclean),
+            )
+            return Result([*unclean, *res.records], res.response)
+    return res
+
+
+def _out_of_elr(
+    image: MetadataImage, broker_id: int, index: Mapping[int, set[PartitionKey]] | None
+) -> Iterator[Any]:
+    for tid, idx, p in _candidates(image, index, (broker_id,)):
+        if broker_id in p.elr:
+            yield r.PartitionChangeRecord(
+                partition_id=idx,
+                topic_id=tid,
+                eligible_leader_replicas=tuple(b for b in p.elr if b != broker_id),
+                last_known_elr=tuple(sorted({*p.last_known_elr, broker_id})),
+            )
 
 
 def _moves_then(response: T, moves: Iterator[Any], state_changes: list[Any]) -> Result[T]:

@@ -136,6 +136,7 @@ class LocalController:
         endpoints: Sequence[tuple[str, str, int]],
         rack: str | None,
         features: Mapping[str, tuple[int, int]] | None = None,
+        previous_broker_epoch: int = -1,
     ) -> tuple[ApiError, int]:
         # the epoch is the offset of the registration record: read when the operation
         # runs (its turn may come after others were appended), not when it arrived
@@ -149,6 +150,7 @@ class LocalController:
                 self.service.mlog.core.log_end_offset,
                 _now_ms(),
                 features,
+                previous_broker_epoch,
             )
         )
 
@@ -383,6 +385,7 @@ class ControllerApis:
                 [(li.name, li.host, li.port) for li in req.listeners],
                 req.rack,
                 {f.name: (f.min_supported_version, f.max_supported_version) for f in req.features},
+                getattr(req, "previous_broker_epoch", -1),
             )
         except NotControllerError:
             return self._not_controller(header, {"broker_epoch": -1})

@@ -507,8 +507,9 @@ class Node:
         while True:
             try:
                 err, epoch = await b.controller.register_broker(
-                    b.node_id, incarnation, b.settings.endpoints, b.settings.rack
-                )
+                    b.node_id, incarnation, b.settings.endpoints, b.settings.rack,
+                    b.partitions.previous_broker_epoch,
+                )  # fmt: skip
             except ControllerUnavailableError as e:
                 log.warning(
                     "[node %d] Waiting for an active controller to register with: %s",
