@@ -386,7 +386,7 @@ def _layout(bs: list[str], topic: str) -> dict[int, tuple[int, str, str]]:
     for line in _ok("topics", *bs, "--describe", "--topic", topic).splitlines():
         if "Partition: " not in line:
             continue
-        fields = dict(f.strip().split(": ", 1) for f in line.strip().split("\t") if ": " in f)
+        fields = dict(f.split(": ", 1) for f in line.strip("\t").split("\t") if ": " in f)
         leader = fields["Leader"]
         out[int(fields["Partition"])] = (
             -1 if leader == "none" else int(leader),

@@ -235,8 +235,17 @@ def test_eligible_leader_replicas_need_metadata_version_4_0_iv1() -> None:
     assert "depends on metadata.version level 23 (4.0-IV1)" in (err.message or "")
     res = update_features(c, [(MV, 23, UPGRADE), (elr, 1, UPGRADE)], False)
     assert [e.code for _, e in res.response] == [ErrorCode.none, ErrorCode.none]
+    # Kafka 4.1: min.insync.replicas becomes a cluster-level config with the feature
+    [cfg] = [x for x in res.records if isinstance(x, r.ConfigRecord)]
+    assert (cfg.resource_type, cfg.resource_name, cfg.name, cfg.value) == (
+        4,
+        "",
+        "min.insync.replicas",
+        "1",
+    )
     log.apply(res.records)
     assert c.image.features[elr] == 1
+    assert c.cluster_min_isr_records() == []  # written once
     res = update_features(c, [(MV, 22, SAFE_DOWNGRADE)], False)
     [(name, err)] = res.response
     assert name == MV

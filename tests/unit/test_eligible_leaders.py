@@ -204,3 +204,29 @@ def test_the_clean_shutdown_file_names_the_brokers_epoch(tmp_path: Path) -> None
     assert PartitionManager(1, tmp_path, LogConfig()).previous_broker_epoch == 42
     # read once: a crash after this start leaves no file, and the next start says -1
     assert PartitionManager(1, tmp_path, LogConfig()).previous_broker_epoch == -1
+
+
+def test_the_high_watermark_is_saved_and_read_back(tmp_path: Path) -> None:
+    """Kafka's replication-offset-checkpoint: a broker restarted and then elected (from
+    the ELR, its ISR below min ISR, where the high watermark stays) knows what was
+    committed; without it the partition showed consumers nothing."""
+    tid = uuid.uuid4()
+    records = [
+        r.TopicRecord(name="t", topic_id=tid),
+        r.PartitionRecord(partition_id=0, topic_id=tid, replicas=(2, 1), isr=(2, 1), leader=2,
+                          leader_epoch=1),
+    ]  # fmt: skip
+    b = make_broker(tmp_path)
+    b.on_committed(records, 2)
+    p = b.partitions.get("t", 0)
+    assert p is not None
+    p.append_replica(build_batch([(b"k", b"v", ())] * 5, leader_epoch=1), 0)
+    p.follower_hw(4)
+    b.close()
+    again = make_broker(tmp_path, caught_up=False)
+    again.catch_up_to(2)  # live once the metadata naming the partition is in
+    again.on_committed(records, 2)
+    q = again.partitions.get("t", 0)
+    assert q is not None
+    assert q.high_watermark == 4
+    again.close()

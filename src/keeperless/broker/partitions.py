@@ -36,6 +36,7 @@ from keeperless.storage.epochs import LeaderEpochCache
 from keeperless.storage.log import FileSlice, LogConfig, PartitionLog
 from keeperless.storage.offset_checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
@@ -159,6 +160,10 @@ class Partition:
             if all(r == self.node_id for r in self.maximal_isr()) and not self._under_min_isr():
                 self._set_hw(self.log.log_end_offset)
         return min(self._hw, self.log.log_end_offset)
+
+    def restore_hw(self, hw: int) -> None:
+        """The high watermark saved before a restart (never past the log's end)."""
+        self._hw = max(self._hw, min(hw, self.log.log_end_offset))
 
     def _under_min_isr(self) -> bool:
         """KIP-966: with eligible leader replicas on (``hw_min_isr`` set), the high
@@ -614,6 +619,10 @@ class PartitionManager:
         # applied to each partition when it opens
         self._start_checkpoint = log_dir / LOG_START_OFFSET_CHECKPOINT
         self._starts = read_offset_checkpoint(self._start_checkpoint)
+        # each partition's high watermark as last saved (Kafka's
+        # replication-offset-checkpoint), applied when it opens
+        self._hw_checkpoint = log_dir / REPLICATION_OFFSET_CHECKPOINT
+        self._hws = read_offset_checkpoint(self._hw_checkpoint)
         self._data_arrived: asyncio.Future[None] | None = None
         # set by the replica manager: a follower fetched from a partition led here
         self.on_follower_fetch: Callable[[Partition, int], None] | None = None
@@ -667,11 +676,21 @@ class PartitionManager:
             start = self._starts.pop((topic, index), None)
             if start is not None and found == topic_id:
                 p.advance_start(start, now_ms)
+            hw = self._hws.pop((topic, index), None)
+            if hw is not None and found == topic_id:
+                p.restore_hw(hw)
         else:
             p.log.config = config
         p.node_id = self.node_id
         p.on_info(info, now_ms)
         return p
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Save every partition's high watermark (those not opened yet: as read)."""
+        hws = dict(self._hws)
+        for key, p in self.partitions.items():
+            hws[key] = p.high_watermark
+        write_offset_checkpoint(self._hw_checkpoint, hws)
 
     def advance_start(self, p: Partition, offset: int, now_ms: int) -> bool:
         """Move a partition's log start offset and checkpoint every moved start (the
@@ -759,6 +778,10 @@ class PartitionManager:
         """Close every log; if each was flushed, mark the directory cleanly shut down
         (with the broker's epoch, which it names when it registers again)."""
         clean = True
+        try:
+            self.checkpoint_high_watermarks()
+        except OSError as e:
+            log.warning("[node %d] Could not save the high watermarks: %s", self.node_id, e)
         for p in self.partitions.values():
             clean = p.close() and clean
         self.partitions.clear()

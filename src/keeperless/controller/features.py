@@ -152,5 +152,6 @@ def update_features(
         elif not failed:
             log.warning("%s %s from %d to %d.", verb, rec.name, current, rec.feature_level)
     if validate_only or failed:
-        records = []
-    return Result(list(records), results)
+        return Result([], results)
+    final = {**c.image.features, **{rec.name: rec.feature_level for rec in records}}
+    return Result([*records, *c.cluster_min_isr_records(final)], results)

@@ -33,6 +33,7 @@ from keeperless.metadata.features import (
     elr_enabled,
 )
 from keeperless.metadata.image import (
+    BROKER_RESOURCE,
     TOPIC_RESOURCE,
     MetadataDelta,
     MetadataImage,
@@ -93,6 +94,24 @@ class QuorumController:
             return None
         static = {"min.insync.replicas": str(self.defaults.get("min.insync.replicas", 1))}
         return min_isr_of(self.image, static)
+
+    def cluster_min_isr_records(self, features: Mapping[str, int] | None = None) -> list[Any]:
+        """Kafka 4.1 with eligible leader replicas: min.insync.replicas is written as a
+        cluster-level config (the controller's own value) when none is set, so that every
+        broker and DescribeConfigs agree on it (DYNAMIC_DEFAULT_BROKER_CONFIG)."""
+        if not elr_enabled(self.image.features if features is None else features):
+            return []
+        if "min.insync.replicas" in self.image.configs.get((BROKER_RESOURCE, ""), {}):
+            return []
+        value = str(self.defaults.get("min.insync.replicas", 1))
+        return [
+            r.ConfigRecord(
+                resource_type=BROKER_RESOURCE,
+                resource_name="",
+                name="min.insync.replicas",
+                value=value,
+            )
+        ]
 
     @property
     def metadata_version(self) -> int | None:

@@ -718,6 +718,13 @@ _SECURITY: tuple[tuple[str, ConfigType, str | None, str], ...] = (
         "600000",
         "How often idle producers are looked for.",
     ),
+    (
+        "replica.high.watermark.checkpoint.interval.ms",
+        T.LONG,
+        "5000",
+        "How often each partition's high watermark is saved to replication-offset-checkpoint "
+        "(read back at start: a leader elected after a restart knows what was committed).",
+    ),
 )
 _BROKER.extend(
     ConfigDef(n, t, d, doc, update_mode(n), sensitive=t == T.PASSWORD) for n, t, d, doc in _SECURITY
@@ -752,6 +759,7 @@ _VALIDATORS: dict[str, Validator] = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": at_least(1),
     "producer.id.expiration.ms": at_least(1),
     "producer.id.expiration.check.interval.ms": at_least(1),
+    "replica.high.watermark.checkpoint.interval.ms": at_least(1),
     "message.max.bytes": at_least(0),
     "group.initial.rebalance.delay.ms": at_least(0),
     "group.min.session.timeout.ms": at_least(0),

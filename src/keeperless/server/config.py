@@ -255,6 +255,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": _typed,
     "producer.id.expiration.ms": _typed,
     "producer.id.expiration.check.interval.ms": _typed,
+    "replica.high.watermark.checkpoint.interval.ms": _typed,
     "message.max.bytes": _typed,
     "group.initial.rebalance.delay.ms": _typed,
     "group.min.session.timeout.ms": _typed,

@@ -125,6 +125,8 @@ class ControllerService:
                 log.info(
                     "[node %d] Wrote the bootstrap metadata (%d records)", self.node_id, len(boot)
                 )
+        if self.controller.cluster_min_isr_records():
+            await self.call(lambda c: Result(c.cluster_min_isr_records(), None))
 
     async def _watch_sessions(self) -> None:
         """Fence brokers that miss broker.session.timeout.ms (checked every second)."""

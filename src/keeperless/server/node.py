@@ -305,6 +305,7 @@ class Node:
             self._tasks.append(loop.create_task(self._heartbeat_loop()))
             self._tasks.append(loop.create_task(self._retention_loop()))
             self._tasks.append(loop.create_task(self._producer_expiry_loop()))
+            self._tasks.append(loop.create_task(self._hw_checkpoint_loop()))
             self._tasks.append(loop.create_task(self._group_session_loop()))
             c = self.config
             self.cleaner = LogCleaner(
@@ -638,6 +639,16 @@ class Node:
         while True:
             await asyncio.sleep(interval)
             self.broker.expire_producers(self.config["producer.id.expiration.ms"])
+
+    async def _hw_checkpoint_loop(self) -> None:
+        assert self.broker is not None
+        interval = self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.broker.partitions.checkpoint_high_watermarks()
+            except OSError as e:  # a failed disk is handled where the logs are written
+                log.warning("[node %d] Could not save the high watermarks: %s", self.node_id, e)
 
     async def _group_session_loop(self) -> None:
         assert self.groups is not None

@@ -10,9 +10,15 @@ from pathlib import Path
 
 from keeperless.storage.durable import write_atomically
 
-__all__ = ["LOG_START_OFFSET_CHECKPOINT", "read_offset_checkpoint", "write_offset_checkpoint"]
+__all__ = [
+    "LOG_START_OFFSET_CHECKPOINT",
+    "REPLICATION_OFFSET_CHECKPOINT",
+    "read_offset_checkpoint",
+    "write_offset_checkpoint",
+]
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"  # the high watermarks
 
 log = logging.getLogger(__name__)
 
