@@ -29,6 +29,9 @@ TMPFS_BYTES = 1536 * 1024 * 1024
 # formatted at an older metadata.version, which the nemesis upgrades during the run
 # (record versions change mid-stream, as when a rolling upgrade is finalized)
 FIRST_RELEASE = "3.5-IV2"
+# odd seeds start with eligible leader replicas on (KIP-966): formatted at this release
+ELR_RELEASE = "4.0-IV1"
+ELR_FORMAT = ("--feature", "eligible.leader.replicas.version=1")
 RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 # Timeouts of a cluster under attack: faults must resolve within seconds.
@@ -238,8 +241,11 @@ class ChaosNode:
 
 
 class ChaosCluster:
-    def __init__(self, workdir: Path, topology: str, net: Network) -> None:
+    def __init__(self, workdir: Path, topology: str, net: Network, elr: bool = False) -> None:
         self.workdir = workdir
+        # the release formatted with (and eligible leader replicas from the start)
+        self.release = ELR_RELEASE if elr else FIRST_RELEASE
+        self.format_flags: tuple[str, ...] = ELR_FORMAT if elr else ()
         self.topology = topology
         self.net = net
         if topology == "split":
@@ -275,7 +281,8 @@ class ChaosCluster:
         for n in self.nodes.values():
             _run(
                 sys.executable, "-m", "keeperless", "storage", "format", "-t", cid,
-                "-c", str(n.config), "--release-version", FIRST_RELEASE, *scram_users(),
+                "-c", str(n.config), "--release-version", self.release, *self.format_flags,
+                *scram_users(),
             )  # fmt: skip
         for n in self.nodes.values():
             n.start()

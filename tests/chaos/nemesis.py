@@ -59,7 +59,10 @@ FAULTS = (
 # after a fault that restarts brokers: how long they may take to be back in every ISR
 ISR_REJOIN_S = 60.0
 # the releases the upgrade fault may finalize, in order (FIRST_RELEASE is the start)
-RELEASES = ("3.6-IV2", "3.7-IV0", "3.7-IV2", "3.7-IV4", "3.8-IV0", "3.9-IV0")
+RELEASES = ("3.6-IV2", "3.7-IV0", "3.7-IV2", "3.7-IV4", "3.8-IV0", "3.9-IV0", "4.0-IV1",
+            "4.0-IV3")  # fmt: skip
+# from this release on, the upgrade also turns eligible leader replicas on (KIP-966)
+ELR_RELEASE = "4.0-IV1"
 
 
 def active_controller(cluster: ChaosCluster) -> int:
@@ -134,7 +137,9 @@ class Nemesis:
         self.history = history
         self.rng = random.Random(rng.random())
         self.faults = faults
-        self.release = -1  # index in RELEASES of the last finalized upgrade
+        self._admin: Any = None
+        # index in RELEASES of the last finalized upgrade (-1: the start is before them)
+        self.release = RELEASES.index(cluster.release) if cluster.release in RELEASES else -1
         self.log: list[dict[str, Any]] = []  # (kind, target, start, end) per fault
         # measurements for the checkers: CPU of a cut-off controller
         self.isolated_controllers: list[dict[str, Any]] = []
@@ -305,10 +310,12 @@ class Nemesis:
         release = RELEASES[nxt]
         h = self.history
         op = h.invoke("nemesis", "upgrade", {"release": release})
+        elr = (["--feature", "eligible.leader.replicas.version=1"]
+               if nxt >= RELEASES.index(ELR_RELEASE) else [])  # fmt: skip
         res = subprocess.run(
             [
                 sys.executable, "-m", "keeperless", "features", "upgrade",
-                "--bootstrap-server", self.cluster.bootstrap, "--metadata", release,
+                "--bootstrap-server", self.cluster.bootstrap, "--metadata", release, *elr,
             ],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
@@ -408,6 +415,19 @@ class Nemesis:
         return {"node": n.node_id, "unregistered": res is not None and res.returncode == 0,
                 "output": out}  # fmt: skip
 
+    def _isr_admin(self) -> Any:
+        """One admin client for the whole run: librdkafka's destroy of a client made per
+        check once blocked for good after a kill-two (the run hung in _await_isr, past
+        its deadline, seed 3503)."""
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            from tests.chaos.workload import _quiet
+
+            self._admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap,
+                                       "logger": _quiet})  # fmt: skip
+        return self._admin
+
     def _await_isr(self, nodes: list[ChaosNode]) -> None:
         """Wait until each of ``nodes`` is in the ISR of every partition it holds; past
         ISR_REJOIN_S, record the partitions still missing it."""
@@ -421,7 +441,7 @@ class Nemesis:
             time.sleep(0.2)
         missing: list[str] = []
         while time.monotonic() < deadline:
-            missing = _missing_from_isr(self.cluster, ids)
+            missing = _missing_from_isr(self._isr_admin(), ids)
             if not missing:
                 return
             time.sleep(0.5)
@@ -430,14 +450,9 @@ class Nemesis:
                                                   "count": len(missing)})  # fmt: skip
 
 
-def _missing_from_isr(cluster: ChaosCluster, ids: set[int]) -> list[str]:
+def _missing_from_isr(admin: Any, ids: set[int]) -> list[str]:
     """ "topic-partition: [node...]" for every partition whose replicas among ``ids`` are
     not all in its ISR (everything, as unknown, if the metadata cannot be read)."""
-    from confluent_kafka.admin import AdminClient
-
-    from tests.chaos.workload import _quiet
-
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "logger": _quiet})
     try:
         md = admin.list_topics(timeout=5)
     except Exception:

@@ -53,3 +53,29 @@ def test_refusals(tmp_path: Path) -> None:
         check_storage((d[0], other), 1, "c.properties")
     with pytest.raises(ValueError, match="Unknown release"):
         format_storage((tmp_path / "c",), tmp_path / "c", 1, random_kafka_uuid(), "1.0", False, 0)
+
+
+def test_format_with_a_feature_level(tmp_path: Path) -> None:
+    """kafka-storage.sh format --feature (KIP-1022): eligible leader replicas from the
+    start, refused below the metadata.version they need, unknown features named."""
+    d = (tmp_path / "a",)
+    format_storage(d, d[0], 1, random_kafka_uuid(), "4.0-IV1", False, 0, (),
+                   ("eligible.leader.replicas.version=1",))  # fmt: skip
+    data = (d[0] / "bootstrap.checkpoint").read_bytes()
+    records = [
+        decode_record(r.value or b"")[0]
+        for p, h in iter_batches(data)
+        for r in decode_records(data[p : p + h.size])
+        if r.key is None and r.value  # not the snapshot's control records
+    ]
+    levels = {x.name: x.feature_level for x in records if hasattr(x, "feature_level")}
+    assert levels == {"metadata.version": 23, "eligible.leader.replicas.version": 1}
+    for release, spec, words in (
+        ("3.9", "eligible.leader.replicas.version=1", "depends on metadata.version level 23"),
+        ("4.0", "no.such.feature=1", "Unsupported feature: no.such.feature"),
+        ("4.0", "eligible.leader.replicas.version=7", "only supports levels 0-1"),
+        ("4.0", "eligible.leader.replicas.version", "expected NAME=LEVEL"),
+    ):
+        e = tmp_path / release.replace(".", "_") / spec.replace("=", "_")
+        with pytest.raises(StorageError, match=words):
+            format_storage((e,), e, 1, random_kafka_uuid(), release, False, 0, (), (spec,))

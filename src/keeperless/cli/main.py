@@ -45,6 +45,7 @@ def _storage(args: argparse.Namespace) -> int:
             args.ignore_formatted,
             int(time.time() * 1000),
             tuple(args.add_scram),
+            tuple(args.feature),
         )
         for d in res.formatted:
             print(f"Formatting {d} with metadata.version level {res.metadata_version}.")

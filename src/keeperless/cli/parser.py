@@ -102,6 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MECHANISM=[name=USER,password=PASSWORD]",
         help="a SCRAM credential in the bootstrap metadata (a secured cluster's first user)",
     )
+    fmt.add_argument(
+        "--feature",
+        "-f",
+        action="append",
+        default=[],
+        metavar="NAME=LEVEL",
+        help="a feature level in the bootstrap metadata, e.g. eligible.leader.replicas.version=1",
+    )
     fmt.add_argument("--initial-controllers", "-I", help="dynamic quorum: not supported")
     fmt.add_argument(
         "--no-initial-controllers",

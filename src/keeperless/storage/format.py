@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from keeperless.metadata._records_gen import FeatureLevelRecord
 from keeperless.metadata.bootstrap import (
     BOOTSTRAP_CHECKPOINT,
     bootstrap_records,
@@ -12,8 +14,13 @@ from keeperless.metadata.bootstrap import (
     scram_record,
 )
 from keeperless.metadata.features import (
+    ELR_FEATURE,
+    FEATURE_DEPENDENCIES,
     LATEST_PRODUCTION_METADATA_VERSION,
+    METADATA_VERSION_FEATURE,
+    SUPPORTED_FEATURES,
     metadata_version_for_release,
+    release_for_level,
 )
 from keeperless.storage.durable import write_atomically
 from keeperless.storage.meta_properties import (
@@ -45,6 +52,7 @@ def format_storage(
     ignore_formatted: bool,
     now_ms: int,
     add_scram: tuple[str, ...] = (),
+    features: tuple[str, ...] = (),
 ) -> FormatResult:
     try:
         uuid_from_kafka(cluster_id)
@@ -56,7 +64,8 @@ def format_storage(
         else metadata_version_for_release(release_version)
     )
     try:
-        extra = [scram_record(spec) for spec in add_scram]
+        extra: list[Any] = [*_feature_records(features, level)]
+        extra += [scram_record(spec) for spec in add_scram]
     except ValueError as e:
         raise StorageError(str(e)) from None
     formatted: list[Path] = []
@@ -82,6 +91,39 @@ def format_storage(
             write_atomically(d / BOOTSTRAP_CHECKPOINT, snapshot)
         formatted.append(d)
     return FormatResult(formatted, skipped, level)
+
+
+def _feature_records(specs: tuple[str, ...], metadata_version: int) -> list[Any]:
+    """``--feature NAME=LEVEL`` (KIP-1022) as FeatureLevelRecords, each checked against
+    what this build supports and the metadata.version it needs."""
+    out: list[Any] = []
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        name = name.strip()
+        try:
+            level = int(value)
+        except ValueError:
+            level = -1
+        if not sep or not name or level < 0:
+            raise ValueError(f"--feature {spec!r}: expected NAME=LEVEL, e.g. {ELR_FEATURE}=1")
+        if name == METADATA_VERSION_FEATURE:
+            raise ValueError("--feature metadata.version: use --release-version")
+        lo, hi = SUPPORTED_FEATURES.get(name, (0, 0))
+        if hi == 0:
+            raise ValueError(f"Unsupported feature: {name}. Supported features are: "
+                             f"{', '.join(sorted(SUPPORTED_FEATURES))}")  # fmt: skip
+        if not lo <= level <= hi:
+            raise ValueError(f"Feature {name} only supports levels {lo}-{hi}, not {level}")
+        needs = FEATURE_DEPENDENCIES.get((name, level))
+        if needs is not None and metadata_version < needs:
+            raise ValueError(
+                f"{name} could not be set to {level} because it depends on metadata.version "
+                f"level {needs} ({release_for_level(needs)}); use --release-version "
+                f"{release_for_level(needs)} or later"
+            )
+        if level:
+            out.append(FeatureLevelRecord(name=name, feature_level=level))
+    return out
 
 
 def storage_info(log_dirs: tuple[Path, ...]) -> list[tuple[Path, MetaProperties | None]]:
