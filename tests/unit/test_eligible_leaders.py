@@ -192,8 +192,37 @@ def test_a_replica_back_from_an_unclean_shutdown_is_no_longer_eligible() -> None
     log.commit()
     p = _part(c)
     assert p.elr == ()
-    assert p.last_known_elr == (second,)
     assert p.isr == (leader,)
+
+
+def test_every_replica_back_from_a_crash_the_last_known_leader_leads() -> None:
+    """Kafka's balanced recovery: every replica crashed (each back without its epoch,
+    so none is eligible), the leader at the moment the ISR emptied leads again when it
+    is back - rather than the partition staying offline until an unclean election."""
+    c, log = _cluster()
+    leader, first, second = _to_isr_of_leader_alone(c, log)
+    for b in (first, second, leader):
+        _fence(c, log, b)
+    p = _part(c)
+    assert (p.leader, p.isr, set(p.elr), p.last_known_elr) == (-1, (), {leader, second},
+                                                                 (leader,))  # fmt: skip
+    later = c.session_timeout_ms + 1
+    for b in (second, leader):  # back from crashes: not eligible any more
+        res = register_broker(c, b, uuid.uuid4(), [("P", "h", b)], None, log.offset + 1,
+                              later, None, -1)  # fmt: skip
+        log.append(res.records)
+        log.commit()
+    p = _part(c)
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (-1, (), (), (leader,))
+    res = c.broker_heartbeat(second, c.image.brokers[second].epoch, False, True, later)
+    log.append(res.all_records())
+    log.commit()
+    assert _part(c).leader == -1  # not the last known leader
+    res = c.broker_heartbeat(leader, c.image.brokers[leader].epoch, False, True, later)
+    log.append(res.all_records())
+    log.commit()
+    p = _part(c)
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (leader, (leader,), (), ())
 
 
 def test_the_clean_shutdown_file_names_the_brokers_epoch(tmp_path: Path) -> None:
@@ -230,3 +259,28 @@ def test_the_high_watermark_is_saved_and_read_back(tmp_path: Path) -> None:
     assert q is not None
     assert q.high_watermark == 4
     again.close()
+
+
+def test_the_last_known_leader_already_back_leads_once_nobody_is_eligible() -> None:
+    """The other order: the last known leader is back (and up) while another crashed
+    replica is still eligible; when that one comes back from its crash, nobody is
+    eligible and the last known leader, already up, leads."""
+    c, log = _cluster()
+    leader, first, second = _to_isr_of_leader_alone(c, log)
+    for b in (first, second, leader):
+        _fence(c, log, b)
+    later = c.session_timeout_ms + 1
+    res = register_broker(c, leader, uuid.uuid4(), [("P", "h", leader)], None,
+                          log.offset + 1, later, None, -1)  # fmt: skip
+    log.append(res.records)
+    log.commit()
+    res = c.broker_heartbeat(leader, c.image.brokers[leader].epoch, False, True, later)
+    log.append(res.all_records())
+    log.commit()
+    assert _part(c).leader == -1  # second is still eligible (and down)
+    res = register_broker(c, second, uuid.uuid4(), [("P", "h", second)], None,
+                          log.offset + 1, later, None, -1)  # fmt: skip
+    log.append(res.records)
+    log.commit()
+    p = _part(c)
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (leader, (leader,), (), ())

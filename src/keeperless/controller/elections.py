@@ -54,8 +54,10 @@ def _elect(
     clean = next((x for x in p.replicas if x in p.isr and x in live), None)
     if clean is not None:
         return ApiError.none(), clean, None
-    if not p.isr:  # KIP-966: an eligible replica is a clean choice
+    if not p.isr:  # KIP-966: an eligible replica, else the last known leader, first
         eligible = next((x for x in p.replicas if x in p.elr and x in live), None)
+        if eligible is None and not p.elr and len(p.last_known_elr) == 1:
+            eligible = p.last_known_elr[0] if p.last_known_elr[0] in live else None
         if eligible is not None:
             return ApiError.none(), eligible, (eligible,)
     unclean = next((x for x in p.replicas if x in live), None)

@@ -5,13 +5,15 @@ on every ISR member (the leader's high watermark does not advance below it), so 
 replica that leaves the ISR while it is *below* min ISR still holds every committed
 record: it stays *eligible* (the ELR) and may be elected when the ISR is empty.
 
-- An ISR change to a size below min ISR: ELR = (old ISR + old ELR) - new ISR; last
-  known ELR = what was ELR or ISR and is in neither now. At or above min ISR both are
-  cleared.
+- An ISR change to a size below min ISR: ELR = (old ISR + old ELR) - new ISR; at or
+  above min ISR it is cleared.
 - With ELR on, a fenced broker leaves the ISR even when it is the last member (the ISR
   may be empty; the broker joins the ELR).
 - Election: from the ISR, else - ISR empty - from the ELR (the new leader becomes the
-  ISR and leaves the ELR); an unclean election clears both.
+  ISR and leaves the ELR), else the last known leader (Kafka's balanced recovery, in the
+  LastKnownElr field: the leader when the ISR emptied); an unclean election clears both.
+- A broker back from an unclean shutdown leaves every ELR (its unflushed tail may be
+  gone).
 
 Pure: returns the fields of a PartitionChangeRecord; state changes when it is replayed.
 """
@@ -52,16 +54,15 @@ def min_isr_of(image: MetadataImage, static: Mapping[str, str]) -> MinIsr:
 def eligible_after(
     info: PartitionInfo, new_isr: tuple[int, ...], min_isr: int
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(ELR, last known ELR) once the ISR is ``new_isr``."""
-    if len(new_isr) >= min_isr:
-        return (), ()
-    candidates = set(info.elr) | set(info.isr)
-    elr = tuple(sorted(b for b in candidates if b not in new_isr))
-    last_known = tuple(
-        sorted(
-            b for b in candidates | set(info.last_known_elr) if b not in new_isr and b not in elr
-        )
-    )
+    """(ELR, last known leader) once the ISR is ``new_isr``: the ELR as the module says;
+    the last known leader (Kafka's default, "balanced" recovery, kept in the
+    LastKnownElr field) is the leader at the moment the ISR empties."""
+    elr: tuple[int, ...] = ()
+    if len(new_isr) < min_isr:
+        elr = tuple(sorted((set(info.elr) | set(info.isr)) - set(new_isr)))
+    last_known = info.last_known_elr
+    if not new_isr and info.isr and info.leader >= 0:
+        last_known = (info.leader,)
     return elr, last_known
 
 
@@ -69,16 +70,22 @@ def elect(
     replicas: tuple[int, ...],
     isr: tuple[int, ...],
     elr: tuple[int, ...],
+    last_known: tuple[int, ...],
     acceptable: Callable[[int], bool],
-) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """(leader, ISR, ELR) after a clean election: the first acceptable replica in the
-    ISR, else - the ISR empty - the first acceptable one in the ELR, which becomes the
-    ISR; -1 when there is none."""
+) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(leader, ISR, ELR, last known leader) after an election: the first acceptable
+    replica in the ISR; else - the ISR empty - the first acceptable one in the ELR, which
+    becomes the ISR; else - the ELR empty too (its members came back from crashes) - the
+    last known leader, as Kafka's balanced recovery does (it had the longest log when
+    the ISR emptied). -1 when there is none. A partition with a leader keeps no last
+    known leader."""
     for b in replicas:
         if b in isr and acceptable(b):
-            return b, isr, elr
+            return b, isr, elr, ()
     if not isr:
         for b in replicas:
             if b in elr and acceptable(b):
-                return b, (b,), tuple(x for x in elr if x != b)
-    return -1, isr, elr
+                return b, (b,), tuple(x for x in elr if x != b), ()
+        if not elr and len(last_known) == 1 and acceptable(last_known[0]):
+            return last_known[0], (last_known[0],), (), ()
+    return -1, isr, elr, last_known

@@ -133,7 +133,9 @@ def _fence_with_elr(
     elr, last_known = eligible_after(p, isr, min_isr(image.topics[tid].name))
     leader = p.leader
     if leader in gone or leader not in isr:
-        leader, isr, elr = elect(p.replicas, isr, elr, live.__contains__)
+        leader, isr, elr, last_known = elect(p.replicas, isr, elr, last_known, live.__contains__)
+    elif last_known:
+        last_known = ()
     yield r.PartitionChangeRecord(
         partition_id=idx,
         topic_id=tid,
@@ -152,13 +154,19 @@ def iter_leaders_after_unfence(
     for tid, idx, p in _candidates(image, index, (broker_id,)):
         if p.leader == NO_LEADER and broker_id in p.isr:
             yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=broker_id)
-        elif p.leader == NO_LEADER and not p.isr and broker_id in p.elr:
+        elif (
+            p.leader == NO_LEADER
+            and not p.isr
+            and (broker_id in p.elr or (not p.elr and p.last_known_elr == (broker_id,)))
+        ):
+            # KIP-966: an eligible replica, or the last known leader with none eligible
             yield r.PartitionChangeRecord(
                 partition_id=idx,
                 topic_id=tid,
                 leader=broker_id,
                 isr=(broker_id,),
                 eligible_leader_replicas=tuple(b for b in p.elr if b != broker_id),
+                last_known_elr=() if p.last_known_elr else None,
             )
 
 
@@ -244,14 +252,25 @@ def register_broker(
 def _out_of_elr(
     image: MetadataImage, broker_id: int, index: Mapping[int, set[PartitionKey]] | None
 ) -> Iterator[Any]:
+    """Partition changes taking ``broker_id`` out of every ELR; a leaderless partition
+    gets a leader from what remains eligible (or its last known leader) if one is up."""
+    live = {b.broker_id for b in image.brokers.values() if b.active} - {broker_id}
     for tid, idx, p in _candidates(image, index, (broker_id,)):
-        if broker_id in p.elr:
-            yield r.PartitionChangeRecord(
-                partition_id=idx,
-                topic_id=tid,
-                eligible_leader_replicas=tuple(b for b in p.elr if b != broker_id),
-                last_known_elr=tuple(sorted({*p.last_known_elr, broker_id})),
-            )
+        if broker_id not in p.elr:
+            continue
+        elr = tuple(b for b in p.elr if b != broker_id)
+        leader, isr, last_known = p.leader, p.isr, p.last_known_elr
+        if leader == NO_LEADER:
+            leader, isr, elr, last_known = elect(p.replicas, isr, elr, last_known,
+                                                 live.__contains__)  # fmt: skip
+        yield r.PartitionChangeRecord(
+            partition_id=idx,
+            topic_id=tid,
+            leader=leader if leader != p.leader else -2,
+            isr=isr if isr != p.isr else None,
+            eligible_leader_replicas=elr,
+            last_known_elr=last_known if last_known != p.last_known_elr else None,
+        )
 
 
 def _moves_then(response: T, moves: Iterator[Any], state_changes: list[Any]) -> Result[T]:

@@ -102,7 +102,11 @@ def change_partition(
         last_known = tuple(b for b in last_known if b in t_replicas)
     leader = info.leader
     if leader not in t_isr or leader not in t_replicas:
-        leader, t_isr, elr = elect(t_replicas, t_isr, elr, lambda b: _acceptable(c, b))
+        leader, t_isr, elr, last_known = elect(
+            t_replicas, t_isr, elr, last_known, lambda b: _acceptable(c, b)
+        )
+    elif last_known:
+        last_known = ()  # it has a leader
     rec = r.PartitionChangeRecord(
         partition_id=partition,
         topic_id=topic_id,
