@@ -21,6 +21,7 @@ from keeperless.metadata.config_def import (
     greater_than,
     list_of,
 )
+from keeperless.metadata.replication_configs import REPLICATION_CONFIGS
 from keeperless.metadata.topic_configs import TOPIC_CONFIGS
 from keeperless.metadata.update_modes import (
     CLUSTER_WIDE,
@@ -300,41 +301,6 @@ _BROKER: list[ConfigDef] = [
         "1.7976931348623157E308",
         "The cleaner's read and write rate limit, over all its threads.",
     ),
-    # replication throttles (Kafka's QuotaConfig): the rates are set dynamically, per
-    # broker or as the cluster default; the topics name the replicas they apply to
-    _d(
-        "leader.replication.throttled.rate",
-        T.LONG,
-        _LONG_MAX,
-        "Bytes per second this broker sends, as a leader, to the followers of the replicas "
-        "its topics' leader.replication.throttled.replicas name while they are not in the "
-        "ISR.",
-    ),
-    _d(
-        "follower.replication.throttled.rate",
-        T.LONG,
-        _LONG_MAX,
-        "Bytes per second this broker fetches, as a follower not in the ISR, of the "
-        "replicas its topics' follower.replication.throttled.replicas name.",
-    ),
-    _d(
-        "replica.alter.log.dirs.io.max.bytes.per.second",
-        T.LONG,
-        _LONG_MAX,
-        "Bytes per second a replica moved between this broker's log directories is copied.",
-    ),
-    _d(
-        "replication.quota.window.num",
-        T.INT,
-        "11",
-        "The samples a replication throttle's rate is measured over.",
-    ),
-    _d(
-        "replication.quota.window.size.seconds",
-        T.INT,
-        "1",
-        "The length of one sample of a replication throttle's rate.",
-    ),
     _d(
         "log.cleaner.backoff.ms",
         T.LONG,
@@ -410,25 +376,6 @@ _BROKER: list[ConfigDef] = [
         "Elect a replica outside the ISR when no ISR member is alive (may lose data).",
     ),
     _d("delete.topic.enable", T.BOOLEAN, "true", "Topics may be deleted."),
-    # replication
-    _d(
-        "replica.lag.time.max.ms",
-        T.LONG,
-        "30000",
-        "A follower that has not caught up for this long leaves the ISR.",
-    ),
-    _d("replica.fetch.wait.max.ms", T.INT, "500", "How long a follower's fetch waits for data."),
-    _d("replica.fetch.max.bytes", T.INT, "1048576", "Bytes a follower fetches per partition."),
-    _d(
-        "replica.fetch.response.max.bytes",
-        T.INT,
-        "10485760",
-        "Bytes a follower fetches per request.",
-    ),
-    _d(
-        "replica.fetch.backoff.ms", T.INT, "1000", "How long a follower waits after a failed fetch."
-    ),
-    _d("num.replica.fetchers", T.INT, "1", "Fetcher threads per source broker."),
     # groups
     _d(
         "offsets.topic.replication.factor",
@@ -718,13 +665,6 @@ _SECURITY: tuple[tuple[str, ConfigType, str | None, str], ...] = (
         "600000",
         "How often idle producers are looked for.",
     ),
-    (
-        "replica.high.watermark.checkpoint.interval.ms",
-        T.LONG,
-        "5000",
-        "How often each partition's high watermark is saved to replication-offset-checkpoint "
-        "(read back at start: a leader elected after a restart knows what was committed).",
-    ),
 )
 _BROKER.extend(
     ConfigDef(n, t, d, doc, update_mode(n), sensitive=t == T.PASSWORD) for n, t, d, doc in _SECURITY
@@ -759,7 +699,6 @@ _VALIDATORS: dict[str, Validator] = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": at_least(1),
     "producer.id.expiration.ms": at_least(1),
     "producer.id.expiration.check.interval.ms": at_least(1),
-    "replica.high.watermark.checkpoint.interval.ms": at_least(1),
     "message.max.bytes": at_least(0),
     "group.initial.rebalance.delay.ms": at_least(0),
     "group.min.session.timeout.ms": at_least(0),
@@ -778,20 +717,10 @@ _VALIDATORS: dict[str, Validator] = {
     "metadata.log.max.record.bytes.between.snapshots": at_least(1),
     "metadata.log.max.snapshot.interval.ms": at_least(0),
     "metadata.log.segment.bytes": at_least(1024),
-    "replica.lag.time.max.ms": at_least(1),
-    "replica.fetch.wait.max.ms": at_least(0),
-    "replica.fetch.max.bytes": at_least(1),
-    "replica.fetch.response.max.bytes": at_least(1),
-    "replica.fetch.backoff.ms": at_least(0),
     "log.cleaner.threads": at_least(1),
     "log.cleaner.dedupe.buffer.size": at_least(1 << 16),
     "log.cleaner.io.max.bytes.per.second": greater_than(0),
     "log.cleaner.backoff.ms": at_least(0),
-    "leader.replication.throttled.rate": at_least(0),
-    "follower.replication.throttled.rate": at_least(0),
-    "replica.alter.log.dirs.io.max.bytes.per.second": at_least(0),
-    "replication.quota.window.num": at_least(1),
-    "replication.quota.window.size.seconds": at_least(1),
     "log.cleaner.delete.retention.ms": at_least(0),
     "log.cleaner.min.compaction.lag.ms": at_least(0),
     "log.cleaner.max.compaction.lag.ms": at_least(1),
@@ -804,8 +733,9 @@ _VALIDATORS: dict[str, Validator] = {
     "log.cleanup.policy": list_of("delete", "compact"),
 }
 
+_BROKER.extend(REPLICATION_CONFIGS)
 BROKER_CONFIGS: Mapping[str, ConfigDef] = {
-    c.name: replace(c, validator=_VALIDATORS.get(c.name)) for c in _BROKER
+    c.name: replace(c, validator=_VALIDATORS.get(c.name, c.validator)) for c in _BROKER
 }
 assert set(_VALIDATORS) <= set(BROKER_CONFIGS), set(_VALIDATORS) - set(BROKER_CONFIGS)
 
