@@ -298,10 +298,7 @@ def test_the_kafka_named_tool(six: Cluster, tmp_path: Path) -> None:
     assert "'fast'" in notanumber.stderr
     cancel = tool("--cancel", "--reassignment-json-file", str(target))
     assert f"Successfully cancelled partition reassignment for: {topic}-0" in cancel.stdout
-    assert "Clearing broker-level throttles on brokers 2,3,4,5,6,7" in cancel.stdout
-    assert f"Clearing topic-level throttles on topic {topic}" in cancel.stdout
-    assert _topic_throttles(c, topic) == ("", "")
-    assert _broker_throttle(c, 6) is None
+    _assert_cleared(c, cancel.stdout, topic, 6)
     wait_until(lambda: sorted(_replicas(c, topic)[0]) == [2, 3, 4], what="rollback")
     assert tool("--list").stdout.strip() == "No partition reassignments found."
     verify = tool("--verify", "--reassignment-json-file", str(target)).stdout
@@ -340,6 +337,14 @@ def _broker_throttle(c: Cluster, broker: int) -> str | None:
     got = admin.describe_configs([res])[res].result(10)
     entry = got["follower.replication.throttled.rate"]
     return None if entry.is_default else entry.value
+
+
+def _assert_cleared(c: Cluster, out: str, topic: str, broker: int) -> None:
+    """The tool said it cleared the throttles (Kafka's lines) and they are gone."""
+    assert "Clearing broker-level throttles on brokers 2,3,4,5,6,7" in out
+    assert f"Clearing topic-level throttles on topic {topic}" in out
+    assert _topic_throttles(c, topic) == ("", "")
+    assert _broker_throttle(c, broker) is None
 
 
 def _log_bytes(c: Cluster, broker: int, topic: str) -> int:
@@ -393,10 +398,7 @@ def test_a_throttled_move_catches_up_at_the_throttle(six: Cluster, tmp_path: Pat
                what="the reassignment to complete")  # fmt: skip
     verify = tool("--verify", "--reassignment-json-file", str(target))
     assert f"Reassignment of partition {topic}-0 is completed." in verify.stdout
-    assert "Clearing broker-level throttles on brokers 2,3,4,5,6,7" in verify.stdout
-    assert f"Clearing topic-level throttles on topic {topic}" in verify.stdout
-    assert _topic_throttles(c, topic) == ("", "")
-    assert _broker_throttle(c, 5) is None
+    _assert_cleared(c, verify.stdout, topic, 5)
 
 
 def test_drain_unregister_and_reuse_a_broker_id(six: Cluster) -> None:

@@ -15,6 +15,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.controller.eligible import elect
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
@@ -51,15 +52,11 @@ def _elect(
         return ApiError.none(), preferred, None
     if p.leader != NO_LEADER:
         return ApiError(ErrorCode.election_not_needed), NO_LEADER, None
-    clean = next((x for x in p.replicas if x in p.isr and x in live), None)
-    if clean is not None:
-        return ApiError.none(), clean, None
-    if not p.isr:  # KIP-966: an eligible replica, else the last known leader, first
-        eligible = next((x for x in p.replicas if x in p.elr and x in live), None)
-        if eligible is None and not p.elr and len(p.last_known_elr) == 1:
-            eligible = p.last_known_elr[0] if p.last_known_elr[0] in live else None
-        if eligible is not None:
-            return ApiError.none(), eligible, (eligible,)
+    # a clean choice first: the ISR, else (KIP-966) an eligible replica or the last
+    # known leader - the controller's own election rule
+    clean, isr, _, _ = elect(p.replicas, p.isr, p.elr, p.last_known_elr, live.__contains__)
+    if clean >= 0:
+        return ApiError.none(), clean, isr if isr != p.isr else None
     unclean = next((x for x in p.replicas if x in live), None)
     if unclean is None:
         return (
