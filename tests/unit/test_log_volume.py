@@ -30,7 +30,10 @@ VOLUME_BYTES = int(os.environ.get("KEEPERLESS_VOLUME_MB", "320")) * MIB
 
 @functools.lru_cache(maxsize=256)
 def _template(value_bytes: int, records: int) -> bytes:
-    value = bytes([value_bytes % 251]) * value_bytes
+    # never zero: a crash test zero-fills the lost tail, and a tail of zeros over
+    # values of zeros is the same bytes - no torn batch to find (hypothesis drew
+    # 1,530,096-byte values, a multiple of 251)
+    value = bytes([1 + value_bytes % 251]) * value_bytes
     return build_batch([(None, value, [])] * records, timestamp_ms=1_000)
 
 
