@@ -17,11 +17,16 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.auto_create import AutoTopicCreator
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.controller_rpcs import ControllerRpcs
+from keeperless.broker.log_dir_moves import LogDirMoves
 from keeperless.broker.partitions import PartitionManager
 from keeperless.broker.replication_quotas import ReplicationQuotas
 from keeperless.metadata.config_catalog import Resolved
 from keeperless.metadata.config_resolution import resolve_broker, resolve_topic
-from keeperless.metadata.features import elr_enabled
+from keeperless.metadata.features import (
+    METADATA_VERSION_FEATURE,
+    directory_assignment,
+    elr_enabled,
+)
 from keeperless.metadata.image import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
@@ -45,7 +50,7 @@ T = TypeVar("T")
 class BrokerSettings:
     node_id: int
     cluster_id: str
-    log_dir: Path
+    log_dir: Path  # the first of log.dirs
     endpoints: tuple[tuple[str, str, int], ...]
     rack: str | None
     log_defaults: LogConfig
@@ -61,6 +66,8 @@ class BrokerSettings:
     authorizer: bool = False
     super_users: frozenset[str] = frozenset()
     allow_if_no_acl: bool = False
+    # every log.dirs entry (KIP-858); empty: ``log_dir`` alone
+    log_dirs: tuple[Path, ...] = ()
 
 
 def _now_ms() -> int:
@@ -87,13 +94,15 @@ class Broker:
         )
         self.image = MetadataImage()
         self.partitions = PartitionManager(
-            settings.node_id, settings.log_dir, settings.log_defaults
+            settings.node_id, settings.log_dirs or settings.log_dir, settings.log_defaults
         )
         self.broker_epoch = -1
         self.fenced = True
         self.on_image: list[Callable[[MetadataImage], None]] = []
         self._produce_settings: dict[str, tuple[int, bool, int, bool]] = {}
         self.replication_quotas = ReplicationQuotas(settings.node_id)
+        # replicas moving between this broker's log directories (AlterReplicaLogDirs)
+        self.log_dir_moves = LogDirMoves(self.partitions, self.replication_quotas.alter_log_dirs)
         self._producer_ids: list[int] = []
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
         self._image_waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
@@ -338,7 +347,32 @@ class Broker:
         for p in list(self.partitions.partitions.values()):
             p.state.remove_expired(now, expiration_ms)
 
+    async def send_dir_assignments(self) -> bool:
+        """Tell the controller the directory of each replica whose directory in the
+        metadata is not the one holding it (AssignReplicasToDirs, KIP-858), up to
+        Kafka's 2,250 a request; True if some were sent."""
+        pending = self.partitions.assignments
+        mv = self.image.features.get(METADATA_VERSION_FEATURE)
+        if not pending or self.broker_epoch < 0 or mv is None or not directory_assignment(mv):
+            return False
+        batch = list(pending.items())[:2250]
+        try:
+            err, results = await self.controller.assign_replicas_to_dirs(
+                self.node_id, self.broker_epoch, [(d, t, i) for (t, i), d in batch]
+            )
+        except ControllerUnavailableError:
+            return False
+        if err.code != ErrorCode.none:
+            return False
+        done = (ErrorCode.none, ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_id,
+                ErrorCode.unknown_topic_or_partition)  # fmt: skip
+        for d, t, i, e in results:
+            if e.code in done and pending.get((t, i)) == d:
+                del pending[(t, i)]
+        return True
+
     def close(self) -> None:
+        self.log_dir_moves.close()
         self.peers.close()
         self.auto_create.close()
         self.partitions.close(self.broker_epoch)

@@ -13,7 +13,15 @@ from uuid import UUID
 
 from kio.index import load_request_schema
 
-from keeperless.metadata.admin import ApiError, CreateTopicResult, IsrChange, IsrResult, NewTopic
+from keeperless.metadata.admin import (
+    ApiError,
+    CreateTopicResult,
+    DirAssignment,
+    DirAssignmentResult,
+    IsrChange,
+    IsrResult,
+    NewTopic,
+)
 from keeperless.metadata.features import SUPPORTED_FEATURES
 from keeperless.metadata.image import PartitionInfo
 from keeperless.protocol.apis import ApiKey
@@ -30,6 +38,7 @@ _VERSIONS = {
     ApiKey.BROKER_REGISTRATION: 3,
     ApiKey.BROKER_HEARTBEAT: 1,
     ApiKey.ALLOCATE_PRODUCER_IDS: 0,
+    ApiKey.ASSIGN_REPLICAS_TO_DIRS: 0,
 }
 
 
@@ -86,6 +95,7 @@ class ControllerRpcs:
         endpoints: Sequence[tuple[str, str, int]],
         rack: str | None,
         previous_broker_epoch: int = -1,
+        log_dirs: Sequence[UUID] = (),
     ) -> tuple[ApiError, int]:
         body = {
             "broker_id": broker_id,
@@ -99,7 +109,7 @@ class ControllerRpcs:
                 for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
             ],
             "rack": rack,
-            "log_dirs": [],
+            "log_dirs": list(log_dirs),
             "previous_broker_epoch": previous_broker_epoch,
         }
         resp = await self._rpc(ApiKey.BROKER_REGISTRATION, body)
@@ -112,6 +122,7 @@ class ControllerRpcs:
         want_fence: bool,
         metadata_offset: int,
         want_shut_down: bool = False,
+        offline_dirs: Sequence[UUID] = (),
     ) -> tuple[ApiError, bool, bool]:
         body = {
             "broker_id": broker_id,
@@ -119,10 +130,20 @@ class ControllerRpcs:
             "current_metadata_offset": metadata_offset,
             "want_fence": want_fence,
             "want_shut_down": want_shut_down,
-            "offline_log_dirs": [],
+            "offline_log_dirs": list(offline_dirs),
         }
         resp = await self._rpc(ApiKey.BROKER_HEARTBEAT, body)
         return ApiError(resp.error_code), bool(resp.is_fenced), bool(resp.should_shut_down)
+
+    async def assign_replicas_to_dirs(
+        self, broker_id: int, broker_epoch: int, assignments: Sequence[DirAssignment]
+    ) -> tuple[ApiError, list[DirAssignmentResult]]:
+        return assignments_result(
+            await self._rpc(
+                ApiKey.ASSIGN_REPLICAS_TO_DIRS,
+                assignments_body(broker_id, broker_epoch, assignments),
+            )
+        )
 
     async def allocate_producer_ids(self, broker_id: int, epoch: int) -> tuple[ApiError, int, int]:
         resp = await self._rpc(
@@ -169,3 +190,35 @@ class ControllerRpcs:
             for t in resp.topics
             for p in t.partitions
         ]
+
+
+def assignments_body(
+    broker_id: int, broker_epoch: int, assignments: Sequence[DirAssignment]
+) -> dict[str, Any]:
+    """An AssignReplicasToDirs request: directories, then topics, then partitions."""
+    tree: dict[UUID, dict[UUID, list[int]]] = {}
+    for dir_id, tid, idx in assignments:
+        tree.setdefault(dir_id, {}).setdefault(tid, []).append(idx)
+    return {
+        "broker_id": broker_id,
+        "broker_epoch": broker_epoch,
+        "directories": [
+            {
+                "id_": d,
+                "topics": [
+                    {"topic_id": t, "partitions": [{"partition_index": i} for i in ps]}
+                    for t, ps in topics.items()
+                ],
+            }
+            for d, topics in tree.items()
+        ],
+    }
+
+
+def assignments_result(resp: Any) -> tuple[ApiError, list[DirAssignmentResult]]:
+    return ApiError(resp.error_code), [
+        (d.id_, t.topic_id, p.partition_index, ApiError(p.error_code))
+        for d in resp.directories
+        for t in d.topics
+        for p in t.partitions
+    ]

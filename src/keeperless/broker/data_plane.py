@@ -32,6 +32,7 @@ from keeperless.protocol.fetch_response import (
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import CorruptBatchError, decode_records, iter_batches
 from keeperless.security.authz import AclOp, Resource
+from keeperless.storage.dir_failure import LogDirFailure
 from keeperless.storage.log import FileSlice
 
 __all__ = ["DataPlane"]
@@ -228,9 +229,13 @@ class DataPlane:
                         "record needs a key",
                     )
                 else:
-                    res = p.append(
-                        pd.records or b"", p.info.leader_epoch, max_bytes, now, append_time
-                    )
+                    try:
+                        res = p.append(
+                            pd.records or b"", p.info.leader_epoch, max_bytes, now, append_time
+                        )
+                    except LogDirFailure as e:
+                        # its log directory failed (KIP-858): it goes offline here
+                        res = AppendResult(ErrorCode.kafka_storage_error, message=str(e))
                 appended = appended or res.error == ErrorCode.none
                 if res.error == ErrorCode.none and req.acks == -1:
                     end = p.log.log_end_offset

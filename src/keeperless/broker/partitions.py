@@ -8,8 +8,9 @@ import contextlib
 import json
 import logging
 import shutil
-from collections.abc import Callable
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from uuid import UUID
 
@@ -21,7 +22,7 @@ from keeperless.broker.txn_state import (
     marker_coordinator_epoch,
     marker_type,
 )
-from keeperless.metadata.image import PartitionInfo
+from keeperless.metadata.image import UNASSIGNED, PartitionInfo
 from keeperless.protocol.records import (
     BatchHeader,
     CorruptBatchError,
@@ -34,6 +35,11 @@ from keeperless.protocol.records import (
 from keeperless.storage.durable import fsync_dir, write_atomically
 from keeperless.storage.epochs import LeaderEpochCache
 from keeperless.storage.log import FileSlice, LogConfig, PartitionLog
+from keeperless.storage.meta_properties import (
+    read_meta_properties,
+    uuid_from_kafka,
+    uuid_to_kafka,
+)
 from keeperless.storage.offset_checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -42,6 +48,7 @@ from keeperless.storage.offset_checkpoint import (
 )
 from keeperless.storage.partition_dirs import (
     CLEAN_SHUTDOWN_FILE,
+    FUTURE_SUFFIX,
     discard,
     partition_dirs,
     read_topic_id,
@@ -101,32 +108,9 @@ class Partition:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
-        self.directory = directory
-        self.state = ProducerState(directory)
-        self.producers = self.state.producers
-        self.txns = self.state.txns
-        if read_topic_id(directory) is None:
-            # bound to this incarnation of the topic before any data is written
-            directory.mkdir(parents=True, exist_ok=True)
-            write_topic_id(directory, topic_id)
-        # the batches from the newest snapshot on: what recovery replays
-        snaps = snapshot_offsets(directory)
-        self._replay_from = snaps[-1] if snaps else 0
-        self._found: list[BatchHeader] | None = []
-        self.log = PartitionLog(
-            directory, config, now_ms, self._recovered_batch, clean_shutdown=clean_shutdown
-        )
-        self._load_state(self._found)
-        self._found = None
-        self.log.on_roll = self._on_roll
         self.info: PartitionInfo | None = None
         self.node_id = -1
-        self.epochs = LeaderEpochCache(directory)
-        if not self.epochs.loaded:
-            for h in self.log.batch_headers():
-                self.epochs.assign(h.partition_leader_epoch, h.base_offset, persist=False)
-            self.epochs.save()
-        self.epochs.truncate_from_end(self.log.log_end_offset)
+        self._open_storage(directory, config, now_ms, clean_shutdown)
         # The high watermark: what every ISR member has. A leader whose ISR is itself
         # alone has everything; otherwise it rises as followers fetch.
         self._hw = self.log.log_start_offset
@@ -137,6 +121,44 @@ class Partition:
         self.hw_min_isr = 0
         self.leader_since_ms = now_ms
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    def _open_storage(
+        self, directory: Path, config: LogConfig, now_ms: int, clean_shutdown: bool
+    ) -> None:
+        """Open the log, the producers' state and the leader epochs in ``directory``."""
+        self.directory = directory
+        self.state = ProducerState(directory)
+        self.producers = self.state.producers
+        self.txns = self.state.txns
+        if read_topic_id(directory) is None:
+            # bound to this incarnation of the topic before any data is written
+            directory.mkdir(parents=True, exist_ok=True)
+            write_topic_id(directory, self.topic_id)
+        # the batches from the newest snapshot on: what recovery replays
+        snaps = snapshot_offsets(directory)
+        self._replay_from = snaps[-1] if snaps else 0
+        self._found: list[BatchHeader] | None = []
+        self.log = PartitionLog(
+            directory, config, now_ms, self._recovered_batch, clean_shutdown=clean_shutdown
+        )
+        self._load_state(self._found)
+        self._found = None
+        self.log.on_roll = self._on_roll
+        self.epochs = LeaderEpochCache(directory)
+        if not self.epochs.loaded:
+            for h in self.log.batch_headers():
+                self.epochs.assign(h.partition_leader_epoch, h.base_offset, persist=False)
+            self.epochs.save()
+        self.epochs.truncate_from_end(self.log.log_end_offset)
+
+    def reopen(self, directory: Path, now_ms: int) -> None:
+        """Serve from the copy in ``directory`` (a replica moved to another log
+        directory, closed cleanly there): the same partition - its leadership, followers,
+        high watermark and waiters - on the new files."""
+        config = self.log.config
+        self.log.close()
+        self._open_storage(directory, config, now_ms, clean_shutdown=True)
+        self._hw = min(max(self._hw, self.log.log_start_offset), self.log.log_end_offset)
 
     @property
     def isr_change_in_flight(self) -> bool:
@@ -607,38 +629,149 @@ class Partition:
         return self.log.read(offset, max_bytes, limit)
 
 
-class PartitionManager:
-    """Partitions hosted by this broker, kept in step with the metadata image."""
+@dataclass(eq=False, slots=True)
+class LogDir:
+    """One of the broker's ``log.dirs`` (KIP-858): its path, its directory id (from its
+    meta.properties), whether it is online, and what it had checkpointed for the
+    partitions it holds that are not open yet."""
 
-    def __init__(self, node_id: int, log_dir: Path, defaults: LogConfig) -> None:
+    path: Path
+    dir_id: UUID
+    online: bool = True
+    clean: bool = False  # its clean-shutdown file was there at start
+    epoch: int = -1  # the broker epoch that file named
+    starts: dict[tuple[str, int], int] = field(default_factory=dict)
+    hws: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def directory_id_of(path: Path) -> UUID:
+    """A log directory's id: from its meta.properties; for one without (tests, tools),
+    one derived from its path."""
+    meta = read_meta_properties(path)
+    if meta is not None:
+        with contextlib.suppress(ValueError):
+            return uuid_from_kafka(meta.directory_id)
+    u = uuid.uuid5(uuid.NAMESPACE_URL, str(path.resolve()))
+    return u if u.int > 100 else UUID(int=u.int + 101)
+
+
+class PartitionManager:
+    """Partitions hosted by this broker, kept in step with the metadata image, in one or
+    several log directories."""
+
+    def __init__(self, node_id: int, log_dirs: Path | Sequence[Path], defaults: LogConfig) -> None:
         self.node_id = node_id
-        self.log_dir = log_dir
+        paths = (log_dirs,) if isinstance(log_dirs, Path) else tuple(log_dirs)
+        self.dirs = [LogDir(d, directory_id_of(d)) for d in paths]
+        self.log_dir = paths[0]
         self.defaults = defaults
         self.partitions: dict[tuple[str, int], Partition] = {}
-        # log start offsets moved inside a segment (DeleteRecords), as checkpointed;
-        # applied to each partition when it opens
-        self._start_checkpoint = log_dir / LOG_START_OFFSET_CHECKPOINT
-        self._starts = read_offset_checkpoint(self._start_checkpoint)
-        # each partition's high watermark as last saved (Kafka's
-        # replication-offset-checkpoint), applied when it opens
-        self._hw_checkpoint = log_dir / REPLICATION_OFFSET_CHECKPOINT
-        self._hws = read_offset_checkpoint(self._hw_checkpoint)
+        # the directory of each open partition
+        self.dir_of: dict[tuple[str, int], LogDir] = {}
+        # partitions assigned here whose directory is offline (KIP-858): not served
+        self.offline: dict[tuple[str, int], LogDir | None] = {}
+        # partition directories found at start, by partition, until opened (in two
+        # directories after a crash in the middle of a move between them)
+        self._found: dict[tuple[str, int], list[LogDir]] = {}
+        # where a replica not hosted yet is to be created (AlterReplicaLogDirs before
+        # it arrives, as Kafka's preferred log dirs)
+        self.preferred: dict[tuple[str, int], LogDir] = {}
+        # directories to tell the controller (AssignReplicasToDirs): (topic id,
+        # partition) -> directory id, taken by the broker
+        self.assignments: dict[tuple[UUID, int], UUID] = {}
         self._data_arrived: asyncio.Future[None] | None = None
         # set by the replica manager: a follower fetched from a partition led here
         self.on_follower_fetch: Callable[[Partition, int], None] | None = None
+        # called when a log directory goes offline (the broker tells the controller)
+        self.on_dir_offline: Callable[[LogDir], None] | None = None
         # Kafka's marker of a clean stop: read (and removed) at start, written at a
-        # clean stop; recovery then knows a torn tail is not a crash's
-        self.clean_shutdown = False
-        # the broker epoch the clean-shutdown file names (as Kafka's, {"version": 0,
+        # clean stop; recovery then knows a torn tail is not a crash's. Clean only if
+        # every directory had it
+        self.clean_shutdown = True
+        # the broker epoch the clean-shutdown files name (as Kafka's, {"version": 0,
         # "brokerEpoch": N}), told to the controller at registration; -1 after a crash
-        self.previous_broker_epoch = -1
-        marker = log_dir / CLEAN_SHUTDOWN_FILE
-        if marker.exists():
-            self.clean_shutdown = True
-            with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-                self.previous_broker_epoch = int(json.loads(marker.read_text())["brokerEpoch"])
-            marker.unlink()
-            fsync_dir(log_dir)
+        epochs: set[int] = set()
+        for ld in self.dirs:
+            self._open_dir(ld)
+            self.clean_shutdown = self.clean_shutdown and ld.clean
+            epochs.add(ld.epoch)
+        self.previous_broker_epoch = epochs.pop() if len(epochs) == 1 else -1
+        if not self.clean_shutdown:
+            self.previous_broker_epoch = -1
+
+    def _open_dir(self, ld: LogDir) -> None:
+        """Read a directory's checkpoints and clean-shutdown file and index its
+        partition directories; one that cannot be read starts offline."""
+        try:
+            # log start offsets moved inside a segment (DeleteRecords), as checkpointed;
+            # applied to each partition when it opens
+            ld.starts = read_offset_checkpoint(ld.path / LOG_START_OFFSET_CHECKPOINT)
+            # each partition's high watermark as last saved (Kafka's
+            # replication-offset-checkpoint), applied when it opens
+            ld.hws = read_offset_checkpoint(ld.path / REPLICATION_OFFSET_CHECKPOINT)
+            marker = ld.path / CLEAN_SHUTDOWN_FILE
+            if marker.exists():
+                ld.clean = True
+                with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+                    ld.epoch = int(json.loads(marker.read_text())["brokerEpoch"])
+                marker.unlink()
+                fsync_dir(ld.path)
+            for key in partition_dirs(ld.path):
+                self._found.setdefault(key, []).append(ld)
+            for future in ld.path.glob(f"*{FUTURE_SUFFIX}"):
+                # a move between directories that a stop cut short: asked again, it
+                # starts over
+                log.info("[node %d] Deleting %s: a move of a replica between log "
+                         "directories that did not finish", self.node_id, future)  # fmt: skip
+                discard(future)
+        except OSError as e:
+            ld.online = False
+            log.error(
+                "[node %d] Log directory %s is offline: it could not be read at start (%s)",
+                self.node_id,
+                ld.path,
+                e,
+            )
+
+    @property
+    def online_dirs(self) -> list[LogDir]:
+        return [ld for ld in self.dirs if ld.online]
+
+    @property
+    def offline_dirs(self) -> list[LogDir]:
+        return [ld for ld in self.dirs if not ld.online]
+
+    def dir_by_id(self, dir_id: UUID) -> LogDir | None:
+        return next((ld for ld in self.dirs if ld.dir_id == dir_id), None)
+
+    def dir_containing(self, path: Path) -> LogDir | None:
+        """The log directory ``path`` is in (or is)."""
+        for ld in self.dirs:
+            if path == ld.path or ld.path in path.parents:
+                return ld
+        return None
+
+    def _place(self, key: tuple[str, int], info: PartitionInfo) -> LogDir | None:
+        """Where a partition not found on disk is created: the directory the metadata
+        assigns it, if online here; else, with every directory online, the one holding
+        the fewest partitions (Kafka's nextLogDirs). With a directory offline, a replica
+        the metadata does not show as new (UNASSIGNED) may be on it: it is not created
+        elsewhere (Kafka: "Can not create log ... because log directories are offline")."""
+        want = info.directory(self.node_id)
+        chosen = self.preferred.pop(key, None)
+        if chosen is not None and chosen.online:
+            return chosen
+        ld = self.dir_by_id(want)
+        if ld is not None and ld.online:
+            return ld
+        online = self.online_dirs
+        if not online or (len(online) < len(self.dirs) and want != UNASSIGNED):
+            return None
+        counts = {id(d): 0 for d in online}
+        for d in self.dir_of.values():
+            if id(d) in counts:
+                counts[id(d)] += 1
+        return min(online, key=lambda d: counts[id(d)])
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
@@ -651,14 +784,39 @@ class PartitionManager:
         info: PartitionInfo,
         config: LogConfig,
         now_ms: int,
-    ) -> Partition:
+    ) -> Partition | None:
+        """Open (or create) the local replica; None when it is not served here because
+        a log directory that may hold it is offline."""
         p = self.partitions.get((topic, index))
         if p is not None and p.topic_id != topic_id:
             # an older incarnation of the topic is still open here: it goes first
             self.remove(topic, index, p.topic_id, "its topic was re-created")
             p = None
         if p is None:
-            directory = self.log_dir / f"{topic}-{index}"
+            key = (topic, index)
+            copies = [d for d in self._found.pop(key, ()) if d.online]
+            want = info.directory(self.node_id)
+            ld = next((d for d in copies if d.dir_id == want), copies[0] if copies else None)
+            for other in copies:
+                if other is not ld:
+                    # a crash between the two renames of a move: the copies are the same
+                    log.info("[node %d] Deleting the second copy of %s-%d in %s (kept: %s)",
+                             self.node_id, topic, index, other.path, ld and ld.path)  # fmt: skip
+                    self._discard(other.path / f"{topic}-{index}")
+            if ld is None:
+                ld = self._place(key, info)
+            if ld is None:
+                if key not in self.offline:
+                    log.warning(
+                        "[node %d] Not hosting %s-%d: a log directory that may hold it is offline",
+                        self.node_id,
+                        topic,
+                        index,
+                    )
+                self.offline[key] = None
+                return None
+            self.offline.pop(key, None)
+            directory = ld.path / f"{topic}-{index}"
             found = read_topic_id(directory) if directory.exists() else None
             if found is not None and found != topic_id:
                 log.info(
@@ -671,38 +829,56 @@ class PartitionManager:
                     topic,
                 )
                 self._discard(directory)
-            p = Partition(topic, index, topic_id, directory, config, now_ms, self.clean_shutdown)
-            self.partitions[(topic, index)] = p
-            start = self._starts.pop((topic, index), None)
+            p = Partition(topic, index, topic_id, directory, config, now_ms, ld.clean)
+            self.partitions[key] = p
+            self.dir_of[key] = ld
+            start = ld.starts.pop(key, None)
             if start is not None and found == topic_id:
                 p.advance_start(start, now_ms)
-            hw = self._hws.pop((topic, index), None)
+            hw = ld.hws.pop(key, None)
             if hw is not None and found == topic_id:
                 p.restore_hw(hw)
         else:
             p.log.config = config
+        ld = self.dir_of[(topic, index)]
+        if info.directory(self.node_id) != ld.dir_id:
+            self.assignments[(topic_id, index)] = ld.dir_id
         p.node_id = self.node_id
         p.on_info(info, now_ms)
         return p
 
     def checkpoint_high_watermarks(self) -> None:
-        """Save every partition's high watermark (those not opened yet: as read)."""
-        hws = dict(self._hws)
-        for key, p in self.partitions.items():
-            hws[key] = p.high_watermark
-        write_offset_checkpoint(self._hw_checkpoint, hws)
+        """Save every partition's high watermark in its directory's checkpoint (those not
+        opened yet: as read)."""
+        failed: OSError | None = None
+        for ld in self.online_dirs:
+            hws = dict(ld.hws)
+            for key, p in self.partitions.items():
+                if self.dir_of.get(key) is ld:
+                    hws[key] = p.high_watermark
+            try:
+                write_offset_checkpoint(ld.path / REPLICATION_OFFSET_CHECKPOINT, hws)
+            except OSError as e:  # that directory failed: the others are saved still
+                failed = e
+        if failed is not None:
+            raise failed
 
     def advance_start(self, p: Partition, offset: int, now_ms: int) -> bool:
-        """Move a partition's log start offset and checkpoint every moved start (the
-        deleted records must stay deleted across a restart)."""
+        """Move a partition's log start offset and checkpoint every moved start of its
+        directory (the deleted records must stay deleted across a restart)."""
         if not p.advance_start(offset, now_ms):
             return False
-        starts = dict(self._starts)  # of partitions not opened yet: kept
+        ld = self.dir_of.get((p.topic, p.index))
+        if ld is None or not ld.online:
+            return True
+        starts = dict(ld.starts)  # of partitions not opened yet: kept
         for key, q in self.partitions.items():
+            if self.dir_of.get(key) is not ld:
+                continue
             first = q.log.first_segment_base
             if q.log.log_start_offset > first:
                 starts[key] = q.log.log_start_offset
-        write_offset_checkpoint(self._start_checkpoint, starts)
+        write_offset_checkpoint(ld.path / LOG_START_OFFSET_CHECKPOINT, starts)
         return True
 
     def remove(self, topic: str, index: int, topic_id: UUID, why: str) -> bool:
@@ -710,8 +886,11 @@ class PartitionManager:
         ``topic_id`` (a re-created topic of the same name is another partition)."""
         p = self.partitions.get((topic, index))
         if p is None or p.topic_id != topic_id:
+            self.offline.pop((topic, index), None)
             return False
         del self.partitions[(topic, index)]
+        self.dir_of.pop((topic, index), None)
+        self.assignments.pop((topic_id, index), None)
         log.info(
             "[node %d] Deleting partition %s-%d of topic id %s (%s)",
             self.node_id,
@@ -743,24 +922,26 @@ class PartitionManager:
         discarded partitions, and every partition directory that the metadata does not
         assign to this broker with that topic id (deleted while it was down, or an older
         incarnation of a re-created topic)."""
-        remove_discarded(self.log_dir)
-        for key, directory in partition_dirs(self.log_dir).items():
-            if key in self.partitions:
-                continue
-            found = read_topic_id(directory)
-            want = expected.get(key)
-            if found is not None and found == want:
-                continue
-            if found is None and want is not None:
-                continue  # a directory from before partition.metadata: it is adopted
-            log.info(
-                "[node %d] Deleting stray partition directory %s (topic id %s is not "
-                "assigned here)",
-                self.node_id,
-                directory.name,
-                found,
-            )
-            self._discard(directory)
+        for ld in self.online_dirs:
+            remove_discarded(ld.path)
+            for key, directory in partition_dirs(ld.path).items():
+                if key in self.partitions and self.dir_of.get(key) is ld:
+                    continue
+                found = read_topic_id(directory)
+                want = expected.get(key)
+                if key not in self.partitions and found is not None and found == want:
+                    continue
+                if key not in self.partitions and found is None and want is not None:
+                    continue  # a directory from before partition.metadata: it is adopted
+                log.info(
+                    "[node %d] Deleting stray partition directory %s (topic id %s is not "
+                    "assigned here%s)",
+                    self.node_id,
+                    directory,
+                    found,
+                    ", or it is hosted in another log directory" if key in self.partitions else "",
+                )
+                self._discard(directory)
 
     def notify_append(self) -> None:
         fut = self._data_arrived
@@ -775,23 +956,70 @@ class PartitionManager:
             await asyncio.wait_for(asyncio.shield(self._data_arrived), timeout_s)
 
     def close(self, broker_epoch: int = -1) -> None:
-        """Close every log; if each was flushed, mark the directory cleanly shut down
-        (with the broker's epoch, which it names when it registers again)."""
-        clean = True
+        """Close every log; mark each directory whose logs were all flushed cleanly shut
+        down (with the broker's epoch, which it names when it registers again)."""
         try:
             self.checkpoint_high_watermarks()
         except OSError as e:
             log.warning("[node %d] Could not save the high watermarks: %s", self.node_id, e)
-        for p in self.partitions.values():
-            clean = p.close() and clean
+        unclean: set[int] = set()
+        for key, p in self.partitions.items():
+            if not p.close():
+                ld = self.dir_of.get(key)
+                unclean.add(id(ld))
         self.partitions.clear()
-        if clean:
+        self.dir_of.clear()
+        for ld in self.online_dirs:
+            if id(ld) in unclean:
+                continue
             try:
                 write_atomically(
-                    self.log_dir / CLEAN_SHUTDOWN_FILE,
+                    ld.path / CLEAN_SHUTDOWN_FILE,
                     json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode(),
                 )
-                fsync_dir(self.log_dir)
+                fsync_dir(ld.path)
             except OSError as e:
                 log.warning("[node %d] Could not mark %s cleanly shut down: %s",
-                            self.node_id, self.log_dir, e)  # fmt: skip
+                            self.node_id, ld.path, e)  # fmt: skip
+
+    # -- a failed log directory (KIP-858) ---------------------------------------------------
+
+    def dir_failed(self, path: Path, error: OSError) -> LogDir | None:
+        """A write in ``path`` failed: its log directory goes offline - its partitions
+        are closed and no longer served here, and nothing more is written to it. Returns
+        the directory newly offline (None: unknown, or already offline)."""
+        ld = self.dir_containing(path)
+        if ld is None or not ld.online:
+            return None
+        ld.online = False
+        log.error(
+            "[node %d] Log directory %s (%s) is offline after an I/O error (%s): its %d "
+            "partition(s) are no longer served here; %d of %d log directories remain online",
+            self.node_id,
+            ld.path,
+            uuid_to_kafka(ld.dir_id),
+            error,
+            sum(1 for d in self.dir_of.values() if d is ld),
+            len(self.online_dirs),
+            len(self.dirs),
+        )
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._close_dir(ld)
+        else:
+            # not inside the write that failed: its caller is still on the stack
+            loop.call_soon(self._close_dir, ld)
+        if self.on_dir_offline is not None:
+            self.on_dir_offline(ld)
+        return ld
+
+    def _close_dir(self, ld: LogDir) -> None:
+        for key in [k for k, d in self.dir_of.items() if d is ld]:
+            p = self.partitions.pop(key)
+            del self.dir_of[key]
+            self.offline[key] = ld
+            p.fail_waiters()
+            p.info = None
+            with contextlib.suppress(Exception):
+                p.log.close()

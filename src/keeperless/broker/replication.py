@@ -29,6 +29,7 @@ from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.partitions import Partition, ReplicationError
 from keeperless.metadata.admin import IsrChange
 from keeperless.protocol.apis import ApiKey
+from keeperless.storage.dir_failure import LogDirFailure
 
 __all__ = ["ReplicaManager", "ReplicationSettings"]
 
@@ -241,6 +242,8 @@ class _Fetcher:
                             log.warning("[node %d] %s; fetching again", broker.node_id, e)
                             backoff = True
                             continue
+                        except LogDirFailure:
+                            continue  # its log directory is offline: it stops here
                     hw_before = p.high_watermark
                     p.follower_hw(pr.high_watermark)
                     if p.high_watermark > hw_before:

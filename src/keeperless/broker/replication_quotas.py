@@ -46,7 +46,7 @@ def parse_throttled_replicas(value: str, broker: int) -> frozenset[int]:
 class ReplicationQuota:
     """One side's throttle: its rate limit, the replicas it applies to, its measured rate."""
 
-    def __init__(self, rate_key: str, replicas_key: str, broker: int) -> None:
+    def __init__(self, rate_key: str, replicas_key: str | None, broker: int) -> None:
         self.rate_key = rate_key
         self.replicas_key = replicas_key
         self.broker = broker
@@ -56,7 +56,11 @@ class ReplicationQuota:
 
     @property
     def active(self) -> bool:
-        """Some replica of this broker is throttled (else nothing is measured)."""
+        """Some replica of this broker is throttled (else nothing is measured); a quota
+        without a list of replicas (moves between log directories) whenever it has a
+        limit."""
+        if self.replicas_key is None:
+            return self.bound < math.inf
         return bool(self.throttled)
 
     def is_throttled(self, topic: str, partition: int) -> bool:
@@ -92,6 +96,8 @@ class ReplicationQuota:
         bound = math.inf if bound >= 2**63 - 1 else bound
         throttled: dict[str, frozenset[int]] = {}
         for (rtype, name), configs in image.configs.items():
+            if self.replicas_key is None:
+                break
             value = configs.get(self.replicas_key) if rtype == TOPIC_RESOURCE else None
             if value:
                 parts = parse_throttled_replicas(value, self.broker)
@@ -123,6 +129,11 @@ class ReplicationQuotas:
             "follower.replication.throttled.replicas",
             broker,
         )
+        # replica.alter.log.dirs.io.max.bytes.per.second: every move between this
+        # broker's log directories
+        self.alter_log_dirs = ReplicationQuota(
+            "replica.alter.log.dirs.io.max.bytes.per.second", None, broker
+        )
         self._seen: object = None
 
     def update(
@@ -135,5 +146,5 @@ class ReplicationQuotas:
         self._seen = image.configs
         window = resolve_broker("replication.quota.window.size.seconds", *layers)[0] or "1"
         samples = resolve_broker("replication.quota.window.num", *layers)[0] or "11"
-        for q in (self.leader, self.follower):
+        for q in (self.leader, self.follower, self.alter_log_dirs):
             q.configure(image, layers, float(window), int(samples))

@@ -10,12 +10,12 @@ cleanly instead.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.eligible import elect
+from keeperless.controller.eligible import elect, leader_acceptor
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
@@ -32,14 +32,15 @@ ElectionResult = tuple[str, int, ApiError]
 
 
 def _elect(
-    live: set[int], p: PartitionInfo, election_type: int, where: str
+    live: Callable[[int], bool], p: PartitionInfo, election_type: int, where: str
 ) -> tuple[ApiError, int, tuple[int, ...] | None]:
-    """(error, new leader, new ISR or None to keep it)."""
+    """(error, new leader, new ISR or None to keep it); ``live``: whether a replica may
+    lead (its broker active, its log directory online)."""
     if election_type == PREFERRED:
         preferred = p.replicas[0] if p.replicas else NO_LEADER
         if p.leader == preferred:
             return ApiError(ErrorCode.election_not_needed), NO_LEADER, None
-        if preferred not in p.isr or preferred not in live:
+        if preferred not in p.isr or not live(preferred):
             state = "is fenced" if preferred in p.isr else f"is not in the ISR {list(p.isr)}"
             return (
                 ApiError(
@@ -54,10 +55,10 @@ def _elect(
         return ApiError(ErrorCode.election_not_needed), NO_LEADER, None
     # a clean choice first: the ISR, else (KIP-966) an eligible replica or the last
     # known leader - the controller's own election rule
-    clean, isr, _, _ = elect(p.replicas, p.isr, p.elr, p.last_known_elr, live.__contains__)
+    clean, isr, _, _ = elect(p.replicas, p.isr, p.elr, p.last_known_elr, live)
     if clean >= 0:
         return ApiError.none(), clean, isr if isr != p.isr else None
-    unclean = next((x for x in p.replicas if x in live), None)
+    unclean = next((x for x in p.replicas if live(x)), None)
     if unclean is None:
         return (
             ApiError(
@@ -104,7 +105,9 @@ def elect_leaders(
                 )
             )
             continue
-        err, leader, isr = _elect(live, info, election_type, f"{name}-{idx}")
+        err, leader, isr = _elect(
+            leader_acceptor(image, live, info), info, election_type, f"{name}-{idx}"
+        )
         if err.code == ErrorCode.election_not_needed and partitions is None:
             continue
         results.append((name, idx, err))
@@ -152,7 +155,9 @@ def balance_leaders(c: QuorumController, topic_ids: Sequence[UUID]) -> Result[li
             if info.reassigning or not info.replicas:
                 continue
             preferred = info.replicas[0]
-            if info.leader == preferred or preferred not in info.isr or preferred not in live:
+            if info.leader == preferred or preferred not in info.isr:
+                continue
+            if not leader_acceptor(image, live, info)(preferred):
                 continue
             records.append(
                 r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=preferred)

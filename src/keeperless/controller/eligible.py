@@ -20,12 +20,12 @@ Pure: returns the fields of a PartitionChangeRecord; state changes when it is re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from keeperless.metadata.config_resolution import resolve_topic
 from keeperless.metadata.image import BROKER_RESOURCE, MetadataImage, PartitionInfo
 
-__all__ = ["MinIsr", "elect", "eligible_after", "min_isr_of"]
+__all__ = ["MinIsr", "elect", "eligible_after", "leader_acceptor", "min_isr_of"]
 
 MinIsr = Callable[[str], int]  # topic name -> its effective min.insync.replicas
 
@@ -49,6 +49,22 @@ def min_isr_of(image: MetadataImage, static: Mapping[str, str]) -> MinIsr:
             return 1
 
     return of
+
+
+def leader_acceptor(
+    image: MetadataImage, live: Collection[int], p: PartitionInfo
+) -> Callable[[int], bool]:
+    """Kafka's LeaderAcceptor: a replica may lead ``p`` (or join its ISR) when its
+    broker is in ``live`` and the log directory holding its replica is online (KIP-858:
+    a replica on a failed disk is not)."""
+    if not p.directories:
+        return live.__contains__
+
+    def ok(b: int) -> bool:
+        reg = image.brokers.get(b)
+        return b in live and reg is not None and reg.has_online_dir(p.directory(b))
+
+    return ok
 
 
 def eligible_after(

@@ -6,26 +6,28 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.eligible import MinIsr, elect, eligible_after
+from keeperless.controller.eligible import MinIsr, elect, eligible_after, leader_acceptor
 from keeperless.controller.quorum_controller import PartitionKey, QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
-from keeperless.metadata.image import BrokerRegistration, MetadataImage, PartitionInfo
+from keeperless.metadata.image import LOST, BrokerRegistration, MetadataImage, PartitionInfo
 
 __all__ = [
     "HeartbeatReply",
     "broker_heartbeat",
     "controlled_shutdown_record",
+    "dirs_offline_moves",
     "fence_record",
     "fence_stale_brokers",
     "iter_leaders_after_fence",
     "iter_leaders_after_unfence",
+    "leave_isr",
     "register_broker",
     "start_sessions",
     "unfence_record",
@@ -107,17 +109,32 @@ def iter_leaders_after_fence(
     gone = {broker_id} if isinstance(broker_id, int) else set(broker_id)
     live = {b.broker_id for b in image.brokers.values() if b.active} - gone
     for tid, idx, p in _candidates(image, index, gone):
-        if not gone.intersection(p.isr):
-            continue
-        if min_isr is not None:
-            yield from _fence_with_elr(image, tid, idx, p, gone, live, min_isr)
-            continue
-        isr = tuple(x for x in p.isr if x not in gone) or p.isr
-        if p.leader in gone:
-            new = next((x for x in p.replicas if x in live and x in isr), NO_LEADER)
-            yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=new, isr=isr)
-        elif isr != p.isr:
-            yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, isr=isr)
+        yield from leave_isr(image, tid, idx, p, gone, live, min_isr)
+
+
+def leave_isr(
+    image: MetadataImage,
+    tid: UUID,
+    idx: int,
+    p: PartitionInfo,
+    gone: set[int],
+    live: set[int],
+    min_isr: MinIsr | None,
+) -> Iterator[Any]:
+    """The change of one partition whose replicas on ``gone`` stop (a fenced broker,
+    or a failed log directory): see iter_leaders_after_fence."""
+    if not gone.intersection(p.isr):
+        return
+    if min_isr is not None:
+        yield from _fence_with_elr(image, tid, idx, p, gone, live, min_isr)
+        return
+    ok = leader_acceptor(image, live, p)
+    isr = tuple(x for x in p.isr if x not in gone) or p.isr
+    if p.leader in gone:
+        new = next((x for x in p.replicas if x in isr and ok(x)), NO_LEADER)
+        yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=new, isr=isr)
+    elif isr != p.isr:
+        yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, isr=isr)
 
 
 def _fence_with_elr(
@@ -133,7 +150,9 @@ def _fence_with_elr(
     elr, last_known = eligible_after(p, isr, min_isr(image.topics[tid].name))
     leader = p.leader
     if leader in gone or leader not in isr:
-        leader, isr, elr, last_known = elect(p.replicas, isr, elr, last_known, live.__contains__)
+        leader, isr, elr, last_known = elect(
+            p.replicas, isr, elr, last_known, leader_acceptor(image, live, p)
+        )
     elif last_known:
         last_known = ()
     yield r.PartitionChangeRecord(
@@ -151,7 +170,10 @@ def iter_leaders_after_unfence(
 ) -> Iterator[Any]:
     """The leaderless partitions with ``broker_id`` in their ISR: it leads them again;
     or, their ISR empty, with it in their ELR (KIP-966): it leads them as their ISR."""
+    reg = image.brokers.get(broker_id)
     for tid, idx, p in _candidates(image, index, (broker_id,)):
+        if reg is not None and not reg.has_online_dir(p.directory(broker_id)):
+            continue  # its replica is on a failed log directory
         if p.leader == NO_LEADER and broker_id in p.isr:
             yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=broker_id)
         elif (
@@ -197,6 +219,7 @@ def register_broker(
     now_ms: int,
     features: Mapping[str, tuple[int, int]] | None = None,
     previous_broker_epoch: int = -1,
+    log_dirs: Sequence[UUID] = (),
 ) -> Result[tuple[ApiError, int]]:
     """A broker registers. A new process of a broker whose previous one is still
     unfenced (it died without a controlled shutdown, and its session ran out but was not
@@ -226,7 +249,7 @@ def register_broker(
         )
         return _moves_then((err, -1), moves, [fence_record(broker_id, existing.epoch)])
     res = c.register_broker(
-        broker_id, incarnation_id, endpoints, rack, next_offset, now_ms, features
+        broker_id, incarnation_id, endpoints, rack, next_offset, now_ms, features, log_dirs
     )
     if (
         existing is not None
@@ -262,7 +285,7 @@ def _out_of_elr(
         leader, isr, last_known = p.leader, p.isr, p.last_known_elr
         if leader == NO_LEADER:
             leader, isr, elr, last_known = elect(p.replicas, isr, elr, last_known,
-                                                 live.__contains__)  # fmt: skip
+                                                 leader_acceptor(image, live, p))  # fmt: skip
         yield r.PartitionChangeRecord(
             partition_id=idx,
             topic_id=tid,
@@ -291,6 +314,7 @@ def broker_heartbeat(
     caught_up: bool,
     metadata_offset: int,
     now_ms: int,
+    offline_dirs: Sequence[UUID] = (),
 ) -> Result[HeartbeatReply]:
     """Kafka's broker states (BrokerHeartbeatManager): a fenced broker is unfenced once
     caught up; an unfenced broker asking to shut down enters controlled shutdown — its
@@ -305,6 +329,59 @@ def broker_heartbeat(
             ErrorCode.stale_broker_epoch, f"Broker {broker_id} epoch {epoch} is not current"
         )
         return Result([], (err, True, False))
+    res = _heartbeat(
+        c, b, want_fence=want_fence, want_shut_down=want_shut_down, caught_up=caught_up,
+        metadata_offset=metadata_offset, now_ms=now_ms,
+    )  # fmt: skip
+    gone = [d for d in offline_dirs if d in b.log_dirs] if c.directory_assignment else []
+    if not gone:
+        return res
+    # Kafka's handleDirectoriesOffline: the replicas on the failed directories leave
+    # their ISRs and leaderships (as if their broker were fenced, for those partitions
+    # alone), then the broker's registration lists only its remaining directories
+    log.warning(
+        "[node %d] Log directories %s of broker %d are offline: their replicas leave "
+        "the ISR and their leaderships move; remaining directories: %s",
+        c.node_id,
+        [str(d) for d in gone],
+        broker_id,
+        [str(d) for d in b.log_dirs if d not in gone],
+    )
+    moves = dirs_offline_moves(c, broker_id, set(gone))
+    change = r.BrokerRegistrationChangeRecord(
+        broker_id=broker_id,
+        broker_epoch=b.epoch,
+        log_dirs=tuple(d for d in b.log_dirs if d not in gone) or (LOST,),
+    )
+    return Result(
+        [],
+        res.response,
+        atomic=False,
+        more=itertools.chain(moves, [change], res.records, res.more),
+    )
+
+
+def dirs_offline_moves(c: QuorumController, broker_id: int, dirs: set[UUID]) -> Iterator[Any]:
+    """Changes of the partitions whose replica on ``broker_id`` is in ``dirs``."""
+    image = c.image
+    live = {b.broker_id for b in image.brokers.values() if b.active} - {broker_id}
+    min_isr = c.elr_min_isr()
+    for tid, idx, p in _candidates(image, c.partitions_by_broker, (broker_id,)):
+        if p.directory(broker_id) in dirs:
+            yield from leave_isr(image, tid, idx, p, {broker_id}, live, min_isr)
+
+
+def _heartbeat(
+    c: QuorumController,
+    b: BrokerRegistration,
+    *,
+    want_fence: bool,
+    want_shut_down: bool,
+    caught_up: bool,
+    metadata_offset: int,
+    now_ms: int,
+) -> Result[HeartbeatReply]:
+    broker_id, epoch = b.broker_id, b.epoch
     ok = ApiError.none()
     c._last_heartbeat_ms[broker_id] = now_ms
     c.broker_offsets[broker_id] = metadata_offset

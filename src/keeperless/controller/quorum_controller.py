@@ -30,13 +30,17 @@ from keeperless.metadata.admin import (
 from keeperless.metadata.features import (
     METADATA_VERSION_FEATURE,
     SUPPORTED_FEATURES,
+    directory_assignment,
     elr_enabled,
 )
 from keeperless.metadata.image import (
     BROKER_RESOURCE,
+    MIGRATING,
     TOPIC_RESOURCE,
+    UNASSIGNED,
     MetadataDelta,
     MetadataImage,
+    PartitionInfo,
 )
 from keeperless.metadata.topic_configs import TopicConfigError, validate_topic_configs
 
@@ -112,6 +116,33 @@ class QuorumController:
                 value=value,
             )
         ]
+
+    @property
+    def directory_assignment(self) -> bool:
+        """Replicas are assigned to log directories (KIP-858, metadata.version 3.7-IV2)."""
+        return directory_assignment(self.metadata_version)
+
+    def default_dir(self, broker_id: int) -> UUID:
+        """Kafka's defaultDir: the directory a new replica on ``broker_id`` starts in -
+        its only one; UNASSIGNED with several (the broker chooses and tells us);
+        MIGRATING when it named none."""
+        b = self.image.brokers.get(broker_id)
+        if b is None:
+            return UNASSIGNED
+        if not b.log_dirs:
+            return MIGRATING
+        return b.log_dirs[0] if len(b.log_dirs) == 1 else UNASSIGNED
+
+    def new_directories(self, replicas: Sequence[int], old: PartitionInfo | None = None) -> Any:
+        """The directories of ``replicas`` in a record that sets them: a replica kept
+        keeps its directory, a new one starts in its broker's default; None before
+        directory assignment (the record version has no such field)."""
+        if not self.directory_assignment:
+            return None
+        return tuple(
+            old.directory(b) if old is not None and b in old.replicas else self.default_dir(b)
+            for b in replicas
+        )
 
     @property
     def metadata_version(self) -> int | None:
@@ -251,6 +282,7 @@ class QuorumController:
         next_offset: int,
         now_ms: int,
         features: Mapping[str, tuple[int, int]] | None = None,
+        log_dirs: Sequence[UUID] = (),
     ) -> Result[tuple[ApiError, int]]:
         features = SUPPORTED_FEATURES if features is None else features
         mv = self.image.features.get(METADATA_VERSION_FEATURE)
@@ -308,6 +340,7 @@ class QuorumController:
             ),
             rack=rack,
             fenced=True,
+            log_dirs=tuple(sorted(log_dirs)) if self.directory_assignment else (),
         )
         log.info(
             "[node %d] Registering broker %d with epoch %d (%s, rack %s); fenced until it "
@@ -329,6 +362,7 @@ class QuorumController:
         *,
         want_shut_down: bool = False,
         metadata_offset: int = -1,
+        offline_dirs: Sequence[UUID] = (),
     ) -> tuple[ApiError, bool, bool] | None:
         """The answer to a heartbeat that changes nothing (an active broker of the current
         epoch that wants to stay), or None if it needs the full operation. Such heartbeats
@@ -338,6 +372,8 @@ class QuorumController:
         b = self.image.brokers.get(broker_id)
         if b is None or b.epoch != epoch or not b.active or want_fence or want_shut_down:
             return None
+        if any(d in b.log_dirs for d in offline_dirs):
+            return None  # a directory newly offline: its replicas' leaderships move
         self._last_heartbeat_ms[broker_id] = now_ms
         self.broker_offsets[broker_id] = metadata_offset
         return ApiError.none(), False, False
@@ -352,6 +388,7 @@ class QuorumController:
         *,
         want_shut_down: bool = False,
         metadata_offset: int = -1,
+        offline_dirs: Sequence[UUID] = (),
     ) -> Result[tuple[ApiError, bool, bool]]:
         """(error, is fenced, should shut down): see fencing.broker_heartbeat."""
         from keeperless.controller.fencing import broker_heartbeat
@@ -365,6 +402,7 @@ class QuorumController:
             caught_up=caught_up,
             metadata_offset=metadata_offset,
             now_ms=now_ms,
+            offline_dirs=offline_dirs,
         )
 
     def unregister_broker(self, broker_id: int) -> Result[ApiError]:
@@ -560,7 +598,7 @@ class QuorumController:
             leader=leader,
             leader_epoch=0,
             partition_epoch=0,
-            directories=tuple(UUID(int=0) for _ in reps),
+            directories=self.new_directories(reps) or (),
         )
 
     def delete_topics(

@@ -54,6 +54,11 @@ def _acceptable(c: QuorumController, broker: int) -> bool:
     return b is not None and not b.fenced and not b.in_controlled_shutdown
 
 
+def _dir_online(c: QuorumController, info: PartitionInfo, broker: int) -> bool:
+    b = c.image.brokers.get(broker)
+    return b is not None and b.has_online_dir(info.directory(broker))
+
+
 def _completed(
     replicas: tuple[int, ...], isr: tuple[int, ...], adding: tuple[int, ...],
     removing: tuple[int, ...],
@@ -103,7 +108,11 @@ def change_partition(
     leader = info.leader
     if leader not in t_isr or leader not in t_replicas:
         leader, t_isr, elr, last_known = elect(
-            t_replicas, t_isr, elr, last_known, lambda b: _acceptable(c, b)
+            t_replicas,
+            t_isr,
+            elr,
+            last_known,
+            lambda b: _acceptable(c, b) and _dir_online(c, info, b),
         )
     elif last_known:
         last_known = ()  # it has a leader
@@ -117,6 +126,7 @@ def change_partition(
         removing_replicas=t_removing if t_removing != info.removing else None,
         eligible_leader_replicas=elr if elr != info.elr else None,
         last_known_elr=last_known if last_known != info.last_known_elr else None,
+        directories=c.new_directories(t_replicas, info) if t_replicas != info.replicas else None,
     )
     if (rec.replicas, rec.isr, rec.adding_replicas, rec.removing_replicas,
             rec.eligible_leader_replicas, rec.last_known_elr) == (None,) * 6 and (

@@ -25,6 +25,8 @@ __all__ = [
     "ApiError",
     "CreatePartitionsRequest",
     "CreateTopicResult",
+    "DirAssignment",
+    "DirAssignmentResult",
     "IsrChange",
     "IsrResult",
     "NewTopic",
@@ -96,6 +98,11 @@ def validate_topic_name(name: str) -> str | None:
             "alphanumerics, '.', '_' and '-'"
         )
     return None
+
+
+# AssignReplicasToDirs (KIP-858): (directory id, topic id, partition), and its result
+DirAssignment = tuple[UUID, UUID, int]
+DirAssignmentResult = tuple[UUID, UUID, int, ApiError]
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,13 @@ _MIGRATION = 8  # 3.4-IV0: RegisterBrokerRecord v2
 _DIRECTORY_ASSIGNMENT = 17  # 3.7-IV2: PartitionRecord/PartitionChangeRecord v1, RegisterBroker v3
 
 
+def directory_assignment(level: int | None) -> bool:
+    """Whether replicas are assigned to log directories in the metadata (KIP-858,
+    3.7-IV2): directories in partition records, a broker's directories in its
+    registration, AssignReplicasToDirs. None (not finalized yet): the latest."""
+    return level is None or level >= _DIRECTORY_ASSIGNMENT
+
+
 def record_version(record: Any, level: int | None) -> int:
     """The version of ``record`` that a controller at metadata.version ``level`` writes
     (Kafka's MetadataVersion.partitionRecordVersion() and friends); None: the highest.

@@ -17,6 +17,9 @@ from immutables import Map, MapMutation
 from keeperless.metadata import _records_gen as r
 
 __all__ = [
+    "LOST",
+    "MIGRATING",
+    "UNASSIGNED",
     "AclEntry",
     "BrokerRegistration",
     "DelegationToken",
@@ -36,6 +39,13 @@ V = TypeVar("V")
 BROKER_RESOURCE = 4
 TOPIC_RESOURCE = 2
 
+# Kafka's reserved directory ids (DirectoryId): a replica placed before directories were
+# tracked (and the all-zero default), one waiting for its broker to choose a directory,
+# and one on a directory known to be lost
+MIGRATING = UUID(int=0)
+UNASSIGNED = UUID(int=1)
+LOST = UUID(int=2)
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
@@ -52,6 +62,19 @@ class PartitionInfo:
     # may still be elected (they hold every committed record), and those last known so
     elr: tuple[int, ...] = ()
     last_known_elr: tuple[int, ...] = ()
+    # KIP-858: the log directory of each replica (in the order of ``replicas``); empty
+    # when none is known (every one MIGRATING), to keep a million partitions small
+    directories: tuple[UUID, ...] = ()
+
+    def directory(self, broker_id: int) -> UUID:
+        """The directory the controller knows ``broker_id``'s replica in (MIGRATING:
+        not known)."""
+        if not self.directories:
+            return MIGRATING
+        try:
+            return self.directories[self.replicas.index(broker_id)]
+        except (ValueError, IndexError):
+            return MIGRATING
 
     @property
     def reassigning(self) -> bool:
@@ -81,6 +104,18 @@ class BrokerRegistration:
     in_controlled_shutdown: bool = False
     # feature name -> (min, max) supported level, as the broker registered it
     supported_features: Mapping[str, tuple[int, int]] = field(default_factory=lambda: _EMPTY)
+    # KIP-858: the ids of its online log directories (sorted); empty before
+    # metadata.version 3.7-IV2 or for a broker that did not name them
+    log_dirs: tuple[UUID, ...] = ()
+
+    def has_online_dir(self, directory: UUID) -> bool:
+        """Kafka's DirectoryId.isOnline: a replica not placed yet (MIGRATING,
+        UNASSIGNED) counts as online, LOST never; with no directories known, any."""
+        if directory in (MIGRATING, UNASSIGNED):
+            return True
+        if directory == LOST:
+            return False
+        return not self.log_dirs or directory in self.log_dirs
 
     def endpoint(self, listener: str | None = None) -> tuple[str, int] | None:
         """(host, port) of its ``listener`` (Kafka tells a client the endpoints of the
@@ -179,7 +214,25 @@ def changed_partition(old: PartitionInfo, rec: r.PartitionChangeRecord) -> Parti
         if rec.eligible_leader_replicas is not None
         else old.elr,
         tuple(rec.last_known_elr) if rec.last_known_elr is not None else old.last_known_elr,
+        _changed_directories(old, rec),
     )
+
+
+def known_directories(dirs: Any) -> tuple[UUID, ...]:
+    """A partition's directories as kept in the image: empty when none is known."""
+    if not dirs or all(d == MIGRATING for d in dirs):
+        return ()
+    return tuple(dirs)
+
+
+def _changed_directories(old: PartitionInfo, rec: r.PartitionChangeRecord) -> tuple[UUID, ...]:
+    if rec.directories is not None:
+        return known_directories(rec.directories)
+    if rec.replicas is None or not old.directories:
+        return old.directories
+    # new replicas without directories (a record written before 3.7-IV2): each kept
+    # replica keeps its directory, a new one is MIGRATING
+    return known_directories([old.directory(b) for b in rec.replicas])
 
 
 def _mutate(m: Mapping[K, V]) -> MapMutation[K, V]:
@@ -269,6 +322,7 @@ class MetadataDelta:
             tuple(rec.removing_replicas),
             tuple(rec.eligible_leader_replicas or ()),
             tuple(rec.last_known_elr or ()),
+            known_directories(rec.directories),
         )
         self.changed_topics.add(rec.topic_id)
         self.changed_partitions.add((rec.topic_id, rec.partition_id))
@@ -303,6 +357,7 @@ class MetadataDelta:
             MappingProxyType(
                 {f.name: (f.min_supported_version, f.max_supported_version) for f in rec.features}
             ),
+            tuple(sorted(rec.log_dirs)),
         )
 
     def _unregister_broker(self, rec: r.UnregisterBrokerRecord) -> None:
@@ -325,7 +380,11 @@ class MetadataDelta:
             cur = b[rec.broker_id]
             fenced = cur.fenced if rec.fenced == 0 else rec.fenced == 1
             shut = cur.in_controlled_shutdown if rec.in_controlled_shutdown == 0 else True
-            b[rec.broker_id] = replace(cur, fenced=fenced, in_controlled_shutdown=shut)
+            # an empty list changes nothing (fencing records carry none)
+            dirs = tuple(sorted(rec.log_dirs)) if rec.log_dirs else cur.log_dirs
+            b[rec.broker_id] = replace(
+                cur, fenced=fenced, in_controlled_shutdown=shut, log_dirs=dirs
+            )
 
     def _config(self, rec: r.ConfigRecord) -> None:
         configs = self._c()

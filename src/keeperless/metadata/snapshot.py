@@ -61,7 +61,7 @@ def topic_records(topic: TopicImage, level: int | None = None) -> Iterator[Any]:
             removing_replicas=p.removing,
             eligible_leader_replicas=p.elr or None,
             last_known_elr=p.last_known_elr or None,
-            directories=tuple(ZERO_UUID for _ in p.replicas) if dirs else (),
+            directories=(p.directories or tuple(ZERO_UUID for _ in p.replicas)) if dirs else (),
         )
 
 
@@ -86,6 +86,7 @@ def _head_records(image: MetadataImage) -> Iterator[Any]:
             rack=b.rack,
             fenced=b.fenced,
             in_controlled_shutdown=b.in_controlled_shutdown,
+            log_dirs=b.log_dirs,
         )
 
 

@@ -184,7 +184,7 @@ _TABLE = (
     ApiSpec(ApiKey.DELETE_ACLS, broker=(1, 3), controller=(2, 3)),  # forwarded to the controller
     ApiSpec(ApiKey.DESCRIBE_CONFIGS, broker=(1, 4)),
     ApiSpec(ApiKey.ALTER_CONFIGS, broker=(0, 2), controller=(0, 2)),  # forwarded to the controller
-    ApiSpec(ApiKey.ALTER_REPLICA_LOG_DIRS, broker=(1, 2)),  # one log directory per broker
+    ApiSpec(ApiKey.ALTER_REPLICA_LOG_DIRS, broker=(1, 2)),
     ApiSpec(ApiKey.DESCRIBE_LOG_DIRS, broker=(1, 4)),
     ApiSpec(ApiKey.SASL_AUTHENTICATE, broker=(0, 2), controller=(0, 2)),
     ApiSpec(ApiKey.CREATE_PARTITIONS, broker=(0, 3), controller=(3, 3)),
@@ -230,6 +230,7 @@ _TABLE = (
     ApiSpec(ApiKey.DESCRIBE_TRANSACTIONS, broker=(0, 0)),
     ApiSpec(ApiKey.LIST_TRANSACTIONS, broker=(0, 2)),
     ApiSpec(ApiKey.ALLOCATE_PRODUCER_IDS, controller=(0, 0)),
+    ApiSpec(ApiKey.ASSIGN_REPLICAS_TO_DIRS, controller=(0, 0)),  # KIP-858, broker to controller
     ApiSpec(ApiKey.CONSUMER_GROUP_HEARTBEAT, broker=(0, 1)),  # KIP-848
     ApiSpec(ApiKey.CONSUMER_GROUP_DESCRIBE, broker=(0, 1)),
     ApiSpec(ApiKey.LIST_CONFIG_RESOURCES, broker=(0, 1)),

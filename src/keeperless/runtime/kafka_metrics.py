@@ -190,6 +190,13 @@ class KafkaJmxNames:
             "Errors loading snapshots",
             self.node.mlog.snapshot_errors,
         )
+        yield _g(
+            "kafka.log",
+            "LogManager",
+            "OfflineLogDirectoryCount",
+            "Log directories offline after an I/O error",
+            len(b.partitions.offline_dirs),
+        )
         rm = ("kafka.server", "ReplicaManager")
         mine = [p for p in b.partitions.partitions.values() if p.info is not None]
         led = [p for p in mine if p.info.leader == b.node_id]

@@ -172,6 +172,7 @@ class LogCleaner:
             return False
         ratio, key, p, job = found[0]
         generation = p.log.generation
+        plog = p.log
         loop = asyncio.get_running_loop()
         try:
             res: CleanResult = await loop.run_in_executor(
@@ -187,8 +188,9 @@ class LogCleaner:
                 e,
             )
             return True
-        if self.broker.partitions.partitions.get(key) is not p:
-            for _, cleaned in res.swaps:  # deleted or re-created meanwhile
+        if self.broker.partitions.partitions.get(key) is not p or p.log is not plog:
+            # deleted, re-created or moved to another log directory meanwhile
+            for _, cleaned in res.swaps:
                 cleaned.unlink(missing_ok=True)
             return True
         swapped = 0

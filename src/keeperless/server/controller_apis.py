@@ -21,6 +21,7 @@ from keeperless.controller.delegation_tokens import (
     expire_token,
     renew_token,
 )
+from keeperless.controller.directories import assign_replicas_to_dirs
 from keeperless.controller.elections import elect_leaders
 from keeperless.controller.features import update_features
 from keeperless.controller.fencing import register_broker
@@ -39,6 +40,8 @@ from keeperless.metadata.admin import (
     ApiError,
     CreatePartitionsRequest,
     CreateTopicResult,
+    DirAssignment,
+    DirAssignmentResult,
     IsrChange,
     IsrResult,
     NewTopic,
@@ -137,6 +140,7 @@ class LocalController:
         rack: str | None,
         features: Mapping[str, tuple[int, int]] | None = None,
         previous_broker_epoch: int = -1,
+        log_dirs: Sequence[UUID] = (),
     ) -> tuple[ApiError, int]:
         # the epoch is the offset of the registration record: read when the operation
         # runs (its turn may come after others were appended), not when it arrived
@@ -151,6 +155,7 @@ class LocalController:
                 _now_ms(),
                 features,
                 previous_broker_epoch,
+                log_dirs,
             )
         )
 
@@ -161,6 +166,7 @@ class LocalController:
         want_fence: bool,
         metadata_offset: int,
         want_shut_down: bool = False,
+        offline_dirs: Sequence[UUID] = (),
     ) -> tuple[ApiError, bool, bool]:
         # caught up once the broker has applied its own registration record
         caught_up = metadata_offset >= epoch
@@ -172,6 +178,7 @@ class LocalController:
                 _now_ms(),
                 want_shut_down=want_shut_down,
                 metadata_offset=metadata_offset,
+                offline_dirs=offline_dirs,
             )
             if steady is not None:
                 return steady
@@ -184,7 +191,15 @@ class LocalController:
                 _now_ms(),
                 want_shut_down=want_shut_down,
                 metadata_offset=metadata_offset,
+                offline_dirs=offline_dirs,
             )
+        )
+
+    async def assign_replicas_to_dirs(
+        self, broker_id: int, broker_epoch: int, assignments: Sequence[DirAssignment]
+    ) -> tuple[ApiError, list[DirAssignmentResult]]:
+        return await self.service.call(
+            lambda c: assign_replicas_to_dirs(c, broker_id, broker_epoch, assignments)
         )
 
     async def allocate_producer_ids(self, broker_id: int, epoch: int) -> tuple[ApiError, int, int]:
@@ -291,6 +306,7 @@ class ControllerApis:
             ApiKey.UPDATE_FEATURES: self.update_features,
             ApiKey.BROKER_REGISTRATION: self.register_broker,
             ApiKey.BROKER_HEARTBEAT: self.broker_heartbeat,
+            ApiKey.ASSIGN_REPLICAS_TO_DIRS: self.assign_replicas_to_dirs,
             ApiKey.UNREGISTER_BROKER: self.unregister_broker,
             ApiKey.ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
@@ -386,6 +402,7 @@ class ControllerApis:
                 req.rack,
                 {f.name: (f.min_supported_version, f.max_supported_version) for f in req.features},
                 getattr(req, "previous_broker_epoch", -1),
+                tuple(getattr(req, "log_dirs", ()) or ()),
             )
         except NotControllerError:
             return self._not_controller(header, {"broker_epoch": -1})
@@ -402,6 +419,7 @@ class ControllerApis:
                 req.want_fence,
                 req.current_metadata_offset,
                 req.want_shut_down,
+                tuple(getattr(req, "offline_log_dirs", ()) or ()),
             )
         except NotControllerError:
             return self._not_controller(
@@ -415,6 +433,39 @@ class ControllerApis:
                 "is_caught_up": not fenced,
                 "is_fenced": fenced,
                 "should_shut_down": shut_down,
+            },
+        )
+
+    async def assign_replicas_to_dirs(self, header: RequestHeader, req: Any) -> Any:
+        wanted = [
+            (d.id_, t.topic_id, p.partition_index)
+            for d in req.directories
+            for t in d.topics
+            for p in t.partitions
+        ]
+        try:
+            top, results = await self.local.assign_replicas_to_dirs(
+                req.broker_id, req.broker_epoch, wanted
+            )
+        except NotControllerError:
+            top, results = ApiError(ErrorCode.not_controller), []
+        tree: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+        for d, t, idx, err in results:
+            tree.setdefault(d, {}).setdefault(t, []).append(
+                {"partition_index": idx, "error_code": err.code}
+            )
+        return build(
+            response_class(ApiKey.ASSIGN_REPLICAS_TO_DIRS, header.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": top.code,
+                "directories": [
+                    {
+                        "id_": d,
+                        "topics": [{"topic_id": t, "partitions": ps} for t, ps in ts.items()],
+                    }
+                    for d, ts in tree.items()
+                ],
             },
         )
 

@@ -4,6 +4,7 @@ transport, the controller role, the broker role, listeners, and their lifecycle.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -208,6 +209,10 @@ class Node:
         self.servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stale_told = -1e9  # when a refused heartbeat was last reported
+        # set when a log directory goes offline: the heartbeat tells the controller now
+        self._heartbeat_now = asyncio.Event()
+        if self.broker is not None:
+            self.broker.partitions.on_dir_offline = lambda _ld: self._heartbeat_now.set()
 
     def _broker_settings(self) -> BrokerSettings:
         c = self.config
@@ -217,6 +222,7 @@ class Node:
             node_id=self.node_id,
             cluster_id=self.cluster_id,
             log_dir=c.log_dirs[0],
+            log_dirs=c.log_dirs,
             endpoints=tuple((e.listener, e.host, e.port) for e in c.advertised_broker_listeners),
             rack=c["broker.rack"],
             log_defaults=LogConfig(
@@ -240,6 +246,20 @@ class Node:
 
     # -- lifecycle ----------------------------------------------------------------------
 
+    def _on_log_dir_failure(self, directory: Path, error: OSError) -> None:
+        """A write in one of the broker's log directories failed: that directory goes
+        offline and the broker serves on from the others (KIP-858); the node stops when
+        it was the metadata log's directory or the last one online, as Kafka does."""
+        b = self.broker
+        meta = self.config.metadata_log_dir
+        if b is not None and meta != directory and meta not in directory.parents:
+            ld = b.partitions.dir_containing(directory)
+            if ld is not None and ld.path != meta:
+                b.partitions.dir_failed(directory, error)
+                if b.partitions.online_dirs:
+                    return
+        self._halt_on_log_dir_failure(directory, error)
+
     def _halt_on_log_dir_failure(self, directory: Path, error: OSError) -> None:
         log.critical(
             "[node %d] Log directory %s failed: %s. Stopping, as Kafka does when its log "
@@ -253,7 +273,7 @@ class Node:
         os._exit(1)
 
     async def start(self) -> None:
-        set_failure_handler(self._halt_on_log_dir_failure)
+        set_failure_handler(self._on_log_dir_failure)
         t0 = time.monotonic()
         if self.metrics is not None:
             host, port = self.config["metrics.http.listener"]
@@ -510,6 +530,7 @@ class Node:
                 err, epoch = await b.controller.register_broker(
                     b.node_id, incarnation, b.settings.endpoints, b.settings.rack,
                     b.partitions.previous_broker_epoch,
+                    [d.dir_id for d in b.partitions.online_dirs],
                 )  # fmt: skip
             except ControllerUnavailableError as e:
                 log.warning(
@@ -573,8 +594,9 @@ class Node:
         b = self.broker
         try:
             err, fenced, _ = await b.controller.broker_heartbeat(
-                b.node_id, b.broker_epoch, False, b.image.offset
-            )
+                b.node_id, b.broker_epoch, False, b.image.offset,
+                offline_dirs=[d.dir_id for d in b.partitions.offline_dirs],
+            )  # fmt: skip
         except ControllerUnavailableError as e:
             log.warning("[node %d] Heartbeat failed: %s", self.node_id, e)
             return
@@ -605,8 +627,9 @@ class Node:
         )
         while True:
             _err, _fenced, done = await b.controller.broker_heartbeat(
-                b.node_id, b.broker_epoch, False, b.image.offset, True
-            )
+                b.node_id, b.broker_epoch, False, b.image.offset, True,
+                [d.dir_id for d in b.partitions.offline_dirs],
+            )  # fmt: skip
             if done:
                 log.info("[node %d] Controlled shutdown complete", b.node_id)
                 return
@@ -614,13 +637,18 @@ class Node:
 
     async def _heartbeat_loop(self) -> None:
         """A heartbeat that fails in an unforeseen way is logged (once a minute) and tried
-        again: a loop that ended would leave the broker fenced for good, silently."""
+        again: a loop that ended would leave the broker fenced for good, silently. A log
+        directory going offline is told at once."""
         interval = self.config["broker.heartbeat.interval.ms"] / 1000
         told = -1e9
         while True:
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._heartbeat_now.wait(), interval)
+            self._heartbeat_now.clear()
             try:
                 await self._heartbeat()
+                assert self.broker is not None
+                await self.broker.send_dir_assignments()
             except Exception:
                 if time.monotonic() - told >= 60:
                     told = time.monotonic()

@@ -20,6 +20,8 @@ from keeperless.storage.meta_properties import uuid_from_kafka, uuid_to_kafka
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
+    "DELETE_SUFFIX",
+    "FUTURE_SUFFIX",
     "PARTITION_METADATA",
     "discard",
     "partition_dirs",
@@ -32,6 +34,8 @@ PARTITION_METADATA = "partition.metadata"
 # in a log directory: its last stop was clean (written at a clean stop, removed at start)
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_SUFFIX = "-delete"
+# a replica being moved to another log directory: `<topic>-<partition>.<id>-future`
+FUTURE_SUFFIX = "-future"
 _NAME = re.compile(r"^(?P<topic>.+)-(?P<index>\d+)$")
 
 

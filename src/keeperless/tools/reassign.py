@@ -7,7 +7,9 @@ JSON files and words."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -76,6 +78,34 @@ def _read(path: str, flag: str) -> Any:
         raise ToolError(f"{flag} {path}: not JSON ({e})") from None
 
 
+# (topic, partition, broker) -> the log directory its replica is to move to
+DirMoves = dict[tuple[str, int, int], str]
+
+
+def _replica(key: tuple[str, int, int]) -> str:
+    """Kafka's TopicPartitionReplica: topic-partition-broker."""
+    return f"{key[0]}-{key[1]}-{key[2]}"
+
+
+def _log_dirs(path: str) -> DirMoves:
+    """The replicas of a reassignment file with a log directory other than "any"."""
+    data = _read(path, "--reassignment-json-file")
+    out: DirMoves = {}
+    for p in data.get("partitions") or []:
+        replicas = [int(b) for b in p["replicas"]]
+        dirs = p.get("log_dirs")
+        if dirs is None:
+            continue
+        if not isinstance(dirs, list) or len(dirs) != len(replicas):
+            where = f"{p['topic']}-{p['partition']}"
+            raise ToolError(f"Size of replicas list {replicas} is different from size of log "
+                            f"dirs list {dirs} for partition {where}")  # fmt: skip
+        for b, d in zip(replicas, dirs, strict=True):
+            if d != "any":
+                out[(str(p["topic"]), int(p["partition"]), b)] = str(d)
+    return out
+
+
 def _reassignment_file(path: str) -> Assignment:
     data = _read(path, "--reassignment-json-file")
     parts = data.get("partitions") if isinstance(data, dict) else None
@@ -90,9 +120,6 @@ def _reassignment_file(path: str) -> Assignment:
         except (KeyError, TypeError, ValueError):
             raise ToolError(f"--reassignment-json-file {path}: each partition needs topic, "
                             f"partition and replicas: {json.dumps(p)}") from None  # fmt: skip
-        if any(d != "any" for d in p.get("log_dirs", [])):
-            raise ToolError("log_dirs other than \"any\" are not supported yet: keeperless "
-                            "has one log directory per broker (issue 25, item 4)")  # fmt: skip
         if key in out:
             raise ToolError(f"Reassignment JSON file contains multiple entries for {_tp(key)}")
         if len(set(replicas)) != len(replicas):
@@ -122,6 +149,111 @@ def _current(servers: Servers, topics: list[str]) -> tuple[Assignment, list[int]
         for p in t.partitions:
             out[(t.name, p.partition_index)] = list(p.replica_nodes)
     return out, sorted(b.node_id for b in md.brokers)
+
+
+def _addresses(servers: Servers) -> dict[int, tuple[str, int]]:
+    md = _metadata(servers, [])
+    return {b.node_id: (b.host, b.port) for b in md.brokers}
+
+
+def _move_dirs(servers: Servers, moves: DirMoves) -> set[tuple[str, int, int]]:
+    """One AlterReplicaLogDirs to each broker of ``moves``: the replicas whose move
+    started (the others are not on their broker yet, or failed)."""
+    addresses = _addresses(servers)
+    started: set[tuple[str, int, int]] = set()
+    for broker in sorted({b for _, _, b in moves}):
+        mine = {k: d for k, d in moves.items() if k[2] == broker}
+        if broker not in addresses:
+            continue
+        by_dir: dict[str, dict[str, list[int]]] = {}
+        for (t, p, _), d in sorted(mine.items()):
+            by_dir.setdefault(d, {}).setdefault(t, []).append(p)
+        body = {"dirs": [{"path": d, "topics": [{"name": t, "partitions": ps}
+                                                for t, ps in ts.items()]}
+                         for d, ts in by_dir.items()]}  # fmt: skip
+        resp = call([addresses[broker]], ApiKey.ALTER_REPLICA_LOG_DIRS, 2, body)
+        for t in resp.results:
+            for p in t.partitions:
+                key = (t.topic_name, p.partition_index, broker)
+                if int(p.error_code) == 0:
+                    started.add(key)
+                elif int(p.error_code) != 9:  # REPLICA_NOT_AVAILABLE: not there yet
+                    raise ToolError(f"Unable to move the log directory of replica "
+                                    f"{_replica(key)} to {mine.get(key)}: "
+                                    f"{p.error_code.name}")  # fmt: skip
+    return started
+
+
+def _execute_moves(servers: Servers, moves: DirMoves, timeout_ms: int, out: TextIO) -> None:
+    """Kafka's executeMoves: AlterReplicaLogDirs again until every move has started (a
+    replica new to its broker cannot move before it is there), or --timeout."""
+    pending = dict(moves)
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        started = _move_dirs(servers, pending)
+        for key in sorted(started):
+            print(f"Successfully started moving log directory to {pending[key]} for replica "
+                  f"{key[0]}-{key[1]} with broker {key[2]} ", file=out)  # fmt: skip
+            del pending[key]
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise ToolError(f"Timed out before log directory move"
+                            f"{'' if len(pending) == 1 else 's'} could be started for: "
+                            + ",".join(_replica(k) for k in sorted(pending)))  # fmt: skip
+        time.sleep(0.1)
+
+
+def _move_states(servers: Servers, moves: DirMoves) -> tuple[list[str], bool]:
+    """Kafka's findLogDirMoveStates and replicaMoveStatesToString: a line per replica,
+    and whether some move is still running."""
+    addresses = _addresses(servers)
+    where: dict[tuple[str, int, int], tuple[str | None, str | None]] = {}
+    for broker in sorted({b for _, _, b in moves}):
+        if broker not in addresses:
+            continue
+        resp = call([addresses[broker]], ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
+        for d in resp.results:
+            if int(d.error_code):
+                continue
+            for t in d.topics:
+                for p in t.partitions:
+                    key = (t.name, p.partition_index, broker)
+                    cur, fut = where.get(key, (None, None))
+                    if p.is_future_key:
+                        fut = d.log_dir
+                    else:
+                        cur = d.log_dir
+                    where[key] = (cur, fut)
+    lines, active = [], False
+    for key in sorted(moves):
+        t, p, b = key
+        target = moves[key]
+        if key not in where:
+            lines.append(f"Partition {t}-{p} cannot be found in any live log directory on "
+                         f"broker {b}.")  # fmt: skip
+            continue
+        cur, fut = where[key]
+        if cur is None:
+            lines.append(f"Partition {t}-{p} is not found in any live log dir on broker {b}. "
+                         "There is likely an offline log directory on the broker.")  # fmt: skip
+        elif fut is not None:
+            active = True
+            if _same(fut, target):
+                lines.append(f"Reassignment of replica {_replica(key)} is still in progress.")
+            else:
+                lines.append(f"Partition {t}-{p} on broker {b} is being moved to log dir {fut} "
+                             f"instead of {target}.")  # fmt: skip
+        elif _same(cur, target):
+            lines.append(f"Reassignment of replica {_replica(key)} completed successfully.")
+        else:
+            lines.append(f"Partition {t}-{p} on broker {b} is not being moved from log dir "
+                         f"{cur} to {target}.")  # fmt: skip
+    return lines, active
+
+
+def _same(a: str, b: str) -> bool:
+    return os.path.normpath(os.path.abspath(a)) == os.path.normpath(os.path.abspath(b))
 
 
 def _ongoing(servers: Servers) -> dict[tuple[str, int], Any]:
@@ -280,6 +412,7 @@ def run_reassign(args: Any, servers: Servers, out: TextIO) -> int:
         print(f"Proposed partition reassignment configuration\n{_json(proposed)}", file=out)
         return 0
     targets = _reassignment_file(args.reassignment_json_file)
+    moves = _log_dirs(args.reassignment_json_file)
     if action == "execute":
         ongoing = _ongoing(servers)
         if not args.additional and ongoing:
@@ -308,7 +441,9 @@ def run_reassign(args: Any, servers: Servers, out: TextIO) -> int:
         if throttle >= 0:
             _set_throttles(servers, ongoing, targets, current, throttle)
             print(f"The inter-broker throttle limit was set to {throttle} B/s", file=out)
-        if dirs_throttle >= 0:  # set on the brokers of log_dirs moves: none while all are "any"
+        if dirs_throttle >= 0:  # on the brokers of the log_dirs moves
+            _alter_configs(servers, {(_BROKER, str(b)): {_BROKER_THROTTLES[2]: str(dirs_throttle)}
+                                     for b in sorted({b for _, _, b in moves})})  # fmt: skip
             print(f"The replica-alter-dir throttle limit was set to {dirs_throttle} B/s",
                   file=out)  # fmt: skip
         errors = _alter(servers, {k: v for k, v in targets.items()})
@@ -317,6 +452,8 @@ def run_reassign(args: Any, servers: Servers, out: TextIO) -> int:
         names = ",".join(_tp(k) for k in sorted(targets))
         print(f"Successfully started partition reassignment{'' if len(targets) == 1 else 's'} "
               f"for {names}", file=out)  # fmt: skip
+        if moves:
+            _execute_moves(servers, moves, args.timeout, out)
         return 0
     ongoing = _ongoing(servers)
     if action == "cancel":
@@ -345,6 +482,10 @@ def run_reassign(args: Any, servers: Servers, out: TextIO) -> int:
             want = ",".join(map(str, targets[key]))
             print(f"There is no active reassignment of partition {_tp(key)}, but replica set "
                   f"is {have} rather than {want}.", file=out)  # fmt: skip
-    if not args.preserve_throttles and not any(k in ongoing for k in targets):
+    moving = False
+    if moves:
+        lines, moving = _move_states(servers, moves)
+        print("\nReassignment of replicas:\n" + "\n".join(lines), file=out)
+    if not args.preserve_throttles and not moving and not any(k in ongoing for k in targets):
         _clear_throttles(servers, targets, registered, out)
     return 0
