@@ -1,0 +1,165 @@
+"""JBOD (KIP-858): the controller's directory rules (defaultDir, AssignReplicasToDirs,
+a directory reported offline, a replica on it never elected) and a broker's placement
+of replicas across its directories."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.partitions import PartitionManager
+from keeperless.controller.directories import assign_replicas_to_dirs
+from keeperless.controller.elections import PREFERRED, UNCLEAN, elect_leaders
+from keeperless.controller.quorum_controller import QuorumController
+from keeperless.metadata import _records_gen as r
+from keeperless.metadata.admin import NewTopic
+from keeperless.metadata.image import MIGRATING, UNASSIGNED, PartitionInfo
+from keeperless.metadata.snapshot import image_records
+from keeperless.storage.log import LogConfig
+from tests.unit.controller_log import ActiveLog
+
+D1, D2 = uuid.UUID(int=1001), uuid.UUID(int=1002)  # broker 1's two directories
+ONE = {2: (uuid.UUID(int=2001),), 3: (uuid.UUID(int=3001),)}
+
+
+def _cluster() -> tuple[QuorumController, ActiveLog]:
+    """Broker 1 with two log directories, brokers 2 and 3 with one; topic "t" (RF 3,
+    replicas 1,2,3) with broker 1 leading."""
+    c = QuorumController(1, random.Random(3), {"num.partitions": 1,
+                                                "default.replication.factor": 3})  # fmt: skip
+    log = ActiveLog(c)
+    log.append([r.FeatureLevelRecord(name="metadata.version", feature_level=21)])
+    for b, dirs in ((1, (D1, D2)), (2, ONE[2]), (3, ONE[3])):
+        epoch = log.offset + 1
+        res = c.register_broker(b, uuid.uuid4(), [("P", "h", b)], None, epoch, 0, None, dirs)
+        log.append(res.records)
+        log.append(c.broker_heartbeat(b, epoch, False, True, 0).all_records())
+    log.append(c.create_topics([NewTopic("t", assignments={0: (1, 2, 3)})], False).records)
+    log.commit()
+    return c, log
+
+
+def _part(c: QuorumController) -> tuple[uuid.UUID, PartitionInfo]:
+    t = c.image.topic("t")
+    assert t is not None
+    return t.topic_id, t.partitions[0]
+
+
+def test_a_new_replica_starts_in_its_brokers_only_directory_or_unassigned() -> None:
+    c, _ = _cluster()
+    assert c.image.brokers[1].log_dirs == (D1, D2)
+    _, p = _part(c)
+    assert p.directory(1) == UNASSIGNED  # two directories: the broker chooses
+    assert p.directory(2) == ONE[2][0]
+    assert p.directory(3) == ONE[3][0]
+
+
+def test_assign_replicas_to_dirs_writes_the_directory() -> None:
+    c, log = _cluster()
+    tid, _ = _part(c)
+    epoch = c.image.brokers[1].epoch
+    res = assign_replicas_to_dirs(c, 1, epoch, [(D2, tid, 0), (D2, tid, 7)])
+    top, results = res.response
+    assert top.code == ErrorCode.none
+    assert [e.code for *_, e in results] == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
+    log.append(res.records)
+    log.commit()
+    assert _part(c)[1].directory(1) == D2
+    # kept in a snapshot
+    from keeperless.metadata.image import MetadataDelta, MetadataImage
+
+    delta = MetadataDelta(MetadataImage())
+    for rec in image_records(c.image):
+        delta.replay(rec)
+    again = delta.apply()
+    t = again.topic("t")
+    assert t is not None
+    assert t.partitions[0].directory(1) == D2
+    assert again.brokers[1].log_dirs == (D1, D2)
+    # a stale epoch, a broker that is not a replica
+    assert assign_replicas_to_dirs(c, 1, epoch - 1, [(D2, tid, 0)]).response[0].code == (
+        ErrorCode.stale_broker_epoch
+    )
+
+
+def test_an_offline_directory_moves_its_leaderships_and_its_replicas_leave_the_isr() -> None:
+    c, log = _cluster()
+    tid, _ = _part(c)
+    b1 = c.image.brokers[1]
+    log.append(assign_replicas_to_dirs(c, 1, b1.epoch, [(D2, tid, 0)]).records)
+    log.commit()
+    assert _part(c)[1].leader == 1
+    # D1 fails: nothing of "t" is there, nothing moves
+    res = c.broker_heartbeat(1, b1.epoch, False, True, 0, offline_dirs=[D1])
+    log.append(res.all_records())
+    log.commit()
+    assert _part(c)[1].leader == 1
+    assert c.image.brokers[1].log_dirs == (D2,)
+    # D2 fails: its replica leaves the ISR and the leadership moves
+    res = c.broker_heartbeat(1, b1.epoch, False, True, 0, offline_dirs=[D1, D2])
+    log.append(res.all_records())
+    log.commit()
+    _, p = _part(c)
+    assert p.leader in (2, 3)
+    assert 1 not in p.isr
+    # a replica on an offline directory is never elected, even as the preferred leader
+    res_elect = elect_leaders(c, PREFERRED, [("t", 0)])
+    assert res_elect.response[0][2].code == ErrorCode.preferred_leader_not_available
+
+
+def test_a_broker_spreads_new_replicas_and_creates_none_where_a_directory_is_offline(
+    tmp_path: Path,
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    pm = PartitionManager(1, [a, b], LogConfig())
+    info = PartitionInfo((1,), (1,), 1, 0, 0, directories=(UNASSIGNED,))
+    for i in range(4):
+        p = pm.ensure("t", i, uuid.UUID(int=500), info, LogConfig(), 0)
+        assert p is not None
+    assert sorted(d.path.name for d in pm.dir_of.values()) == ["a", "a", "b", "b"]
+    # each placement is told to the controller
+    assert set(pm.assignments.values()) == {d.dir_id for d in pm.dirs}
+    pm.close()
+    # b is lost: a replica the metadata knows (not new) is not created again in a -
+    # it may be on b; a new one (UNASSIGNED) is
+    (b / "t-1").rename(tmp_path / "moved-away")
+    pm = PartitionManager(1, [a, b], LogConfig())
+    pm.dirs[1].online = False
+    known = PartitionInfo((1,), (1,), 1, 0, 0, directories=(MIGRATING,))
+    assert pm.ensure("t", 1, uuid.UUID(int=500), known, LogConfig(), 0) is None
+    assert ("t", 1) in pm.offline
+    assert pm.ensure("t", 9, uuid.UUID(int=500), info, LogConfig(), 0) is not None
+    pm.close()
+
+
+def test_a_broker_back_without_the_directory_of_its_replica_does_not_lead_it() -> None:
+    c, log = _cluster()
+    tid, _ = _part(c)
+    log.append(assign_replicas_to_dirs(c, 1, c.image.brokers[1].epoch, [(D2, tid, 0)]).records)
+    for b in (2, 3, 1):  # ISR down to broker 1, then broker 1 stops too: leaderless
+        log.append(c.broker_heartbeat(b, c.image.brokers[b].epoch, True, True, 0).all_records())
+    log.commit()
+    _, p = _part(c)
+    assert (p.leader, p.isr) == (-1, (1,))
+    # it comes back with D1 alone (D2's disk is gone): the partition stays offline
+    epoch = log.offset + 1
+    res = c.register_broker(1, uuid.uuid4(), [("P", "h", 1)], None, epoch, 0, None, (D1,))
+    log.append(res.records)
+    log.append(c.broker_heartbeat(1, epoch, False, True, 0).all_records())
+    log.commit()
+    assert not c.image.brokers[1].fenced
+    assert _part(c)[1].leader == -1
+    # an unclean election passes it over too: broker 2, back, is chosen
+    epoch = log.offset + 1
+    res = c.register_broker(2, uuid.uuid4(), [("P", "h", 2)], None, epoch, 0, None, ONE[2])
+    log.append(res.records)
+    log.append(c.broker_heartbeat(2, epoch, False, True, 0).all_records())
+    log.commit()
+    res_elect = elect_leaders(c, UNCLEAN, [("t", 0)])
+    assert res_elect.response[0][2].code == ErrorCode.none
+    log.append(res_elect.records)
+    log.commit()
+    assert _part(c)[1].leader == 2
