@@ -198,7 +198,9 @@ class LogDirMoves:
         f.directory.rename(final)
         fsync_dir(dest.path)
         p.reopen(final, _now_ms())
+        pm.dir_of[key].hosted -= 1
         pm.dir_of[key] = dest
+        dest.hosted += 1
         pm.assignments[(p.topic_id, p.index)] = dest.dir_id
         move.future = None
         del self.moves[key]

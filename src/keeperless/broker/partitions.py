@@ -642,6 +642,7 @@ class LogDir:
     epoch: int = -1  # the broker epoch that file named
     starts: dict[tuple[str, int], int] = field(default_factory=dict)
     hws: dict[tuple[str, int], int] = field(default_factory=dict)
+    hosted: int = 0  # partitions open in it (for placing new ones)
 
 
 def directory_id_of(path: Path) -> UUID:
@@ -767,11 +768,7 @@ class PartitionManager:
         online = self.online_dirs
         if not online or (len(online) < len(self.dirs) and want != UNASSIGNED):
             return None
-        counts = {id(d): 0 for d in online}
-        for d in self.dir_of.values():
-            if id(d) in counts:
-                counts[id(d)] += 1
-        return min(online, key=lambda d: counts[id(d)])
+        return min(online, key=lambda d: d.hosted)
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
@@ -832,6 +829,7 @@ class PartitionManager:
             p = Partition(topic, index, topic_id, directory, config, now_ms, ld.clean)
             self.partitions[key] = p
             self.dir_of[key] = ld
+            ld.hosted += 1
             start = ld.starts.pop(key, None)
             if start is not None and found == topic_id:
                 p.advance_start(start, now_ms)
@@ -889,7 +887,9 @@ class PartitionManager:
             self.offline.pop((topic, index), None)
             return False
         del self.partitions[(topic, index)]
-        self.dir_of.pop((topic, index), None)
+        ld = self.dir_of.pop((topic, index), None)
+        if ld is not None:
+            ld.hosted -= 1
         self.assignments.pop((topic_id, index), None)
         log.info(
             "[node %d] Deleting partition %s-%d of topic id %s (%s)",
@@ -969,6 +969,8 @@ class PartitionManager:
                 unclean.add(id(ld))
         self.partitions.clear()
         self.dir_of.clear()
+        for ld in self.dirs:
+            ld.hosted = 0
         for ld in self.online_dirs:
             if id(ld) in unclean:
                 continue
@@ -1018,6 +1020,7 @@ class PartitionManager:
         for key in [k for k, d in self.dir_of.items() if d is ld]:
             p = self.partitions.pop(key)
             del self.dir_of[key]
+            ld.hosted -= 1
             self.offline[key] = ld
             p.fail_waiters()
             p.info = None
