@@ -196,10 +196,23 @@ def test_a_failed_directory_takes_only_its_replicas_offline(jbod: Cluster, tmp_p
     assert not load.errors[:5]
     got = _read_all(jbod, topic)
     assert set(load.acked) <= got, f"{len(set(load.acked) - got)} acknowledged records lost"
-    # the disk back, the broker restarted: its replica catches up and rejoins the ISR
-    jbod.brokers[2].stop()
+    # restarted with the disk still dead: the broker starts with that directory offline
+    broker = jbod.brokers[2]
+    broker.stop()
+    broker.start()
+    wait_until(lambda: _offline_count(jbod, 2) == 1, what="offline again after the restart")
+    wait_until(lambda: 2 in _replicas(jbod, other)[1], timeout=60, what="a's replica back")
+    assert 2 not in _replicas(jbod, topic)[1]
+    assert "cannot be read" in broker.logs()
+    # the disk replaced: a new, empty one, formatted; its replica is fetched again
+    broker.stop()
     b.unlink()
-    os.rename(b.with_name("b.failed"), b)
-    jbod.brokers[2].start()
+    b.mkdir()
+    cid = re.search(r"cluster\.id=(\S+)", (a / "meta.properties").read_text())
+    assert cid is not None
+    keeperless("storage", "format", "--ignore-formatted", "-t", cid[1], "-c",
+               str(broker.config), check=True)  # fmt: skip
+    broker.start()
     wait_until(lambda: 2 in _replicas(jbod, topic)[1], timeout=60, what="back in the ISR")
     assert _offline_count(jbod, 2) == 0
+    assert _where(jbod, 2, tp) is not None

@@ -704,6 +704,8 @@ class PartitionManager:
         """Read a directory's checkpoints and clean-shutdown file and index its
         partition directories; one that cannot be read starts offline."""
         try:
+            if ld.path.exists() and not ld.path.is_dir():
+                raise NotADirectoryError(f"{ld.path} is not a directory")
             # log start offsets moved inside a segment (DeleteRecords), as checkpointed;
             # applied to each partition when it opens
             ld.starts = read_offset_checkpoint(ld.path / LOG_START_OFFSET_CHECKPOINT)

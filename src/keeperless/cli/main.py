@@ -99,7 +99,7 @@ def _server(args: argparse.Namespace) -> int:
     from keeperless.storage.format import check_storage
 
     cfg = load_config(args.config, args.override or ())
-    cluster_id = check_storage(cfg.all_log_dirs, cfg.node_id, args.config)
+    cluster_id = check_storage(cfg.all_log_dirs, cfg.node_id, args.config, cfg.metadata_log_dir)
     if args.daemon:
         return _daemon(args)
     from keeperless.server.node import run_node

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from keeperless.storage.meta_properties import (
     uuid_from_kafka,
     write_meta_properties,
 )
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FormatResult", "check_storage", "format_storage", "storage_info"]
 
@@ -130,12 +133,30 @@ def storage_info(log_dirs: tuple[Path, ...]) -> list[tuple[Path, MetaProperties 
     return [(d, read_meta_properties(d)) for d in log_dirs]
 
 
-def check_storage(log_dirs: tuple[Path, ...], node_id: int, config_path: str) -> str:
+def check_storage(
+    log_dirs: tuple[Path, ...],
+    node_id: int,
+    config_path: str,
+    metadata_log_dir: Path | None = None,
+) -> str:
     """Verify every log directory is formatted for this node and one cluster; return the
-    cluster id. Raises StorageError with one line saying what to run."""
+    cluster id. Raises StorageError with one line saying what to run. A directory that
+    cannot be read (a failed disk: an I/O error, or something else than a directory
+    where it should be) is left offline, as Kafka does, unless it is the metadata log's
+    or no other one is readable."""
     cluster_ids: dict[str, Path] = {}
+    failed: list[str] = []
     for d in log_dirs:
-        meta = read_meta_properties(d)
+        try:
+            if d.exists() and not d.is_dir():
+                raise NotADirectoryError(f"{d} is not a directory")
+            meta = read_meta_properties(d)
+        except OSError as e:
+            if d == metadata_log_dir or len(failed) + 1 == len(log_dirs):
+                raise StorageError(f"Log directory {d} cannot be read: {e}") from None
+            log.error("Log directory %s cannot be read (%s): it starts offline", d, e)
+            failed.append(str(d))
+            continue
         if meta is None:
             raise StorageError(
                 f"Log directory {d} is not formatted. Run: keeperless storage format "
