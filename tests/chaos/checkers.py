@@ -151,7 +151,7 @@ def check_writes(
 
 
 def explain_duplicates(
-    anomalies: list[Anomaly], data_dirs: dict[int, Path], topic: str
+    anomalies: list[Anomaly], data_dirs: dict[int, list[Path]], topic: str
 ) -> tuple[list[Anomaly], list[Anomaly]]:
     """Split "duplicated" anomalies into the cluster's and the client's.
 
@@ -172,7 +172,7 @@ def explain_duplicates(
     # (partition, offset) -> (producer id, producer epoch), from any replica that has it
     writer: dict[tuple[int, int], tuple[int, int]] = {}
     wanted = {tuple(place) for a in dups for place in a["at"]}
-    for d in data_dirs.values():
+    for d in (d for dirs in data_dirs.values() for d in dirs):
         for (t, p), pdir in partition_dirs(d).items():
             if t != topic:
                 continue
@@ -418,8 +418,15 @@ _EXPLAINED = (
 )
 
 
-def check_logs(logs: dict[int, str], disk_full_nodes: Iterable[int]) -> list[Anomaly]:
+# what a broker logs about a log directory the disk-failure fault broke
+_DISK_FAILED = ("is offline after an I/O error", "cannot be read", "Not a directory")
+
+
+def check_logs(
+    logs: dict[int, str], disk_full_nodes: Iterable[int], failed_disk_nodes: Iterable[int] = ()
+) -> list[Anomaly]:
     full = set(disk_full_nodes)
+    failed = set(failed_disk_nodes)
     out = []
     for node, text in sorted(logs.items()):
         lines = text.splitlines()
@@ -428,6 +435,8 @@ def check_logs(logs: dict[int, str], disk_full_nodes: Iterable[int]) -> list[Ano
                 continue
             context = "\n".join(lines[i : i + 12])
             if node in full and "No space left on device" in context:
+                continue
+            if node in failed and any(w in context for w in _DISK_FAILED):
                 continue
             out.append(_anomaly("log-error", node=node, line=line[:300], context=context[:1500]))
             if len(out) > 20:
@@ -616,11 +625,15 @@ def check_replica_counts(
 
 
 def check_replicas(
-    data_dirs: dict[int, Path], topics: dict[str, Any], compacted: frozenset[str] = frozenset()
+    data_dirs: dict[int, list[Path]],
+    topics: dict[str, Any],
+    compacted: frozenset[str] = frozenset(),
 ) -> list[Anomaly]:
-    """``topics``: name -> (topic id, {partition: replicas}) as the metadata says. The
-    replicas of a ``compacted`` topic clean their logs each on its own: they must hold
-    the same latest record of every key, not the same batches."""
+    """``topics``: name -> (topic id, {partition: replicas}) as the metadata says;
+    ``data_dirs``: each node's log directories. The replicas of a ``compacted`` topic
+    clean their logs each on its own: they must hold the same latest record of every key,
+    not the same batches. A partition in two log directories of one node is an anomaly
+    (a move between them left its old copy)."""
     import os
 
     from keeperless.storage.batch_scan import BatchScan
@@ -628,8 +641,14 @@ def check_replicas(
 
     out: list[Anomaly] = []
     found: dict[tuple[str, int], dict[int, list[tuple[int, int, bytes]]]] = defaultdict(dict)
-    for node, d in data_dirs.items():
+    seen: dict[tuple[int, str, int], Path] = {}
+    for node, d in ((node, d) for node, dirs in data_dirs.items() for d in dirs):
         for (topic, p), pdir in partition_dirs(d).items():
+            if (node, topic, p) in seen:
+                out.append(_anomaly("duplicate-replica", node=node, partition=f"{topic}-{p}",
+                                    dirs=[str(seen[(node, topic, p)]), str(pdir)]))  # fmt: skip
+                continue
+            seen[(node, topic, p)] = pdir
             tid = read_topic_id(pdir)
             expected = topics.get(topic)
             if expected is None or expected[0] != tid or node not in expected[1].get(p, ()):

@@ -47,6 +47,8 @@ TIMEOUTS = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
     "log.cleaner.backoff.ms": "1000",
+    # a failed log directory is found within a second by the checkpoint written there
+    "replica.high.watermark.checkpoint.interval.ms": "1000",
 }
 
 
@@ -73,6 +75,50 @@ class ChaosNode:
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
         self.mounted = False
+        # a broker's second log directory (JBOD, KIP-858): on the same tmpfs, failed and
+        # replaced by the disk-failure fault; the metadata log stays in the first
+        self.disk_b = self.data / "disk-b"
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return [self.data, self.disk_b] if self.is_broker else [self.data]
+
+    def fail_disk(self) -> None:
+        """The second disk fails: its directory is gone and a file stands in its place
+        (every write there fails from now on, as Kafka's own tests fail a directory)."""
+        self.disk_b.rename(self.disk_b.with_name("disk-b.failed"))
+        self.disk_b.write_text("a failed disk\n")
+
+    @property
+    def disk_failed(self) -> bool:
+        return self.disk_b.is_file()
+
+    def replace_disk(self, fresh: bool) -> None:
+        """With the node stopped: the failed disk back as it was, or (``fresh``) a new,
+        empty one formatted (a new directory id: its replicas are fetched again)."""
+        failed = self.disk_b.with_name("disk-b.failed")
+        self.disk_b.unlink()
+        if fresh:
+            shutil.rmtree(failed, ignore_errors=True)
+            self.disk_b.mkdir()
+            _run(sys.executable, "-m", "keeperless", "storage", "format", "--ignore-formatted",
+                 "-t", self.cluster.cluster_id, "-c", str(self.config))  # fmt: skip
+        else:
+            failed.rename(self.disk_b)
+
+    def wipe(self) -> None:
+        """A new machine in the broker's place (stopped): its disks empty, formatted with
+        the same node id."""
+        for entry in self.data.iterdir():
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink()
+        if self.is_broker:
+            self.disk_b.mkdir()
+        _run(sys.executable, "-m", "keeperless", "storage", "format", "-t",
+             self.cluster.cluster_id, "-c", str(self.config), "--release-version",
+             self.cluster.release, *self.cluster.format_flags)  # fmt: skip
 
     @property
     def is_broker(self) -> bool:
@@ -91,6 +137,8 @@ class ChaosNode:
         self.data.mkdir(exist_ok=True)
         _run("mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(self.data))
         self.mounted = True
+        if self.is_broker:
+            self.disk_b.mkdir(exist_ok=True)
         listeners, advertised = [], []
         if self.is_broker:
             listeners.append(f"PLAINTEXT://{self.addr}:{BROKER_PORT}")
@@ -109,7 +157,8 @@ class ChaosNode:
             "listener.security.protocol.map": (
                 "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SECURE:SASL_PLAINTEXT"
             ),
-            "log.dirs": str(self.data),
+            "log.dirs": ",".join(str(d) for d in self.log_dirs),
+            "metadata.log.dir": str(self.data),
             "default.replication.factor": "3",
             "min.insync.replicas": "2",
             "offsets.topic.replication.factor": "3",
@@ -248,6 +297,7 @@ class ChaosCluster:
         self.format_flags: tuple[str, ...] = ELR_FORMAT if elr else ()
         self.topology = topology
         self.net = net
+        self.cluster_id = ""
         if topology == "split":
             layout = {1: ["controller"], 2: ["controller"], 3: ["controller"]}
             layout |= {4: ["broker"], 5: ["broker"], 6: ["broker"]}
@@ -278,6 +328,7 @@ class ChaosCluster:
         for n in self.nodes.values():
             n.prepare(voters)
         cid = _run(sys.executable, "-m", "keeperless", "storage", "random-uuid").stdout.strip()
+        self.cluster_id = cid
         for n in self.nodes.values():
             _run(
                 sys.executable, "-m", "keeperless", "storage", "format", "-t", cid,

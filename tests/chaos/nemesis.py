@@ -55,7 +55,13 @@ FAULTS = (
     "kill-brokers",
     "restart-controllers",
     "unregister",
+    # clusters that change shape (issue 25): a broker's second disk fails and comes back
+    # or is replaced by an empty one; a broker replaced by a new machine (empty disks)
+    "disk-failure",
+    "replace-broker",
 )
+# what a broker logs when one of its log directories goes offline
+_DIR_OFFLINE = "is offline after an I/O error"
 # after a fault that restarts brokers: how long they may take to be back in every ISR
 ISR_REJOIN_S = 60.0
 # the releases the upgrade fault may finalize, in order (FIRST_RELEASE is the start)
@@ -181,6 +187,10 @@ class Nemesis:
             n.free_disk()
             if n.paused:
                 n.resume()
+            if n.is_broker and n.disk_failed:
+                if n.alive:
+                    n.stop()
+                n.replace_disk(fresh=False)
             if not n.alive:
                 n.start()
 
@@ -281,12 +291,47 @@ class Nemesis:
 
     def _disk_full(self, hold: float) -> Any:
         n = self._pick(self.cluster.brokers)
+        seen = len(n.logs())
         n.fill_disk()
         time.sleep(hold)
         n.free_disk()
+        if n.alive and _DIR_OFFLINE in n.logs()[seen:]:
+            # its second log directory went offline (KIP-858) and stays so until a
+            # restart, as Kafka's does
+            n.stop()
         if not n.alive:  # a broker that cannot write stops, as Kafka's does; it restarts
             n.start()
+            self._await_isr([n])
         return n.node_id
+
+    def _disk_failure(self, hold: float) -> Any:
+        """One broker's second log directory fails while it runs: only that directory's
+        replicas go offline (their leaderships move); then, stopped, the disk comes back
+        or an empty one replaces it, and the broker must rejoin every ISR."""
+        n = self._pick([b for b in self.cluster.brokers if b.alive])
+        n.fail_disk()
+        time.sleep(hold)
+        fresh = self.rng.random() < 0.5
+        n.stop()
+        n.replace_disk(fresh)
+        n.start()
+        self._await_isr([n])
+        return {"node": n.node_id, "replaced": fresh}
+
+    def _replace_broker(self, hold: float) -> Any:
+        """A broker-only node replaced by a new machine with the same id: stopped, its
+        disks emptied and formatted, started; its replicas are fetched again (a node that
+        is also a controller keeps its disks: a voter must not forget its log)."""
+        spare = [b for b in self.cluster.brokers if not b.is_controller]
+        if not spare:
+            return self._disk_failure(hold)
+        n = self._pick(spare)
+        n.stop()
+        time.sleep(min(hold, 3.0))
+        n.wipe()
+        n.start()
+        self._await_isr([n])
+        return {"node": n.node_id}
 
     def _roll(self, hold: float) -> Any:
         for n in self.cluster.brokers:
@@ -330,12 +375,12 @@ class Nemesis:
 
     def _power_loss(self, hold: float) -> Any:
         n = self._pick(self.cluster.brokers)
-        sizes = _active_segments(n.data)
+        sizes = _active_segments(n.log_dirs)
         time.sleep(hold)
         n.signal(signal.SIGKILL)
         n.kill9()
         lost = 0
-        now = _active_segments(n.data)
+        now = _active_segments(n.log_dirs)
         for path, size in now.items():
             synced = sizes.get(path, 0)
             if size > synced:
@@ -466,10 +511,10 @@ def _missing_from_isr(admin: Any, ids: set[int]) -> list[str]:
     return out
 
 
-def _active_segments(data: Path) -> dict[Path, int]:
+def _active_segments(dirs: list[Path]) -> dict[Path, int]:
     """The newest segment of every partition (not the metadata log's) and its size."""
     out: dict[Path, int] = {}
-    for d in data.iterdir():
+    for d in (e for data in dirs if data.is_dir() for e in data.iterdir()):
         if not d.is_dir() or d.name.startswith("__cluster_metadata") or d.name.endswith("-delete"):
             continue
         logs = sorted(d.glob("*.log"))

@@ -227,12 +227,16 @@ def run_once(
         data = {i: n.data for i, n in cluster.nodes.items()}
         anomalies += checkers.check_controllers(logs, nemesis.isolated_controllers)
         disk_full = [f["target"] for f in nemesis.log if f["fault"] == "disk-full"]
-        anomalies += checkers.check_logs(logs, disk_full)
+        failed_disks = [f["target"]["node"] for f in nemesis.log
+                        if f["fault"] in ("disk-failure", "replace-broker")
+                        and isinstance(f["target"], dict)]  # fmt: skip
+        anomalies += checkers.check_logs(logs, disk_full, failed_disks)
         anomalies += checkers.check_metadata_agreement(data)
-        anomalies += checkers.check_replicas(data, topics, frozenset({KV_TOPIC}))
+        log_dirs = {i: n.log_dirs for i, n in cluster.nodes.items()}
+        anomalies += checkers.check_replicas(log_dirs, topics, frozenset({KV_TOPIC}))
         # the mover moves the workload's topic between 2 and 3 replicas
         anomalies += checkers.check_replica_counts(topics, TOPIC, frozenset({2, 3}))
-        anomalies, client_duplicates = checkers.explain_duplicates(anomalies, data, TOPIC)
+        anomalies, client_duplicates = checkers.explain_duplicates(anomalies, log_dirs, TOPIC)
         report.update(
             faults=nemesis.log,
             writes=write_stats,

@@ -145,6 +145,10 @@ def test_logs_without_errors() -> None:
     full = {1: "2026 ERROR a: cannot write\nOSError: [Errno 28] No space left on device\n"}
     assert checkers.check_logs(full, [1]) == []
     assert len(checkers.check_logs(full, [2])) == 1
+    failed = {3: "2026 ERROR b: [node 3] Log directory /d/disk-b (x) is offline after an I/O "
+                 "error ([Errno 20] Not a directory)\n"}  # fmt: skip
+    assert checkers.check_logs(failed, [], [3]) == []
+    assert len(checkers.check_logs(failed, [], [4])) == 1
 
 
 def test_replicas_and_metadata_logs_must_agree(tmp_path: Path) -> None:
@@ -166,7 +170,7 @@ def test_replicas_and_metadata_logs_must_agree(tmp_path: Path) -> None:
             patch_offsets(buf, 0, i, 0)
             log.append(bytes(buf), list(iter_batches(buf)), 0)
         log.close()
-        dirs[node] = d
+        dirs[node] = [d]
     topics = {"t": (tid, {0: [4, 5]})}
     found = checkers.check_replicas(dirs, topics)
     assert [a["kind"] for a in found] == ["replicas-differ"]
@@ -174,6 +178,12 @@ def test_replicas_and_metadata_logs_must_agree(tmp_path: Path) -> None:
     assert {a["kind"] for a in checkers.check_replicas(dirs, other)} == {
         "stray-partition-directory"
     }
+    # a second log directory of node 4 holding the partition too (a move's old copy)
+    import shutil
+
+    shutil.copytree(dirs[4][0] / "t-0", tmp_path / "n4b" / "t-0")
+    dirs[4].append(tmp_path / "n4b")
+    assert "duplicate-replica" in {a["kind"] for a in checkers.check_replicas(dirs, topics)}
 
 
 def test_metadata_logs_must_hold_the_same_records(tmp_path: Path) -> None:
@@ -289,7 +299,7 @@ def test_duplicates_under_two_producer_epochs_are_the_clients(tmp_path: Path) ->
         {"kind": "reordered", "partition": 0, "offset": 1, "value": "p0-1", "after": "p0-2"},
         {"kind": "reordered", "partition": 0, "offset": 3, "value": "p1-1", "after": "p1-2"},
     ]
-    kept, explained = checkers.explain_duplicates(dups, {1: d}, "t")
+    kept, explained = checkers.explain_duplicates(dups, {1: [d]}, "t")
     assert [(a["kind"], a["value"], a.get("writers")) for a in explained] == [
         ("duplicated", "p0-1", [(1000, 0), (1000, 1)]),
         ("reordered", "p0-1", None),
@@ -381,11 +391,11 @@ def test_compacted_replicas_agree_on_latest_values_not_batches(tmp_path: Path) -
 
     full = [(0, b"b", b"1"), (1, b"a", b"1"), (2, b"a", b"2")]
     cleaned = [(0, b"b", b"1"), (2, b"a", b"2")]  # the other cleaned offset 1 away
-    dirs = {1: replica(1, full), 2: replica(2, cleaned)}
+    dirs = {1: [replica(1, full)], 2: [replica(2, cleaned)]}
     topics = {"kv": (tid, {0: [1, 2]})}
     assert [a["kind"] for a in checkers.check_replicas(dirs, topics)] == ["replicas-differ"]
     assert checkers.check_replicas(dirs, topics, frozenset({"kv"})) == []
-    wrong = {1: dirs[1], 3: replica(3, [(0, b"b", b"1"), (1, b"a", b"1"), (2, b"b", b"2")])}
+    wrong = {1: dirs[1], 3: [replica(3, [(0, b"b", b"1"), (1, b"a", b"1"), (2, b"b", b"2")])]}
     topics3 = {"kv": (tid, {0: [1, 3]})}
     assert [a["kind"] for a in checkers.check_replicas(wrong, topics3, frozenset({"kv"}))] == [
         "compacted-replicas-differ"

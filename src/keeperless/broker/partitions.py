@@ -748,11 +748,10 @@ class PartitionManager:
         return next((ld for ld in self.dirs if ld.dir_id == dir_id), None)
 
     def dir_containing(self, path: Path) -> LogDir | None:
-        """The log directory ``path`` is in (or is)."""
-        for ld in self.dirs:
-            if path == ld.path or ld.path in path.parents:
-                return ld
-        return None
+        """The log directory ``path`` is in (or is): the innermost, when one log
+        directory lies inside another."""
+        found = [ld for ld in self.dirs if path == ld.path or ld.path in path.parents]
+        return max(found, key=lambda ld: len(ld.path.parts), default=None)
 
     def _place(self, key: tuple[str, int], info: PartitionInfo) -> LogDir | None:
         """Where a partition not found on disk is created: the directory the metadata

@@ -4,6 +4,7 @@ partitions it holds in its ISR."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -343,9 +344,9 @@ def broker_heartbeat(
         "[node %d] Log directories %s of broker %d are offline: their replicas leave "
         "the ISR and their leaderships move; remaining directories: %s",
         c.node_id,
-        [str(d) for d in gone],
+        [_kafka_uuid(d) for d in gone],
         broker_id,
-        [str(d) for d in b.log_dirs if d not in gone],
+        [_kafka_uuid(d) for d in b.log_dirs if d not in gone],
     )
     moves = dirs_offline_moves(c, broker_id, set(gone))
     change = r.BrokerRegistrationChangeRecord(
@@ -359,6 +360,11 @@ def broker_heartbeat(
         atomic=False,
         more=itertools.chain(moves, [change], res.records, res.more),
     )
+
+
+def _kafka_uuid(u: UUID) -> str:
+    """A directory id as Kafka prints it (URL-safe base64, unpadded)."""
+    return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
 
 
 def dirs_offline_moves(c: QuorumController, broker_id: int, dirs: set[UUID]) -> Iterator[Any]:

@@ -32,7 +32,11 @@ from keeperless.broker.txn_admin import TxnAdmin
 from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
 from keeperless.broker.txn_offsets import TxnOffsets
-from keeperless.metadata.features import features_body
+from keeperless.metadata.features import (
+    METADATA_VERSION_FEATURE,
+    directory_assignment,
+    features_body,
+)
 from keeperless.metadata.image import MetadataImage, ScramCredential
 from keeperless.protocol.apis import CONTROLLER_APIS, ApiKey, Listener
 from keeperless.protocol.build import build
@@ -252,12 +256,14 @@ class Node:
         it was the metadata log's directory or the last one online, as Kafka does."""
         b = self.broker
         meta = self.config.metadata_log_dir
-        if b is not None and meta != directory and meta not in directory.parents:
-            ld = b.partitions.dir_containing(directory)
-            if ld is not None and ld.path != meta:
-                b.partitions.dir_failed(directory, error)
-                if b.partitions.online_dirs:
-                    return
+        ld = b.partitions.dir_containing(directory) if b is not None else None
+        # before metadata.version 3.7-IV2 the controller cannot be told (Kafka has no
+        # JBOD in KRaft there): the node stops, and its leaderships move
+        mv = b.image.features.get(METADATA_VERSION_FEATURE) if b is not None else None
+        if b is not None and ld is not None and ld.path != meta and directory_assignment(mv):
+            b.partitions.dir_failed(directory, error)
+            if b.partitions.online_dirs:
+                return
         self._halt_on_log_dir_failure(directory, error)
 
     def _halt_on_log_dir_failure(self, directory: Path, error: OSError) -> None:

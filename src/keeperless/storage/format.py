@@ -83,7 +83,8 @@ def format_storage(
                 )
             skipped.append(d)
             continue
-        if d.exists() and any(d.iterdir()):
+        # (another log directory inside it is not data)
+        if d.exists() and any(e not in log_dirs for e in d.iterdir()):
             raise StorageError(
                 f"Log directory {d} is not empty and has no {META_PROPERTIES}; "
                 "refusing to format over existing data"
