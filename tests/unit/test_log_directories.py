@@ -163,3 +163,19 @@ def test_a_broker_back_without_the_directory_of_its_replica_does_not_lead_it() -
     log.append(res_elect.records)
     log.commit()
     assert _part(c)[1].leader == 2
+
+
+def test_a_log_directory_inside_another_is_its_own(tmp_path: Path) -> None:
+    """The fault harness's layout (disk-b inside the first directory): a failure in the
+    inner one was taken for the outer one's (the metadata log's), and stopped the node."""
+    outer, inner = tmp_path / "data", tmp_path / "data" / "disk-b"
+    pm = PartitionManager(1, [outer, inner], LogConfig())
+    found = pm.dir_containing(inner / "t-0" / "00000000000000000000.log")
+    assert found is not None
+    assert found.path == inner
+    found = pm.dir_containing(outer / "t-1")
+    assert found is not None
+    assert found.path == outer
+    gone = pm.dir_failed(inner / "replication-offset-checkpoint.tmp", OSError(20, "x"))
+    assert gone is pm.dirs[1]
+    assert [d.path for d in pm.online_dirs] == [outer]

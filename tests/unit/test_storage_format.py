@@ -79,3 +79,31 @@ def test_format_with_a_feature_level(tmp_path: Path) -> None:
         e = tmp_path / release.replace(".", "_") / spec.replace("=", "_")
         with pytest.raises(StorageError, match=words):
             format_storage((e,), e, 1, random_kafka_uuid(), release, False, 0, (), (spec,))
+
+
+def test_a_log_directory_inside_another_is_formatted_with_it(tmp_path: Path) -> None:
+    from keeperless.storage.format import format_storage
+    from keeperless.storage.meta_properties import random_kafka_uuid, read_meta_properties
+
+    outer = tmp_path / "data"
+    inner = outer / "disk-b"
+    inner.mkdir(parents=True)
+    format_storage((outer, inner), outer, 4, random_kafka_uuid(), None, False, 0)
+    a, b = read_meta_properties(outer), read_meta_properties(inner)
+    assert a is not None
+    assert b is not None
+    assert a.directory_id != b.directory_id
+
+
+def test_a_log_directory_that_cannot_be_read_starts_offline(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    cid = random_kafka_uuid()
+    format_storage((a, b), a, 4, cid, None, False, 0)
+    b.rename(tmp_path / "b.failed")
+    b.write_text("a failed disk\n")  # a file where the directory was
+    assert check_storage((a, b), 4, "c.properties", a) == cid
+    # the metadata log's directory, or the last readable one, cannot be left offline
+    with pytest.raises(StorageError, match="cannot be read"):
+        check_storage((b, a), 4, "c.properties", b)
+    with pytest.raises(StorageError, match="cannot be read"):
+        check_storage((b,), 4, "c.properties", a)
