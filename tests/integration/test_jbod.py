@@ -216,3 +216,22 @@ def test_a_failed_directory_takes_only_its_replicas_offline(jbod: Cluster, tmp_p
     wait_until(lambda: 2 in _replicas(jbod, topic)[1], timeout=60, what="back in the ISR")
     assert _offline_count(jbod, 2) == 0
     assert _where(jbod, 2, tp) is not None
+
+
+def test_a_log_directory_the_broker_does_not_have_is_refused(jbod: Cluster, tmp_path: Path) -> None:
+    topic = _create(jbod, 1, [2, 3, 4])
+    plan = tmp_path / "bad.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [2, 3, 4],
+         "log_dirs": ["/no/such/dir", "any", "any"]}]}))  # fmt: skip
+    res = keeperless("reassign-partitions", "--bootstrap-server", jbod.bootstrap, "--execute",
+                     "--reassignment-json-file", str(plan))  # fmt: skip
+    assert res.returncode != 0
+    assert f"Failed to alter dir for {topic}-0-2: LOG_DIR_NOT_FOUND (/no/such/dir)" in (
+        res.stdout + res.stderr
+    )
+    short = {"topic": topic, "partition": 0, "replicas": [2, 3, 4], "log_dirs": ["any"]}
+    plan.write_text(json.dumps({"version": 1, "partitions": [short]}))
+    res = keeperless("reassign-partitions", "--bootstrap-server", jbod.bootstrap, "--execute",
+                     "--reassignment-json-file", str(plan))  # fmt: skip
+    assert "is different from size of log dirs list" in res.stdout + res.stderr

@@ -284,3 +284,22 @@ def test_the_last_known_leader_already_back_leads_once_nobody_is_eligible() -> N
     log.commit()
     p = _part(c)
     assert (p.leader, p.isr, p.elr, p.last_known_elr) == (leader, (leader,), (), ())
+
+
+def test_a_lower_min_isr_clears_the_eligible_replicas() -> None:
+    """Kafka's handleMinIsrUpdate: once the ISR is at or above the new min ISR, nobody
+    outside it is eligible (they may lack what was committed since)."""
+    from keeperless.controller.configs import SET, incremental_alter_configs
+
+    c, log = _cluster()
+    _, _, second = _to_isr_of_leader_alone(c, log)
+    assert _part(c).elr == (second,)
+    res = incremental_alter_configs(c, [(2, "b", [("min.insync.replicas", SET, "1")])], False)
+    log.append(res.all_records())
+    log.commit()
+    assert _part(c).elr == ()
+    # raised again: nobody becomes eligible by it
+    res = incremental_alter_configs(c, [(2, "b", [("min.insync.replicas", SET, "3")])], False)
+    log.append(res.all_records())
+    log.commit()
+    assert _part(c).elr == ()

@@ -3,11 +3,12 @@ brokers (one broker, or the cluster-wide default with an empty name)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.controller.eligible import eligible_after
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
@@ -19,7 +20,12 @@ from keeperless.metadata.group_configs import (
     GROUP_RESOURCE,
     validate_group_config,
 )
-from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from keeperless.metadata.image import (
+    BROKER_RESOURCE,
+    TOPIC_RESOURCE,
+    MetadataDelta,
+    MetadataImage,
+)
 from keeperless.metadata.topic_configs import (
     TOPIC_CONFIG_DEFAULTS,
     TopicConfigError,
@@ -178,7 +184,61 @@ def incremental_alter_configs(
             continue
         records.extend(mine)
         out.append((rtype, name, ApiError.none()))
-    return Result([] if validate_only else records, out)
+    if validate_only:
+        return Result([], out)
+    touched = _min_isr_scope(records)
+    if touched is not None and c.elr_min_isr() is not None:
+        # KIP-966: the eligible replicas follow a new min.insync.replicas (Kafka's
+        # handleMinIsrUpdate), in the image these config records make
+        delta = MetadataDelta(c.image)
+        for rec in records:
+            delta.replay(rec)
+        more = _elr_after_min_isr(c, delta.apply(), touched)
+        return Result(records, out, atomic=False, more=more)
+    return Result(records, out)
+
+
+def _min_isr_scope(records: Sequence[Any]) -> set[str] | None:
+    """The topics whose effective min.insync.replicas the records may change (an empty
+    set: every topic - the cluster default changed); None: none."""
+    topics: set[str] = set()
+    every = False
+    for rec in records:
+        if rec.name != "min.insync.replicas":
+            continue
+        if rec.resource_type == TOPIC_RESOURCE:
+            topics.add(rec.resource_name)
+        elif rec.resource_type == BROKER_RESOURCE and rec.resource_name == "":
+            every = True
+    if every:
+        return set()
+    return topics or None
+
+
+def _elr_after_min_isr(
+    c: QuorumController, image: MetadataImage, topics: set[str]
+) -> Iterator[Any]:
+    """For each partition of ``topics`` (all when empty), its ELR as the new
+    min.insync.replicas of ``image`` makes it: cleared where the ISR is at or above
+    it."""
+    min_isr = c.elr_min_isr(image)
+    if min_isr is None:
+        return
+    for t in list(image.topics.values()):
+        if topics and t.name not in topics:
+            continue
+        wanted = min_isr(t.name)
+        for idx, info in t.partitions.items():
+            if not info.isr:
+                continue  # offline: its eligible replicas are all it has
+            elr, last_known = eligible_after(info, info.isr, wanted)
+            if (elr, last_known) != (info.elr, info.last_known_elr):
+                yield r.PartitionChangeRecord(
+                    partition_id=idx,
+                    topic_id=t.topic_id,
+                    eligible_leader_replicas=elr if elr != info.elr else None,
+                    last_known_elr=last_known if last_known != info.last_known_elr else None,
+                )
 
 
 def alter_configs(
@@ -213,4 +273,4 @@ def alter_configs(
         (rtype, name, refusals[i]) if i in refusals else next(applied)
         for i, (rtype, name, _) in enumerate(resources)
     ]
-    return Result(result.records, out)
+    return Result(result.records, out, atomic=result.atomic, more=result.more)

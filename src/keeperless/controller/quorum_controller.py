@@ -91,13 +91,15 @@ class QuorumController:
 
     # -- state --------------------------------------------------------------------------
 
-    def elr_min_isr(self) -> Callable[[str], int] | None:
-        """Each topic's effective min.insync.replicas while eligible leader replicas
-        (KIP-966) are on; None while they are off."""
-        if not elr_enabled(self.image.features):
+    def elr_min_isr(self, image: MetadataImage | None = None) -> Callable[[str], int] | None:
+        """Each topic's effective min.insync.replicas (in ``image``, by default the
+        controller's) while eligible leader replicas (KIP-966) are on; None while they
+        are off."""
+        image = self.image if image is None else image
+        if not elr_enabled(image.features):
             return None
         static = {"min.insync.replicas": str(self.defaults.get("min.insync.replicas", 1))}
-        return min_isr_of(self.image, static)
+        return min_isr_of(image, static)
 
     def cluster_min_isr_records(self, features: Mapping[str, int] | None = None) -> list[Any]:
         """Kafka 4.1 with eligible leader replicas: min.insync.replicas is written as a

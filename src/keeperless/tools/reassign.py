@@ -178,9 +178,9 @@ def _move_dirs(servers: Servers, moves: DirMoves) -> set[tuple[str, int, int]]:
                 if int(p.error_code) == 0:
                     started.add(key)
                 elif int(p.error_code) != 9:  # REPLICA_NOT_AVAILABLE: not there yet
-                    raise ToolError(f"Unable to move the log directory of replica "
-                                    f"{_replica(key)} to {mine.get(key)}: "
-                                    f"{p.error_code.name}")  # fmt: skip
+                    # Kafka's words, with the broker's error and the directory asked for
+                    raise ToolError(f"Failed to alter dir for {_replica(key)}: "
+                                    f"{p.error_code.name} ({mine.get(key)})")  # fmt: skip
     return started
 
 
