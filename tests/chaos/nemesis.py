@@ -311,7 +311,7 @@ class Nemesis:
         n = self._pick([b for b in self.cluster.brokers if b.alive])
         n.fail_disk()
         time.sleep(hold)
-        fresh = self.rng.random() < 0.5
+        fresh = self.rng.random() < 0.5 and self._others_in_sync(n)
         n.stop()
         n.replace_disk(fresh)
         n.start()
@@ -326,12 +326,36 @@ class Nemesis:
         if not spare:
             return self._disk_failure(hold)
         n = self._pick(spare)
+        wiped = self._others_in_sync(n)
         n.stop()
         time.sleep(min(hold, 3.0))
-        n.wipe()
+        if wiped:
+            n.wipe()
         n.start()
         self._await_isr([n])
-        return {"node": n.node_id}
+        return {"node": n.node_id, "wiped": wiped}
+
+    def _others_in_sync(self, n: ChaosNode, timeout_s: float = 30.0) -> bool:
+        """Kafka's rule before replacing a broker's disks: no partition it holds has it
+        as its only in-sync replica (its data would be the only copy of what was
+        committed). Waits for that; False if it does not come in ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                md = self._isr_admin().list_topics(timeout=5)
+            except Exception:
+                time.sleep(0.5)
+                continue
+            alone = [
+                f"{name}-{p}"
+                for name, t in md.topics.items()
+                for p, pm in t.partitions.items()
+                if n.node_id in pm.replicas and set(pm.isrs) <= {n.node_id}
+            ]
+            if not alone:
+                return True
+            time.sleep(0.5)
+        return False
 
     def _roll(self, hold: float) -> Any:
         for n in self.cluster.brokers:

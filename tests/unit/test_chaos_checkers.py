@@ -230,6 +230,14 @@ def test_writes_acknowledged_without_an_offset() -> None:
     assert [a["kind"] for a in checkers.check_writes(h, {0: (0, 0, [])})[0]] == ["lost"]
     moved = {0: (0, 0, []), 1: (0, 1, [(0, "p0-0")])}
     assert [a["kind"] for a in checkers.check_writes(h, moved)[0]] == ["lost"]
+    # read at an offset a DeleteRecords deleted since: gone by request (seed 4303)
+    h.info("consumer-0", "read", [[0, 0, "p0-0"]])
+    deleted = {0: (1, 1, [])}
+    assert [a["kind"] for a in checkers.check_writes(h, deleted)[0]] == ["lost"]  # not asked
+    d = h.invoke("admin", "delete-records", {"partition": 0, "offset": 1})
+    h.complete(d, "admin", "ok", "delete-records",
+               {"partition": 0, "offset": 1, "low_watermark": 1})  # fmt: skip
+    assert checkers.check_writes(h, deleted)[0] == []
 
 
 def test_an_acknowledged_upgrade_is_never_lost() -> None:

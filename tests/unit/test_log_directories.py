@@ -179,3 +179,37 @@ def test_a_log_directory_inside_another_is_its_own(tmp_path: Path) -> None:
     gone = pm.dir_failed(inner / "replication-offset-checkpoint.tmp", OSError(20, "x"))
     assert gone is pm.dirs[1]
     assert [d.path for d in pm.online_dirs] == [outer]
+
+
+def test_a_replica_whose_directory_was_replaced_has_lost_its_data() -> None:
+    """Eligible leader replicas on: every replica stopped one after the other, broker 1
+    last (its replica eligible, and the last known leader). It comes back with D2
+    replaced by an empty D3 and creates its replica again there: that replica holds
+    nothing, so it leaves the ELR and the last known leader, and does not lead."""
+    c, log = _cluster()
+    log.append([r.FeatureLevelRecord(name="metadata.version", feature_level=23),
+                r.FeatureLevelRecord(name="eligible.leader.replicas.version", feature_level=1),
+                r.ConfigRecord(resource_type=2, resource_name="t", name="min.insync.replicas",
+                               value="2")])  # fmt: skip
+    tid, _ = _part(c)
+    log.append(assign_replicas_to_dirs(c, 1, c.image.brokers[1].epoch, [(D2, tid, 0)]).records)
+    for b in (2, 3, 1):
+        log.append(c.broker_heartbeat(b, c.image.brokers[b].epoch, True, True, 0).all_records())
+    log.commit()
+    _, p = _part(c)
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (-1, (), (1, 3), (1,))
+    d3 = uuid.UUID(int=1003)
+    epoch = log.offset + 1
+    res = c.register_broker(1, uuid.uuid4(), [("P", "h", 1)], None, epoch, 0, None, (D1, d3))
+    log.append(res.records)
+    log.append(assign_replicas_to_dirs(c, 1, epoch, [(d3, tid, 0)]).records)
+    log.commit()
+    _, p = _part(c)
+    assert p.directory(1) == d3
+    assert (p.elr, p.last_known_elr) == ((3,), ())
+    log.append(c.broker_heartbeat(1, epoch, False, True, 0).all_records())
+    log.commit()
+    assert _part(c)[1].leader == -1  # broker 3, eligible, leads when it is back
+    # a move between two directories a broker still has is not a loss
+    res3 = assign_replicas_to_dirs(c, 1, epoch, [(D1, tid, 0)])
+    assert all(rec.isr is None and rec.eligible_leader_replicas is None for rec in res3.records)
