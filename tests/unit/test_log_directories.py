@@ -213,3 +213,19 @@ def test_a_replica_whose_directory_was_replaced_has_lost_its_data() -> None:
     # a move between two directories a broker still has is not a loss
     res3 = assign_replicas_to_dirs(c, 1, epoch, [(D1, tid, 0)])
     assert all(rec.isr is None and rec.eligible_leader_replicas is None for rec in res3.records)
+
+
+def test_a_partition_that_cannot_be_created_takes_its_directory_offline(tmp_path: Path) -> None:
+    """Seed 4303: a new partition placed in a directory whose disk had just failed
+    raised out of the metadata publisher (NotADirectoryError reading partition.metadata)
+    instead of taking that directory offline."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    pm = PartitionManager(1, [a, b], LogConfig())
+    b.mkdir()
+    b.rename(tmp_path / "b.failed")
+    b.write_text("a failed disk\n")
+    info = PartitionInfo((1,), (1,), 1, 0, 0, directories=(pm.dirs[1].dir_id,))
+    assert pm.ensure("t", 0, uuid.UUID(int=500), info, LogConfig(), 0) is None
+    assert [d.path for d in pm.offline_dirs] == [b]
+    assert ("t", 0) in pm.offline
+    pm.close()

@@ -32,6 +32,7 @@ from keeperless.protocol.records import (
     read_header,
     set_log_append_time,
 )
+from keeperless.storage.dir_failure import log_dir_failed
 from keeperless.storage.durable import fsync_dir, write_atomically
 from keeperless.storage.epochs import LeaderEpochCache
 from keeperless.storage.log import FileSlice, LogConfig, PartitionLog
@@ -813,21 +814,18 @@ class PartitionManager:
                     )
                 self.offline[key] = None
                 return None
-            self.offline.pop(key, None)
             directory = ld.path / f"{topic}-{index}"
-            found = read_topic_id(directory) if directory.exists() else None
-            if found is not None and found != topic_id:
-                log.info(
-                    "[node %d] Deleting %s: it belongs to topic id %s, not %s (a deleted "
-                    "incarnation of %s)",
-                    self.node_id,
-                    directory.name,
-                    found,
-                    topic_id,
-                    topic,
-                )
-                self._discard(directory)
-            p = Partition(topic, index, topic_id, directory, config, now_ms, ld.clean)
+            try:
+                found, p = self._open(topic, index, topic_id, directory, config, now_ms, ld)
+            except OSError as e:
+                # its log directory failed (Kafka: an I/O error creating or loading a
+                # log takes the directory offline); the node may stop (the metadata
+                # log's directory), else the partition is offline here
+                log_dir_failed(ld.path, e)
+                self.dir_failed(ld.path, e)
+                self.offline[key] = ld
+                return None
+            self.offline.pop(key, None)
             self.partitions[key] = p
             self.dir_of[key] = ld
             ld.hosted += 1
@@ -845,6 +843,30 @@ class PartitionManager:
         p.node_id = self.node_id
         p.on_info(info, now_ms)
         return p
+
+    def _open(
+        self,
+        topic: str,
+        index: int,
+        topic_id: UUID,
+        directory: Path,
+        config: LogConfig,
+        now_ms: int,
+        ld: LogDir,
+    ) -> tuple[UUID | None, Partition]:
+        found = read_topic_id(directory) if directory.exists() else None
+        if found is not None and found != topic_id:
+            log.info(
+                "[node %d] Deleting %s: it belongs to topic id %s, not %s (a deleted "
+                "incarnation of %s)",
+                self.node_id,
+                directory.name,
+                found,
+                topic_id,
+                topic,
+            )
+            self._discard(directory)
+        return found, Partition(topic, index, topic_id, directory, config, now_ms, ld.clean)
 
     def checkpoint_high_watermarks(self) -> None:
         """Save every partition's high watermark in its directory's checkpoint (those not
