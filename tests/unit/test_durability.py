@@ -185,3 +185,16 @@ def test_a_node_stopping_during_a_metadata_fsync_closes_its_log_after_it(
     asyncio.run(go())
     assert "Traceback" not in caplog.text
     assert "halting" not in caplog.text
+
+
+def test_a_response_arriving_after_the_stop_is_ignored(tmp_path: Path) -> None:
+    """Seed 101: a Raft fetch response that arrived after the node stopped stepped the
+    core over the closed log (IndexError in an event-loop callback)."""
+    sent: list[m.Message] = []
+    mlog = MetadataLog(1, (1, 2, 3), tmp_path, send=sent.append)
+    mlog.start()
+    mlog.core.tick(mlog.core.next_deadline())
+    mlog._process()
+    pre = next(msg for msg in sent if isinstance(msg, m.VoteRequest) and msg.dst == 2)
+    mlog.close()
+    mlog.step(m.VoteResponse(2, 1, pre.epoch, True, -1, True, request_id=pre.request_id))

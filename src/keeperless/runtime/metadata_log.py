@@ -212,6 +212,10 @@ class MetadataLog:
         await fut
 
     def step(self, msg: Message) -> None:
+        if self._closed:
+            # a response to a request sent before the node stopped: the log is closed
+            # (it stepped the core into an IndexError - fault harness, seed 101)
+            return
         self.core.step(msg, _now_ms())
         self._process()
 
