@@ -180,7 +180,7 @@ def _move_dirs(servers: Servers, moves: DirMoves) -> set[tuple[str, int, int]]:
                 elif int(p.error_code) != 9:  # REPLICA_NOT_AVAILABLE: not there yet
                     # Kafka's words, with the broker's error and the directory asked for
                     raise ToolError(f"Failed to alter dir for {_replica(key)}: "
-                                    f"{p.error_code.name} ({mine.get(key)})")  # fmt: skip
+                                    f"{p.error_code.name.upper()} ({mine.get(key)})")  # fmt: skip
     return started
 
 
