@@ -816,7 +816,8 @@ class PartitionManager:
                 return None
             directory = ld.path / f"{topic}-{index}"
             try:
-                found, p = self._open(topic, index, topic_id, directory, config, now_ms, ld)
+                found = self._claim(directory, topic_id, topic)
+                p = Partition(topic, index, topic_id, directory, config, now_ms, ld.clean)
             except OSError as e:
                 # its log directory failed (Kafka: an I/O error creating or loading a
                 # log takes the directory offline); the node may stop (the metadata
@@ -844,16 +845,8 @@ class PartitionManager:
         p.on_info(info, now_ms)
         return p
 
-    def _open(
-        self,
-        topic: str,
-        index: int,
-        topic_id: UUID,
-        directory: Path,
-        config: LogConfig,
-        now_ms: int,
-        ld: LogDir,
-    ) -> tuple[UUID | None, Partition]:
+    def _claim(self, directory: Path, topic_id: UUID, topic: str) -> UUID | None:
+        """The topic id ``directory`` holds; a deleted incarnation's is discarded."""
         found = read_topic_id(directory) if directory.exists() else None
         if found is not None and found != topic_id:
             log.info(
@@ -866,7 +859,7 @@ class PartitionManager:
                 topic,
             )
             self._discard(directory)
-        return found, Partition(topic, index, topic_id, directory, config, now_ms, ld.clean)
+        return found
 
     def checkpoint_high_watermarks(self) -> None:
         """Save every partition's high watermark in its directory's checkpoint (those not
