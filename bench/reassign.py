@@ -1,14 +1,19 @@
-"""Moving a partition between brokers (KIP-455): the time and bytes to move one
-partition of ``--mb`` MB to another broker, unthrottled and under a replication
-throttle, beside a plain file copy of the same segments measured in the same run.
+"""Moving a partition between brokers (KIP-455) and between the log directories of one
+broker (KIP-858): the time and bytes to move one partition of ``--mb`` MB to another
+broker, unthrottled and under a replication throttle, and to the broker's other log
+directory, unthrottled and throttled, beside a plain file copy of the same segments
+measured in the same run.
 
     python bench/reassign.py [--mb 1024] [--throttle-mb 50]
 
-One controller and three brokers; the partition (RF 1) is filled on broker 2, moved to
-broker 3 with no throttle, then to broker 4 with ``kafka-reassign-partitions.sh
---throttle``. A move is timed from the AlterPartitionReassignments answer to the
+One controller and three brokers, each with two log.dirs (a, b); the partition (RF 1)
+is filled on broker 2, moved to broker 3 with no throttle, then to broker 4 with
+``kafka-reassign-partitions.sh --throttle``, then on broker 4 to its other directory
+(``log_dirs``) with no throttle and back with ``--replica-alter-log-dirs-throttle``. A
+move between brokers is timed from the AlterPartitionReassignments answer to the
 partition's replicas being the target alone (the new replica caught up, joined the
-ISR and the old one removed). Prints a table and writes
+ISR and the old one removed); a move between directories until the copy has been
+swapped in and the old one deleted. Prints a table and writes
 bench/results/reassign-<time>.json.
 """
 
@@ -60,9 +65,49 @@ def _replicas(c: Cluster) -> list[int]:
     return sorted(md.topics[TOPIC].partitions[0].replicas)
 
 
+def _dirs(c: Cluster, broker: int) -> tuple[Path, Path]:
+    d = c.brokers[broker].data
+    return d / "a", d / "b"
+
+
+def _where(c: Cluster, broker: int) -> Path | None:
+    """The log directory holding the partition on ``broker`` (None: none does)."""
+    return next((d for d in _dirs(c, broker) if (d / f"{TOPIC}-0").exists()), None)
+
+
 def _log_bytes(c: Cluster, broker: int) -> int:
-    d = c.brokers[broker].data / f"{TOPIC}-0"
-    return sum(f.stat().st_size for f in d.glob("*.log")) if d.exists() else 0
+    at = _where(c, broker)
+    d = at / f"{TOPIC}-0" if at is not None else None
+    return sum(f.stat().st_size for f in d.glob("*.log")) if d is not None else 0
+
+
+def _move_dir(c: Cluster, broker: int, throttle: int | None, workdir: Path) -> float:
+    """Move the partition on ``broker`` to its other log directory."""
+    now = _where(c, broker)
+    target = next(d for d in _dirs(c, broker) if d != now)
+    plan = workdir / f"dir-{target.name}.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": TOPIC, "partition": 0, "replicas": [broker],
+         "log_dirs": [str(target)]}]}))  # fmt: skip
+    tool = [str(ROOT / "bin" / "kafka-reassign-partitions.sh"), "--bootstrap-server",
+            c.bootstrap, "--reassignment-json-file", str(plan)]  # fmt: skip
+    args = [*tool, "--execute"]
+    if throttle:
+        args += ["--replica-alter-log-dirs-throttle", str(throttle)]
+    started = time.monotonic()
+    subprocess.run(args, check=True, capture_output=True, text=True, timeout=60)
+
+    def moved() -> bool:
+        return (
+            _where(c, broker) == target
+            and not any(now.glob(f"{TOPIC}-0*") if now is not None else ())
+            and not any(target.glob("*-future"))
+        )
+
+    wait_until(moved, timeout=3600, interval=0.1, what=f"the move to {target}")
+    took = time.monotonic() - started
+    subprocess.run([*tool, "--verify"], check=True, capture_output=True, text=True, timeout=60)
+    return took
 
 
 def _move(c: Cluster, target: int, throttle: int | None, workdir: Path) -> float:
@@ -82,7 +127,9 @@ def _move(c: Cluster, target: int, throttle: int | None, workdir: Path) -> float
 
 
 def _copy_baseline(c: Cluster, broker: int, workdir: Path) -> float:
-    src = c.brokers[broker].data / f"{TOPIC}-0"
+    at = _where(c, broker)
+    assert at is not None
+    src = at / f"{TOPIC}-0"
     dst = workdir / "copy"
     dst.mkdir()
     started = time.monotonic()
@@ -105,6 +152,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-reassign-") as tmp:
         work = Path(tmp)
         c = Cluster(work, controllers=1, brokers=3)
+        for n in c.brokers.values():  # two log directories each (KIP-858)
+            text = n.config.read_text().replace(f"log.dirs={n.data}\n",
+                                                f"log.dirs={n.data}/a,{n.data}/b\n")  # fmt: skip
+            n.config.write_text(text)
         c.start()
         try:
             from kafka.admin import KafkaAdminClient, NewTopic
@@ -119,6 +170,8 @@ def main() -> None:
             free_s = _move(c, 3, None, work)
             throttle = args.throttle_mb * 1_000_000
             throttled_s = _move(c, 4, throttle, work)
+            dir_s = _move_dir(c, 4, None, work)
+            dir_throttled_s = _move_dir(c, 4, throttle, work)
         finally:
             c.stop()
     mb = size / 1e6
@@ -131,11 +184,18 @@ def main() -> None:
             "mb_per_s": mb / throttled_s,
             "limit_mb_per_s": throttle / 1e6,
         },
+        {"case": "log dir move, no throttle", "seconds": dir_s, "mb_per_s": mb / dir_s},
+        {
+            "case": f"log dir move, --replica-alter-log-dirs-throttle {throttle}",
+            "seconds": dir_throttled_s,
+            "mb_per_s": mb / dir_throttled_s,
+            "limit_mb_per_s": throttle / 1e6,
+        },
     ]
-    print(f"one partition of {mb:.0f} MB ({size} bytes) moved between brokers")
-    print(f"{'case':<34}{'seconds':>10}{'MB/s':>10}{'x copy':>10}")
+    print(f"one partition of {mb:.0f} MB ({size} bytes) moved between brokers and log directories")
+    print(f"{'case':<58}{'seconds':>10}{'MB/s':>10}{'x copy':>10}")
     for r in rows:
-        print(f"{r['case']:<34}{r['seconds']:>10.2f}{r['mb_per_s']:>10.1f}"
+        print(f"{r['case']:<58}{r['seconds']:>10.2f}{r['mb_per_s']:>10.1f}"
               f"{r['mb_per_s'] / rows[0]['mb_per_s']:>10.2f}")  # fmt: skip
     out = ROOT / "bench" / "results" / f"reassign-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
