@@ -114,3 +114,25 @@ def test_a_write_is_not_acknowledged_by_a_follower_high_watermark(tmp_path: Path
         b.close()
 
     asyncio.run(go())
+
+
+def test_a_write_waiting_when_the_broker_stops_is_answered_not_leader(tmp_path: Path) -> None:
+    """Seed 4406: a broker stopping (no controller to hand its leaderships to) closed
+    its logs under an acks=all write waiting for the ISR, which then read the closed log
+    (IndexError) instead of being answered."""
+
+    async def go() -> None:
+        b = _broker(tmp_path)
+        plane = DataPlane(b)
+        task = asyncio.create_task(plane.produce(RequestHeader(0, 9, 1, "t"), _produce()))
+        await asyncio.sleep(0.05)
+        assert not task.done()  # waiting for replica 2
+        p = b.partitions.get("t", 0)
+        assert p is not None
+        b.close()
+        resp = await asyncio.wait_for(task, 5)
+        part = resp.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.not_leader_or_follower
+        assert p.high_watermark == 0  # the closed log is not read
+
+    asyncio.run(go())

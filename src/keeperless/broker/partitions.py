@@ -178,6 +178,8 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
+        if self.log.closed:  # deleted, or the broker stopping: as it was
+            return self._hw
         if self.is_leader:
             assert self.info is not None
             if all(r == self.node_id for r in self.maximal_isr()) and not self._under_min_isr():
@@ -980,6 +982,11 @@ class PartitionManager:
             log.warning("[node %d] Could not save the high watermarks: %s", self.node_id, e)
         unclean: set[int] = set()
         for key, p in self.partitions.items():
+            # a request still holding it (an acks=all produce waiting for the high
+            # watermark) is answered NOT_LEADER_OR_FOLLOWER, not an IndexError on the
+            # closed log (fault harness, seed 4406: a stop without a controller)
+            p.fail_waiters()
+            p.info = None
             if not p.close():
                 ld = self.dir_of.get(key)
                 unclean.add(id(ld))
