@@ -102,6 +102,19 @@ def test_admin_linearizability() -> None:
     assert found[0]["op"] == "delete"
 
 
+def test_admin_not_controller_may_still_take_effect() -> None:
+    """Seed 4414: a create answered NOT_CONTROLLER (the controller lost the leadership
+    after appending it) was committed by the next leader."""
+    h = History()
+    _admin(h, "create", {"topic": "a", "partitions": 1}, "not_controller")
+    _admin(h, "partitions", {"topic": "a", "total": 4}, "none")
+    assert checkers.check_admin(h)[0] == []
+    never = History()
+    _admin(never, "create", {"topic": "a", "partitions": 1}, "not_controller")
+    _admin(never, "partitions", {"topic": "a", "total": 4}, "unknown_topic")
+    assert checkers.check_admin(never)[0] == []
+
+
 def test_admin_an_unknown_outcome_may_take_effect_later_or_never() -> None:
     later = History()
     _admin(later, "create", {"topic": "a", "partitions": 1}, None)  # timed out
