@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from keeperless.net import client as client_mod
 from keeperless.net.client import Backoff, NetworkClient
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
@@ -223,5 +224,39 @@ def test_the_client_holds_its_connection_tasks_and_ends_them_when_closed() -> No
         assert tasks[0].done()
         assert not client._tasks
         server.close()
+
+    asyncio.run(main())
+
+
+def test_a_connection_closed_as_it_opens_fails_its_queued_requests() -> None:
+    """Seed 4415: the transport was closed between the connect and the first write
+    (uvloop raises RuntimeError "the handler is closed"); the connection task died with
+    it ("Task exception was never retrieved") and its requests waited for their timeout."""
+
+    async def never(seen: list[RequestHeader], writer: asyncio.StreamWriter) -> None:
+        return None
+
+    async def main() -> None:
+        server, port, _ = await _peer(never)
+        client = NetworkClient("test")
+        real_open = client_mod._Connection._open
+
+        async def closed_open(self: Any) -> Any:
+            reader, writer = await real_open(self)
+
+            def write(_data: bytes) -> None:
+                raise RuntimeError("unable to perform operation: the handler is closed")
+
+            writer.write = write  # type: ignore[method-assign]
+            return reader, writer
+
+        client_mod._Connection._open = closed_open  # type: ignore[method-assign]
+        try:
+            with pytest.raises(OSError, match="closed before the requests were written"):
+                await _versions(client, port, timeout_s=5)
+        finally:
+            client_mod._Connection._open = real_open  # type: ignore[method-assign]
+            client.close()
+            server.close()
 
     asyncio.run(main())
