@@ -226,7 +226,7 @@ def test_every_replica_back_from_a_crash_the_last_known_leader_leads() -> None:
 
 
 def test_the_clean_shutdown_file_names_the_brokers_epoch(tmp_path: Path) -> None:
-    from keeperless.broker.partitions import PartitionManager
+    from keeperless.broker.partition_manager import PartitionManager
     from keeperless.storage.log import LogConfig
 
     PartitionManager(1, tmp_path, LogConfig()).close(42)

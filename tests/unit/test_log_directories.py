@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.partitions import PartitionManager
+from keeperless.broker.partition_manager import PartitionManager
 from keeperless.controller.directories import assign_replicas_to_dirs
 from keeperless.controller.elections import PREFERRED, UNCLEAN, elect_leaders
 from keeperless.controller.quorum_controller import QuorumController

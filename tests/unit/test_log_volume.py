@@ -308,7 +308,7 @@ def test_a_clean_stop_is_marked_and_a_torn_tail_after_it_blames_the_disk(
     import logging
     import uuid
 
-    from keeperless.broker.partitions import PartitionManager
+    from keeperless.broker.partition_manager import PartitionManager
     from keeperless.metadata.image import PartitionInfo
     from keeperless.storage.partition_dirs import CLEAN_SHUTDOWN_FILE
 

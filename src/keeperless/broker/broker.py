@@ -18,7 +18,7 @@ from keeperless.broker.auto_create import AutoTopicCreator
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.controller_rpcs import ControllerRpcs
 from keeperless.broker.log_dir_moves import LogDirMoves
-from keeperless.broker.partitions import PartitionManager
+from keeperless.broker.partition_manager import PartitionManager
 from keeperless.broker.replication_quotas import ReplicationQuotas
 from keeperless.metadata.config_catalog import Resolved
 from keeperless.metadata.config_resolution import resolve_broker, resolve_topic

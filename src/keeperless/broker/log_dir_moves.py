@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.partitions import LogDir, Partition, PartitionManager
+from keeperless.broker.partition_manager import LogDir, PartitionManager
+from keeperless.broker.partitions import Partition
 from keeperless.storage.dir_failure import LogDirFailure
 from keeperless.storage.durable import fsync_dir
 from keeperless.storage.partition_dirs import FUTURE_SUFFIX

@@ -1,0 +1,465 @@
+"""The partitions a broker hosts (Kafka's LogManager and the hosting side of its
+ReplicaManager): one or several log directories (KIP-858) - their ids, checkpoints and
+clean-shutdown files, where a new replica goes, a directory that fails - and every
+partition kept in step with the metadata image."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from uuid import UUID
+
+from keeperless.broker.partitions import Partition
+from keeperless.metadata.image import UNASSIGNED, PartitionInfo
+from keeperless.storage.dir_failure import log_dir_failed
+from keeperless.storage.durable import fsync_dir, write_atomically
+from keeperless.storage.log import LogConfig
+from keeperless.storage.meta_properties import (
+    read_meta_properties,
+    uuid_from_kafka,
+    uuid_to_kafka,
+)
+from keeperless.storage.offset_checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
+from keeperless.storage.partition_dirs import (
+    CLEAN_SHUTDOWN_FILE,
+    FUTURE_SUFFIX,
+    discard,
+    partition_dirs,
+    read_topic_id,
+    remove_discarded,
+)
+
+__all__ = ["LogDir", "PartitionManager", "directory_id_of"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False, slots=True)
+class LogDir:
+    """One of the broker's ``log.dirs`` (KIP-858): its path, its directory id (from its
+    meta.properties), whether it is online, and what it had checkpointed for the
+    partitions it holds that are not open yet."""
+
+    path: Path
+    dir_id: UUID
+    online: bool = True
+    clean: bool = False  # its clean-shutdown file was there at start
+    epoch: int = -1  # the broker epoch that file named
+    starts: dict[tuple[str, int], int] = field(default_factory=dict)
+    hws: dict[tuple[str, int], int] = field(default_factory=dict)
+    hosted: int = 0  # partitions open in it (for placing new ones)
+
+
+def directory_id_of(path: Path) -> UUID:
+    """A log directory's id: from its meta.properties; for one without (tests, tools),
+    one derived from its path."""
+    meta = read_meta_properties(path)
+    if meta is not None:
+        with contextlib.suppress(ValueError):
+            return uuid_from_kafka(meta.directory_id)
+    u = uuid.uuid5(uuid.NAMESPACE_URL, str(path.resolve()))
+    return u if u.int > 100 else UUID(int=u.int + 101)
+
+
+class PartitionManager:
+    """Partitions hosted by this broker, kept in step with the metadata image, in one or
+    several log directories."""
+
+    def __init__(self, node_id: int, log_dirs: Path | Sequence[Path], defaults: LogConfig) -> None:
+        self.node_id = node_id
+        paths = (log_dirs,) if isinstance(log_dirs, Path) else tuple(log_dirs)
+        self.dirs = [LogDir(d, directory_id_of(d)) for d in paths]
+        self.log_dir = paths[0]
+        self.defaults = defaults
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        # the directory of each open partition
+        self.dir_of: dict[tuple[str, int], LogDir] = {}
+        # partitions assigned here whose directory is offline (KIP-858): not served
+        self.offline: dict[tuple[str, int], LogDir | None] = {}
+        # partition directories found at start, by partition, until opened (in two
+        # directories after a crash in the middle of a move between them)
+        self._found: dict[tuple[str, int], list[LogDir]] = {}
+        # where a replica not hosted yet is to be created (AlterReplicaLogDirs before
+        # it arrives, as Kafka's preferred log dirs)
+        self.preferred: dict[tuple[str, int], LogDir] = {}
+        # directories to tell the controller (AssignReplicasToDirs): (topic id,
+        # partition) -> directory id, taken by the broker
+        self.assignments: dict[tuple[UUID, int], UUID] = {}
+        self._data_arrived: asyncio.Future[None] | None = None
+        # set by the replica manager: a follower fetched from a partition led here
+        self.on_follower_fetch: Callable[[Partition, int], None] | None = None
+        # called when a log directory goes offline (the broker tells the controller)
+        self.on_dir_offline: Callable[[LogDir], None] | None = None
+        # Kafka's marker of a clean stop: read (and removed) at start, written at a
+        # clean stop; recovery then knows a torn tail is not a crash's. Clean only if
+        # every directory had it
+        self.clean_shutdown = True
+        # the broker epoch the clean-shutdown files name (as Kafka's, {"version": 0,
+        # "brokerEpoch": N}), told to the controller at registration; -1 after a crash
+        epochs: set[int] = set()
+        for ld in self.dirs:
+            self._open_dir(ld)
+            self.clean_shutdown = self.clean_shutdown and ld.clean
+            epochs.add(ld.epoch)
+        self.previous_broker_epoch = epochs.pop() if len(epochs) == 1 else -1
+        if not self.clean_shutdown:
+            self.previous_broker_epoch = -1
+
+    def _open_dir(self, ld: LogDir) -> None:
+        """Read a directory's checkpoints and clean-shutdown file and index its
+        partition directories; one that cannot be read starts offline."""
+        try:
+            if ld.path.exists() and not ld.path.is_dir():
+                raise NotADirectoryError(f"{ld.path} is not a directory")
+            # log start offsets moved inside a segment (DeleteRecords), as checkpointed;
+            # applied to each partition when it opens
+            ld.starts = read_offset_checkpoint(ld.path / LOG_START_OFFSET_CHECKPOINT)
+            # each partition's high watermark as last saved (Kafka's
+            # replication-offset-checkpoint), applied when it opens
+            ld.hws = read_offset_checkpoint(ld.path / REPLICATION_OFFSET_CHECKPOINT)
+            marker = ld.path / CLEAN_SHUTDOWN_FILE
+            if marker.exists():
+                ld.clean = True
+                with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+                    ld.epoch = int(json.loads(marker.read_text())["brokerEpoch"])
+                marker.unlink()
+                fsync_dir(ld.path)
+            for key in partition_dirs(ld.path):
+                self._found.setdefault(key, []).append(ld)
+            for future in ld.path.glob(f"*{FUTURE_SUFFIX}"):
+                # a move between directories that a stop cut short: asked again, it
+                # starts over
+                log.info("[node %d] Deleting %s: a move of a replica between log "
+                         "directories that did not finish", self.node_id, future)  # fmt: skip
+                discard(future)
+        except OSError as e:
+            ld.online = False
+            log.error(
+                "[node %d] Log directory %s is offline: it could not be read at start (%s)",
+                self.node_id,
+                ld.path,
+                e,
+            )
+
+    @property
+    def online_dirs(self) -> list[LogDir]:
+        return [ld for ld in self.dirs if ld.online]
+
+    @property
+    def offline_dirs(self) -> list[LogDir]:
+        return [ld for ld in self.dirs if not ld.online]
+
+    def dir_by_id(self, dir_id: UUID) -> LogDir | None:
+        return next((ld for ld in self.dirs if ld.dir_id == dir_id), None)
+
+    def dir_containing(self, path: Path) -> LogDir | None:
+        """The log directory ``path`` is in (or is): the innermost, when one log
+        directory lies inside another."""
+        found = [ld for ld in self.dirs if path == ld.path or ld.path in path.parents]
+        return max(found, key=lambda ld: len(ld.path.parts), default=None)
+
+    def _place(self, key: tuple[str, int], info: PartitionInfo) -> LogDir | None:
+        """Where a partition not found on disk is created: the directory the metadata
+        assigns it, if online here; else, with every directory online, the one holding
+        the fewest partitions (Kafka's nextLogDirs). With a directory offline, a replica
+        the metadata does not show as new (UNASSIGNED) may be on it: it is not created
+        elsewhere (Kafka: "Can not create log ... because log directories are offline")."""
+        want = info.directory(self.node_id)
+        chosen = self.preferred.pop(key, None)
+        if chosen is not None and chosen.online:
+            return chosen
+        ld = self.dir_by_id(want)
+        if ld is not None and ld.online:
+            return ld
+        online = self.online_dirs
+        if not online or (len(online) < len(self.dirs) and want != UNASSIGNED):
+            return None
+        return min(online, key=lambda d: d.hosted)
+
+    def get(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    def ensure(
+        self,
+        topic: str,
+        index: int,
+        topic_id: UUID,
+        info: PartitionInfo,
+        config: LogConfig,
+        now_ms: int,
+    ) -> Partition | None:
+        """Open (or create) the local replica; None when it is not served here because
+        a log directory that may hold it is offline."""
+        p = self.partitions.get((topic, index))
+        if p is not None and p.topic_id != topic_id:
+            # an older incarnation of the topic is still open here: it goes first
+            self.remove(topic, index, p.topic_id, "its topic was re-created")
+            p = None
+        if p is None:
+            key = (topic, index)
+            copies = [d for d in self._found.pop(key, ()) if d.online]
+            want = info.directory(self.node_id)
+            ld = next((d for d in copies if d.dir_id == want), copies[0] if copies else None)
+            for other in copies:
+                if other is not ld:
+                    # a crash between the two renames of a move: the copies are the same
+                    log.info("[node %d] Deleting the second copy of %s-%d in %s (kept: %s)",
+                             self.node_id, topic, index, other.path, ld and ld.path)  # fmt: skip
+                    self._discard(other.path / f"{topic}-{index}")
+            if ld is None:
+                ld = self._place(key, info)
+            if ld is None:
+                if key not in self.offline:
+                    log.warning(
+                        "[node %d] Not hosting %s-%d: a log directory that may hold it is offline",
+                        self.node_id,
+                        topic,
+                        index,
+                    )
+                self.offline[key] = None
+                return None
+            directory = ld.path / f"{topic}-{index}"
+            try:
+                found = self._claim(directory, topic_id, topic)
+                p = Partition(topic, index, topic_id, directory, config, now_ms, ld.clean)
+            except OSError as e:
+                # its log directory failed (Kafka: an I/O error creating or loading a
+                # log takes the directory offline); the node may stop (the metadata
+                # log's directory), else the partition is offline here
+                log_dir_failed(ld.path, e)
+                self.dir_failed(ld.path, e)
+                self.offline[key] = ld
+                return None
+            self.offline.pop(key, None)
+            self.partitions[key] = p
+            self.dir_of[key] = ld
+            ld.hosted += 1
+            start = ld.starts.pop(key, None)
+            if start is not None and found == topic_id:
+                p.advance_start(start, now_ms)
+            hw = ld.hws.pop(key, None)
+            if hw is not None and found == topic_id:
+                p.restore_hw(hw)
+        else:
+            p.log.config = config
+        ld = self.dir_of[(topic, index)]
+        if info.directory(self.node_id) != ld.dir_id:
+            self.assignments[(topic_id, index)] = ld.dir_id
+        p.node_id = self.node_id
+        p.on_info(info, now_ms)
+        return p
+
+    def _claim(self, directory: Path, topic_id: UUID, topic: str) -> UUID | None:
+        """The topic id ``directory`` holds; a deleted incarnation's is discarded."""
+        found = read_topic_id(directory) if directory.exists() else None
+        if found is not None and found != topic_id:
+            log.info(
+                "[node %d] Deleting %s: it belongs to topic id %s, not %s (a deleted "
+                "incarnation of %s)",
+                self.node_id,
+                directory.name,
+                found,
+                topic_id,
+                topic,
+            )
+            self._discard(directory)
+        return found
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Save every partition's high watermark in its directory's checkpoint (those not
+        opened yet: as read)."""
+        failed: OSError | None = None
+        for ld in self.online_dirs:
+            hws = dict(ld.hws)
+            for key, p in self.partitions.items():
+                if self.dir_of.get(key) is ld:
+                    hws[key] = p.high_watermark
+            try:
+                write_offset_checkpoint(ld.path / REPLICATION_OFFSET_CHECKPOINT, hws)
+            except OSError as e:  # that directory failed: the others are saved still
+                failed = e
+        if failed is not None:
+            raise failed
+
+    def advance_start(self, p: Partition, offset: int, now_ms: int) -> bool:
+        """Move a partition's log start offset and checkpoint every moved start of its
+        directory (the deleted records must stay deleted across a restart)."""
+        if not p.advance_start(offset, now_ms):
+            return False
+        ld = self.dir_of.get((p.topic, p.index))
+        if ld is None or not ld.online:
+            return True
+        starts = dict(ld.starts)  # of partitions not opened yet: kept
+        for key, q in self.partitions.items():
+            if self.dir_of.get(key) is not ld:
+                continue
+            first = q.log.first_segment_base
+            if q.log.log_start_offset > first:
+                starts[key] = q.log.log_start_offset
+        write_offset_checkpoint(ld.path / LOG_START_OFFSET_CHECKPOINT, starts)
+        return True
+
+    def remove(self, topic: str, index: int, topic_id: UUID, why: str) -> bool:
+        """Delete the local replica of ``topic``-``index`` if it belongs to topic id
+        ``topic_id`` (a re-created topic of the same name is another partition)."""
+        p = self.partitions.get((topic, index))
+        if p is None or p.topic_id != topic_id:
+            self.offline.pop((topic, index), None)
+            return False
+        del self.partitions[(topic, index)]
+        ld = self.dir_of.pop((topic, index), None)
+        if ld is not None:
+            ld.hosted -= 1
+        self.assignments.pop((topic_id, index), None)
+        log.info(
+            "[node %d] Deleting partition %s-%d of topic id %s (%s)",
+            self.node_id,
+            topic,
+            index,
+            topic_id,
+            why,
+        )
+        p.fail_waiters()
+        # no longer anyone's replica here: a request still holding it (an acks=all
+        # produce about to wait, found by the fault harness as an IndexError on the
+        # closed log) is answered NOT_LEADER_OR_FOLLOWER
+        p.info = None
+        p.log.close()  # no snapshot: it is deleted
+        self._discard(p.directory)
+        return True
+
+    def _discard(self, directory: Path) -> None:
+        target = discard(directory)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            shutil.rmtree(target, ignore_errors=True)
+            return
+        loop.run_in_executor(None, shutil.rmtree, target, True)
+
+    def remove_strays(self, expected: dict[tuple[str, int], UUID]) -> None:
+        """At start, once the metadata is caught up: delete what a crash left of
+        discarded partitions, and every partition directory that the metadata does not
+        assign to this broker with that topic id (deleted while it was down, or an older
+        incarnation of a re-created topic)."""
+        for ld in self.online_dirs:
+            remove_discarded(ld.path)
+            for key, directory in partition_dirs(ld.path).items():
+                if key in self.partitions and self.dir_of.get(key) is ld:
+                    continue
+                found = read_topic_id(directory)
+                want = expected.get(key)
+                if key not in self.partitions and found is not None and found == want:
+                    continue
+                if key not in self.partitions and found is None and want is not None:
+                    continue  # a directory from before partition.metadata: it is adopted
+                log.info(
+                    "[node %d] Deleting stray partition directory %s (topic id %s is not "
+                    "assigned here%s)",
+                    self.node_id,
+                    directory,
+                    found,
+                    ", or it is hosted in another log directory" if key in self.partitions else "",
+                )
+                self._discard(directory)
+
+    def notify_append(self) -> None:
+        fut = self._data_arrived
+        self._data_arrived = None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    async def wait_for_data(self, timeout_s: float) -> None:
+        if self._data_arrived is None:
+            self._data_arrived = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._data_arrived), timeout_s)
+
+    def close(self, broker_epoch: int = -1) -> None:
+        """Close every log; mark each directory whose logs were all flushed cleanly shut
+        down (with the broker's epoch, which it names when it registers again)."""
+        try:
+            self.checkpoint_high_watermarks()
+        except OSError as e:
+            log.warning("[node %d] Could not save the high watermarks: %s", self.node_id, e)
+        unclean: set[int] = set()
+        for key, p in self.partitions.items():
+            # a request still holding it (an acks=all produce waiting for the high
+            # watermark) is answered NOT_LEADER_OR_FOLLOWER, not an IndexError on the
+            # closed log (fault harness, seed 4406: a stop without a controller)
+            p.fail_waiters()
+            p.info = None
+            if not p.close():
+                ld = self.dir_of.get(key)
+                unclean.add(id(ld))
+        self.partitions.clear()
+        self.dir_of.clear()
+        for ld in self.dirs:
+            ld.hosted = 0
+        for ld in self.online_dirs:
+            if id(ld) in unclean:
+                continue
+            try:
+                write_atomically(
+                    ld.path / CLEAN_SHUTDOWN_FILE,
+                    json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode(),
+                )
+                fsync_dir(ld.path)
+            except OSError as e:
+                log.warning("[node %d] Could not mark %s cleanly shut down: %s",
+                            self.node_id, ld.path, e)  # fmt: skip
+
+    # -- a failed log directory (KIP-858) ---------------------------------------------------
+
+    def dir_failed(self, path: Path, error: OSError) -> LogDir | None:
+        """A write in ``path`` failed: its log directory goes offline - its partitions
+        are closed and no longer served here, and nothing more is written to it. Returns
+        the directory newly offline (None: unknown, or already offline)."""
+        ld = self.dir_containing(path)
+        if ld is None or not ld.online:
+            return None
+        ld.online = False
+        log.error(
+            "[node %d] Log directory %s (%s) is offline after an I/O error (%s): its %d "
+            "partition(s) are no longer served here; %d of %d log directories remain online",
+            self.node_id,
+            ld.path,
+            uuid_to_kafka(ld.dir_id),
+            error,
+            sum(1 for d in self.dir_of.values() if d is ld),
+            len(self.online_dirs),
+            len(self.dirs),
+        )
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._close_dir(ld)
+        else:
+            # not inside the write that failed: its caller is still on the stack
+            loop.call_soon(self._close_dir, ld)
+        if self.on_dir_offline is not None:
+            self.on_dir_offline(ld)
+        return ld
+
+    def _close_dir(self, ld: LogDir) -> None:
+        for key in [k for k, d in self.dir_of.items() if d is ld]:
+            p = self.partitions.pop(key)
+            del self.dir_of[key]
+            ld.hosted -= 1
+            self.offline[key] = ld
+            p.fail_waiters()
+            p.info = None
+            with contextlib.suppress(Exception):
+                p.log.close()
