@@ -4,6 +4,7 @@ partitions that image assigns to this node."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -355,7 +356,7 @@ class Broker:
         mv = self.image.features.get(METADATA_VERSION_FEATURE)
         if not pending or self.broker_epoch < 0 or mv is None or not directory_assignment(mv):
             return False
-        batch = list(pending.items())[:2250]
+        batch = list(itertools.islice(pending.items(), 2250))
         try:
             err, results = await self.controller.assign_replicas_to_dirs(
                 self.node_id, self.broker_epoch, [(d, t, i) for (t, i), d in batch]
