@@ -45,6 +45,8 @@ __all__ = ["Broker", "BrokerSettings"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# how often a broker tells the controller where new replicas were placed (KIP-858)
+DIR_ASSIGNMENT_INTERVAL_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +349,21 @@ class Broker:
         now = _now_ms()
         for p in list(self.partitions.partitions.values()):
             p.state.remove_expired(now, expiration_ms)
+
+    async def dir_assignment_loop(self) -> None:
+        """AssignReplicasToDirs (KIP-858), apart from the heartbeats as Kafka's
+        AssignmentsManager: a slow controller must not delay a heartbeat past the
+        session."""
+        told = -1e9
+        while True:
+            await asyncio.sleep(DIR_ASSIGNMENT_INTERVAL_S)
+            try:
+                await self.send_dir_assignments()
+            except Exception:
+                if time.monotonic() - told >= 60:
+                    told = time.monotonic()
+                    log.exception("[node %d] Telling the controller the replicas' log "
+                                  "directories failed; trying again", self.node_id)  # fmt: skip
 
     async def send_dir_assignments(self) -> bool:
         """Tell the controller the directory of each replica whose directory in the

@@ -68,8 +68,6 @@ from keeperless.storage.log import LogConfig
 
 __all__ = ["ListenError", "Node", "run_node"]
 
-# how often a broker tells the controller where new replicas were placed (KIP-858)
-DIR_ASSIGNMENT_INTERVAL_S = 0.5
 log = logging.getLogger(__name__)
 # how long a stopping broker waits for its controlled shutdown (Kafka waits up to 5 min)
 CONTROLLED_SHUTDOWN_S = 60.0
@@ -331,7 +329,7 @@ class Node:
             if self.txn is not None:
                 self.txn.start()
             self._tasks.append(loop.create_task(self._heartbeat_loop()))
-            self._tasks.append(loop.create_task(self._dir_assignment_loop()))
+            self._tasks.append(loop.create_task(self.broker.dir_assignment_loop()))
             self._tasks.append(loop.create_task(self._retention_loop()))
             self._tasks.append(loop.create_task(self._producer_expiry_loop()))
             self._tasks.append(loop.create_task(self._hw_checkpoint_loop()))
@@ -660,22 +658,6 @@ class Node:
                 if time.monotonic() - told >= 60:
                     told = time.monotonic()
                     log.exception("[node %d] Heartbeat failed; trying again", self.node_id)
-
-    async def _dir_assignment_loop(self) -> None:
-        """AssignReplicasToDirs (KIP-858), apart from the heartbeats as Kafka's
-        AssignmentsManager: a slow controller must not delay a heartbeat past the
-        session."""
-        assert self.broker is not None
-        told = -1e9
-        while True:
-            await asyncio.sleep(DIR_ASSIGNMENT_INTERVAL_S)
-            try:
-                await self.broker.send_dir_assignments()
-            except Exception:
-                if time.monotonic() - told >= 60:
-                    told = time.monotonic()
-                    log.exception("[node %d] Telling the controller the replicas' log "
-                                  "directories failed; trying again", self.node_id)  # fmt: skip
 
     async def _retention_loop(self) -> None:
         assert self.broker is not None
