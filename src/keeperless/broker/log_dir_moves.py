@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -52,7 +52,6 @@ class Move:
     future: Partition | None = None
     task: asyncio.Task[None] | None = None
     copied: int = 0
-    done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def lag(self) -> int:
@@ -127,16 +126,12 @@ class LogDirMoves:
     async def _run(self, key: tuple[str, int], move: Move) -> None:
         try:
             await self._copy(key, move)
-        except asyncio.CancelledError:
-            raise
         except (OSError, LogDirFailure) as e:
             log.warning("[node %d] Moving %s-%d to %s failed: %s", self.partitions.node_id,
                         key[0], key[1], move.dest.path, e)  # fmt: skip
             if self.moves.get(key) is move:
                 del self.moves[key]
             self._drop_future(move)
-        finally:
-            move.done.set()
 
     def _still(self, key: tuple[str, int], move: Move) -> bool:
         pm = self.partitions
