@@ -126,9 +126,11 @@ class Node:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def format(self, cluster_id: str | None = None) -> None:
+    def format(self, cluster_id: str | None = None, release: str | None = None) -> None:
+        """kafka-storage.sh format, at ``release`` (the latest production one if None)."""
         cid = cluster_id or keeperless("storage", "random-uuid", check=True).stdout.strip()
-        keeperless("storage", "format", "-t", cid, "-c", str(self.config), check=True)
+        at = ("--release-version", release) if release else ()
+        keeperless("storage", "format", "-t", cid, "-c", str(self.config), *at, check=True)
 
     def start(self, timeout: float = 30.0) -> None:
         self.start_background()
@@ -197,7 +199,9 @@ class Cluster:
         brokers: int = 2,
         extra: dict[str, str] | None = None,
         metrics: bool = False,
+        release: str | None = None,
     ) -> None:
+        self.release = release  # what storage format finalizes (None: its default)
         self.controller_ports = {i: free_port() for i in range(1, controllers + 1)}
         voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.controller_ports.items())
         common = {
@@ -258,7 +262,7 @@ class Cluster:
     def start(self) -> None:
         cid = keeperless("storage", "random-uuid", check=True).stdout.strip()
         for n in [*self.controllers.values(), *self.brokers.values()]:
-            n.format(cid)
+            n.format(cid, self.release)
         for n in self.controllers.values():
             n.start_background()
         for n in self.controllers.values():

@@ -19,7 +19,8 @@ from tests.integration.cluster import Cluster, keeperless, wait_until
 def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One controller and brokers 2-5 (5 hosts no replica of the test's topic: it
     answers while the others are stopped)."""
-    c = Cluster(tmp_path_factory.mktemp("elr"), controllers=1, brokers=4)
+    # formatted at 3.9, before ELR: the test upgrades to it as an operator would
+    c = Cluster(tmp_path_factory.mktemp("elr"), controllers=1, brokers=4, release="3.9")
     c.start()
     try:
         yield c
@@ -83,7 +84,11 @@ def test_an_eligible_replica_leads_again_with_every_acknowledged_record(three: C
                          "--feature", "eligible.leader.replicas.version=1")  # fmt: skip
     assert refused.returncode == 1
     assert "depends on metadata.version level 23" in refused.stdout
-    keeperless("features", "upgrade", *bs, "--release-version", "4.0-IV1",
+    both = keeperless("features", "upgrade", *bs, "--release-version", "4.0-IV1",
+                      "--feature", "eligible.leader.replicas.version=1")  # fmt: skip
+    assert both.returncode == 1
+    assert "Can not specify `release-version` with other feature flags." in both.stderr
+    keeperless("features", "upgrade", *bs, "--metadata", "4.0-IV1",
                "--feature", "eligible.leader.replicas.version=1", check=True)  # fmt: skip
     # min.insync.replicas is now a cluster-level config every topic shows
     topic = f"elr-{uuid.uuid4().hex[:6]}"

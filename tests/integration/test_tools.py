@@ -49,7 +49,9 @@ def test_topics_tool(cluster3: Cluster) -> None:
     assert "orders" in _ok("topics", *bs, "--list").split()
     desc = _ok("topics", *bs, "--describe", "--topic", "orders").splitlines()
     assert desc[0].startswith("Topic: orders\tTopicId: ")
-    assert "PartitionCount: 3\tReplicationFactor: 1\tConfigs: retention.ms=60000" in desc[0]
+    # with ELR (on in new clusters) min.insync.replicas is a cluster-level config too
+    assert ("PartitionCount: 3\tReplicationFactor: 1\t"
+            "Configs: min.insync.replicas=1,retention.ms=60000") in desc[0]  # fmt: skip
     assert len(desc) == 4
     assert desc[1].startswith("\tTopic: orders\tPartition: 0\tLeader: ")
     _ok("topics", *bs, "--alter", "--topic", "orders", "--partitions", "5")
@@ -307,12 +309,13 @@ def test_features_and_log_dirs(cluster3: Cluster) -> None:
     bs = ["--bootstrap-server", cluster3.bootstrap]
     feats = _ok("features", "describe", *bs)
     lines = feats.splitlines()
-    # sorted by name, as Kafka's tool: KIP-966's feature first, not finalized
+    # sorted by name, as Kafka's tool: KIP-966's feature first, on by default in a cluster
+    # formatted at Kafka 4.1's metadata.version
     assert lines[0].startswith("Feature: eligible.leader.replicas.version\tSupportedMinVersion: 0"
-                               "\tSupportedMaxVersion: 1\tFinalizedVersionLevel: -\t")  # fmt: skip
+                               "\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1\t")  # fmt: skip
     assert lines[1].startswith("Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\t"
-                               "SupportedMaxVersion: 4.0-IV3\t")  # fmt: skip
-    assert "FinalizedVersionLevel: 3.9-IV0" in lines[1]
+                               "SupportedMaxVersion: 4.1-IV1\t")  # fmt: skip
+    assert "FinalizedVersionLevel: 4.1-IV1" in lines[1]
     _ok("topics", *bs, "--create", "--topic", "sized", "--partitions", "2")
     res = keeperless("console-producer", *bs, "--topic", "sized")
     assert res.returncode == 0  # no input: nothing produced, still a clean exit
@@ -331,7 +334,19 @@ def test_features_and_log_dirs(cluster3: Cluster) -> None:
     assert "42" in bad.stderr
 
 
-def test_features_upgrade_and_downgrade(cluster3: Cluster) -> None:
+@pytest.fixture
+def cluster39(tmp_path: Path) -> Iterator[Cluster]:
+    """3 controllers + 2 brokers formatted at 3.9 (before eligible leader replicas)."""
+    c = Cluster(tmp_path, release="3.9")
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def test_features_upgrade_and_downgrade(cluster39: Cluster) -> None:
+    cluster3 = cluster39
     bs = ["--bootstrap-server", cluster3.bootstrap]
     controllers = ",".join(f"127.0.0.1:{n.port}" for n in cluster3.controllers.values())
     bc = ["--bootstrap-controller", controllers]
@@ -359,10 +374,10 @@ def test_features_upgrade_and_downgrade(cluster3: Cluster) -> None:
     unsafe = keeperless("features", "downgrade", *bs, "--unsafe", "--release-version", "3.7-IV1")
     assert unsafe.returncode == 1
     assert "Unsafe metadata downgrade is not supported in this version." in unsafe.stdout
-    too_new = keeperless("features", "upgrade", *bc, "--feature", "metadata.version=26")
+    too_new = keeperless("features", "upgrade", *bc, "--feature", "metadata.version=28")
     assert too_new.returncode == 1
-    assert "Invalid update version 26 for feature metadata.version." in too_new.stdout
-    assert "only supports versions 7-25" in too_new.stdout
+    assert "Invalid update version 28 for feature metadata.version." in too_new.stdout
+    assert "only supports versions 7-27" in too_new.stdout
     elr = keeperless("features", "upgrade", *bs, "--feature", "eligible.leader.replicas.version=1")
     assert elr.returncode == 1
     assert "depends on metadata.version level 23 (4.0-IV1)" in elr.stdout
@@ -378,6 +393,15 @@ def test_features_upgrade_and_downgrade(cluster3: Cluster) -> None:
         "metadata.version was upgraded to 21.\n"
     )
     wait_until(lambda: finalized(*bs) == "3.9-IV0", what="brokers see 3.9-IV0")
+    # a release brings every feature's default for it (KIP-1022): 4.1 turns ELR on
+    both = keeperless("features", "upgrade", *bs, "--release-version", "4.1", "--feature", "x=1")
+    assert both.returncode == 1
+    assert "Can not specify `release-version` with other feature flags." in both.stderr
+    assert _ok("features", "upgrade", *bs, "--release-version", "4.1") == (
+        "eligible.leader.replicas.version was upgraded to 1.\n"
+        "metadata.version was upgraded to 27.\n"
+    )
+    wait_until(lambda: finalized(*bs) == "4.1-IV1", what="brokers see 4.1-IV1")
 
 
 def _layout(bs: list[str], topic: str) -> dict[int, tuple[int, str, str]]:
@@ -523,7 +547,7 @@ def test_metadata_shell_tree(cluster3_authorized: Cluster) -> None:
         "retention.ms=4321",
     )
     assert shell("cat", "/configs/topic/shell/retention.ms").strip() == "4321"
-    assert shell("cat", "/features/metadata.version").strip() == "21"
+    assert shell("cat", "/features/metadata.version").strip() == "27"
     # an ACL created through a broker shows under /acls/byId as Kafka's shell shows it
     from confluent_kafka.admin import (
         AclBinding,
@@ -573,7 +597,10 @@ def test_metadata_shell_tree(cluster3_authorized: Cluster) -> None:
     assert "not from a live quorum" in shell("cat", "/metadataQuorum/leader", source=ctl_dir)
     # from the bootstrap snapshot
     boot = ("--snapshot", str(cluster3.controllers[leader].data / "bootstrap.checkpoint"))
-    assert shell("ls", "/features", source=boot).split() == ["metadata.version"]
+    assert shell("ls", "/features", source=boot).split() == [
+        "eligible.leader.replicas.version",
+        "metadata.version",
+    ]
     # interactive: commands from standard input
     import subprocess
     import sys

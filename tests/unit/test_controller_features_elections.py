@@ -108,7 +108,7 @@ def test_only_a_change_made_is_logged_as_one(caplog: pytest.LogCaptureFixture) -
 def test_refusals_name_the_reason_with_invalid_update_version() -> None:
     c, _ = _controller(level=21)
     cases = [
-        (26, UPGRADE, "Local controller 1 only supports versions 7-25"),
+        (28, UPGRADE, "Local controller 1 only supports versions 7-27"),
         (
             16,
             SAFE_DOWNGRADE,

@@ -55,20 +55,24 @@ def test_refusals(tmp_path: Path) -> None:
         format_storage((tmp_path / "c",), tmp_path / "c", 1, random_kafka_uuid(), "1.0", False, 0)
 
 
-def test_format_with_a_feature_level(tmp_path: Path) -> None:
-    """kafka-storage.sh format --feature (KIP-1022): eligible leader replicas from the
-    start, refused below the metadata.version they need, unknown features named."""
-    d = (tmp_path / "a",)
-    format_storage(d, d[0], 1, random_kafka_uuid(), "4.0-IV1", False, 0, (),
-                   ("eligible.leader.replicas.version=1",))  # fmt: skip
-    data = (d[0] / "bootstrap.checkpoint").read_bytes()
+def _bootstrap_levels(d: Path) -> dict[str, int]:
+    data = (d / "bootstrap.checkpoint").read_bytes()
     records = [
         decode_record(r.value or b"")[0]
         for p, h in iter_batches(data)
         for r in decode_records(data[p : p + h.size])
         if r.key is None and r.value  # not the snapshot's control records
     ]
-    levels = {x.name: x.feature_level for x in records if hasattr(x, "feature_level")}
+    return {x.name: x.feature_level for x in records if hasattr(x, "feature_level")}
+
+
+def test_format_with_a_feature_level(tmp_path: Path) -> None:
+    """kafka-storage.sh format --feature (KIP-1022): eligible leader replicas from the
+    start, refused below the metadata.version they need, unknown features named."""
+    d = (tmp_path / "a",)
+    format_storage(d, d[0], 1, random_kafka_uuid(), "4.0-IV1", False, 0, (),
+                   ("eligible.leader.replicas.version=1",))  # fmt: skip
+    levels = _bootstrap_levels(d[0])
     assert levels == {"metadata.version": 23, "eligible.leader.replicas.version": 1}
     for release, spec, words in (
         ("3.9", "eligible.leader.replicas.version=1", "depends on metadata.version level 23"),
@@ -107,3 +111,18 @@ def test_a_log_directory_that_cannot_be_read_starts_offline(tmp_path: Path) -> N
         check_storage((b, a), 4, "c.properties", b)
     with pytest.raises(StorageError, match="cannot be read"):
         check_storage((b,), 4, "c.properties", a)
+
+
+def test_new_clusters_get_kafka_4_1_with_eligible_leader_replicas(tmp_path: Path) -> None:
+    """As Kafka 4.1's format: metadata.version 4.1-IV1 and ELR on (bootstrapped from
+    4.1-IV0) unless --release-version names an older release or --feature turns it off."""
+    cases = {
+        "default": (None, (), {"metadata.version": 27, "eligible.leader.replicas.version": 1}),
+        "4.1-IV0": ("4.1-IV0", (), {"metadata.version": 26, "eligible.leader.replicas.version": 1}),
+        "4.0": ("4.0", (), {"metadata.version": 25}),
+        "off": (None, ("eligible.leader.replicas.version=0",), {"metadata.version": 27}),
+    }
+    for name, (release, features, want) in cases.items():
+        d = tmp_path / name
+        format_storage((d,), d, 1, random_kafka_uuid(), release, False, 0, (), features)
+        assert _bootstrap_levels(d) == want, name

@@ -257,7 +257,9 @@ def _tools(args: argparse.Namespace) -> int:
             return cluster_tools.update_features(
                 _servers(args), [(f, 0) for f in args.feature], 2, args.dry_run, sys.stdout
             )
-        levels = cluster_tools.feature_levels(args.metadata, args.release_version, args.feature)
+        levels = cluster_tools.feature_levels(
+            args.metadata, args.release_version, args.feature, args.features_cmd == "upgrade"
+        )
         upgrade_type = 1 if args.features_cmd == "upgrade" else 3 if args.unsafe else 2
         return cluster_tools.update_features(
             _servers(args), levels, upgrade_type, args.dry_run, sys.stdout

@@ -8,12 +8,14 @@ from typing import Any
 __all__ = [
     "ELR_FEATURE",
     "ELR_METADATA_VERSION",
+    "FEATURE_BOOTSTRAP",
     "FEATURE_DEPENDENCIES",
     "LATEST_METADATA_VERSION",
     "LATEST_PRODUCTION_METADATA_VERSION",
     "METADATA_VERSION_FEATURE",
     "MINIMUM_METADATA_VERSION",
     "SUPPORTED_FEATURES",
+    "default_feature_levels",
     "elr_enabled",
     "features_body",
     "metadata_changed_between",
@@ -45,11 +47,13 @@ _RELEASES: tuple[tuple[str, int], ...] = (
     ("4.0-IV1", 23),  # eligible leader replicas (KIP-966): PartitionRecord v2
     ("4.0-IV2", 24),
     ("4.0-IV3", 25),
+    ("4.1-IV0", 26),  # new clusters get eligible leader replicas (KIP-966) by default
+    ("4.1-IV1", 27),
 )
 MINIMUM_METADATA_VERSION = _RELEASES[0][1]
 LATEST_METADATA_VERSION = _RELEASES[-1][1]
-# what `storage format` writes when no --release-version is given
-LATEST_PRODUCTION_METADATA_VERSION = 21
+# what `storage format` writes when no --release-version is given (Kafka 4.1's)
+LATEST_PRODUCTION_METADATA_VERSION = 27
 # KIP-966: leaders elected from eligible replicas (ELR) once this is 1
 ELR_FEATURE = "eligible.leader.replicas.version"
 ELR_METADATA_VERSION = 23  # the metadata.version ELR needs (4.0-IV1)
@@ -60,6 +64,27 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
 }
 # a feature level and the metadata.version it needs (Kafka's feature dependencies)
 FEATURE_DEPENDENCIES: dict[tuple[str, int], int] = {(ELR_FEATURE, 1): ELR_METADATA_VERSION}
+# a feature level and the first metadata.version whose new clusters get it by default
+# (Kafka's FeatureVersion.bootstrapMetadataVersion): ELR is on for clusters formatted
+# at 4.1-IV0 or later
+FEATURE_BOOTSTRAP: dict[tuple[str, int], int] = {(ELR_FEATURE, 1): 26}
+
+
+def default_feature_levels(metadata_version: int) -> dict[str, int]:
+    """Each feature other than metadata.version at the level a cluster formatted, or a
+    features command run, at ``metadata_version`` gets by default (Kafka's
+    Features.defaultValue): the highest level bootstrapped at or before it."""
+    out: dict[str, int] = {}
+    for name, (_lo, hi) in sorted(SUPPORTED_FEATURES.items()):
+        if name == METADATA_VERSION_FEATURE:
+            continue
+        out[name] = max(
+            (lv for lv in range(1, hi + 1) if FEATURE_BOOTSTRAP.get((name, lv), 1 << 15)
+             <= metadata_version),
+            default=0,
+        )  # fmt: skip
+    return out
+
 
 # Levels that changed the metadata format (Kafka's MetadataVersion.didMetadataChange):
 # a downgrade across one of them could lose metadata, so it is refused.

@@ -20,6 +20,7 @@ from keeperless.metadata.features import (
     LATEST_PRODUCTION_METADATA_VERSION,
     METADATA_VERSION_FEATURE,
     SUPPORTED_FEATURES,
+    default_feature_levels,
     metadata_version_for_release,
     release_for_level,
 )
@@ -98,9 +99,11 @@ def format_storage(
 
 
 def _feature_records(specs: tuple[str, ...], metadata_version: int) -> list[Any]:
-    """``--feature NAME=LEVEL`` (KIP-1022) as FeatureLevelRecords, each checked against
-    what this build supports and the metadata.version it needs."""
-    out: list[Any] = []
+    """The bootstrap FeatureLevelRecords: each feature at its default for the
+    metadata.version (KIP-1022; ELR from 4.1-IV0 on) unless ``--feature NAME=LEVEL``
+    names another level, each checked against what this build supports and the
+    metadata.version it needs."""
+    levels = default_feature_levels(metadata_version)
     for spec in specs:
         name, sep, value = spec.partition("=")
         name = name.strip()
@@ -125,9 +128,8 @@ def _feature_records(specs: tuple[str, ...], metadata_version: int) -> list[Any]
                 f"level {needs} ({release_for_level(needs)}); use --release-version "
                 f"{release_for_level(needs)} or later"
             )
-        if level:
-            out.append(FeatureLevelRecord(name=name, feature_level=level))
-    return out
+        levels[name] = level
+    return [FeatureLevelRecord(name=n, feature_level=lv) for n, lv in levels.items() if lv]
 
 
 def storage_info(log_dirs: tuple[Path, ...]) -> list[tuple[Path, MetaProperties | None]]:

@@ -7,6 +7,7 @@ from typing import Any, TextIO
 
 from keeperless.metadata.features import (
     LATEST_PRODUCTION_METADATA_VERSION,
+    default_feature_levels,
     metadata_version_for_release,
     release_for_level,
 )
@@ -158,9 +159,13 @@ def _call_active(
 
 
 def feature_levels(
-    metadata: str | None, release: str | None, features: list[str] | None
+    metadata: str | None, release: str | None, features: list[str] | None, upgrade: bool
 ) -> list[tuple[str, int]]:
-    """--metadata / --release-version RELEASE and --feature NAME=LEVEL as (feature, level)."""
+    """--release-version RELEASE (metadata.version and every other feature at its
+    default for that release, as Kafka's FeatureCommand; an upgrade does not send a
+    feature to 0), or --metadata RELEASE and --feature NAME=LEVEL, as (feature, level)."""
+    if release is not None and (metadata is not None or features):
+        raise ToolError("Can not specify `release-version` with other feature flags.")
     out: list[tuple[str, int]] = []
     for flag, value in (("--metadata", metadata), ("--release-version", release)):
         if value is not None:
@@ -168,10 +173,17 @@ def feature_levels(
                 out.append(("metadata.version", metadata_version_for_release(value)))
             except ValueError as e:
                 raise ToolError(f"{flag}: {e}") from None
+    if release is not None:
+        defaults = default_feature_levels(out[0][1])
+        out += [(f, lv) for f, lv in defaults.items() if lv > 0 or not upgrade]
+    names = {f for f, _ in out}
     for item in features or ():
         name, sep, level = item.partition("=")
         if not sep or not level.strip().lstrip("-").isdigit():
             raise ToolError(f"--feature {item!r}: expected NAME=LEVEL, e.g. metadata.version=21")
+        if name.strip() in names:
+            raise ToolError(f"Feature {name.strip()} was specified more than once.")
+        names.add(name.strip())
         out.append((name.strip(), int(level)))
     if not out:
         raise ToolError("one of --metadata, --release-version or --feature is required")
@@ -202,7 +214,7 @@ def update_features(
             f"Could not {verb} {', '.join(wanted)}: {resp.error_message or resp.error_code.name}"
         )
     failed = 0
-    for res in resp.results:
+    for res in sorted(resp.results, key=lambda r: str(r.feature)):  # by name, as Kafka's
         level = wanted.get(res.feature)
         done = "can be" if dry_run else "was"
         if int(res.error_code) == 0 and level == 0:
@@ -214,15 +226,17 @@ def update_features(
             message = res.error_message or res.error_code.name
             what = "disable" if level == 0 else f"{verb}"
             target = "" if level == 0 else f" to {level}"
-            print(f"Could not {what} {res.feature}{target}. {message}", file=out)
+            helper = "Can not" if dry_run else "Could not"
+            print(f"{helper} {what} {res.feature}{target}. {message}", file=out)
     if failed:
         raise ToolError(f"{failed} out of {len(resp.results)} operation(s) failed.")
     return 0
 
 
 def version_mapping(release: str | None, out: TextIO) -> int:
-    """kafka-storage.sh / kafka-features.sh version-mapping: the feature levels a release
-    sets (this build has one feature, metadata.version)."""
+    """kafka-storage.sh / kafka-features.sh version-mapping: metadata.version and the
+    default level of every other feature for a release (the latest production one if
+    none is named)."""
     if release is None:
         level = LATEST_PRODUCTION_METADATA_VERSION
     else:
@@ -231,6 +245,8 @@ def version_mapping(release: str | None, out: TextIO) -> int:
         except ValueError as e:
             raise ToolError(f"--release-version: {e}") from None
     print(f"metadata.version={level} ({release_for_level(level)})", file=out)
+    for name, feature_level in default_feature_levels(level).items():
+        print(f"{name}={feature_level}", file=out)
     return 0
 
 
