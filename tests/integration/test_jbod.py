@@ -142,6 +142,55 @@ def test_a_replica_moves_between_directories_under_load(jbod: Cluster, tmp_path:
     assert set(load.acked) <= got, f"{len(set(load.acked) - got)} acknowledged records lost"
 
 
+def test_a_move_cut_short_by_a_crash_resumes_from_its_copy(jbod: Cluster, tmp_path: Path) -> None:
+    """As Kafka loads future logs at start: a broker killed in the middle of a throttled
+    move between its directories resumes the move from what it had copied."""
+    from confluent_kafka import Producer
+
+    topic = _create(jbod, 1, [3, 2, 4])
+    tp = f"{topic}-0"
+    p = Producer({"bootstrap.servers": jbod.bootstrap, "acks": "all", "linger.ms": 20})
+    sent = [f"{i:06d}".encode() * 80 for i in range(8000)]  # about 4 MB
+    for value in sent:
+        p.produce(topic, value, partition=0)
+        p.poll(0)
+    assert p.flush(60) == 0
+    start = _where(jbod, 3, tp)
+    assert start is not None
+    target = next(d for d in _dirs(jbod, 3) if str(d.resolve()) != start)
+    plan = tmp_path / "move.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [3, 2, 4],
+         "log_dirs": [str(target.resolve()), "any", "any"]}]}))  # fmt: skip
+    _reassign(jbod, tmp_path, "--execute", "--reassignment-json-file", str(plan),
+              "--replica-alter-log-dirs-throttle", "400000")  # fmt: skip
+
+    def copied() -> int:
+        futures = list(target.glob(f"{tp}.*-future"))
+        return sum(f.stat().st_size for d in futures for f in d.glob("*.log"))
+
+    wait_until(lambda: copied() > 800_000, timeout=30, what="part of the replica copied")
+    broker = jbod.brokers[3]
+    broker.kill9()
+    broker.start()
+    resumed = re.compile(rf"Resuming the move of {re.escape(tp)} to \S+ from offset (\d+)")
+    wait_until(lambda: resumed.search(broker.logs()) is not None, what="the move resumed")
+    m = resumed.search(broker.logs())
+    assert m is not None
+    assert int(m[1]) > 0, "the copy started over"
+    wait_until(lambda: "completed successfully" in _reassign(
+        jbod, tmp_path, "--verify", "--reassignment-json-file", str(plan)),
+        timeout=90, what="the resumed move to finish")  # fmt: skip
+    assert _where(jbod, 3, tp) == str(target.resolve())
+    assert not list(target.glob("*-future"))
+    wait_until(lambda: not (Path(start) / tp).exists(), what="the old copy deleted")
+    # every record is on the moved replica: it leads and is read back whole
+    keeperless("leader-election", "--bootstrap-server", jbod.bootstrap, "--election-type",
+               "PREFERRED", "--topic", topic, "--partition", "0")  # fmt: skip
+    wait_until(lambda: _replicas(jbod, topic)[2] == 3, what="the moved replica leading")
+    assert _read_all(jbod, topic) >= {v.decode() for v in sent}
+
+
 def _offline_count(c: Cluster, broker: int) -> float:
     for line in c.brokers[broker].scrape().splitlines():
         if line.startswith("kafka_log_logmanager_offlinelogdirectorycount"):

@@ -8,6 +8,7 @@ import random
 import uuid
 from pathlib import Path
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.partition_manager import PartitionManager
@@ -228,4 +229,69 @@ def test_a_partition_that_cannot_be_created_takes_its_directory_offline(tmp_path
     assert pm.ensure("t", 0, uuid.UUID(int=500), info, LogConfig(), 0) is None
     assert [d.path for d in pm.offline_dirs] == [b]
     assert ("t", 0) in pm.offline
+    pm.close()
+
+
+@pytest.mark.parametrize("refetched", ["epoch 3", "epoch 1 then 3"])
+def test_a_resumed_move_drops_what_the_replica_no_longer_has(
+    tmp_path: Path, refetched: str
+) -> None:
+    """A move between directories cut short by a stop resumes from its future replica
+    (Kafka's future logs), first truncated where it diverges from the current replica by
+    their leader epochs: here the copy holds epoch 2's offsets 10-14, which the current
+    replica (a follower) truncated after the copy was made, and fetched again from a new
+    leader: in epoch 3, or two more records of epoch 1 first (where epoch 1 ends is then
+    the copy's own end of it, 10, not the current replica's, 12)."""
+    import asyncio
+
+    from keeperless.broker.log_dir_moves import LogDirMoves
+    from keeperless.broker.partitions import Partition
+    from keeperless.protocol.records import build_batch
+
+    def batches(epoch: int, base: int, n: int, tag: bytes) -> bytes:
+        return b"".join(
+            build_batch([(None, tag + b"%d" % i, ())], base_offset=base + i, leader_epoch=epoch)
+            for i in range(n)
+        )
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    tid = uuid.UUID(int=500)
+    pm = PartitionManager(1, [a, b], LogConfig())
+    info = PartitionInfo((1, 2), (1, 2), 2, 3, 0, directories=(pm.dirs[0].dir_id, MIGRATING))
+    p = pm.ensure("t", 0, tid, info, LogConfig(), 0)
+    assert p is not None
+    assert pm.dir_of[("t", 0)] is pm.dirs[0]
+    again = (
+        batches(3, 10, 10, b"x")
+        if refetched == "epoch 3"
+        else batches(1, 10, 2, b"z") + batches(3, 12, 8, b"x")
+    )
+    p.append_replica(batches(1, 0, 10, b"w") + again, 0)
+    future = Partition("t", 0, tid, b / f"t-0.{uuid.uuid4().hex}-future", LogConfig(), 0)
+    future.append_replica(batches(1, 0, 10, b"w") + batches(2, 10, 5, b"y"), 0)
+    future.close()
+    (current,) = (a / "t-0").glob("*.log")
+    want = current.read_bytes()
+    pm.close()
+
+    async def restart() -> PartitionManager:
+        pm = PartitionManager(1, [a, b], LogConfig())
+        assert list(pm.futures) == [("t", 0)]
+        assert pm.ensure("t", 0, tid, info, LogConfig(), 0) is not None
+        moves = LogDirMoves(pm, None)
+        moves.resume()
+        assert ("t", 0) in moves.moves
+        for _ in range(500):
+            if not moves.moves:
+                break
+            await asyncio.sleep(0.01)
+        assert not moves.moves, "the resumed move did not finish"
+        return pm
+
+    pm = asyncio.run(restart())
+    assert pm.dir_of[("t", 0)] is pm.dirs[1]
+    assert pm.assignments[(tid, 0)] == pm.dirs[1].dir_id
+    (moved,) = (b / "t-0").glob("*.log")
+    assert moved.read_bytes() == want  # epoch 3's records, none of the copy's epoch 2
+    assert not list(b.glob("*-future"))
     pm.close()

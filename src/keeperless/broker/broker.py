@@ -159,6 +159,7 @@ class Broker:
             if cfg is None:
                 cfg = configs[name] = self.log_config(name)
             self.partitions.ensure(name, p, tid, info, cfg, now)
+        self.log_dir_moves.resume()
         self._hw_rule(mine, elr_enabled(image.features))
         self.changed_partitions = sorted(mine)
         log.info(

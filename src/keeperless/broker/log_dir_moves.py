@@ -9,8 +9,9 @@ and the partition reopened on it; the old directory is deleted, and the controll
 told the new directory (AssignReplicasToDirs).
 
 A truncation of the current log while copying (a follower's, after a leader change)
-starts the copy over; a stop in the middle leaves a ``-future`` directory that the next
-start deletes (the move is asked again).
+starts the copy over. A stop in the middle leaves the ``-future`` directory: the next
+start resumes the move from it (as Kafka loads future logs), first truncating it where
+it diverges from the current replica by their leader epochs, as a follower does.
 """
 
 from __future__ import annotations
@@ -96,6 +97,46 @@ class LogDirMoves:
                  pm.dir_of[key].path, dest.path)  # fmt: skip
         return ErrorCode.none
 
+    def resume(self) -> None:
+        """At start, once the partitions are open: resume each move a stop cut short
+        from its future replica."""
+        pm = self.partitions
+        for key in list(pm.futures):
+            p = pm.partitions.get(key)
+            if p is None or key in self.moves:
+                continue  # not open (its directory is offline): left as found
+            found = pm.take_future(p)
+            if found is None:
+                continue
+            dest, path = found
+            f: Partition | None
+            try:
+                f = Partition(p.topic, p.index, p.topic_id, path, p.log.config, _now_ms())
+            except (OSError, LogDirFailure) as e:
+                log.warning("[node %d] Not resuming the move of %s-%d to %s: %s",
+                            pm.node_id, p.topic, p.index, dest.path, e)  # fmt: skip
+                pm._discard(path)
+                continue
+            f.node_id = pm.node_id
+            # what the current replica no longer has (truncated after the copy) goes, as
+            # a follower truncates to where its leader's epochs say they diverge
+            last = f.epochs.latest_epoch
+            epoch, end = p.end_offset_for_epoch(last)
+            if epoch >= 0 and epoch != last:
+                end = min(end, f.end_offset_for_epoch(epoch)[1])
+            if epoch < 0 and f.log.log_end_offset > f.log.log_start_offset:
+                f.close()  # nothing to compare with: the copy starts over
+                pm._discard(path)
+                f = None
+            elif end < f.log.log_end_offset:
+                f.truncate_to(max(end, f.log.log_start_offset))
+            move = Move(p, dest, f)
+            self.moves[key] = move
+            move.task = asyncio.get_running_loop().create_task(self._run(key, move))
+            log.info("[node %d] Resuming the move of %s-%d to %s from offset %d",
+                     pm.node_id, p.topic, p.index, dest.path,
+                     f.log.log_end_offset if f is not None else 0)  # fmt: skip
+
     def cancel(self, key: tuple[str, int], why: str) -> None:
         move = self.moves.pop(key, None)
         if move is None:
@@ -140,6 +181,7 @@ class LogDirMoves:
     async def _copy(self, key: tuple[str, int], move: Move) -> None:
         pm = self.partitions
         p = move.partition
+        generation = p.log.generation
         while self._still(key, move):
             if move.future is None:
                 name = f"{p.topic}-{p.index}.{uuid.uuid4().hex}{FUTURE_SUFFIX}"

@@ -41,7 +41,7 @@ from keeperless.storage.partition_dirs import (
     remove_discarded,
 )
 
-__all__ = ["LogDir", "PartitionManager", "directory_id_of"]
+__all__ = ["LogDir", "PartitionManager", "directory_id_of", "future_key"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,16 @@ class LogDir:
     starts: dict[tuple[str, int], int] = field(default_factory=dict)
     hws: dict[tuple[str, int], int] = field(default_factory=dict)
     hosted: int = 0  # partitions open in it (for placing new ones)
+
+
+def future_key(path: Path) -> tuple[str, int] | None:
+    """The partition a future replica's directory (``<topic>-<p>.<id>-future``) is of."""
+    name = path.name.removesuffix(FUTURE_SUFFIX)
+    base, dot, _ = name.rpartition(".")
+    topic, dash, index = base.rpartition("-")
+    if not (dot and dash and topic and index.isdigit()):
+        return None
+    return topic, int(index)
 
 
 def directory_id_of(path: Path) -> UUID:
@@ -91,6 +101,9 @@ class PartitionManager:
         # partition directories found at start, by partition, until opened (in two
         # directories after a crash in the middle of a move between them)
         self._found: dict[tuple[str, int], list[LogDir]] = {}
+        # future replicas (a move between log directories that a stop cut short) found
+        # at start, by partition: the move resumes from them (Kafka's future logs)
+        self.futures: dict[tuple[str, int], list[tuple[LogDir, Path]]] = {}
         # where a replica not hosted yet is to be created (AlterReplicaLogDirs before
         # it arrives, as Kafka's preferred log dirs)
         self.preferred: dict[tuple[str, int], LogDir] = {}
@@ -139,11 +152,14 @@ class PartitionManager:
             for key in partition_dirs(ld.path):
                 self._found.setdefault(key, []).append(ld)
             for future in ld.path.glob(f"*{FUTURE_SUFFIX}"):
-                # a move between directories that a stop cut short: asked again, it
-                # starts over
-                log.info("[node %d] Deleting %s: a move of a replica between log "
-                         "directories that did not finish", self.node_id, future)  # fmt: skip
-                discard(future)
+                # a move between directories that a stop cut short: it resumes
+                of = future_key(future)
+                if of is None:
+                    log.info("[node %d] Deleting %s: not a future replica's name",
+                             self.node_id, future)  # fmt: skip
+                    discard(future)
+                else:
+                    self.futures.setdefault(of, []).append((ld, future))
         except OSError as e:
             ld.online = False
             log.error(
@@ -349,11 +365,33 @@ class PartitionManager:
             return
         loop.run_in_executor(None, shutil.rmtree, target, True)
 
+    def take_future(self, p: Partition) -> tuple[LogDir, Path] | None:
+        """The future replica found at start for ``p`` that its move resumes from: in an
+        online directory other than p's, of p's topic id; any other is deleted."""
+        key = (p.topic, p.index)
+        chosen: tuple[LogDir, Path] | None = None
+        for ld, path in self.futures.pop(key, ()):
+            ok = ld.online and ld is not self.dir_of.get(key)
+            if chosen is None and ok and read_topic_id(path) == p.topic_id:
+                chosen = (ld, path)
+                continue
+            log.info("[node %d] Deleting %s: a future replica of %s-%d that will not be "
+                     "used", self.node_id, path, p.topic, p.index)  # fmt: skip
+            if ld.online:
+                self._discard(path)
+        return chosen
+
     def remove_strays(self, expected: dict[tuple[str, int], UUID]) -> None:
         """At start, once the metadata is caught up: delete what a crash left of
-        discarded partitions, and every partition directory that the metadata does not
+        discarded partitions, every partition directory that the metadata does not
         assign to this broker with that topic id (deleted while it was down, or an older
-        incarnation of a re-created topic)."""
+        incarnation of a re-created topic), and the future replicas of those."""
+        for key in [k for k in self.futures if k not in expected]:
+            for ld, path in self.futures.pop(key):
+                log.info("[node %d] Deleting %s: a future replica of a partition not "
+                         "assigned here", self.node_id, path)  # fmt: skip
+                if ld.online:
+                    self._discard(path)
         for ld in self.online_dirs:
             remove_discarded(ld.path)
             for key, directory in partition_dirs(ld.path).items():
