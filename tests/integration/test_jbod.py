@@ -235,7 +235,7 @@ def test_a_failed_directory_takes_only_its_replicas_offline(jbod: Cluster, tmp_p
         p.produce(other, b"still-here", partition=0)
         assert p.flush(20) == 0
         dirs = _log_dirs(jbod, 2)
-        assert dirs[str(b)]["error"] is not None
+        assert dirs[str(b)]["error"] == "org.apache.kafka.common.errors.KafkaStorageException"
         assert dirs[str(a.resolve())]["error"] is None
         assert "is offline after an I/O error" in jbod.brokers[2].logs()
         n = len(load.acked)

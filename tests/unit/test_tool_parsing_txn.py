@@ -14,3 +14,19 @@ def test_only_version_1_offset_files_are_taken() -> None:
     assert parse_offsets(f'{{"partitions": [{row}]}}', "f") == [("t", 0, 5)]  # 1 by default
     with pytest.raises(ToolError, match="Not supported version field value 2"):
         parse_offsets(f'{{"partitions": [{row}], "version": 2}}', "f")
+
+
+def test_errors_are_named_by_kafkas_exception_classes() -> None:
+    """kafka-log-dirs.sh prints an offline directory's error as the exception class
+    Kafka's Errors enum maps it to."""
+    from kio.schema.errors import ErrorCode
+
+    from keeperless.tools.client import exception_class
+
+    base = "org.apache.kafka.common.errors."
+    assert exception_class(ErrorCode.kafka_storage_error) == base + "KafkaStorageException"
+    assert exception_class(ErrorCode.log_dir_not_found) == base + "LogDirNotFoundException"
+    assert (
+        exception_class(ErrorCode.cluster_authorization_failed)
+        == base + "ClusterAuthorizationException"
+    )

@@ -23,7 +23,17 @@ from keeperless.security.sasl import SaslClient, SaslFailure, parse_jaas
 from keeperless.tools.errors import ToolError
 from keeperless.tools.rdkafka import jaas_login
 
-__all__ = ["QUIET", "Security", "ToolError", "call", "configure", "parse_servers", "security_of"]
+__all__ = [
+    "QUIET",
+    "Security",
+    "ToolError",
+    "call",
+    "configure",
+    "exception_class",
+    "parse_servers",
+    "refusal",
+    "security_of",
+]
 
 # librdkafka in the tools: errors only on stderr (no informational chatter such as
 # "BGQUEUE ... Purging" when an admin client is destroyed); --command-config may override
@@ -196,6 +206,24 @@ def _recv(s: socket.socket, n: int) -> bytes:
             raise OSError("connection closed by the server")
         buf += chunk
     return bytes(buf)
+
+
+# Kafka's exception classes whose names do not follow from the error's
+_EXCEPTIONS = {
+    "KAFKA_STORAGE_ERROR": "KafkaStorageException",
+    "UNKNOWN_SERVER_ERROR": "UnknownServerException",
+    "CLUSTER_AUTHORIZATION_FAILED": "ClusterAuthorizationException",
+    "TOPIC_AUTHORIZATION_FAILED": "TopicAuthorizationException",
+    "NOT_LEADER_OR_FOLLOWER": "NotLeaderOrFollowerException",
+}
+
+
+def exception_class(code: int) -> str:
+    """The Java class name Kafka's tools print for an error (its Errors enum), e.g.
+    org.apache.kafka.common.errors.KafkaStorageException."""
+    name = ErrorCode(code).name.upper()
+    simple = _EXCEPTIONS.get(name) or "".join(w.title() for w in name.split("_")) + "Exception"
+    return f"org.apache.kafka.common.errors.{simple}"
 
 
 def refusal(code: int) -> str:

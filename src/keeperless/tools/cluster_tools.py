@@ -12,7 +12,7 @@ from keeperless.metadata.features import (
     release_for_level,
 )
 from keeperless.protocol.apis import ApiKey
-from keeperless.tools.client import ToolError, call, parse_servers, refusal
+from keeperless.tools.client import ToolError, call, exception_class, parse_servers, refusal
 
 __all__ = [
     "describe_features",
@@ -100,7 +100,8 @@ def describe_log_dirs(
         for d in resp.results:
             dirs.append(
                 {
-                    "error": None if int(d.error_code) == 0 else d.error_code.name,
+                    # as Kafka's LogDirsCommand: the exception's class name
+                    "error": None if int(d.error_code) == 0 else exception_class(d.error_code),
                     "logDir": d.log_dir,
                     "partitions": [
                         {
