@@ -140,3 +140,37 @@ def test_a_leader_without_a_replica_selector_serves_every_rack(tmp_path: Path) -
     assert got.preferred_read_replica == -1
     assert _length(got) > 0
     b.close()
+
+
+def test_a_read_that_gets_an_io_error_fails_its_log_directory(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """As Kafka handles an IOException reading a log: the fetch is answered
+    KAFKA_STORAGE_ERROR and the directory is reported failed (taken offline), not an
+    unknown server error while the directory keeps being served."""
+    import errno
+    import os
+
+    from keeperless.storage import dir_failure
+    from keeperless.storage import log as storage_log
+
+    b = _broker(tmp_path, leader=2)
+    p = b.partitions.get("t", 0)
+    assert p is not None
+    p.append_replica(_batches(5), 0)
+    p.follower_hw(5)
+    failed: list[Path] = []
+    dir_failure.set_failure_handler(lambda d, _e: failed.append(d))
+
+    def eio(*_a: Any) -> bytes:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(storage_log.os, "pread", eio)
+    try:
+        got = _fetch(b, 12, _req(0))
+    finally:
+        dir_failure.set_failure_handler(None)
+        monkeypatch.undo()
+    assert got.error_code == ErrorCode.kafka_storage_error
+    assert failed == [p.directory]
+    b.close()

@@ -462,14 +462,21 @@ class DataPlane:
                     throttled = quota is not None and quota.is_throttled(name, fp.partition)
                     if throttled and over_quota and replica not in _isr(p):
                         pass  # Kafka's shouldLeaderThrottle: no records this time
-                    elif (sl := p.read(fp.fetch_offset,
-                                       min(fp.partition_max_bytes, max(budget - total, 1)),
-                                       replica >= 0, committed)) is not None:  # fmt: skip
-                        records = sl
-                        total += sl.length
-                        if throttled:
-                            throttled_bytes += sl.length
-                    if committed:  # what to skip of what it reads (up to the LSO)
+                    else:
+                        try:
+                            sl = p.read(fp.fetch_offset,
+                                        min(fp.partition_max_bytes, max(budget - total, 1)),
+                                        replica >= 0, committed)  # fmt: skip
+                        except LogDirFailure:
+                            # its directory failed (KIP-858): it goes offline here
+                            code, sl, errors = ErrorCode.kafka_storage_error, None, True
+                            hw = lso = start = -1
+                        if sl is not None:
+                            records = sl
+                            total += sl.length
+                            if throttled:
+                                throttled_bytes += sl.length
+                    if committed and code == ErrorCode.none:  # what to skip (up to the LSO)
                         aborted = p.txns.aborted_between(fp.fetch_offset, lso)
                 parts.append(
                     FetchPartition(fp.partition, code.value, hw, lso, start, records, diverging,

@@ -591,10 +591,19 @@ class PartitionLog:
         """The slice starting at the batch holding ``offset``: at least that whole batch
         (even if larger than ``max_bytes``), then up to ``max_bytes`` — which may end
         inside a batch, as Kafka's fetches do; readers drop the partial batch at the end.
-        None at or past the end."""
+        None at or past the end. An I/O error fails the log's directory, as a write's
+        does (Kafka's maybeHandleIOException around reads)."""
         limit = self.log_end_offset if max_offset is None else max_offset
         if offset >= limit:
             return None
+        try:
+            return self._read(offset, max_bytes, max_offset)
+        except LogDirFailure:
+            raise
+        except OSError as e:
+            raise self._fail(e) from None
+
+    def _read(self, offset: int, max_bytes: int, max_offset: int | None) -> FileSlice | None:
         i = bisect.bisect_right(self._bases, offset) - 1
         if i < 0:
             i = 0
