@@ -280,12 +280,18 @@ def test_a_resumed_move_drops_what_the_replica_no_longer_has(
         assert pm.ensure("t", 0, tid, info, LogConfig(), 0) is not None
         moves = LogDirMoves(pm, None)
         moves.resume()
-        assert ("t", 0) in moves.moves
+        future = moves.moves[("t", 0)].future
+        assert future is not None
+        copy_log = future.log
         for _ in range(500):
             if not moves.moves:
                 break
             await asyncio.sleep(0.01)
         assert not moves.moves, "the resumed move did not finish"
+        # the copy's open log is served from, in its new place: nothing read again
+        moved = pm.partitions[("t", 0)]
+        assert moved.log is copy_log
+        assert moved.log.dir == b / "t-0"
         return pm
 
     pm = asyncio.run(restart())
@@ -294,4 +300,16 @@ def test_a_resumed_move_drops_what_the_replica_no_longer_has(
     (moved,) = (b / "t-0").glob("*.log")
     assert moved.read_bytes() == want  # epoch 3's records, none of the copy's epoch 2
     assert not list(b.glob("*-future"))
+    # written on after the swap (a new segment rolled too): in the new place, kept
+    moved = pm.partitions[("t", 0)]
+    moved.log.config = LogConfig(segment_bytes=1)
+    moved.append_replica(batches(4, 20, 3, b"v"), 0)
+    pm.close()
+    pm = PartitionManager(1, [a, b], LogConfig())
+    again = pm.ensure("t", 0, tid, info, LogConfig(), 0)
+    assert again is not None
+    assert pm.dir_of[("t", 0)] is pm.dirs[1]
+    assert again.log.log_end_offset == 23
+    assert again.epochs.latest_epoch == 4
+    assert not (a / "t-0").exists()
     pm.close()

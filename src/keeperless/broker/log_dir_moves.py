@@ -4,9 +4,10 @@ KIP-113 on KIP-858's directory ids), as Kafka's ReplicaAlterLogDirsThread does: 
 from the current one in the background, throttled by
 ``replica.alter.log.dirs.io.max.bytes.per.second``, while the current one goes on
 serving; once it has caught up with the log end the two are swapped in one step of the
-event loop (nothing is appended in between): the copy is closed, renamed into place,
-and the partition reopened on it; the old directory is deleted, and the controller is
-told the new directory (AssignReplicasToDirs).
+event loop (nothing is appended in between): the copy, synced to disk beforehand off the
+event loop, is renamed into place and the partition goes on serving from its open log
+(nothing is read again); the old directory is deleted, and the controller is told the
+new directory (AssignReplicasToDirs).
 
 A truncation of the current log while copying (a follower's, after a leader change)
 starts the copy over. A stop in the middle leaves the ``-future`` directory: the next
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -40,6 +42,15 @@ __all__ = ["LogDirMoves", "Move"]
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1024 * 1024
+# how long the files a moved replica was served from stay open after the swap
+RETIRED_FILES_S = 60.0
+
+
+def _fsync(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _now_ms() -> int:
@@ -182,6 +193,7 @@ class LogDirMoves:
         pm = self.partitions
         p = move.partition
         generation = p.log.generation
+        synced = -1  # the log end of the copy when it was last synced in the background
         while self._still(key, move):
             if move.future is None:
                 name = f"{p.topic}-{p.index}.{uuid.uuid4().hex}{FUTURE_SUFFIX}"
@@ -200,6 +212,14 @@ class LogDirMoves:
                 f.advance_start(start, _now_ms())
             end = p.log.log_end_offset
             if f.log.log_end_offset >= end:
+                if synced < end:
+                    # caught up: what was copied goes to disk off the event loop, then
+                    # whatever arrived meanwhile is copied; the swap flushes only that
+                    synced = end
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, _fsync, f.log.active_fd()
+                    )
+                    continue
                 self._swap(key, move)
                 return
             if self.quota is not None and (wait := self.quota.wait_s(time.monotonic())) > 0:
@@ -231,11 +251,14 @@ class LogDirMoves:
         p, f, dest = move.partition, move.future, move.dest
         assert f is not None
         old_dir = p.directory
-        f.close()
+        f.persist()
         final = dest.path / f"{p.topic}-{p.index}"
         f.directory.rename(final)
         fsync_dir(dest.path)
-        p.reopen(final, _now_ms())
+        old = p.adopt(f, final)
+        # a fetch answer may still be sending from the old files: closed later (their
+        # directory is deleted now; open files stay readable)
+        asyncio.get_running_loop().call_later(RETIRED_FILES_S, old.close)
         pm.dir_of[key].hosted -= 1
         pm.dir_of[key] = dest
         dest.hosted += 1

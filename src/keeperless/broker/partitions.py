@@ -129,14 +129,24 @@ class Partition:
             self.epochs.save()
         self.epochs.truncate_from_end(self.log.log_end_offset)
 
-    def reopen(self, directory: Path, now_ms: int) -> None:
-        """Serve from the copy in ``directory`` (a replica moved to another log
-        directory, closed cleanly there): the same partition - its leadership, followers,
-        high watermark and waiters - on the new files."""
-        config = self.log.config
-        self.log.close()
-        self._open_storage(directory, config, now_ms, clean_shutdown=True)
+    def adopt(self, copy: Partition, directory: Path) -> PartitionLog:
+        """Serve from ``copy``'s storage, its directory now renamed to ``directory`` (a
+        replica moved to another log directory): the same partition - its leadership,
+        followers, high watermark, waiters and verified transactions - on the copy's
+        open log, producers' state and leader epochs, nothing read again. Returns the
+        log it served from, for the caller to close once no fetch still sends from it."""
+        old = self.log
+        copy.log.relocate(directory)
+        copy.state.dir = directory
+        copy.epochs.relocate(directory)
+        copy.state.verified.update(self.state.verified)
+        copy.log.config = old.config
+        self.directory = directory
+        self.log, self.state, self.epochs = copy.log, copy.state, copy.epochs
+        self.producers, self.txns = copy.state.producers, copy.state.txns
+        self.log.on_roll = self._on_roll
         self._hw = min(max(self._hw, self.log.log_start_offset), self.log.log_end_offset)
+        return old
 
     @property
     def isr_change_in_flight(self) -> bool:
@@ -417,15 +427,20 @@ class Partition:
         self.state.take_snapshot(base_offset)
         self.state.delete_snapshots(below=self.log.first_segment_base)
 
+    def persist(self) -> None:
+        """Everything on disk: the log flushed, the producers' state snapshotted at its
+        end (a start then replays nothing)."""
+        self.log.flush()
+        self.log.sync_txn_indexes()
+        self.state.take_snapshot(self.log.log_end_offset)
+
     def close(self) -> bool:
         """A clean shutdown: the log flushed and the producers' state snapshotted at its
         end, so the next start replays nothing. False if that could not be done."""
         clean = self.log.writable
         try:
             if self.log.writable:
-                self.log.flush()
-                self.log.sync_txn_indexes()
-                self.state.take_snapshot(self.log.log_end_offset)
+                self.persist()
         except OSError as e:
             clean = False
             log.warning("Could not snapshot the producers of %s-%d: %s", self.topic, self.index, e)

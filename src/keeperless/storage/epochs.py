@@ -96,5 +96,9 @@ class LeaderEpochCache:
             return epoch, self.entries[0][1]
         return self.entries[higher - 1][0], self.entries[higher][1]
 
+    def relocate(self, directory: Path) -> None:
+        """Its partition's directory was renamed to ``directory``."""
+        self.path = directory / FILE_NAME
+
     def save(self) -> None:
         self._write()

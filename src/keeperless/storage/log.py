@@ -577,6 +577,11 @@ class PartitionLog:
                 finally:
                     os.close(fd)
 
+    def active_fd(self) -> int:
+        """A duplicate of the active segment's descriptor, for the caller to fsync off
+        the event loop (and close): the next flush then has little left to write."""
+        return os.dup(self._segments[-1].fd)
+
     def flush(self) -> None:
         self._check_writable()
         try:
@@ -776,6 +781,15 @@ class PartitionLog:
         seg.close()
         for p in seg.paths():
             p.unlink(missing_ok=True)
+
+    def relocate(self, directory: Path) -> None:
+        """Its directory was renamed to ``directory`` (a moved replica's copy put in
+        place): later files (rolled segments, indexes, swaps) go there; open files stay."""
+        self.dir = directory
+        for seg in self._segments:
+            seg.dir = directory
+        for _, seg in self._retired:
+            seg.dir = directory
 
     def close(self) -> None:
         for seg in self._segments:
