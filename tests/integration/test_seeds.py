@@ -135,11 +135,15 @@ def test_the_seeds_commands_as_written(home: KafkaHome) -> None:
     assert re.search(r"^1\s+\d+\s+\d+", replication.splitlines()[1])
     features = home.sh(f"bin/kafka-features.sh --bootstrap-server {h} describe")
     assert "Feature: metadata.version" in features
-    up = home.sh(f"bin/kafka-features.sh --bootstrap-server {h} upgrade --metadata 3.9")
-    assert "metadata.version was upgraded to 21." in up
+    # formatted as written, the cluster is at Kafka 4.1's metadata.version (4.1-IV1, with
+    # eligible leader replicas): 3.9 is below it, and Kafka 4.1 refuses to "upgrade" to it
+    up = home.sh(f"bin/kafka-features.sh --bootstrap-server {h} upgrade --metadata 3.9", False)
+    assert "Could not upgrade metadata.version to 21." in up
+    assert "Can't downgrade the version of this feature without setting the upgrade type" in up
+    # and a downgrade to 3.7 would cross 4.0-IV1, which changed the metadata format
     down = home.sh(f"bin/kafka-features.sh --bootstrap-server {h} downgrade --metadata 3.7", False)
-    # 3.9 -> 3.7 changes no metadata format, so Kafka allows it (safe downgrade)
-    assert "metadata.version was downgraded to 19." in down
+    assert "Could not downgrade metadata.version to 19." in down
+    assert "might delete metadata information" in down
     # and the node stops as Kafka's does
     home.sh("bin/kafka-server-stop.sh")
     assert home.proc is not None

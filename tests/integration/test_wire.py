@@ -501,8 +501,12 @@ def test_describe_configs_as_kafka_fills_them(three: Cluster) -> None:
         "include_documentation": False,
     }
     cluster = kafka_request(port, 32, 4, body).results[0].configs
+    # and min.insync.replicas, which a controller with eligible leader replicas (on in
+    # a new cluster, as Kafka 4.1) writes cluster-wide when it becomes active
+    dynamic_default = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
     assert [(c.name, c.value, c.config_source) for c in cluster] == [
-        ("log.segment.bytes", "2097152", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        ("log.segment.bytes", "2097152", dynamic_default),
+        ("min.insync.replicas", "1", dynamic_default),
     ]
 
 
