@@ -155,3 +155,29 @@ def test_every_catalog_key_is_taken_from_server_properties() -> None:
             load_config(properties={**base, key: d.default})
     with pytest.raises(ConfigError, match="log.roll.jitter.ms"):
         load_config(properties={**base, "log.roll.jitter.ms": "soon"})
+
+
+def test_each_key_has_kafkas_importance_and_the_generated_docs_are_current() -> None:
+    """Importance as Kafka's ConfigDef ranks it (a topic key can rank lower than its
+    broker synonym), in every definition - broker, topic and group keys alike - and in
+    docs/configuration.md, which is generated from them."""
+    from pathlib import Path
+
+    from keeperless.metadata.group_configs import GROUP_CONFIGS
+    from keeperless.metadata.topic_configs import TOPIC_CONFIGS
+    from keeperless.tools.config_docs import render
+
+    assert BROKER_CONFIGS["log.dirs"].importance == "high"
+    assert BROKER_CONFIGS["min.insync.replicas"].importance == "high"
+    assert TOPIC_CONFIGS["min.insync.replicas"].importance == "medium"
+    assert BROKER_CONFIGS["num.partitions"].importance == "medium"
+    assert BROKER_CONFIGS["producer.id.expiration.ms"].importance == "low"
+    assert BROKER_CONFIGS["metrics.http.listener"].importance == "low"  # not Kafka's
+    assert GROUP_CONFIGS["share.auto.offset.reset"].importance == "medium"
+    # Kafka's name for the cleaner's load factor (it was misspelt here)
+    assert "log.cleaner.io.buffer.load.factor" in BROKER_CONFIGS
+    docs = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+    assert docs.read_text() == render(), (
+        "docs/configuration.md is stale: python -m keeperless.tools.config_docs > "
+        "docs/configuration.md"
+    )

@@ -14,13 +14,14 @@ from keeperless.broker.log_levels import BROKER_LOGGER_RESOURCE, logger_levels
 from keeperless.metadata.config_catalog import (
     BROKER_CONFIGS,
     READ_ONLY,
+    ConfigDef,
     ConfigSource,
     ConfigType,
     topic_config_type,
     topic_doc,
 )
 from keeperless.metadata.config_resolution import resolve_broker
-from keeperless.metadata.group_configs import GROUP_CONFIGS, GROUP_RESOURCE, GroupConfigDef
+from keeperless.metadata.group_configs import GROUP_BROKER_KEYS, GROUP_CONFIGS, GROUP_RESOURCE
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
@@ -102,10 +103,10 @@ def _describe_resource(broker: Broker, rtype: int, name: str) -> list[_Described
         own = image.configs.get((GROUP_RESOURCE, name), {})
         layers = broker.config_layers()
 
-        def effective(d: GroupConfigDef) -> str | None:
+        def effective(d: ConfigDef) -> str | None:
             # a group without its own value takes the broker's (Kafka's GroupConfig)
-            if d.broker_key in BROKER_CONFIGS:
-                return resolve_broker(d.broker_key, *layers)[0]
+            if GROUP_BROKER_KEYS[d.name] in BROKER_CONFIGS:
+                return resolve_broker(GROUP_BROKER_KEYS[d.name], *layers)[0]
             return d.default
 
         return [
@@ -114,7 +115,7 @@ def _describe_resource(broker: Broker, rtype: int, name: str) -> list[_Described
                 own[k] if k in own else effective(d),
                 ConfigSource.GROUP_CONFIG if k in own else ConfigSource.DEFAULT_CONFIG,
                 ((k, own[k], ConfigSource.GROUP_CONFIG),) if k in own else (),
-                ConfigType.INT if d.type == "int" else ConfigType.STRING,
+                d.type,
                 False,
                 False,
                 d.doc,

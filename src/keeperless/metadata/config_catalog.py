@@ -429,7 +429,7 @@ _BROKER: list[ConfigDef] = [
     # accepted without effect here
     _d("background.threads", T.INT, "10", "Background threads (tasks of one event loop here)."),
     _d(
-        "log.cleaner.dedupe.buffer.load.factor",
+        "log.cleaner.io.buffer.load.factor",
         T.DOUBLE,
         "0.9",
         "How full the cleaner's offset map may be.",

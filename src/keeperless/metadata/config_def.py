@@ -1,6 +1,7 @@
 """One config key's definition, as Kafka's ConfigDef holds it: name, type, default,
-documentation, validator, whether and where it may change while running (broker keys:
-read-only, per-broker, cluster-wide; topic keys: per topic), and whether it is sensitive.
+documentation, validator, importance, whether and where it may change while running
+(broker keys: read-only, per-broker, cluster-wide; topic and group keys: per topic or
+group), and whether it is sensitive.
 The node's parser (server/config.py), AlterConfigs and IncrementalAlterConfigs on the
 controller and DescribeConfigs all read the same definitions (config_catalog.py for
 broker keys, topic_configs.py for topic keys), and refuse a bad value with the same
@@ -13,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
+from keeperless.metadata.config_importance import importance
 from keeperless.metadata.update_modes import READ_ONLY
 
 __all__ = [
+    "GROUP_SCOPE",
     "TOPIC_SCOPE",
     "ConfigDef",
     "ConfigType",
@@ -30,6 +33,7 @@ __all__ = [
 ]
 
 TOPIC_SCOPE = "topic"  # a topic config: set per topic, at any time
+GROUP_SCOPE = "group"  # a group config (KIP-848): set per group, at any time
 
 
 class ConfigType(IntEnum):
@@ -145,6 +149,11 @@ class ConfigDef:
     scope: str = READ_ONLY
     sensitive: bool = False
     validator: Validator | None = None
+
+    @property
+    def importance(self) -> str:
+        """Kafka's Importance (high, medium, low), from config_importance's table."""
+        return importance(self.name, topic=self.scope in (TOPIC_SCOPE, GROUP_SCOPE))
 
     def validate(self, value: str) -> None:
         """Refuse a value of the wrong type, or one the key's validator refuses."""

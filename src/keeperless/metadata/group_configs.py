@@ -1,16 +1,25 @@
 """Group configs (KIP-848, KIP-932, KIP-1071): the keys Kafka 4.1 accepts on a GROUP
-config resource, the broker config each one defaults to, and their validation."""
+config resource, as ConfigDefs like every other key (config_def.py), each with the broker
+config a group without its own value takes."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from keeperless.metadata.config_def import (
+    GROUP_SCOPE,
+    ConfigDef,
+    ConfigType,
+    ConfigValueError,
+    Validator,
+    one_of,
+)
 
 __all__ = [
+    "GROUP_BROKER_KEYS",
     "GROUP_CONFIGS",
     "GROUP_RESOURCE",
-    "GroupConfigDef",
     "validate_group_config",
 ]
 
@@ -18,50 +27,62 @@ GROUP_RESOURCE = 32
 _DURATION = re.compile(r"^by_duration:P(?:\d+D)?(?:T(?:\d+H)?(?:\d+M)?(?:\d+(?:\.\d+)?S)?)?$")
 
 
-@dataclass(frozen=True, slots=True)
-class GroupConfigDef:
-    name: str
-    type: str  # "int" or "string"
-    default: str
-    broker_key: str  # the broker config a group without its own value takes
-    low: int = 1  # ints: the range Kafka's broker defaults allow
-    high: int = 2**31 - 1
-    choices: tuple[str, ...] = ()
-    doc: str = ""
+def _within(low: int, high: int) -> Validator:
+    """Kafka's group limits (the broker's group.*.min/max.* defaults)."""
+
+    def check(key: str, value: str) -> None:
+        if not low <= int(value) <= high:
+            raise ConfigValueError(
+                f"Invalid value {value} for configuration {key}: must be between {low} "
+                f"and {high} (the broker's group limits)"
+            )
+
+    return check
 
 
-def _i(name: str, default: int, broker_key: str, low: int, high: int, doc: str) -> GroupConfigDef:
-    return GroupConfigDef(name, "int", str(default), broker_key, low, high, doc=doc)
-
-
-# ranges: Kafka's group.*.min/max.* broker defaults
-GROUP_CONFIGS: Mapping[str, GroupConfigDef] = {
-    d.name: d
-    for d in (
-        _i("consumer.session.timeout.ms", 45000, "group.consumer.session.timeout.ms",
-           45000, 60000, "A member that misses heartbeats this long leaves the group."),
-        _i("consumer.heartbeat.interval.ms", 5000, "group.consumer.heartbeat.interval.ms",
-           5000, 15000, "How often the group's members heartbeat."),
-        _i("share.session.timeout.ms", 45000, "group.share.session.timeout.ms",
-           45000, 60000, "A share group member's session timeout."),
-        _i("share.heartbeat.interval.ms", 5000, "group.share.heartbeat.interval.ms",
-           5000, 15000, "How often a share group's members heartbeat."),
-        _i("share.record.lock.duration.ms", 30000, "group.share.record.lock.duration.ms",
-           15000, 60000, "How long a share group's delivery lock on a record lasts."),
-        GroupConfigDef("share.auto.offset.reset", "string", "latest",
-                       "share.auto.offset.reset", choices=("latest", "earliest", "by_duration"),
-                       doc="Where a share group starts: latest, earliest, by_duration:<ISO 8601>."),
-        GroupConfigDef("share.isolation.level", "string", "read_uncommitted",
-                       "share.isolation.level", choices=("read_committed", "read_uncommitted"),
-                       doc="Whether a share group reads transactional records uncommitted."),
-        _i("streams.session.timeout.ms", 45000, "group.streams.session.timeout.ms",
-           45000, 60000, "A streams group member's session timeout."),
-        _i("streams.heartbeat.interval.ms", 5000, "group.streams.heartbeat.interval.ms",
-           5000, 15000, "How often a streams group's members heartbeat."),
-        _i("streams.num.standby.replicas", 0, "group.streams.num.standby.replicas",
-           0, 2, "Standby replicas of a streams group's tasks."),
+def _offset_reset(key: str, value: str) -> None:
+    if value in ("latest", "earliest") or _DURATION.match(value):
+        return
+    raise ConfigValueError(
+        f"Invalid value {value} for configuration {key}: must be latest, earliest or "
+        "by_duration:<ISO 8601 duration>"
     )
-}  # fmt: skip
+
+
+def _i(name: str, default: int, low: int, high: int, doc: str) -> ConfigDef:
+    return ConfigDef(name, ConfigType.INT, str(default), doc, GROUP_SCOPE,
+                     validator=_within(low, high))  # fmt: skip
+
+
+_DEFS = (
+    _i("consumer.session.timeout.ms", 45000, 45000, 60000,
+       "A member that misses heartbeats this long leaves the group."),
+    _i("consumer.heartbeat.interval.ms", 5000, 5000, 15000,
+       "How often the group's members heartbeat."),
+    _i("share.session.timeout.ms", 45000, 45000, 60000, "A share group member's session timeout."),
+    _i("share.heartbeat.interval.ms", 5000, 5000, 15000,
+       "How often a share group's members heartbeat."),
+    _i("share.record.lock.duration.ms", 30000, 15000, 60000,
+       "How long a share group's delivery lock on a record lasts."),
+    ConfigDef("share.auto.offset.reset", ConfigType.STRING, "latest",
+              "Where a share group starts: latest, earliest, by_duration:<ISO 8601>.",
+              GROUP_SCOPE, validator=_offset_reset),
+    ConfigDef("share.isolation.level", ConfigType.STRING, "read_uncommitted",
+              "Whether a share group reads transactional records uncommitted.", GROUP_SCOPE,
+              validator=one_of("read_committed", "read_uncommitted")),
+    _i("streams.session.timeout.ms", 45000, 45000, 60000,
+       "A streams group member's session timeout."),
+    _i("streams.heartbeat.interval.ms", 5000, 5000, 15000,
+       "How often a streams group's members heartbeat."),
+    _i("streams.num.standby.replicas", 0, 0, 2, "Standby replicas of a streams group's tasks."),
+)  # fmt: skip
+GROUP_CONFIGS: Mapping[str, ConfigDef] = {d.name: d for d in _DEFS}
+# the broker config each group key takes its value from when the group has none
+GROUP_BROKER_KEYS: Mapping[str, str] = {
+    **{k: f"group.{k}" for k in GROUP_CONFIGS},
+    "share.auto.offset.reset": "share.auto.offset.reset",
+    "share.isolation.level": "share.isolation.level",
+}
 
 
 def validate_group_config(name: str, value: str | None) -> str | None:
@@ -72,27 +93,8 @@ def validate_group_config(name: str, value: str | None) -> str | None:
         return f"Unknown group config name: {name}"
     if value is None:
         return None
-    if d.type == "int":
-        try:
-            n = int(value)
-        except ValueError:
-            return f"Invalid value {value} for configuration {name}: Not a number of type INT"
-        if not d.low <= n <= d.high:
-            return (
-                f"Invalid value {value} for configuration {name}: must be between {d.low} "
-                f"and {d.high} (the broker's group limits)"
-            )
-        return None
-    if name == "share.auto.offset.reset":
-        if value in ("latest", "earliest") or _DURATION.match(value):
-            return None
-        return (
-            f"Invalid value {value} for configuration {name}: must be latest, earliest or "
-            "by_duration:<ISO 8601 duration>"
-        )
-    if value not in d.choices:
-        return (
-            f"Invalid value {value} for configuration {name}: String must be one of: "
-            f"{', '.join(d.choices)}"
-        )
+    try:
+        d.validate(value)
+    except ConfigValueError as e:
+        return str(e)
     return None

@@ -40,7 +40,7 @@ _KAFKA_PER_BROKER = frozenset({
 _KAFKA_CLUSTER_WIDE = frozenset({
     # LogCleaner, DynamicThreadPool, SocketServer, the producer state, metric reporters
     "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
-    "log.cleaner.dedupe.buffer.load.factor", "log.cleaner.io.buffer.size",
+    "log.cleaner.io.buffer.load.factor", "log.cleaner.io.buffer.size",
     "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms", "message.max.bytes",
     "num.io.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
     "background.threads", "num.network.threads", "max.connections",
