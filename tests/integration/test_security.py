@@ -447,3 +447,63 @@ def test_sessions_expire_and_clients_log_in_again(secure: Secure) -> None:
     p.flush(30)
     assert delivered
     assert all(e is None for e in delivered), {str(e) for e in delivered if e is not None}
+
+
+def _served_cert(secure: Secure, listener: str) -> str:
+    """The common name of the certificate a new TLS connection to ``listener`` gets."""
+    import socket
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=str(secure.certs / "ca.pem"))
+    ctx.load_cert_chain(secure.certs / "client.pem", secure.certs / "client.key")
+    raw = socket.create_connection(("127.0.0.1", secure.ports[listener]), timeout=5)
+    with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+        cert = s.getpeercert()
+    return dict(x[0] for x in cert["subject"])["commonName"]
+
+
+def test_a_listeners_key_store_is_replaced_while_it_runs(secure: Secure) -> None:
+    """Kafka's DynamicListenerConfig: `kafka-configs.sh --entity-type brokers
+    --entity-name 1 --alter --add-config listener.name.tls.ssl.keystore.location=...`
+    reloads one listener's key store (a certificate renewed before it expires): new
+    connections get the new certificate, the other listeners keep theirs; a key store
+    that does not load is refused and nothing changes; deleting the key goes back to the
+    file's."""
+    d = secure.certs
+    _signed(d, "renewed", "ca", "/CN=renewed", "IP:127.0.0.1,DNS:localhost")
+    store = d / "renewed-store.pem"
+    store.write_text((d / "renewed.pem").read_text() + (d / "renewed.key").read_text())
+    bs = ["--bootstrap-server", secure.node.bootstrap]
+    broker = ["--entity-type", "brokers", "--entity-name", "1"]
+    key = "listener.name.tls.ssl.keystore.location"
+    assert _served_cert(secure, "TLS") == "localhost"
+    keeperless("configs", *bs, *broker, "--alter", "--add-config", f"{key}={store}", check=True)
+    deadline = time.monotonic() + 20
+    while _served_cert(secure, "TLS") != "renewed":
+        assert time.monotonic() < deadline, "the listener kept its old certificate"
+        time.sleep(0.2)
+    assert _served_cert(secure, "SASLTLS") == "localhost"  # another listener: unchanged
+    described = keeperless("configs", *bs, *broker, "--describe", check=True).stdout
+    assert f"{key}={store}" in described
+    assert "Listener TLS reloaded its key and trust stores" in secure.node.logs()
+    bad = keeperless("configs", *bs, *broker, "--alter", "--add-config",
+                     f"{key}={d / 'no-such-store.pem'}")  # fmt: skip
+    assert bad.returncode != 0
+    assert "ssl.keystore.location" in bad.stdout + bad.stderr
+    assert _served_cert(secure, "TLS") == "renewed"
+    # kept in the metadata: a restarted broker serves the renewed certificate again
+    secure.node.stop()
+    secure.node.start()
+    deadline = time.monotonic() + 30
+    while _served_cert(secure, "TLS") != "renewed":
+        assert time.monotonic() < deadline, "the restarted broker lost the dynamic key store"
+        time.sleep(0.2)
+    default = keeperless("configs", *bs, "--entity-type", "brokers", "--entity-default",
+                         "--alter", "--add-config", f"{key}={store}")  # fmt: skip
+    assert default.returncode != 0
+    assert "broker id must be specified" in default.stdout + default.stderr
+    keeperless("configs", *bs, *broker, "--alter", "--delete-config", key, check=True)
+    deadline = time.monotonic() + 20
+    while _served_cert(secure, "TLS") != "localhost":
+        assert time.monotonic() < deadline, "the file's key store did not come back"
+        time.sleep(0.2)

@@ -196,8 +196,40 @@ def test_dynamic_broker_configs_as_kafka_takes_them() -> None:
         ((4, "", [("num.partitions", SET, "3")]), "Cannot update these configs dynamically"),
         ((4, "", [("sasl.kerberos.min.time.before.relogin", SET, "58000")]),
          "at default cluster level, broker id must be specified"),
-        ((4, "1", [("ssl.keystore.location", SET, "/x.jks")]),
+        ((4, "1", [("ssl.client.auth", SET, "required")]),
          "keeperless reads it at start (Kafka changes it on a running broker)"),
+    ]  # fmt: skip
+    for change, says in cases:
+        res = incremental_alter_configs(c, [change], False)
+        err = res.response[0][2]
+        assert err.code == ErrorCode.invalid_config, change
+        assert says in (err.message or ""), (change, err.message)
+
+
+def test_key_stores_are_changed_per_broker_and_per_listener() -> None:
+    """Kafka's DynamicListenerConfig: a broker's key and trust stores change while it
+    runs, for all its listeners or one (listener.name.<l>.<key>), never as a cluster-wide
+    default; a listener's own value of a key Kafka does not reload, or of a cluster-wide
+    key, is refused."""
+    c = _controller()
+    ok = incremental_alter_configs(c, [(4, "1", [
+        ("ssl.keystore.location", SET, "/a.pem"),
+        ("listener.name.external.ssl.keystore.location", SET, "/b.pem"),
+        ("listener.name.external.ssl.key.password", SET, "secret"),
+    ])], False)  # fmt: skip
+    assert ok.response[0][2].code == ErrorCode.none, ok.response[0][2].message
+    c.replay(ok.records, 10)
+    assert c.image.configs[(4, "1")]["listener.name.external.ssl.keystore.location"] == "/b.pem"
+    cases = [
+        ((4, "", [("listener.name.external.ssl.keystore.location", SET, "/b.pem")]),
+         "at default cluster level, broker id must be specified: "
+         "[listener.name.external.ssl.keystore.location]"),
+        ((4, "1", [("listener.name.external.ssl.client.auth", SET, "required")]),
+         "keeperless reads it at start"),
+        ((4, "1", [("listener.name.external.log.retention.ms", SET, "5")]),
+         "Cannot update these configs dynamically: [listener.name.external.log.retention.ms]"),
+        ((4, "1", [("listener.name.external.no.such.key", SET, "5")]),
+         "Cannot update these configs dynamically"),
     ]  # fmt: skip
     for change, says in cases:
         res = incremental_alter_configs(c, [change], False)

@@ -19,6 +19,7 @@ from keeperless.broker.auto_create import AutoTopicCreator
 from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.controller_rpcs import ControllerRpcs
 from keeperless.broker.log_dir_moves import LogDirMoves
+from keeperless.broker.own_configs import OwnConfigCheck
 from keeperless.broker.partition_manager import PartitionManager
 from keeperless.broker.replication_quotas import ReplicationQuotas
 from keeperless.metadata.config_catalog import Resolved
@@ -102,6 +103,10 @@ class Broker:
         self.broker_epoch = -1
         self.fenced = True
         self.on_image: list[Callable[[MetadataImage], None]] = []
+        # the node's TLS listeners follow this broker's own dynamic configs: called with
+        # them when they change, and asked about a change before it is forwarded
+        self.on_own_configs: Callable[[Mapping[str, str]], None] | None = None
+        self.check_own_configs: OwnConfigCheck | None = None
         self._produce_settings: dict[str, tuple[int, bool, int, bool]] = {}
         self.replication_quotas = ReplicationQuotas(settings.node_id)
         # replicas moving between this broker's log directories (AlterReplicaLogDirs)
@@ -176,6 +181,9 @@ class Broker:
         self.image = new
         self._produce_settings.clear()
         self.replication_quotas.update(new, self.config_layers())
+        me = (BROKER_RESOURCE, str(self.node_id))
+        if self.on_own_configs is not None and me in delta.changed_configs:
+            self.on_own_configs(new.configs.get(me, {}))
         if not self.partitions_live:
             self.changed_partitions = []
             if self.publish_from is not None and new.offset >= self.publish_from:

@@ -23,6 +23,7 @@ from keeperless.metadata.config_catalog import (
 from keeperless.metadata.config_resolution import resolve_broker
 from keeperless.metadata.group_configs import GROUP_BROKER_KEYS, GROUP_CONFIGS, GROUP_RESOURCE
 from keeperless.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from keeperless.metadata.update_modes import listener_key
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
@@ -90,6 +91,13 @@ def _describe_resource(broker: Broker, rtype: int, name: str) -> list[_Described
         for k in sorted(BROKER_CONFIGS):
             v, src, syn = resolve_broker(k, *layers)
             out.append(_broker_described(k, v, src, syn))
+        # and the keys set for one listener (listener.name.<l>.<key>), as Kafka lists them
+        own, _cluster, static = layers
+        for k in sorted({k for k in (*own, *static) if listener_key(k)[0] is not None}):
+            src = (ConfigSource.DYNAMIC_BROKER_CONFIG if k in own
+                   else ConfigSource.STATIC_BROKER_CONFIG)  # fmt: skip
+            v = own[k] if k in own else static[k]
+            out.append(_broker_described(k, v, src, ((k, v, src),)))
         return out
     if rtype == BROKER_LOGGER_RESOURCE:
         src = ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG
@@ -148,7 +156,7 @@ class _Described:
 def _broker_described(
     key: str, value: str | None, source: int, synonyms: tuple[Any, ...]
 ) -> _Described:
-    d = BROKER_CONFIGS.get(key)
+    d = BROKER_CONFIGS.get(listener_key(key)[1])
     return _Described(
         key,
         None if d is not None and d.sensitive else value,

@@ -19,7 +19,7 @@ from keeperless.broker.controller_channel import ControllerUnavailableError
 from keeperless.broker.data_plane import DataPlane
 from keeperless.broker.describe_configs import describe_configs
 from keeperless.broker.log_dir_apis import LogDirApis
-from keeperless.broker.log_levels import BROKER_LOGGER_RESOURCE, alter_log_levels
+from keeperless.broker.own_configs import answered_here
 from keeperless.metadata.admin import (
     NO_AUTHORIZER,
     AclFilter,
@@ -506,18 +506,13 @@ class BrokerHandlers(LogDirApis):
         return resp
 
     async def incremental_alter_configs(self, header: RequestHeader, req: Any) -> Any:
-        # a broker's loggers are this process's: changed here, as Kafka's KafkaApis does,
-        # and the rest forwarded to the controller
-        local = [r for r in req.resources if r.resource_type == BROKER_LOGGER_RESOURCE]
-        if local:
-            mine = [
-                (r.resource_type, r.resource_name,
-                 alter_log_levels(self.broker.node_id, r.resource_name,
-                                  [(c.name, c.config_operation, c.value) for c in r.configs],
-                                  req.validate_only))
-                for r in local
-            ]  # fmt: skip
-            rest = tuple(r for r in req.resources if r.resource_type != BROKER_LOGGER_RESOURCE)
+        # a broker's loggers are this process's, changed here as Kafka's KafkaApis does,
+        # and its key and trust stores are loaded here first; the rest is forwarded
+        b = self.broker
+        mine = answered_here(b.node_id, b.image, b.check_own_configs, req)
+        if mine:
+            here = {(t, n) for t, n, _ in mine}
+            rest = tuple(r for r in req.resources if (r.resource_type, r.resource_name) not in here)
             if not rest:
                 return alter_configs_response(header.api_version, mine)
             resp = await self.incremental_alter_configs(

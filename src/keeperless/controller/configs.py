@@ -36,6 +36,7 @@ from keeperless.metadata.update_modes import (
     LIVE_UNSUPPORTED_REASON,
     PER_BROKER,
     READ_ONLY,
+    listener_key,
 )
 
 __all__ = [
@@ -68,11 +69,17 @@ def _validate(rtype: int, name: str, key: str, value: str | None) -> str | None:
         except TopicConfigError as e:
             return str(e)
         return None
-    if key in LIVE_UNSUPPORTED:
+    # a listener's own value of a per-broker key (listener.name.<l>.<key>), as Kafka's
+    # DynamicListenerConfig takes it: checked as the key it names
+    listener, base = listener_key(key)
+    if base in LIVE_UNSUPPORTED:
         return f"Cannot update these configs dynamically: [{key}] ({LIVE_UNSUPPORTED_REASON})"
-    if key not in DYNAMIC_BROKER_CONFIGS:
+    per_listener = listener is not None and base in BROKER_CONFIGS
+    if base not in DYNAMIC_BROKER_CONFIGS or (
+        per_listener and BROKER_CONFIGS[base].scope != PER_BROKER
+    ):
         return f"Cannot update these configs dynamically: [{key}]" if key else "Empty config name"
-    if not name and BROKER_CONFIGS[key].scope == PER_BROKER:
+    if not name and BROKER_CONFIGS[base].scope == PER_BROKER:
         # Kafka's DynamicBrokerConfig: a per-broker config has no cluster-wide default
         return (
             "Cannot update these configs at default cluster level, broker id must be "
@@ -80,11 +87,11 @@ def _validate(rtype: int, name: str, key: str, value: str | None) -> str | None:
         )
     if value is None:
         return None
-    d = BROKER_CONFIGS[key]
+    d = BROKER_CONFIGS[base]
     try:  # the definition the node's own parser reads (metadata/config_def.py)
         d.validate(value)
     except ConfigValueError as e:
-        return str(e)
+        return str(e).replace(f"configuration {base}:", f"configuration {key}:")
     topic_key = _TOPIC_KEY_OF.get(key)
     if topic_key is not None and d.validator is None:
         try:  # a broker default of a topic config takes what the topic config takes

@@ -4,13 +4,17 @@ reloads that keeperless reads only at start."""
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "CLUSTER_WIDE",
     "LIVE_UNSUPPORTED",
     "LIVE_UNSUPPORTED_REASON",
     "PER_BROKER",
     "READ_ONLY",
+    "RECONFIGURABLE_SSL",
     "kafka_update_mode",
+    "listener_key",
     "update_mode",
 ]
 
@@ -73,18 +77,42 @@ def kafka_update_mode(name: str) -> str:
     return CLUSTER_WIDE if name in _KAFKA_CLUSTER_WIDE else READ_ONLY
 
 
-# Kafka changes these on a running broker; keeperless builds its listeners, TLS contexts
-# and SASL mechanisms and reads these producer-state settings at start only, so for now
-# they are read-only here, and changing one says so (LIVE_UNSUPPORTED_REASON) rather than
-# storing a value nothing would use
+# A listener's key store and trust store, reloaded on a running broker (Kafka's
+# SslConfigs.RECONFIGURABLE_CONFIGS): per broker, for every listener or one
+# (listener.name.<l>.<key>); the listener's new connections get them
+RECONFIGURABLE_SSL = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.certificates",
+})  # fmt: skip
+# Kafka changes these on a running broker; keeperless builds its listeners, the rest of
+# their TLS settings and SASL mechanisms and reads these producer-state settings at start
+# only, so for now they are read-only here, and changing one says so
+# (LIVE_UNSUPPORTED_REASON) rather than storing a value nothing would use
 LIVE_UNSUPPORTED = frozenset(
     {k for k in _KAFKA_PER_BROKER
-     if k.startswith("ssl.") or k in ("listeners", "listener.security.protocol.map",
-                                      "principal.builder.class", "sasl.jaas.config",
-                                      "sasl.enabled.mechanisms",
-                                      "sasl.mechanism.inter.broker.protocol")}
+     if (k.startswith("ssl.") and k not in RECONFIGURABLE_SSL)
+     or k in ("listeners", "listener.security.protocol.map", "principal.builder.class",
+              "sasl.jaas.config", "sasl.enabled.mechanisms",
+              "sasl.mechanism.inter.broker.protocol")}
     | {"producer.id.expiration.ms", "transaction.partition.verification.enable"}
 )  # fmt: skip
+_LISTENER_KEY = re.compile(r"listener\.name\.([a-z0-9_-]+)\.(.+)")
+
+
+def listener_key(name: str) -> tuple[str | None, str]:
+    """(listener, key) of ``listener.name.<listener>.<key>`` (a key set for one listener;
+    a JAAS configuration per mechanism, ``<mechanism>.sasl.jaas.config``, is
+    ``sasl.jaas.config``); (None, name) for any other name."""
+    m = _LISTENER_KEY.fullmatch(name)
+    if m is None:
+        return None, name
+    key = m[2]
+    if key.endswith(".sasl.jaas.config"):
+        key = "sasl.jaas.config"
+    return m[1], key
+
+
 LIVE_UNSUPPORTED_REASON = (
     "keeperless reads it at start (Kafka changes it on a running broker): set it in the "
     "broker's server.properties and restart the broker"

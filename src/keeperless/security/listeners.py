@@ -23,11 +23,12 @@ import re
 import ssl
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from keeperless.metadata.update_modes import RECONFIGURABLE_SSL
 from keeperless.protocol.session import ANONYMOUS, Session
 from keeperless.security.sasl import Credential, parse_jaas
 
@@ -37,11 +38,15 @@ __all__ = [
     "ListenerSecurity",
     "SecurityConfigError",
     "Session",
+    "check_reconfiguration",
     "client_security",
     "listener_security",
+    "reconfigure_listeners",
 ]
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+log = logging.getLogger(__name__)
 
 
 class SecurityConfigError(ValueError):
@@ -64,6 +69,31 @@ class ListenerSecurity:
     token_lookup: TokenLookup | None = None
     principal_rules: tuple[tuple[re.Pattern[str], str, str], ...] = ()
     reauth_ms: int = 0  # connections.max.reauth.ms (KIP-368)
+    # the key and trust store settings the TLS context serving new connections was
+    # built from, and that context: ``ssl_context`` (the one the listener was bound
+    # with) hands each handshake to it (reconfigure())
+    tls_settings: tuple[str | None, ...] = ()
+    serving: ssl.SSLContext | None = None
+
+    def _hand_over(self, ssl_object: Any, _server_name: str | None, bound: Any) -> None:
+        """Every handshake (OpenSSL's server name callback runs with or without SNI):
+        served with the listener's current context."""
+        if self.serving is not None and self.serving is not bound:
+            ssl_object.context = self.serving
+
+    def reconfigure(self, raw: Mapping[str, str]) -> bool:
+        """Reload the key and trust stores if ``raw`` (the file's keys under this
+        broker's dynamic ones) changed them, as Kafka's SslFactory.reconfigure: new
+        connections use them, open ones keep theirs. True if reloaded; a store that
+        cannot be loaded raises SecurityConfigError and the old ones stay."""
+        if self.ssl_context is None:
+            return False
+        settings = tuple(_key(raw, self.listener, k) for k in sorted(RECONFIGURABLE_SSL))
+        if settings == self.tls_settings:
+            return False
+        self.serving = _ssl_context(raw, self.listener, server=True)
+        self.tls_settings = settings
+        return True
 
     @property
     def sasl(self) -> bool:
@@ -324,7 +354,9 @@ def listener_security(
 ) -> ListenerSecurity:
     sec = ListenerSecurity(listener, protocol)
     if protocol in ("SSL", "SASL_SSL"):
-        sec.ssl_context = _ssl_context(raw, listener, server=True)
+        sec.ssl_context = sec.serving = _ssl_context(raw, listener, server=True)
+        sec.tls_settings = tuple(_key(raw, listener, k) for k in sorted(RECONFIGURABLE_SSL))
+        sec.ssl_context.sni_callback = sec._hand_over
         sec.principal_rules = _principal_rules(raw, listener)
     if sec.sasl:
         reauth = _key(raw, listener, "connections.max.reauth.ms") or "0"
@@ -347,6 +379,37 @@ def listener_security(
         sec.scram_lookup = scram_lookup
         sec.token_lookup = token_lookup
     return sec
+
+
+def reconfigure_listeners(
+    node_id: int, listeners: Sequence[ListenerSecurity], raw: Mapping[str, str]
+) -> None:
+    """After this broker's dynamic configs changed: each TLS listener whose key or trust
+    store settings changed reloads them, one log line each (an error, and the old stores
+    kept, if they cannot be loaded)."""
+    for sec in listeners:
+        try:
+            if sec.reconfigure(raw):
+                log.info("[node %d] Listener %s reloaded its key and trust stores: new "
+                         "connections use them", node_id, sec.listener)  # fmt: skip
+        except SecurityConfigError as e:
+            log.error("[node %d] Listener %s keeps its key and trust stores: %s", node_id,
+                      sec.listener, e)  # fmt: skip
+
+
+def check_reconfiguration(
+    listeners: Sequence[ListenerSecurity], raw: Mapping[str, str]
+) -> str | None:
+    """Why ``raw`` would not load as some listener's new key or trust store (Kafka
+    validates a per-broker SSL update on the broker it names before it is stored)."""
+    for sec in listeners:
+        if sec.ssl_context is None:
+            continue
+        try:
+            _ssl_context(raw, sec.listener, server=True)
+        except SecurityConfigError as e:
+            return f"Validation of dynamic config update of SSLFactory failed: {e}"
+    return None
 
 
 # -- the client side: node to node ------------------------------------------------------

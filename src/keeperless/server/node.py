@@ -53,8 +53,10 @@ from keeperless.security.authorizer import Authorizer
 from keeperless.security.authz import Authz
 from keeperless.security.listeners import (
     ListenerSecurity,
+    check_reconfiguration,
     client_security,
     listener_security,
+    reconfigure_listeners,
 )
 from keeperless.security.sasl import MECHANISM_CODES
 from keeperless.security.tokens import TokenCredentials
@@ -215,8 +217,14 @@ class Node:
         self._stale_told = -1e9  # when a refused heartbeat was last reported
         # set when a log directory goes offline: the heartbeat tells the controller now
         self._heartbeat_now = asyncio.Event()
+        self.listener_securities: list[ListenerSecurity] = []  # of the bound listeners
         if self.broker is not None:
             self.broker.partitions.on_dir_offline = lambda _ld: self._heartbeat_now.set()
+            # key and trust stores changed for this broker (Kafka's DynamicListenerConfig)
+            raw, secs = self.config.raw, self.listener_securities
+            self.broker.on_own_configs = lambda own: reconfigure_listeners(
+                self.node_id, secs, {**raw, **own})  # fmt: skip
+            self.broker.check_own_configs = lambda own: check_reconfiguration(secs, {**raw, **own})
 
     def _broker_settings(self) -> BrokerSettings:
         c = self.config
@@ -397,6 +405,7 @@ class Node:
             self.config.raw, ep.listener, self.config.protocol_of(ep.listener),
             self._scram_lookup, self.token_credentials.lookup,
         )  # fmt: skip
+        self.listener_securities.append(sec)
         try:
             server = await asyncio.get_running_loop().create_server(
                 _protocol_factory(router, sec, self.config["socket.request.max.bytes"]),
