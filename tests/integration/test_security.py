@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import Node, free_port, keeperless
+from tests.integration.cluster import Node, free_port, kafka_request, keeperless
 
 PASSWORD = "alice-secret"
 
@@ -490,6 +490,23 @@ def test_a_listeners_key_store_is_replaced_while_it_runs(secure: Secure) -> None
                      f"{key}={d / 'no-such-store.pem'}")  # fmt: skip
     assert bad.returncode != 0
     assert "ssl.keystore.location" in bad.stdout + bad.stderr
+    # the same through kafka-python (IncrementalAlterConfigs) and the legacy AlterConfigs
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=secure.node.bootstrap)
+    try:
+        resp: Any = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "1", configs={
+            key: str(d / "no-such-store.pem")})])  # fmt: skip
+    finally:
+        admin.close()
+    assert "Validation of dynamic config update of SSLFactory failed" in str(resp), resp
+    legacy = kafka_request(secure.node.port, 33, 2, {"resources": [
+        {"resource_type": 4, "resource_name": "1",
+         "configs": [{"name": key, "value": str(d / "no-such-store.pem")}]}],
+        "validate_only": False})  # fmt: skip
+    (refused,) = legacy.responses
+    assert refused.error_code == 40, refused  # INVALID_CONFIG
+    assert "no-such-store.pem" in (refused.error_message or "")
     assert _served_cert(secure, "TLS") == "renewed"
     # kept in the metadata: a restarted broker serves the renewed certificate again
     secure.node.stop()

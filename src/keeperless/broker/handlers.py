@@ -487,8 +487,20 @@ class BrokerHandlers(LogDirApis):
             )
 
     async def alter_configs(self, header: RequestHeader, req: Any) -> Any:
-        """Legacy AlterConfigs, forwarded as it is; answered once this broker's image
-        holds the new set of every resource that was altered."""
+        """Legacy AlterConfigs, forwarded as it is (but for a refused change of this
+        broker's key stores); answered once this broker's image holds the new set of
+        every resource that was altered."""
+        b = self.broker
+        mine = answered_here(b.node_id, b.image, b.check_own_configs, req, legacy=True)
+        if mine:
+            here = {(t, n) for t, n, _ in mine}
+            rest = tuple(r for r in req.resources if (r.resource_type, r.resource_name) not in here)
+            if not rest:
+                return alter_configs_response(header.api_version, mine, 33)
+            resp = await self.alter_configs(header, dataclasses.replace(req, resources=rest))
+            theirs = [(r.resource_type, r.resource_name, ApiError(r.error_code, r.error_message))
+                      for r in resp.responses]  # fmt: skip
+            return alter_configs_response(header.api_version, mine + theirs, 33)
         try:
             resp = await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:

@@ -28,21 +28,29 @@ def _stores(key: str) -> bool:
 
 
 def answered_here(
-    node_id: int, image: MetadataImage, check: OwnConfigCheck | None, req: Any
+    node_id: int,
+    image: MetadataImage,
+    check: OwnConfigCheck | None,
+    req: Any,
+    legacy: bool = False,
 ) -> list[tuple[int, str, ApiError]]:
-    """The resources of an IncrementalAlterConfigs answered by this broker: its loggers,
-    and a refused change of its own key or trust stores."""
+    """The resources of an IncrementalAlterConfigs (or, ``legacy``, an AlterConfigs,
+    which replaces the whole set) answered by this broker: its loggers, and a refused
+    change of its own key or trust stores."""
     out: list[tuple[int, str, ApiError]] = []
     for r in req.resources:
-        ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-        if r.resource_type == BROKER_LOGGER_RESOURCE:
+        if legacy:  # AlterConfigs: the whole new set
+            ops = [(c.name, SET, c.value) for c in r.configs]
+        else:
+            ops = [(c.name, c.config_operation, c.value) for c in r.configs]
+        if r.resource_type == BROKER_LOGGER_RESOURCE and not legacy:
             error = alter_log_levels(node_id, r.resource_name, ops, req.validate_only)
             out.append((r.resource_type, r.resource_name, error))
             continue
         own = r.resource_type == BROKER_RESOURCE and r.resource_name == str(node_id)
         if not own or check is None or not any(_stores(k) for k, _op, _v in ops):
             continue
-        after = dict(image.configs.get((BROKER_RESOURCE, r.resource_name), {}))
+        after = {} if legacy else dict(image.configs.get((BROKER_RESOURCE, r.resource_name), {}))
         for key, op, value in ops:
             if op == SET and value is not None:
                 after[key] = value
