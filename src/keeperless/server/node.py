@@ -53,16 +53,15 @@ from keeperless.security.authorizer import Authorizer
 from keeperless.security.authz import Authz
 from keeperless.security.listeners import (
     ListenerSecurity,
-    check_reconfiguration,
     client_security,
     listener_security,
-    reconfigure_listeners,
 )
 from keeperless.security.sasl import MECHANISM_CODES
 from keeperless.security.tokens import TokenCredentials
 from keeperless.server.config import Endpoint, NodeConfig
 from keeperless.server.controller_apis import ControllerApis, ControllerClient
 from keeperless.server.controller_service import ControllerService
+from keeperless.server.dynamic_listeners import follow_own_configs
 from keeperless.server.envelope import envelope_handler
 from keeperless.server.registry import ApiRegistry
 from keeperless.storage.dir_failure import set_failure_handler
@@ -220,11 +219,7 @@ class Node:
         self.listener_securities: list[ListenerSecurity] = []  # of the bound listeners
         if self.broker is not None:
             self.broker.partitions.on_dir_offline = lambda _ld: self._heartbeat_now.set()
-            # key and trust stores changed for this broker (Kafka's DynamicListenerConfig)
-            raw, secs = self.config.raw, self.listener_securities
-            self.broker.on_own_configs = lambda own: reconfigure_listeners(
-                self.node_id, secs, {**raw, **own})  # fmt: skip
-            self.broker.check_own_configs = lambda own: check_reconfiguration(secs, {**raw, **own})
+            follow_own_configs(self.broker, self.config, self.listener_securities)
 
     def _broker_settings(self) -> BrokerSettings:
         c = self.config
