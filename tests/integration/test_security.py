@@ -367,13 +367,20 @@ def test_a_secured_cluster_with_no_plaintext_listener(tmp_path: Path, certs: Pat
                          + (certs / "renewed-4.key").read_text())  # fmt: skip
         entry = ConfigEntry("listener.name.broker.ssl.keystore.location", str(store),
                             incremental_operation=AlterConfigOpType.SET)  # fmt: skip
-        res = admin.incremental_alter_configs([ConfigResource("broker", "4",
-                                                              incremental_configs=[entry])])
+        res = admin.incremental_alter_configs(
+            [ConfigResource("broker", "4", incremental_configs=[entry])]
+        )
         for fut in res.values():
             fut.result(30)
         broker4 = next(n for n in nodes if n.node_id == 4)
-        wait_until(lambda: "Connections to peers use the reloaded key and trust stores of "
-                   "listener BROKER" in broker4.logs(), 20, what="the peers' stores reloaded")
+        wait_until(
+            lambda: (
+                "Connections to peers use the reloaded key and trust stores of "
+                "listener BROKER" in broker4.logs()
+            ),
+            20,
+            what="the peers' stores reloaded",
+        )
         assert "Listener BROKER reloaded its key and trust stores" in broker4.logs()
         delivered.clear()
         p.produce(topic, value=b"after", on_delivery=lambda e, m: delivered.append(e))
