@@ -11,8 +11,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from uuid import UUID
 
-from kio.index import load_request_schema
-
 from keeperless.metadata.admin import (
     ApiError,
     CreateTopicResult,
@@ -26,6 +24,7 @@ from keeperless.metadata.features import SUPPORTED_FEATURES
 from keeperless.metadata.image import PartitionInfo
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
+from keeperless.protocol.framing import request_class
 
 __all__ = ["ControllerRpcs", "Send"]
 
@@ -49,7 +48,7 @@ class ControllerRpcs:
 
     async def _rpc(self, api_key: ApiKey, body: dict[str, Any]) -> Any:
         version = _VERSIONS[api_key]
-        return await self.send(api_key, version, build(load_request_schema(api_key, version), body))
+        return await self.send(api_key, version, build(request_class(api_key, version), body))
 
     async def create_topics(
         self, topics: Sequence[NewTopic], validate_only: bool

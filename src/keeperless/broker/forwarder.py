@@ -12,7 +12,6 @@ import ipaddress
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.controller_channel import ControllerUnavailableError, not_controller
@@ -24,6 +23,7 @@ from keeperless.protocol.framing import (
     decode_response,
     encode_request,
     leading_error_code,
+    request_class,
 )
 from keeperless.protocol.session import ANONYMOUS, encode_principal
 
@@ -86,7 +86,7 @@ class Forwarder:
             ),
             "client_host_address": _address(s.host if s is not None else "127.0.0.1"),
         }
-        envelope = build(load_request_schema(ApiKey.ENVELOPE, 0), body)
+        envelope = build(request_class(ApiKey.ENVELOPE, 0), body)
         resp = await self.remote.forward(ApiKey.ENVELOPE, 0, envelope)
         if resp.error_code != ErrorCode.none:
             raise ControllerUnavailableError(

@@ -28,11 +28,9 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_request_schema
-
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
-from keeperless.protocol.framing import decode_response, encode_request
+from keeperless.protocol.framing import decode_response, encode_request, request_class
 from keeperless.security.listeners import AuthenticationError, ClientSecurity
 from keeperless.security.sasl import SaslClient, SaslFailure
 
@@ -248,7 +246,7 @@ class NetworkClient:
         """Write one request (a kio request object, or a dict of its fields) and return
         the future of its response; no waiting."""
         if isinstance(request, Mapping):
-            request = build(load_request_schema(api_key, version), dict(request))
+            request = build(request_class(api_key, version), dict(request))
         conn = self._conns.get((dest, lane))
         if conn is None:
             conn = self._conns[(dest, lane)] = _Connection(self, dest, lane)
@@ -319,7 +317,7 @@ async def _exchange(
     client_id: str,
 ) -> Any:
     """One request and its response before the connection is handed over (SASL)."""
-    req = build(load_request_schema(api_key, version), body)
+    req = build(request_class(api_key, version), body)
     writer.write(encode_request(api_key, version, 0, client_id, req))
     await writer.drain()
     (size,) = struct.unpack(">i", await reader.readexactly(4))

@@ -7,6 +7,7 @@ fields); ApiVersions responses always use v0 so that any client can read them.
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import Entity
 
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.prescan import check_lengths
@@ -28,6 +30,8 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "request_class",
+    "response_class",
 ]
 
 _I32 = struct.Struct(">i")
@@ -119,7 +123,7 @@ def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
 def decode_request(header: RequestHeader, frame: memoryview, body_pos: int) -> Any:
     """Decode the request body with kio's schema for (api key, version)."""
     try:
-        cls = load_request_schema(header.api_key, header.api_version)
+        cls = request_class(header.api_key, header.api_version)
     except Exception as e:
         raise ProtocolError(
             f"no schema for api key {header.api_key} version {header.api_version}"
@@ -137,8 +141,17 @@ def decode_request(header: RequestHeader, frame: memoryview, body_pos: int) -> A
     return value
 
 
-def response_class(api_key: int, version: int) -> type:
+@functools.cache
+def response_class(api_key: int, version: int) -> type[Entity]:
+    """kio's response schema, kept: kio resolves it by module name on every call
+    (3.3 µs a call, measured; 0.09 µs kept), several times a request."""
     return load_response_schema(api_key, version)
+
+
+@functools.cache
+def request_class(api_key: int, version: int) -> type[Entity]:
+    """kio's request schema, kept (as response_class)."""
+    return load_request_schema(api_key, version)
 
 
 def encode_response(header: RequestHeader, response: Any) -> bytes:
@@ -172,7 +185,7 @@ def encode_request(
 
 def decode_response(frame: memoryview, api_key: int, version: int) -> tuple[int, Any]:
     """(correlation id, response) of a response frame (without its size prefix)."""
-    cls = load_response_schema(api_key, version)
+    cls = response_class(api_key, version)
     (corr,) = _I32.unpack_from(frame, 0)
     pos = 4
     if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
@@ -185,7 +198,7 @@ def leading_error_code(frame: memoryview, api_key: int, version: int) -> int:
     """The error code of a response frame (without its size prefix) whose body starts
     with it: for an answer kio cannot read whole (Kafka answers a refused delegation
     token request with -1 timestamps, which kio's reader refuses)."""
-    cls = load_response_schema(api_key, version)
+    cls = response_class(api_key, version)
     pos = 4
     if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
         pos = _skip_tagged_fields(frame, pos)

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
-from keeperless.protocol.framing import response_class
+from keeperless.protocol.framing import request_class, response_class
 from keeperless.protocol.records import complete_batches
 from keeperless.raft import messages as m
 from keeperless.raft.core import RaftConfig
@@ -33,9 +33,7 @@ _MAX_FETCH_BYTES = RaftConfig().max_fetch_bytes
 
 
 def _request_class(api_key: int) -> type:
-    from kio.index import load_request_schema
-
-    return load_request_schema(api_key, RAFT_APIS[api_key])
+    return request_class(api_key, RAFT_APIS[api_key])
 
 
 def _entries(records: bytes | None) -> tuple[Entry, ...]:

@@ -13,12 +13,16 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
-from keeperless.protocol.framing import decode_response, encode_request, leading_error_code
+from keeperless.protocol.framing import (
+    decode_response,
+    encode_request,
+    leading_error_code,
+    request_class,
+)
 from keeperless.security.sasl import SaslClient, SaslFailure, parse_jaas
 from keeperless.tools.errors import ToolError
 from keeperless.tools.rdkafka import jaas_login
@@ -110,7 +114,7 @@ def security_of(props: dict[str, str], source: str) -> Security:
 
 
 def _exchange(s: socket.socket, api_key: int, version: int, body: dict[str, Any]) -> Any:
-    req = build(load_request_schema(api_key, version), body)
+    req = build(request_class(api_key, version), body)
     s.sendall(encode_request(api_key, version, 1, "keeperless-tool", req))
     size = struct.unpack(">i", _recv(s, 4))[0]
     return decode_response(memoryview(_recv(s, size)), api_key, version)[1]
@@ -164,7 +168,7 @@ def call(
     server tried if none does. ``error_first``: a response whose body starts with its
     error code, read from there when the rest cannot be decoded (Kafka answers a refused
     delegation token request with -1 timestamps, which kio's reader refuses)."""
-    req = build(load_request_schema(api_key, version), body)
+    req = build(request_class(api_key, version), body)
     frame = encode_request(api_key, version, 1, "keeperless-tool", req)
     errors = []
     for host, port in servers:
