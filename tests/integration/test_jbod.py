@@ -271,16 +271,35 @@ def test_a_log_directory_the_broker_does_not_have_is_refused(jbod: Cluster, tmp_
     topic = _create(jbod, 1, [2, 3, 4])
     plan = tmp_path / "bad.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": topic, "partition": 0, "replicas": [2, 3, 4],
+        {"topic": topic, "partition": 0, "replicas": [4, 3, 2],
          "log_dirs": ["/no/such/dir", "any", "any"]}]}))  # fmt: skip
     res = keeperless("reassign-partitions", "--bootstrap-server", jbod.bootstrap, "--execute",
                      "--reassignment-json-file", str(plan))  # fmt: skip
     assert res.returncode != 0
-    assert f"Failed to alter dir for {topic}-0-2: LOG_DIR_NOT_FOUND (/no/such/dir)" in (
+    assert f"Failed to alter dir for {topic}-0-4: LOG_DIR_NOT_FOUND (/no/such/dir)" in (
         res.stdout + res.stderr
     )
+    # found by a new user: the replica order had been changed before the refusal (what
+    # the controller has committed, read from it directly)
+    assert _committed_replicas(jbod, topic) == [2, 3, 4], "half-applied"
+    # a file of another version is refused, as Kafka's tool does
+    plan.write_text(json.dumps({"version": 2, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [4, 3, 2]}]}))  # fmt: skip
+    res = keeperless("reassign-partitions", "--bootstrap-server", jbod.bootstrap, "--execute",
+                     "--reassignment-json-file", str(plan))  # fmt: skip
+    assert "Not supported version field value 2" in res.stdout + res.stderr
+    assert _committed_replicas(jbod, topic) == [2, 3, 4]
+
     short = {"topic": topic, "partition": 0, "replicas": [2, 3, 4], "log_dirs": ["any"]}
     plan.write_text(json.dumps({"version": 1, "partitions": [short]}))
     res = keeperless("reassign-partitions", "--bootstrap-server", jbod.bootstrap, "--execute",
                      "--reassignment-json-file", str(plan))  # fmt: skip
     assert "is different from size of log dirs list" in res.stdout + res.stderr
+
+
+def _committed_replicas(c: Cluster, topic: str) -> list[int]:
+    """Partition 0's replicas in the active controller's committed metadata."""
+    controllers = ",".join(f"127.0.0.1:{n.port}" for n in c.controllers.values())
+    out = keeperless("metadata-shell", "--bootstrap-controller", controllers, "--", "cat",
+                     f"/topics/{topic}/0/data", check=True).stdout  # fmt: skip
+    return list(json.loads(out)["replicas"])

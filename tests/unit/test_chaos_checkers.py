@@ -451,3 +451,23 @@ def test_a_partition_left_with_the_replicas_of_two_sets_is_an_anomaly() -> None:
     found = checkers.check_replica_counts(topics, "w", frozenset({2, 3}))
     assert [(a["kind"], a["partition"]) for a in found] == [("replica-count", 2)]
     assert checkers.check_replica_counts(topics, "absent", frozenset({2, 3})) == []
+
+
+def test_a_timed_out_token_expiry_is_an_unknown_outcome() -> None:
+    """Seed 4615: an ExpireDelegationToken answered REQUEST_TIMED_OUT was committed by
+    the controller afterwards; the workload had taken it for a refusal and reported the
+    (expired) token lost. Timed out or NOT_CONTROLLER: it may or may not have expired."""
+    import threading
+
+    from tests.chaos.history import History
+    from tests.chaos.secure_workload import SecureWorkload
+
+    w = SecureWorkload("b", "s", History(), threading.Event())
+    w.tokens = {"t1": "m1", "t2": "m2", "t3": "m3", "t4": "m4"}
+    w.maybe_expired = {"t1", "t2", "t3", "t4"}
+    w.expire_answered("t1", "m1", 7)  # REQUEST_TIMED_OUT
+    w.expire_answered("t2", "m2", 41)  # NOT_CONTROLLER
+    w.expire_answered("t3", "m3", 0)
+    w.expire_answered("t4", "m4", 62)  # DELEGATION_TOKEN_NOT_FOUND: refused
+    assert w.maybe_expired == {"t1", "t2"}
+    assert w.expired == {"t3": "m3"}

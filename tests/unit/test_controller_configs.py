@@ -236,3 +236,40 @@ def test_key_stores_are_changed_per_broker_and_per_listener() -> None:
         err = res.response[0][2]
         assert err.code == ErrorCode.invalid_config, change
         assert says in (err.message or ""), (change, err.message)
+
+
+def test_a_manual_replica_assignment_is_refused_in_kafkas_words() -> None:
+    """Found by a new user: partitions of different replica counts were taken, and every
+    refusal said only "Invalid replica assignment [3, 9]". As Kafka's
+    validateManualPartitionAssignment: what is wrong, named."""
+    from tests.unit.controller_log import active_cluster
+
+    c, _log = active_cluster()
+
+    def refusal(assignments: dict[int, tuple[int, ...]], **kw: int) -> str:
+        res = c.create_topics([NewTopic("m", assignments=assignments, **kw)], False)
+        (result,) = res.response
+        assert res.records == []
+        return f"{result.error.code.name}: {result.error.message}"
+
+    assert refusal({0: (1, 2), 1: (2,)}) == (
+        "invalid_replica_assignment: The manual partition assignment includes a partition "
+        "with 1 replica(s), but this is not consistent with previous partitions, which "
+        "have 2 replica(s).")  # fmt: skip
+    assert refusal({0: (1, 9)}) == (
+        "invalid_replica_assignment: The manual partition assignment includes broker 9, "
+        "but no such broker is registered.")  # fmt: skip
+    assert refusal({0: (2, 2)}) == (
+        "invalid_replica_assignment: The manual partition assignment includes the broker 2 "
+        "more than once.")  # fmt: skip
+    assert refusal({0: ()}) == (
+        "invalid_replica_assignment: The manual partition assignment includes an empty "
+        "replica list.")  # fmt: skip
+    assert refusal({0: (1,), 2: (2,)}) == (
+        "invalid_replica_assignment: partitions should be a consecutive 0-based integer "
+        "sequence")  # fmt: skip
+    assert refusal({0: (1,)}, replication_factor=1) == (
+        "invalid_request: A manual partition assignment was specified, but replication "
+        "factor was not set to -1.")  # fmt: skip
+    ok = c.create_topics([NewTopic("m", assignments={0: (1, 2), 1: (2, 3)})], False)
+    assert ok.response[0].error.code == ErrorCode.none

@@ -303,3 +303,21 @@ def test_a_lower_min_isr_clears_the_eligible_replicas() -> None:
     log.append(res.all_records())
     log.commit()
     assert _part(c).elr == ()
+
+
+def test_turned_off_the_next_change_clears_what_the_elr_left() -> None:
+    """Found by a new user: ELR turned off kept a partition's ELR, the member rejoined
+    the ISR, and ELR turned on again showed it in both (ISR 2,4 and ELR 4). As Kafka's
+    PartitionChangeBuilder: with the feature off, any change clears ELR and LastKnownElr."""
+    c, log = _cluster()
+    leader, _first, second = _to_isr_of_leader_alone(c, log)
+    assert _part(c).elr == (second,)
+    log.append([r.FeatureLevelRecord(name=ELR, feature_level=0)])
+    log.commit()
+    _shrink(c, log, (leader, second))  # it rejoins while the feature is off
+    p = _part(c)
+    assert p.isr == (leader, second)
+    assert (p.elr, p.last_known_elr) == ((), ())
+    log.append([r.FeatureLevelRecord(name=ELR, feature_level=1)])
+    log.commit()
+    assert not set(_part(c).isr) & set(_part(c).elr)

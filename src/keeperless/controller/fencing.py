@@ -131,11 +131,16 @@ def leave_isr(
         return
     ok = leader_acceptor(image, live, p)
     isr = tuple(x for x in p.isr if x not in gone) or p.isr
+    # ELR off: what an earlier ELR left is cleared by any change (as Kafka)
+    stale: dict[str, Any] = (
+        {"eligible_leader_replicas": (), "last_known_elr": ()} if p.elr or p.last_known_elr else {}
+    )
     if p.leader in gone:
         new = next((x for x in p.replicas if x in isr and ok(x)), NO_LEADER)
-        yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=new, isr=isr)
+        yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=new, isr=isr,
+                                      **stale)  # fmt: skip
     elif isr != p.isr:
-        yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, isr=isr)
+        yield r.PartitionChangeRecord(partition_id=idx, topic_id=tid, isr=isr, **stale)
 
 
 def _fence_with_elr(

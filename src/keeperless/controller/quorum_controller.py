@@ -456,6 +456,27 @@ class QuorumController:
                     out.append(q.pop(0))
         return out
 
+    def _manual_assignment_error(self, index: int, reps: list[int], rf: int) -> str | None:
+        """Why a partition's manual replica list is refused, in Kafka's words
+        (ReplicationControlManager.validateManualPartitionAssignment)."""
+        if not reps:
+            return "The manual partition assignment includes an empty replica list."
+        for b in sorted(set(reps)):
+            if b not in self.image.brokers:
+                return (f"The manual partition assignment includes broker {b}, but no such "
+                        "broker is registered.")  # fmt: skip
+        for b in sorted(reps):
+            if reps.count(b) > 1:
+                return f"The manual partition assignment includes the broker {b} more than once."
+        if len(reps) != rf:
+            return (f"The manual partition assignment includes a partition with {len(reps)} "
+                    "replica(s), but this is not consistent with previous partitions, which "
+                    f"have {rf} replica(s).")  # fmt: skip
+        if not any(self.image.brokers[b].active for b in reps):
+            return (f"All brokers specified in the manual partition assignment for partition "
+                    f"{index} are fenced or in controlled shutdown.")  # fmt: skip
+        return None
+
     def _place(
         self, num_partitions: int, rf: int, start_partition: int = 0
     ) -> list[list[int]] | ApiError:
@@ -526,25 +547,21 @@ class QuorumController:
         except TopicConfigError as e:
             return fail(ErrorCode.invalid_config, str(e))
         if t.assignments:
-            if t.num_partitions != -1 or t.replication_factor != -1:
-                return fail(
-                    ErrorCode.invalid_request,
-                    "Both assignments and partition count or replication factor were given",
-                )
+            for field, given in (("replication factor", t.replication_factor),
+                                 ("numPartitions", t.num_partitions)):  # fmt: skip
+                if given != -1:
+                    return fail(ErrorCode.invalid_request, "A manual partition assignment was "
+                                f"specified, but {field} was not set to -1.")  # fmt: skip
             keys = sorted(t.assignments)
-            if keys != list(range(len(keys))):
-                return fail(
-                    ErrorCode.invalid_replica_assignment,
-                    "Partitions of a manual assignment must be numbered 0..N-1",
-                )
             assigned = [list(t.assignments[k]) for k in keys]
             placement: list[list[int]] | ApiError = assigned
-            for reps in assigned:
-                unknown = [b for b in reps if b not in self.image.brokers]
-                if unknown or not reps or len(set(reps)) != len(reps):
-                    return fail(
-                        ErrorCode.invalid_replica_assignment, f"Invalid replica assignment {reps}"
-                    )
+            for k, reps in zip(keys, assigned, strict=True):
+                why = self._manual_assignment_error(k, reps, len(assigned[0]))
+                if why is not None:
+                    return fail(ErrorCode.invalid_replica_assignment, why)
+            if keys != list(range(len(keys))):
+                why = "partitions should be a consecutive 0-based integer sequence"
+                return fail(ErrorCode.invalid_replica_assignment, why)
         else:
             n = self.defaults["num.partitions"] if t.num_partitions == -1 else t.num_partitions
             rf = (

@@ -99,7 +99,10 @@ def change_partition(
     if done is not None:
         t_replicas, t_isr = done
         t_adding = t_removing = ()
-    elr, last_known = info.elr, info.last_known_elr
+    # KIP-966 off: any change clears what an earlier ELR left (Kafka's
+    # PartitionChangeBuilder), so no replica is ever in both the ISR and the ELR
+    elr: tuple[int, ...] = ()
+    last_known: tuple[int, ...] = ()
     min_isr = c.elr_min_isr()
     if min_isr is not None:  # KIP-966: who leaves the ISR below min ISR stays eligible
         elr, last_known = eligible_after(info, t_isr, min_isr(c.image.topics[topic_id].name))

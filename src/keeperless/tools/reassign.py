@@ -106,8 +106,16 @@ def _log_dirs(path: str) -> DirMoves:
     return out
 
 
+def _version_1(data: Any) -> None:
+    """Kafka's files are version 1 (absent: 1); another version is refused in its words."""
+    version = data.get("version", 1) if isinstance(data, dict) else 1
+    if version != 1:
+        raise ToolError(f"Not supported version field value {version}")
+
+
 def _reassignment_file(path: str) -> Assignment:
     data = _read(path, "--reassignment-json-file")
+    _version_1(data)
     parts = data.get("partitions") if isinstance(data, dict) else None
     if not isinstance(parts, list) or not parts:
         raise ToolError("Partition reassignment list cannot be empty")
@@ -202,6 +210,23 @@ def _execute_moves(servers: Servers, moves: DirMoves, timeout_ms: int, out: Text
                             f"{'' if len(pending) == 1 else 's'} could be started for: "
                             + ",".join(_replica(k) for k in sorted(pending)))  # fmt: skip
         time.sleep(0.1)
+
+
+def _check_log_dirs(servers: Servers, moves: DirMoves) -> None:
+    """Every log directory a move names is one its broker has, checked before anything
+    is changed (Kafka's tool finds out only after the reassignment has started)."""
+    addresses = _addresses(servers)
+    for broker in sorted({b for _, _, b in moves}):
+        if broker not in addresses:
+            continue  # not live: Kafka's tool waits for it (--timeout)
+        resp = call([addresses[broker]], ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
+        have = {os.path.normpath(d.log_dir) for d in resp.results if not int(d.error_code)}
+        for key, path in sorted(moves.items()):
+            wanted = {os.path.normpath(os.path.abspath(path)), os.path.realpath(path)}
+            if key[2] == broker and not wanted & have:
+                raise ToolError(f"Failed to alter dir for {_replica(key)}: LOG_DIR_NOT_FOUND "
+                                f"({path}): broker {broker}'s log directories are "
+                                f"{', '.join(sorted(have))}; nothing was changed")  # fmt: skip
 
 
 def _move_states(servers: Servers, moves: DirMoves) -> tuple[list[str], bool]:
@@ -389,6 +414,7 @@ def run_reassign(args: Any, servers: Servers, out: TextIO) -> int:
         return 0
     if action == "generate":
         data = _read(args.topics_to_move_json_file, "--topics-to-move-json-file")
+        _version_1(data)
         try:
             topics = [str(t["topic"]) for t in data["topics"]]
         except (KeyError, TypeError):
@@ -429,6 +455,7 @@ def run_reassign(args: Any, servers: Servers, out: TextIO) -> int:
         missing = sorted(set(targets) - set(current))
         if missing:
             raise ToolError("Unable to find partition: " + ", ".join(map(_tp, missing)))
+        _check_log_dirs(servers, moves)
         mine = {k: v for k, v in current.items() if k in targets}
         print(f"Current partition replica assignment\n\n{_json(mine)}\n\n"
               "Save this to use as the --reassignment-json-file option during rollback",
