@@ -468,6 +468,10 @@ def test_a_timed_out_token_expiry_is_an_unknown_outcome() -> None:
     w.expire_answered("t1", "m1", 7)  # REQUEST_TIMED_OUT
     w.expire_answered("t2", "m2", 41)  # NOT_CONTROLLER
     w.expire_answered("t3", "m3", 0)
-    w.expire_answered("t4", "m4", 62)  # DELEGATION_TOKEN_NOT_FOUND: refused
+    w.expire_answered("t4", "m4", 63)  # DELEGATION_TOKEN_OWNER_MISMATCH: refused
     assert w.maybe_expired == {"t1", "t2"}
+    # seed 4621: resent after its first attempt committed, it found no token
+    w.maybe_expired.add("t4")
+    w.expire_answered("t4", "m4", 62)  # DELEGATION_TOKEN_NOT_FOUND
+    assert w.maybe_expired == {"t1", "t2", "t4"}
     assert w.expired == {"t3": "m3"}
