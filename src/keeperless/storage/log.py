@@ -14,7 +14,6 @@ import errno
 import logging
 import os
 import shutil
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,11 @@ from keeperless.storage.producer_files import (
     AbortedTxn,
     append_txn_index,
     decode_txn_index,
+)
+from keeperless.storage.segment import (
+    FileSlice,
+    Segment,
+    segment_name,
 )
 
 __all__ = ["FileSlice", "LogConfig", "PartitionLog", "segment_name"]
@@ -64,13 +68,6 @@ def _guarded(
 log = logging.getLogger(__name__)
 _RETIRED_FD_MS = 60_000  # how long a replaced segment stays open for fetches sending it
 
-_INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
-_TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
-
-
-def segment_name(base_offset: int, suffix: str) -> str:
-    return f"{base_offset:020d}{suffix}"
-
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
@@ -80,97 +77,6 @@ class LogConfig:
     retention_bytes: int = -1
     index_interval_bytes: int = 4096
     flush_interval_messages: int = 2**63 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class FileSlice:
-    fd: int
-    position: int
-    length: int
-
-    def read(self) -> bytes:
-        return os.pread(self.fd, self.length, self.position)
-
-
-class _Segment:
-    __slots__ = (
-        "base_offset",
-        "bytes_since_index",
-        "created_ms",
-        "dir",
-        "fd",
-        "index",
-        "index_fd",
-        "max_timestamp",
-        "next_offset",
-        "size",
-        "time_index",
-        "time_index_fd",
-    )
-
-    def __init__(
-        self, directory: Path, base_offset: int, created_ms: int, read_only: bool = False
-    ) -> None:
-        self.dir = directory
-        self.base_offset = base_offset
-        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT | os.O_APPEND
-        self.fd = os.open(directory / segment_name(base_offset, ".log"), flags, 0o644)
-        # indexes are rebuilt from the log; a reader (tools) needs none of its own
-        if read_only:
-            self.index_fd = os.open(os.devnull, os.O_RDONLY)
-            self.time_index_fd = os.open(os.devnull, os.O_RDONLY)
-        else:
-            self.index_fd = os.open(directory / segment_name(base_offset, ".index"), flags, 0o644)
-            self.time_index_fd = os.open(
-                directory / segment_name(base_offset, ".timeindex"), flags, 0o644
-            )
-        self.size = os.fstat(self.fd).st_size
-        self.index: list[tuple[int, int]] = []  # (offset, position), sparse
-        self.time_index: list[tuple[int, int]] = []  # (max timestamp so far, offset)
-        self.next_offset = base_offset
-        self.max_timestamp = -1
-        self.created_ms = created_ms
-        self.bytes_since_index = 0
-
-    def paths(self) -> list[Path]:
-        return [
-            self.dir / segment_name(self.base_offset, s)
-            for s in (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX)
-        ]
-
-    def close(self) -> None:
-        for fd in (self.fd, self.index_fd, self.time_index_fd):
-            os.close(fd)
-
-    def note_batch(self, pos: int, h: BatchHeader, interval: int, persist: bool) -> None:
-        """Update in-memory state and indexes for a batch written at ``pos``."""
-        if self.bytes_since_index >= interval or not self.index:
-            self.index.append((h.base_offset, pos))
-            self.bytes_since_index = 0
-            if persist:
-                os.write(self.index_fd, _INDEX_ENTRY.pack(h.base_offset - self.base_offset, pos))
-        self.bytes_since_index += h.size
-        if h.max_timestamp > self.max_timestamp:
-            self.max_timestamp = h.max_timestamp
-            self.time_index.append((h.max_timestamp, h.base_offset))
-            if persist:
-                os.write(
-                    self.time_index_fd,
-                    _TIME_ENTRY.pack(h.max_timestamp, h.base_offset - self.base_offset),
-                )
-        self.next_offset = h.last_offset + 1
-
-    def rewrite_indexes(self) -> None:
-        os.ftruncate(self.index_fd, 0)
-        os.ftruncate(self.time_index_fd, 0)
-        os.write(
-            self.index_fd,
-            b"".join(_INDEX_ENTRY.pack(o - self.base_offset, p) for o, p in self.index),
-        )
-        os.write(
-            self.time_index_fd,
-            b"".join(_TIME_ENTRY.pack(t, o - self.base_offset) for t, o in self.time_index),
-        )
 
 
 class PartitionLog:
@@ -196,7 +102,7 @@ class PartitionLog:
         if not read_only and not directory.exists():
             directory.mkdir(parents=True)
             fsync_dir(directory.parent)
-        self._segments: list[_Segment] = []
+        self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._unflushed = 0
         self._failed: LogDirFailure | None = None  # a failed write: never write again
@@ -204,7 +110,7 @@ class PartitionLog:
         # a log start offset inside the first segment (DeleteRecords), kept across
         # restarts by the broker's log-start-offset-checkpoint
         self._start: int | None = None
-        self._retired: list[tuple[int, _Segment]] = []  # replaced by cleaned copies
+        self._retired: list[tuple[int, Segment]] = []  # replaced by cleaned copies
         self._generation = 0
         # called with the new segment's base offset when the log rolls, before anything
         # is written to it (the producers' state is snapshotted there)
@@ -218,7 +124,7 @@ class PartitionLog:
             self._finish_swaps()
         bases = sorted(int(p.name[:20]) for p in self.dir.glob("*.log") if p.name[:20].isdigit())
         for i, base in enumerate(bases):
-            seg = _Segment(self.dir, base, now_ms, self.read_only)
+            seg = Segment(self.dir, base, now_ms, self.read_only)
             last = i == len(bases) - 1
             # every segment's batches: the producers' state (idempotent sequences) must
             # know a producer whose last batch lies in an older segment
@@ -232,11 +138,11 @@ class PartitionLog:
         if not self._segments:
             if self.read_only:
                 raise FileNotFoundError(f"{self.dir} holds no log segment")
-            self._segments.append(_Segment(self.dir, 0, now_ms))
+            self._segments.append(Segment(self.dir, 0, now_ms))
             fsync_dir(self.dir)
         self._bases = [s.base_offset for s in self._segments]
 
-    def _drop_after(self, seg: _Segment, later: list[int], now_ms: int) -> None:
+    def _drop_after(self, seg: Segment, later: list[int], now_ms: int) -> None:
         log.warning(
             "Partition log %s: deleting %d segment(s) after %s (from %s on): the log ends "
             "where its first damaged batch was",
@@ -248,7 +154,7 @@ class PartitionLog:
         if self.read_only:
             return  # served up to the damage; the node repairs
         for base in later:
-            gone = _Segment(self.dir, base, now_ms)
+            gone = Segment(self.dir, base, now_ms)
             self._drop(gone)
         fsync_dir(self.dir)
 
@@ -305,7 +211,7 @@ class PartitionLog:
         fsync_dir(self.dir)
         os.replace(swap, self.dir / segment_name(base_offset, ".log"))
         fsync_dir(self.dir)
-        seg = _Segment(self.dir, base_offset, old.created_ms)
+        seg = Segment(self.dir, base_offset, old.created_ms)
         self._scan(seg, validate=True, on_batch=None)
         if seg.size == 0:
             seg.next_offset = old.next_offset  # emptied: it still spans its offsets
@@ -313,7 +219,7 @@ class PartitionLog:
         self._retire(old, now_ms)
         return True
 
-    def _retire(self, seg: _Segment, now_ms: int) -> None:
+    def _retire(self, seg: Segment, now_ms: int) -> None:
         """Close a replaced segment's descriptors later: a fetch may still send from it."""
         self._retired.append((now_ms, seg))
         while self._retired and self._retired[0][0] < now_ms - _RETIRED_FD_MS:
@@ -332,7 +238,7 @@ class PartitionLog:
         ]  # fmt: skip
 
     def _scan(
-        self, seg: _Segment, validate: bool, on_batch: Callable[[BatchHeader], None] | None
+        self, seg: Segment, validate: bool, on_batch: Callable[[BatchHeader], None] | None
     ) -> bool:
         """Rebuild a segment's indexes from its batch headers; on the active segment,
         also verify every CRC. The segment ends at its last whole, valid batch: an
@@ -504,10 +410,10 @@ class PartitionLog:
         if self._unflushed >= self.config.flush_interval_messages:
             self.flush()
 
-    def _roll(self, now_ms: int) -> _Segment:
+    def _roll(self, now_ms: int) -> Segment:
         old = self._segments[-1]
         os.fsync(old.fd)
-        seg = _Segment(self.dir, old.next_offset, now_ms)
+        seg = Segment(self.dir, old.next_offset, now_ms)
         fsync_dir(self.dir)  # the new segment's name survives a crash
         seg.next_offset = old.next_offset
         self._segments.append(seg)
@@ -636,7 +542,7 @@ class PartitionLog:
         length = max(first_size, min(max_bytes, end - pos))
         return FileSlice(seg.fd, pos, min(length, end - pos) if end > pos else first_size)
 
-    def _position_of(self, seg: _Segment, offset: int, start: int) -> int:
+    def _position_of(self, seg: Segment, offset: int, start: int) -> int:
         pos = start
         while pos < seg.size:
             h = read_header(os.pread(seg.fd, BATCH_HEADER_SIZE, pos))
@@ -681,7 +587,7 @@ class PartitionLog:
         return None
 
     def _record_at_or_after(
-        self, seg: _Segment, pos: int, h: BatchHeader, timestamp_ms: int
+        self, seg: Segment, pos: int, h: BatchHeader, timestamp_ms: int
     ) -> tuple[int, int] | None:
         if h.attributes & ATTR_TIMESTAMP_TYPE:  # LogAppendTime: every record has max_timestamp
             return max(h.base_offset, self.log_start_offset), h.max_timestamp
@@ -769,7 +675,7 @@ class PartitionLog:
         self._generation += 1
         for seg in self._segments:
             self._drop(seg)
-        seg = _Segment(self.dir, offset, now_ms)
+        seg = Segment(self.dir, offset, now_ms)
         fsync_dir(self.dir)
         seg.next_offset = offset
         self._segments = [seg]
@@ -777,7 +683,7 @@ class PartitionLog:
         if self._start is not None and self._start < offset:
             self._start = None
 
-    def _drop(self, seg: _Segment) -> None:
+    def _drop(self, seg: Segment) -> None:
         seg.close()
         for p in seg.paths():
             p.unlink(missing_ok=True)

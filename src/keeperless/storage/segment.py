@@ -1,0 +1,112 @@
+"""One segment of a partition's log: its `.log` file and the sparse offset and time
+indexes kept beside it (`.index`, `.timeindex`), and the file slices reads return."""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from keeperless.protocol.records import BatchHeader
+from keeperless.storage.producer_files import TXN_INDEX_SUFFIX
+
+__all__ = ["INDEX_ENTRY", "TIME_ENTRY", "FileSlice", "Segment", "segment_name"]
+
+INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
+TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    fd: int
+    position: int
+    length: int
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.length, self.position)
+
+
+class Segment:
+    __slots__ = (
+        "base_offset",
+        "bytes_since_index",
+        "created_ms",
+        "dir",
+        "fd",
+        "index",
+        "index_fd",
+        "max_timestamp",
+        "next_offset",
+        "size",
+        "time_index",
+        "time_index_fd",
+    )
+
+    def __init__(
+        self, directory: Path, base_offset: int, created_ms: int, read_only: bool = False
+    ) -> None:
+        self.dir = directory
+        self.base_offset = base_offset
+        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT | os.O_APPEND
+        self.fd = os.open(directory / segment_name(base_offset, ".log"), flags, 0o644)
+        # indexes are rebuilt from the log; a reader (tools) needs none of its own
+        if read_only:
+            self.index_fd = os.open(os.devnull, os.O_RDONLY)
+            self.time_index_fd = os.open(os.devnull, os.O_RDONLY)
+        else:
+            self.index_fd = os.open(directory / segment_name(base_offset, ".index"), flags, 0o644)
+            self.time_index_fd = os.open(
+                directory / segment_name(base_offset, ".timeindex"), flags, 0o644
+            )
+        self.size = os.fstat(self.fd).st_size
+        self.index: list[tuple[int, int]] = []  # (offset, position), sparse
+        self.time_index: list[tuple[int, int]] = []  # (max timestamp so far, offset)
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.created_ms = created_ms
+        self.bytes_since_index = 0
+
+    def paths(self) -> list[Path]:
+        return [
+            self.dir / segment_name(self.base_offset, s)
+            for s in (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX)
+        ]
+
+    def close(self) -> None:
+        for fd in (self.fd, self.index_fd, self.time_index_fd):
+            os.close(fd)
+
+    def note_batch(self, pos: int, h: BatchHeader, interval: int, persist: bool) -> None:
+        """Update in-memory state and indexes for a batch written at ``pos``."""
+        if self.bytes_since_index >= interval or not self.index:
+            self.index.append((h.base_offset, pos))
+            self.bytes_since_index = 0
+            if persist:
+                os.write(self.index_fd, INDEX_ENTRY.pack(h.base_offset - self.base_offset, pos))
+        self.bytes_since_index += h.size
+        if h.max_timestamp > self.max_timestamp:
+            self.max_timestamp = h.max_timestamp
+            self.time_index.append((h.max_timestamp, h.base_offset))
+            if persist:
+                os.write(
+                    self.time_index_fd,
+                    TIME_ENTRY.pack(h.max_timestamp, h.base_offset - self.base_offset),
+                )
+        self.next_offset = h.last_offset + 1
+
+    def rewrite_indexes(self) -> None:
+        os.ftruncate(self.index_fd, 0)
+        os.ftruncate(self.time_index_fd, 0)
+        os.write(
+            self.index_fd,
+            b"".join(INDEX_ENTRY.pack(o - self.base_offset, p) for o, p in self.index),
+        )
+        os.write(
+            self.time_index_fd,
+            b"".join(TIME_ENTRY.pack(t, o - self.base_offset) for t, o in self.time_index),
+        )
