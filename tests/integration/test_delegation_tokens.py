@@ -197,6 +197,11 @@ def test_expire_at_once_and_tokens_outlive_a_restart(tokens: TokenCluster) -> No
     now = t.tool(alice, "--expire", "--hmac", first[1], "--expiry-time-period", "-1")
     assert now.returncode == 0, now.stderr
     assert not _logs_in(t, t.props(first[0], first[1], token=True))
+    # one line each for the operator (a fault-harness report could not be explained
+    # without them)
+    logs = t.node.logs()
+    assert f"Created delegation token {first[0]} for User:alice" in logs
+    assert f"Expired delegation token {first[0]} of User:alice" in logs
     t.node.restart()  # the tokens live in the metadata log
     assert _logs_in(t, t.props(second[0], second[1], token=True))
     listed = t.tool(alice, "--describe").stdout

@@ -46,7 +46,7 @@ class TokenSettings:
 @dataclass(frozen=True, slots=True)
 class TokenResult:
     """What a token operation answers: its error, and for a created token its
-    information and HMAC (the expiry alone for renew and expire)."""
+    information and HMAC (for renew and expire: the new expiry and the token)."""
 
     error: ErrorCode
     expiry_ms: int = -1
@@ -125,7 +125,7 @@ def renew_token(
     expiry = min(token.max_ms, now_ms + period)
     renewed = DelegationToken(token.token_id, token.owner, token.requester, token.renewers,
                               token.issue_ms, token.max_ms, expiry)  # fmt: skip
-    return Result([token_record(renewed)], TokenResult(ErrorCode.none, expiry))
+    return Result([token_record(renewed)], TokenResult(ErrorCode.none, expiry, renewed))
 
 
 def expire_token(
@@ -140,13 +140,13 @@ def expire_token(
         return Result([], TokenResult(ErrorCode.delegation_token_owner_mismatch))
     if period_ms < 0:
         removal = r.RemoveDelegationTokenRecord(token_id=token.token_id)
-        return Result([removal], TokenResult(ErrorCode.none, now_ms))
+        return Result([removal], TokenResult(ErrorCode.none, now_ms, token))
     if min(token.max_ms, token.expiry_ms) < now_ms:
         return Result([], TokenResult(ErrorCode.delegation_token_expired))
     expiry = min(token.max_ms, _sum(now_ms, period_ms))
     shortened = DelegationToken(token.token_id, token.owner, token.requester, token.renewers,
                                 token.issue_ms, token.max_ms, expiry)  # fmt: skip
-    return Result([token_record(shortened)], TokenResult(ErrorCode.none, expiry))
+    return Result([token_record(shortened)], TokenResult(ErrorCode.none, expiry, shortened))
 
 
 def sweep_expired(c: QuorumController, now_ms: int) -> Result[list[DelegationToken]]:

@@ -571,6 +571,9 @@ class ControllerApis:
             )
         except NotControllerError:
             res = TokenResult(ErrorCode.not_controller)
+        if res.error == ErrorCode.none and res.token is not None:
+            log.info("[node %d] Created delegation token %s for %s", self.service.node_id,
+                     res.token.token_id, res.token.owner)  # fmt: skip
         return create_response(
             header.api_version, res.error, owner or requester, requester, res.token, res.hmac
         )
@@ -592,6 +595,10 @@ class ControllerApis:
             res = await self.service.call(lambda c: rule(c, tokens, _now_ms(), who, mac, period_ms))
         except NotControllerError:
             res = TokenResult(ErrorCode.not_controller)
+        if res.error == ErrorCode.none and res.token is not None:
+            what = "Renewed" if header.api_key == ApiKey.RENEW_DELEGATION_TOKEN else "Expired"
+            log.info("[node %d] %s delegation token %s of %s (expiry %d)", self.service.node_id,
+                     what, res.token.token_id, res.token.owner, res.expiry_ms)  # fmt: skip
         return expiry_response(ApiKey(header.api_key), header.api_version, res.error,
                                res.expiry_ms)  # fmt: skip
 
