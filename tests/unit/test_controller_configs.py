@@ -2,12 +2,22 @@ from __future__ import annotations
 
 import random
 import uuid
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from keeperless.controller.configs import APPEND, DELETE, SET, SUBTRACT, incremental_alter_configs
 from keeperless.controller.quorum_controller import QuorumController
 from keeperless.metadata.admin import NewTopic
+
+
+def _assert_refused(c: QuorumController, cases: list[tuple[Any, str]]) -> None:
+    """Each change is refused INVALID_CONFIG with a message saying what is wrong."""
+    for change, says in cases:
+        res = incremental_alter_configs(c, [change], False)
+        err = res.response[0][2]
+        assert err.code == ErrorCode.invalid_config, change
+        assert says in (err.message or ""), (change, err.message)
 
 
 def _controller() -> QuorumController:
@@ -199,11 +209,7 @@ def test_dynamic_broker_configs_as_kafka_takes_them() -> None:
         ((4, "1", [("ssl.client.auth", SET, "required")]),
          "keeperless reads it at start (Kafka changes it on a running broker)"),
     ]  # fmt: skip
-    for change, says in cases:
-        res = incremental_alter_configs(c, [change], False)
-        err = res.response[0][2]
-        assert err.code == ErrorCode.invalid_config, change
-        assert says in (err.message or ""), (change, err.message)
+    _assert_refused(c, cases)
 
 
 def test_key_stores_are_changed_per_broker_and_per_listener() -> None:
@@ -231,11 +237,7 @@ def test_key_stores_are_changed_per_broker_and_per_listener() -> None:
         ((4, "1", [("listener.name.external.no.such.key", SET, "5")]),
          "Cannot update these configs dynamically"),
     ]  # fmt: skip
-    for change, says in cases:
-        res = incremental_alter_configs(c, [change], False)
-        err = res.response[0][2]
-        assert err.code == ErrorCode.invalid_config, change
-        assert says in (err.message or ""), (change, err.message)
+    _assert_refused(c, cases)
 
 
 def test_a_manual_replica_assignment_is_refused_in_kafkas_words() -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "client_security",
     "listener_security",
     "reconfigure_listeners",
+    "store_settings",
 ]
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -88,7 +89,7 @@ class ListenerSecurity:
         cannot be loaded raises SecurityConfigError and the old ones stay."""
         if self.ssl_context is None:
             return False
-        settings = tuple(_key(raw, self.listener, k) for k in sorted(RECONFIGURABLE_SSL))
+        settings = store_settings(raw, self.listener)
         if settings == self.tls_settings:
             return False
         self.serving = _ssl_context(raw, self.listener, server=True)
@@ -129,6 +130,12 @@ _OID_SHORT = {
     "countryName": "C",
     "domainComponent": "DC",
 }
+
+
+def store_settings(raw: Mapping[str, str], listener: str) -> tuple[str | None, ...]:
+    """A listener's key and trust store settings (Kafka's reloadable SSL keys), its own
+    value of each first: what a reload compares."""
+    return tuple(_key(raw, listener, k) for k in sorted(RECONFIGURABLE_SSL))
 
 
 def _key(raw: Mapping[str, str], listener: str, key: str) -> str | None:
@@ -355,7 +362,7 @@ def listener_security(
     sec = ListenerSecurity(listener, protocol)
     if protocol in ("SSL", "SASL_SSL"):
         sec.ssl_context = sec.serving = _ssl_context(raw, listener, server=True)
-        sec.tls_settings = tuple(_key(raw, listener, k) for k in sorted(RECONFIGURABLE_SSL))
+        sec.tls_settings = store_settings(raw, listener)
         sec.ssl_context.sni_callback = sec._hand_over
         sec.principal_rules = _principal_rules(raw, listener)
     if sec.sasl:

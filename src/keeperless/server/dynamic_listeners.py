@@ -10,24 +10,19 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from keeperless.broker.broker import Broker
-from keeperless.metadata.update_modes import RECONFIGURABLE_SSL
 from keeperless.security.listeners import (
     ListenerSecurity,
     SecurityConfigError,
     check_reconfiguration,
     client_security,
     reconfigure_listeners,
+    store_settings,
 )
 from keeperless.server.config import NodeConfig
 
 __all__ = ["follow_own_configs"]
 
 log = logging.getLogger(__name__)
-
-
-def _stores(raw: Mapping[str, str], listener: str) -> tuple[str | None, ...]:
-    prefixed = f"listener.name.{listener.lower()}."
-    return tuple(raw.get(prefixed + k, raw.get(k)) for k in sorted(RECONFIGURABLE_SSL))
 
 
 def follow_own_configs(
@@ -41,8 +36,8 @@ def follow_own_configs(
         name = broker.inter_broker_listener
         if not name or not config.protocol_of(name).endswith("SSL"):
             return
-        stores = _stores(effective, name)
-        if stores == peer_stores.get(name, _stores(raw, name)):
+        stores = store_settings(effective, name)
+        if stores == peer_stores.get(name, store_settings(raw, name)):
             return
         try:
             broker.peers.security = client_security(
