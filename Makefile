@@ -42,7 +42,7 @@ sysdeps:
 ## test: everything — check, simulations, integration tests with real clients, a short
 ## fault schedule on real processes, and the mutation self-check of the simulation
 test: check sysdeps
-	$(BIN)/pytest -q tests/sim tests/integration tests/spark tests/chaos
+	$(BIN)/pytest -q tests/sim tests/integration tests/connect tests/spark tests/chaos
 	$(PY) -m tests.sim.mutants --seeds 2000
 
 fmt: venv

@@ -48,6 +48,7 @@ acls = entry("kafka-acls.sh")
 delegation_tokens = entry("kafka-delegation-tokens.sh")
 reassign_partitions = entry("kafka-reassign-partitions.sh")
 
+connect_distributed = entry("connect-distributed.sh")
 
 if __name__ == "__main__":  # python -m keeperless.cli.kafka kafka-topics.sh ...
     sys.exit(run(sys.argv[1], sys.argv[2:]))

@@ -107,6 +107,23 @@ def _server(args: argparse.Namespace) -> int:
     return run_node(cfg, cluster_id)
 
 
+def _connect(args: argparse.Namespace) -> int:
+    from keeperless.connect.config import ConfigException, load_worker_config
+    from keeperless.connect.worker import run_worker
+
+    overrides = {}
+    for o in args.override or ():
+        key, sep, value = o.partition("=")
+        if not sep:
+            return _fail(f"--override {o!r}: expected key=value")
+        overrides[key.strip()] = value
+    try:
+        cfg = load_worker_config(args.config, overrides)
+    except ConfigException as e:
+        return _fail(str(e))
+    return run_worker(cfg)
+
+
 def _daemon(args: argparse.Namespace) -> int:
     """kafka-server-start.sh -daemon: the node in its own session, its output appended to
     $LOG_DIR/kafkaServer.out (LOG_DIR defaults to ./logs, as Kafka's to its logs/), and
@@ -362,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _storage(args)
         if args.command == "server":
             return _server(args)
+        if args.command == "connect-distributed":
+            return _connect(args)
         return _tools(args)
     except (ConfigError, StorageError, ToolError, ValueError) as e:
         return _fail(str(e))

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "kafka-acls.sh": ("acls",),
     "kafka-delegation-tokens.sh": ("delegation-tokens",),
     "kafka-reassign-partitions.sh": ("reassign-partitions",),
+    "connect-distributed.sh": ("connect-distributed",),
 }
 
 # set by main() when run as one of Kafka's scripts: ("keeperless topics", "kafka-topics.sh")
@@ -138,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     stop = sv_sub.add_parser("stop", help="stop the nodes running on this machine (SIGTERM)")
     stop.add_argument("--node-id", type=int, help="only the node with this node.id")
     stop.add_argument("--process-role", choices=["broker", "controller"])
+
+    cd = sub.add_parser("connect-distributed", help="run a Kafka Connect-compatible worker")
+    cd.add_argument("config", help="connect-distributed.properties")
+    cd.add_argument("--override", action="append", metavar="KEY=VALUE",
+                    help="a worker setting, over the file's")  # fmt: skip
 
     tp = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
     _connection_flags(tp, controller=False)

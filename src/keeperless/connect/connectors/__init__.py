@@ -1,0 +1,1 @@
+"""The connector plugins a worker offers."""

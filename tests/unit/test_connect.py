@@ -1,0 +1,156 @@
+"""The Connect worker's pure parts: its configuration, the group protocol and assignor,
+the replay of the internal topics, converters and connector config validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from keeperless.connect import state as st
+from keeperless.connect.config import ConfigException, load_worker_config, worker_config
+from keeperless.connect.data import DataException, converter
+from keeperless.connect.plugins import PluginError, connector_class, validate
+from keeperless.connect.protocol import (
+    Assignment,
+    WorkerState,
+    assign,
+    decode_assignment,
+    decode_metadata,
+    encode_assignment,
+    encode_metadata,
+)
+
+SAMPLE = Path(__file__).parents[2] / "config" / "connect-distributed.properties"
+MINIMAL = {
+    "group.id": "g", "config.storage.topic": "c", "offset.storage.topic": "o",
+    "status.storage.topic": "s", "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+    "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+}  # fmt: skip
+
+
+def test_sample_config_loads_with_kafkas_defaults() -> None:
+    cfg = load_worker_config(SAMPLE)
+    assert cfg.group_id == "connect-cluster"
+    assert cfg["offset.storage.partitions"] == 25
+    assert cfg["status.storage.partitions"] == 5
+    assert cfg.rest_listener() == ("http", "", 8083)
+    assert not cfg.exactly_once
+    assert cfg.converter_config("value.converter") == {"schemas.enable": "true"}
+
+
+@pytest.mark.parametrize("missing", sorted(MINIMAL))
+def test_required_keys_are_named(missing: str) -> None:
+    raw = {k: v for k, v in MINIMAL.items() if k != missing}
+    with pytest.raises(ConfigException, match=f'Missing required configuration "{missing}"'):
+        worker_config(raw)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("offset.storage.partitions", "0", "positive"),
+        ("config.storage.replication.factor", "0", "-1"),
+        ("session.timeout.ms", "soon", "Not a number"),
+        ("exactly.once.source.support", "maybe", "DISABLED, ENABLED, PREPARING"),
+        ("topic.creation.enable", "yes", "true or false"),
+    ],
+)
+def test_bad_values_are_refused(key: str, value: str, words: str) -> None:
+    with pytest.raises(ConfigException, match=words):
+        worker_config({**MINIMAL, key: value})
+
+
+def test_group_protocol_round_trips() -> None:
+    ws = WorkerState("http://w1:8083/", 42)
+    assert decode_metadata(encode_metadata(ws)) == ws
+    a = Assignment(0, "m1", "http://w1:8083/", 42, ("c1",), (("c1", 0), ("c2", 3)))
+    back = decode_assignment(encode_assignment(a))
+    assert back.connectors == ("c1",)
+    assert sorted(back.tasks) == [("c1", 0), ("c2", 3)]
+    assert (back.leader, back.leader_url, back.config_offset) == ("m1", "http://w1:8083/", 42)
+
+
+def test_eager_assignor_spreads_connectors_then_tasks_over_every_member() -> None:
+    members = {m: WorkerState(f"http://{m}/", 5) for m in ("b", "a", "c")}
+    tasks = [("x", i) for i in range(4)] + [("y", 0)]
+    plan = assign("a", members, 5, ["x", "y"], tasks)
+    assert set(plan) == {"a", "b", "c"}
+    got = sorted(t for p in plan.values() for t in p.tasks)
+    assert got == sorted(tasks)  # each task exactly once
+    assert sorted(c for p in plan.values() for c in p.connectors) == ["x", "y"]
+    loads = sorted(len(p.tasks) + len(p.connectors) for p in plan.values())
+    assert loads[-1] - loads[0] <= 1
+    assert all(p.leader == "a" and p.leader_url == "http://a/" for p in plan.values())
+
+
+def test_config_topic_replay_applies_tasks_only_at_their_commit() -> None:
+    s = st.ConfigState()
+    off = iter(range(100))
+
+    def put(rec: tuple[str, bytes | None]) -> None:
+        s.apply(next(off), rec[0], rec[1])
+
+    put(st.target_state_record("c", "STARTED"))
+    put(st.connector_config_record("c", {"connector.class": "X"}))
+    put(st.task_config_record("c", 0, {"a": "1"}))
+    put(st.task_config_record("c", 1, {"a": "2"}))
+    assert s.all_tasks() == []  # not committed yet
+    put(st.commit_record("c", 2))
+    assert s.all_tasks() == [("c", 0), ("c", 1)]
+    put(st.task_config_record("c", 0, {"a": "3"}))
+    put(st.commit_record("c", 2))  # task 1 missing in this generation: ignored, as Kafka
+    assert s.tasks["c"] == [{"a": "1"}, {"a": "2"}]
+    put(st.target_state_record("c", "STOPPED"))
+    assert s.target("c") == "STOPPED"
+    _key, value = st.target_state_record("c", "STOPPED")
+    assert json.loads(value or b"") == {"state": "PAUSED", "state.v2": "STOPPED"}
+    put(st.connector_config_record("c", None))
+    assert s.connectors == {}
+    assert s.all_tasks() == []
+    assert s.target("c") == "STARTED"
+    assert s.offset == 8
+
+
+def test_offsets_replay_by_connector_and_partition() -> None:
+    o = st.OffsetState()
+    o.apply(st.offset_key("c", {"file": "a", "n": 1}), b'{"pos": 3}')
+    o.apply(st.offset_key("c", {"n": 1, "file": "a"}), b'{"pos": 5}')  # key order ignored
+    o.apply(b"not json", b"{}")
+    assert o.get("c", {"file": "a", "n": 1}) == {"pos": 5}
+    o.apply(st.offset_key("c", {"file": "a", "n": 1}), None)
+    assert o.of("c") == []
+
+
+def test_json_converter_with_and_without_schemas() -> None:
+    schema = {"type": "struct", "optional": False, "fields": [
+        {"field": "id", "type": "int32", "optional": False},
+        {"field": "blob", "type": "bytes", "optional": True}]}  # fmt: skip
+    value = {"id": 7, "blob": b"\x00\x01"}
+    with_schema = converter("org.apache.kafka.connect.json.JsonConverter", {}, setting="v")
+    data = with_schema.from_connect(schema, value)
+    assert json.loads(data or b"") == {"schema": schema, "payload": {"id": 7, "blob": "AAE="}}
+    assert with_schema.to_connect(data) == (schema, value)
+    plain = converter(
+        "org.apache.kafka.connect.json.JsonConverter", {"schemas.enable": "false"}, setting="v"
+    )
+    assert plain.from_connect(schema, value) == b'{"id":7,"blob":"AAE="}'
+    with pytest.raises(DataException, match="set schemas.enable=false"):
+        with_schema.to_connect(b'{"id": 7}')
+    s = converter("org.apache.kafka.connect.storage.StringConverter", {}, setting="v")
+    assert s.from_connect(None, "héllo") == "héllo".encode()
+    with pytest.raises(DataException, match="could not be found"):
+        converter("com.example.Avro", {}, setting="value.converter")
+
+
+def test_connector_aliases_and_validation() -> None:
+    full = "org.apache.kafka.connect.file.FileStreamSourceConnector"
+    for alias in (full, "FileStreamSourceConnector", "FileStreamSource"):
+        assert connector_class(alias).class_name == full
+    with pytest.raises(PluginError, match="which name matches Nope"):
+        connector_class("Nope")
+    infos = validate({"name": "n", "connector.class": "FileStreamSink", "file": "/f",
+                      "topics": "a", "topics.regex": "b.*"})  # fmt: skip
+    assert infos["error_count"] == 2
+    assert any("mutually exclusive" in e for c in infos["configs"] for e in c["value"]["errors"])
