@@ -47,7 +47,7 @@ def lines_in(bootstrap: str, topic: str, committed: bool = True) -> list[str]:
             pos = {
                 tp.partition: tp.offset
                 for tp in c.position([TopicPartition(topic, p) for p in parts])
-            }  # noqa: E501
+            }
             if all(pos[p] >= ends[p] or ends[p] == 0 for p in parts):
                 break
         return out
