@@ -226,6 +226,18 @@ def test_auto_create_on_produce_and_list_offsets(node: Node) -> None:
     assert ts[0].offset == 0
     c.close()
     wait_until(lambda: (node.data / "auto-created-0").exists(), 5)
+    # only Kafka's internal topics are never auto-created: a name that merely starts
+    # with "__" is an ordinary topic (Debezium's heartbeats go to __debezium-heartbeat.*;
+    # a CDC task failed on UNKNOWN_TOPIC_OR_PARTITION before)
+    for i in range(3):
+        p.produce("__debezium-heartbeat.db1", value=b"%d" % i)
+    assert p.flush(20) == 0
+    md = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=10)
+    assert "__debezium-heartbeat.db1" in md.topics
+    internal = kafka_request(node.port, 3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                                "include_topic_authorized_operations": False})  # fmt: skip
+    flags = {t.name: t.is_internal for t in internal.topics}
+    assert flags["__debezium-heartbeat.db1"] is False
 
 
 def test_log_append_time_and_min_insync_replicas(node: Node) -> None:

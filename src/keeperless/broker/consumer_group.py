@@ -21,6 +21,8 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.metadata.admin import INTERNAL_TOPICS
+
 __all__ = [
     "ASSIGNORS",
     "Assignment",
@@ -61,7 +63,7 @@ class Subscription:
             except re.error:
                 pattern = None
             if pattern is not None:
-                out |= {t for t in view if not t.startswith("__") and pattern.fullmatch(t)}
+                out |= {t for t in view if t not in INTERNAL_TOPICS and pattern.fullmatch(t)}
         return sorted(out)
 
 

@@ -21,6 +21,7 @@ from keeperless.broker.describe_configs import describe_configs
 from keeperless.broker.log_dir_apis import LogDirApis
 from keeperless.broker.own_configs import answered_here
 from keeperless.metadata.admin import (
+    INTERNAL_TOPICS,
     NO_AUTHORIZER,
     AclFilter,
     ApiError,
@@ -204,7 +205,7 @@ class BrokerHandlers(LogDirApis):
                 missing[n] = ErrorCode.invalid_topic_exception
             elif not authz.allowed(header, AclOp.DESCRIBE, T, n):
                 missing[n] = ErrorCode.topic_authorization_failed
-            elif auto and req.topics is not None and not n.startswith("__"):
+            elif auto and req.topics is not None and n not in INTERNAL_TOPICS:
                 # auto-creation needs CREATE on the cluster or the topic
                 creatable_here = authz.allowed(header, AclOp.CREATE, Resource.CLUSTER) or (
                     authz.allowed(header, AclOp.CREATE, T, n)
@@ -255,7 +256,7 @@ class BrokerHandlers(LogDirApis):
                     "error_code": ErrorCode.none,
                     "name": name,
                     "topic_id": t.topic_id,
-                    "is_internal": name.startswith("__"),
+                    "is_internal": name in INTERNAL_TOPICS,
                     "partitions": parts,
                     "topic_authorized_operations": self._topic_ops(header, name)
                     if getattr(req, "include_topic_authorized_operations", False)
@@ -326,7 +327,7 @@ class BrokerHandlers(LogDirApis):
                     "error_code": ErrorCode.none,
                     "name": name,
                     "topic_id": t.topic_id,
-                    "is_internal": name.startswith("__"),
+                    "is_internal": name in INTERNAL_TOPICS,
                     "partitions": [self._partition_entry(image, t.partitions[p], p) for p in taken],
                     "topic_authorized_operations": self._topic_ops(header, name),
                 }

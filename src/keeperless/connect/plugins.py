@@ -23,9 +23,10 @@ def _registry() -> dict[str, type[Connector]]:
         FileStreamSinkConnector,
         FileStreamSourceConnector,
     )
+    from keeperless.connect.connectors.postgres import PostgresConnector
 
     out: dict[str, type[Connector]] = {}
-    for cls in (FileStreamSourceConnector, FileStreamSinkConnector):
+    for cls in (FileStreamSourceConnector, FileStreamSinkConnector, PostgresConnector):
         out[cls.class_name] = cls
     return out
 

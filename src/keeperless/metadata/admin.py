@@ -15,6 +15,7 @@ from keeperless.metadata.image import AclEntry, PartitionInfo, QuotaEntity
 
 __all__ = [
     "ANY",
+    "INTERNAL_TOPICS",
     "LITERAL",
     "MATCH",
     "MAX_TOPIC_NAME",
@@ -83,6 +84,12 @@ class CreatePartitionsRequest:
     name: str
     count: int
     assignments: Sequence[Sequence[int]] | None = None
+
+
+# Kafka's Topic.INTERNAL_TOPICS: made by their coordinators, never auto-created, left out
+# of pattern subscriptions, shown as internal. Other names starting with "__" (Debezium's
+# __debezium-heartbeat.<prefix>, say) are ordinary topics.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def validate_topic_name(name: str) -> str | None:

@@ -18,6 +18,7 @@ from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec as KOffsetSpec
 
+from keeperless.metadata.admin import INTERNAL_TOPICS
 from keeperless.spark.options import (
     EARLIEST,
     LATEST,
@@ -119,7 +120,7 @@ class ClusterView:
             names = [t for t in sub.topics if t in topics]
         else:
             # the Java consumer leaves internal topics out of pattern subscriptions
-            names = [t for t in topics if not t.startswith("__") and sub.matches(t)]
+            names = [t for t in topics if t not in INTERNAL_TOPICS and sub.matches(t)]
         return sorted((t, p) for t in names for p in range(topics[t]))
 
     def _list_offsets(self, specs: Mapping[TopicPartition, KOffsetSpec]) -> Offsets:

@@ -8,6 +8,7 @@ import re
 import uuid
 from typing import Any, TextIO
 
+from keeperless.metadata.admin import INTERNAL_TOPICS
 from keeperless.protocol.apis import ApiKey
 from keeperless.storage.meta_properties import uuid_to_kafka
 from keeperless.tools.client import ToolError
@@ -16,7 +17,7 @@ from keeperless.tools.rdkafka import TIMEOUT_S, Session
 __all__ = ["check_topic_args", "run_topics"]
 
 ACTIONS = ("list", "describe", "create", "alter", "delete")
-INTERNAL = ("__consumer_offsets", "__transaction_state")
+INTERNAL = INTERNAL_TOPICS
 PARTITION_FILTERS = (
     "under_replicated_partitions",
     "unavailable_partitions",
