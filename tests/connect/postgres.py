@@ -4,6 +4,7 @@ free port, with ``wal_level=logical``."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -67,10 +68,8 @@ class Postgres:
             return False
 
     def stop(self) -> None:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):
             self._run(pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
-        except subprocess.CalledProcessError:
-            pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def connect(self, db: str = "postgres") -> Any:
