@@ -192,7 +192,7 @@ def test_broker_killed_mid_stream_loses_nothing_and_the_slot_waits(
     try:
         start_connector(w, pg, db)
         pg.sql(
-            "INSERT INTO inventory.customers (first_name) SELECT 'x' || g FROM generate_series(1, 100) g",
+            "INSERT INTO inventory.customers (first_name) SELECT 'x' || g FROM generate_series(1, 100) g",  # noqa: E501
             db=db,
         )
         wait_until(lambda: len(changes(node.bootstrap)) == 100, 60, what="100 inserts")
@@ -200,7 +200,7 @@ def test_broker_killed_mid_stream_loses_nothing_and_the_slot_waits(
         node.kill9()
         before = flushed_lsn(pg, db)
         pg.sql(
-            "INSERT INTO inventory.customers (first_name) SELECT 'y' || g FROM generate_series(1, 100) g",
+            "INSERT INTO inventory.customers (first_name) SELECT 'y' || g FROM generate_series(1, 100) g",  # noqa: E501
             db=db,
         )
         time.sleep(2)  # let the worker try (and fail) to write: the slot must not move
@@ -252,7 +252,7 @@ def test_heartbeats_let_a_quiet_table_release_wal(
         wait_until(
             lambda: flushed_lsn(pg, db) >= int(now),
             60,
-            what=f"the slot past the uncaptured table's WAL ({flushed_lsn(pg, db)} < {now}, from {start})",
+            what=f"the slot past the uncaptured table's WAL ({flushed_lsn(pg, db)} < {now}, from {start})",  # noqa: E501
         )
         beats = events(node.bootstrap, "__debezium-heartbeat.dbserver1")
         assert beats
@@ -284,7 +284,7 @@ def test_bad_input_is_named(pg: Postgres, db: str, node: Node, tmp_path: Path) -
         assert r.status_code == 400
         assert "pgoutput" in r.json()["message"]
         r = create("nopub", **{"publication.name": "missing_pub",
-                               "publication.autocreate.mode": "disabled", "slot.name": "s_nopub"})  # fmt: skip
+                               "publication.autocreate.mode": "disabled", "slot.name": "s_nopub"})  # fmt: skip  # noqa: E501
         assert r.status_code == 201
         wait_until(lambda: w.status("nopub").get("tasks", [{}])[0].get("state") == "FAILED", 60,
                    what=f"the task FAILED: {w.status('nopub')}")  # fmt: skip

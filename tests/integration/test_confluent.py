@@ -235,7 +235,7 @@ def test_auto_create_on_produce_and_list_offsets(node: Node) -> None:
     md = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=10)
     assert "__debezium-heartbeat.db1" in md.topics
     internal = kafka_request(node.port, 3, 12, {"topics": None, "allow_auto_topic_creation": False,
-                                                "include_topic_authorized_operations": False})  # fmt: skip
+                                                "include_topic_authorized_operations": False})  # fmt: skip  # noqa: E501
     flags = {t.name: t.is_internal for t in internal.topics}
     assert flags["__debezium-heartbeat.db1"] is False
 
