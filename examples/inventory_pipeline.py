@@ -1,221 +1,160 @@
-"""Stock per product from inventory and order change events, on Spark Structured Streaming.
+"""A database's tables kept current in Parquet, from their change events, exactly once.
 
-A CDC tool (Debezium, say) turns two tables into change-event topics: ``cdc.inventory``
-(restocks) and ``cdc.orders`` (order lines).  This job reads both with
-``format("keeperless")``, aggregates the stock change per product over one-minute
-event-time windows with a two-minute watermark, and writes each finished window both to
-the ``stock-by-minute`` topic (JSON) and to Parquet files.
+The PostgreSQL connector (``io.debezium.connector.postgresql.PostgresConnector`` on
+``keeperless connect-distributed``) writes every change of the ``inventory`` schema's
+tables to ``<prefix>.inventory.<table>`` in Debezium's format. This Spark Structured
+Streaming job reads those topics with ``format("keeperless")`` and keeps each table's
+current rows in Parquet: a create, update or snapshot read upserts the row by its key, a
+delete (or its tombstone) removes it, a truncate empties the table.
 
-With ``make run`` going in another shell::
+Each micro-batch's result is a new version of the state, written under its batch id and
+then made current by renaming one small file: a batch Spark runs again after a failure
+(same id, same records, from its checkpoint) rewrites the same version, so each change is
+applied exactly once, whatever was killed when.
 
-    .venv/bin/python examples/inventory_pipeline.py
+With a keeperless cluster, a worker and the connector running (see the README's
+"Change data capture" walk-through)::
 
-generates a day's worth of seeded change events (``--events``), runs the job until it
-has processed everything there is (``Trigger.AvailableNow``; ``--follow`` keeps it
-running), and prints the windows it wrote.  Run it again and it resumes from its
-checkpoint in ``--out`` (new events only).
+    .venv/bin/python examples/inventory_pipeline.py --topic-prefix dbserver1 --out inventory-out
+
+processes every change there is (``--follow`` keeps it running) and prints the tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
-from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
-TOPICS = ("cdc.inventory", "cdc.orders")
-OUTPUT_TOPIC = "stock-by-minute"
-WINDOW_MS = 60_000
-WATERMARK_MS = 120_000
-PRODUCTS = [f"sku-{i:03d}" for i in range(12)]
+KEEP_VERSIONS = 2
 
 
-@dataclass(frozen=True)
-class ChangeEvent:
-    topic: str
-    product_id: str
-    quantity: int
-    event_time_ms: int
+class StateStore:
+    """The versions of every table's current state under ``out/state``, and the pointer
+    to the current one (``out/state/CURRENT``, replaced by an atomic rename)."""
 
-    def envelope(self, seq: int) -> bytes:
-        """The event as a Debezium-style change record."""
-        table = self.topic.split(".", 1)[1]
-        after: dict[str, Any] = {"product_id": self.product_id, "quantity": self.quantity}
-        after["order_id" if table == "orders" else "restock_id"] = seq
-        return json.dumps(
-            {
-                "op": "c",
-                "ts_ms": self.event_time_ms,
-                "source": {"connector": "postgresql", "table": table},
-                "before": None,
-                "after": after,
-            }
-        ).encode()
+    def __init__(self, out: Path) -> None:
+        self.root = out / "state"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.pointer = self.root / "CURRENT"
 
-    @property
-    def delta(self) -> int:
-        return self.quantity if self.topic == "cdc.inventory" else -self.quantity
+    def current(self) -> int:
+        try:
+            return int(self.pointer.read_text())
+        except (FileNotFoundError, ValueError):
+            return -1
 
+    def path(self, version: int, table: str) -> Path:
+        return self.root / f"v{version}" / table
 
-def generate(count: int, seed: int = 7, start_ms: int = 1_767_225_600_000) -> list[ChangeEvent]:
-    """Seeded events over ~count/10 seconds, slightly out of order (less than the watermark)."""
-    rng = random.Random(seed)
-    events = []
-    t = start_ms + 137  # never on a window boundary
-    for _ in range(count):
-        t += rng.randint(0, 200)
-        jitter = rng.randint(-30_000, 0)  # late by up to 30 s, well inside the watermark
-        product = rng.choice(PRODUCTS)
-        if rng.random() < 0.3:
-            events.append(ChangeEvent("cdc.inventory", product, rng.randint(5, 50), t + jitter))
-        else:
-            events.append(ChangeEvent("cdc.orders", product, rng.randint(1, 4), t + jitter))
-    return events
+    def tables(self, version: int) -> list[str]:
+        d = self.root / f"v{version}"
+        return sorted(p.name for p in d.iterdir() if p.is_dir()) if d.exists() else []
+
+    def commit(self, version: int) -> None:
+        tmp = self.root / f".CURRENT.{os.getpid()}"
+        tmp.write_text(str(version))
+        os.replace(tmp, self.pointer)
+        for old in self.root.glob("v*"):
+            if old.name[1:].isdigit() and int(old.name[1:]) <= version - KEEP_VERSIONS:
+                shutil.rmtree(old, ignore_errors=True)
 
 
-def expected_windows(events: Iterable[ChangeEvent]) -> dict[tuple[int, str], tuple[int, int, int]]:
-    """The same aggregation in plain Python: the windows an append-mode query has finished.
-
-    (window start ms, product) -> (stock change, orders, restocks), for windows whose end
-    is at or before the final watermark (max event time minus the watermark delay).
-    """
-    events = list(events)
-    watermark = max(e.event_time_ms for e in events) - WATERMARK_MS
-    out: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-    for e in events:
-        start = e.event_time_ms // WINDOW_MS * WINDOW_MS
-        if start + WINDOW_MS > watermark:
-            continue
-        acc = out[(start, e.product_id)]
-        acc[0] += e.delta
-        acc[1 if e.topic == "cdc.orders" else 2] += 1
-    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
-
-
-def produce(bootstrap: str, events: list[ChangeEvent]) -> None:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    existing = admin.list_topics(timeout=10).topics
-    wanted = [t for t in (*TOPICS, OUTPUT_TOPIC) if t not in existing]
-    if wanted:
-        for fut in admin.create_topics(
-            [NewTopic(t, num_partitions=3, replication_factor=1) for t in wanted]
-        ).values():
-            fut.result(timeout=30)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10, "acks": "all"})
-    for seq, e in enumerate(events):
-        while True:
-            try:
-                producer.produce(
-                    e.topic,
-                    key=e.product_id.encode(),
-                    value=e.envelope(seq),
-                    timestamp=e.event_time_ms,
-                )
-                break
-            except BufferError:
-                producer.poll(0.1)
-    if producer.flush(60):
-        raise SystemExit("some change events were not acknowledged")
-
-
-def start_job(spark: Any, bootstrap: str, out: Path, *, follow: bool = False) -> Any:
-    """The streaming query: change events in, finished windows to a topic and Parquet."""
+def apply_batch(spark: Any, store: StateStore, batch: Any, batch_id: int, prefix: str) -> None:
+    """One micro-batch of change events onto the current state: a new version."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    after = "struct<product_id:string,quantity:int>"
+    current = store.current()
+    if batch_id <= current:
+        return  # applied before a failure; Spark runs the batch again, the state does not
+    events = batch.select(
+        F.expr(f"substring(topic, {len(prefix) + 2})").alias("qualified"),
+        "partition", "offset",
+        F.get_json_object(F.col("key").cast("string"), "$.payload").alias("k"),
+        F.get_json_object(F.col("value").cast("string"), "$.payload.op").alias("op"),
+        F.get_json_object(F.col("value").cast("string"), "$.payload.after").alias("row"),
+    ).withColumn("table", F.regexp_replace("qualified", r"^[^.]*\.", ""))  # fmt: skip
+    events.persist()
+    try:
+        tables = sorted({r.table for r in events.select("table").distinct().collect()})
+        tables = sorted(set(tables) | set(store.tables(current)))
+        for table in tables:
+            mine = events.where(F.col("table") == table)
+            truncated = mine.where(F.col("op") == "t").agg(F.max("offset")).first()[0]
+            if truncated is not None:
+                mine = mine.where(F.col("offset") > truncated)
+            keyed = mine.where(F.col("k").isNotNull())
+            latest = (
+                keyed.withColumn("n", F.row_number().over(
+                    Window.partitionBy("k").orderBy(F.desc("partition"), F.desc("offset"))))
+                .where("n = 1")
+            )  # fmt: skip
+            upserts = latest.where(F.col("op").isin("c", "u", "r")).select("k", "row")
+            before = store.path(current, table)
+            if current >= 0 and before.exists() and truncated is None:
+                old = spark.read.parquet(str(before))
+                kept = old.join(latest.select("k"), on="k", how="left_anti")
+                state = kept.unionByName(upserts)
+            else:
+                state = upserts
+            state.write.mode("overwrite").parquet(str(store.path(batch_id, table)))
+    finally:
+        events.unpersist()
+    store.commit(batch_id)
+
+
+def start_job(spark: Any, bootstrap: str, out: Path, prefix: str, *, follow: bool = False) -> Any:
+    store = StateStore(out)
     changes = (
         spark.readStream.format("keeperless")
         .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribePattern", r"cdc\..*")
+        .option("subscribePattern", rf"{prefix.replace('.', '[.]')}[.]inventory[.].*")
         .option("startingOffsets", "earliest")
         .load()
-        .select(
-            F.col("topic"),
-            F.from_json(F.col("value").cast("string"), f"struct<after:{after}>").alias("e"),
-            F.col("timestamp").alias("event_time"),
-        )
-        .select(
-            "event_time",
-            F.col("e.after.product_id").alias("product_id"),
-            F.when(F.col("topic") == "cdc.inventory", F.col("e.after.quantity"))
-            .otherwise(-F.col("e.after.quantity"))
-            .alias("delta"),
-            (F.col("topic") == "cdc.orders").cast("int").alias("is_order"),
-        )
     )
-    windows = (
-        changes.withWatermark("event_time", f"{WATERMARK_MS // 1000} seconds")
-        .groupBy(F.window("event_time", f"{WINDOW_MS // 1000} seconds"), "product_id")
-        .agg(
-            F.sum("delta").alias("stock_change"),
-            F.sum("is_order").alias("orders"),
-            F.sum(1 - F.col("is_order")).alias("restocks"),
-        )
-        .select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "product_id",
-            F.col("stock_change").cast("long").alias("stock_change"),
-            F.col("orders").cast("long").alias("orders"),
-            F.col("restocks").cast("long").alias("restocks"),
-        )
-    )
-    parquet_dir = str(out / "parquet")
-
-    def write_both(batch: Any, _batch_id: int) -> None:
-        batch.persist()
-        batch.write.mode("append").parquet(parquet_dir)
-        batch.select(
-            F.col("product_id").alias("key"),
-            F.to_json(F.struct(*batch.columns)).alias("value"),
-        ).write.format("keeperless").option("kafka.bootstrap.servers", bootstrap).option(
-            "topic", OUTPUT_TOPIC
-        ).mode("append").save()
-        batch.unpersist()
-
     writer = (
-        windows.writeStream.outputMode("append")
-        .foreachBatch(write_both)
+        changes.writeStream.foreachBatch(
+            lambda batch, batch_id: apply_batch(spark, store, batch, batch_id, prefix)
+        )
         .option("checkpointLocation", str(out / "checkpoint"))
-    )
+    )  # fmt: skip
     writer = (
-        writer.trigger(processingTime="5 seconds") if follow else writer.trigger(availableNow=True)
+        writer.trigger(processingTime="2 seconds") if follow else writer.trigger(availableNow=True)
     )
     return writer.start()
 
 
-def spark_session() -> Any:
-    from keeperless.spark import local_session
-
-    return local_session("inventory-pipeline")
+def current_rows(spark: Any, out: Path, table: str) -> list[dict[str, Any]]:
+    """A table's current rows (Debezium's ``after`` values), as dicts."""
+    store = StateStore(out)
+    path = store.path(store.current(), table)
+    if store.current() < 0 or not path.exists():
+        return []
+    return [json.loads(r.row) for r in spark.read.parquet(str(path)).collect()]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bootstrap-server", default="127.0.0.1:9092")
-    ap.add_argument("--out", type=Path, default=Path("pipeline-out"))
-    ap.add_argument("--events", type=int, default=20_000)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--no-generate", action="store_true", help="only run the job")
+    ap.add_argument("--topic-prefix", default="dbserver1", help="the connector's topic.prefix")
+    ap.add_argument("--out", type=Path, default=Path("inventory-out"))
     ap.add_argument("--follow", action="store_true", help="keep the job running")
     args = ap.parse_args(argv)
-    if not args.no_generate:
-        events = generate(args.events, args.seed)
-        produce(args.bootstrap_server, events)
-        print(f"produced {len(events)} change events to {', '.join(TOPICS)}")
-    spark = spark_session()
-    query = start_job(spark, args.bootstrap_server, args.out, follow=args.follow)
+    from keeperless.spark import local_session
+
+    spark = local_session("inventory-pipeline")
+    query = start_job(spark, args.bootstrap_server, args.out, args.topic_prefix, follow=args.follow)
     query.awaitTermination()
-    result = spark.read.parquet(str(args.out / "parquet")).orderBy("window_start", "product_id")
-    print(f"{result.count()} finished windows in {args.out / 'parquet'} and topic {OUTPUT_TOPIC}")
-    result.show(20, truncate=False)
+    store = StateStore(args.out)
+    for table in store.tables(store.current()):
+        rows = current_rows(spark, args.out, table)
+        print(f"{table}: {len(rows)} rows (version {store.current()} in {args.out / 'state'})")
+        for row in rows[:20]:
+            print("  ", row)
     spark.stop()
     return 0
 

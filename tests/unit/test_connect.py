@@ -154,3 +154,32 @@ def test_connector_aliases_and_validation() -> None:
                       "topics": "a", "topics.regex": "b.*"})  # fmt: skip
     assert infos["error_count"] == 2
     assert any("mutually exclusive" in e for c in infos["configs"] for e in c["value"]["errors"])
+
+
+def test_parquet_sink_skips_records_already_in_its_files(tmp_path: Path) -> None:
+    """A restarted task is handed records again from the last committed offset; those in
+    a file already (a partial file written at a flush) are not written twice."""
+    import pyarrow.parquet as pq
+
+    from keeperless.connect.api import TaskContext
+    from keeperless.connect.connectors.parquet import ParquetSinkTask
+    from keeperless.connect.data import SinkRecord
+
+    def records(lo: int, hi: int) -> list[SinkRecord]:
+        return [SinkRecord("t", 0, o, None, None, None, {"n": o}) for o in range(lo, hi)]
+
+    props = {"parquet.dir": str(tmp_path), "flush.size": "100", "rotate.interval.ms": "600000"}
+    first = ParquetSinkTask()
+    first.start(props, TaskContext("c", 0))
+    first.put(records(0, 150))
+    first.flush({})  # files [0..99] and the partial [100..149]
+    again = ParquetSinkTask()  # after a crash: the consumer had committed offset 100
+    again.start(props, TaskContext("c", 0))
+    again.put(records(100, 260))
+    again.flush({})
+    offsets = sorted(o for f in tmp_path.rglob("*.parquet")
+                     for o in pq.read_table(f).column("kafka_offset").to_pylist())  # fmt: skip
+    assert offsets == list(range(260))
+    names = sorted(f.name for f in tmp_path.rglob("*.parquet"))
+    assert names[0] == "t+0+00000000000000000000+00000000000000000099.parquet"
+    assert pq.read_table(tmp_path / "t" / "partition=0" / names[0]).to_pylist()[5]["n"] == 5

@@ -147,6 +147,11 @@ class WorkerConfig:
         conf["bootstrap.servers"] = self.values["bootstrap.servers"]
         return conf
 
+    def prefixed(self, prefix: str) -> dict[str, str]:
+        """Kafka Connect's ``producer.*`` / ``consumer.*`` worker settings: passed to the
+        producers of source tasks / consumers of sink tasks, without the prefix."""
+        return {k[len(prefix) :]: v for k, v in self.raw.items() if k.startswith(prefix)}
+
     def converter_config(self, which: str) -> dict[str, str]:
         """``key.converter.*`` / ``value.converter.*`` settings, without the prefix."""
         prefix = f"{which}."

@@ -412,6 +412,8 @@ class Herder:
                 tasks[index],
                 dict(config),
                 self.cfg.client_config(),
+                self.cfg.prefixed("producer."),
+                self.cfg.prefixed("consumer."),
                 self._converter(config, "key.converter"),
                 self._converter(config, "value.converter"),
                 self.cfg["offset.storage.topic"],

@@ -23,10 +23,12 @@ def _registry() -> dict[str, type[Connector]]:
         FileStreamSinkConnector,
         FileStreamSourceConnector,
     )
+    from keeperless.connect.connectors.parquet import ParquetSinkConnector
     from keeperless.connect.connectors.postgres import PostgresConnector
 
     out: dict[str, type[Connector]] = {}
-    for cls in (FileStreamSourceConnector, FileStreamSinkConnector, PostgresConnector):
+    for cls in (FileStreamSourceConnector, FileStreamSinkConnector, PostgresConnector,
+                ParquetSinkConnector):  # fmt: skip
         out[cls.class_name] = cls
     return out
 

@@ -44,6 +44,8 @@ class TaskSettings:
     props: dict[str, str]
     connector_config: dict[str, str]
     client: dict[str, Any]
+    producer: dict[str, str]  # the worker's producer.* settings
+    consumer: dict[str, str]  # the worker's consumer.* settings
     key_converter: Converter
     value_converter: Converter
     offsets_topic: str
@@ -108,6 +110,7 @@ class TaskRunner(threading.Thread):
             "enable.idempotence": True,
             "partitioner": "murmur2_random",
             "linger.ms": 5,
+            **self.s.producer,
         }
         if self.s.transactional_id:
             conf["transactional.id"] = self.s.transactional_id
@@ -241,6 +244,7 @@ class TaskRunner(threading.Thread):
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
+                **self.s.consumer,
             }
         )
         done: dict[tuple[str, int], int] = {}
