@@ -36,8 +36,12 @@ def test_parquet_sink_exactly_once_across_kill_9(node: Node, tmp_path: Path) -> 
     out = tmp_path / "parquet"
     # offsets committed every 3 s: files written since the last commit are delivered again
     # after the kill, and must not be written twice
-    w = Worker(tmp_path / "w", node.bootstrap, group="pq",
-               extra={"offset.flush.interval.ms": "3000", "consumer.session.timeout.ms": "6000"})  # noqa: E501
+    w = Worker(
+        tmp_path / "w",
+        node.bootstrap,
+        group="pq",
+        extra={"offset.flush.interval.ms": "3000", "consumer.session.timeout.ms": "6000"},
+    )
     w.start()
     stop = threading.Event()
 
