@@ -122,7 +122,8 @@ def test_lifecycle_with_requests(worker: Worker, tmp_path: Path, node: Node) -> 
     r = w.call("POST", "/connectors/files/restart", includeTasks="true")
     assert r.status_code == 202
     assert r.json()["connector"]["state"] == "RESTARTING"
-    assert w.call("POST", "/connectors/files/tasks/0/restart").status_code == 204
+    r = w.call("POST", "/connectors/files/tasks/0/restart")
+    assert r.status_code == 204, r.text
     w.wait_state("files", "RUNNING", tasks=1)
 
     # offsets change only while stopped (KIP-875)

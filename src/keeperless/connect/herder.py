@@ -580,15 +580,21 @@ class Herder:
                 return a.members.get(member)
         return None
 
-    async def restart_task(self, name: str, task: int) -> None:
-        """On the worker running it."""
+    async def restart_task(self, name: str, task: int) -> bool:
+        """Restart the task if this worker runs it (False: it does not); a rebalance
+        under way is waited for."""
         self.require(name)
-        async with self._lock:
-            if not self.runs_task(name, task):
-                raise RestError(404, f"Unknown task: {name}-{task}")
-            await self._stop_task((name, task), None)
-            self._write_status(name, task, "RESTARTING", None)
-            self._start_task(name, task)
+        while True:
+            await self.settle()
+            async with self._lock:
+                if self.membership is None:
+                    continue  # a rebalance began meanwhile
+                if not self.runs_task(name, task):
+                    return False
+                await self._stop_task((name, task), None)
+                self._write_status(name, task, "RESTARTING", None)
+                self._start_task(name, task)
+                return True
 
     async def reset_topics(self, name: str) -> None:
         self.require(name)

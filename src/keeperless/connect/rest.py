@@ -311,10 +311,7 @@ class Api:
     async def restart_task(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         task = _task_id(request)
-        self.h.require(name)
-        await self.h.settle()
-        if self.h.runs_task(name, task):
-            await self.h.restart_task(name, task)
+        if await self.h.restart_task(name, task):
             return web.Response(status=204)
         if request.query.get("forward") == "false":
             raise RestError(404, f"Unknown task: {name}-{task}")

@@ -180,10 +180,19 @@ class TaskRunner(threading.Thread):
 
     def _write_offsets(
         self, producer: Producer, pending: dict[str, tuple[dict[str, Any], dict[str, Any]]]
-    ) -> None:
+    ) -> list[str]:
+        """Write the offsets; the returned list collects their delivery errors."""
+        failed: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failed.append(err.str())
+
         for part, off in pending.values():
             value = json.dumps(off, separators=(",", ":")).encode()
-            producer.produce(self.s.offsets_topic, value, offset_key(self.s.connector, part))
+            key = offset_key(self.s.connector, part)
+            producer.produce(self.s.offsets_topic, value, key, on_delivery=delivered)
+        return failed
 
     def _commit(
         self,
@@ -206,9 +215,16 @@ class TaskRunner(threading.Thread):
             raise RuntimeError(errors[0])
         if not pending:
             return
-        self._write_offsets(producer, pending)
-        if producer.flush(self.s.flush_timeout_s) > 0 or errors:
-            raise RuntimeError(errors[0] if errors else "offsets not acknowledged in time")
+        failed = self._write_offsets(producer, pending)
+        if producer.flush(self.s.flush_timeout_s) > 0 or failed:
+            # as Kafka's OffsetStorageWriter: the commit is tried again at the next interval
+            # (the same or newer offsets); the task goes on, and commit() waits for it
+            log.warning("task %s-%d: offsets not committed (%s); retrying at the next interval",
+                        self.s.connector, self.s.task,
+                        failed[0] if failed else "not acknowledged in time")  # fmt: skip
+            return
+        if errors:
+            raise RuntimeError(errors[0])
         pending.clear()
         task.commit()
 

@@ -16,8 +16,19 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+)
 
 from keeperless.connect.config import ConfigException
 
@@ -98,6 +109,9 @@ class TopicLog:
                 "linger.ms": 0,
             }
         )
+        # end offsets come through a client of their own: asked on the consumer's
+        # connection they waited behind its long-polling fetch (0.5 s per partition)
+        self._admin = AdminClient({**conf, "client.id": f"{client_id}-{topic}-ends"})
         self._requests: queue.SimpleQueue[asyncio.Future[None]] = queue.SimpleQueue()
         self._waiting: list[tuple[dict[int, int], asyncio.Future[None]]] = []
         self._stop = threading.Event()
@@ -142,13 +156,13 @@ class TopicLog:
     # --- the polling thread ---------------------------------------------------------
 
     def _ends(self) -> dict[int, int]:
-        out = {}
-        for p in self.partitions:
-            _, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, p), timeout=10, cached=False
-            )
-            out[p] = high
-        return out
+        """The end of every partition (the last stable offset: read_committed)."""
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        specs = {TopicPartition(self.topic, p): latest for p in self.partitions}
+        futures = self._admin.list_offsets(
+            specs, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10
+        )
+        return {tp.partition: f.result(15).offset for tp, f in futures.items()}
 
     def _reached(self, ends: dict[int, int]) -> bool:
         positions = self._consumer.position([TopicPartition(self.topic, p) for p in ends])

@@ -405,7 +405,9 @@ class PostgresTask(SourceTask):
         """Every record returned so far is in Kafka and its offset stored: PostgreSQL may
         discard the WAL before the last complete transaction (the slot advances)."""
         if self.streaming and self.safe_lsn > self.flushed:
-            self.cur.send_feedback(flush_lsn=self.safe_lsn, write_lsn=self.safe_lsn)
+            # now, not at the next status interval: a task stopping after its last
+            # commit closes the connection before that
+            self.cur.send_feedback(flush_lsn=self.safe_lsn, write_lsn=self.safe_lsn, force=True)
             self.flushed = self.safe_lsn
 
     def stop(self) -> None:
