@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -21,6 +21,55 @@ def register(spark: SparkSession) -> None:
     from keeperless.spark.source import KeeperlessDataSource
 
     spark.dataSource.register(KeeperlessDataSource)
+    _accept_default_save_mode()
+
+
+def _accept_default_save_mode() -> None:
+    """``df.write.format("keeperless").save()`` in Spark's default save mode, as Spark's
+    Kafka sink accepts it: Spark refuses ErrorIfExists for every Python data source
+    (UNSUPPORTED_DATA_SOURCE_SAVE_MODE), so the writer's mode is made Append for this
+    format (a topic is appended to either way); Ignore is refused in the Kafka sink's words.
+    Other formats are left alone."""
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    writers: list[Any] = [DataFrameWriter]
+    try:
+        from pyspark.sql.connect.readwriter import DataFrameWriter as ConnectWriter
+
+        writers.append(ConnectWriter)
+    except ImportError:  # Spark Connect's client is optional
+        pass
+    for cls in writers:
+        if getattr(cls, "_keeperless_save_mode", False):
+            continue
+        original_format, original_mode, original_save = cls.format, cls.mode, cls.save
+
+        def format(self: Any, source: str, _f: Any = original_format) -> Any:
+            self._keeperless_source = source
+            return _f(self, source)
+
+        def mode(self: Any, save_mode: str | None, _m: Any = original_mode) -> Any:
+            self._keeperless_mode = save_mode
+            return _m(self, save_mode)
+
+        def save(self: Any, path: str | None = None, format: str | None = None,
+                 mode: str | None = None, partitionBy: Any = None, _s: Any = original_save,
+                 **options: Any) -> Any:  # fmt: skip
+            source = (format or getattr(self, "_keeperless_source", "") or "").lower()
+            if source == "keeperless":
+                chosen = mode or getattr(self, "_keeperless_mode", None) or "errorifexists"
+                chosen = chosen.lower()
+                if chosen == "ignore":
+                    from keeperless.spark.options import OptionError
+                    from keeperless.spark.source import save_mode_refusal
+
+                    raise OptionError(save_mode_refusal("Ignore"))
+                if chosen in ("errorifexists", "error", "default"):
+                    mode = "append"
+            return _s(self, path, format, mode, partitionBy, **options)
+
+        cls.format, cls.mode, cls.save = format, mode, save
+        cls._keeperless_save_mode = True
 
 
 def local_session(app_name: str, **conf: str) -> SparkSession:

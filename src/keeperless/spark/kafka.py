@@ -202,6 +202,14 @@ class ClusterView:
                     )
                 out[tp] = lows[tp]
             elif off > highs[tp]:
+                if fail_on_data_loss:
+                    # Spark: "Beginning offset ... is after the ending offset ..." (batch),
+                    # a data-loss failure (streaming); never a bare assertion
+                    raise KafkaSourceError(
+                        f"Offset {off} given for {tp[0]}-{tp[1]} in {what} is after the "
+                        f"latest offset {highs[tp]} of that partition: you either provided an "
+                        f"invalid offset, or the topic was deleted and recreated. {DATA_LOSS_HINT}"
+                    )
                 out[tp] = highs[tp]
         return out
 

@@ -8,6 +8,7 @@ needs only its format name changed.  Offsets are the Kafka source's JSON shape:
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import uuid
@@ -86,6 +87,10 @@ class SourceOptions:
     starting: OffsetSpec
     ending: OffsetSpec
     max_offsets_per_trigger: int | None
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
     fail_on_data_loss: bool
     include_headers: bool
     client_config: dict[str, str]
@@ -126,6 +131,29 @@ def _positive_int(opts: dict[str, str], key: str) -> int | None:
     if value <= 0:
         raise OptionError(f"Option '{key}' must be a positive integer, got '{raw}'")
     return value
+
+
+_TIME_UNITS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+               "d": 86_400_000}  # fmt: skip
+
+
+def _duration_ms(opts: dict[str, str], key: str, default_ms: int) -> int:
+    """Spark's time strings (maxTriggerDelay): "15m", "30s", "500ms", a bare number in ms."""
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default_ms
+    text = raw.strip().lower()
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(number) :] or "ms"
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1
+    if unit not in _TIME_UNITS or value < 0:
+        raise OptionError(
+            f"Option '{key}' must be a duration such as 15m, 30s or 500ms, got '{raw}'"
+        )
+    return int(value * _TIME_UNITS[unit])
 
 
 def client_config(options: Mapping[str, str], *, for_sink: bool) -> tuple[dict[str, str], int]:
@@ -314,14 +342,24 @@ def parse_source(options: Mapping[str, str], *, streaming: bool) -> SourceOption
     config, api_timeout_ms = client_config(options, for_sink=False)
     poll = _positive_int(opts, "kafkaConsumer.pollTimeoutMs")
     max_per_trigger = _positive_int(opts, "maxOffsetsPerTrigger")
-    if max_per_trigger is not None and not streaming:
-        max_per_trigger = None  # Spark ignores it for batch queries
+    min_per_trigger = _positive_int(opts, "minOffsetsPerTrigger")
+    if not streaming:  # Spark ignores the trigger limits for batch queries
+        max_per_trigger = min_per_trigger = None
+    if min_per_trigger and max_per_trigger and min_per_trigger > max_per_trigger:
+        raise OptionError(
+            f"The value of minOffsetPerTrigger({min_per_trigger}) is higher than the "
+            f"maxOffsetsPerTrigger({max_per_trigger})."
+        )
     return SourceOptions(
         bootstrap_servers=servers,
         subscription=subscription,
         starting=starting,
         ending=ending,
         max_offsets_per_trigger=max_per_trigger,
+        min_partitions=_positive_int(opts, "minPartitions"),
+        max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60_000),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
         client_config=config,
@@ -361,4 +399,31 @@ def rate_limit(
         share = limit * (size / total)
         step = int(-(-share // 1)) if share < 1 else int(share)
         out[tp] = min(end, begin + step)
+    return out
+
+
+def split_ranges(
+    ranges: list[tuple[TopicPartition, int, int]],
+    min_partitions: int | None,
+    max_records: int | None,
+) -> list[tuple[TopicPartition, int, int]]:
+    """Spark's KafkaOffsetRangeCalculator: no range above ``maxRecordsPerPartition``
+    records, then at least ``minPartitions`` ranges, the largest split the most (a
+    range's share of the parts is its share of the records)."""
+
+    def divide(
+        tp: TopicPartition, start: int, end: int, parts: int
+    ) -> list[tuple[TopicPartition, int, int]]:
+        size = end - start
+        cuts = [start + size * i // parts for i in range(parts)] + [end]
+        return [(tp, a, b) for a, b in itertools.pairwise(cuts) if b > a]
+
+    out = [r for r in ranges if r[2] > r[1]]
+    if max_records is not None:
+        out = [piece for tp, a, b in out
+               for piece in divide(tp, a, b, -(-(b - a) // max_records))]  # fmt: skip
+    if min_partitions is not None and min_partitions > len(out):
+        total = sum(b - a for _, a, b in out)
+        out = [piece for tp, a, b in out
+               for piece in divide(tp, a, b, max(round((b - a) / total * min_partitions), 1))]  # fmt: skip  # noqa: E501
     return out

@@ -10,6 +10,7 @@ Same options and columns as Spark's built-in Kafka source and sink; see
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,7 @@ from keeperless.spark.options import (
     parse_sink,
     parse_source,
     rate_limit,
+    split_ranges,
     to_checkpoint,
 )
 
@@ -99,12 +101,22 @@ class WriteCount(WriterCommitMessage):
     rows: int
 
 
-def _ranges(start: Offsets, end: Offsets) -> list[OffsetRange]:
-    return [
-        OffsetRange(t, p, start[(t, p)], off)
-        for (t, p), off in sorted(end.items())
-        if off > start[(t, p)]
-    ]
+def _ranges(start: Offsets, end: Offsets, opts: SourceOptions) -> list[OffsetRange]:
+    whole = [((t, p), start[(t, p)], off) for (t, p), off in sorted(end.items())]
+    pieces = split_ranges(whole, opts.min_partitions, opts.max_records_per_partition)
+    return [OffsetRange(tp[0], tp[1], a, b) for tp, a, b in pieces]
+
+
+def _same_type(a: DataType, b: DataType) -> bool:
+    """Spark's DataType.sameType: equal but for nullability (and the case of names)."""
+    if isinstance(a, ArrayType) and isinstance(b, ArrayType):
+        return _same_type(a.elementType, b.elementType)
+    if isinstance(a, StructType) and isinstance(b, StructType):
+        return len(a.fields) == len(b.fields) and all(
+            x.name.lower() == y.name.lower() and _same_type(x.dataType, y.dataType)
+            for x, y in zip(a.fields, b.fields, strict=True)
+        )
+    return a == b
 
 
 class KeeperlessDataSource(DataSource):
@@ -128,10 +140,7 @@ class KeeperlessDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
-            raise OptionError(
-                "Save mode Overwrite is not allowed for Kafka topics. "
-                "Allowed save modes are Append and ErrorIfExists (default)."
-            )
+            raise OptionError(save_mode_refusal("Overwrite"))
         return BatchWriter(_validated_sink(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
@@ -167,7 +176,8 @@ class _Reader:
         return state
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):
+            return iter(())  # nothing to read: Spark hands one empty partition
         return read_range(
             self.opts,
             self.group_id,
@@ -198,13 +208,14 @@ class BatchReader(_Reader, DataSourceReader):
                     f"Starting offset {start[tp]} of {tp[0]}-{tp[1]} is after its ending "
                     f"offset {end[tp]} (startingOffsets must not be after endingOffsets)"
                 )
-        return _ranges(start, end)
+        return _ranges(start, end, self.opts)
 
 
 class StreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions, raw: dict[str, str]):
         super().__init__(opts, raw)
         self._target: Offsets | None = None
+        self._last_batch_s = time.monotonic()  # for minOffsetsPerTrigger's maxTriggerDelay
 
     def _current(self) -> list[TopicPartition]:
         return self.view.partitions(self.opts.subscription, require_topics=False)
@@ -254,6 +265,16 @@ class StreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailableNow)
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(full, latest, limit.max_rows)
         end = {tp: max(full[tp], latest[tp]) for tp in tps}
+        least = self.opts.min_offsets_per_trigger
+        if least is not None and self._target is None:
+            waited_ms = (time.monotonic() - self._last_batch_s) * 1000
+            if (
+                sum(end[tp] - full[tp] for tp in tps) < least
+                and waited_ms < self.opts.max_trigger_delay_ms
+            ):
+                return to_checkpoint(begin)  # not enough yet: no batch this trigger, as Spark
+        if end != full:
+            self._last_batch_s = time.monotonic()
         return to_checkpoint(end)
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
@@ -268,7 +289,7 @@ class StreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailableNow)
             # latestOffset refuses otherwise): read what the partition holds now
             lows = self.view.earliest(behind)
             begin.update({tp: min(lows[tp], end_offsets[tp]) for tp in behind})
-        return _ranges(begin, end_offsets)
+        return _ranges(begin, end_offsets, self.opts)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # offsets live in Spark's checkpoint only
@@ -303,7 +324,7 @@ def _validated_sink(options: Any, schema: StructType) -> SinkOptions:
         raise OptionError(
             f"partition attribute type must be an IntegerType, got {types['partition']}"
         )
-    if "headers" in types and types["headers"] != HEADERS_TYPE:
+    if "headers" in types and not _same_type(types["headers"], HEADERS_TYPE):
         raise OptionError(
             "headers attribute type must be array<struct<key:string,value:binary>>, "
             f"got {types['headers'].simpleString()}"
@@ -331,3 +352,11 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass  # Kafka sinks are at-least-once: written messages stay
+
+
+def save_mode_refusal(mode: str) -> str:
+    """Spark's Kafka sink's words for a save mode it does not allow."""
+    return (
+        f"Save mode {mode} is not allowed for Kafka. Allowed save modes are Append and "
+        "ErrorIfExists (default)."
+    )
