@@ -298,3 +298,35 @@ def test_bad_input_is_named(pg: Postgres, db: str, node: Node, tmp_path: Path) -
         )
     finally:
         w.stop()
+
+
+def test_transaction_metadata(pg: Postgres, db: str, node: Node, tmp_path: Path) -> None:
+    w = Worker(tmp_path / "w", node.bootstrap, group="cdc7")
+    w.start()
+    try:
+        start_connector(w, pg, db, **{"provide.transaction.metadata": "true"})
+        conn = pg.connect(db)
+        conn.autocommit = False
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO inventory.customers (first_name) VALUES ('a'), ('b')")
+            cur.execute("UPDATE inventory.customers SET email = 'x' WHERE first_name = 'a'")
+            cur.execute("SELECT txid_current()")
+            (xid,) = cur.fetchone()
+        conn.commit()
+        conn.close()
+        wait_until(lambda: len(events(node.bootstrap, "dbserver1.transaction")) == 2, 60,
+                   what="BEGIN and END")  # fmt: skip
+        (k1, begin), (k2, end) = events(node.bootstrap, "dbserver1.transaction")
+        assert begin["status"] == "BEGIN"
+        assert end["status"] == "END"
+        assert k1 == k2 == {"id": begin["id"]}
+        assert begin["id"].startswith(f"{xid}:")
+        assert end["event_count"] == 3
+        assert end["data_collections"] == [
+            {"data_collection": "inventory.customers", "event_count": 3}
+        ]
+        blocks = [v["transaction"] for _, v in events(node.bootstrap) if v]
+        assert [b["total_order"] for b in blocks] == [1, 2, 3]
+        assert {b["id"] for b in blocks} == {begin["id"]}
+    finally:
+        w.stop()

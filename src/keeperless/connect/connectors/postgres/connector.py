@@ -31,6 +31,7 @@ from keeperless.connect.connectors.postgres.events import (
     Table,
     TableColumn,
     TableEvents,
+    Transaction,
     heartbeat_record,
 )
 from keeperless.connect.data import SourceRecord
@@ -96,6 +97,8 @@ CONFIG = ConfigDef((
     ConfigKey("skipped.operations", "LIST", "t", importance="LOW", group="Events"),
     ConfigKey("decimal.handling.mode", "STRING", "precise", importance="MEDIUM", group="Events",
               choices=("precise", "double", "string")),
+    ConfigKey("provide.transaction.metadata", "BOOLEAN", "false", importance="LOW",
+              group="Events"),
     ConfigKey("heartbeat.interval.ms", "INT", "0", importance="MEDIUM", group="Advanced"),
     ConfigKey("heartbeat.topics.prefix", "STRING", "__debezium-heartbeat", importance="LOW",
               group="Advanced"),
@@ -179,6 +182,8 @@ class PostgresTask(SourceTask):
         self.tables: dict[int, TableEvents] = {}
         self.by_name: dict[tuple[str, str], TableEvents] = {}
         self.in_txn: pg.Begin | None = None
+        self.provide_txn = cfg["provide.transaction.metadata"] == "true"
+        self.txn_meta: Transaction | None = None  # once the transaction has a change event
         self.safe_lsn = 0  # every change before it is stored: PostgreSQL may discard it
         self.flushed = 0
         self.last_lsn = (
@@ -353,8 +358,11 @@ class PostgresTask(SourceTask):
             self.in_txn = m
             return
         if isinstance(m, pg.Commit):
-            self.in_txn = None
+            txn, meta = self.in_txn, self.txn_meta
+            self.in_txn = self.txn_meta = None
             self.safe_lsn = max(self.safe_lsn, m.end_lsn)
+            if meta is not None and txn is not None:
+                out.append(meta.end(self.partition, self._offset(txn, lsn)))
             return
         if isinstance(m, pg.Relation):
             if self._captured(m.schema, m.table):
@@ -368,8 +376,7 @@ class PostgresTask(SourceTask):
         if (txn.final_lsn, lsn) <= self.last_lsn:
             return  # stored before a restart
         ts_us = txn.commit_ts_us + PG_EPOCH_US
-        offset = {"lsn_proc": lsn, "lsn_commit": txn.final_lsn, "lsn": lsn, "txId": txn.xid,
-                  "ts_usec": ts_us}  # fmt: skip
+        offset = self._offset(txn, lsn)
         seq = [str(txn.final_lsn), str(lsn)]
         if isinstance(m, pg.Truncate):
             if "t" in self.skipped:
@@ -386,20 +393,38 @@ class PostgresTask(SourceTask):
         if te is None:
             return
         src = te.source(ts_us=ts_us, snapshot="false", tx_id=txn.xid, lsn=lsn, sequence=seq)
-        if isinstance(m, pg.Insert) and "c" not in self.skipped:
+        op = {pg.Insert: "c", pg.Update: "u", pg.Delete: "d"}.get(type(m))
+        if op is None or op in self.skipped:
+            return
+        block = None
+        if self.provide_txn:
+            if self.txn_meta is None:
+                self.txn_meta = Transaction(
+                    self.prefix, f"{txn.xid}:{txn.final_lsn}", ts_us // 1000
+                )
+                out.append(self.txn_meta.begin(self.partition, offset))
+            block = self.txn_meta.block(f"{te.table.schema}.{te.table.name}")
+        if isinstance(m, pg.Insert):
             out += te.records(
-                "c", None, te.row(m.new), src, self.partition, offset, self.tombstones
+                "c", None, te.row(m.new), src, self.partition, offset, self.tombstones, block
             )
-        elif isinstance(m, pg.Update) and "u" not in self.skipped:
+        elif isinstance(m, pg.Update):
             # the old key only (REPLICA IDENTITY DEFAULT, key changed: the other columns
             # are null), the whole old row (FULL), or nothing (key unchanged)
             before = te.row(m.old) if m.old is not None else None
             after = te.row(m.new)
-            out += te.records("u", before, after, src, self.partition, offset, self.tombstones)
-        elif isinstance(m, pg.Delete) and "d" not in self.skipped:
             out += te.records(
-                "d", te.row(m.old), None, src, self.partition, offset, self.tombstones
+                "u", before, after, src, self.partition, offset, self.tombstones, block
             )
+        elif isinstance(m, pg.Delete):
+            out += te.records(
+                "d", te.row(m.old), None, src, self.partition, offset, self.tombstones, block
+            )
+
+    def _offset(self, txn: pg.Begin, lsn: int) -> dict[str, Any]:
+        """Debezium's offset keys: the change's LSN, its transaction's commit LSN and id."""
+        return {"lsn_proc": lsn, "lsn_commit": txn.final_lsn, "lsn": lsn, "txId": txn.xid,
+                "ts_usec": txn.commit_ts_us + PG_EPOCH_US}  # fmt: skip
 
     def commit(self) -> None:
         """Every record returned so far is in Kafka and its offset stored: PostgreSQL may

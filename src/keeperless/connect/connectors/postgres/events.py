@@ -174,3 +174,56 @@ def heartbeat_record(topic: str, prefix: str, partition: dict[str, Any],
                                  [("ts_ms", {"type": "int64", "optional": False})])  # fmt: skip
     return SourceRecord(partition, offset, topic, key_schema, {"serverName": prefix},
                         value_schema, {"ts_ms": int(time.time() * 1000)})  # fmt: skip
+
+
+_TXN_KEY = struct_schema("io.debezium.connector.common.TransactionMetadataKey",
+                         [("id", {"type": "string", "optional": False})])  # fmt: skip
+_TXN_VALUE = struct_schema("io.debezium.connector.common.TransactionMetadataValue", [
+    ("status", {"type": "string", "optional": False}),
+    ("id", {"type": "string", "optional": False}),
+    ("event_count", _opt("int64")),
+    ("data_collections", _opt("array", items=struct_schema(None, [
+        ("data_collection", {"type": "string", "optional": False}),
+        ("event_count", {"type": "int64", "optional": False}),
+    ]))),
+    ("ts_ms", {"type": "int64", "optional": False}),
+], version=1)  # fmt: skip
+
+
+@dataclass(slots=True)
+class Transaction:
+    """Debezium's transaction metadata (``provide.transaction.metadata``): BEGIN before a
+    transaction's first change event, END after its last on ``<prefix>.transaction``, and
+    each change event's ``transaction`` block."""
+
+    prefix: str
+    id: str
+    ts_ms: int
+    total: int = 0
+    per_collection: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def topic(self) -> str:
+        return f"{self.prefix}.transaction"
+
+    def _record(self, status: str, partition: dict[str, Any], offset: dict[str, Any],
+                **more: Any) -> SourceRecord:  # fmt: skip
+        value = {"status": status, "id": self.id, "event_count": None, "data_collections": None,
+                 "ts_ms": self.ts_ms, **more}  # fmt: skip
+        return SourceRecord(partition, offset, self.topic, _TXN_KEY, {"id": self.id}, _TXN_VALUE,
+                            value)  # fmt: skip
+
+    def begin(self, partition: dict[str, Any], offset: dict[str, Any]) -> SourceRecord:
+        return self._record("BEGIN", partition, offset)
+
+    def block(self, collection: str) -> dict[str, Any]:
+        self.total += 1
+        self.per_collection[collection] = self.per_collection.get(collection, 0) + 1
+        return {"id": self.id, "total_order": self.total,
+                "data_collection_order": self.per_collection[collection]}  # fmt: skip
+
+    def end(self, partition: dict[str, Any], offset: dict[str, Any]) -> SourceRecord:
+        collections = [{"data_collection": c, "event_count": n}
+                       for c, n in self.per_collection.items()]  # fmt: skip
+        return self._record("END", partition, offset, event_count=self.total,
+                            data_collections=collections)  # fmt: skip
