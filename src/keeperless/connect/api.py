@@ -31,6 +31,14 @@ class ConnectorError(Exception):
     """A connector or task cannot go on; its status becomes FAILED with this message."""
 
 
+def at_least_one(value: str) -> str | None:
+    """A ConfigKey check: an integer of 1 or more (Kafka's ``atLeast(1)``)."""
+    try:
+        return None if int(value) >= 1 else "Value must be at least 1"
+    except ValueError:
+        return "Not a number of type INT"
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigKey:
     """One setting of a connector (Kafka's ``ConfigDef.ConfigKey``)."""

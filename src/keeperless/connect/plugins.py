@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from keeperless.connect.api import ConfigDef, ConfigKey, Connector
+from keeperless.connect.api import ConfigDef, ConfigKey, Connector, at_least_one
 from keeperless.connect.data import CONVERTERS
 
 __all__ = ["PluginError", "connector_class", "plugins", "validate"]
@@ -67,13 +67,6 @@ def _converter_check(value: str) -> str | None:
     return None
 
 
-def _positive(value: str) -> str | None:
-    try:
-        return None if int(value) >= 1 else "Value must be at least 1"
-    except ValueError:
-        return "Not a number of type INT"
-
-
 _COMMON = (
     ConfigKey(
         "name",
@@ -95,7 +88,7 @@ _COMMON = (
         "1",
         importance="HIGH",
         group="Common",
-        check=_positive,
+        check=at_least_one,
         documentation="Maximum number of tasks to use for this connector.",
     ),
     ConfigKey(

@@ -22,19 +22,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from keeperless.connect.api import ConfigDef, ConfigKey, Connector, SinkTask, TaskContext
+from keeperless.connect.api import (
+    ConfigDef,
+    ConfigKey,
+    Connector,
+    SinkTask,
+    TaskContext,
+    at_least_one,
+)
 from keeperless.connect.data import SinkRecord
 
 __all__ = ["ParquetSinkConnector"]
 
 _NAME = re.compile(r"^(?P<topic>.+)\+(?P<partition>\d+)\+(?P<start>\d+)\+(?P<end>\d+)\.parquet$")
-
-
-def _positive(value: str) -> str | None:
-    try:
-        return None if int(value) >= 1 else "Value must be at least 1"
-    except ValueError:
-        return "Not a number"
 
 
 class ParquetSinkTask(SinkTask):
@@ -139,9 +139,9 @@ class ParquetSinkConnector(Connector):
             ConfigKey("parquet.dir", required=True, importance="HIGH", group="Parquet",
                       documentation="The directory the Parquet files are written under"),
             ConfigKey("flush.size", "INT", "1000", importance="HIGH", group="Parquet",
-                      check=_positive, documentation="Records per file"),
+                      check=at_least_one, documentation="Records per file"),
             ConfigKey("rotate.interval.ms", "LONG", "10000", importance="MEDIUM",
-                      group="Parquet", check=_positive,
+                      group="Parquet", check=at_least_one,
                       documentation="A file is written at the latest this long after its first record"),  # noqa: E501
         ))  # fmt: skip
 
