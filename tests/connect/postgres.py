@@ -67,6 +67,12 @@ class Postgres:
         except psycopg2.OperationalError:
             return False
 
+    def restart(self) -> None:
+        """pg_ctl restart -m fast: every connection (the replication one too) is cut."""
+        self._run(pg_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "pg.log"), "-m",
+                  "fast", "-w", "restart")  # fmt: skip
+        wait_until(self._up, 30, what="PostgreSQL back")
+
     def stop(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self._run(pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")

@@ -277,6 +277,12 @@ def test_bad_input_is_answered_in_kafka_connects_words(worker: Worker, tmp_path:
     assert r.status_code == 400
     assert "Must configure one of topics or topics.regex" in r.json()["message"]
 
+    r = w.call("POST", "/connectors", {"name": "smt", "config": {
+        "connector.class": "FileStreamSource", "file": "/f", "topic": "t",
+        "transforms": "a", "transforms.a.type": "com.nope.Transform"}})  # fmt: skip
+    assert r.status_code == 400
+    assert "Single Message Transforms and predicates are not supported" in r.json()["message"]
+
     r = w.call("PUT", "/connectors/a/config", {"name": "b", "connector.class": "FileStreamSource"})
     assert r.status_code == 400
     assert (

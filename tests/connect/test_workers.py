@@ -154,3 +154,32 @@ def test_exactly_once_source_survives_kill_9(node: Node, tmp_path: Path) -> None
     finally:
         stop.set()
         w.stop()
+
+
+def test_worker_rides_out_broker_restarts(node: Node, tmp_path: Path) -> None:
+    """The group's coordinator restarting (its groups are not persisted yet: the worker
+    rejoins at generation 1) must not leave a worker outside its group: connectors created
+    afterwards still run, and the running ones resume."""
+    w = Worker(tmp_path / "w", node.bootstrap, group="rides-out")
+    w.start()
+    try:
+        src = tmp_path / "in.txt"
+        src.write_text("before\n")
+        cfg = {"connector.class": "FileStreamSource", "file": str(src), "topic": "rides-t"}
+        assert w.call("POST", "/connectors", {"name": "one", "config": cfg}).status_code == 201
+        w.wait_state("one", "RUNNING", tasks=1)
+        for _ in range(2):
+            node.kill9()
+            time.sleep(1)
+            node.start()
+        with src.open("a") as f:
+            f.write("after\n")
+        cfg2 = dict(cfg, file=str(tmp_path / "other.txt"))
+        r = w.call("PUT", "/connectors/two/config", cfg2)
+        assert r.status_code in (200, 201), r.text
+        w.wait_state("two", "RUNNING", tasks=1, timeout=90)
+        w.wait_state("one", "RUNNING", tasks=1, timeout=90)
+        wait_until(lambda: {"before", "after"} <= set(lines_in(node.bootstrap, "rides-t")), 60,
+                   what="the line written after the restarts")  # fmt: skip
+    finally:
+        w.stop()

@@ -183,3 +183,35 @@ def test_parquet_sink_skips_records_already_in_its_files(tmp_path: Path) -> None
     names = sorted(f.name for f in tmp_path.rglob("*.parquet"))
     assert names[0] == "t+0+00000000000000000000+00000000000000000099.parquet"
     assert pq.read_table(tmp_path / "t" / "partition=0" / names[0]).to_pylist()[5]["n"] == 5
+
+
+def test_topic_log_thread_outlives_a_failed_end_offsets_query() -> None:
+    """A worker stayed out of its group after a broker restart: the end-offsets query
+    timed out with an exception the reading thread did not catch, the thread died, and
+    every later read_to_end() waited for ever."""
+    import asyncio
+
+    from keeperless.connect.topic_log import TopicLog
+
+    async def scenario() -> None:
+        conf = {"bootstrap.servers": "127.0.0.1:1", "log_level": 0}
+        tl = TopicLog(conf, "t", lambda *a: None, "test")
+        calls = []
+
+        def ends() -> dict[int, int]:
+            calls.append(1)
+            if len(calls) == 1:
+                raise TimeoutError("no answer within 15 s")
+            return {}
+
+        tl._ends = ends  # type: ignore[method-assign]
+        tl._thread.start()
+        try:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(tl.read_to_end(), 10)
+            await asyncio.wait_for(tl.read_to_end(), 10)  # the thread still serves
+        finally:
+            tl._stop.set()
+            tl._thread.join(5)
+
+    asyncio.run(scenario())

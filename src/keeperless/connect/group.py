@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -83,6 +84,8 @@ class WorkerGroup:
         self.generation = -1
         self.coordinator: Destination | None = None
         self._rejoin = asyncio.Event()
+        self._last_trouble = ""
+        self._trouble_logged = 0.0
 
     def request_rejoin(self) -> None:
         self._rejoin.set()
@@ -104,19 +107,31 @@ class WorkerGroup:
                 self._rejoin.clear()
                 membership = await self._join(state, leader_assign)
                 await assigned(membership)
+                self.settled()
                 await self._heartbeat()
-            except _Rediscover as e:
-                log.info(
-                    "Connect group %s: looking for the coordinator again (%s)", self.group_id, e
-                )
-                self.coordinator = None
-                await asyncio.sleep(_RETRY_S)
             except _Rejoin:
                 pass
-            except (OSError, TimeoutError) as e:
-                log.warning("Connect group %s: %s", self.group_id, e)
+            except Exception as e:
+                # a coordinator gone or moved, a broker restarting, the config topic not
+                # readable in time: the worker keeps trying, whatever failed (an exception
+                # escaping here once left a worker out of its group until restarted)
+                self._trouble(e)
                 self.coordinator = None
                 await asyncio.sleep(_RETRY_S)
+
+    def _trouble(self, e: BaseException) -> None:
+        """One line when the trouble starts or changes, then one every 30 s."""
+        text = str(e) or type(e).__name__
+        now = time.monotonic()
+        if text != self._last_trouble or now - self._trouble_logged > 30:
+            log.warning("Connect group %s: %s; retrying", self.group_id, text)
+            self._last_trouble = text
+            self._trouble_logged = now
+
+    def settled(self) -> None:
+        if self._last_trouble:
+            log.info("Connect group %s: back in the group", self.group_id)
+            self._last_trouble = ""
 
     async def leave(self) -> None:
         if self.coordinator is None or not self.member_id:

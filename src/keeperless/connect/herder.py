@@ -53,6 +53,7 @@ class NotLeader(Exception):
 
 
 _SETTLE_S = 60.0
+_SYNC_S = 30.0
 REBALANCING = "Cannot complete request because of a conflicting operation (e.g. worker rebalance)"
 
 
@@ -214,7 +215,9 @@ class Herder:
 
     async def _assigned(self, m: Membership) -> None:
         if m.assignment.config_offset > self.configs.offset:
-            await self.config_log.read_to_end()
+            # Kafka's worker.sync.timeout.ms: a worker that cannot catch up leaves the
+            # round (the group loop rejoins) rather than wait for ever
+            await asyncio.wait_for(self.config_log.read_to_end(), _SYNC_S)
         self.membership = m
         self._settled.set()
         if not m.leader:
@@ -231,7 +234,7 @@ class Herder:
             for name in m.assignment.connectors:
                 await self._start_connector(name)
             if m.assignment.tasks:
-                await self.offset_log.read_to_end()
+                await asyncio.wait_for(self.offset_log.read_to_end(), _SYNC_S)
             for name, t in m.assignment.tasks:
                 self._start_task(name, t)
 
@@ -489,9 +492,10 @@ class Herder:
 
     async def _write(self, records: list[tuple[str, bytes | None]]) -> None:
         try:
-            for key, value in records:
-                await self.config_log.send(key, value)
-            await self.config_log.read_to_end()
+            async with asyncio.timeout(_SYNC_S):  # never hold the group loop for ever
+                for key, value in records:
+                    await self.config_log.send(key, value)
+                await self.config_log.read_to_end()
         except Exception as e:
             raise RestError(
                 500,

@@ -178,6 +178,14 @@ def validate(config: Mapping[str, str]) -> dict[str, Any]:
             for entry in configs:
                 if entry["value"]["name"] in ("topics", "topics.regex"):
                     entry["value"]["errors"].append(msg)
+    for setting in ("transforms", "predicates"):
+        if config.get(setting, "").strip():
+            configs.append({
+                "definition": ConfigKey(setting, "LIST").definition(len(configs) + 1),
+                "value": {"name": setting, "value": config[setting], "recommended_values": [],
+                          "errors": [f"Single Message Transforms and predicates are not supported by this worker ({setting}={config[setting]})"],  # noqa: E501
+                          "visible": True},
+            })  # fmt: skip
     groups = common.groups() + [g for g in cls.config_def().groups() if g not in common.groups()]
     errors = sum(len(e["value"]["errors"]) for e in configs)
     return {"name": cls.class_name, "error_count": errors, "groups": groups, "configs": configs}

@@ -182,7 +182,7 @@ class TopicLog:
                     fut = self._requests.get_nowait()
                     try:
                         self._waiting.append((self._ends(), fut))
-                    except KafkaException as e:
+                    except Exception as e:  # the thread must outlive any failure
                         self._loop.call_soon_threadsafe(_settle, fut, e)
             except queue.Empty:
                 pass
@@ -203,7 +203,7 @@ class TopicLog:
                 for ends, fut in self._waiting:
                     try:
                         done = self._reached(ends)
-                    except KafkaException:
+                    except Exception:
                         done = False
                     if done:
                         self._loop.call_soon_threadsafe(_settle, fut, None)

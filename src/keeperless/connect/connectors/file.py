@@ -129,4 +129,6 @@ class FileStreamSinkConnector(Connector):
         return ConfigDef(cls.config_keys)
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        return [dict(self.props)]
+        return [
+            dict(self.props) for _ in range(max_tasks)
+        ]  # as Kafka's: the group splits the partitions

@@ -13,6 +13,7 @@ worker has stored the offsets of records Kafka acknowledged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import select
@@ -193,6 +194,8 @@ class PostgresTask(SourceTask):
         )
         self.done = False
         self.streaming = False
+        self.broken: psycopg2.Error | None = None  # the connection failed: reconnect
+        self.retry_s = 0.5
         self.conn = _connect(cfg)
         self.conn.autocommit = True
         self._publication()
@@ -309,13 +312,59 @@ class PostgresTask(SourceTask):
         if self.done:
             time.sleep(self.poll_s)
             return None
+        if self.broken is not None and not self._reconnect():
+            return None
+        out: list[SourceRecord] = []
+        try:
+            self._stream(out)
+        except psycopg2.Error as e:
+            # the database restarted or the connection dropped: the records decoded so far
+            # go out; PostgreSQL resends from the slot's flush position, and what was
+            # already returned is skipped (Debezium retries such errors without limit)
+            log.warning(
+                "connection to PostgreSQL lost (%s); reconnecting", " ".join(str(e).split())
+            )
+            self.broken = e
+            self.in_txn = self.txn_meta = None
+            self.streaming = False
+        if self.heartbeat_s and self.broken is None and time.monotonic() >= self.next_heartbeat \
+                and self.in_txn is None:  # fmt: skip
+            self.next_heartbeat = time.monotonic() + self.heartbeat_s
+            if self.cfg["heartbeat.action.query"]:
+                self._query(str(self.cfg["heartbeat.action.query"]))
+            offset = {"lsn_proc": self.safe_lsn, "lsn_commit": self.safe_lsn, "lsn": self.safe_lsn,
+                      "txId": None, "ts_usec": int(time.time() * 1e6)}  # fmt: skip
+            out.append(heartbeat_record(self.heartbeat_topic, self.prefix, self.partition, offset))
+        return out
+
+    def _reconnect(self) -> bool:
+        """One attempt (the worker's loop keeps calling poll, so a stop is seen)."""
+        for conn in (self.repl, self.conn):
+            with contextlib.suppress(psycopg2.Error):
+                conn.close()
+        try:
+            self.conn = _connect(self.cfg)
+            self.conn.autocommit = True
+            self.repl = _connect(
+                self.cfg, connection_factory=psycopg2.extras.LogicalReplicationConnection
+            )
+            self.cur = self.repl.cursor()
+        except psycopg2.Error:
+            time.sleep(min(self.retry_s, 10.0))
+            self.retry_s = min(self.retry_s * 2, 10.0)
+            return False
+        log.info("connection to PostgreSQL restored; streaming from the slot again")
+        self.broken = None
+        self.retry_s = 0.5
+        return True
+
+    def _stream(self, out: list[SourceRecord]) -> None:
         if not self.streaming:
             self.cur.start_replication(
                 slot_name=self.slot, decode=False, status_interval=10,
                 options={"proto_version": "1", "publication_names": self.publication},
             )  # fmt: skip
             self.streaming = True
-        out: list[SourceRecord] = []
         deadline = time.monotonic() + self.poll_s
         while len(out) < self.batch:
             msg = self.cur.read_message()
@@ -328,14 +377,6 @@ class PostgresTask(SourceTask):
                 select.select([self.cur], [], [], min(left, 0.1))
                 continue
             self._message(msg.payload, msg.data_start, out)
-        if self.heartbeat_s and time.monotonic() >= self.next_heartbeat and self.in_txn is None:
-            self.next_heartbeat = time.monotonic() + self.heartbeat_s
-            if self.cfg["heartbeat.action.query"]:
-                self._query(str(self.cfg["heartbeat.action.query"]))
-            offset = {"lsn_proc": self.safe_lsn, "lsn_commit": self.safe_lsn, "lsn": self.safe_lsn,
-                      "txId": None, "ts_usec": int(time.time() * 1e6)}  # fmt: skip
-            out.append(heartbeat_record(self.heartbeat_topic, self.prefix, self.partition, offset))
-        return out
 
     def _table(self, rel: pg.Relation) -> TableEvents:
         rows = self._query(
@@ -377,6 +418,7 @@ class PostgresTask(SourceTask):
             return  # stored before a restart
         ts_us = txn.commit_ts_us + PG_EPOCH_US
         offset = self._offset(txn, lsn)
+        self.last_lsn = (txn.final_lsn, lsn)  # returned: skipped if PostgreSQL resends it
         seq = [str(txn.final_lsn), str(lsn)]
         if isinstance(m, pg.Truncate):
             if "t" in self.skipped:
@@ -413,9 +455,17 @@ class PostgresTask(SourceTask):
             # are null), the whole old row (FULL), or nothing (key unchanged)
             before = te.row(m.old) if m.old is not None else None
             after = te.row(m.new)
-            out += te.records(
-                "u", before, after, src, self.partition, offset, self.tombstones, block
-            )
+            assert after is not None
+            if before is not None and te.table.key and te.key_of(before) != te.key_of(after):
+                second = None
+                if self.txn_meta is not None:
+                    second = self.txn_meta.block(f"{te.table.schema}.{te.table.name}")
+                out += te.key_change(before, after, src, self.partition, offset,
+                                     self.tombstones, (block, second))  # fmt: skip
+            else:
+                out += te.records(
+                    "u", before, after, src, self.partition, offset, self.tombstones, block
+                )
         elif isinstance(m, pg.Delete):
             out += te.records(
                 "d", te.row(m.old), None, src, self.partition, offset, self.tombstones, block
@@ -442,8 +492,8 @@ class PostgresTask(SourceTask):
                     conn.close()
             except psycopg2.Error:
                 pass
-        if self.snapshot is not None:
-            self.snapshot.close()
+        if getattr(self, "snapshot", None) is not None:
+            self.snapshot.close()  # type: ignore[union-attr]
         if getattr(self, "cfg", None) and self.cfg["slot.drop.on.stop"] == "true":
             try:
                 conn = _connect(self.cfg)

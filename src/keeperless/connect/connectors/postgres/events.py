@@ -144,18 +144,39 @@ class TableEvents:
         self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None,
         source: dict[str, Any], partition: dict[str, Any], offset: dict[str, Any],
         tombstones: bool, transaction: dict[str, Any] | None = None,
+        headers: list[tuple[str, bytes | None]] | None = None,
     ) -> list[SourceRecord]:  # fmt: skip
         """The change event (and, after a delete, its tombstone)."""
         now_us = int(time.time() * 1_000_000)
         key = self.key_of(after if after is not None else before)
         value = {"before": before, "after": after, "source": source, "transaction": transaction,
                  "op": op, "ts_ms": now_us // 1000, "ts_us": now_us, "ts_ns": now_us * 1000}  # fmt: skip  # noqa: E501
+        hs = list(headers or ())
         out = [SourceRecord(partition, offset, self.topic, self.key_schema, key, self.envelope,
-                            value, timestamp=now_us // 1000)]  # fmt: skip
+                            value, timestamp=now_us // 1000, headers=hs)]  # fmt: skip
         if op == "d" and tombstones and key is not None:
             out.append(SourceRecord(partition, offset, self.topic, self.key_schema, key, None, None,
-                                    timestamp=now_us // 1000))  # fmt: skip
+                                    timestamp=now_us // 1000, headers=hs))  # fmt: skip
         return out
+
+    def key_change(
+        self, before: dict[str, Any], after: dict[str, Any], source: dict[str, Any],
+        partition: dict[str, Any], offset: dict[str, Any], tombstones: bool,
+        blocks: tuple[dict[str, Any] | None, dict[str, Any] | None],
+    ) -> list[SourceRecord]:  # fmt: skip
+        """An update that changed the primary key, as Debezium emits it: a delete of the
+        old key (and its tombstone) with header ``__debezium.newkey``, then a create of the
+        new key with header ``__debezium.oldkey``; a key-based consumer or compaction
+        drops the old row."""
+        old = json.dumps(self.key_of(before), separators=(",", ":")).encode()
+        new = json.dumps(self.key_of(after), separators=(",", ":")).encode()
+        return self.records(
+            "d", before, None, source, partition, offset, tombstones, blocks[0],
+            [("__debezium.newkey", new)],
+        ) + self.records(
+            "c", None, after, source, partition, offset, tombstones, blocks[1],
+            [("__debezium.oldkey", old)],
+        )  # fmt: skip
 
     def truncate(self, source: dict[str, Any], partition: dict[str, Any],
                  offset: dict[str, Any]) -> SourceRecord:  # fmt: skip
