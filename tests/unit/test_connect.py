@@ -215,3 +215,34 @@ def test_topic_log_thread_outlives_a_failed_end_offsets_query() -> None:
             tl._thread.join(5)
 
     asyncio.run(scenario())
+
+
+def test_postgres_types_as_debeziums_defaults() -> None:
+    """Arrays as Connect arrays, interval as MicroDuration, money as Decimal(scale 2):
+    a new user found them as plain strings."""
+    import decimal
+
+    from keeperless.connect.connectors.postgres.types import column_type
+
+    ints = column_type(1007, -1)  # int4[]
+    assert ints.schema == {"type": "array", "items": {"type": "int32", "optional": True}}
+    assert ints.convert("{1,NULL,3}") == [1, None, 3]
+    texts = column_type(1009, -1)  # text[]
+    assert texts.convert('{plain,"a b","q\\"uote",NULL,"NULL"}') == [
+        "plain",
+        "a b",
+        'q"uote',
+        None,
+        "NULL",
+    ]
+    assert texts.convert("{}") == []
+    interval = column_type(1186, -1)
+    assert interval.schema["name"] == "io.debezium.time.MicroDuration"
+    assert interval.convert("1 day 02:00:00") == (26 * 3600) * 1_000_000
+    assert interval.convert("-00:00:01.5") == -1_500_000
+    assert interval.convert("1 mon") == round(365.25 / 12 * 86_400e6)
+    money = column_type(790, -1)
+    assert money.schema["parameters"] == {"scale": "2"}
+    unscaled = int.from_bytes(money.convert("$1,234.56"), "big", signed=True)
+    assert decimal.Decimal(unscaled).scaleb(-2) == decimal.Decimal("1234.56")
+    assert int.from_bytes(money.convert("-$0.50"), "big", signed=True) == -50

@@ -117,7 +117,93 @@ _SIMPLE: dict[int, ColumnType] = {
 _STRING = ColumnType({"type": "string"}, str)
 
 
+_DAYS_PER_MONTH = 365.25 / 12  # Debezium's MicroDuration average month
+_INTERVAL_UNITS = {"year": 12 * _DAYS_PER_MONTH * 86_400e6, "mon": _DAYS_PER_MONTH * 86_400e6,
+                   "day": 86_400e6}  # fmt: skip
+
+
+def _interval_us(s: str) -> int:
+    """PostgreSQL's interval output ("1 year 2 mons -3 days 04:05:06.5") in microseconds,
+    as Debezium's io.debezium.time.MicroDuration counts them."""
+    total = 0.0
+    parts = s.split()
+    i = 0
+    while i < len(parts):
+        token = parts[i]
+        if ":" in token:
+            sign = -1 if token.startswith("-") else 1
+            h, m, sec = token.lstrip("+-").split(":")
+            total += sign * ((int(h) * 60 + int(m)) * 60 + float(sec)) * 1e6
+            i += 1
+            continue
+        unit = parts[i + 1].rstrip("s") if i + 1 < len(parts) else ""
+        total += float(token) * _INTERVAL_UNITS.get(unit, 0)
+        i += 2
+    return round(total)
+
+
+def _money(mode: str) -> ColumnType:
+    def parse(s: str) -> decimal.Decimal:
+        negative = s.startswith("-") or s.startswith("(")
+        digits = "".join(ch for ch in s if ch.isdigit() or ch == ".")
+        d = decimal.Decimal(digits)
+        return -d if negative else d
+
+    if mode == "double":
+        return ColumnType({"type": "double"}, lambda s: float(parse(s)))
+    if mode == "string":
+        return ColumnType({"type": "string"}, lambda s: str(parse(s)))
+    schema = {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+              "parameters": {"scale": "2"}}  # fmt: skip
+    return ColumnType(schema, lambda s: _unscaled(parse(s), 2))
+
+
+def _array_items(text: str) -> list[str | None]:
+    """A one-dimensional PostgreSQL array literal ('{1,NULL,"a b"}') split into its
+    elements' text (None for NULL)."""
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError(f"not an array literal: {text!r}")
+    body = text[1:-1]
+    out: list[str | None] = []
+    i = 0
+    while i < len(body):
+        if body[i] == '"':
+            j, buf = i + 1, []
+            while body[j] != '"':
+                if body[j] == "\\":
+                    j += 1
+                buf.append(body[j])
+                j += 1
+            out.append("".join(buf))
+            i = j + 2  # the closing quote and the comma
+        else:
+            j = body.find(",", i)
+            j = len(body) if j < 0 else j
+            item = body[i:j]
+            out.append(None if item == "NULL" else item)
+            i = j + 1
+    return out
+
+
+# array type -> element type (the common ones); others are strings, as before
+_ARRAYS = {1000: 16, 1005: 21, 1007: 23, 1016: 20, 1021: 700, 1022: 701, 1009: 25, 1015: 1043,
+           1014: 1042, 2951: 2950, 1231: 1700, 1182: 1082, 1115: 1114, 1185: 1184}  # fmt: skip
+
+
+def _array(element: ColumnType) -> ColumnType:
+    def convert(s: str) -> list[Any]:
+        return [None if v is None else element.convert(v) for v in _array_items(s)]
+
+    return ColumnType({"type": "array", "items": dict(element.schema, optional=True)}, convert)
+
+
 def column_type(type_oid: int, typmod: int, decimal_mode: str = "precise") -> ColumnType:
+    if type_oid in _ARRAYS:
+        return _array(column_type(_ARRAYS[type_oid], -1, decimal_mode))
+    if type_oid == 1186:
+        return _named("int64", "io.debezium.time.MicroDuration", _interval_us)
+    if type_oid == 790:
+        return _money(decimal_mode)
     if type_oid == 1700:
         return _numeric(typmod, decimal_mode)
     if type_oid == 1114:  # timestamp without time zone
