@@ -115,7 +115,6 @@ _KEYS = (
     _Key("client.id", _string, ""),
     _Key("plugin.path", _string, ""),
 )
-_BY_NAME = {k.name: k for k in _KEYS}
 # client settings the worker passes on to its producers, consumers and admin client
 _CLIENT_PREFIXES = ("security.", "ssl.", "sasl.")
 
@@ -206,7 +205,3 @@ def load_worker_config(path: str | Path, overrides: Mapping[str, str] = ()) -> W
         raise ConfigException(str(e)) from None
     raw.update(dict(overrides))
     return worker_config(raw)
-
-
-def known_key(name: str) -> bool:
-    return name in _BY_NAME

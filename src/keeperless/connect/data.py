@@ -22,7 +22,6 @@ __all__ = [
     "SinkRecord",
     "SourceRecord",
     "converter",
-    "optional",
     "struct_schema",
 ]
 
@@ -50,10 +49,6 @@ def struct_schema(
     if version is not None:
         out["version"] = version
     return out
-
-
-def optional(schema: Schema) -> Schema:
-    return dict(schema, optional=True)
 
 
 @dataclass(slots=True)

@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from keeperless.connect import state as st
@@ -62,7 +62,6 @@ class _RunningConnector:
     instance: Connector
     config: dict[str, str]
     state: str = "RUNNING"
-    task_configs: list[dict[str, str]] = field(default_factory=list)
 
 
 class Herder:

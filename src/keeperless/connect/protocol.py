@@ -27,7 +27,6 @@ PROTOCOL_TYPE = "connect"
 PROTOCOL_NAME = "default"
 CONNECTOR_TASK = -1  # the connector itself, in an assignment's task list
 NO_ERROR = 0
-CONFIG_MISMATCH = 1
 
 
 @dataclass(frozen=True, slots=True)
