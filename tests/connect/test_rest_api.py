@@ -344,3 +344,39 @@ def test_failed_task_reports_its_trace_and_others_keep_running(
     assert r.status_code == 202
     assert r.json()["tasks"][0]["state"] == "RESTARTING"
     assert r.json()["connector"]["state"] == "RUNNING"  # only failed ones restart
+
+
+def test_sink_error_tolerance_and_dead_letter_queue(
+    worker: Worker, tmp_path: Path, node: Node
+) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": node.bootstrap})
+    good = b'{"schema":{"type":"string","optional":false},"payload":"%s"}'
+    for value in (good % b"one", b"not json at all", good % b"two"):
+        p.produce("mixed", value)
+    assert p.flush(10) == 0
+    out = tmp_path / "sink.txt"
+    cfg = {"connector.class": "FileStreamSink", "file": str(out), "topics": "mixed",
+           "errors.tolerance": "all", "errors.deadletterqueue.topic.name": "mixed-dlq",
+           "errors.deadletterqueue.topic.replication.factor": "1",
+           "errors.deadletterqueue.context.headers.enable": "true"}  # fmt: skip
+    assert (
+        worker.call("POST", "/connectors", {"name": "tolerant", "config": cfg}).status_code == 201
+    )
+    wait_until(lambda: out.exists() and out.read_text() == "one\ntwo\n", 60,
+               what="the two readable records in the file")  # fmt: skip
+    wait_until(lambda: len(read_topic(node.bootstrap, "mixed-dlq")) == 1, 60, what="the DLQ")
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "dlq"})
+    c.assign([TopicPartition("mixed-dlq", 0, 0)])
+    [m] = [m for m in c.consume(5, 10) if m.error() is None]
+    c.close()
+    assert m.value() == b"not json at all"
+    headers = dict(m.headers() or [])
+    assert headers["__connect.errors.topic"] == b"mixed"
+    assert headers["__connect.errors.offset"] == b"1"
+    assert (
+        b"Converting byte[] to Kafka Connect data failed"
+        in headers["__connect.errors.exception.message"]
+    )
+    assert worker.status("tolerant")["tasks"][0]["state"] == "RUNNING"

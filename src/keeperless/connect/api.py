@@ -73,7 +73,7 @@ class ConfigKey:
             if self.required:
                 return [f'Missing required configuration "{self.name}" which has no default value.']
             return []
-        if self.type in ("INT", "LONG"):
+        if self.type in ("INT", "LONG", "SHORT"):
             try:
                 int(value)
             except ValueError:

@@ -118,6 +118,7 @@ _COMMON = (
         group="Error Handling",
         choices=("none", "all"),
     ),
+    ConfigKey("errors.log.enable", "BOOLEAN", "false", importance="MEDIUM", group="Error Handling"),
 )
 _SOURCE = (
     ConfigKey(
@@ -138,6 +139,27 @@ _SOURCE = (
     ),
 )
 _SINK = (
+    ConfigKey(
+        "errors.deadletterqueue.topic.name",
+        "STRING",
+        "",
+        importance="MEDIUM",
+        group="Error Handling",
+    ),
+    ConfigKey(
+        "errors.deadletterqueue.topic.replication.factor",
+        "SHORT",
+        "3",
+        importance="MEDIUM",
+        group="Error Handling",
+    ),
+    ConfigKey(
+        "errors.deadletterqueue.context.headers.enable",
+        "BOOLEAN",
+        "false",
+        importance="MEDIUM",
+        group="Error Handling",
+    ),
     ConfigKey(
         "topics",
         "LIST",

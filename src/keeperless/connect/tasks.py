@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from keeperless.connect.api import SinkTask, SourceTask, TaskContext
-from keeperless.connect.data import Converter, SinkRecord, SourceRecord
+from keeperless.connect.data import Converter, DataException, SinkRecord, SourceRecord
 from keeperless.connect.state import offset_key
 
 __all__ = ["Reporter", "TaskRunner", "TaskSettings"]
@@ -287,6 +287,7 @@ class TaskRunner(threading.Thread):
             topics = [t.strip() for t in cfg.get("topics", "").split(",") if t.strip()]
             consumer.subscribe(topics, on_revoke=revoked)
         next_flush = time.monotonic() + self.s.flush_interval_s
+        dlq = _Tolerance(self.s) if cfg.get("errors.tolerance", "none") == "all" else None
         try:
             while not self.stopping.is_set():
                 if self.paused.is_set():
@@ -297,10 +298,17 @@ class TaskRunner(threading.Thread):
                 for m in msgs:
                     if m.error() is not None:
                         continue
-                    ks, k = self.s.key_converter.to_connect(m.key())
-                    vs, v = self.s.value_converter.to_connect(m.value())
-                    _, ts = m.timestamp()
                     topic, part, off = m.topic() or "", m.partition() or 0, m.offset() or 0
+                    try:
+                        ks, k = self.s.key_converter.to_connect(m.key())
+                        vs, v = self.s.value_converter.to_connect(m.value())
+                    except DataException as e:
+                        if dlq is None:
+                            raise  # errors.tolerance=none: the task fails, as Kafka's
+                        dlq.tolerate(m, e)
+                        done[(topic, part)] = off + 1
+                        continue
+                    _, ts = m.timestamp()
                     raw = m.headers() or []
                     pairs = list(raw.items()) if isinstance(raw, dict) else list(raw)
                     headers = [
@@ -317,3 +325,56 @@ class TaskRunner(threading.Thread):
             commit()
         finally:
             consumer.close()
+            if dlq is not None:
+                dlq.close()
+
+
+class _Tolerance:
+    """errors.tolerance=all for a sink: a record the converters cannot read is skipped
+    (logged with errors.log.enable) and, with errors.deadletterqueue.topic.name, written
+    unchanged to that topic, with Kafka's __connect.errors.* headers when
+    errors.deadletterqueue.context.headers.enable=true."""
+
+    def __init__(self, s: TaskSettings) -> None:
+        cfg = s.connector_config
+        self.s = s
+        self.topic = cfg.get("errors.deadletterqueue.topic.name", "").strip()
+        self.context = cfg.get("errors.deadletterqueue.context.headers.enable") == "true"
+        self.log = cfg.get("errors.log.enable") == "true"
+        self.producer: Producer | None = None
+        if self.topic:
+            rf = int(cfg.get("errors.deadletterqueue.topic.replication.factor", "3"))
+            admin = AdminClient(dict(s.client))
+            fut = admin.create_topics([NewTopic(self.topic, 1, rf)])[self.topic]
+            try:
+                fut.result(30)
+            except KafkaException as e:
+                if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                    raise
+            self.producer = Producer({**s.client, "acks": "all", "enable.idempotence": True})
+
+    def tolerate(self, m: Any, error: Exception) -> None:
+        if self.log:
+            log.warning("task %s-%d: skipped %s-%s@%s: %s", self.s.connector, self.s.task,
+                        m.topic(), m.partition(), m.offset(), error)  # fmt: skip
+        if self.producer is None:
+            return
+        headers = list(m.headers() or [])
+        if self.context:
+            headers += [
+                ("__connect.errors.topic", (m.topic() or "").encode()),
+                ("__connect.errors.partition", str(m.partition()).encode()),
+                ("__connect.errors.offset", str(m.offset()).encode()),
+                ("__connect.errors.connector.name", self.s.connector.encode()),
+                ("__connect.errors.task.id", str(self.s.task).encode()),
+                ("__connect.errors.stage", b"VALUE_CONVERTER"),
+                ("__connect.errors.exception.class.name",
+                 b"org.apache.kafka.connect.errors.DataException"),
+                ("__connect.errors.exception.message", str(error).encode()),
+            ]  # fmt: skip
+        self.producer.produce(self.topic, m.value(), m.key(), headers=headers)
+        self.producer.poll(0)
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.flush(10)
