@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.connect.worker import Worker
@@ -240,6 +241,10 @@ def test_bad_input_is_answered_in_kafka_connects_words(worker: Worker, tmp_path:
     assert r.status_code == 400
     r = requests_raw(w, "POST", "/connectors", "{not json")
     assert r.status_code == 400
+    form = requests.post(w.url + "/connectors", data='{"name": "f", "config": {}}', timeout=30,
+                         headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+    assert form.status_code == 415
+    assert form.json() == {"error_code": 415, "message": "HTTP 415 Unsupported Media Type"}
     assert r.json()["error_code"] == 400
     assert "JSON" in r.json()["message"]
 

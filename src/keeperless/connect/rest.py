@@ -58,6 +58,10 @@ async def _body(request: web.Request) -> Any:
     text = await request.text()
     if not text.strip():
         return None
+    if request.content_type not in ("application/json", "application/octet-stream", ""):
+        # as Kafka Connect's JAX-RS resources: a body must be JSON (curl -d without
+        # -H "Content-Type: application/json" sends a form)
+        raise RestError(415, "HTTP 415 Unsupported Media Type")
     try:
         return json.loads(text)
     except ValueError as e:
