@@ -92,6 +92,18 @@ class Postgres:
         finally:
             conn.close()
 
+    def copy(self, table: str, columns: str, rows: list[str], db: str = "postgres") -> None:
+        """COPY rows (tab-separated lines) in: one WAL record, one LSN, for many rows."""
+        import io
+
+        conn = self.connect(db)
+        try:
+            with conn.cursor() as cur:
+                cur.copy_expert(f"COPY {table} ({columns}) FROM STDIN",
+                                io.StringIO("".join(r + "\n" for r in rows)))  # fmt: skip
+        finally:
+            conn.close()
+
     def connector_config(self, **more: str) -> dict[str, str]:
         return {
             "connector.class": "io.debezium.connector.postgresql.PostgresConnector",

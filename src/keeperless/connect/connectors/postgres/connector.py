@@ -187,11 +187,13 @@ class PostgresTask(SourceTask):
         self.txn_meta: Transaction | None = None  # once the transaction has a change event
         self.safe_lsn = 0  # every change before it is stored: PostgreSQL may discard it
         self.flushed = 0
-        self.last_lsn = (
-            (int(self.stored.get("lsn_commit", 0)), int(self.stored.get("lsn_proc", 0)))
-            if self.stored and not self.stored.get("snapshot")
-            else (0, 0)
-        )
+        # a change's position: its transaction's commit LSN, its own LSN, and its number in
+        # the transaction (the rows of one COPY share one LSN); what is at or before the
+        # last position returned or stored is skipped when PostgreSQL sends it again
+        st = self.stored if self.stored and not self.stored.get("snapshot") else {}
+        self.last_pos = (int(st.get("lsn_commit", 0)), int(st.get("lsn_proc", 0)),
+                         int(st.get("event_serial_no", 0)))  # fmt: skip
+        self.txn_seq = 0
         self.done = False
         self.streaming = False
         self.broken: psycopg2.Error | None = None  # the connection failed: reconnect
@@ -397,13 +399,14 @@ class PostgresTask(SourceTask):
         m = pg.decode(payload)
         if isinstance(m, pg.Begin):
             self.in_txn = m
+            self.txn_seq = 0
             return
         if isinstance(m, pg.Commit):
             txn, meta = self.in_txn, self.txn_meta
             self.in_txn = self.txn_meta = None
             self.safe_lsn = max(self.safe_lsn, m.end_lsn)
             if meta is not None and txn is not None:
-                out.append(meta.end(self.partition, self._offset(txn, lsn)))
+                out.append(meta.end(self.partition, self._offset(txn, lsn, self.txn_seq + 1)))
             return
         if isinstance(m, pg.Relation):
             if self._captured(m.schema, m.table):
@@ -414,11 +417,13 @@ class PostgresTask(SourceTask):
         txn = self.in_txn
         if m is None or txn is None:
             return
-        if (txn.final_lsn, lsn) <= self.last_lsn:
-            return  # stored before a restart
+        self.txn_seq += 1
+        pos = (txn.final_lsn, lsn, self.txn_seq)
+        if pos <= self.last_pos:
+            return  # returned (or stored before a restart) already
+        self.last_pos = pos
         ts_us = txn.commit_ts_us + PG_EPOCH_US
-        offset = self._offset(txn, lsn)
-        self.last_lsn = (txn.final_lsn, lsn)  # returned: skipped if PostgreSQL resends it
+        offset = self._offset(txn, lsn, self.txn_seq)
         seq = [str(txn.final_lsn), str(lsn)]
         if isinstance(m, pg.Truncate):
             if "t" in self.skipped:
@@ -471,10 +476,11 @@ class PostgresTask(SourceTask):
                 "d", te.row(m.old), None, src, self.partition, offset, self.tombstones, block
             )
 
-    def _offset(self, txn: pg.Begin, lsn: int) -> dict[str, Any]:
-        """Debezium's offset keys: the change's LSN, its transaction's commit LSN and id."""
+    def _offset(self, txn: pg.Begin, lsn: int, seq: int) -> dict[str, Any]:
+        """Debezium's offset keys (the change's LSN, its transaction's commit LSN and id),
+        and the change's number in its transaction."""
         return {"lsn_proc": lsn, "lsn_commit": txn.final_lsn, "lsn": lsn, "txId": txn.xid,
-                "ts_usec": txn.commit_ts_us + PG_EPOCH_US}  # fmt: skip
+                "ts_usec": txn.commit_ts_us + PG_EPOCH_US, "event_serial_no": seq}  # fmt: skip
 
     def commit(self) -> None:
         """Every record returned so far is in Kafka and its offset stored: PostgreSQL may
