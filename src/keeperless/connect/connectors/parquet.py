@@ -31,6 +31,7 @@ from keeperless.connect.api import (
     at_least_one,
 )
 from keeperless.connect.data import SinkRecord
+from keeperless.storage.durable import fsync_dir
 
 __all__ = ["ParquetSinkConnector"]
 
@@ -101,11 +102,7 @@ class ParquetSinkTask(SinkTask):
         finally:
             os.close(fd)
         os.replace(tmp, folder / name)
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(folder)
 
 
 def _column(value: Any) -> Any:

@@ -380,14 +380,19 @@ class PostgresTask(SourceTask):
                 continue
             self._message(msg.payload, msg.data_start, out)
 
+    def columns(self, relation: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """A table's columns from the catalog, in order: (name, type oid, typmod, not
+        null, in the primary key); ``relation`` is the SQL naming its oid."""
+        return self._query(
+            "SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull, COALESCE((SELECT true "
+            "FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisprimary AND "
+            f"a.attnum = ANY(i.indkey)), false) FROM pg_attribute a WHERE a.attrelid = {relation} "
+            "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", args,
+        )  # fmt: skip
+
     def _table(self, rel: pg.Relation) -> TableEvents:
-        rows = self._query(
-            "SELECT a.attname, a.attnotnull, COALESCE((SELECT true FROM pg_index i WHERE "
-            "i.indrelid = a.attrelid AND i.indisprimary AND a.attnum = ANY(i.indkey)), false) "
-            "FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
-            (rel.relid,),
-        )
-        info = {name: (notnull, pk) for name, notnull, pk in rows}
+        rows = self.columns("%s", (rel.relid,))
+        info = {name: (notnull, pk) for name, _oid, _mod, notnull, pk in rows}
         cols = tuple(TableColumn(c.name, c.type_oid, c.typmod, not info.get(c.name, (False, False))[0])  # noqa: E501
                      for c in rel.columns)  # fmt: skip
         key = tuple(c.name for c in rel.columns if info.get(c.name, (False, False))[1])
@@ -540,13 +545,7 @@ class _Snapshot:
             return False
         schema, table = self.pending.pop(0)
         t = self.task
-        rows = t._query(
-            "SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull, COALESCE((SELECT true "
-            "FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisprimary AND "
-            "a.attnum = ANY(i.indkey)), false) FROM pg_attribute a WHERE a.attrelid = "
-            "(quote_ident(%s) || '.' || quote_ident(%s))::regclass AND a.attnum > 0 AND NOT "
-            "a.attisdropped ORDER BY a.attnum", (schema, table),
-        )  # fmt: skip
+        rows = t.columns("(quote_ident(%s) || '.' || quote_ident(%s))::regclass", (schema, table))
         cols = tuple(TableColumn(n, oid, mod, not notnull) for n, oid, mod, notnull, _ in rows)
         key = tuple(n for n, _, _, _, pk in rows if pk)
         self.events = TableEvents(t.prefix, t.db, Table(schema, table, cols, key), t.decimal)
