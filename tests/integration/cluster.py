@@ -25,20 +25,28 @@ def _ephemeral_low() -> int:
 
 
 _ports = random.SystemRandom()
+_given: set[int] = set()
 
 
 def free_port() -> int:
     """A port free now, below the kernel's ephemeral range: a port from that range can be
     taken by any client's outgoing connection between this check and the node's bind
-    (a full run once lost a secured node's listener that way: "address already in use")."""
+    (a full run once lost a secured node's listener that way: "address already in use").
+    Never the same port twice in one test process: a cluster chooses all its ports before
+    any node binds one, so a port handed out for one node is still free when the next is
+    chosen (the likely cause of a full run's "Cannot serve metrics ...: Address already in
+    use", a broker metrics port drawn again)."""
     top = _ephemeral_low() - 1
     for _ in range(200):
         port = _ports.randint(10000, top) if top > 10000 else 0
+        if port in _given:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _given.add(port)
             return int(s.getsockname()[1])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
