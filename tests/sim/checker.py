@@ -26,19 +26,34 @@ Properties:
   * state-machine safety: a node applies only committed entries, in order, never loses
     an applied entry (truncation or snapshot), and snapshots hold exactly the committed
     values below their end.
+
+With a dynamic voter set (KIP-853) a voter is a node id *and* a directory id, votes are
+kept per disk, and:
+  * committed entries are durable on enough voters of the latest committed voter set
+    that every majority of it holds them (a majority, for an odd number of voters;
+    majorities without the voters whose disks were replaced, who can never vote again),
+    so no configuration a leader can be elected by loses them;
+  * voter changes are made one at a time: a leader appends a voter change only when
+    every voter change before it is committed and it has committed an entry of its own
+    epoch (Ongaro's fix of single-server changes); the voter set in the batch that
+    starts an epoch may only restate the current one.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from keeperless.protocol.records import decode_records
+from keeperless.protocol.control import LEADER_CHANGE, control_type
+from keeperless.protocol.records import CorruptBatchError, decode_records, iter_batches
 from keeperless.raft import messages as m
 from keeperless.raft.messages import Entry, SnapshotId
+from keeperless.raft.quorum import majority
 from keeperless.raft.state import ElectionState
+from keeperless.raft.voters import VoterSet, voters_in_batch
 
 Key = tuple[int, int]  # (last offset, epoch) names an entry, or the end of a snapshot
 
@@ -58,7 +73,27 @@ def entry_values(e: Entry) -> list[tuple[int, bytes]]:
 
 
 def snapshot_values(data: bytes) -> list[tuple[int, bytes]]:
-    return [(o, bytes.fromhex(v)) for o, v in json.loads(data)]
+    """The simulation's snapshot: the core's voter-set batch (dynamic quorums), then one
+    batch whose record is the JSON of the applied values."""
+    try:
+        for pos, h in iter_batches(data, verify_crc=False):
+            if not h.is_control:
+                [r] = decode_records(data[pos : pos + h.size])
+                return [(o, bytes.fromhex(v)) for o, v in json.loads(r.value or b"[]")]
+    except CorruptBatchError:
+        pass
+    return []
+
+
+def voters_of(e: Entry) -> VoterSet | None:
+    """The voter set a control entry records (None: none)."""
+    if not e.control:
+        return None
+    return voters_in_batch(e.data)[1]
+
+
+def starts_epoch(e: Entry) -> bool:
+    return e.control and any(control_type(r) == LEADER_CHANGE for r in decode_records(e.data))
 
 
 @dataclass
@@ -97,9 +132,20 @@ class DiskView:
 
 
 class SafetyChecker:
-    def __init__(self, voters: tuple[int, ...], fail: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        voters: tuple[int, ...],
+        fail: Callable[[str], None],
+        initial: VoterSet | None = None,
+        nodes: tuple[int, ...] = (),
+    ) -> None:
+        """``initial``: the bootstrap voter set of a dynamic quorum (None: static
+        ``voters``); ``nodes``: every node, for a dynamic quorum's durability count."""
         self.voters = voters
-        self.need = len(voters) // 2 + 1
+        self.dynamic = initial is not None
+        self.config = initial if initial is not None else VoterSet.static(voters)
+        self.dirs: dict[int, uuid.UUID | None] = {v.id: v.directory_id for v in self.config}
+        self.gen: dict[int, int] = {}  # node -> how many times its disk was replaced
         self.fail = fail
         self.leaders: dict[int, int] = {}  # epoch -> leader
         self.votes: dict[tuple[int, int], int] = {}  # (epoch, voter) -> candidate
@@ -110,7 +156,8 @@ class SafetyChecker:
         self.committed_bases: list[int] = []
         self.committed_end = 0
         self.committed_values: dict[int, bytes] = {}
-        self.durable_upto: dict[int, int] = {v: 0 for v in voters}
+        self.committed_epochs: set[int] = set()
+        self.durable_upto: dict[int, int] = {v: 0 for v in (*voters, *nodes)}
         self.current_leaders: dict[int, tuple[int, Callable[[int, int], list[Entry]]]] = {}
 
     # -- helpers --------------------------------------------------------------------
@@ -126,17 +173,29 @@ class SafetyChecker:
 
     # -- election state and messages ----------------------------------------------------
 
+    def _votes(self, node: int) -> bool:
+        """Whether ``node``'s votes are checked (any node's, in a dynamic quorum: a
+        replica may vote for a candidate whose voter set it has not seen yet)."""
+        return self.dynamic or node in self.voters
+
+    def wiped(self, node: int, directory_id: uuid.UUID | None) -> None:
+        """``node``'s disk was replaced by an empty one with a new directory id."""
+        self.gen[node] = self.gen.get(node, 0) + 1
+        self.dirs[node] = directory_id
+        self.disk_epoch.pop(node, None)
+
     def state_written(self, node: int, old: ElectionState, new: ElectionState) -> None:
         if new.epoch < self.disk_epoch.get(node, 0):
             self.fail(f"node {node}: epoch on disk went back to {new.epoch}")
         self.disk_epoch[node] = new.epoch
-        if node not in self.voters or new.voted_id < 0:
-            if node in self.voters and old.epoch == new.epoch and old.voted_id >= 0:
+        if not self._votes(node) or new.voted_id < 0:
+            if self._votes(node) and old.epoch == new.epoch and old.voted_id >= 0:
                 self.fail(
                     f"node {node}: durable vote for {old.voted_id} in epoch {new.epoch} was erased"
                 )
             return
-        prev = self.votes.setdefault((new.epoch, node), new.voted_id)
+        key = node if not self.gen.get(node) else node * 1000 + self.gen[node]
+        prev = self.votes.setdefault((new.epoch, key), new.voted_id)
         if prev != new.voted_id:
             self.fail(
                 f"voter {node} voted twice in epoch {new.epoch}: for {prev}, then for "
@@ -146,7 +205,7 @@ class SafetyChecker:
     def sent(self, node: int, msg: m.Message, disk: DiskView) -> None:
         s = disk.state
         if isinstance(msg, m.VoteResponse) and msg.granted and not msg.pre_vote:
-            if node in self.voters and (s.epoch, s.voted_id) != (msg.epoch, msg.dst):
+            if self._votes(node) and (s.epoch, s.voted_id) != (msg.epoch, msg.dst):
                 self.fail(
                     f"voter {node} granted its vote in epoch {msg.epoch} to {msg.dst} "
                     f"before it was durable (disk: epoch {s.epoch}, voted {s.voted_id})"
@@ -189,6 +248,15 @@ class SafetyChecker:
         # leader completeness: everything committed so far is in the new leader's log
         self._holds(node, epoch, read, max(start, 0), self.committed_end)
 
+    def forget_leader(self, node: int, epoch: int) -> None:
+        """``node`` crashed while its leadership of ``epoch`` was being written, before
+        the write: nothing it did as that leader left it or reached its disk."""
+        if self.leaders.get(epoch) == node:
+            del self.leaders[epoch]
+        for k in [k for k in self.canon if k[1] == epoch]:
+            del self.canon[k]
+        self.current_leaders.pop(node, None)
+
     def leader_gone(self, node: int) -> None:
         self.current_leaders.pop(node, None)
 
@@ -212,10 +280,16 @@ class SafetyChecker:
                 )
 
     def appended(
-        self, node: int, prev: Key | None, entries: list[Entry], leader_epoch: int | None
+        self,
+        node: int,
+        prev: Key | None,
+        entries: list[Entry],
+        leader_epoch: int | None,
+        read: Callable[[int, int], list[Entry]] | None = None,
     ) -> None:
         """``node`` appended ``entries`` after the entry (or snapshot end) ``prev``;
-        ``leader_epoch`` is set when it appends as the leader of that epoch."""
+        ``leader_epoch`` is set when it appends as the leader of that epoch (and
+        ``read`` reads its log)."""
         if leader_epoch is not None:
             prior = self.leaders.setdefault(leader_epoch, node)
             if prior != node:
@@ -233,6 +307,8 @@ class SafetyChecker:
                 if prior != node:
                     self.fail(f"entry of epoch {e.epoch} created by {node}, not by {prior}")
                 self.canon[k] = (e, prev)
+                if read is not None and voters_of(e) is not None:
+                    self._voter_change(node, e, read)
             else:
                 entry, before = known
                 if entry != e:
@@ -245,6 +321,31 @@ class SafetyChecker:
             if leader_epoch is not None and e.epoch != leader_epoch:
                 self.fail(f"leader {node} of epoch {leader_epoch} appended epoch {e.epoch}")
             prev = k
+
+    def _voter_change(self, node: int, e: Entry, read: Callable[[int, int], list[Entry]]) -> None:
+        """Leader ``node`` creates entry ``e``, which records a voter set."""
+        new = voters_of(e)
+        before = [x for x in read(0, 10**9) if x.last_offset < e.base_offset]
+        earlier = self.config
+        for x in before:
+            vs = voters_of(x)
+            if vs is not None:
+                earlier = vs
+            if x.base_offset >= self.committed_end and vs is not None:
+                self.fail(
+                    f"leader {node} appended voter set {new} at {e.base_offset} while the voter "
+                    f"change at {x.base_offset} ({vs}) is not committed"
+                )
+        if starts_epoch(e):
+            keys = {(v.id, v.directory_id) for v in new or ()}
+            if keys != {(v.id, v.directory_id) for v in earlier}:
+                self.fail(f"leader {node} changed the voters to {new} as it took office")
+            return
+        if e.epoch not in self.committed_epochs:
+            self.fail(
+                f"leader {node} of epoch {e.epoch} changed the voters to {new} before it "
+                "committed an entry of its epoch"
+            )
 
     def truncated(
         self, node: int, offset: int, removed: list[Entry], leader: bool, applied_end: int
@@ -323,6 +424,10 @@ class SafetyChecker:
             self.committed_bases.append(e.base_offset)
             self.committed_end = e.last_offset + 1
             self.committed_values.update(entry_values(e))
+            self.committed_epochs.add(e.epoch)
+            vs = voters_of(e)
+            if vs is not None:
+                self.config = vs
         if self.committed_end < hw:
             self.fail(f"leader {node}: high watermark {hw} beyond the end of its log")
         # leader completeness for leaders elected earlier that lead still
@@ -357,17 +462,36 @@ class SafetyChecker:
             i += 1
         return upto
 
-    def check_durable(self, disks: dict[int, DiskView]) -> None:
-        """Every committed entry is on the disks of a majority of voters."""
-        end = self.committed_end
-        have = 0
-        for v, upto in self.durable_upto.items():
+    def holders(self, disks: dict[int, DiskView], end: int) -> set[int]:
+        """The voters of the committed voter set whose disks (the voter's own: same
+        directory id) hold every committed entry below ``end``."""
+        out = set()
+        for v in self.config:
+            if v.id not in self.durable_upto or self.dirs.get(v.id) != v.directory_id:
+                continue
+            upto = self.durable_upto[v.id]
             if upto < end:
-                upto = self.durable_upto[v] = self._extend(disks[v], upto)
+                upto = self.durable_upto[v.id] = self._extend(disks[v.id], upto)
             if upto >= end:
-                have += 1
-        if have < self.need:
+                out.add(v.id)
+        return out
+
+    def need(self) -> int:
+        """How many voters of the committed set must hold an entry so that every
+        majority of the set that can still vote holds it: a voter whose disk was
+        replaced (another directory id now) never votes again, so no majority counts it.
+        """
+        n = len(self.config)
+        alive = sum(1 for v in self.config if self.dirs.get(v.id) == v.directory_id)
+        return alive - majority(n) + 1
+
+    def check_durable(self, disks: dict[int, DiskView]) -> None:
+        """Every committed entry is on the disks of enough voters of the committed voter
+        set that each majority of it holds them."""
+        end = self.committed_end
+        have = self.holders(disks, end)
+        if len(have) < self.need():
             self.fail(
-                f"committed entries up to {end} are durable on {have} voters only "
-                f"({dict(self.durable_upto)})"
+                f"committed entries up to {end} are durable on {len(have)} voters of "
+                f"{self.config} only ({dict(self.durable_upto)})"
             )

@@ -40,6 +40,7 @@ class Mutant:
     path: str  # under src/keeperless/raft/
     edits: tuple[tuple[str, str], ...]  # (original text, replacement), each found once
     kind: str = "safety"  # or "scenario": only the scenario tests must catch it
+    also: tuple[tuple[str, str, str], ...] = ()  # (path, original, replacement) elsewhere
 
 
 MUTANTS = [
@@ -274,6 +275,51 @@ MUTANTS = [
         ),
         kind="scenario",
     ),
+    # -- voter changes (KIP-853): caught by the dynamic-quorum runs ("m" cases) --
+    Mutant(
+        "two-voter-changes",
+        "a leader starts a voter change while the previous one is not committed",
+        "core.py",
+        (("        if latest >= self.high_watermark:\n", "        if False:\n"),),
+    ),
+    Mutant(
+        "change-before-epoch-commit",
+        "a new leader changes the voters before it has committed an entry of its epoch",
+        "core.py",
+        (("        if self.high_watermark <= self.epoch_start_offset:\n", "        if False:\n"),),
+    ),
+    Mutant(
+        "removed-leader-keeps-leading",
+        "a leader that removed itself counts its own log and never resigns",
+        "core.py",
+        (
+            (
+                "        mine = [self.durable_end] if self.is_voter else []\n",
+                "        mine = [self.durable_end]\n",
+            ),
+            ("            and not self.is_voter\n", "            and False\n"),
+        ),
+    ),
+    Mutant(
+        "replaced-disk-votes",
+        "a controller whose disk was replaced votes (and is counted) as the voter it was",
+        "voters.py",
+        (
+            (
+                "        return node_id == self.id and (\n"
+                "            self.directory_id is None or directory_id == self.directory_id\n"
+                "        )\n",
+                "        return node_id == self.id\n",
+            ),
+        ),
+        also=(
+            (
+                "election.py",
+                "    if core.dynamic and req.voter_dir not in (None, core.directory_id):\n",
+                "    if False:\n",
+            ),
+        ),
+    ),
 ]
 SCENARIOS = ROOT / "tests" / "sim" / "test_raft_paper.py"
 
@@ -289,6 +335,7 @@ def cases(seeds: int = SEEDS) -> list[tuple[str, int]]:
         [("q1", s) for s in range(100)],
         [("majority", s) for s in range(50)],
         [("removed", s) for s in range(30)],
+        [("m", s) for s in range(seeds // 4)],
     ]
     out: list[tuple[str, int]] = []
     for i in range(max(len(g) for g in groups)):
@@ -305,6 +352,7 @@ def _run_case(kind: str, seed: int) -> None:
         "q1": t.test_single_voter_with_crashes,
         "majority": t.test_majority_lost_and_regained,
         "removed": t.test_removed_voter_is_told_and_observes,
+        "m": t.test_voter_changes,
     }[kind](seed)
 
 
@@ -357,16 +405,16 @@ def _child(seeds: int) -> int:
 
 def _apply(mutant: Mutant, scratch: Path) -> None:
     shutil.copytree(ROOT / "src", scratch / "src", ignore=shutil.ignore_patterns("__pycache__"))
-    target = scratch / "src" / "keeperless" / "raft" / mutant.path
-    text = target.read_text()
-    for old, new in mutant.edits:
+    edits = [(mutant.path, old, new) for old, new in mutant.edits] + list(mutant.also)
+    for path, old, new in edits:
+        target = scratch / "src" / "keeperless" / "raft" / path
+        text = target.read_text()
         if text.count(old) != 1:
             raise SystemExit(
                 f"mutant {mutant.name}: the text to replace occurs {text.count(old)} times in "
-                f"raft/{mutant.path} (the code changed; update the mutant):\n{old}"
+                f"raft/{path} (the code changed; update the mutant):\n{old}"
             )
-        text = text.replace(old, new)
-    target.write_text(text)
+        target.write_text(text.replace(old, new))
 
 
 def _failing_scenarios(env: dict[str, str]) -> list[str]:

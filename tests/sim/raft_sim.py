@@ -7,7 +7,10 @@ several election timeouts, so messages overtake each other by seconds) and parti
 also to nodes that restarted meanwhile; crashes that lose unsynced log data, keep it,
 or keep part of it (a torn tail); crashes in the middle of writing the election state
 (the write is lost, or it is durable and the messages after it never leave); nodes
-started with a stale voter set; proposals and snapshots.
+started with a stale voter set; proposals and snapshots. With ``membership`` the quorum
+is dynamic (KIP-853): voters are added and removed (the leader too) while all that goes
+on, and a node's disk is replaced by an empty one with a new directory id, after which
+the old voter is removed and the node may be added again.
 
 Every observation goes to ``SafetyChecker`` (tests/sim/checker.py), which checks Raft's
 safety properties over the whole history after every event. A failure names the seed
@@ -21,10 +24,12 @@ import heapq
 import json
 import math
 import random
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from keeperless.raft.core import RaftConfig, RaftCore, Role
+from keeperless.protocol.records import build_batch
+from keeperless.raft.core import MembershipError, RaftConfig, RaftCore, Role
 from keeperless.raft.log import MemoryLog
 from keeperless.raft.messages import (
     INCONSISTENT_VOTER_SET,
@@ -35,6 +40,7 @@ from keeperless.raft.messages import (
     VoteResponse,
 )
 from keeperless.raft.state import ElectionState
+from keeperless.raft.voters import Voter, VoterSet
 from tests.sim.checker import (
     DiskView,
     Key,
@@ -82,6 +88,8 @@ class SimNode:
     clock_rate: float = 1.0
     clock_skew: int = 0
     crash_armed: bool = False  # crash at the next election-state write
+    directory_id: uuid.UUID | None = None  # a dynamic quorum's nodes have one per disk
+    bootstrap: VoterSet = field(default_factory=VoterSet)  # as storage format wrote it
 
 
 def _precious(msg: Message) -> bool:
@@ -115,7 +123,8 @@ class SimLog(MemoryLog):
         if self.hooked and entries:
             core = self.node.core
             epoch = core.epoch if core is not None and self._leading() else None
-            self.sim.checker.appended(self.node.node_id, self._last_key(), entries, epoch)
+            read = self.read if epoch is not None else None
+            self.sim.checker.appended(self.node.node_id, self._last_key(), entries, epoch, read)
             self.node.dirty_from = min(self.node.dirty_from, entries[0].base_offset)
         super().append(entries)
 
@@ -158,6 +167,7 @@ class Simulation:
         observers: int = 1,
         faults: bool = True,
         believers: tuple[int, ...] = (),
+        membership: bool = False,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -165,7 +175,13 @@ class Simulation:
         self.queue: list[tuple[int, int, str, Any]] = []
         self.seq = 0
         self.voter_ids = tuple(range(1, voters + 1))
-        self.checker = SafetyChecker(self.voter_ids, self.fail)
+        self.membership = membership
+        self.changes: collections.Counter[str] = collections.Counter()
+        ids = tuple(range(1, voters + observers + 1))
+        initial = VoterSet.of(Voter(i, self._new_dir(i)) for i in self.voter_ids)
+        self.checker = SafetyChecker(
+            self.voter_ids, self.fail, initial if membership else None, ids if membership else ()
+        )
         self.trace: collections.deque[str] = collections.deque(maxlen=40)
         # nodes whose (stale) configuration still lists them as voters
         self.believers = believers
@@ -187,13 +203,25 @@ class Simulation:
         self.proposals = 0
         self.epoch_of_chaos = 0
         self.told: dict[int, int] = {}  # node -> INCONSISTENT_VOTER_SET answers it got
-        for i in range(1, voters + observers + 1):
+        for i in ids:
             configured = self.voter_ids + ((i,) if i in believers else ())
             n = SimNode(i, DiskView(ElectionState(voters=configured)), configured)
             n.clock_rate = 1.0 + rng.uniform(-drift, drift)
+            if membership:
+                v = initial.get(i)
+                n.directory_id = v.directory_id if v is not None else self._new_dir(i)
+                # the first voters were formatted with --initial-controllers, the others
+                # with --no-initial-controllers
+                n.bootstrap = initial if i in self.voter_ids else VoterSet()
             self.nodes[i] = n
+            self.checker.dirs[i] = n.directory_id
         for n in self.nodes.values():
             self._boot(n)
+
+    def _new_dir(self, node_id: int) -> uuid.UUID:
+        """A new directory id for ``node_id`` (a formatted disk)."""
+        self.seq += 1
+        return uuid.UUID(int=(node_id << 32) + self.seq)
 
     # -- clocks ---------------------------------------------------------------------
 
@@ -229,12 +257,15 @@ class Simulation:
         n.clock_skew = self.rng.randrange(10**6)  # a restarted monotonic clock
         n.core = RaftCore(
             n.node_id,
-            n.voters,
+            n.bootstrap if self.membership else n.voters,
             log,
             n.disk.state,
             CONFIG,
             random.Random(self.rng.random()),
             self._local(n),
+            directory_id=n.directory_id,
+            kraft_version=1 if self.membership else 0,
+            bootstrap=self.voter_ids,
         )
         n.hw = n.core.high_watermark  # what its snapshot holds: committed before
         if n.hw > 0:
@@ -263,6 +294,13 @@ class Simulation:
                 if self.rng.random() < 0.5:
                     self.checker.state_written(n.node_id, n.disk.state, r.state)
                     n.disk.state = r.state
+                elif r.state.leader_id == n.node_id and (
+                    n.disk.state.epoch,
+                    n.disk.state.leader_id,
+                ) != (r.state.epoch, n.node_id):
+                    # its leadership never became durable: what it appended as the leader
+                    # was neither written nor sent, and its epoch may be won again
+                    self.checker.forget_leader(n.node_id, r.state.epoch)
                 self.trace.append(f"t={self.now} node {n.node_id} crashed writing {r.state}")
                 self._crash(n, "lose")
                 self._at(self.now + self.rng.randint(20, 400), "restart", n.node_id)
@@ -377,7 +415,11 @@ class Simulation:
         elif kind == "partition":
             self.trace.append(f"t={self.now} partition {sorted(payload)}")
             self.blocked = payload
-        self.checker.check_durable({v: self.nodes[v].disk for v in self.voter_ids})
+        elif kind == "member":
+            self._change_voters()
+        elif kind == "wipe":
+            self._wipe(payload)
+        self.checker.check_durable({i: n.disk for i, n in self.nodes.items()})
 
     def _reschedule(self, n: SimNode) -> None:
         """Keep one pending tick per node, at its core's next deadline."""
@@ -423,6 +465,11 @@ class Simulation:
             self._at(t + rng.randint(50, 600), "partition", set())
         for _ in range(rng.randint(0, 3)):
             self._at(self.now + rng.randint(0, end - self.now), "snapshot", rng.choice(ids))
+        if self.membership:
+            for _ in range(rng.randint(2, 8)):
+                self._at(some_time(), "member", None)
+            for _ in range(rng.randint(0, 2)):
+                self._at(some_time(), "wipe", rng.choice(ids))
         if self.replay_p:
             for _ in range(rng.randint(2, 12)):
                 self._at(some_time(), "replay", None)
@@ -481,8 +528,75 @@ class Simulation:
         entries = n.log.read(end - 1, 1)
         if not entries or entries[0].last_offset != end - 1:
             return
-        data = json.dumps([(o, v.hex()) for o, v in n.applied if o < end]).encode()
+        values = json.dumps([(o, v.hex()) for o, v in n.applied if o < end]).encode()
+        data = n.core.snapshot_voters_records(end) + build_batch([(None, values, ())])
         n.core.take_snapshot(end, data)
+
+    def _change_voters(self) -> None:
+        """An operator's voter change at the leader (refusals are part of the game): add
+        a node that is not a voter, or remove a voter (the leader too; a voter whose disk
+        was replaced first), keeping between one and five voters."""
+        leader = self.leader()
+        if leader is None or leader.core is None:
+            return
+        rng = self.rng
+        vs = leader.core.voter_set
+        stale = [v for v in vs if self.nodes[v.id].directory_id != v.directory_id]
+        outside = [n for n in self.nodes.values() if n.node_id not in vs.ids]
+        ops = (["add"] if outside and len(vs) < 5 else []) + (["remove"] if len(vs) > 1 else [])
+        if not ops:
+            return
+        op = rng.choice(ops)
+        if op == "add":
+            n = rng.choice(outside)
+            voter = Voter(n.node_id, n.directory_id)
+        else:
+            voter = stale[0] if stale else rng.choice(list(vs))
+
+        def change(core: RaftCore, now: int) -> None:
+            try:
+                if op == "add":
+                    core.add_voter(voter, now)
+                else:
+                    core.remove_voter(voter.id, voter.directory_id, now)
+            except MembershipError as e:
+                self.trace.append(f"t={self.now} {op} {voter} refused: {e}")
+                return
+            self.changes[op] += 1
+            if op == "remove" and voter.id == leader.node_id:
+                self.changes["remove-leader"] += 1
+            self.trace.append(f"t={self.now} {op} {voter} at leader {leader.node_id}")
+
+        self._step(leader, change)
+
+    def _wipe(self, node_id: int) -> None:
+        """Replace ``node_id``'s disk by an empty one (a new directory id, formatted to
+        join): one disk at a time, only once the voter set is settled, and only if the
+        other voters hold every committed entry in each majority (as an operator replaces
+        a disk in a healthy quorum; replacing a majority's disks loses data by design)."""
+        n = self.nodes[node_id]
+        config = self.checker.config
+        live = [x.core for x in self.nodes.values() if x.core is not None]
+        if any(self.nodes[v.id].directory_id != v.directory_id for v in config):
+            return  # a replaced disk's voter is still to be removed
+        if any(c.voter_set != config for c in live):
+            return  # a voter change is under way
+        if node_id in config.ids:
+            if len(config) < 3:
+                return
+            disks = {i: x.disk for i, x in self.nodes.items()}
+            have = self.checker.holders(disks, self.checker.committed_end) - {node_id}
+            if len(have) < self.checker.need() - 1:
+                return
+        self.trace.append(f"t={self.now} wipe node {node_id}")
+        self._crash(n, "lose")
+        n.disk = DiskView(ElectionState())
+        n.directory_id = self._new_dir(node_id)
+        n.bootstrap = VoterSet()  # formatted with --no-initial-controllers
+        self.checker.wiped(node_id, n.directory_id)
+        self.checker.disk_changed(node_id, n.disk, None)
+        self.changes["wipe"] += 1
+        self._at(self.now + self.rng.randint(20, 400), "restart", node_id)
 
     def _crash(self, n: SimNode, mode: str) -> None:
         """Stop ``n``. Its disk keeps what was synced ("lose"), everything ("keep"), or
@@ -552,6 +666,14 @@ class Simulation:
             )
         n.epoch = core.epoch
         leading = core.role is Role.LEADER
+        hw = core.high_watermark
+        if hw < n.hw:
+            self.fail(f"node {n.node_id} high watermark went back {n.hw} -> {hw}")
+        if not leading and n.leader_epoch == core.epoch and hw > n.hw:
+            # it committed as the leader, then resigned in the same step (a leader that
+            # removed itself from the voters resigns once that commits)
+            self.checker.high_watermark(n.node_id, hw, n.leader_epoch, log.read)
+            n.hw = hw
         if leading and n.leader_epoch != core.epoch:
             if n.leader_epoch is not None:
                 self.checker.leader_gone(n.node_id)
@@ -560,9 +682,6 @@ class Simulation:
         elif not leading and n.leader_epoch is not None:
             n.leader_epoch = None
             self.checker.leader_gone(n.node_id)
-        hw = core.high_watermark
-        if hw < n.hw:
-            self.fail(f"node {n.node_id} high watermark went back {n.hw} -> {hw}")
         if hw > n.hw:
             self.checker.high_watermark(n.node_id, hw, n.leader_epoch, log.read)
         n.hw = hw

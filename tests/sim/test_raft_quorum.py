@@ -15,11 +15,13 @@ from tests.sim.raft_sim import Simulation
 SEEDS = int(os.environ.get("SIM_SEEDS", "2000"))
 
 
-def run_seed(seed: int, voters: int) -> Simulation:
+def run_seed(seed: int, voters: int, membership: bool = False) -> Simulation:
     observers = 1 + seed % 2
     # every fifth run, the first observer's configuration still lists it as a voter
-    believers = (voters + 1,) if seed % 5 == 2 else ()
-    sim = Simulation(seed, voters=voters, observers=observers, believers=believers)
+    believers = (voters + 1,) if seed % 5 == 2 and not membership else ()
+    sim = Simulation(
+        seed, voters=voters, observers=observers, believers=believers, membership=membership
+    )
     sim.run(2000)
     sim.heal()
     sim.run(2000, chaos=False)
@@ -44,6 +46,24 @@ def test_three_voters(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(SEEDS // 4), ids=lambda s: f"q5_seed_{s}")
 def test_five_voters(seed: int) -> None:
     run_seed(10_000 + seed, 5)
+
+
+@pytest.mark.parametrize("seed", range(SEEDS // 4), ids=lambda s: f"m_seed_{s}")
+def test_voter_changes(seed: int) -> None:
+    """A dynamic quorum (KIP-853) of 3 voters and 1-2 observers: voters added and removed
+    (the leader too), disks replaced, under every fault of the other runs."""
+    run_seed(50_000 + seed, 3, membership=True)
+
+
+def test_voter_changes_happen() -> None:
+    """The membership runs do change the voters: adds, removals, the leader's own
+    removal, and replaced disks, across the first seeds."""
+    seen: dict[str, int] = {}
+    for seed in range(40):
+        sim = run_seed(50_000 + seed, 3, membership=True)
+        for k, v in sim.changes.items():
+            seen[k] = seen.get(k, 0) + v
+    assert all(seen.get(k, 0) > 0 for k in ("add", "remove", "remove-leader", "wipe")), seen
 
 
 def test_no_faults_elects_quickly_and_commits() -> None:

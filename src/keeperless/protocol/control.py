@@ -6,9 +6,11 @@ import io
 import struct
 from typing import Any
 
+from kio.schema.k_raft_version_record.v0.data import KRaftVersionRecord
 from kio.schema.leader_change_message.v0.data import LeaderChangeMessage, Voter
 from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
+from kio.schema.voters_record.v0.data import VotersRecord
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i64
 
@@ -17,29 +19,36 @@ from keeperless.protocol.records import Record, build_batch
 __all__ = [
     "ABORT",
     "COMMIT",
+    "KRAFT_VERSION",
+    "KRAFT_VOTERS",
     "LEADER_CHANGE",
     "SNAPSHOT_FOOTER",
     "SNAPSHOT_HEADER",
     "control_batch",
+    "control_key",
     "control_type",
     "decode_control",
+    "encode_control",
     "leader_change",
     "snapshot_footer",
     "snapshot_header",
 ]
 
 ABORT, COMMIT, LEADER_CHANGE, SNAPSHOT_HEADER, SNAPSHOT_FOOTER = 0, 1, 2, 3, 4
+KRAFT_VERSION, KRAFT_VOTERS = 5, 6  # KIP-853
 CONTROL_NAMES = {
     ABORT: "ABORT",
     COMMIT: "COMMIT",
     LEADER_CHANGE: "LEADER_CHANGE",
     SNAPSHOT_HEADER: "SNAPSHOT_HEADER",
     SNAPSHOT_FOOTER: "SNAPSHOT_FOOTER",
+    KRAFT_VERSION: "KRAFT_VERSION",
+    KRAFT_VOTERS: "KRAFT_VOTERS",
 }
 _KEY = struct.Struct(">hh")
 
 
-def _encode(entity: Any) -> bytes:
+def encode_control(entity: Any) -> bytes:
     buf = io.BytesIO()
     entity_writer(type(entity))(buf, entity)
     return buf.getvalue()
@@ -52,18 +61,23 @@ def leader_change(leader_id: int, voters: list[int], granting: list[int]) -> tup
         voters=tuple(Voter(voter_id=i32(v)) for v in voters),
         granting_voters=tuple(Voter(voter_id=i32(v)) for v in granting),
     )
-    return LEADER_CHANGE, _encode(msg)
+    return LEADER_CHANGE, encode_control(msg)
 
 
 def snapshot_header(last_contained_log_timestamp_ms: int) -> tuple[int, bytes]:
     msg = SnapshotHeaderRecord(
         version=i16(0), last_contained_log_timestamp=i64(last_contained_log_timestamp_ms)
     )
-    return SNAPSHOT_HEADER, _encode(msg)
+    return SNAPSHOT_HEADER, encode_control(msg)
 
 
 def snapshot_footer() -> tuple[int, bytes]:
-    return SNAPSHOT_FOOTER, _encode(SnapshotFooterRecord(version=i16(0)))
+    return SNAPSHOT_FOOTER, encode_control(SnapshotFooterRecord(version=i16(0)))
+
+
+def control_key(kind: int) -> bytes:
+    """The key of a control record of type ``kind`` (version 0)."""
+    return _KEY.pack(0, kind)
 
 
 def control_batch(
@@ -93,6 +107,8 @@ _READERS = {
     LEADER_CHANGE: LeaderChangeMessage,
     SNAPSHOT_HEADER: SnapshotHeaderRecord,
     SNAPSHOT_FOOTER: SnapshotFooterRecord,
+    KRAFT_VERSION: KRaftVersionRecord,
+    KRAFT_VOTERS: VotersRecord,
 }
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import random
+import uuid
 from dataclasses import dataclass, field
 
 from keeperless.protocol.records import build_batch
@@ -33,14 +34,31 @@ from keeperless.raft.log import RaftLog
 from keeperless.raft.messages import Entry, SnapshotId
 from keeperless.raft.quorum import majority, majority_offset
 from keeperless.raft.state import ElectionState, Progress, Role
+from keeperless.raft.voters import (
+    KRAFT_VERSION_DYNAMIC,
+    Voter,
+    VoterHistory,
+    VoterSet,
+    voters_in_batch,
+    voters_in_snapshot,
+    voters_records,
+)
 
-__all__ = ["NotLeaderError", "RaftConfig", "RaftCore", "Ready", "Role"]
+__all__ = ["MembershipError", "NotLeaderError", "RaftConfig", "RaftCore", "Ready", "Role"]
 
 log = logging.getLogger(__name__)
 
 
 class NotLeaderError(RuntimeError):
     """Proposals go to the leader; this node is not it."""
+
+
+class MembershipError(RuntimeError):
+    """A voter change refused, with Kafka's error code and message (KIP-853)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,17 +100,31 @@ class RaftCore:
     def __init__(
         self,
         node_id: int,
-        voters: tuple[int, ...],
+        voters: tuple[int, ...] | VoterSet,
         raft_log: RaftLog,
         state: ElectionState,
         config: RaftConfig,
         rng: random.Random,
         now_ms: int,
         high_watermark: int = 0,
+        *,
+        directory_id: uuid.UUID | None = None,
+        kraft_version: int = 0,
+        bootstrap: tuple[int, ...] = (),
     ) -> None:
+        """``voters``: the static voter set (kraft.version 0, from
+        controller.quorum.voters), or the bootstrap voter set of a dynamic quorum
+        (kraft.version 1, from the bootstrap checkpoint; empty for a controller formatted
+        to join one). The log and its snapshot override both. ``bootstrap``: whom an
+        observer that knows no voter asks for the leader."""
         self.node_id = node_id
-        self.voters = tuple(sorted(voters))
+        self.directory_id = directory_id
+        self.bootstrap = bootstrap
+        base = voters if isinstance(voters, VoterSet) else VoterSet.static(voters)
+        self.kraft_version = kraft_version
+        self._history = VoterHistory(base)
         self.log = raft_log
+        self._load_voters()
         self.config = config
         self.rng = rng
         self.state = state
@@ -121,11 +153,191 @@ class RaftCore:
         self._snapshot_buf = bytearray()
         self._snapshot_target: SnapshotId | None = None
 
+    # -- voters (KIP-853) ---------------------------------------------------------------
+
+    def _load_voters(self) -> None:
+        """The voter set and kraft.version as the snapshot and log hold them."""
+        sid = self.log.snapshot_id
+        if sid is not None:
+            version, voters = voters_in_snapshot(self.log.snapshot_data())
+            if version is not None:
+                self.kraft_version = version
+            if voters is not None:
+                self._history.reset(voters, sid.end_offset - 1)
+        offset = self.log.start_offset
+        while offset < self.log.end_offset:
+            entries = self.log.read(offset, 256)
+            if not entries:
+                break
+            for e in entries:
+                self._note_voters(e)
+            offset = entries[-1].last_offset + 1
+
+    def _note_voters(self, e: Entry) -> None:
+        """Track a VotersRecord (and kraft.version) appended to the log."""
+        if not e.control:
+            return
+        version, voters = voters_in_batch(e.data)
+        if version is not None:
+            self.kraft_version = version
+        if voters is not None and e.last_offset > self._history.latest_offset:
+            old = self._history.latest
+            self._history.add(e.last_offset, voters)
+            if voters != old:
+                log.info(
+                    "[node %d] Voter set %s at offset %d (was %s)",
+                    self.node_id,
+                    voters,
+                    e.last_offset,
+                    old,
+                )
+
+    @property
+    def voter_set(self) -> VoterSet:
+        """The latest voter set in the log, committed or not (KIP-853)."""
+        return self._history.latest
+
+    @property
+    def voters(self) -> tuple[int, ...]:
+        return self._history.latest.ids
+
+    @property
+    def dynamic(self) -> bool:
+        return self.kraft_version >= KRAFT_VERSION_DYNAMIC
+
+    def voters_at(self, offset: int) -> VoterSet:
+        """The voter set in force after the record at ``offset`` (what a snapshot ending
+        at ``offset + 1`` holds)."""
+        return self._history.at(offset)
+
+    def snapshot_voters_records(self, end_offset: int) -> bytes:
+        """The control batch a snapshot of the records below ``end_offset`` carries: the
+        kraft.version and the voter set then (empty for a static quorum)."""
+        if not self.dynamic:
+            return b""
+        return voters_records(self.voters_at(end_offset - 1), kraft_version=self.kraft_version)
+
+    def _is_voter_replica(self, node_id: int, directory_id: uuid.UUID | None) -> bool:
+        return self.voter_set.has(node_id, directory_id)
+
+    def _voter_progress(self) -> list[tuple[int, Progress]]:
+        """The leader's progress of each other voter, counted only when the replica that
+        fetched is that voter (same directory id): a controller with a new disk is not."""
+        vs = self.voter_set
+        return [
+            (v, p)
+            for v, p in self.progress.items()
+            if v != self.node_id and vs.has(v, p.directory_id)
+        ]
+
+    def _check_change(self, what: str) -> None:
+        """KIP-853's preconditions of a voter change, in Kafka's words."""
+        if self.role is not Role.LEADER:
+            raise MembershipError(
+                m.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} is not the leader"
+            )
+        if self.high_watermark <= self.epoch_start_offset:
+            raise MembershipError(
+                m.REQUEST_TIMED_OUT,
+                "Request timed out waiting for leader to establish HWM and fence previous "
+                "voter changes",
+            )
+        if not self.dynamic:
+            raise MembershipError(
+                m.UNSUPPORTED_VERSION,
+                f"Cluster doesn't support {what} voter because the kraft.version feature "
+                f"is {self.kraft_version}",
+            )
+        latest = self._history.latest_offset
+        if latest >= self.high_watermark:
+            raise MembershipError(
+                m.REQUEST_TIMED_OUT,
+                "Request timed out waiting for voters to commit the latest voter change at "
+                f"{latest} with HWM {self.high_watermark}",
+            )
+
+    def _append_voters(self, voters: VoterSet, now_ms: int) -> int:
+        offset = self._append_local(voters_records(voters, timestamp_ms=now_ms), 1, now_ms, True)
+        self._maybe_advance_hw(now_ms)  # (a single voter commits at once)
+        return offset
+
+    def add_voter(self, voter: Voter, now_ms: int) -> int:
+        """Add a caught-up observer as a voter (AddRaftVoter): append the new voter set;
+        returns its offset, done when the high watermark passes it. Raises
+        MembershipError as Kafka answers."""
+        self._check_change("adding")
+        vs = self.voter_set
+        if voter.id in vs.ids:
+            raise MembershipError(
+                m.DUPLICATE_VOTER,
+                f"The voter id for {voter} is already part of the set of voters {vs}.",
+            )
+        p = self.progress.get(voter.id)
+        fresh = now_ms - self.config.fetch_timeout_ms
+        if (
+            p is None
+            or p.directory_id != voter.directory_id
+            or p.last_fetch_ms < fresh
+            or p.caught_up_ms < fresh
+        ):
+            raise MembershipError(
+                m.REQUEST_TIMED_OUT,
+                f"Aborted add voter operation for {voter} since it is lagging behind",
+            )
+        return self._append_voters(vs.with_voter(voter), now_ms)
+
+    def remove_voter(self, node_id: int, directory_id: uuid.UUID | None, now_ms: int) -> int:
+        """Remove a voter (RemoveRaftVoter): as add_voter. A leader that removes itself
+        leads until the change commits, then resigns and goes on as an observer."""
+        self._check_change("removing")
+        vs = self.voter_set
+        v = vs.get(node_id)
+        if v is None or v.directory_id != directory_id or len(vs) == 1:
+            raise MembershipError(
+                m.VOTER_NOT_FOUND,
+                f"Cannot remove voter {Voter(node_id, directory_id)} from the set of voters {vs}",
+            )
+        return self._append_voters(vs.without(node_id), now_ms)
+
+    def update_voter(self, voter: Voter, now_ms: int) -> int:
+        """Change a voter's endpoints (UpdateRaftVoter)."""
+        self._check_change("updating")
+        vs = self.voter_set
+        old = vs.get(voter.id)
+        if old is None or old.directory_id != voter.directory_id:
+            raise MembershipError(
+                m.VOTER_NOT_FOUND,
+                f"Voter {voter} is not part of the set of voters {vs}",
+            )
+        if old == voter:
+            return self._history.latest_offset
+        return self._append_voters(vs.with_voter(voter), now_ms)
+
+    def pending_voter_change(self) -> int | None:
+        """The offset of an uncommitted voter change (None: none)."""
+        latest = self._history.latest_offset
+        return latest if latest >= self.high_watermark and latest >= 0 else None
+
     # -- public ----------------------------------------------------------------------
 
     @property
     def is_voter(self) -> bool:
-        return self.node_id in self.voters
+        return self._is_voter_replica(self.node_id, self.directory_id)
+
+    @property
+    def electable(self) -> bool:
+        """Whether this replica may stand for election: a voter, or a voter that the
+        latest voter change removes while that change is not known to be committed.
+        Such a replica (a leader that removed itself, then restarted, say) may hold the
+        change that the remaining voters need and lack: it may lead, counting the votes
+        of the new voter set only, to commit the change and then resign, as a removed
+        leader does (Raft's thesis, 4.2.2)."""
+        if self.is_voter:
+            return True
+        h = self._history
+        if not self.dynamic or h.latest_offset < self.high_watermark:
+            return False
+        return h.at(h.latest_offset - 1).has(self.node_id, self.directory_id)
 
     @property
     def epoch(self) -> int:
@@ -145,7 +357,7 @@ class RaftCore:
 
     def start(self, now_ms: int) -> None:
         s = self.state
-        if self.voters == (self.node_id,):
+        if self.voters == (self.node_id,) and self.is_voter:
             election.become_candidate(self, now_ms)
         elif s.leader_id not in (-1, self.node_id):
             self._transition(Role.FOLLOWER, s.epoch, s.leader_id, s.voted_id, now_ms)
@@ -194,36 +406,59 @@ class RaftCore:
             (v for v in self.voters if v != self.node_id),
             key=lambda v: -self.progress.get(v, Progress()).fetch_offset,
         )
+        self._resign(order, now_ms)
+
+    def _resign(self, order: list[int], now_ms: int) -> None:
         for v in order:
             self._send(m.EndQuorumEpoch(self.node_id, v, self.epoch, self.node_id, tuple(order)))
         self._transition(Role.RESIGNED, self.epoch, self.node_id, self.state.voted_id, now_ms)
 
     def describe(self, now_ms: int) -> dict[str, object] | None:
-        """The leader's view for DescribeQuorum: high watermark and, per replica, its log
-        end offset, last fetch and last caught-up times (None unless leader)."""
+        """The leader's view for DescribeQuorum: high watermark and, per replica, its
+        directory id, log end offset, last fetch and last caught-up times (None unless
+        leader). A replica fetching with another directory id than its voter's is listed
+        among the observers."""
         if self.role is not Role.LEADER:
             return None
 
-        def replica(node: int) -> dict[str, int]:
-            if node == self.node_id:
+        def replica(node: int, p: Progress | None) -> dict[str, object]:
+            if p is None:
                 return {
                     "replica_id": node,
+                    "replica_directory_id": self.directory_id,
                     "log_end_offset": self.log.end_offset,
                     "last_fetch_timestamp": now_ms,
                     "last_caught_up_timestamp": now_ms,
                 }
-            p = self.progress.get(node, Progress())
             return {
                 "replica_id": node,
+                "replica_directory_id": p.directory_id,
                 "log_end_offset": p.fetch_offset,
                 "last_fetch_timestamp": max(p.last_fetch_ms, -1),
                 "last_caught_up_timestamp": p.caught_up_ms,
             }
 
+        voters = []
+        for v in self.voter_set:
+            if v.id == self.node_id and self.is_voter:
+                voters.append(replica(v.id, None))
+            else:
+                p = self.progress.get(v.id)
+                if p is None or not v.matches(v.id, p.directory_id):
+                    p = Progress(directory_id=v.directory_id)
+                voters.append(replica(v.id, p))
+        counted = {v for v, _ in self._voter_progress()}
+        observers = [
+            replica(o, p)
+            for o, p in sorted(self.progress.items())
+            if o not in counted and o != self.node_id
+        ]
+        if not self.is_voter:
+            observers.append(replica(self.node_id, None))
         return {
             "high_watermark": self.high_watermark,
-            "current_voters": [replica(v) for v in self.voters],
-            "observers": [replica(o) for o in sorted(self.progress) if o not in self.voters],
+            "current_voters": voters,
+            "observers": observers,
         }
 
     def snapshot_id(self, end_offset: int) -> SnapshotId:
@@ -241,6 +476,7 @@ class RaftCore:
         the log it covers."""
         sid = self.snapshot_id(end_offset)
         self.log.take_snapshot(sid, data)
+        self._history.compact(self.log.start_offset)
         return sid
 
     # -- time -------------------------------------------------------------------------
@@ -255,8 +491,8 @@ class RaftCore:
         if 0 <= self._inflight_until <= now_ms:
             self._inflight_until = -1
             self._fetching = None  # timed out: a late answer to it will be dropped
-            if self.role is Role.FOLLOWER and not self.is_voter:
-                self._transition(Role.UNATTACHED, self.epoch, -1, -1, now_ms)
+            if self.role is Role.FOLLOWER and not self.electable:
+                self._transition(Role.UNATTACHED, self.epoch, -1, self.state.voted_id, now_ms)
         if now_ms >= self._deadline:
             self._on_deadline(now_ms)
         election.retry_votes(self, now_ms)
@@ -266,9 +502,9 @@ class RaftCore:
         role = self.role
         if role is Role.LEADER:
             self._check_quorum(now_ms)
-        elif not self.is_voter:
-            if role is Role.FOLLOWER:  # lost the leader: look for it again
-                self._transition(Role.UNATTACHED, self.epoch, -1, -1, now_ms)
+        elif not self.electable:
+            if role is not Role.UNATTACHED:  # lost the leader (or the vote): look for it
+                self._transition(Role.UNATTACHED, self.epoch, -1, self.state.voted_id, now_ms)
             self._deadline = now_ms + self.config.fetch_timeout_ms
         elif role is Role.FOLLOWER:
             log.info(
@@ -284,14 +520,13 @@ class RaftCore:
     def _check_quorum(self, now_ms: int) -> None:
         cfg = self.config
         self._deadline = now_ms + cfg.fetch_timeout_ms // 4
-        if len(self.voters) == 1:
+        if self.voters == (self.node_id,) and self.is_voter:
             return
         recent = [
-            v
-            for v, p in self.progress.items()
-            if p.last_fetch_ms >= now_ms - cfg.fetch_timeout_ms and v in self.voters
+            v for v, p in self._voter_progress() if p.last_fetch_ms >= now_ms - cfg.fetch_timeout_ms
         ]
-        if len(recent) + 1 >= majority(len(self.voters)):
+        me = 1 if self.is_voter else 0
+        if len(recent) + me >= majority(len(self.voters)):
             return
         if now_ms - self._leader_since_ms < cfg.fetch_timeout_ms:
             return
@@ -338,7 +573,7 @@ class RaftCore:
             self._deadline = now_ms + self.config.fetch_timeout_ms
         elif role is Role.LEADER:
             self._deadline = now_ms
-        elif role is Role.UNATTACHED and not self.is_voter:
+        elif role is Role.UNATTACHED and not self.electable:
             self._deadline = now_ms + self.config.fetch_timeout_ms
         else:
             self._deadline = self._election_timeout(now_ms)
@@ -384,19 +619,38 @@ class RaftCore:
         data[12:16] = self.epoch.to_bytes(4, "big", signed=True)
         entry = Entry(base, base + count - 1, self.epoch, bytes(data), control)
         self.log.append([entry])
+        self._note_voters(entry)
         self._ready.sync_log = True
         rep.release_parked(self, now_ms)
         return entry.last_offset
 
     def _maybe_advance_hw(self, now_ms: int) -> None:
-        offsets = [self.durable_end] + [
-            p.fetch_offset for v, p in self.progress.items() if v in self.voters
-        ]
+        """Commit what a majority of the latest voter set has durably; the leader counts
+        itself only while it is one of them (KIP-853: a leader removing itself commits
+        its removal with the new majority, then resigns)."""
+        mine = [self.durable_end] if self.is_voter else []
+        offsets = mine + [p.fetch_offset for _, p in self._voter_progress()]
         hw = majority_offset(offsets, len(self.voters))
         if hw > self.high_watermark and hw > self.epoch_start_offset:
             self.high_watermark = hw
             self._ready.high_watermark = hw
             rep.release_parked(self, now_ms)
+        if (
+            self.role is Role.LEADER
+            and not self.is_voter
+            and self.high_watermark > self._history.latest_offset
+        ):
+            log.info(
+                "[node %d] Resigning leadership of epoch %d: its removal from the voters "
+                "(offset %d) is committed",
+                self.node_id,
+                self.epoch,
+                self._history.latest_offset,
+            )
+            order = sorted(
+                self.voters, key=lambda v: -self.progress.get(v, Progress()).fetch_offset
+            )
+            self._resign(order, now_ms)
 
     def _deliver(self) -> None:
         limit = min(self.high_watermark, self.durable_end)
@@ -423,7 +677,7 @@ class RaftCore:
             case m.VoteResponse():
                 election.on_vote_response(self, msg, now_ms)
             case m.BeginQuorumEpoch():
-                if msg.epoch >= self.epoch and self.is_voter:
+                if msg.epoch >= self.epoch and self.electable:
                     self._observe_epoch(msg.epoch, msg.leader_id, now_ms)
                     if self.role is Role.FOLLOWER and self.leader_id == msg.src:
                         self._leader_contact_ms = now_ms
@@ -441,7 +695,7 @@ class RaftCore:
         rep.maybe_fetch(self, now_ms)
 
     def _on_end_quorum_epoch(self, req: m.EndQuorumEpoch, now_ms: int) -> None:
-        if req.epoch < self.epoch or not self.is_voter:
+        if req.epoch < self.epoch or not self.electable:
             return
         if req.epoch > self.epoch or self.leader_id == req.leader_id:
             self._transition(

@@ -20,9 +20,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from keeperless.protocol.control import control_batch, leader_change
+from keeperless.protocol.records import build_batch, decode_records
 from keeperless.raft import messages as m
 from keeperless.raft.quorum import majority
 from keeperless.raft.state import Progress, Role
+from keeperless.raft.voters import voters_records
 
 if TYPE_CHECKING:
     from keeperless.raft.core import RaftCore
@@ -40,7 +42,7 @@ log = logging.getLogger("keeperless.raft.core")
 
 
 def become_prospective(core: RaftCore, now_ms: int) -> None:
-    if not core.is_voter:
+    if not core.electable:
         return
     core._transition(Role.PROSPECTIVE, core.epoch, -1, core.state.voted_id, now_ms)
     core._votes = {core.node_id: True}
@@ -67,6 +69,7 @@ def retry_votes(core: RaftCore, now_ms: int) -> None:
         pending = core._vote_requests.get(v)
         if pending is not None and pending[1] > now_ms:
             continue
+        voter = core.voter_set.get(v)
         req = m.VoteRequest(
             core.node_id,
             v,
@@ -75,6 +78,8 @@ def retry_votes(core: RaftCore, now_ms: int) -> None:
             core.log.end_offset,
             pre_vote=pre_vote,
             request_id=core._new_request_id(),
+            candidate_dir=core.directory_id,
+            voter_dir=voter.directory_id if voter is not None else None,
         )
         core._vote_requests[v] = (req, now_ms + core.config.request_timeout_ms)
         core._send(req)
@@ -88,7 +93,8 @@ def vote_deadline(core: RaftCore) -> int | None:
 
 
 def _tally(core: RaftCore, now_ms: int) -> bool:
-    granted = sum(1 for g in core._votes.values() if g)
+    # (a removed voter standing to commit its removal does not count itself)
+    granted = sum(1 for v, g in core._votes.items() if g and v in core.voters)
     rejected = sum(1 for g in core._votes.values() if not g)
     need = majority(len(core.voters))
     if granted >= need:
@@ -107,12 +113,22 @@ def _become_leader(core: RaftCore, now_ms: int) -> None:
     granted = [v for v, g in core._votes.items() if g] or [core.node_id]
     core._transition(Role.LEADER, core.epoch, core.node_id, core.node_id, now_ms)
     core._leader_since_ms = now_ms
-    core.progress = {v: Progress() for v in core.voters if v != core.node_id}
+    core.progress = {
+        v.id: Progress(directory_id=v.directory_id) for v in core.voter_set if v.id != core.node_id
+    }
     core.epoch_start_offset = core.log.end_offset
     batch = control_batch(
         leader_change(core.node_id, list(core.voters), granted), timestamp_ms=now_ms
     )
-    core._append_local(batch, 1, now_ms, control=True)
+    count = 1
+    if core.dynamic and core._history.latest_offset < 0:
+        # the voter set came from the bootstrap checkpoint: the first leader writes it
+        # into the log, with kraft.version, beside its LeaderChange (as Kafka's LeaderState)
+        extra = voters_records(core.voter_set, kraft_version=core.kraft_version)
+        records = [(r.key, r.value, ()) for b in (batch, extra) for r in decode_records(b)]
+        batch = build_batch(records, timestamp_ms=now_ms, control=True)
+        count = len(records)
+    core._append_local(batch, count, now_ms, control=True)
     for v in core.voters:
         if v != core.node_id:
             core._send(m.BeginQuorumEpoch(core.node_id, v, core.epoch, core.node_id))
@@ -127,8 +143,8 @@ def _leave_voter_set(core: RaftCore, told_by: int, now_ms: int) -> None:
         told_by,
         core.node_id,
     )
-    core.voters = tuple(v for v in core.voters if v != core.node_id)
-    core._transition(Role.UNATTACHED, core.epoch, -1, -1, now_ms)
+    core._history.reset(core.voter_set.without(core.node_id))
+    core._transition(Role.UNATTACHED, core.epoch, -1, core.state.voted_id, now_ms)
 
 
 def _log_ok(core: RaftCore, last_epoch: int, end_offset: int) -> bool:
@@ -150,18 +166,24 @@ def on_vote_request(core: RaftCore, req: m.VoteRequest, now_ms: int) -> None:
             )
         )
 
-    if req.src not in core.voters and core.is_voter:
-        # tell a node that thinks it is a voter that our configuration says otherwise
-        reply(False, m.INCONSISTENT_VOTER_SET)
-        return
-    if not core.is_voter:
-        reply(False)
-        return
+    if not core.dynamic:
+        if req.src not in core.voters and core.is_voter:
+            # tell a node that thinks it is a voter that our configuration says otherwise
+            reply(False, m.INCONSISTENT_VOTER_SET)
+            return
+        if not core.is_voter:
+            reply(False)
+            return
     if req.epoch < core.epoch:
         reply(False)
         return
     if req.epoch > core.epoch:
         core._transition(Role.UNATTACHED, req.epoch, -1, -1, now_ms)
+    if core.dynamic and req.voter_dir not in (None, core.directory_id):
+        # (KIP-853) the candidate asks another disk of ours: the voter it counts on may
+        # have voted, or held entries, that this directory never saw
+        reply(False, m.INVALID_VOTER_KEY)
+        return
     if req.pre_vote:
         # Grant if we would vote for it in the next epoch and have no live leader
         # (KIP-996); the epoch stays where it is.
@@ -193,7 +215,7 @@ def on_vote_response(core: RaftCore, resp: m.VoteResponse, now_ms: int) -> None:
         return  # it answers no request of ours still in flight: late or duplicated
     req = pending[0]
     del core._vote_requests[resp.src]
-    if resp.error == m.INCONSISTENT_VOTER_SET and core.is_voter:
+    if resp.error == m.INCONSISTENT_VOTER_SET and core.is_voter and not core.dynamic:
         _leave_voter_set(core, resp.src, now_ms)
         return
     if req.pre_vote:

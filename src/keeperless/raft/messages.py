@@ -10,6 +10,7 @@ the same with one in-flight request per destination)."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 __all__ = [
@@ -27,12 +28,17 @@ __all__ = [
 ]
 
 NONE = 0
+REQUEST_TIMED_OUT = 7
+UNSUPPORTED_VERSION = 35
 FENCED_LEADER_EPOCH = 74
 NOT_LEADER_OR_FOLLOWER = 6
 UNKNOWN_LEADER_EPOCH = 76
 OFFSET_OUT_OF_RANGE = 1
 SNAPSHOT_NOT_FOUND = 98
 INCONSISTENT_VOTER_SET = 71
+INVALID_VOTER_KEY = 125
+DUPLICATE_VOTER = 126
+VOTER_NOT_FOUND = 127
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +67,8 @@ class VoteRequest:
     end_offset: int
     pre_vote: bool = False
     request_id: int = 0
+    candidate_dir: uuid.UUID | None = None  # the candidate's directory id
+    voter_dir: uuid.UUID | None = None  # the recipient's, as the candidate's voter set has it
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +79,9 @@ class VoteResponse:
     granted: bool
     leader_id: int = -1
     pre_vote: bool = False
-    error: int = 0  # INCONSISTENT_VOTER_SET: the candidate is not one of our voters
+    # INCONSISTENT_VOTER_SET: the candidate is not one of our (static) voters;
+    # INVALID_VOTER_KEY: we are not the replica the candidate asked (another directory)
+    error: int = 0
     request_id: int = 0
 
 
@@ -101,6 +111,7 @@ class FetchRequest:
     last_fetched_epoch: int
     max_wait_ms: int = 500
     request_id: int = 0
+    replica_dir: uuid.UUID | None = None  # the fetching replica's directory id
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +140,7 @@ class FetchSnapshotRequest:
     position: int
     max_bytes: int = 1 << 20
     request_id: int = 0
+    replica_dir: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)

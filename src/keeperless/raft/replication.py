@@ -21,6 +21,7 @@ from keeperless.raft import messages as m
 from keeperless.raft.log import CorruptSnapshotError
 from keeperless.raft.messages import SnapshotId
 from keeperless.raft.state import Progress, Role
+from keeperless.raft.voters import voters_in_snapshot
 
 if TYPE_CHECKING:
     from keeperless.raft.core import RaftCore
@@ -88,11 +89,14 @@ def on_fetch_request(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
                 answer(diverging=at)
             return
     p = core.progress.setdefault(req.src, Progress())
+    if p.directory_id != req.replica_dir:
+        # another disk of that replica (or another replica under its id): start afresh
+        p = core.progress[req.src] = Progress(directory_id=req.replica_dir)
     p.fetch_offset = req.fetch_offset
     p.last_fetch_ms = now_ms
     if req.fetch_offset >= core.log.end_offset:
         p.caught_up_ms = now_ms
-    if req.src in core.voters:
+    if core._is_voter_replica(req.src, req.replica_dir):
         core._maybe_advance_hw(now_ms)
     if (
         req.fetch_offset >= core.log.end_offset
@@ -178,6 +182,11 @@ def on_fetch_snapshot_request(core: RaftCore, req: m.FetchSnapshotRequest, now_m
             )
         )
         return
+    p = core.progress.get(req.src)
+    if p is not None and p.directory_id == req.replica_dir:
+        # a voter loading the snapshot is following us: check-quorum counts it, or a
+        # leader with one other voter resigns while that voter loads a large snapshot
+        p.last_fetch_ms = now_ms
     chunk, size = core.log.snapshot_chunk(
         req.position, min(req.max_bytes, core.config.snapshot_chunk_bytes)
     )
@@ -207,10 +216,15 @@ def maybe_fetch(core: RaftCore, now_ms: int) -> None:
     if core.log.end_offset != core.durable_end:
         return  # appended entries must be durable before we fetch (and report) more
     target = core.leader_id
-    if core.role is Role.RESIGNED or (target < 0 and core.is_voter):
+    if core.role is Role.RESIGNED or (target < 0 and core.electable):
         return
     if target < 0:
-        target = core.rng.choice(core.voters)  # an observer looks for the leader
+        # an observer looks for the leader among the voters it knows, else the bootstrap
+        known = [v for v in core.voters if v != core.node_id] or list(core.bootstrap)
+        if not known:
+            core._inflight_until = now_ms + core.config.request_timeout_ms
+            return
+        target = core.rng.choice(known)
     core._inflight_until = now_ms + core.config.request_timeout_ms
     req: m.FetchRequest | m.FetchSnapshotRequest
     if core._snapshot_target is not None:
@@ -222,6 +236,7 @@ def maybe_fetch(core: RaftCore, now_ms: int) -> None:
             len(core._snapshot_buf),
             core.config.snapshot_chunk_bytes,
             core._new_request_id(),
+            core.directory_id,
         )
     else:
         req = m.FetchRequest(
@@ -232,6 +247,7 @@ def maybe_fetch(core: RaftCore, now_ms: int) -> None:
             core.log.last_epoch(),
             core.config.fetch_max_wait_ms,
             core._new_request_id(),
+            core.directory_id,
         )
     core._fetching = req
     core._send(req)
@@ -264,11 +280,11 @@ def on_fetch_response(core: RaftCore, resp: m.FetchResponse, now_ms: int) -> Non
             core._observe_epoch(resp.epoch, resp.leader_id, now_ms)
         elif resp.epoch > core.epoch:
             core._observe_epoch(resp.epoch, -1, now_ms)
-        elif resp.src == core.leader_id or not core.is_voter:
+        elif resp.src == core.leader_id or not core.electable:
             # our leader no longer leads (or an observer asked a non-leader): forget it
-            voted = core.state.voted_id if core.is_voter else -1
+            voted = core.state.voted_id  # (a vote is kept for its epoch, voter or not)
             core._transition(Role.UNATTACHED, core.epoch, -1, voted, now_ms)
-            if not core.is_voter:
+            if not core.electable:
                 core._inflight_until = now_ms + core.config.election_backoff_max_ms // 10
         return
     if resp.epoch < core.epoch or (resp.epoch == core.epoch and core.role is Role.LEADER):
@@ -296,12 +312,15 @@ def on_fetch_response(core: RaftCore, resp: m.FetchResponse, now_ms: int) -> Non
                 f"applied offset {core.applied}"
             )
         core.log.truncate_to(cut)
+        core._history.truncate(core.log.end_offset)
         core.durable_end = min(core.durable_end, core.log.end_offset)
         core._ready.sync_log = True
         return
     new = [e for e in resp.entries if e.base_offset >= core.log.end_offset]
     if new and new[0].base_offset == core.log.end_offset:
         core.log.append(new)
+        for e in new:
+            core._note_voters(e)
         core._ready.sync_log = True
     if resp.high_watermark > core.high_watermark:
         core.high_watermark = resp.high_watermark
@@ -346,6 +365,13 @@ def on_fetch_snapshot_response(core: RaftCore, resp: m.FetchSnapshotResponse, no
             e,
         )
         return
+    version, voters = voters_in_snapshot(data)
+    if version is not None:
+        core.kraft_version = version
+    if voters is not None:
+        core._history.reset(voters, target.end_offset - 1)
+    else:
+        core._history.truncate(0)  # a snapshot of a static quorum: its voters stay
     core.durable_end = target.end_offset
     core.applied = target.end_offset
     core.high_watermark = max(core.high_watermark, target.end_offset)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
+import uuid
 from dataclasses import dataclass
 
 __all__ = ["ElectionState", "Progress", "Role"]
@@ -61,3 +62,4 @@ class Progress:
     fetch_offset: int = -1
     last_fetch_ms: int = -(2**62)
     caught_up_ms: int = -1
+    directory_id: uuid.UUID | None = None  # of the replica that fetched last
