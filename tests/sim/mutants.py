@@ -160,8 +160,8 @@ MUTANTS = [
         "core.py",
         (
             (
-                "        offsets = [self.durable_end] + [",
-                "        offsets = [self.log.end_offset] + [",
+                "        mine = [self.durable_end] if self.is_voter else []\n",
+                "        mine = [self.log.end_offset] if self.is_voter else []\n",
             ),
         ),
     ),
@@ -171,8 +171,8 @@ MUTANTS = [
         "core.py",
         (
             (
-                "            p.fetch_offset for v, p in self.progress.items() if v in self.voters\n",
-                "            p.fetch_offset for v, p in self.progress.items()\n",
+                "        offsets = mine + [p.fetch_offset for _, p in self._voter_progress()]\n",
+                "        offsets = mine + [p.fetch_offset for _, p in self.progress.items()]\n",
             ),
         ),
     ),
@@ -236,7 +236,7 @@ MUTANTS = [
         "no-check-quorum",
         "a leader cut off from the majority never resigns",
         "core.py",
-        (("        if len(recent) + 1 >= majority(len(self.voters)):\n", "        if True:\n"),),
+        (("        if len(recent) + me >= majority(len(self.voters)):\n", "        if True:\n"),),
         kind="scenario",
     ),
     Mutant(
