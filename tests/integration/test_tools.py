@@ -83,14 +83,18 @@ def test_metadata_quorum_and_cluster_id(cluster3: Cluster) -> None:
     for out in (via_broker, via_ctl):
         lines = dict(line.split(":", 1) for line in out.splitlines())
         assert lines["LeaderId"].strip() == str(leader)
-        assert lines["CurrentVoters"].strip() == "[1,2,3]"
-        assert lines["CurrentObservers"].strip() == "[4,5]"
+        # Kafka 3.9+'s form: [{"id": 1, "directoryId": ..., "endpoints": [...]}, ...]
+        voters = json.loads(lines["CurrentVoters"])
+        assert [v["id"] for v in voters] == [1, 2, 3]
+        assert voters[0]["endpoints"] == [f"CONTROLLER://127.0.0.1:{cluster3.controllers[1].port}"]
+        assert [o["id"] for o in json.loads(lines["CurrentObservers"])] == [4, 5]
         assert int(lines["HighWatermark"]) > 0
     rep = _ok(
         "metadata-quorum", "--bootstrap-controller", controllers, "describe", "--replication"
     ).splitlines()
     assert rep[0].split() == [
         "NodeId",
+        "DirectoryId",
         "LogEndOffset",
         "Lag",
         "LastFetchTimestamp",

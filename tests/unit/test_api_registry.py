@@ -37,8 +37,8 @@ def test_a_second_registration_of_an_api_is_refused_naming_both_owners() -> None
 def test_an_api_not_served_on_the_listener_is_refused() -> None:
     with pytest.raises(RegistryError, match="Vote .52.*broker listener"):
         ApiRegistry(Listener.BROKER).register("raft", {ApiKey.VOTE: _h})
-    with pytest.raises(RegistryError, match="AddRaftVoter"):
-        ApiRegistry(Listener.CONTROLLER).register("raft", {ApiKey.ADD_RAFT_VOTER: _h})
+    with pytest.raises(RegistryError, match="ShareFetch"):
+        ApiRegistry(Listener.CONTROLLER).register("raft", {ApiKey.SHARE_FETCH: _h})
 
 
 def test_an_api_the_table_serves_without_a_handler_stops_the_node() -> None:

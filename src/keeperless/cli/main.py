@@ -35,7 +35,7 @@ def _storage(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.override or ())
     if args.storage_cmd == "format":
-        _check_quorum_flags(args, cfg)
+        initial = _initial_controllers(args, cfg)
         res = format_storage(
             cfg.all_log_dirs,
             cfg.metadata_log_dir,
@@ -46,6 +46,7 @@ def _storage(args: argparse.Namespace) -> int:
             int(time.time() * 1000),
             tuple(args.add_scram),
             tuple(args.feature),
+            initial,
         )
         for d in res.formatted:
             print(f"Formatting {d} with metadata.version level {res.metadata_version}.")
@@ -65,30 +66,46 @@ def _storage(args: argparse.Namespace) -> int:
     return 0 if found else 1
 
 
-def _check_quorum_flags(args: argparse.Namespace, cfg: Any) -> None:
-    """format --standalone / --initial-controllers / --no-initial-controllers: Kafka's
-    dynamic quorum (KIP-853), which keeperless does not have: its voters are
-    controller.quorum.voters. --standalone is the same as a static quorum whose only
-    voter is this controller, so it is taken for exactly that and refused otherwise."""
+def _initial_controllers(args: argparse.Namespace, cfg: Any) -> Any:
+    """format --standalone / --initial-controllers / --no-initial-controllers (KIP-853):
+    the first voters of a dynamic quorum, whose controllers name no
+    controller.quorum.voters (they find the quorum by controller.quorum.bootstrap.servers),
+    or None for a static quorum or a controller that joins later."""
+    import uuid
+
+    from keeperless.raft.voters import Endpoint, Voter, VoterSet
+    from keeperless.storage.format import parse_dynamic_voters
+
+    listener = cfg.controller_listener_names[0] if cfg.controller_listener_names else "CONTROLLER"
+    static = [v.node_id for v in cfg.voters]
+    if args.initial_controllers or args.standalone:
+        flag = "--initial-controllers" if args.initial_controllers else "--standalone"
+        if static:
+            raise ToolError(
+                f"{flag} formats a dynamic quorum, but controller.quorum.voters is set (a "
+                f"static quorum of {static}): remove controller.quorum.voters and set "
+                "controller.quorum.bootstrap.servers instead, or format without " + flag
+            )
     if args.initial_controllers:
+        try:
+            return parse_dynamic_voters(args.initial_controllers, listener)
+        except ValueError as e:
+            raise ToolError(f"--initial-controllers: {e}") from None
+    if args.standalone:
+        if "controller" not in cfg.roles:
+            raise ToolError("You can only use --standalone on a controller.")
+        ep = cfg.controller_endpoint
+        if ep is None:
+            raise ToolError("No controller listeners found.")
+        host = ep.host or "localhost"
+        return VoterSet.of([Voter(cfg.node_id, uuid.uuid4(), (Endpoint(listener, host, ep.port),))])
+    if not args.no_initial_controllers and "controller" in cfg.roles and not static:
         raise ToolError(
-            "--initial-controllers formats a dynamic quorum (KIP-853), which keeperless does "
-            "not support: list the voters in controller.quorum.voters "
-            "(id@host:port,...) on every node and format without it"
+            "Because controller.quorum.voters is not set on this controller, you must specify "
+            "one of the following: --standalone, --initial-controllers, or "
+            "--no-initial-controllers."
         )
-    if not args.standalone:
-        return
-    voters = [v.node_id for v in cfg.voters]
-    if "controller" not in cfg.roles:
-        raise ToolError("--standalone formats a controller: process.roles has no controller")
-    if voters != [cfg.node_id]:
-        raise ToolError(
-            "--standalone makes this controller the only voter of a dynamic quorum, which "
-            "keeperless does not support; the equivalent is controller.quorum.voters="
-            f"{cfg.node_id}@HOST:PORT (this node alone, its controller listener), formatted "
-            "without --standalone"
-            + (f" (controller.quorum.voters names {voters})" if voters else "")
-        )
+    return None
 
 
 def _server(args: argparse.Namespace) -> int:
@@ -237,8 +254,24 @@ def _tools(args: argparse.Namespace) -> int:
             )
         return 0 if ok else 1
     if args.command == "metadata-quorum":
-        from keeperless.tools.quorum import print_replication, print_status
+        from keeperless.tools.quorum import (
+            add_controller,
+            print_replication,
+            print_status,
+            remove_controller,
+        )
 
+        if args.quorum_cmd == "add-controller":
+            conf = args.controller_config or args.command_config
+            return add_controller(_servers(args), conf, args.dry_run, sys.stdout)
+        if args.quorum_cmd == "remove-controller":
+            return remove_controller(
+                _servers(args),
+                args.controller_id,
+                args.controller_directory_id,
+                args.dry_run,
+                sys.stdout,
+            )
         if args.human_readable and not args.replication:
             raise ToolError(
                 "The option --human-readable is only supported along with --replication"

@@ -89,11 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--release-version", "-r", default=None)
     fmt.add_argument("--ignore-formatted", "-g", action="store_true")
     fmt.add_argument("--override", action="append", metavar="KEY=VALUE")
-    fmt.add_argument(
+    quorum = fmt.add_mutually_exclusive_group()
+    quorum.add_argument(
         "--standalone",
         "-s",
         action="store_true",
-        help="this controller as the only voter (with controller.quorum.voters naming it alone)",
+        help="a dynamic quorum (KIP-853) whose only voter is this controller",
     )
     fmt.add_argument(
         "--add-scram",
@@ -111,12 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=LEVEL",
         help="a feature level in the bootstrap metadata, e.g. eligible.leader.replicas.version=1",
     )
-    fmt.add_argument("--initial-controllers", "-I", help="dynamic quorum: not supported")
-    fmt.add_argument(
+    quorum.add_argument(
+        "--initial-controllers",
+        "-I",
+        metavar="ID@HOST:PORT:DIRECTORY_ID,...",
+        help="the first voters of a dynamic quorum (the same on every node formatted)",
+    )
+    quorum.add_argument(
         "--no-initial-controllers",
         "-N",
         action="store_true",
-        help="dynamic quorum: accepted (voters come from controller.quorum.voters)",
+        help="a controller (or broker) that joins a dynamic quorum later",
     )
     vm = st_sub.add_parser("version-mapping", help="feature levels of a release")
     vm.add_argument("--release-version", "-r", default=None)
@@ -264,6 +270,17 @@ def build_parser() -> argparse.ArgumentParser:
     desc.add_argument(
         "--human-readable", action="store_true", help="with --replication: times as 'N ms ago'"
     )
+    add = mq_sub.add_parser("add-controller", help="make a caught-up controller a voter")
+    add.add_argument("--dry-run", action="store_true")
+    add.add_argument(
+        "--command-config",
+        dest="controller_config",
+        help="the properties file of the controller to add (also accepted before the command)",
+    )
+    rm = mq_sub.add_parser("remove-controller", help="remove a voter from the quorum")
+    rm.add_argument("--controller-id", "-i", type=int, required=True)
+    rm.add_argument("--controller-directory-id", "-d", required=True)
+    rm.add_argument("--dry-run", action="store_true")
 
     cl = sub.add_parser("cluster", help="cluster-level information")
     cl_sub = cl.add_subparsers(dest="cluster_cmd", required=True)

@@ -186,9 +186,12 @@ class _Out:
         return bytes(self.buf)
 
 
-def snapshot_of_records(records: Iterable[Any], timestamp_ms: int) -> bytes:
-    """A snapshot file: SNAPSHOT_HEADER, the records in batches, SNAPSHOT_FOOTER."""
+def snapshot_of_records(records: Iterable[Any], timestamp_ms: int, control: bytes = b"") -> bytes:
+    """A snapshot file: SNAPSHOT_HEADER, the ``control`` batch (the quorum's voters),
+    the records in batches, SNAPSHOT_FOOTER."""
     out = _Out(timestamp_ms)
+    if control:
+        out.add(control)
     for batch in _batches(records, timestamp_ms):
         out.add(batch)
     return out.finish()
@@ -207,8 +210,8 @@ class SnapshotWriter:
         self._topics: dict[UUID, tuple[TopicImage, list[bytes]]] = {}
         self._level: int | None = None
 
-    def write(self, image: MetadataImage, timestamp_ms: int) -> bytes:
-        steps = self.steps(image, timestamp_ms)
+    def write(self, image: MetadataImage, timestamp_ms: int, control: bytes = b"") -> bytes:
+        steps = self.steps(image, timestamp_ms, control)
         while True:
             try:
                 next(steps)
@@ -216,13 +219,19 @@ class SnapshotWriter:
                 data: bytes = done.value
                 return data
 
-    def steps(self, image: MetadataImage, timestamp_ms: int) -> Generator[None, None, bytes]:
+    def steps(
+        self, image: MetadataImage, timestamp_ms: int, control: bytes = b""
+    ) -> Generator[None, None, bytes]:
         """The snapshot's bytes as the generator's return value; it yields after each
-        topic it had to encode, so that the caller can share the thread meanwhile."""
+        topic it had to encode, so that the caller can share the thread meanwhile.
+        ``control``: a control batch placed right after the header (the quorum's
+        kraft.version and voter set, KIP-853)."""
         level = image.features.get(METADATA_VERSION_FEATURE)
         if level != self._level:  # other record versions: nothing cached is reusable
             self._topics, self._level = {}, level
         out = _Out(timestamp_ms)
+        if control:
+            out.add(control)
         for batch in _batches(_head_records(image), timestamp_ms, level):
             out.add(batch)
         cache: dict[UUID, tuple[TopicImage, list[bytes]]] = {}

@@ -152,8 +152,8 @@ class ApiSpec:
 _TABLE = (
     ApiSpec(ApiKey.PRODUCE, broker=(3, 13), advertised_min=0),  # v13: topic ids, KIP-516
     ApiSpec(
-        ApiKey.FETCH, broker=(4, 18), controller=(12, 12)
-    ),  # v13+: topic ids; of __cluster_metadata
+        ApiKey.FETCH, broker=(4, 18), controller=(12, 17)
+    ),  # v13+: topic ids; of __cluster_metadata (v17: directory ids, KIP-853)
     ApiSpec(ApiKey.LIST_OFFSETS, broker=(1, 10)),
     ApiSpec(ApiKey.METADATA, broker=(0, 13)),
     ApiSpec(ApiKey.OFFSET_COMMIT, broker=(2, 9)),
@@ -220,6 +220,10 @@ _TABLE = (
     ),  # forwarded to the controller
     ApiSpec(ApiKey.ENVELOPE, controller=(0, 0)),  # brokers' forwarded admin requests, KIP-590
     ApiSpec(ApiKey.FETCH_SNAPSHOT, controller=(1, 1)),
+    # KIP-853: voter changes, made by the active controller
+    ApiSpec(ApiKey.ADD_RAFT_VOTER, controller=(0, 1)),
+    ApiSpec(ApiKey.REMOVE_RAFT_VOTER, controller=(0, 0)),
+    ApiSpec(ApiKey.UPDATE_RAFT_VOTER, controller=(0, 0)),
     ApiSpec(ApiKey.DESCRIBE_CLUSTER, broker=(0, 2), controller=(0, 1)),  # the controllers, KIP-919
     ApiSpec(ApiKey.DESCRIBE_PRODUCERS, broker=(0, 0)),
     ApiSpec(ApiKey.BROKER_REGISTRATION, controller=(3, 3)),

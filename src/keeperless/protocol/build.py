@@ -73,6 +73,8 @@ def _zero(t: Any) -> Any:
         return None
     if typing.get_origin(t) is tuple or t is tuple:
         return ()
+    if dataclasses.is_dataclass(t) and isinstance(t, type):  # a required nested entity
+        return build_filled(t, {})
     if isinstance(t, type):
         for base, value in ((bool, False), (int, 0), (str, ""), (bytes, b"")):
             if issubclass(t, base):

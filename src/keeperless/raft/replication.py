@@ -77,7 +77,9 @@ def on_fetch_request(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
         _leader_response(core, req, diverging=diverging, snapshot=snapshot)
 
     sid = core.log.snapshot_id
-    if req.fetch_offset < core.log.start_offset or (req.fetch_offset == 0 and sid is not None):
+    if req.fetch_offset < core.log.start_offset or (
+        req.fetch_offset == 0 and sid is not None and sid.end_offset > 0
+    ):
         answer(snapshot=sid)
         return
     if req.fetch_offset > 0:

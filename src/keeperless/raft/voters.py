@@ -15,6 +15,7 @@ not; a truncation that removes a VotersRecord brings back the set before it.
 
 from __future__ import annotations
 
+import base64
 import bisect
 import uuid
 from collections.abc import Iterable, Iterator
@@ -72,8 +73,11 @@ class Voter:
         )
 
     def __str__(self) -> str:
-        d = "" if self.directory_id is None else f"-{self.directory_id}"
-        return f"{self.id}{d}"
+        """``id`` or ``id-directory`` with the directory id as Kafka prints it."""
+        if self.directory_id is None:
+            return str(self.id)
+        d = base64.urlsafe_b64encode(self.directory_id.bytes).decode().rstrip("=")
+        return f"{self.id}-{d}"
 
 
 @dataclass(frozen=True, slots=True)

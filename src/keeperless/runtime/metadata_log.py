@@ -11,6 +11,7 @@ import logging
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,16 @@ from keeperless.metadata.features import record_version
 from keeperless.metadata.image import MetadataDelta, MetadataImage
 from keeperless.metadata.snapshot import SnapshotWriter
 from keeperless.protocol.records import CorruptBatchError, iter_batches, record_values
-from keeperless.raft.core import NotLeaderError, RaftConfig, RaftCore
-from keeperless.raft.messages import Entry, Message, SnapshotId
+from keeperless.raft.core import MembershipError, NotLeaderError, RaftConfig, RaftCore
+from keeperless.raft.messages import (
+    NOT_LEADER_OR_FOLLOWER,
+    REQUEST_TIMED_OUT,
+    Entry,
+    Message,
+    SnapshotId,
+)
 from keeperless.raft.state import ElectionState
+from keeperless.raft.voters import VoterSet
 from keeperless.runtime.raft_log import FileRaftLog, snapshot_file_name
 from keeperless.storage.durable import write_atomically
 
@@ -77,7 +85,7 @@ class MetadataLog:
     def __init__(
         self,
         node_id: int,
-        voters: tuple[int, ...],
+        voters: tuple[int, ...] | VoterSet,
         directory: Path,
         config: RaftConfig | None = None,
         send: Callable[[Message], None] | None = None,
@@ -85,7 +93,14 @@ class MetadataLog:
         snapshot_every_bytes: int = 20 * 1024 * 1024,
         snapshot_every_ms: int = 3_600_000,
         append_linger_ms: int = 0,
+        *,
+        directory_id: uuid.UUID | None = None,
+        kraft_version: int = 0,
+        bootstrap: tuple[int, ...] = (),
     ) -> None:
+        """``voters``: controller.quorum.voters (a static quorum), or for a dynamic one
+        (kraft.version 1) the voter set of the bootstrap checkpoint, which the log
+        overrides; ``bootstrap``: the ids the transport gave the bootstrap servers."""
         self.node_id = node_id
         self.dir = directory
         self.log_dir = directory / f"{METADATA_TOPIC}-0"
@@ -97,7 +112,7 @@ class MetadataLog:
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = _now_ms()
         self.state_path = self.log_dir / "quorum-state"
-        state = ElectionState(voters=voters)
+        state = ElectionState(voters=voters if isinstance(voters, tuple) else voters.ids)
         if self.state_path.exists():
             try:
                 state = ElectionState.decode(self.state_path.read_bytes())
@@ -115,6 +130,9 @@ class MetadataLog:
             config or RaftConfig(),
             random.Random(),
             _now_ms(),
+            directory_id=directory_id,
+            kraft_version=kraft_version,
+            bootstrap=bootstrap,
         )
         self.send = send
         self.listeners: list[Listener] = []
@@ -152,7 +170,7 @@ class MetadataLog:
         """Join the quorum. A restarted node first loads its snapshot, then the listeners
         get the committed log as the high watermark becomes known."""
         sid = self.raft_log.snapshot_id
-        if sid is not None:
+        if sid is not None and sid.end_offset > 0:  # (0-0: the bootstrap voter set only)
             self._load_snapshot(self.raft_log.snapshot_data(), sid)
             self._delivered = sid.end_offset - 1
         self.core.start(_now_ms())
@@ -210,6 +228,29 @@ class MetadataLog:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((offset, fut))
         await fut
+
+    async def change_voters(self, change: Callable[[RaftCore, int], int], timeout_s: float) -> None:
+        """Make a voter change at the leader (``change`` calls the core's add_voter,
+        remove_voter or update_voter) and wait until it is committed. Raises
+        MembershipError as Kafka answers (NOT_LEADER_OR_FOLLOWER if leadership is lost
+        before the change commits, REQUEST_TIMED_OUT if it does not commit in time)."""
+        offset = change(self.core, _now_ms())
+        self._process()
+        try:
+            await asyncio.wait_for(self.wait_committed(offset), timeout_s)
+        except NotLeaderError:
+            if self.core.high_watermark <= offset:  # (a leader removing itself resigns
+                raise MembershipError(  # once its removal is committed: that is success)
+                    NOT_LEADER_OR_FOLLOWER,
+                    f"node {self.node_id} lost the leadership before the voter change at "
+                    f"offset {offset} was committed; it may still be",
+                ) from None
+        except TimeoutError:
+            raise MembershipError(
+                REQUEST_TIMED_OUT,
+                f"the voter change at offset {offset} was not committed within "
+                f"{timeout_s * 1000:.0f} ms; it may still be",
+            ) from None
 
     def step(self, msg: Message) -> None:
         if self._closed:
@@ -355,7 +396,8 @@ class MetadataLog:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # tools and tests without a loop
-            self._finish_snapshot(end, self._snapshot_writer.write(image, now), t0)
+            data = self._snapshot_writer.write(image, now, self.core.snapshot_voters_records(end))
+            self._finish_snapshot(end, data, t0)
             return
         # Encoding a big image takes seconds of CPU. It runs on the event loop in slices
         # (a worker thread holding the GIL for seconds made every socket call of the loop
@@ -368,7 +410,8 @@ class MetadataLog:
         self, image: MetadataImage, now: int, sid: SnapshotId, end: int, t0: float
     ) -> None:
         try:
-            steps = self._snapshot_writer.steps(image, now)
+            voters = self.core.snapshot_voters_records(end)
+            steps = self._snapshot_writer.steps(image, now, voters)
             turn_end = time.monotonic() + _SNAPSHOT_SLICE_S
             while True:
                 try:

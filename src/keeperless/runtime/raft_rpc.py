@@ -1,9 +1,12 @@
-"""Kafka's Raft RPCs (Vote v2, BeginQuorumEpoch v1, EndQuorumEpoch v1, Fetch v12 and
-FetchSnapshot v1 on `__cluster_metadata`) to and from the core's messages."""
+"""Kafka's Raft RPCs (Vote v2, BeginQuorumEpoch v1, EndQuorumEpoch v1, Fetch v17 and
+FetchSnapshot v1 on `__cluster_metadata`) to and from the core's messages. The replicas'
+directory ids (KIP-853) travel in Vote, Fetch and FetchSnapshot; Kafka's zero Uuid is
+"unknown" (None in the core)."""
 
 from __future__ import annotations
 
 import datetime
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -18,18 +21,32 @@ from keeperless.raft.messages import Entry, SnapshotId
 
 __all__ = [
     "FETCH_VERSION",
+    "METADATA_TOPIC_ID",
     "RAFT_APIS",
+    "directory_id",
     "request_of",
     "request_to_message",
     "response_of",
     "response_to_message",
+    "wire_directory_id",
 ]
 
 TOPIC = "__cluster_metadata"
-FETCH_VERSION = 12
+METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's Uuid.METADATA_TOPIC_ID
+FETCH_VERSION = 17
+_ZERO = uuid.UUID(int=0)
 # api key -> version we speak
 RAFT_APIS = {1: FETCH_VERSION, 52: 2, 53: 1, 54: 1, 59: 1}
 _MAX_FETCH_BYTES = RaftConfig().max_fetch_bytes
+
+
+def directory_id(wire: uuid.UUID | None) -> uuid.UUID | None:
+    """A directory id from the wire (Kafka's zero Uuid: unknown)."""
+    return None if wire is None or wire == _ZERO else wire
+
+
+def wire_directory_id(d: uuid.UUID | None) -> uuid.UUID:
+    return _ZERO if d is None else d
 
 
 def _request_class(api_key: int) -> type:
@@ -64,8 +81,8 @@ def request_of(msg: m.Message, cluster_id: str, endpoint: tuple[str, int]) -> tu
                 "partition_index": 0,
                 "replica_epoch": msg.epoch,
                 "replica_id": msg.src,
-                "replica_directory_id": None,
-                "voter_directory_id": None,
+                "replica_directory_id": wire_directory_id(msg.candidate_dir),
+                "voter_directory_id": wire_directory_id(msg.voter_dir),
                 "last_offset_epoch": msg.last_epoch,
                 "last_offset": msg.end_offset,
                 "pre_vote": msg.pre_vote,
@@ -114,17 +131,18 @@ def request_of(msg: m.Message, cluster_id: str, endpoint: tuple[str, int]) -> tu
                 "last_fetched_epoch": msg.last_fetched_epoch,
                 "log_start_offset": -1,
                 "partition_max_bytes": _MAX_FETCH_BYTES,
+                "replica_directory_id": wire_directory_id(msg.replica_dir),
             }
             body = {
                 "cluster_id": cluster_id,
-                "replica_id": msg.src,
+                "replica_state": {"replica_id": msg.src, "replica_epoch": -1},
                 "max_wait": datetime.timedelta(milliseconds=msg.max_wait_ms),
                 "min_bytes": 1,
                 "max_bytes": _MAX_FETCH_BYTES,
                 "isolation_level": 0,
                 "session_id": 0,
                 "session_epoch": -1,
-                "topics": [{"topic": TOPIC, "partitions": [part]}],
+                "topics": [{"topic_id": METADATA_TOPIC_ID, "partitions": [part]}],
                 "forgotten_topics_data": [],
                 "rack_id": "",
             }
@@ -135,6 +153,7 @@ def request_of(msg: m.Message, cluster_id: str, endpoint: tuple[str, int]) -> tu
                 "current_leader_epoch": msg.epoch,
                 "snapshot_id": {"end_offset": msg.snapshot.end_offset, "epoch": msg.snapshot.epoch},
                 "position": msg.position,
+                "replica_directory_id": wire_directory_id(msg.replica_dir),
             }
             body = {
                 "cluster_id": cluster_id,
@@ -159,6 +178,8 @@ def request_to_message(api_key: int, req: Any, dst: int, request_id: int = 0) ->
             p.last_offset,
             bool(getattr(p, "pre_vote", False)),
             request_id,
+            directory_id(getattr(p, "replica_directory_id", None)),
+            directory_id(getattr(p, "voter_directory_id", None)),
         )
     if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
         p = req.topics[0].partitions[0]
@@ -175,14 +196,16 @@ def request_to_message(api_key: int, req: Any, dst: int, request_id: int = 0) ->
     if api_key == ApiKey.FETCH:
         p = req.topics[0].partitions[0]
         wait = int(req.max_wait.total_seconds() * 1000)
+        state = getattr(req, "replica_state", None)  # v15+
         return m.FetchRequest(
-            req.replica_id,
+            state.replica_id if state is not None else req.replica_id,
             dst,
             p.current_leader_epoch,
             p.fetch_offset,
             p.last_fetched_epoch,
             wait,
             request_id,
+            directory_id(getattr(p, "replica_directory_id", None)),
         )
     if api_key == ApiKey.FETCH_SNAPSHOT:
         p = req.topics[0].partitions[0]
@@ -194,6 +217,7 @@ def request_to_message(api_key: int, req: Any, dst: int, request_id: int = 0) ->
             p.position,
             req.max_bytes,
             request_id,
+            directory_id(getattr(p, "replica_directory_id", None)),
         )
     raise TypeError(f"api key {api_key} is not a Raft request")
 
@@ -202,10 +226,22 @@ def request_to_message(api_key: int, req: Any, dst: int, request_id: int = 0) ->
 
 
 def response_of(
-    api_key: int, version: int, msg: m.Message | None, leader_id: int, epoch: int
+    api_key: int,
+    version: int,
+    msg: m.Message | None,
+    leader_id: int,
+    epoch: int,
+    leader_endpoint: tuple[str, int] | None = None,
 ) -> Any:
     """The kio response for an inbound request, from the core's answer (None for the
-    one-way BeginQuorumEpoch/EndQuorumEpoch, or when the core gave no answer)."""
+    one-way BeginQuorumEpoch/EndQuorumEpoch, or when the core gave no answer); it names
+    where the leader listens when that is known (Fetch v16+, FetchSnapshot, Vote: a
+    controller that joined by bootstrap servers learns the leader's address so)."""
+    nodes = (
+        [{"node_id": leader_id, "host": leader_endpoint[0], "port": leader_endpoint[1]}]
+        if leader_endpoint is not None and leader_id >= 0
+        else []
+    )
     cls = response_class(api_key, version)
     none = ErrorCode.none
     if api_key in (ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH) or msg is None:
@@ -240,9 +276,11 @@ def response_of(
             {
                 "error_code": none,
                 "throttle_time": 0,
-                "node_endpoints": [],
+                "node_endpoints": nodes,
                 "topics": [{"topic_name": TOPIC, "name": TOPIC, "partitions": [part]}],
-                "responses": [{"topic": TOPIC, "partitions": [part]}],
+                "responses": [
+                    {"topic": TOPIC, "topic_id": METADATA_TOPIC_ID, "partitions": [part]}
+                ],
             },
         )
     match msg:
@@ -258,7 +296,7 @@ def response_of(
                 cls,
                 {
                     "error_code": none,
-                    "node_endpoints": [],
+                    "node_endpoints": nodes,
                     "topics": [{"topic_name": TOPIC, "partitions": [part]}],
                 },
             )
@@ -290,7 +328,10 @@ def response_of(
                     "throttle_time": 0,
                     "error_code": none,
                     "session_id": 0,
-                    "responses": [{"topic": TOPIC, "partitions": [part]}],
+                    "responses": [
+                        {"topic": TOPIC, "topic_id": METADATA_TOPIC_ID, "partitions": [part]}
+                    ],
+                    "node_endpoints": nodes,
                 },
             )
         case m.FetchSnapshotResponse():
@@ -309,7 +350,7 @@ def response_of(
                 {
                     "throttle_time": 0,
                     "error_code": none,
-                    "node_endpoints": [],
+                    "node_endpoints": nodes,
                     "topics": [{"name": TOPIC, "partitions": [part]}],
                 },
             )

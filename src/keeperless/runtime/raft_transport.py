@@ -15,7 +15,6 @@ import dataclasses
 import itertools
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -30,15 +29,16 @@ from keeperless.protocol.framing import (
     response_class,
 )
 from keeperless.raft import messages as m
+from keeperless.raft.voters import VoterSet
 from keeperless.runtime.raft_rpc import (
+    METADATA_TOPIC_ID,
     RAFT_APIS,
     request_of,
     request_to_message,
     response_of,
     response_to_message,
+    wire_directory_id,
 )
-
-_NO_DIRECTORY = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: the directory is unknown
 
 __all__ = ["RaftTransport"]
 
@@ -78,6 +78,9 @@ class RaftTransport:
         self.step: Callable[[m.Message], None] | None = None
         self.state: Callable[[], tuple[int, int]] = lambda: (-1, 0)  # (leader id, epoch)
         self.describe: Callable[[], dict[str, Any] | None] = lambda: None
+        # a dynamic quorum's voters and where they listen (KIP-853): from the log
+        self.voter_set: Callable[[], VoterSet] = VoterSet
+        self._voters_seen: VoterSet | None = None
         self._inbound: dict[tuple[int, type], list[tuple[m.Message, asyncio.Future[Any]]]] = {}
         self._down: dict[int, float] = {}  # peer -> since when it has been unreachable
         self._warned: set[int] = set()  # peers a warning named
@@ -86,10 +89,34 @@ class RaftTransport:
 
     # -- the core's outbound messages ---------------------------------------------------
 
+    def _refresh_addresses(self) -> None:
+        """Learn where the voters of the log's voter set listen (the controller
+        listener's endpoint of each): a dynamic quorum's addresses come from there."""
+        vs = self.voter_set()
+        if vs is self._voters_seen:
+            return
+        self._voters_seen = vs
+        for v in vs:
+            for e in v.endpoints:
+                if e.name == self.listener_name and v.id != self.node_id:
+                    self.voters[v.id] = (e.host, e.port)
+
+    def learn(self, node_id: int, host: str, port: int) -> None:
+        """Where a node (the leader) listens, as a peer's answer named it."""
+        if node_id >= 0 and node_id != self.node_id and host:
+            self.voters[node_id] = (host, port)
+
+    def address_of(self, node_id: int) -> tuple[str, int] | None:
+        if node_id == self.node_id:
+            return self.endpoint
+        self._refresh_addresses()
+        return self.voters.get(node_id)
+
     def send(self, msg: m.Message) -> None:
         if isinstance(msg, _RESPONSES):
             self._answer(msg)
             return
+        self._refresh_addresses()
         addr = self.voters.get(msg.dst)
         if addr is None:
             return  # not a voter: an observer is only ever answered, never called
@@ -112,6 +139,8 @@ class RaftTransport:
                 f"another cluster: this node is formatted for cluster {self.cluster_id}",
             )
             return
+        for ne in getattr(resp, "node_endpoints", None) or ():
+            self.learn(int(ne.node_id), ne.host, int(ne.port))
         try:
             msg = response_to_message(key, resp, request)
         except Exception:
@@ -140,9 +169,18 @@ class RaftTransport:
         key = header.api_key
         if key == 55:
             return self.describe_quorum_response(header)
-        if key == 1 and (not req.topics or req.topics[0].topic != "__cluster_metadata"):
+        if key == 1 and (
+            not req.topics
+            or getattr(req.topics[0], "topic", None) not in (None, "__cluster_metadata")
+            or getattr(req.topics[0], "topic_id", None) not in (None, METADATA_TOPIC_ID)
+        ):
             leader, epoch = self.state()
             return response_of(1, header.api_version, None, leader, epoch)
+        if key == 53:  # BeginQuorumEpoch: where the new leader listens
+            p0 = req.topics[0].partitions[0] if req.topics and req.topics[0].partitions else None
+            for le in req.leader_endpoints:
+                if p0 is not None and le.name == self.listener_name:
+                    self.learn(int(p0.leader_id), le.host, int(le.port))
         msg = request_to_message(key, req, self.node_id, next(self._inbound_ids))
         theirs = getattr(req, "cluster_id", None)
         if theirs is not None and theirs != self.cluster_id:  # (null: an old client)
@@ -174,7 +212,7 @@ class RaftTransport:
                 with contextlib.suppress(ValueError):
                     waiting.remove((msg, fut))
         leader, epoch = self.state()
-        return response_of(key, header.api_version, answer, leader, epoch)
+        return response_of(key, header.api_version, answer, leader, epoch, self.address_of(leader))
 
     def describe_quorum_response(self, header: RequestHeader) -> Any:
         info = self.describe()
@@ -193,24 +231,37 @@ class RaftTransport:
         else:
             part["error_code"] = ErrorCode.none
             part.update(info)
-            for key in ("current_voters", "observers"):  # v2: no directory ids (KIP-853)
-                part[key] = [{**r, "replica_directory_id": _NO_DIRECTORY} for r in part[key]]
+            for key in ("current_voters", "observers"):  # v2: directory ids (KIP-853)
+                part[key] = [
+                    {**r, "replica_directory_id": wire_directory_id(r.get("replica_directory_id"))}
+                    for r in part[key]
+                ]
         return build(
             response_class(ApiKey.DESCRIBE_QUORUM, header.api_version),
             {
                 "error_code": ErrorCode.none,
                 "error_message": None,
                 # v2: where the voters listen (KIP-853)
-                "nodes": [
-                    {
-                        "node_id": v,
-                        "listeners": [{"name": self.listener_name, "host": h, "port": p}],
-                    }
-                    for v, (h, p) in sorted(self.voters.items())
-                ],
+                "nodes": self._nodes(),
                 "topics": [{"topic_name": "__cluster_metadata", "partitions": [part]}],
             },
         )
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        """DescribeQuorum v2's nodes: where each voter (and this node) listens."""
+        self._refresh_addresses()
+        book = {v: a for v, a in self.voters.items() if v >= 0}
+        if self.endpoint[1]:
+            book[self.node_id] = self.endpoint
+        listeners: dict[int, list[dict[str, Any]]] = {
+            v: [{"name": self.listener_name, "host": h, "port": p}] for v, (h, p) in book.items()
+        }
+        for v in self.voter_set():  # a dynamic quorum's voters name their own endpoints
+            if v.endpoints:
+                listeners[v.id] = [
+                    {"name": e.name, "host": e.host, "port": e.port} for e in v.endpoints
+                ]
+        return [{"node_id": v, "listeners": ls} for v, ls in sorted(listeners.items())]
 
     # -- reachability, for operators ----------------------------------------------------
 

@@ -107,6 +107,13 @@ _RPCS = (
     ApiKey.ASSIGN_REPLICAS_TO_DIRS,
 )
 _CONTROLLER_RPC = {k: AclOp.CLUSTER_ACTION for k in _RPCS}
+# the quorum's voter changes (KIP-853), served by controllers only: ALTER on the cluster
+# to add or remove a voter, CLUSTER_ACTION for a voter updating its own endpoints
+_CONTROLLER_RPC |= {
+    ApiKey.ADD_RAFT_VOTER: AclOp.ALTER,
+    ApiKey.REMOVE_RAFT_VOTER: AclOp.ALTER,
+    ApiKey.UPDATE_RAFT_VOTER: AclOp.CLUSTER_ACTION,
+}
 
 
 def authorized_handlers(

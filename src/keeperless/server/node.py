@@ -63,9 +63,11 @@ from keeperless.server.controller_apis import ControllerApis, ControllerClient
 from keeperless.server.controller_service import ControllerService
 from keeperless.server.dynamic_listeners import follow_own_configs
 from keeperless.server.envelope import envelope_handler
+from keeperless.server.quorum_apis import QuorumApis
 from keeperless.server.registry import ApiRegistry
 from keeperless.storage.dir_failure import set_failure_handler
 from keeperless.storage.log import LogConfig
+from keeperless.storage.meta_properties import read_meta_properties, uuid_from_kafka
 
 __all__ = ["ListenError", "Node", "run_node"]
 
@@ -77,6 +79,15 @@ CONTROLLED_SHUTDOWN_POLL_S = 0.1
 
 class ListenError(RuntimeError):
     """A listener's address cannot be bound."""
+
+
+def _directory_id(d: Path) -> uuid.UUID | None:
+    """The directory id of the metadata log directory (a dynamic quorum's voters are
+    named by it), from its meta.properties."""
+    meta = read_meta_properties(d)
+    if meta is None or not meta.directory_id:
+        return None
+    return uuid_from_kafka(meta.directory_id)
 
 
 def _raft_config(c: NodeConfig) -> RaftConfig:
@@ -94,11 +105,17 @@ class Node:
         self.cluster_id = cluster_id
         self.node_id = config.node_id
         voters = {v.node_id: (v.host, v.port) for v in config.voters}
-        if not voters:
-            raise ValueError(
-                "controller.quorum.voters is required (bootstrap servers alone "
-                "are not supported yet)"
-            )
+        static = tuple(sorted(voters))
+        # a dynamic quorum (KIP-853): the voters are in the metadata log (and its
+        # bootstrap snapshot); the bootstrap servers are asked where the leader is, under
+        # ids of their own (negative: never a node's)
+        bootstrap = tuple(-2 - i for i in range(len(config["controller.quorum.bootstrap.servers"])))
+        if not static:
+            for pseudo, server in zip(
+                bootstrap, config["controller.quorum.bootstrap.servers"], strict=True
+            ):
+                host, _, port = str(server).rpartition(":")
+                voters[pseudo] = (host.strip("[]"), int(port))
         ep = config.controller_endpoint
         self.transport = RaftTransport(
             self.node_id,
@@ -115,7 +132,7 @@ class Node:
             )
         self.mlog = MetadataLog(
             self.node_id,
-            tuple(sorted(voters)),
+            static,
             config.metadata_log_dir,
             _raft_config(config),
             send=self.transport.send,
@@ -123,8 +140,11 @@ class Node:
             snapshot_every_bytes=config["metadata.log.max.record.bytes.between.snapshots"],
             snapshot_every_ms=config["metadata.log.max.snapshot.interval.ms"],
             append_linger_ms=config["controller.quorum.append.linger.ms"],
+            directory_id=_directory_id(config.metadata_log_dir),
+            bootstrap=() if static else bootstrap,
         )
         core = self.mlog.core
+        self.transport.voter_set = lambda: core.voter_set
         self.transport.step = self.mlog.step
         self.transport.state = lambda: (core.leader_id, core.epoch)
         self.transport.describe = lambda: core.describe(int(time.time() * 1000))
@@ -506,6 +526,10 @@ class Node:
                 ApiKey.DESCRIBE_QUORUM, ApiKey.FETCH_SNAPSHOT)  # fmt: skip
         registry.register("the Raft transport", dict.fromkeys(raft, self.transport.handle))
         registry.register("the controller's APIs", self.controller_apis.handlers())
+        registry.register(
+            "the quorum's voter changes (KIP-853)",
+            QuorumApis(self.mlog, self.cluster_id).handlers(),
+        )
         c = self.config
         mlog = self.mlog
         authz = Authz(

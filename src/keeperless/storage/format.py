@@ -24,6 +24,14 @@ from keeperless.metadata.features import (
     metadata_version_for_release,
     release_for_level,
 )
+from keeperless.metadata.snapshot import snapshot_of_records
+from keeperless.raft.voters import (
+    KRAFT_VERSION_DYNAMIC,
+    Endpoint,
+    Voter,
+    VoterSet,
+    voters_records,
+)
 from keeperless.storage.durable import write_atomically
 from keeperless.storage.meta_properties import (
     META_PROPERTIES,
@@ -32,12 +40,80 @@ from keeperless.storage.meta_properties import (
     random_kafka_uuid,
     read_meta_properties,
     uuid_from_kafka,
+    uuid_to_kafka,
     write_meta_properties,
 )
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FormatResult", "check_storage", "format_storage", "storage_info"]
+__all__ = [
+    "BOOTSTRAP_VOTERS_CHECKPOINT",
+    "FormatResult",
+    "check_storage",
+    "format_storage",
+    "parse_dynamic_voters",
+    "storage_info",
+]
+
+# the bootstrap snapshot of a dynamic quorum (KIP-853): its kraft.version and first voters
+BOOTSTRAP_VOTERS_CHECKPOINT = "__cluster_metadata-0/00000000000000000000-0000000000.checkpoint"
+
+
+def parse_dynamic_voters(spec: str, listener: str) -> VoterSet:
+    """``--initial-controllers``: ``id@host:port:directory-id,...`` as Kafka's
+    DynamicVoters parses it, with its messages."""
+    voters: dict[int, Voter] = {}
+    for item in spec.split(","):
+        v = _parse_dynamic_voter(item.strip(), listener)
+        if v.id in voters:
+            raise ValueError(f"Node id {v.id} was specified more than once.")
+        voters[v.id] = v
+    if not voters:
+        raise ValueError("No voters given.")
+    return VoterSet.of(voters.values())
+
+
+def _parse_dynamic_voter(text: str, listener: str) -> Voter:
+    node, at, rest = text.partition("@")
+    if not at:
+        raise ValueError(f"No @ found in dynamic voter string: {text!r}.")
+    if not node:
+        raise ValueError(f"Invalid @ at beginning of dynamic voter string: {text!r}.")
+    try:
+        node_id = int(node)
+    except ValueError:
+        raise ValueError(f"Failed to parse node id in dynamic voter string: {text!r}.") from None
+    if node_id < 0:
+        raise ValueError(f"Invalid negative node id {node_id} in dynamic voter string.")
+    if not rest:
+        raise ValueError(f"No hostname found after node id: {text!r}.")
+    if rest.startswith("["):
+        host, bracket, rest = rest[1:].partition("]")
+        if not bracket:
+            raise ValueError("Hostname began with left bracket, but no right bracket was found.")
+    else:
+        host, colon, after = rest.partition(":")
+        if not colon:
+            raise ValueError(f"No colon following hostname could be found: {text!r}.")
+        rest = ":" + after
+    if not rest.startswith(":"):
+        raise ValueError("Port section must start with a colon.")
+    port_s, colon, dir_s = rest[1:].partition(":")
+    if not colon:
+        raise ValueError(f"No colon following port could be found: {text!r}.")
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise ValueError(f"Failed to parse port in dynamic voter string: {text!r}.") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"Invalid port {port} in dynamic voter string.")
+    try:
+        directory_id = uuid_from_kafka(dir_s)
+    except ValueError:
+        raise ValueError(
+            f"Failed to parse directory ID in dynamic voter string: {text!r}."
+        ) from None
+    return Voter(node_id, directory_id, (Endpoint(listener, host, port),))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +133,11 @@ def format_storage(
     now_ms: int,
     add_scram: tuple[str, ...] = (),
     features: tuple[str, ...] = (),
+    initial_controllers: VoterSet | None = None,
 ) -> FormatResult:
+    """``initial_controllers``: the first voters of a dynamic quorum (KIP-853; from
+    ``--standalone`` or ``--initial-controllers``): the metadata directory gets the
+    voter's directory id and the bootstrap snapshot of the voter set."""
     try:
         uuid_from_kafka(cluster_id)
     except ValueError as e:
@@ -90,10 +170,21 @@ def format_storage(
                 f"Log directory {d} is not empty and has no {META_PROPERTIES}; "
                 "refusing to format over existing data"
             )
-        write_meta_properties(d, MetaProperties(cluster_id, node_id, random_kafka_uuid()))
+        directory_id = random_kafka_uuid()
+        me = initial_controllers.get(node_id) if initial_controllers is not None else None
+        if d == metadata_log_dir and me is not None and me.directory_id is not None:
+            directory_id = uuid_to_kafka(me.directory_id)
+        write_meta_properties(d, MetaProperties(cluster_id, node_id, directory_id))
         if d == metadata_log_dir:
             snapshot = build_snapshot(bootstrap_records(level, extra), now_ms)
             write_atomically(d / BOOTSTRAP_CHECKPOINT, snapshot)
+            if initial_controllers is not None:
+                control = voters_records(
+                    initial_controllers, kraft_version=KRAFT_VERSION_DYNAMIC, timestamp_ms=now_ms
+                )
+                path = d / BOOTSTRAP_VOTERS_CHECKPOINT
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomically(path, snapshot_of_records([], now_ms, control))
         formatted.append(d)
     return FormatResult(formatted, skipped, level)
 

@@ -1,0 +1,102 @@
+"""AddRaftVoter, RemoveRaftVoter and UpdateRaftVoter (KIP-853) on the controller
+listener: the active controller makes the change in its Raft core and answers once it
+is committed; the others answer NOT_LEADER_OR_FOLLOWER (the tool then asks the leader)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.protocol.apis import ApiKey
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.raft import messages as m
+from keeperless.raft.core import MembershipError, RaftCore
+from keeperless.raft.voters import Endpoint, Voter
+from keeperless.runtime.metadata_log import MetadataLog
+from keeperless.runtime.raft_rpc import directory_id
+
+__all__ = ["QuorumApis"]
+
+log = logging.getLogger(__name__)
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class QuorumApis:
+    def __init__(self, mlog: MetadataLog, cluster_id: str) -> None:
+        self.mlog = mlog
+        self.cluster_id = cluster_id
+
+    def handlers(self) -> dict[ApiKey, Any]:
+        return {
+            ApiKey.ADD_RAFT_VOTER: self.add_raft_voter,
+            ApiKey.REMOVE_RAFT_VOTER: self.remove_raft_voter,
+            ApiKey.UPDATE_RAFT_VOTER: self.update_raft_voter,
+        }
+
+    def _answer(self, header: RequestHeader, code: int, message: str | None) -> Any:
+        body: dict[str, Any] = {
+            "throttle_time": 0,
+            "error_code": ErrorCode(code),
+            "error_message": message,
+            "current_leader": {
+                "leader_id": self.mlog.core.leader_id,
+                "leader_epoch": self.mlog.core.epoch,
+                "host": "",
+                "port": 0,
+            },
+        }
+        return build(response_class(header.api_key, header.api_version), body)
+
+    async def _change(self, header: RequestHeader, req: Any, what: str, change: Any) -> Any:
+        if req.cluster_id is not None and req.cluster_id != self.cluster_id:
+            return self._answer(
+                header,
+                ErrorCode.inconsistent_cluster_id,
+                f"The request names cluster {req.cluster_id}; this is cluster {self.cluster_id}",
+            )
+        timeout = getattr(req, "timeout", None)
+        timeout_s = timeout.total_seconds() if timeout is not None else DEFAULT_TIMEOUT_S
+        try:
+            await self.mlog.change_voters(change, timeout_s if timeout_s > 0 else DEFAULT_TIMEOUT_S)
+        except MembershipError as e:
+            log.info("[node %d] %s refused: %s", self.mlog.node_id, what, e)
+            return self._answer(header, e.code, str(e))
+        log.info(
+            "[node %d] %s: the voters are now %s", self.mlog.node_id, what, self.mlog.core.voter_set
+        )
+        return self._answer(header, m.NONE, None)
+
+    async def add_raft_voter(self, header: RequestHeader, req: Any) -> Any:
+        voter = Voter(
+            int(req.voter_id),
+            directory_id(req.voter_directory_id),
+            tuple(Endpoint(li.name, li.host, int(li.port)) for li in req.listeners),
+        )
+
+        def change(core: RaftCore, now: int) -> int:
+            return core.add_voter(voter, now)
+
+        return await self._change(header, req, f"AddRaftVoter {voter}", change)
+
+    async def remove_raft_voter(self, header: RequestHeader, req: Any) -> Any:
+        node_id, d = int(req.voter_id), directory_id(req.voter_directory_id)
+
+        def change(core: RaftCore, now: int) -> int:
+            return core.remove_voter(node_id, d, now)
+
+        return await self._change(header, req, f"RemoveRaftVoter {Voter(node_id, d)}", change)
+
+    async def update_raft_voter(self, header: RequestHeader, req: Any) -> Any:
+        voter = Voter(
+            int(req.voter_id),
+            directory_id(req.voter_directory_id),
+            tuple(Endpoint(li.name, li.host, int(li.port)) for li in req.listeners),
+        )
+
+        def change(core: RaftCore, now: int) -> int:
+            return core.update_voter(voter, now)
+
+        return await self._change(header, req, f"UpdateRaftVoter {voter}", change)

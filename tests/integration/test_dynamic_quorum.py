@@ -1,0 +1,209 @@
+"""A dynamic controller quorum (KIP-853) on real processes: formatted --standalone,
+grown by add-controller, shrunk by remove-controller (the active controller too), with
+Kafka's tool commands and answers, while a broker keeps serving."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.cluster import Node, free_port, keeperless, wait_until
+
+
+def _controller(workdir: Path, node_id: int, bootstrap: list[int], port: int) -> Node:
+    n = Node(workdir / f"controller-{node_id}", node_id)
+    n.port = n.controller_port = port
+    props = {
+        "process.roles": "controller",
+        "node.id": str(node_id),
+        "controller.listener.names": "CONTROLLER",
+        "listeners": f"CONTROLLER://127.0.0.1:{port}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+        "controller.quorum.bootstrap.servers": ",".join(f"127.0.0.1:{p}" for p in bootstrap),
+        "controller.quorum.election.timeout.ms": "500",
+        "controller.quorum.fetch.timeout.ms": "1000",
+        "controller.quorum.request.timeout.ms": "1000",
+        "log.dirs": str(n.data),
+    }
+    n.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return n
+
+
+def _broker(workdir: Path, node_id: int, bootstrap: list[int]) -> Node:
+    n = Node(workdir / f"broker-{node_id}", node_id)
+    props = {
+        "process.roles": "broker",
+        "node.id": str(node_id),
+        "controller.listener.names": "CONTROLLER",
+        "listeners": f"PLAINTEXT://127.0.0.1:{n.port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{n.port}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "controller.quorum.bootstrap.servers": ",".join(f"127.0.0.1:{p}" for p in bootstrap),
+        "controller.quorum.request.timeout.ms": "1000",
+        "log.dirs": str(n.data),
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "3",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    n.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return n
+
+
+def _format(n: Node, cid: str, *flags: str) -> Any:
+    res = keeperless("storage", "format", "-t", cid, "-c", str(n.config), *flags)
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+def _status(port: int) -> dict[str, str]:
+    res = keeperless(
+        "metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{port}", "describe", "--status"
+    )
+    assert res.returncode == 0, res.stderr
+    return {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in res.stdout.splitlines())}
+
+
+def _voters(port: int) -> list[dict[str, Any]]:
+    return list(json.loads(_status(port)["CurrentVoters"]))
+
+
+def _add(port: int, n: Node) -> str:
+    """add-controller, again while the new controller is still catching up."""
+    out: list[str] = []
+
+    def added() -> bool:
+        res = keeperless(
+            "metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{port}",
+            "add-controller", "--command-config", str(n.config),
+        )  # fmt: skip
+        out[:] = [res.stdout + res.stderr]
+        return res.returncode == 0
+
+    wait_until(added, 60, interval=0.5, what=f"controller {n.node_id} to be added")
+    return out[0]
+
+
+def _produce_and_count(broker: Node, topic: str, values: list[str]) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    for v in values:
+        p.produce(topic, v.encode())
+    assert p.flush(30) == 0
+
+
+def _read(broker: Node, topic: str, want: int) -> list[str]:
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic}-{free_port()}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    c.subscribe([topic])
+    got: list[str] = []
+
+    def more() -> bool:
+        got.extend(m.value().decode() for m in c.consume(100, 0.5) if not m.error())
+        return len(got) >= want
+
+    try:
+        wait_until(more, 60, what="the records")
+    finally:
+        c.close()
+    return got
+
+
+@pytest.fixture
+def grown(tmp_path: Path):  # type: ignore[no-untyped-def]
+    ports = [free_port() for _ in range(3)]
+    cs = [_controller(tmp_path, i + 1, ports[:1] if i == 0 else ports, ports[i]) for i in range(3)]
+    broker = _broker(tmp_path, 4, ports)
+    cid = keeperless("storage", "random-uuid", check=True).stdout.strip()
+    res = _format(cs[0], cid, "--standalone")
+    assert "Formatting" in res.stdout
+    for c in cs[1:]:
+        _format(c, cid, "--no-initial-controllers")
+    _format(broker, cid)
+    started: list[Node] = []
+    try:
+        cs[0].start()
+        started.append(cs[0])
+        broker.start()
+        started.append(broker)
+        yield cs, broker, ports
+    finally:
+        for n in [broker, *cs]:
+            n.stop()
+
+
+def test_grow_one_controller_to_three_then_remove_the_active_one(grown) -> None:  # type: ignore[no-untyped-def]
+    cs, broker, ports = grown
+    first = _voters(ports[0])
+    assert [v["id"] for v in first] == [1]
+    assert first[0]["endpoints"] == [f"CONTROLLER://127.0.0.1:{ports[0]}"]
+    dir1 = first[0]["directoryId"]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", dir1)
+    _produce_and_count(broker, "grow", [f"a{i}" for i in range(10)])
+    # two controllers formatted to join, started: observers until added
+    for c in cs[1:]:
+        c.start()
+    wait_until(lambda: "2" in _status(ports[0])["CurrentObservers"], 30, what="an observer")
+    assert [v["id"] for v in _voters(ports[0])] == [1]
+    out = _add(ports[0], cs[1])
+    assert out.startswith("Added controller 2 with directory id ")
+    assert out.rstrip().endswith(f"and endpoints: CONTROLLER://127.0.0.1:{ports[1]}")
+    _add(ports[0], cs[2])
+    voters = _voters(ports[1])
+    assert [v["id"] for v in voters] == [1, 2, 3]
+    assert len({v["directoryId"] for v in voters}) == 3
+    # a second add of a voter: Kafka's DUPLICATE_VOTER
+    dup = keeperless("metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{ports[0]}",
+                     "add-controller", "--command-config", str(cs[1].config))  # fmt: skip
+    assert dup.returncode != 0
+    assert "DUPLICATE_VOTER" in dup.stderr + dup.stdout
+    # remove the active controller: the two others carry on, the broker keeps serving
+    leader = int(_status(ports[1])["LeaderId"])
+    d = next(v["directoryId"] for v in voters if v["id"] == leader)
+    other = next(p for i, p in enumerate(ports) if i + 1 != leader)
+    res = keeperless("metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{other}",
+                     "remove-controller", "--controller-id", str(leader),
+                     "--controller-directory-id", d)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"Removed  KRaft controller {leader} with directory id {d}"
+    wait_until(lambda: int(_status(other)["LeaderId"]) not in (leader, -1), 30, what="a new leader")
+    assert sorted(v["id"] for v in _voters(other)) == sorted({1, 2, 3} - {leader})
+    _produce_and_count(broker, "grow", [f"b{i}" for i in range(10)])
+    got = _read(broker, "grow", 20)
+    assert sorted(got) == sorted([f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)])
+    # the removed controller goes on as an observer
+    wait_until(lambda: str(leader) in _status(other)["CurrentObservers"], 30, what="an observer")
+
+
+def test_format_flags_and_bad_input(tmp_path: Path) -> None:
+    ports = [free_port() for _ in range(2)]
+    c = _controller(tmp_path, 1, ports, ports[0])
+    cid = keeperless("storage", "random-uuid", check=True).stdout.strip()
+    res = keeperless("storage", "format", "-t", cid, "-c", str(c.config))
+    assert res.returncode != 0
+    assert (
+        "Because controller.quorum.voters is not set on this controller, you must specify one "
+        "of the following: --standalone, --initial-controllers, or --no-initial-controllers."
+    ) in res.stderr
+    bad = keeperless("storage", "format", "-t", cid, "-c", str(c.config),
+                     "--initial-controllers", "1@127.0.0.1:9093")  # fmt: skip
+    assert bad.returncode != 0
+    assert "No colon following port could be found" in bad.stderr
+    dir_id = keeperless("storage", "random-uuid", check=True).stdout.strip()
+    ok = keeperless("storage", "format", "-t", cid, "-c", str(c.config), "--initial-controllers",
+                    f"1@127.0.0.1:{ports[0]}:{dir_id},2@127.0.0.1:{ports[1]}:"
+                    + keeperless("storage", "random-uuid", check=True).stdout.strip())  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    # the metadata directory is the voter's: its directory id is the one given
+    assert f"directory.id={dir_id}" in (c.data / "meta.properties").read_text()
+    assert (c.data / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint").exists()
+    rm = keeperless("metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{ports[0]}",
+                    "remove-controller", "--controller-id", "-1", "-d", dir_id)  # fmt: skip
+    assert rm.returncode != 0
+    assert "Invalid negative --controller-id: -1" in rm.stderr
