@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -207,3 +208,68 @@ def test_format_flags_and_bad_input(tmp_path: Path) -> None:
                     "remove-controller", "--controller-id", "-1", "-d", dir_id)  # fmt: skip
     assert rm.returncode != 0
     assert "Invalid negative --controller-id: -1" in rm.stderr
+
+
+def test_replace_a_controller_whose_disk_was_wiped(tmp_path: Path) -> None:
+    """Three controllers formatted with --initial-controllers; one loses its disk and
+    is formatted again (a new directory id): it comes back as an observer, not as the
+    voter it was; the old voter is removed and the new disk added."""
+    ports = [free_port() for _ in range(3)]
+    cs = [_controller(tmp_path, i + 1, ports, ports[i]) for i in range(3)]
+    broker = _broker(tmp_path, 4, ports)
+    cid = keeperless("storage", "random-uuid", check=True).stdout.strip()
+    dirs = [keeperless("storage", "random-uuid", check=True).stdout.strip() for _ in cs]
+    initial = ",".join(f"{i + 1}@127.0.0.1:{ports[i]}:{dirs[i]}" for i in range(3))
+    for c in cs:
+        _format(c, cid, "--initial-controllers", initial)
+    _format(broker, cid)
+    try:
+        for c in cs:
+            c.start_background()
+        for c in cs:
+            c.wait_listening()
+        broker.start()
+        voters = _voters(ports[0])
+        assert [(v["id"], v["directoryId"]) for v in voters] == [(i + 1, dirs[i]) for i in range(3)]
+        _produce_and_count(broker, "wiped", [f"a{i}" for i in range(10)])
+        # controller 3's disk dies: a new, empty one is formatted to join
+        victim = cs[2]
+        victim.stop()
+        shutil.rmtree(victim.data)
+        _format(victim, cid, "--no-initial-controllers")
+        new_dir = next(
+            ln.split("=", 1)[1]
+            for ln in (victim.data / "meta.properties").read_text().splitlines()
+            if ln.startswith("directory.id=")
+        )
+        assert new_dir != dirs[2]
+        victim.start()
+
+        def observed() -> bool:
+            obs = json.loads(_status(ports[0])["CurrentObservers"])
+            return any(o["id"] == 3 and o["directoryId"] == new_dir for o in obs)
+
+        wait_until(observed, 30, what="the new disk as an observer")
+        # still the old voter: the new disk must not vote in its place
+        assert (3, dirs[2]) in [(v["id"], v["directoryId"]) for v in _voters(ports[0])]
+        res = keeperless("metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{ports[0]}",
+                         "remove-controller", "--controller-id", "3",
+                         "--controller-directory-id", new_dir)  # fmt: skip
+        assert res.returncode != 0  # not the voter's directory: Kafka's VOTER_NOT_FOUND
+        assert "VOTER_NOT_FOUND" in res.stderr
+        res = keeperless("metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{ports[0]}",
+                         "remove-controller", "--controller-id", "3",
+                         "--controller-directory-id", dirs[2])  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        _add(ports[0], victim)
+        voters = _voters(ports[0])
+        assert [(v["id"], v["directoryId"]) for v in voters] == [
+            (1, dirs[0]),
+            (2, dirs[1]),
+            (3, new_dir),
+        ]
+        _produce_and_count(broker, "wiped", [f"b{i}" for i in range(10)])
+        assert len(_read(broker, "wiped", 20)) == 20
+    finally:
+        for n in [broker, *cs]:
+            n.stop()

@@ -253,8 +253,11 @@ def check_storage(
             continue
         if meta is None:
             raise StorageError(
-                f"Log directory {d} is not formatted. Run: keeperless storage format "
-                f"-t $(keeperless storage random-uuid) -c {config_path}"
+                f"Log directory {d} is not formatted. To join an existing cluster, run: "
+                f"keeperless storage format -t <its cluster id> -c {config_path} (the "
+                "cluster id is what `kafka-cluster.sh cluster-id` prints; a controller "
+                "joining a dynamic quorum adds --no-initial-controllers); for a new "
+                "cluster, -t $(keeperless storage random-uuid)"
             )
         if meta.node_id != node_id:
             raise StorageError(
