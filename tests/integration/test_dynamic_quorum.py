@@ -273,3 +273,48 @@ def test_replace_a_controller_whose_disk_was_wiped(tmp_path: Path) -> None:
     finally:
         for n in [broker, *cs]:
             n.stop()
+
+
+def test_upgrade_a_static_quorum_to_kraft_version_1_then_add_a_fourth(tmp_path: Path) -> None:
+    """kafka-features upgrade --feature kraft.version=1 turns a static quorum (voters from
+    controller.quorum.voters) dynamic: the voters get their directory ids, and a fourth
+    controller can then be added."""
+    from tests.integration.cluster import Cluster
+
+    c = Cluster(tmp_path, controllers=3, brokers=1)
+    c.start()
+    try:
+        bs = ["--bootstrap-server", c.bootstrap]
+        port1 = c.controllers[1].port
+        assert [v["id"] for v in _voters(port1)] == [1, 2, 3]
+        desc = keeperless("features", "describe", *bs).stdout
+        assert not re.search(r"Feature: kraft.version\s.*FinalizedVersionLevel: 1", desc), desc
+        fourth = _controller(tmp_path, 9, [n.port for n in c.controllers.values()], free_port())
+        cid = (c.controllers[1].data / "meta.properties").read_text().split("cluster.id=")[1]
+        _format(fourth, cid.split()[0], "--no-initial-controllers")
+        fourth.start()
+        refused = keeperless("metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{port1}",
+                             "add-controller", "--command-config", str(fourth.config))  # fmt: skip
+        assert refused.returncode != 0
+        assert "kraft.version feature is 0" in refused.stderr
+        up = keeperless("features", "upgrade", *bs, "--feature", "kraft.version=1")
+        assert up.returncode == 0, up.stdout + up.stderr
+        voters = _voters(port1)
+        assert [v["id"] for v in voters] == [1, 2, 3]
+        assert all(re.fullmatch(r"[A-Za-z0-9_-]{22}", v["directoryId"]) for v in voters)
+        desc = keeperless("features", "describe", *bs).stdout
+        assert re.search(r"Feature: kraft.version\s.*FinalizedVersionLevel: 1", desc), desc
+        down = keeperless("features", "downgrade", *bs, "--feature", "kraft.version=0")
+        assert down.returncode != 0
+        assert "Downgrading kraft.version is not supported" in down.stdout + down.stderr
+        _add(port1, fourth)
+        assert [v["id"] for v in _voters(port1)] == [1, 2, 3, 9]
+        # the quorum is dynamic across restarts too (the record is in the log)
+        c.controllers[2].restart()
+        c.controllers[2].wait_listening()
+        assert [v["id"] for v in _voters(c.controllers[2].port)] == [1, 2, 3, 9]
+        _produce_and_count(c.brokers[4], "after-upgrade", [f"v{i}" for i in range(20)])
+        assert len(_read(c.brokers[4], "after-upgrade", 20)) == 20
+        fourth.stop()
+    finally:
+        c.stop()

@@ -137,3 +137,13 @@ def test_a_static_quorum_refuses_voter_changes() -> None:
     err = _refusal(sim, lambda c, now: c.add_voter(Voter(4), now))
     assert err.code == m.UNSUPPORTED_VERSION
     assert str(err) == "Cluster doesn't support adding voter because the kraft.version feature is 0"
+
+
+def test_kraft_version_upgrade_needs_every_voters_directory_id() -> None:
+    sim = Simulation(3, voters=3, observers=1, faults=False)
+    sim.run(1500, chaos=False)
+    err = _refusal(sim, lambda c, now: c.upgrade_kraft_version(1, {}, now))
+    assert err.code == m.INVALID_UPDATE_VERSION
+    assert "has not fetched with a directory id" in str(err)
+    err = _refusal(sim, lambda c, now: c.upgrade_kraft_version(2, {}, now))
+    assert "only supports versions 0-1" in str(err)

@@ -87,6 +87,8 @@ class Broker:
         self.peers = NetworkClient(f"broker-{settings.node_id}")
         # clients' admin requests to the active controller (set by the node)
         self.forwarder: Any = None
+        # the metadata quorum's kraft.version (KIP-853), as the Raft log holds it
+        self.kraft_version: Callable[[], int] = lambda: 0
         self.inter_broker_listener: str | None = None
         self.controller = controller
         self.auto_create = AutoTopicCreator(settings.node_id, controller)

@@ -138,7 +138,7 @@ class BrokerHandlers(LogDirApis):
                 for k, (lo, hi) in sorted(self.apis.items())
             ],
             "throttle_time": 0,
-            **features_body(self.broker.image),
+            **features_body(self.broker.image, self.broker.kraft_version()),
         }
 
     # -- Metadata -------------------------------------------------------------------------

@@ -10,6 +10,7 @@ __all__ = [
     "ELR_METADATA_VERSION",
     "FEATURE_BOOTSTRAP",
     "FEATURE_DEPENDENCIES",
+    "KRAFT_VERSION_FEATURE",
     "LATEST_METADATA_VERSION",
     "LATEST_PRODUCTION_METADATA_VERSION",
     "METADATA_VERSION_FEATURE",
@@ -58,9 +59,13 @@ LATEST_PRODUCTION_METADATA_VERSION = 27
 ELR_FEATURE = "eligible.leader.replicas.version"
 ELR_METADATA_VERSION = 23  # the metadata.version ELR needs (4.0-IV1)
 # What this build supports, as brokers register it and controllers check it.
+# KIP-853: 0 a static controller quorum, 1 a dynamic one; kept in the Raft log
+# (KRaftVersionRecord), not in FeatureLevelRecords
+KRAFT_VERSION_FEATURE = "kraft.version"
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     METADATA_VERSION_FEATURE: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION),
     ELR_FEATURE: (0, 1),
+    KRAFT_VERSION_FEATURE: (0, 1),
 }
 # a feature level and the metadata.version it needs (Kafka's feature dependencies)
 FEATURE_DEPENDENCIES: dict[tuple[str, int], int] = {(ELR_FEATURE, 1): ELR_METADATA_VERSION}
@@ -76,8 +81,8 @@ def default_feature_levels(metadata_version: int) -> dict[str, int]:
     Features.defaultValue): the highest level bootstrapped at or before it."""
     out: dict[str, int] = {}
     for name, (_lo, hi) in sorted(SUPPORTED_FEATURES.items()):
-        if name == METADATA_VERSION_FEATURE:
-            continue
+        if name in (METADATA_VERSION_FEATURE, KRAFT_VERSION_FEATURE):
+            continue  # (kraft.version: set by the quorum's format flags, in the Raft log)
         out[name] = max(
             (lv for lv in range(1, hi + 1) if FEATURE_BOOTSTRAP.get((name, lv), 1 << 15)
              <= metadata_version),
@@ -156,8 +161,10 @@ def release_for_level(level: int) -> str:
     return f"level {level}"
 
 
-def features_body(image: Any) -> dict[str, Any]:
-    """ApiVersions' feature fields (KIP-584) from a metadata image."""
+def features_body(image: Any, kraft_version: int = 0) -> dict[str, Any]:
+    """ApiVersions' feature fields (KIP-584) from a metadata image and the Raft log's
+    kraft.version."""
+    finalized = {**image.features, KRAFT_VERSION_FEATURE: kraft_version}
     return {
         "supported_features": [
             {"name": name, "min_version": lo, "max_version": hi}
@@ -166,7 +173,7 @@ def features_body(image: Any) -> dict[str, Any]:
         "finalized_features_epoch": max(image.offset, -1),
         "finalized_features": [
             {"name": name, "max_version_level": level, "min_version_level": level}
-            for name, level in sorted(image.features.items())
+            for name, level in sorted(finalized.items())
             if level
         ],
     }

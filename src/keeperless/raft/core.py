@@ -36,8 +36,9 @@ from keeperless.raft.quorum import majority, majority_offset
 from keeperless.raft.state import ElectionState, Progress, Role
 from keeperless.raft.voters import (
     KRAFT_VERSION_DYNAMIC,
+    Endpoint,
+    LogHistory,
     Voter,
-    VoterHistory,
     VoterSet,
     voters_in_batch,
     voters_in_snapshot,
@@ -121,8 +122,8 @@ class RaftCore:
         self.directory_id = directory_id
         self.bootstrap = bootstrap
         base = voters if isinstance(voters, VoterSet) else VoterSet.static(voters)
-        self.kraft_version = kraft_version
-        self._history = VoterHistory(base)
+        self._kraft: LogHistory[int] = LogHistory(kraft_version)
+        self._history: LogHistory[VoterSet] = LogHistory(base)
         self.log = raft_log
         self._load_voters()
         self.config = config
@@ -161,7 +162,7 @@ class RaftCore:
         if sid is not None:
             version, voters = voters_in_snapshot(self.log.snapshot_data())
             if version is not None:
-                self.kraft_version = version
+                self._kraft.reset(version, sid.end_offset - 1)
             if voters is not None:
                 self._history.reset(voters, sid.end_offset - 1)
         offset = self.log.start_offset
@@ -178,8 +179,8 @@ class RaftCore:
         if not e.control:
             return
         version, voters = voters_in_batch(e.data)
-        if version is not None:
-            self.kraft_version = version
+        if version is not None and e.last_offset > self._kraft.latest_offset:
+            self._kraft.add(e.last_offset, version)
         if voters is not None and e.last_offset > self._history.latest_offset:
             old = self._history.latest
             self._history.add(e.last_offset, voters)
@@ -202,6 +203,28 @@ class RaftCore:
         return self._history.latest.ids
 
     @property
+    def kraft_version(self) -> int:
+        """The latest kraft.version in the log (0: a static quorum)."""
+        return self._kraft.latest
+
+    def _truncate_history(self, end_offset: int) -> None:
+        self._history.truncate(end_offset)
+        self._kraft.truncate(end_offset)
+
+    def _reset_history(self, data: bytes, end_offset: int) -> None:
+        """A snapshot ending at ``end_offset`` replaced the log: its voter set and
+        kraft.version (a static quorum's snapshot has neither: they stay)."""
+        version, voters = voters_in_snapshot(data)
+        if version is not None:
+            self._kraft.reset(version, end_offset - 1)
+        else:
+            self._kraft.truncate(0)
+        if voters is not None:
+            self._history.reset(voters, end_offset - 1)
+        else:
+            self._history.truncate(0)
+
+    @property
     def dynamic(self) -> bool:
         return self.kraft_version >= KRAFT_VERSION_DYNAMIC
 
@@ -215,7 +238,8 @@ class RaftCore:
         kraft.version and the voter set then (empty for a static quorum)."""
         if not self.dynamic:
             return b""
-        return voters_records(self.voters_at(end_offset - 1), kraft_version=self.kraft_version)
+        version = self._kraft.at(end_offset - 1)
+        return voters_records(self.voters_at(end_offset - 1), kraft_version=version)
 
     def _is_voter_replica(self, node_id: int, directory_id: uuid.UUID | None) -> bool:
         return self.voter_set.has(node_id, directory_id)
@@ -312,6 +336,65 @@ class RaftCore:
         if old == voter:
             return self._history.latest_offset
         return self._append_voters(vs.with_voter(voter), now_ms)
+
+    def upgrade_kraft_version(
+        self, version: int, endpoints: dict[int, tuple[Endpoint, ...]], now_ms: int
+    ) -> int:
+        """kafka-features upgrade --feature kraft.version=1: a static quorum becomes a
+        dynamic one. The voters keep their ids and get the directory ids they fetch
+        with (each must have fetched lately, this one aside) and ``endpoints``; the
+        leader appends KRaftVersionRecord and VotersRecord; returns their offset."""
+        if self.role is not Role.LEADER:
+            raise MembershipError(
+                m.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} is not the leader"
+            )
+        if version == self.kraft_version:
+            return self._kraft.latest_offset
+        if version < self.kraft_version:
+            raise MembershipError(
+                m.INVALID_UPDATE_VERSION,
+                f"Invalid update version {version} for feature kraft.version. Downgrading "
+                "kraft.version is not supported.",
+            )
+        if version != KRAFT_VERSION_DYNAMIC:
+            raise MembershipError(
+                m.INVALID_UPDATE_VERSION,
+                f"Invalid update version {version} for feature kraft.version. Local "
+                f"controller {self.node_id} only supports versions 0-1",
+            )
+        if self.high_watermark <= self.epoch_start_offset:
+            raise MembershipError(
+                m.REQUEST_TIMED_OUT,
+                "Request timed out waiting for leader to establish HWM and fence previous "
+                "voter changes",
+            )
+        fresh = now_ms - self.config.fetch_timeout_ms
+        voters = []
+        for v in self.voter_set:
+            if v.id == self.node_id:
+                d = self.directory_id
+            else:
+                p = self.progress.get(v.id)
+                d = p.directory_id if p is not None and p.last_fetch_ms >= fresh else None
+            if d is None:
+                raise MembershipError(
+                    m.INVALID_UPDATE_VERSION,
+                    f"Invalid update version {version} for feature kraft.version. Voter "
+                    f"{v.id} has not fetched with a directory id lately (is it running a "
+                    "version with KIP-853, with its metadata directory formatted?)",
+                )
+            voters.append(Voter(v.id, d, endpoints.get(v.id, ())))
+        batch = voters_records(VoterSet.of(voters), kraft_version=version, timestamp_ms=now_ms)
+        offset = self._append_local(batch, 2, now_ms, True)
+        self._maybe_advance_hw(now_ms)
+        log.info(
+            "[node %d] kraft.version %d at offset %d: the quorum is dynamic, voters %s",
+            self.node_id,
+            version,
+            offset,
+            self.voter_set,
+        )
+        return offset
 
     def pending_voter_change(self) -> int | None:
         """The offset of an uncommitted voter change (None: none)."""
@@ -477,6 +560,7 @@ class RaftCore:
         sid = self.snapshot_id(end_offset)
         self.log.take_snapshot(sid, data)
         self._history.compact(self.log.start_offset)
+        self._kraft.compact(self.log.start_offset)
         return sid
 
     # -- time -------------------------------------------------------------------------

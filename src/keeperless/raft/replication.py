@@ -21,7 +21,6 @@ from keeperless.raft import messages as m
 from keeperless.raft.log import CorruptSnapshotError
 from keeperless.raft.messages import SnapshotId
 from keeperless.raft.state import Progress, Role
-from keeperless.raft.voters import voters_in_snapshot
 
 if TYPE_CHECKING:
     from keeperless.raft.core import RaftCore
@@ -314,7 +313,7 @@ def on_fetch_response(core: RaftCore, resp: m.FetchResponse, now_ms: int) -> Non
                 f"applied offset {core.applied}"
             )
         core.log.truncate_to(cut)
-        core._history.truncate(core.log.end_offset)
+        core._truncate_history(core.log.end_offset)
         core.durable_end = min(core.durable_end, core.log.end_offset)
         core._ready.sync_log = True
         return
@@ -367,13 +366,7 @@ def on_fetch_snapshot_response(core: RaftCore, resp: m.FetchSnapshotResponse, no
             e,
         )
         return
-    version, voters = voters_in_snapshot(data)
-    if version is not None:
-        core.kraft_version = version
-    if voters is not None:
-        core._history.reset(voters, target.end_offset - 1)
-    else:
-        core._history.truncate(0)  # a snapshot of a static quorum: its voters stay
+    core._reset_history(data, target.end_offset)
     core.durable_end = target.end_offset
     core.applied = target.end_offset
     core.high_watermark = max(core.high_watermark, target.end_offset)

@@ -20,6 +20,7 @@ import bisect
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from kio.schema.k_raft_version_record.v0.data import KRaftVersionRecord
 from kio.schema.voters_record.v0.data import Endpoint as KioEndpoint
@@ -38,6 +39,7 @@ from keeperless.protocol.records import CorruptBatchError, build_batch, decode_r
 
 __all__ = [
     "Endpoint",
+    "LogHistory",
     "Voter",
     "VoterHistory",
     "VoterSet",
@@ -45,6 +47,8 @@ __all__ = [
     "voters_in_snapshot",
     "voters_records",
 ]
+
+T = TypeVar("T")
 
 # the kraft.version levels of Kafka 4.x: 0 a static quorum, 1 a dynamic one (KIP-853)
 KRAFT_VERSION_STATIC, KRAFT_VERSION_DYNAMIC = 0, 1
@@ -192,16 +196,17 @@ def voters_in_snapshot(data: bytes) -> tuple[int | None, VoterSet | None]:
     return version, voters
 
 
-class VoterHistory:
-    """The voter sets of a log by the offset of the record that set each: the base set
-    (bootstrap or snapshot, offset -1) and every VotersRecord after it."""
+class LogHistory(Generic[T]):
+    """A value kept in the log by the offset of each record that set it (Kafka's
+    LogHistory): the voter sets (the base set from the configuration, bootstrap or
+    snapshot, then every VotersRecord), and the kraft.version."""
 
-    def __init__(self, base: VoterSet, offset: int = -1) -> None:
+    def __init__(self, base: T, offset: int = -1) -> None:
         self._offsets: list[int] = [offset]
-        self._sets: list[VoterSet] = [base]
+        self._sets: list[T] = [base]
 
     @property
-    def latest(self) -> VoterSet:
+    def latest(self) -> T:
         return self._sets[-1]
 
     @property
@@ -209,16 +214,16 @@ class VoterHistory:
         """The offset of the latest VotersRecord (-1: the bootstrap or static set)."""
         return self._offsets[-1]
 
-    def at(self, offset: int) -> VoterSet:
-        """The voter set in force just after ``offset`` (records at or below it)."""
+    def at(self, offset: int) -> T:
+        """The value in force just after ``offset`` (records at or below it)."""
         i = bisect.bisect_right(self._offsets, offset) - 1
         return self._sets[max(i, 0)]
 
-    def add(self, offset: int, voters: VoterSet) -> None:
+    def add(self, offset: int, value: T) -> None:
         if offset <= self._offsets[-1]:
-            raise ValueError(f"voter set at {offset} after one at {self._offsets[-1]}")
+            raise ValueError(f"a value at {offset} after one at {self._offsets[-1]}")
         self._offsets.append(offset)
-        self._sets.append(voters)
+        self._sets.append(value)
 
     def truncate(self, end_offset: int) -> None:
         """Forget the sets recorded at or after ``end_offset`` (a log truncation)."""
@@ -226,7 +231,7 @@ class VoterHistory:
             self._offsets.pop()
             self._sets.pop()
 
-    def reset(self, base: VoterSet, offset: int = -1) -> None:
+    def reset(self, base: T, offset: int = -1) -> None:
         """Start again from ``base`` (a snapshot ending after ``offset`` replaced the log)."""
         self._offsets = [offset]
         self._sets = [base]
@@ -237,3 +242,6 @@ class VoterHistory:
         i = max(bisect.bisect_right(self._offsets, start_offset - 1) - 1, 0)
         del self._offsets[:i]
         del self._sets[:i]
+
+
+VoterHistory = LogHistory  # (the voter sets' history: LogHistory[VoterSet])

@@ -70,6 +70,7 @@ from keeperless.metadata.admin_requests import (
     unregister_response,
     update_features_response,
 )
+from keeperless.metadata.features import KRAFT_VERSION_FEATURE
 from keeperless.metadata.image import AclEntry
 from keeperless.metadata.reassignment_requests import (
     alter_response,
@@ -87,6 +88,8 @@ from keeperless.protocol.build import build
 from keeperless.protocol.context import session_of
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.session import ANONYMOUS
+from keeperless.raft.core import MembershipError
+from keeperless.raft.voters import Endpoint
 from keeperless.server.controller_service import ControllerService, NotControllerError
 
 __all__ = ["ControllerApis", "ControllerClient", "LocalController"]
@@ -220,7 +223,42 @@ class LocalController:
     async def update_features(
         self, updates: Sequence[tuple[str, int, int]], validate_only: bool
     ) -> list[tuple[str, ApiError]]:
-        return await self.service.call(lambda c: update_features(c, updates, validate_only))
+        kraft = [u for u in updates if u[0] == KRAFT_VERSION_FEATURE]
+        rest = [u for u in updates if u[0] != KRAFT_VERSION_FEATURE]
+        results = [await self._kraft_version(lv, t, validate_only) for _, lv, t in kraft]
+        if rest or not kraft:
+            done = await self.service.call(lambda c: update_features(c, rest, validate_only))
+            results += list(done)
+        return results
+
+    async def _kraft_version(
+        self, level: int, upgrade_type: int, validate_only: bool
+    ) -> tuple[str, ApiError]:
+        """kraft.version is the Raft log's (KIP-853), not a metadata record: the active
+        controller's Raft core turns its static quorum dynamic."""
+        mlog = self.service.mlog
+        if level < mlog.core.kraft_version or (
+            upgrade_type != 1 and level != mlog.core.kraft_version
+        ):
+            text = (
+                f"Invalid update version {level} for feature kraft.version. Downgrading "
+                "kraft.version is not supported."
+            )
+            return KRAFT_VERSION_FEATURE, ApiError(ErrorCode.invalid_update_version, text)
+        if validate_only or level == mlog.core.kraft_version:
+            return KRAFT_VERSION_FEATURE, ApiError.none()
+        cfg = self.service.config
+        name = cfg.controller_listener_names[0] if cfg.controller_listener_names else "CONTROLLER"
+        endpoints: dict[int, tuple[Endpoint, ...]] = {
+            v.node_id: (Endpoint(name, v.host, v.port),) for v in cfg.voters
+        }
+        try:
+            await mlog.change_voters(
+                lambda core, now: core.upgrade_kraft_version(level, endpoints, now), 30.0
+            )
+        except MembershipError as e:
+            return KRAFT_VERSION_FEATURE, ApiError(ErrorCode(e.code), str(e))
+        return KRAFT_VERSION_FEATURE, ApiError.none()
 
     async def elect_leaders(
         self, election_type: int, partitions: Sequence[tuple[str, int]] | None

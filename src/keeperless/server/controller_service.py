@@ -44,6 +44,7 @@ class NotControllerError(RuntimeError):
 
 class ControllerService:
     def __init__(self, config: NodeConfig, mlog: MetadataLog) -> None:
+        self.config = config
         self.node_id = config.node_id
         self.mlog = mlog
         self.controller = QuorumController(

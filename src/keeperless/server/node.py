@@ -177,6 +177,7 @@ class Node:
             local = self.controller_apis.local if self.controller_apis else None
             rpcs = ControllerRpcs(ControllerClient(local, self.remote).send, self.cluster_id)
             self.broker = Broker(self._broker_settings(), rpcs)
+            self.broker.kraft_version = lambda: core.kraft_version
             self.broker.forwarder = Forwarder(self.remote, self._local_controller_handlers)
             self._secure_peers(self.broker)
             self.groups = GroupCoordinator(
@@ -509,7 +510,7 @@ class Node:
                     {"api_key": k, "min_version": lo, "max_version": hi}
                     for k, (lo, hi) in CONTROLLER_APIS.items()
                 ],
-                **features_body(image),
+                **features_body(image, self.mlog.core.kraft_version),
             }
 
         async def api_versions(header: Any, req: Any) -> Any:

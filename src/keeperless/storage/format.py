@@ -17,6 +17,7 @@ from keeperless.metadata.bootstrap import (
 from keeperless.metadata.features import (
     ELR_FEATURE,
     FEATURE_DEPENDENCIES,
+    KRAFT_VERSION_FEATURE,
     LATEST_PRODUCTION_METADATA_VERSION,
     METADATA_VERSION_FEATURE,
     SUPPORTED_FEATURES,
@@ -148,7 +149,7 @@ def format_storage(
         else metadata_version_for_release(release_version)
     )
     try:
-        extra: list[Any] = [*_feature_records(features, level)]
+        extra: list[Any] = [*_feature_records(features, level, initial_controllers is not None)]
         extra += [scram_record(spec) for spec in add_scram]
     except ValueError as e:
         raise StorageError(str(e)) from None
@@ -189,7 +190,9 @@ def format_storage(
     return FormatResult(formatted, skipped, level)
 
 
-def _feature_records(specs: tuple[str, ...], metadata_version: int) -> list[Any]:
+def _feature_records(
+    specs: tuple[str, ...], metadata_version: int, dynamic: bool = False
+) -> list[Any]:
     """The bootstrap FeatureLevelRecords: each feature at its default for the
     metadata.version (KIP-1022; ELR from 4.1-IV0 on) unless ``--feature NAME=LEVEL``
     names another level, each checked against what this build supports and the
@@ -206,6 +209,21 @@ def _feature_records(specs: tuple[str, ...], metadata_version: int) -> list[Any]
             raise ValueError(f"--feature {spec!r}: expected NAME=LEVEL, e.g. {ELR_FEATURE}=1")
         if name == METADATA_VERSION_FEATURE:
             raise ValueError("--feature metadata.version: use --release-version")
+        if name == KRAFT_VERSION_FEATURE:
+            # (in the Raft log's bootstrap snapshot, not a FeatureLevelRecord: Kafka's rules)
+            if level == 0 and dynamic:
+                raise ValueError(
+                    f"Cannot set kraft.version to {level} if KIP-853 configuration is "
+                    "present. Try removing the --feature flag for kraft.version."
+                )
+            if level != 0 and not dynamic:
+                raise ValueError(
+                    f"Cannot set kraft.version to {level} unless KIP-853 configuration is "
+                    "present. Try removing the --feature flag for kraft.version."
+                )
+            if level > 1:
+                raise ValueError(f"Feature kraft.version only supports levels 0-1, not {level}")
+            continue
         lo, hi = SUPPORTED_FEATURES.get(name, (0, 0))
         if hi == 0:
             raise ValueError(f"Unsupported feature: {name}. Supported features are: "
