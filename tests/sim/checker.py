@@ -53,7 +53,7 @@ from keeperless.raft import messages as m
 from keeperless.raft.messages import Entry, SnapshotId
 from keeperless.raft.quorum import majority
 from keeperless.raft.state import ElectionState
-from keeperless.raft.voters import VoterSet, voters_in_batch
+from keeperless.raft.voters import Voter, VoterSet, voters_in_batch
 
 Key = tuple[int, int]  # (last offset, epoch) names an entry, or the end of a snapshot
 
@@ -467,7 +467,7 @@ class SafetyChecker:
         directory id) hold every committed entry below ``end``."""
         out = set()
         for v in self.config:
-            if v.id not in self.durable_upto or self.dirs.get(v.id) != v.directory_id:
+            if v.id not in self.durable_upto or not self._same_disk(v):
                 continue
             upto = self.durable_upto[v.id]
             if upto < end:
@@ -476,13 +476,17 @@ class SafetyChecker:
                 out.add(v.id)
         return out
 
+    def _same_disk(self, v: Voter) -> bool:
+        """Whether voter ``v`` is its node's disk now (a static voter: by id only)."""
+        return v.directory_id is None or self.dirs.get(v.id) == v.directory_id
+
     def need(self) -> int:
         """How many voters of the committed set must hold an entry so that every
         majority of the set that can still vote holds it: a voter whose disk was
         replaced (another directory id now) never votes again, so no majority counts it.
         """
         n = len(self.config)
-        alive = sum(1 for v in self.config if self.dirs.get(v.id) == v.directory_id)
+        alive = sum(1 for v in self.config if self._same_disk(v))
         return alive - majority(n) + 1
 
     def check_durable(self, disks: dict[int, DiskView]) -> None:

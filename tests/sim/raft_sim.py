@@ -168,7 +168,10 @@ class Simulation:
         faults: bool = True,
         believers: tuple[int, ...] = (),
         membership: bool = False,
+        upgrade: bool = False,
     ) -> None:
+        """``membership``: a dynamic quorum (KIP-853) whose voters change; with
+        ``upgrade`` it starts static (kraft.version 0) and is upgraded under the faults."""
         self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0
@@ -178,7 +181,9 @@ class Simulation:
         self.membership = membership
         self.changes: collections.Counter[str] = collections.Counter()
         ids = tuple(range(1, voters + observers + 1))
-        initial = VoterSet.of(Voter(i, self._new_dir(i)) for i in self.voter_ids)
+        dirs = {i: self._new_dir(i) for i in self.voter_ids}
+        initial = VoterSet.of(Voter(i, None if upgrade else dirs[i]) for i in self.voter_ids)
+        self.kraft_version = 0 if upgrade else 1
         self.checker = SafetyChecker(
             self.voter_ids, self.fail, initial if membership else None, ids if membership else ()
         )
@@ -208,11 +213,10 @@ class Simulation:
             n = SimNode(i, DiskView(ElectionState(voters=configured)), configured)
             n.clock_rate = 1.0 + rng.uniform(-drift, drift)
             if membership:
-                v = initial.get(i)
-                n.directory_id = v.directory_id if v is not None else self._new_dir(i)
+                n.directory_id = dirs[i] if i in dirs else self._new_dir(i)
                 # the first voters were formatted with --initial-controllers, the others
-                # with --no-initial-controllers
-                n.bootstrap = initial if i in self.voter_ids else VoterSet()
+                # with --no-initial-controllers (a static quorum's all know its voters)
+                n.bootstrap = initial if i in self.voter_ids or upgrade else VoterSet()
             self.nodes[i] = n
             self.checker.dirs[i] = n.directory_id
         for n in self.nodes.values():
@@ -264,7 +268,7 @@ class Simulation:
             random.Random(self.rng.random()),
             self._local(n),
             directory_id=n.directory_id,
-            kraft_version=1 if self.membership else 0,
+            kraft_version=self.kraft_version if self.membership else 0,
             bootstrap=self.voter_ids,
         )
         n.hw = n.core.high_watermark  # what its snapshot holds: committed before
@@ -417,6 +421,8 @@ class Simulation:
             self.blocked = payload
         elif kind == "member":
             self._change_voters()
+        elif kind == "upgrade":
+            self._upgrade()
         elif kind == "wipe":
             self._wipe(payload)
         self.checker.check_durable({i: n.disk for i, n in self.nodes.items()})
@@ -468,6 +474,9 @@ class Simulation:
         if self.membership:
             for _ in range(rng.randint(2, 8)):
                 self._at(some_time(), "member", None)
+            if self.kraft_version == 0:
+                for _ in range(rng.randint(1, 3)):
+                    self._at(some_time(), "upgrade", None)
             for _ in range(rng.randint(0, 2)):
                 self._at(some_time(), "wipe", rng.choice(ids))
         if self.replay_p:
@@ -569,6 +578,23 @@ class Simulation:
 
         self._step(leader, change)
 
+    def _upgrade(self) -> None:
+        """kafka-features upgrade --feature kraft.version=1 at the leader."""
+        leader = self.leader()
+        if leader is None or leader.core is None:
+            return
+
+        def upgrade(core: RaftCore, now: int) -> None:
+            try:
+                core.upgrade_kraft_version(1, {}, now)
+            except MembershipError as e:
+                self.trace.append(f"t={self.now} upgrade refused: {e}")
+                return
+            self.changes["upgrade"] += 1
+            self.trace.append(f"t={self.now} kraft.version 1 at leader {leader.node_id}")
+
+        self._step(leader, upgrade)
+
     def _wipe(self, node_id: int) -> None:
         """Replace ``node_id``'s disk by an empty one (a new directory id, formatted to
         join): one disk at a time, only once the voter set is settled, and only if the
@@ -582,8 +608,8 @@ class Simulation:
         if any(c.voter_set != config for c in live):
             return  # a voter change is under way
         if node_id in config.ids:
-            if len(config) < 3:
-                return
+            if len(config) < 3 or any(v.directory_id is None for v in config):
+                return  # (a static voter's lost disk is the hazard KIP-853 removes)
             disks = {i: x.disk for i, x in self.nodes.items()}
             have = self.checker.holders(disks, self.checker.committed_end) - {node_id}
             if len(have) < self.checker.need() - 1:

@@ -15,12 +15,17 @@ from tests.sim.raft_sim import Simulation
 SEEDS = int(os.environ.get("SIM_SEEDS", "2000"))
 
 
-def run_seed(seed: int, voters: int, membership: bool = False) -> Simulation:
+def run_seed(seed: int, voters: int, membership: bool = False, upgrade: bool = False) -> Simulation:
     observers = 1 + seed % 2
     # every fifth run, the first observer's configuration still lists it as a voter
     believers = (voters + 1,) if seed % 5 == 2 and not membership else ()
     sim = Simulation(
-        seed, voters=voters, observers=observers, believers=believers, membership=membership
+        seed,
+        voters=voters,
+        observers=observers,
+        believers=believers,
+        membership=membership,
+        upgrade=upgrade,
     )
     sim.run(2000)
     sim.heal()
@@ -52,7 +57,7 @@ def test_five_voters(seed: int) -> None:
 def test_voter_changes(seed: int) -> None:
     """A dynamic quorum (KIP-853) of 3 voters and 1-2 observers: voters added and removed
     (the leader too), disks replaced, under every fault of the other runs."""
-    run_seed(50_000 + seed, 3, membership=True)
+    run_seed(50_000 + seed, 3, membership=True, upgrade=seed % 4 == 1)
 
 
 def test_voter_changes_happen() -> None:
@@ -60,10 +65,11 @@ def test_voter_changes_happen() -> None:
     removal, and replaced disks, across the first seeds."""
     seen: dict[str, int] = {}
     for seed in range(40):
-        sim = run_seed(50_000 + seed, 3, membership=True)
+        sim = run_seed(50_000 + seed, 3, membership=True, upgrade=seed % 4 == 1)
         for k, v in sim.changes.items():
             seen[k] = seen.get(k, 0) + v
-    assert all(seen.get(k, 0) > 0 for k in ("add", "remove", "remove-leader", "wipe")), seen
+    kinds = ("add", "remove", "remove-leader", "wipe", "upgrade")
+    assert all(seen.get(k, 0) > 0 for k in kinds), seen
 
 
 def test_no_faults_elects_quickly_and_commits() -> None:
