@@ -270,6 +270,23 @@ def test_replace_a_controller_whose_disk_was_wiped(tmp_path: Path) -> None:
         ]
         _produce_and_count(broker, "wiped", [f"b{i}" for i in range(10)])
         assert len(_read(broker, "wiped", 20)) == 20
+        # operators' views: the metadata shell's voter set, dump-log's control records
+        shell = keeperless("metadata-shell", "--directory", str(cs[0].data),
+                           "cat", "/metadataQuorum/voters")  # fmt: skip
+        assert shell.returncode == 0, shell.stderr
+        view = json.loads(shell.stdout)
+        assert view["kraftVersion"] == 1
+        assert [(v["id"], v["directoryId"]) for v in view["voters"]] == [
+            (1, dirs[0]),
+            (2, dirs[1]),
+            (3, new_dir),
+        ]
+        live = keeperless("metadata-shell", "--bootstrap-controller", f"127.0.0.1:{ports[1]}",
+                          "cat", "/metadataQuorum/voters")  # fmt: skip
+        assert [v["id"] for v in json.loads(live.stdout)["voters"]] == [1, 2, 3], live.stderr
+        seg = cs[0].data / "__cluster_metadata-0" / "00000000000000000000.log"
+        dump = keeperless("dump-log", "--cluster-metadata-decoder", "--files", str(seg))
+        assert "KRAFT_VOTERS" in dump.stdout, dump.stdout[-2000:]
     finally:
         for n in [broker, *cs]:
             n.stop()

@@ -200,7 +200,49 @@ def _quota_tree(image: MetadataImage) -> Tree:
     return out
 
 
-def build_tree(image: MetadataImage, leader: str) -> Tree:
+def voters_json(voters: Any, kraft_version: int | None) -> str:
+    """/metadataQuorum/voters: the quorum's kraft.version and voter set (KIP-853), as
+    kafka-metadata-quorum describes voters."""
+    from keeperless.storage.meta_properties import uuid_to_kafka
+
+    listed = [
+        {
+            "id": v.id,
+            "directoryId": None if v.directory_id is None else uuid_to_kafka(v.directory_id),
+            "endpoints": [str(e) for e in v.endpoints],
+        }
+        for v in voters or ()
+    ]
+    return json.dumps({"kraftVersion": kraft_version or 0, "voters": listed}, indent=2)
+
+
+def log_voters(path: Path) -> str:
+    """The latest voter set of a metadata log directory or snapshot file (static
+    quorums keep none in the log: their voters are controller.quorum.voters)."""
+    from keeperless.raft.voters import voters_in_batch, voters_in_snapshot
+
+    if path.is_file():
+        version, voters = voters_in_snapshot(path.read_bytes())
+        return voters_json(voters, version)
+    from keeperless.runtime.raft_log import FileRaftLog
+
+    log_dir = path if path.name.startswith("__cluster_metadata") else path / "__cluster_metadata-0"
+    raft_log = FileRaftLog(log_dir, read_only=True)
+    try:
+        version, voters = (None, None)
+        if raft_log.snapshot_id is not None:
+            version, voters = voters_in_snapshot(raft_log.snapshot_data())
+        for e in raft_log.read(raft_log.start_offset, 2**62):
+            if e.control:
+                v, vs = voters_in_batch(e.data)
+                version = v if v is not None else version
+                voters = vs if vs is not None else voters
+        return voters_json(voters, version)
+    finally:
+        raft_log.close()
+
+
+def build_tree(image: MetadataImage, leader: str, voters: str = "") -> Tree:
     """The virtual file system of an image; files hold Kafka-style JSON."""
 
     def js(rec: Any) -> str:
@@ -245,7 +287,7 @@ def build_tree(image: MetadataImage, leader: str) -> Tree:
         "delegationToken": {
             rec.token_id: js(rec) for rec in by_kind.get("DelegationTokenRecord", [])
         },
-        "metadataQuorum": {"leader": leader},
+        "metadataQuorum": {"leader": leader, **({"voters": voters} if voters else {})},
         "local": {"version": keeperless.__version__, "commitId": "unknown"},
     }
 
@@ -432,17 +474,33 @@ def run_shell(args: Any, out: TextIO) -> int:
     if args.snapshot:
         image = load_snapshot(Path(args.snapshot))
         leader = "unknown: this view comes from a snapshot file, not from a live quorum"
+        voters = log_voters(Path(args.snapshot))
     elif args.directory:
         image = load_directory(Path(args.directory))
         leader = "unknown: this view comes from a log directory, not from a live quorum"
+        voters = log_voters(Path(args.directory))
     else:
         from keeperless.tools.client import parse_servers
+        from keeperless.tools.quorum import describe_quorum_nodes
 
-        image, leader_id, epoch = load_from_quorum(
-            parse_servers(args.bootstrap_controller, "--bootstrap-controller")
-        )
+        servers = parse_servers(args.bootstrap_controller, "--bootstrap-controller")
+        image, leader_id, epoch = load_from_quorum(servers)
         leader = f"LeaderAndEpoch(leaderId={leader_id}, epoch={epoch})"
-    shell = MetadataShell(build_tree(image, leader), out)
+        p, nodes = describe_quorum_nodes(servers)
+        voters = json.dumps(
+            {
+                "voters": [
+                    {
+                        "id": v.replica_id,
+                        "directoryId": _dir_text(v.replica_directory_id),
+                        "endpoints": nodes.get(v.replica_id, []),
+                    }
+                    for v in p.current_voters
+                ]
+            },
+            indent=2,
+        )
+    shell = MetadataShell(build_tree(image, leader, voters), out)
     command = [c for c in (args.shell_command or []) if c != "--"]
     if command:
         shell.onecmd(shlex.join(command))
@@ -461,3 +519,11 @@ def run_shell(args: Any, out: TextIO) -> int:
         with contextlib.suppress(OSError):
             readline.write_history_file(hist)
     return 0
+
+
+def _dir_text(d: Any) -> str | None:
+    import uuid as _uuid
+
+    from keeperless.storage.meta_properties import uuid_to_kafka
+
+    return None if d is None or d == _uuid.UUID(int=0) else uuid_to_kafka(d)
