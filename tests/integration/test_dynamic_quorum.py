@@ -335,3 +335,40 @@ def test_upgrade_a_static_quorum_to_kraft_version_1_then_add_a_fourth(tmp_path: 
         fourth.stop()
     finally:
         c.stop()
+
+
+def test_controllers_join_by_themselves_with_auto_join(tmp_path: Path) -> None:
+    """controller.quorum.auto.join.enable: controllers formatted to join become voters by
+    themselves; one whose disk is replaced removes its old voter and joins again."""
+    ports = [free_port() for _ in range(3)]
+    cs = [_controller(tmp_path, i + 1, ports[:1] if i == 0 else ports, ports[i]) for i in range(3)]
+    for c in cs[1:]:
+        c.config.write_text(c.config.read_text() + "controller.quorum.auto.join.enable=true\n")
+    cid = keeperless("storage", "random-uuid", check=True).stdout.strip()
+    _format(cs[0], cid, "--standalone")
+    for c in cs[1:]:
+        _format(c, cid, "--no-initial-controllers")
+    try:
+        for c in cs:
+            c.start()
+        wait_until(lambda: [v["id"] for v in _voters(ports[0])] == [1, 2, 3], 60, what="auto-join")
+        victim = cs[2]
+        victim.stop()
+        shutil.rmtree(victim.data)
+        _format(victim, cid, "--no-initial-controllers")
+        new_dir = next(
+            ln.split("=", 1)[1]
+            for ln in (victim.data / "meta.properties").read_text().splitlines()
+            if ln.startswith("directory.id=")
+        )
+        victim.start()
+
+        def rejoined() -> bool:
+            return (3, new_dir) in [(v["id"], v["directoryId"]) for v in _voters(ports[0])]
+
+        wait_until(rejoined, 60, what="the new disk to replace the old voter")
+        assert [v["id"] for v in _voters(ports[0])] == [1, 2, 3]
+        assert "auto.join.enable: asked leader" in victim.logs()
+    finally:
+        for c in cs:
+            c.stop()

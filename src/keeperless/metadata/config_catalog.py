@@ -150,6 +150,14 @@ _BROKER: list[ConfigDef] = [
         "How long a quorum request may take before it is retried.",
     ),
     _d(
+        "controller.quorum.auto.join.enable",
+        T.BOOLEAN,
+        "false",
+        "Whether a controller of a dynamic quorum that is not a voter asks the leader to "
+        "add it once it has caught up (removing first a voter of its id with another "
+        "directory, its old disk).",
+    ),
+    _d(
         "controller.quorum.append.linger.ms",
         T.INT,
         "25",

@@ -40,7 +40,7 @@ _BROKER_HIGH = frozenset({
     "transactional.id.expiration.ms", "unclean.leader.election.enable",
 })  # fmt: skip
 _BROKER_LOW = frozenset({
-    "allow.everyone.if.no.acl.found", "authorizer.class.name",
+    "allow.everyone.if.no.acl.found", "authorizer.class.name", "controller.quorum.auto.join.enable",
     "delegation.token.expiry.check.interval.ms", "listener.security.protocol.map",
     "metrics.http.listener", "producer.id.expiration.check.interval.ms",
     "producer.id.expiration.ms", "replication.quota.window.num",

@@ -278,6 +278,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "replica.selector.class": _replica_selector,
     "controller.quorum.election.timeout.ms": _typed,
     "controller.quorum.fetch.timeout.ms": _typed,
+    "controller.quorum.auto.join.enable": _typed,
     "controller.quorum.election.backoff.max.ms": _typed,
     "controller.quorum.request.timeout.ms": _typed,
     "controller.quorum.append.linger.ms": _typed,

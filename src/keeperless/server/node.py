@@ -58,6 +58,7 @@ from keeperless.security.listeners import (
 )
 from keeperless.security.sasl import MECHANISM_CODES
 from keeperless.security.tokens import TokenCredentials
+from keeperless.server.auto_join import auto_join_loop
 from keeperless.server.config import Endpoint, NodeConfig
 from keeperless.server.controller_apis import ControllerApis, ControllerClient
 from keeperless.server.controller_service import ControllerService
@@ -320,6 +321,9 @@ class Node:
                 if ep.listener in ctl_names:
                     await self._listen(ep, self._controller_router())
         self.mlog.start()
+        if self.controller is not None and self.config["controller.quorum.auto.join.enable"]:
+            join = auto_join_loop(self.mlog, self.transport, self.cluster_id)
+            self._tasks.append(asyncio.get_running_loop().create_task(join))
         log.info(
             "[node %d] Metadata log loaded: log end offset %d, %s",
             self.node_id,
