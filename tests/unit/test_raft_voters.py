@@ -80,7 +80,7 @@ def _refusal(sim: Simulation, fn) -> MembershipError:  # type: ignore[no-untyped
     assert leader is not None
     assert leader.core is not None
     with pytest.raises(MembershipError) as e:
-        fn(leader.core, sim.now)
+        fn(leader.core, sim._local(leader))  # (the node's own clock)
     return e.value
 
 
@@ -103,7 +103,7 @@ def test_voter_changes_and_kafkas_refusals() -> None:
     err = _refusal(sim, lambda c, now: c.remove_voter(2, uuid.uuid4(), now))
     assert err.code == m.VOTER_NOT_FOUND
     assert "Cannot remove voter" in str(err)
-    offset = core.add_voter(Voter(4, n4.directory_id), sim.now)
+    offset = core.add_voter(Voter(4, n4.directory_id), sim._local(leader))
     err = _refusal(sim, lambda c, now: c.remove_voter(2, sim.nodes[2].directory_id, now))
     assert err.code == m.REQUEST_TIMED_OUT
     assert "commit the latest voter change" in str(err)
@@ -118,7 +118,7 @@ def test_voter_changes_and_kafkas_refusals() -> None:
     assert sim.nodes[4].core.is_voter
     # the leader removes itself: it commits the change without itself, then resigns
     me = leader.node_id
-    core.remove_voter(me, leader.directory_id, sim.now)
+    core.remove_voter(me, leader.directory_id, sim._local(leader))
     sim._process(leader)
     sim.run(3000, chaos=False)
     new = sim.leader()
@@ -147,3 +147,26 @@ def test_kraft_version_upgrade_needs_every_voters_directory_id() -> None:
     assert "has not fetched with a directory id" in str(err)
     err = _refusal(sim, lambda c, now: c.upgrade_kraft_version(2, {}, now))
     assert "only supports versions 0-1" in str(err)
+
+
+def test_a_change_that_would_leave_no_live_majority_is_refused() -> None:
+    """Voter 2 of 1-2-3 is down: removing the live voter 3 would leave 1-2, whose
+    majority needs the dead one; the leader refuses, naming who is down."""
+    sim = _leader_of_dynamic_quorum()
+    leader = sim.leader()
+    assert leader is not None
+    live = [i for i in (1, 2, 3) if i != leader.node_id]
+    sim.crash(live[0])
+    sim.run(1000, chaos=False)
+    leader = sim.leader()
+    assert leader is not None
+    other = sim.nodes[live[1]]
+    err = _refusal(sim, lambda c, now: c.remove_voter(other.node_id, other.directory_id, now))
+    assert err.code == m.INVALID_REQUEST
+    assert "without a live majority" in str(err)
+    assert f"{live[0]}-" in str(err).split("majority:")[1]
+    # removing the dead voter is what the operator should do, and is taken
+    dead = sim.nodes[live[0]]
+    core = leader.core
+    assert core is not None
+    core.remove_voter(dead.node_id, dead.directory_id, sim._local(leader))

@@ -280,6 +280,29 @@ class RaftCore:
                 f"{latest} with HWM {self.high_watermark}",
             )
 
+    def _check_live_majority(self, voters: VoterSet, what: str, now_ms: int) -> None:
+        """Refuse a change after which the voters that fetched lately would not be a
+        majority: it could never commit, and the quorum would be left without one (a
+        live voter removed while another is down, say)."""
+        fresh = now_ms - self.config.fetch_timeout_ms
+        live = [
+            v
+            for v in voters
+            if (v.id == self.node_id and v.matches(v.id, self.directory_id))
+            or (
+                (p := self.progress.get(v.id)) is not None
+                and v.matches(v.id, p.directory_id)
+                and p.last_fetch_ms >= fresh
+            )
+        ]
+        if len(live) < majority(len(voters)):
+            down = ", ".join(str(v) for v in voters if v not in live)
+            raise MembershipError(
+                m.INVALID_REQUEST,
+                f"{what} would leave the voters {voters} without a live majority: "
+                f"{down} fetched nothing in the last {self.config.fetch_timeout_ms} ms",
+            )
+
     def _append_voters(self, voters: VoterSet, now_ms: int) -> int:
         offset = self._append_local(voters_records(voters, timestamp_ms=now_ms), 1, now_ms, True)
         self._maybe_advance_hw(now_ms)  # (a single voter commits at once)
@@ -308,7 +331,9 @@ class RaftCore:
                 m.REQUEST_TIMED_OUT,
                 f"Aborted add voter operation for {voter} since it is lagging behind",
             )
-        return self._append_voters(vs.with_voter(voter), now_ms)
+        new = vs.with_voter(voter)
+        self._check_live_majority(new, f"Adding voter {voter}", now_ms)
+        return self._append_voters(new, now_ms)
 
     def remove_voter(self, node_id: int, directory_id: uuid.UUID | None, now_ms: int) -> int:
         """Remove a voter (RemoveRaftVoter): as add_voter. A leader that removes itself
@@ -321,7 +346,9 @@ class RaftCore:
                 m.VOTER_NOT_FOUND,
                 f"Cannot remove voter {Voter(node_id, directory_id)} from the set of voters {vs}",
             )
-        return self._append_voters(vs.without(node_id), now_ms)
+        new = vs.without(node_id)
+        self._check_live_majority(new, f"Removing voter {v}", now_ms)
+        return self._append_voters(new, now_ms)
 
     def update_voter(self, voter: Voter, now_ms: int) -> int:
         """Change a voter's endpoints (UpdateRaftVoter)."""
