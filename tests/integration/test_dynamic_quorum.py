@@ -372,3 +372,89 @@ def test_controllers_join_by_themselves_with_auto_join(tmp_path: Path) -> None:
     finally:
         for c in cs:
             c.stop()
+
+
+def test_grow_one_to_five_and_shrink_to_three_while_clients_work(tmp_path: Path) -> None:
+    """1 -> 3 -> 5 controllers and back to 3 (the active one among those removed) while
+    a producer writes with acks=all and topics are created: every acknowledged record
+    is read back and every created topic exists."""
+    import threading
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    ports = [free_port() for _ in range(5)]
+    cs = [_controller(tmp_path, i + 1, ports[:1] if i == 0 else ports, ports[i]) for i in range(5)]
+    broker = _broker(tmp_path, 9, ports)
+    cid = keeperless("storage", "random-uuid", check=True).stdout.strip()
+    _format(cs[0], cid, "--standalone")
+    for c in cs[1:]:
+        _format(c, cid, "--no-initial-controllers")
+    _format(broker, cid)
+    acked: list[str] = []
+    topics: list[str] = []
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def work() -> None:
+        p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5})
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+        def done(err: Any, msg: Any) -> None:
+            if err is None:
+                acked.append(msg.value().decode())
+
+        for i in range(100_000):  # bounded; stopped by the test long before
+            if stop.is_set():
+                break
+            p.produce("load", f"v{i}".encode(), on_delivery=done)
+            p.poll(0)
+            if i % 200 == 0:
+                name = f"created-{i}"
+                try:
+                    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+                    topics.append(name)
+                except Exception as e:  # an unknown outcome is not counted
+                    errors.append(repr(e))
+            else:
+                stop.wait(0.002)
+        p.flush(60)
+
+    try:
+        cs[0].start()
+        broker.start()
+        for c in cs[1:]:
+            c.start()
+        worker = threading.Thread(target=work, daemon=True)
+        worker.start()
+        for c in cs[1:3]:
+            _add(ports[0], c)
+        assert [v["id"] for v in _voters(ports[0])] == [1, 2, 3]
+        for c in cs[3:]:
+            _add(ports[0], c)
+        voters = _voters(ports[1])
+        assert [v["id"] for v in voters] == [1, 2, 3, 4, 5]
+        leader = int(_status(ports[1])["LeaderId"])
+        gone = [leader, next(v["id"] for v in voters if v["id"] != leader)]
+        ask = next(p for i, p in enumerate(ports) if i + 1 not in gone)
+        for node in gone:
+            d = next(v["directoryId"] for v in voters if v["id"] == node)
+            res = keeperless("metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{ask}",
+                             "remove-controller", "--controller-id", str(node),
+                             "--controller-directory-id", d)  # fmt: skip
+            assert res.returncode == 0, res.stderr
+        left = sorted({1, 2, 3, 4, 5} - set(gone))
+        wait_until(lambda: [v["id"] for v in _voters(ask)] == left, 30, what="three voters")
+        wait_until(lambda: len(topics) >= 3 and len(acked) >= 500, 60, what="work done")
+        stop.set()
+        worker.join(90)
+        assert not worker.is_alive()
+        got = _read(broker, "load", len(acked))
+        assert set(acked) <= set(got), f"{len(set(acked) - set(got))} acknowledged records lost"
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        listed = set(admin.list_topics(timeout=30).topics)
+        assert set(topics) <= listed
+    finally:
+        stop.set()
+        for n in [broker, *cs]:
+            n.stop()
