@@ -458,3 +458,55 @@ def test_grow_one_to_five_and_shrink_to_three_while_clients_work(tmp_path: Path)
         stop.set()
         for n in [broker, *cs]:
             n.stop()
+
+
+def test_a_controller_that_moves_updates_its_endpoints(tmp_path: Path) -> None:
+    """A voter restarted on another port (a new address, a DNS change) updates its
+    endpoints in the voter set (UpdateRaftVoter), so the others reach it there: with
+    another voter down, the quorum still elects a leader."""
+    ports = [free_port() for _ in range(3)]
+    cs = [_controller(tmp_path, i + 1, ports, ports[i]) for i in range(3)]
+    cid = keeperless("storage", "random-uuid", check=True).stdout.strip()
+    dirs = [keeperless("storage", "random-uuid", check=True).stdout.strip() for _ in cs]
+    initial = ",".join(f"{i + 1}@127.0.0.1:{ports[i]}:{dirs[i]}" for i in range(3))
+    for c in cs:
+        _format(c, cid, "--initial-controllers", initial)
+    try:
+        for c in cs:
+            c.start_background()
+        for c in cs:
+            c.wait_listening()
+        wait_until(lambda: int(_status(ports[0])["LeaderId"]) > 0, 30, what="a leader")
+        leader = int(_status(ports[0])["LeaderId"])
+        mover = next(c for c in cs if c.node_id != leader)
+        mover.stop()
+        new_port = free_port()
+        text = mover.config.read_text().replace(
+            f"CONTROLLER://127.0.0.1:{mover.port}", f"CONTROLLER://127.0.0.1:{new_port}"
+        )
+        mover.config.write_text(text)
+        mover.port = mover.controller_port = new_port
+        mover.start()
+        want = [f"CONTROLLER://127.0.0.1:{new_port}"]
+
+        def moved() -> bool:
+            return any(
+                v["id"] == mover.node_id and v.get("endpoints") == want
+                for v in _voters(ports[leader - 1])
+            )
+
+        wait_until(moved, 30, what="the new endpoints in the voter set")
+        # the third voter down: the leader and the moved one are the majority
+        third = next(c for c in cs if c.node_id not in (leader, mover.node_id))
+        third.stop()
+        others = [c for c in cs if c is not third]
+        for c in others:
+            c.restart()
+        wait_until(
+            lambda: int(_status(mover.port)["LeaderId"]) in (leader, mover.node_id),
+            60,
+            what="a leader elected with the moved voter's vote",
+        )
+    finally:
+        for c in cs:
+            c.stop()

@@ -112,6 +112,7 @@ class RaftCore:
         directory_id: uuid.UUID | None = None,
         kraft_version: int = 0,
         bootstrap: tuple[int, ...] = (),
+        endpoints: tuple[Endpoint, ...] = (),
     ) -> None:
         """``voters``: the static voter set (kraft.version 0, from
         controller.quorum.voters), or the bootstrap voter set of a dynamic quorum
@@ -121,6 +122,7 @@ class RaftCore:
         self.node_id = node_id
         self.directory_id = directory_id
         self.bootstrap = bootstrap
+        self.endpoints = endpoints  # where this controller listens (a voter's endpoints)
         base = voters if isinstance(voters, VoterSet) else VoterSet.static(voters)
         self._kraft: LogHistory[int] = LogHistory(kraft_version)
         self._history: LogHistory[VoterSet] = LogHistory(base)

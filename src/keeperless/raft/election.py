@@ -24,7 +24,7 @@ from keeperless.protocol.records import build_batch, decode_records
 from keeperless.raft import messages as m
 from keeperless.raft.quorum import majority
 from keeperless.raft.state import Progress, Role
-from keeperless.raft.voters import voters_records
+from keeperless.raft.voters import Voter, voters_records
 
 if TYPE_CHECKING:
     from keeperless.raft.core import RaftCore
@@ -121,10 +121,21 @@ def _become_leader(core: RaftCore, now_ms: int) -> None:
         leader_change(core.node_id, list(core.voters), granted), timestamp_ms=now_ms
     )
     count = 1
-    if core.dynamic and core._history.latest_offset < 0:
-        # the voter set came from the bootstrap checkpoint: the first leader writes it
-        # into the log, with kraft.version, beside its LeaderChange (as Kafka's LeaderState)
-        extra = voters_records(core.voter_set, kraft_version=core.kraft_version)
+    me = core.voter_set.get(core.node_id)
+    moved = (
+        me is not None
+        and bool(core.endpoints)
+        and me.endpoints != core.endpoints
+        and core._history.latest_offset < core.high_watermark  # (no change in flight)
+    )
+    if core.dynamic and (core._history.latest_offset < 0 or moved):
+        # the voter set came from the bootstrap checkpoint (the first leader writes it
+        # into the log, with kraft.version), or this leader listens elsewhere now (its
+        # new endpoints): beside its LeaderChange, as Kafka's LeaderState does
+        vs = core.voter_set
+        if moved and me is not None:
+            vs = vs.with_voter(Voter(me.id, me.directory_id, core.endpoints))
+        extra = voters_records(vs, kraft_version=core.kraft_version)
         records = [(r.key, r.value, ()) for b in (batch, extra) for r in decode_records(b)]
         batch = build_batch(records, timestamp_ms=now_ms, control=True)
         count = len(records)

@@ -30,7 +30,7 @@ from keeperless.raft.messages import (
     SnapshotId,
 )
 from keeperless.raft.state import ElectionState
-from keeperless.raft.voters import VoterSet
+from keeperless.raft.voters import Endpoint, VoterSet
 from keeperless.runtime.raft_log import FileRaftLog, snapshot_file_name
 from keeperless.storage.durable import write_atomically
 
@@ -97,6 +97,7 @@ class MetadataLog:
         directory_id: uuid.UUID | None = None,
         kraft_version: int = 0,
         bootstrap: tuple[int, ...] = (),
+        endpoints: tuple[Endpoint, ...] = (),
     ) -> None:
         """``voters``: controller.quorum.voters (a static quorum), or for a dynamic one
         (kraft.version 1) the voter set of the bootstrap checkpoint, which the log
@@ -133,6 +134,7 @@ class MetadataLog:
             directory_id=directory_id,
             kraft_version=kraft_version,
             bootstrap=bootstrap,
+            endpoints=endpoints,
         )
         self.send = send
         self.listeners: list[Listener] = []

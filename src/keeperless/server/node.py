@@ -42,6 +42,7 @@ from keeperless.protocol.apis import CONTROLLER_APIS, ApiKey, Listener
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
 from keeperless.raft.core import RaftConfig
+from keeperless.raft.voters import Endpoint as RaftEndpoint
 from keeperless.runtime.connection import KafkaProtocol, RequestRouter
 from keeperless.runtime.log_cleaner import CleanerSettings, LogCleaner
 from keeperless.runtime.metadata_log import MetadataLog
@@ -89,6 +90,15 @@ def _directory_id(d: Path) -> uuid.UUID | None:
     if meta is None or not meta.directory_id:
         return None
     return uuid_from_kafka(meta.directory_id)
+
+
+def _voter_endpoints(c: NodeConfig) -> tuple[RaftEndpoint, ...]:
+    """Where this controller listens, as a voter names it (its advertised controller
+    listener; none for a broker)."""
+    ep = c.controller_endpoint
+    if not c.is_controller or ep is None:
+        return ()
+    return (RaftEndpoint(ep.listener, ep.host or "localhost", ep.port),)
 
 
 def _raft_config(c: NodeConfig) -> RaftConfig:
@@ -143,6 +153,7 @@ class Node:
             append_linger_ms=config["controller.quorum.append.linger.ms"],
             directory_id=_directory_id(config.metadata_log_dir),
             bootstrap=() if static else bootstrap,
+            endpoints=_voter_endpoints(config),
         )
         core = self.mlog.core
         self.transport.voter_set = lambda: core.voter_set
@@ -321,8 +332,9 @@ class Node:
                 if ep.listener in ctl_names:
                     await self._listen(ep, self._controller_router())
         self.mlog.start()
-        if self.controller is not None and self.config["controller.quorum.auto.join.enable"]:
-            join = auto_join_loop(self.mlog, self.transport, self.cluster_id)
+        if self.controller is not None:  # (a dynamic quorum's own voter entry)
+            auto = self.config["controller.quorum.auto.join.enable"]
+            join = auto_join_loop(self.mlog, self.transport, self.cluster_id, auto)
             self._tasks.append(asyncio.get_running_loop().create_task(join))
         log.info(
             "[node %d] Metadata log loaded: log end offset %d, %s",
