@@ -387,6 +387,37 @@ def check_admin(history: History) -> tuple[list[Anomaly], dict[str, int]]:
     return [], stats
 
 
+def check_voters(history: History, final: list[dict[str, Any]] | None) -> list[Anomaly]:
+    """A dynamic quorum's voter set after healing is what the acknowledged voter changes
+    made of the first one: an acknowledged add (id and directory id) is a voter unless
+    an acknowledged removal followed, an acknowledged removal is not unless an add
+    followed; a change whose outcome is unknown leaves its id unchecked."""
+    events = [e.value for e in history.of("nemesis", "voters")]
+    if not events:
+        return []
+    if final is None:
+        return [_anomaly("voters-unknown", why="no controller described the quorum")]
+    expected: dict[int, str] = {}
+    unsure: set[int] = set()
+    for v in events:
+        if v["op"] == "initial":
+            expected = {int(k): d for k, d in v["voters"].items()}
+        elif v["outcome"] == "ok" and v["op"] == "add":
+            expected[v["node"]] = v["dir"]
+        elif v["outcome"] == "ok" and v["op"] == "remove":
+            if expected.get(v["node"]) == v["dir"]:
+                del expected[v["node"]]
+        elif v["outcome"] == "info":
+            unsure.add(v["node"])
+    got = {int(v["id"]): v["directoryId"] for v in final}
+    wrong = {
+        i: {"expected": expected.get(i), "final": got.get(i)}
+        for i in sorted(set(expected) | set(got))
+        if i not in unsure and expected.get(i) != got.get(i)
+    }
+    return [_anomaly("voters-lost", voters=wrong, final=got)] if wrong else []
+
+
 def check_upgrades(history: History, first: str, final: str | None) -> list[Anomaly]:
     """The finalized metadata.version after healing is at least the last acknowledged
     upgrade, and no more than the highest attempted."""

@@ -1,8 +1,11 @@
 """Real keeperless processes for the fault harness, each in its own network namespace
 with its data on its own small tmpfs (so that a full disk is a real ENOSPC).
 
-Topologies: "split" (controllers 1-3, brokers 4-6) and "combined" (nodes 1-3, each both
-broker and controller). Timeouts are short so that faults resolve within a run.
+Topologies: "split" (controllers 1-3, brokers 4-6), "combined" (nodes 1-3, each both
+broker and controller) and "dynamic" (split, with a dynamic controller quorum, KIP-853:
+controllers 1-3 formatted with --initial-controllers, controllers 7 and 8 formatted to
+join, every node finding the quorum by controller.quorum.bootstrap.servers). Timeouts
+are short so that faults resolve within a run.
 """
 
 from __future__ import annotations
@@ -107,8 +110,8 @@ class ChaosNode:
             failed.rename(self.disk_b)
 
     def wipe(self) -> None:
-        """A new machine in the broker's place (stopped): its disks empty, formatted with
-        the same node id."""
+        """A new machine in the node's place (stopped): its disks empty, formatted with
+        the same node id (a dynamic quorum's controller formatted to join it)."""
         for entry in self.data.iterdir():
             if entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)
@@ -116,9 +119,18 @@ class ChaosNode:
                 entry.unlink()
         if self.is_broker:
             self.disk_b.mkdir()
+        join = ("--no-initial-controllers",) if self.cluster.dynamic else ()
         _run(sys.executable, "-m", "keeperless", "storage", "format", "-t",
              self.cluster.cluster_id, "-c", str(self.config), "--release-version",
-             self.cluster.release, *self.cluster.format_flags)  # fmt: skip
+             self.cluster.release, *self.cluster.format_flags, *join)  # fmt: skip
+
+    @property
+    def directory_id(self) -> str:
+        """The directory id of its metadata directory (a voter is id + directory id)."""
+        for line in (self.data / "meta.properties").read_text().splitlines():
+            if line.startswith("directory.id="):
+                return line.split("=", 1)[1]
+        return ""
 
     @property
     def is_broker(self) -> bool:
@@ -132,7 +144,7 @@ class ChaosNode:
     def addr(self) -> str:
         return self.cluster.net.addr(self.node_id)
 
-    def prepare(self, voters: str) -> None:
+    def prepare(self, voters: str, bootstrap: str = "") -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.data.mkdir(exist_ok=True)
         _run("mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(self.data))
@@ -151,7 +163,11 @@ class ChaosNode:
         props = {
             "process.roles": ",".join(self.roles),
             "node.id": str(self.node_id),
-            "controller.quorum.voters": voters,
+            **(
+                {"controller.quorum.voters": voters}
+                if voters
+                else {"controller.quorum.bootstrap.servers": bootstrap}
+            ),
             "listeners": ",".join(listeners),
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": (
@@ -299,15 +315,18 @@ class ChaosCluster:
         self.release = ELR_RELEASE if elr else FIRST_RELEASE
         self.format_flags: tuple[str, ...] = ELR_FORMAT if elr else ()
         self.topology = topology
+        self.dynamic = topology == "dynamic"
         self.net = net
         self.cluster_id = ""
-        if topology == "split":
+        if topology in ("split", "dynamic"):
             layout = {1: ["controller"], 2: ["controller"], 3: ["controller"]}
             layout |= {4: ["broker"], 5: ["broker"], 6: ["broker"]}
+            if self.dynamic:  # two controllers formatted to join the quorum later
+                layout |= {7: ["controller"], 8: ["controller"]}
         elif topology == "combined":
             layout = {i: ["broker", "controller"] for i in (1, 2, 3)}
         else:
-            raise ValueError(f"unknown topology {topology!r} (split or combined)")
+            raise ValueError(f"unknown topology {topology!r} (split, combined or dynamic)")
         self.nodes = {i: ChaosNode(self, i, roles) for i, roles in layout.items()}
 
     @property
@@ -326,17 +345,35 @@ class ChaosCluster:
     def secure_bootstrap(self) -> str:
         return ",".join(f"{n.addr}:{SECURE_PORT}" for n in self.brokers)
 
+    @property
+    def first_voters(self) -> list[ChaosNode]:
+        return [n for n in self.controllers if n.node_id <= 3]
+
     def start(self, timeout_s: float = 60.0) -> None:
+        def uuid() -> str:
+            return _run(sys.executable, "-m", "keeperless", "storage", "random-uuid").stdout.strip()
+
         voters = ",".join(f"{n.node_id}@{n.addr}:{CONTROLLER_PORT}" for n in self.controllers)
+        bootstrap = ",".join(f"{n.addr}:{CONTROLLER_PORT}" for n in self.first_voters)
         for n in self.nodes.values():
-            n.prepare(voters)
-        cid = _run(sys.executable, "-m", "keeperless", "storage", "random-uuid").stdout.strip()
+            n.prepare("" if self.dynamic else voters, bootstrap)
+        cid = uuid()
         self.cluster_id = cid
+        initial = ",".join(
+            f"{n.node_id}@{n.addr}:{CONTROLLER_PORT}:{uuid()}" for n in self.first_voters
+        )
         for n in self.nodes.values():
+            quorum: tuple[str, ...] = ()
+            if self.dynamic and n.is_controller:
+                quorum = (
+                    ("--initial-controllers", initial)
+                    if n in self.first_voters
+                    else ("--no-initial-controllers",)
+                )
             _run(
                 sys.executable, "-m", "keeperless", "storage", "format", "-t", cid,
                 "-c", str(n.config), "--release-version", self.release, *self.format_flags,
-                *scram_users(),
+                *scram_users(), *quorum,
             )  # fmt: skip
         for n in self.nodes.values():
             n.start()

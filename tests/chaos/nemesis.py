@@ -59,7 +59,19 @@ FAULTS = (
     # or is replaced by an empty one; a broker replaced by a new machine (empty disks)
     "disk-failure",
     "replace-broker",
+    # clusters that change shape (2, issue 27), in the dynamic topology only: a
+    # controller added (the quorum grows to 5), one removed (the active one too; not
+    # below 3), a voter's disk wiped and the controller swapped in under its new
+    # directory id (its old voter removed, the new one added), with Kafka's tool
+    "add-controller",
+    "remove-controller",
+    "replace-controller",
 )
+MEMBERSHIP = frozenset({"add-controller", "remove-controller", "replace-controller"})
+# a voter change refused for sure (nothing changed); any other failure may have applied
+_REFUSED = ("DUPLICATE_VOTER", "VOTER_NOT_FOUND", "lagging behind", "without a live majority",
+            "commit the latest voter change", "establish HWM", "is not the leader",
+            "UNSUPPORTED_VERSION")  # fmt: skip
 # what a broker logs when one of its log directories goes offline
 _DIR_OFFLINE = "is offline after an I/O error"
 # after a fault that restarts brokers: how long they may take to be back in every ISR
@@ -142,8 +154,12 @@ class Nemesis:
         self.net = net
         self.history = history
         self.rng = random.Random(rng.random())
-        self.faults = faults
+        # the membership faults need a dynamic quorum (the dynamic topology)
+        self.faults = tuple(f for f in faults if cluster.dynamic or f not in MEMBERSHIP)
         self._admin: Any = None
+        if cluster.dynamic:
+            first = {n.node_id: n.directory_id for n in cluster.first_voters}
+            history.info("nemesis", "voters", {"op": "initial", "voters": first})
         # index in RELEASES of the last finalized upgrade (-1: the start is before them)
         self.release = RELEASES.index(cluster.release) if cluster.release in RELEASES else -1
         self.log: list[dict[str, Any]] = []  # (kind, target, start, end) per fault
@@ -483,6 +499,96 @@ class Nemesis:
         out = (res.stdout + res.stderr).strip()[-200:] if res is not None else ""
         return {"node": n.node_id, "unregistered": res is not None and res.returncode == 0,
                 "output": out}  # fmt: skip
+
+    # -- the controller quorum's voters (KIP-853) ----------------------------------------
+
+    def _quorum(self, *args: str, timeout: float = 90) -> Any:
+        import subprocess
+        import sys
+
+        ctl = ",".join(f"{n.addr}:{CONTROLLER_PORT}" for n in self.cluster.controllers)
+        return subprocess.run(
+            [sys.executable, "-m", "keeperless", "metadata-quorum", "--bootstrap-controller",
+             ctl, *args],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+
+    def voters(self) -> list[dict[str, Any]] | None:
+        """The voter set as kafka-metadata-quorum describes it (None if no answer)."""
+        import json
+
+        try:
+            res = self._quorum("describe", "--status", timeout=45)
+        except Exception:
+            return None
+        for line in res.stdout.splitlines() if res.returncode == 0 else ():
+            if line.startswith("CurrentVoters:"):
+                return list(json.loads(line.split(":", 1)[1]))
+        return None
+
+    def _record(self, op: str, node: int, directory: str, res: Any) -> str:
+        out = (res.stdout + res.stderr).strip()
+        outcome = (
+            "ok" if res.returncode == 0 else "fail" if any(w in out for w in _REFUSED) else "info"
+        )
+        change = {"op": op, "node": node, "dir": directory, "outcome": outcome}
+        self.history.info("nemesis", "voters", {**change, "output": out[-300:]})
+        return outcome
+
+    def _add_voter(self, n: ChaosNode) -> str:
+        """add-controller, again while the leader says it is still catching up."""
+        deadline = time.monotonic() + 30
+        while True:
+            res = self._quorum("add-controller", "--command-config", str(n.config))
+            out = res.stdout + res.stderr
+            if res.returncode == 0 or "lagging behind" not in out or time.monotonic() > deadline:
+                return self._record("add", n.node_id, n.directory_id, res)
+            time.sleep(1.0)
+
+    def _add_controller(self, hold: float) -> Any:
+        vs = self.voters()
+        if vs is None:
+            return {"skipped": "no answer from the quorum"}
+        ids = {v["id"] for v in vs}
+        spare = [n for n in self.cluster.controllers
+                 if n.node_id not in ids and n.alive and not n.paused]  # fmt: skip
+        if not spare or len(vs) >= 5:
+            return {"skipped": f"{len(vs)} voters"}
+        n = self._pick(spare)
+        return {"node": n.node_id, "outcome": self._add_voter(n)}
+
+    def _remove_controller(self, hold: float) -> Any:
+        vs = self.voters()
+        if vs is None or len(vs) <= 3:
+            return {"skipped": "no answer" if vs is None else f"{len(vs)} voters"}
+        leader = active_controller(self.cluster)
+        active = [v for v in vs if v["id"] == leader]
+        v = active[0] if active and self.rng.random() < 0.4 else self.rng.choice(vs)
+        res = self._quorum("remove-controller", "--controller-id", str(v["id"]),
+                           "--controller-directory-id", v["directoryId"])  # fmt: skip
+        return {"node": v["id"], "active": v["id"] == leader,
+                "outcome": self._record("remove", v["id"], v["directoryId"], res)}  # fmt: skip
+
+    def _replace_controller(self, hold: float) -> Any:
+        """A voter's disk dies: the controller comes back formatted to join (a new
+        directory id), an observer until its old voter is removed and it is added."""
+        vs = self.voters()
+        if vs is None or len(vs) < 3:
+            return {"skipped": "no answer" if vs is None else f"{len(vs)} voters"}
+        up = [v for v in vs if (n := self.cluster.nodes.get(v["id"])) is not None and n.alive]
+        if len(up) < len(vs):
+            return {"skipped": "a voter is down"}
+        v = self.rng.choice(up)
+        n = self.cluster.nodes[v["id"]]
+        n.stop()
+        n.wipe()
+        n.start()
+        time.sleep(min(hold, 3.0))
+        res = self._quorum("remove-controller", "--controller-id", str(v["id"]),
+                           "--controller-directory-id", v["directoryId"])  # fmt: skip
+        removed = self._record("remove", v["id"], v["directoryId"], res)
+        added = self._add_voter(n) if removed == "ok" else "-"
+        return {"node": v["id"], "removed": removed, "added": added}
 
     def _isr_admin(self) -> Any:
         """One admin client for the whole run: librdkafka's destroy of a client made per

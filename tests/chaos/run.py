@@ -150,7 +150,7 @@ def run_once(
     volume_bytes = volume_mb * 1024 * 1024
     rng = random.Random(seed)
     remove_stale()
-    ids = range(1, 7) if topology == "split" else range(1, 4)
+    ids = {"split": range(1, 7), "dynamic": range(1, 9)}.get(topology, range(1, 4))
     workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-{topology}-"))
     net = Network(ids, workdir)
     # odd seeds: eligible leader replicas on from the start (even ones may upgrade to it)
@@ -216,6 +216,8 @@ def run_once(
         anomalies += secure_anomalies
         admin_anomalies, admin_stats = checkers.check_admin(history)
         anomalies += admin_anomalies
+        if cluster.dynamic:  # the voter set is what the acknowledged changes made
+            anomalies += checkers.check_voters(history, nemesis.voters())
         final_release = _finalized_release(cluster.bootstrap)
         anomalies += checkers.check_upgrades(history, cluster.release, final_release)
         # a clean stop, then the nodes' files
@@ -268,6 +270,7 @@ def run_once(
             commits=sum(1 for e in history.of("consumer-", "commit") if e.type == "ok"),
             reads=sum(len(e.value) for e in history.of("consumer-", "read")),
             isolated_controllers=nemesis.isolated_controllers,
+            voter_changes=[e.value for e in history.of("nemesis", "voters")],
             metadata_version=final_release,
             latency=_latency(history, nemesis.log),
         )
@@ -341,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--seed", type=int, default=None, help="first seed (random if not given)")
-    ap.add_argument("--topology", choices=["split", "combined", "both"], default="both")
+    ap.add_argument("--topology", choices=["split", "combined", "dynamic", "both", "all"],
+                    default="all", help="all: split, combined and dynamic in turn")  # fmt: skip
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of faults per run")
     ap.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
     ap.add_argument("--volume-mb", type=int, default=300,
@@ -352,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(faults) - set(FAULTS)
     if unknown:
         ap.error(f"unknown faults: {', '.join(sorted(unknown))} (known: {', '.join(FAULTS)})")
-    topologies = ["split", "combined"] if args.topology == "both" else [args.topology]
+    topologies = {"both": ["split", "combined"], "all": ["split", "combined", "dynamic"]}.get(
+        args.topology, [args.topology]
+    )
     bad = 0
     summary = []
     for i in range(args.runs):

@@ -475,3 +475,23 @@ def test_a_timed_out_token_expiry_is_an_unknown_outcome() -> None:
     w.expire_answered("t4", "m4", 62)  # DELEGATION_TOKEN_NOT_FOUND
     assert w.maybe_expired == {"t1", "t2", "t4"}
     assert w.expired == {"t3": "m3"}
+
+
+def test_the_voter_set_is_what_the_acknowledged_changes_made() -> None:
+    h = History()
+    h.info("nemesis", "voters", {"op": "initial", "voters": {"1": "a", "2": "b", "3": "c"}})
+    h.info("nemesis", "voters", {"op": "add", "node": 7, "dir": "g", "outcome": "ok"})
+    h.info("nemesis", "voters", {"op": "remove", "node": 3, "dir": "c", "outcome": "ok"})
+    h.info("nemesis", "voters", {"op": "add", "node": 3, "dir": "c2", "outcome": "ok"})
+    h.info("nemesis", "voters", {"op": "remove", "node": 2, "dir": "b", "outcome": "fail"})
+    h.info("nemesis", "voters", {"op": "add", "node": 8, "dir": "h", "outcome": "info"})
+    final = [{"id": 1, "directoryId": "a"}, {"id": 2, "directoryId": "b"},
+             {"id": 3, "directoryId": "c2"}, {"id": 7, "directoryId": "g"}]  # fmt: skip
+    assert checkers.check_voters(h, final) == []
+    assert checkers.check_voters(h, [*final, {"id": 8, "directoryId": "h"}]) == []  # unknown
+    lost = checkers.check_voters(h, [v for v in final if v["id"] != 7])
+    assert [a["kind"] for a in lost] == ["voters-lost"]
+    assert lost[0]["voters"] == {7: {"expected": "g", "final": None}}
+    old_disk = checkers.check_voters(h, [*final[:2], {"id": 3, "directoryId": "c"}, final[3]])
+    assert old_disk[0]["voters"] == {3: {"expected": "c2", "final": "c"}}
+    assert checkers.check_voters(History(), None) == []  # a static quorum: nothing to check
