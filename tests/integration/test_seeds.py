@@ -132,7 +132,9 @@ def test_the_seeds_commands_as_written(home: KafkaHome) -> None:
     replication = home.sh(
         f"bin/kafka-metadata-quorum.sh --bootstrap-server {h} describe --replication"
     )
-    assert re.search(r"^1\s+\d+\s+\d+", replication.splitlines()[1])
+    # Kafka 3.9+'s columns: NodeId DirectoryId LogEndOffset Lag ...
+    assert replication.split()[:3] == ["NodeId", "DirectoryId", "LogEndOffset"]
+    assert re.search(r"^1\s+[A-Za-z0-9_-]{22}\s+\d+\s+\d+", replication.splitlines()[1])
     features = home.sh(f"bin/kafka-features.sh --bootstrap-server {h} describe")
     assert "Feature: metadata.version" in features
     # formatted as written, the cluster is at Kafka 4.1's metadata.version (4.1-IV1, with
