@@ -173,7 +173,11 @@ class Nemesis:
         while time.monotonic() < end and not stop.is_set():
             if stop.wait(self.rng.uniform(2.0, 4.0)):
                 break
-            kind = self.rng.choice(self.faults)
+            members = [f for f in self.faults if f in MEMBERSHIP]
+            if members and self.rng.random() < 0.5:  # (the dynamic topology's own faults)
+                kind = self.rng.choice(members)
+            else:
+                kind = self.rng.choice([f for f in self.faults if f not in MEMBERSHIP] or members)
             self.inject(kind)
         self.heal_all()
 
