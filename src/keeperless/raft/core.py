@@ -256,18 +256,24 @@ class RaftCore:
             if v != self.node_id and vs.has(v, p.directory_id)
         ]
 
-    def _check_change(self, what: str) -> None:
-        """KIP-853's preconditions of a voter change, in Kafka's words."""
-        if self.role is not Role.LEADER:
-            raise MembershipError(
-                m.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} is not the leader"
-            )
+    def _require_epoch_committed(self) -> None:
+        """A leader changes the voters only once it has committed an entry of its own
+        epoch (Raft's fix of single-server changes: an earlier leader's uncommitted
+        change is settled, committed or truncated, before another is made)."""
         if self.high_watermark <= self.epoch_start_offset:
             raise MembershipError(
                 m.REQUEST_TIMED_OUT,
                 "Request timed out waiting for leader to establish HWM and fence previous "
                 "voter changes",
             )
+
+    def _check_change(self, what: str) -> None:
+        """KIP-853's preconditions of a voter change, in Kafka's words."""
+        if self.role is not Role.LEADER:
+            raise MembershipError(
+                m.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} is not the leader"
+            )
+        self._require_epoch_committed()
         if not self.dynamic:
             raise MembershipError(
                 m.UNSUPPORTED_VERSION,
@@ -391,12 +397,7 @@ class RaftCore:
                 f"Invalid update version {version} for feature kraft.version. Local "
                 f"controller {self.node_id} only supports versions 0-1",
             )
-        if self.high_watermark <= self.epoch_start_offset:
-            raise MembershipError(
-                m.REQUEST_TIMED_OUT,
-                "Request timed out waiting for leader to establish HWM and fence previous "
-                "voter changes",
-            )
+        self._require_epoch_committed()
         fresh = now_ms - self.config.fetch_timeout_ms
         voters = []
         for v in self.voter_set:
