@@ -313,3 +313,21 @@ def test_a_resumed_move_drops_what_the_replica_no_longer_has(
     assert again.epochs.latest_epoch == 4
     assert not (a / "t-0").exists()
     pm.close()
+
+
+def test_a_deleted_partition_on_a_failed_disk_takes_its_directory_offline(
+    tmp_path: Path,
+) -> None:
+    """Seed 5006: a topic deleted while the disk of one of its replicas had just failed
+    raised out of the metadata publisher (NotADirectoryError renaming the replica for
+    deletion) instead of taking that directory offline."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    pm = PartitionManager(1, [a, b], LogConfig())
+    info = PartitionInfo((1,), (1,), 1, 0, 0, directories=(pm.dirs[1].dir_id,))
+    tid = uuid.UUID(int=501)
+    assert pm.ensure("t", 0, tid, info, LogConfig(), 0) is not None
+    b.rename(tmp_path / "b.failed")
+    b.write_text("a failed disk\n")
+    pm.remove("t", 0, tid, "its topic was deleted")
+    assert [d.path for d in pm.offline_dirs] == [b]
+    pm.close()

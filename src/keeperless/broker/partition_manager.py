@@ -357,7 +357,14 @@ class PartitionManager:
         return True
 
     def _discard(self, directory: Path) -> None:
-        target = discard(directory)
+        try:
+            target = discard(directory)
+        except OSError as e:
+            # its log directory failed (a deleted topic's replica on a failed disk, seed
+            # 5006): that directory goes offline; the metadata update goes on
+            log_dir_failed(directory.parent, e)
+            self.dir_failed(directory.parent, e)
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
