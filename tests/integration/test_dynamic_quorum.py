@@ -54,6 +54,12 @@ def _broker(workdir: Path, node_id: int, bootstrap: list[int]) -> Node:
     return n
 
 
+def _directory_id(n: Node) -> str:
+    """The directory id its metadata directory was formatted with."""
+    meta = (n.data / "meta.properties").read_text().splitlines()
+    return next(ln.split("=", 1)[1] for ln in meta if ln.startswith("directory.id="))
+
+
 def _format(n: Node, cid: str, *flags: str) -> Any:
     res = keeperless("storage", "format", "-t", cid, "-c", str(n.config), *flags)
     assert res.returncode == 0, res.stderr
@@ -237,11 +243,7 @@ def test_replace_a_controller_whose_disk_was_wiped(tmp_path: Path) -> None:
         victim.stop()
         shutil.rmtree(victim.data)
         _format(victim, cid, "--no-initial-controllers")
-        new_dir = next(
-            ln.split("=", 1)[1]
-            for ln in (victim.data / "meta.properties").read_text().splitlines()
-            if ln.startswith("directory.id=")
-        )
+        new_dir = _directory_id(victim)
         assert new_dir != dirs[2]
         victim.start()
 
@@ -356,11 +358,7 @@ def test_controllers_join_by_themselves_with_auto_join(tmp_path: Path) -> None:
         victim.stop()
         shutil.rmtree(victim.data)
         _format(victim, cid, "--no-initial-controllers")
-        new_dir = next(
-            ln.split("=", 1)[1]
-            for ln in (victim.data / "meta.properties").read_text().splitlines()
-            if ln.startswith("directory.id=")
-        )
+        new_dir = _directory_id(victim)
         victim.start()
 
         def rejoined() -> bool:

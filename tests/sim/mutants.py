@@ -279,14 +279,14 @@ MUTANTS = [
     Mutant(
         "two-voter-changes",
         "a leader starts a voter change while the previous one is not committed",
-        "core.py",
-        (("        if latest >= self.high_watermark:\n", "        if False:\n"),),
+        "membership.py",
+        (("    if latest >= core.high_watermark:\n", "    if False:\n"),),
     ),
     Mutant(
         "change-before-epoch-commit",
         "a new leader changes the voters before it has committed an entry of its epoch",
-        "core.py",
-        (("        if self.high_watermark <= self.epoch_start_offset:\n", "        if False:\n"),),
+        "membership.py",
+        (("    if core.high_watermark <= core.epoch_start_offset:\n", "    if False:\n"),),
     ),
     Mutant(
         "removed-leader-keeps-leading",

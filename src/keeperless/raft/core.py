@@ -27,10 +27,11 @@ import uuid
 from dataclasses import dataclass, field
 
 from keeperless.protocol.records import build_batch
-from keeperless.raft import election
+from keeperless.raft import election, membership
 from keeperless.raft import messages as m
 from keeperless.raft import replication as rep
 from keeperless.raft.log import RaftLog
+from keeperless.raft.membership import MembershipError
 from keeperless.raft.messages import Entry, SnapshotId
 from keeperless.raft.quorum import majority, majority_offset
 from keeperless.raft.state import ElectionState, Progress, Role
@@ -52,14 +53,6 @@ log = logging.getLogger(__name__)
 
 class NotLeaderError(RuntimeError):
     """Proposals go to the leader; this node is not it."""
-
-
-class MembershipError(RuntimeError):
-    """A voter change refused, with Kafka's error code and message (KIP-853)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,180 +249,24 @@ class RaftCore:
             if v != self.node_id and vs.has(v, p.directory_id)
         ]
 
-    def _require_epoch_committed(self) -> None:
-        """A leader changes the voters only once it has committed an entry of its own
-        epoch (Raft's fix of single-server changes: an earlier leader's uncommitted
-        change is settled, committed or truncated, before another is made)."""
-        if self.high_watermark <= self.epoch_start_offset:
-            raise MembershipError(
-                m.REQUEST_TIMED_OUT,
-                "Request timed out waiting for leader to establish HWM and fence previous "
-                "voter changes",
-            )
-
-    def _check_change(self, what: str) -> None:
-        """KIP-853's preconditions of a voter change, in Kafka's words."""
-        if self.role is not Role.LEADER:
-            raise MembershipError(
-                m.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} is not the leader"
-            )
-        self._require_epoch_committed()
-        if not self.dynamic:
-            raise MembershipError(
-                m.UNSUPPORTED_VERSION,
-                f"Cluster doesn't support {what} voter because the kraft.version feature "
-                f"is {self.kraft_version}",
-            )
-        latest = self._history.latest_offset
-        if latest >= self.high_watermark:
-            raise MembershipError(
-                m.REQUEST_TIMED_OUT,
-                "Request timed out waiting for voters to commit the latest voter change at "
-                f"{latest} with HWM {self.high_watermark}",
-            )
-
-    def _check_live_majority(self, voters: VoterSet, what: str, now_ms: int) -> None:
-        """Refuse a change after which the voters that fetched lately would not be a
-        majority: it could never commit, and the quorum would be left without one (a
-        live voter removed while another is down, say)."""
-        fresh = now_ms - self.config.fetch_timeout_ms
-        live = [
-            v
-            for v in voters
-            if (v.id == self.node_id and v.matches(v.id, self.directory_id))
-            or (
-                (p := self.progress.get(v.id)) is not None
-                and v.matches(v.id, p.directory_id)
-                and p.last_fetch_ms >= fresh
-            )
-        ]
-        if len(live) < majority(len(voters)):
-            down = ", ".join(str(v) for v in voters if v not in live)
-            raise MembershipError(
-                m.INVALID_REQUEST,
-                f"{what} would leave the voters {voters} without a live majority: "
-                f"{down} fetched nothing in the last {self.config.fetch_timeout_ms} ms",
-            )
-
-    def _append_voters(self, voters: VoterSet, now_ms: int) -> int:
-        offset = self._append_local(voters_records(voters, timestamp_ms=now_ms), 1, now_ms, True)
-        self._maybe_advance_hw(now_ms)  # (a single voter commits at once)
-        return offset
+    # voter changes (KIP-853): raft/membership.py
 
     def add_voter(self, voter: Voter, now_ms: int) -> int:
-        """Add a caught-up observer as a voter (AddRaftVoter): append the new voter set;
-        returns its offset, done when the high watermark passes it. Raises
-        MembershipError as Kafka answers."""
-        self._check_change("adding")
-        vs = self.voter_set
-        if voter.id in vs.ids:
-            raise MembershipError(
-                m.DUPLICATE_VOTER,
-                f"The voter id for {voter} is already part of the set of voters {vs}.",
-            )
-        p = self.progress.get(voter.id)
-        fresh = now_ms - self.config.fetch_timeout_ms
-        if (
-            p is None
-            or p.directory_id != voter.directory_id
-            or p.last_fetch_ms < fresh
-            or p.caught_up_ms < fresh
-        ):
-            raise MembershipError(
-                m.REQUEST_TIMED_OUT,
-                f"Aborted add voter operation for {voter} since it is lagging behind",
-            )
-        new = vs.with_voter(voter)
-        self._check_live_majority(new, f"Adding voter {voter}", now_ms)
-        return self._append_voters(new, now_ms)
+        return membership.add_voter(self, voter, now_ms)
 
     def remove_voter(self, node_id: int, directory_id: uuid.UUID | None, now_ms: int) -> int:
-        """Remove a voter (RemoveRaftVoter): as add_voter. A leader that removes itself
-        leads until the change commits, then resigns and goes on as an observer."""
-        self._check_change("removing")
-        vs = self.voter_set
-        v = vs.get(node_id)
-        if v is None or v.directory_id != directory_id or len(vs) == 1:
-            raise MembershipError(
-                m.VOTER_NOT_FOUND,
-                f"Cannot remove voter {Voter(node_id, directory_id)} from the set of voters {vs}",
-            )
-        new = vs.without(node_id)
-        self._check_live_majority(new, f"Removing voter {v}", now_ms)
-        return self._append_voters(new, now_ms)
+        return membership.remove_voter(self, node_id, directory_id, now_ms)
 
     def update_voter(self, voter: Voter, now_ms: int) -> int:
-        """Change a voter's endpoints (UpdateRaftVoter)."""
-        self._check_change("updating")
-        vs = self.voter_set
-        old = vs.get(voter.id)
-        if old is None or old.directory_id != voter.directory_id:
-            raise MembershipError(
-                m.VOTER_NOT_FOUND,
-                f"Voter {voter} is not part of the set of voters {vs}",
-            )
-        if old == voter:
-            return self._history.latest_offset
-        return self._append_voters(vs.with_voter(voter), now_ms)
+        return membership.update_voter(self, voter, now_ms)
 
     def upgrade_kraft_version(
         self, version: int, endpoints: dict[int, tuple[Endpoint, ...]], now_ms: int
     ) -> int:
-        """kafka-features upgrade --feature kraft.version=1: a static quorum becomes a
-        dynamic one. The voters keep their ids and get the directory ids they fetch
-        with (each must have fetched lately, this one aside) and ``endpoints``; the
-        leader appends KRaftVersionRecord and VotersRecord; returns their offset."""
-        if self.role is not Role.LEADER:
-            raise MembershipError(
-                m.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} is not the leader"
-            )
-        if version == self.kraft_version:
-            return self._kraft.latest_offset
-        if version < self.kraft_version:
-            raise MembershipError(
-                m.INVALID_UPDATE_VERSION,
-                f"Invalid update version {version} for feature kraft.version. Downgrading "
-                "kraft.version is not supported.",
-            )
-        if version != KRAFT_VERSION_DYNAMIC:
-            raise MembershipError(
-                m.INVALID_UPDATE_VERSION,
-                f"Invalid update version {version} for feature kraft.version. Local "
-                f"controller {self.node_id} only supports versions 0-1",
-            )
-        self._require_epoch_committed()
-        fresh = now_ms - self.config.fetch_timeout_ms
-        voters = []
-        for v in self.voter_set:
-            if v.id == self.node_id:
-                d = self.directory_id
-            else:
-                p = self.progress.get(v.id)
-                d = p.directory_id if p is not None and p.last_fetch_ms >= fresh else None
-            if d is None:
-                raise MembershipError(
-                    m.INVALID_UPDATE_VERSION,
-                    f"Invalid update version {version} for feature kraft.version. Voter "
-                    f"{v.id} has not fetched with a directory id lately (is it running a "
-                    "version with KIP-853, with its metadata directory formatted?)",
-                )
-            voters.append(Voter(v.id, d, endpoints.get(v.id, ())))
-        batch = voters_records(VoterSet.of(voters), kraft_version=version, timestamp_ms=now_ms)
-        offset = self._append_local(batch, 2, now_ms, True)
-        self._maybe_advance_hw(now_ms)
-        log.info(
-            "[node %d] kraft.version %d at offset %d: the quorum is dynamic, voters %s",
-            self.node_id,
-            version,
-            offset,
-            self.voter_set,
-        )
-        return offset
+        return membership.upgrade_kraft_version(self, version, endpoints, now_ms)
 
     def pending_voter_change(self) -> int | None:
-        """The offset of an uncommitted voter change (None: none)."""
-        latest = self._history.latest_offset
-        return latest if latest >= self.high_watermark and latest >= 0 else None
+        return membership.pending_voter_change(self)
 
     # -- public ----------------------------------------------------------------------
 

@@ -42,7 +42,6 @@ from keeperless.protocol.apis import CONTROLLER_APIS, ApiKey, Listener
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
 from keeperless.raft.core import RaftConfig
-from keeperless.raft.voters import Endpoint as RaftEndpoint
 from keeperless.runtime.connection import KafkaProtocol, RequestRouter
 from keeperless.runtime.log_cleaner import CleanerSettings, LogCleaner
 from keeperless.runtime.metadata_log import MetadataLog
@@ -65,11 +64,15 @@ from keeperless.server.controller_apis import ControllerApis, ControllerClient
 from keeperless.server.controller_service import ControllerService
 from keeperless.server.dynamic_listeners import follow_own_configs
 from keeperless.server.envelope import envelope_handler
-from keeperless.server.quorum_apis import QuorumApis
+from keeperless.server.quorum_apis import (
+    QuorumApis,
+    bootstrap_servers,
+    metadata_directory_id,
+    voter_endpoints,
+)
 from keeperless.server.registry import ApiRegistry
 from keeperless.storage.dir_failure import set_failure_handler
 from keeperless.storage.log import LogConfig
-from keeperless.storage.meta_properties import read_meta_properties, uuid_from_kafka
 
 __all__ = ["ListenError", "Node", "run_node"]
 
@@ -83,22 +86,12 @@ class ListenError(RuntimeError):
     """A listener's address cannot be bound."""
 
 
-def _directory_id(d: Path) -> uuid.UUID | None:
-    """The directory id of the metadata log directory (a dynamic quorum's voters are
-    named by it), from its meta.properties."""
-    meta = read_meta_properties(d)
-    if meta is None or not meta.directory_id:
-        return None
-    return uuid_from_kafka(meta.directory_id)
-
-
-def _voter_endpoints(c: NodeConfig) -> tuple[RaftEndpoint, ...]:
-    """Where this controller listens, as a voter names it (its advertised controller
-    listener; none for a broker)."""
-    ep = c.controller_endpoint
-    if not c.is_controller or ep is None:
-        return ()
-    return (RaftEndpoint(ep.listener, ep.host or "localhost", ep.port),)
+async def _every(interval_s: float, fn: Callable[[], Any]) -> None:
+    """``fn()`` every ``interval_s`` seconds (retention, producer expiry, high watermark
+    checkpoints, group sessions)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        fn()
 
 
 def _raft_config(c: NodeConfig) -> RaftConfig:
@@ -117,16 +110,7 @@ class Node:
         self.node_id = config.node_id
         voters = {v.node_id: (v.host, v.port) for v in config.voters}
         static = tuple(sorted(voters))
-        # a dynamic quorum (KIP-853): the voters are in the metadata log (and its
-        # bootstrap snapshot); the bootstrap servers are asked where the leader is, under
-        # ids of their own (negative: never a node's)
-        bootstrap = tuple(-2 - i for i in range(len(config["controller.quorum.bootstrap.servers"])))
-        if not static:
-            for pseudo, server in zip(
-                bootstrap, config["controller.quorum.bootstrap.servers"], strict=True
-            ):
-                host, _, port = str(server).rpartition(":")
-                voters[pseudo] = (host.strip("[]"), int(port))
+        bootstrap = () if static else bootstrap_servers(config, voters)
         ep = config.controller_endpoint
         self.transport = RaftTransport(
             self.node_id,
@@ -151,9 +135,9 @@ class Node:
             snapshot_every_bytes=config["metadata.log.max.record.bytes.between.snapshots"],
             snapshot_every_ms=config["metadata.log.max.snapshot.interval.ms"],
             append_linger_ms=config["controller.quorum.append.linger.ms"],
-            directory_id=_directory_id(config.metadata_log_dir),
-            bootstrap=() if static else bootstrap,
-            endpoints=_voter_endpoints(config),
+            directory_id=metadata_directory_id(config.metadata_log_dir),
+            bootstrap=bootstrap,
+            endpoints=voter_endpoints(config),
         )
         core = self.mlog.core
         self.transport.voter_set = lambda: core.voter_set
@@ -370,10 +354,17 @@ class Node:
                 self.txn.start()
             self._tasks.append(loop.create_task(self._heartbeat_loop()))
             self._tasks.append(loop.create_task(self.broker.dir_assignment_loop()))
-            self._tasks.append(loop.create_task(self._retention_loop()))
-            self._tasks.append(loop.create_task(self._producer_expiry_loop()))
-            self._tasks.append(loop.create_task(self._hw_checkpoint_loop()))
-            self._tasks.append(loop.create_task(self._group_session_loop()))
+            c, b, groups = self.config, self.broker, self.groups
+            assert groups is not None
+            for interval_ms, fn in (
+                (c["log.retention.check.interval.ms"], b.enforce_retention),
+                (c["producer.id.expiration.check.interval.ms"],
+                 lambda: b.expire_producers(c["producer.id.expiration.ms"])),
+                (c["replica.high.watermark.checkpoint.interval.ms"],
+                 self._checkpoint_high_watermarks),
+                (500, groups.expire_sessions),
+            ):  # fmt: skip
+                self._tasks.append(loop.create_task(_every(interval_ms / 1000, fn)))
             c = self.config
             self.cleaner = LogCleaner(
                 self.broker,
@@ -704,35 +695,12 @@ class Node:
                     told = time.monotonic()
                     log.exception("[node %d] Heartbeat failed; trying again", self.node_id)
 
-    async def _retention_loop(self) -> None:
+    def _checkpoint_high_watermarks(self) -> None:
         assert self.broker is not None
-        interval = self.config["log.retention.check.interval.ms"] / 1000
-        while True:
-            await asyncio.sleep(interval)
-            self.broker.enforce_retention()
-
-    async def _producer_expiry_loop(self) -> None:
-        assert self.broker is not None
-        interval = self.config["producer.id.expiration.check.interval.ms"] / 1000
-        while True:
-            await asyncio.sleep(interval)
-            self.broker.expire_producers(self.config["producer.id.expiration.ms"])
-
-    async def _hw_checkpoint_loop(self) -> None:
-        assert self.broker is not None
-        interval = self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                self.broker.partitions.checkpoint_high_watermarks()
-            except OSError as e:  # a failed disk is handled where the logs are written
-                log.warning("[node %d] Could not save the high watermarks: %s", self.node_id, e)
-
-    async def _group_session_loop(self) -> None:
-        assert self.groups is not None
-        while True:
-            await asyncio.sleep(0.5)
-            self.groups.expire_sessions()
+        try:
+            self.broker.partitions.checkpoint_high_watermarks()
+        except OSError as e:  # a failed disk is handled where the logs are written
+            log.warning("[node %d] Could not save the high watermarks: %s", self.node_id, e)
 
     async def stop(self) -> None:
         for t in self._tasks:

@@ -1,10 +1,15 @@
-"""AddRaftVoter, RemoveRaftVoter and UpdateRaftVoter (KIP-853) on the controller
-listener: the active controller makes the change in its Raft core and answers once it
-is committed; the others answer NOT_LEADER_OR_FOLLOWER (the tool then asks the leader)."""
+"""A node's side of a dynamic controller quorum (KIP-853): AddRaftVoter, RemoveRaftVoter
+and UpdateRaftVoter on the controller listener (the active controller makes the change
+in its Raft core and answers once it is committed; the others answer
+NOT_LEADER_OR_FOLLOWER, and the tool then asks the leader), and what a node gives its
+Raft core: its metadata directory's id, where it listens as a voter, and the bootstrap
+servers it asks where the leader is."""
 
 from __future__ import annotations
 
 import logging
+import uuid
+from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -17,11 +22,43 @@ from keeperless.raft.core import MembershipError, RaftCore
 from keeperless.raft.voters import Endpoint, Voter
 from keeperless.runtime.metadata_log import MetadataLog
 from keeperless.runtime.raft_rpc import directory_id
+from keeperless.server.config import NodeConfig
+from keeperless.storage.meta_properties import read_meta_properties, uuid_from_kafka
 
-__all__ = ["QuorumApis"]
+__all__ = ["QuorumApis", "bootstrap_servers", "metadata_directory_id", "voter_endpoints"]
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 30.0
+
+
+def metadata_directory_id(d: Path) -> uuid.UUID | None:
+    """The directory id of the metadata log directory (a dynamic quorum's voters are
+    named by it), from its meta.properties."""
+    meta = read_meta_properties(d)
+    if meta is None or not meta.directory_id:
+        return None
+    return uuid_from_kafka(meta.directory_id)
+
+
+def voter_endpoints(c: NodeConfig) -> tuple[Endpoint, ...]:
+    """Where this controller listens, as a voter names it (its advertised controller
+    listener; none for a broker)."""
+    ep = c.controller_endpoint
+    if not c.is_controller or ep is None:
+        return ()
+    return (Endpoint(ep.listener, ep.host or "localhost", ep.port),)
+
+
+def bootstrap_servers(c: NodeConfig, book: dict[int, tuple[str, int]]) -> tuple[int, ...]:
+    """controller.quorum.bootstrap.servers in the transport's address ``book``, under ids
+    of their own (negative: never a node's), for a node of a dynamic quorum to ask
+    where the leader is; returns those ids."""
+    ids = []
+    for i, server in enumerate(c["controller.quorum.bootstrap.servers"]):
+        host, _, port = str(server).rpartition(":")
+        book[-2 - i] = (host.strip("[]"), int(port))
+        ids.append(-2 - i)
+    return tuple(ids)
 
 
 class QuorumApis:
