@@ -317,9 +317,12 @@ def test_features_and_log_dirs(cluster3: Cluster) -> None:
     # formatted at Kafka 4.1's metadata.version
     assert lines[0].startswith("Feature: eligible.leader.replicas.version\tSupportedMinVersion: 0"
                                "\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1\t")  # fmt: skip
-    assert lines[1].startswith("Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\t"
+    # KIP-853's kraft.version: 0 for a static quorum (Kafka prints 0 when not finalized)
+    assert lines[1].startswith("Feature: kraft.version\tSupportedMinVersion: 0"
+                               "\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 0\t")  # fmt: skip
+    assert lines[2].startswith("Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\t"
                                "SupportedMaxVersion: 4.1-IV1\t")  # fmt: skip
-    assert "FinalizedVersionLevel: 4.1-IV1" in lines[1]
+    assert "FinalizedVersionLevel: 4.1-IV1" in lines[2]
     _ok("topics", *bs, "--create", "--topic", "sized", "--partitions", "2")
     res = keeperless("console-producer", *bs, "--topic", "sized")
     assert res.returncode == 0  # no input: nothing produced, still a clean exit

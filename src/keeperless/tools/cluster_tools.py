@@ -139,7 +139,7 @@ def describe_features(servers: list[tuple[str, int]], out: TextIO) -> int:
         print(
             f"Feature: {f.name}\tSupportedMinVersion: {name(f.min_version)}\t"
             f"SupportedMaxVersion: {name(f.max_version)}\tFinalizedVersionLevel: "
-            f"{name(level) if level is not None else '-'}\tEpoch: "
+            f"{name(level) if level is not None else 0}\tEpoch: "  # (Kafka: 0 if not finalized)
             f"{resp.finalized_features_epoch}",
             file=out,
         )
