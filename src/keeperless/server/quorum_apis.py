@@ -61,6 +61,15 @@ def bootstrap_servers(c: NodeConfig, book: dict[int, tuple[str, int]]) -> tuple[
     return tuple(ids)
 
 
+def _voter_of(req: Any) -> Voter:
+    """The voter an AddRaftVoter or UpdateRaftVoter request names, with its listeners."""
+    return Voter(
+        int(req.voter_id),
+        directory_id(req.voter_directory_id),
+        tuple(Endpoint(li.name, li.host, int(li.port)) for li in req.listeners),
+    )
+
+
 class QuorumApis:
     def __init__(self, mlog: MetadataLog, cluster_id: str) -> None:
         self.mlog = mlog
@@ -107,11 +116,7 @@ class QuorumApis:
         return self._answer(header, m.NONE, None)
 
     async def add_raft_voter(self, header: RequestHeader, req: Any) -> Any:
-        voter = Voter(
-            int(req.voter_id),
-            directory_id(req.voter_directory_id),
-            tuple(Endpoint(li.name, li.host, int(li.port)) for li in req.listeners),
-        )
+        voter = _voter_of(req)
 
         def change(core: RaftCore, now: int) -> int:
             return core.add_voter(voter, now)
@@ -127,11 +132,7 @@ class QuorumApis:
         return await self._change(header, req, f"RemoveRaftVoter {Voter(node_id, d)}", change)
 
     async def update_raft_voter(self, header: RequestHeader, req: Any) -> Any:
-        voter = Voter(
-            int(req.voter_id),
-            directory_id(req.voter_directory_id),
-            tuple(Endpoint(li.name, li.host, int(li.port)) for li in req.listeners),
-        )
+        voter = _voter_of(req)
 
         def change(core: RaftCore, now: int) -> int:
             return core.update_voter(voter, now)
