@@ -35,6 +35,11 @@ FIRST_RELEASE = "3.5-IV2"
 # odd seeds start with eligible leader replicas on (KIP-966): formatted at this release
 ELR_RELEASE = "4.0-IV1"
 ELR_FORMAT = ("--feature", "eligible.leader.replicas.version=1")
+# a dynamic quorum (kraft.version 1, KIP-853) needs metadata.version 3.9-IV0 or later
+DYNAMIC_RELEASE = "3.9-IV0"
+# the workload's consumers use the consumer group protocol (KIP-848), which group.version
+# 1 turns on; releases before 4.0 do not bootstrap it
+GROUP_FORMAT = ("--feature", "group.version=1")
 RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 # Timeouts of a cluster under attack: faults must resolve within seconds.
@@ -311,11 +316,12 @@ class ChaosNode:
 class ChaosCluster:
     def __init__(self, workdir: Path, topology: str, net: Network, elr: bool = False) -> None:
         self.workdir = workdir
-        # the release formatted with (and eligible leader replicas from the start)
-        self.release = ELR_RELEASE if elr else FIRST_RELEASE
-        self.format_flags: tuple[str, ...] = ELR_FORMAT if elr else ()
         self.topology = topology
         self.dynamic = topology == "dynamic"
+        # the release formatted with (and eligible leader replicas from the start)
+        first = DYNAMIC_RELEASE if self.dynamic else FIRST_RELEASE
+        self.release = ELR_RELEASE if elr else first
+        self.format_flags: tuple[str, ...] = GROUP_FORMAT + (ELR_FORMAT if elr else ())
         self.net = net
         self.cluster_id = ""
         if topology in ("split", "dynamic"):

@@ -196,3 +196,41 @@ def test_group_configs_set_with_kafka_configs_reach_the_group(node848: Node) -> 
         time.sleep(0.2)
     assert int(resp.error_code) == 0, resp
     assert resp.heartbeat_interval.total_seconds() == 7.0
+
+
+def test_the_protocol_is_gated_on_group_version(tmp_path: Path) -> None:
+    """KIP-848 is on when group.version is 1: a cluster formatted at 3.9 (before 4.0-IV0
+    bootstrapped it) answers ConsumerGroupHeartbeat with UNSUPPORTED_VERSION, naming the
+    feature, until kafka-features.sh upgrade --feature group.version=1."""
+    from keeperless.protocol.apis import ApiKey
+    from keeperless.tools.client import call
+    from tests.integration.cluster import keeperless, wait_until
+
+    n = Node(tmp_path)
+    n.format(release="3.9")
+    n.start()
+    try:
+        server = [("127.0.0.1", n.port)]
+        body = {
+            "group_id": "gated", "member_id": "", "member_epoch": 0, "instance_id": None,
+            "rack_id": None, "rebalance_timeout": 60000, "subscribed_topic_names": ["t"],
+            "server_assignor": None, "topic_partitions": [],
+        }  # fmt: skip
+
+        def heartbeat() -> Any:
+            return call(server, ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, body)
+
+        refused = heartbeat()
+        assert refused.error_code.name == "unsupported_version"
+        assert "group.version is 0" in refused.error_message
+        bs = ["--bootstrap-server", n.bootstrap]
+        up = keeperless("features", "upgrade", *bs, "--feature", "group.version=1", check=True)
+        assert up.stdout == "group.version was upgraded to 1.\n"
+
+        def joined() -> bool:  # (once the group's coordinator is loaded)
+            call(server, ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["gated"]})
+            return bool(heartbeat().error_code.name == "none")
+
+        wait_until(joined, what="a member joins with the consumer protocol")
+    finally:
+        n.stop()

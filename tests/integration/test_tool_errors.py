@@ -354,11 +354,39 @@ def _zombie(pid: int) -> bool:
 
 def test_storage_and_features_flags(node1: Node, tmp_path: Path) -> None:
     bs = ["--bootstrap-server", node1.bootstrap]
+    # KIP-1022's version-mapping, in Kafka's order (transaction.version stays 0 until this
+    # build writes its records; share and streams groups are not built yet)
     mapping = tool("storage", "version-mapping", "--release-version", "3.7")
-    assert mapping.stdout == "metadata.version=19 (3.7-IV4)\neligible.leader.replicas.version=0\n"
-    assert tool("features", "version-mapping").stdout == (
-        "metadata.version=27 (4.1-IV1)\neligible.leader.replicas.version=1\n"
+    assert mapping.stdout == (
+        "metadata.version=19 (3.7-IV4)\nkraft.version=0\ntransaction.version=0\n"
+        "group.version=0\neligible.leader.replicas.version=0\nshare.version=0\n"
+        "streams.version=0\n"
     )
+    assert tool("features", "version-mapping").stdout == (
+        "metadata.version=27 (4.1-IV1)\nkraft.version=1\ntransaction.version=0\n"
+        "group.version=1\neligible.leader.replicas.version=1\nshare.version=0\n"
+        "streams.version=0\n"
+    )
+    assert tool("features", "version-mapping", "--release-version", "4.2").stdout.startswith(
+        "metadata.version=29 (4.2-IV1)\n"
+    )
+    deps = tool("storage", "feature-dependencies", "--feature", "kraft.version=1",
+                "--feature", "group.version=1", "--feature", "metadata.version=23")  # fmt: skip
+    assert deps.stdout == (
+        "kraft.version=1 requires:\n    metadata.version=21 (3.9-IV0)\n"
+        "group.version=1 has no dependencies.\n"
+        "metadata.version=23 (4.0-IV1) has no dependencies.\n"
+    )
+    assert tool("features", "feature-dependencies", "--feature",
+                "eligible.leader.replicas.version=1").stdout == (
+        "eligible.leader.replicas.version=1 requires:\n    metadata.version=23 (4.0-IV1)\n"
+    )  # fmt: skip
+    for spec, words in (("share.version=9", "No feature:share.version with feature level 9"),
+                        ("no.such=1", "Unknown feature: no.such."),
+                        ("metadata.version=99", "Unknown metadata.version 99"),
+                        ("group.version", "expected NAME=LEVEL")):  # fmt: skip
+        line = _one_error_line(tool("features", "feature-dependencies", "--feature", spec))
+        assert words in line, line
     res = tool("features", "disable", *bs, "--feature", "metadata.version", "--dry-run")
     assert res.returncode == 1
     assert res.stdout.startswith("Can not disable metadata.version.")  # dry run, as Kafka

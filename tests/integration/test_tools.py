@@ -313,16 +313,30 @@ def test_features_and_log_dirs(cluster3: Cluster) -> None:
     bs = ["--bootstrap-server", cluster3.bootstrap]
     feats = _ok("features", "describe", *bs)
     lines = feats.splitlines()
-    # sorted by name, as Kafka's tool: KIP-966's feature first, on by default in a cluster
-    # formatted at Kafka 4.1's metadata.version
-    assert lines[0].startswith("Feature: eligible.leader.replicas.version\tSupportedMinVersion: 0"
-                               "\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1\t")  # fmt: skip
+    # sorted by name, as Kafka's tool; a cluster formatted at Kafka 4.1's metadata.version
+    # has eligible leader replicas (KIP-966) and the consumer group protocol (KIP-848) on
+    assert [ln.split("\t")[0] for ln in lines] == [
+        f"Feature: {f}"
+        for f in ("eligible.leader.replicas.version", "group.version", "kraft.version",
+                  "metadata.version", "share.version", "streams.version", "transaction.version")
+    ]  # fmt: skip
+    by_name = {ln.split("\t")[0].split(": ")[1]: ln for ln in lines}
+    assert by_name["eligible.leader.replicas.version"].startswith(
+        "Feature: eligible.leader.replicas.version\tSupportedMinVersion: 0"
+        "\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1\t"
+    )
+    assert "\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1\t" in by_name["group.version"]
     # KIP-853's kraft.version: 0 for a static quorum (Kafka prints 0 when not finalized)
-    assert lines[1].startswith("Feature: kraft.version\tSupportedMinVersion: 0"
-                               "\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 0\t")  # fmt: skip
-    assert lines[2].startswith("Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\t"
-                               "SupportedMaxVersion: 4.1-IV1\t")  # fmt: skip
-    assert "FinalizedVersionLevel: 4.1-IV1" in lines[2]
+    assert by_name["kraft.version"].startswith(
+        "Feature: kraft.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\t"
+        "FinalizedVersionLevel: 0\t"
+    )
+    assert by_name["metadata.version"].startswith(
+        "Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\tSupportedMaxVersion: 4.2-IV1\t"
+    )
+    assert "FinalizedVersionLevel: 4.1-IV1" in by_name["metadata.version"]
+    # share groups (KIP-932) are not built yet: level 0 only
+    assert "\tSupportedMaxVersion: 0\tFinalizedVersionLevel: 0\t" in by_name["share.version"]
     _ok("topics", *bs, "--create", "--topic", "sized", "--partitions", "2")
     res = keeperless("console-producer", *bs, "--topic", "sized")
     assert res.returncode == 0  # no input: nothing produced, still a clean exit
@@ -381,10 +395,10 @@ def test_features_upgrade_and_downgrade(cluster39: Cluster) -> None:
     unsafe = keeperless("features", "downgrade", *bs, "--unsafe", "--release-version", "3.7-IV1")
     assert unsafe.returncode == 1
     assert "Unsafe metadata downgrade is not supported in this version." in unsafe.stdout
-    too_new = keeperless("features", "upgrade", *bc, "--feature", "metadata.version=28")
+    too_new = keeperless("features", "upgrade", *bc, "--feature", "metadata.version=30")
     assert too_new.returncode == 1
-    assert "Invalid update version 28 for feature metadata.version." in too_new.stdout
-    assert "only supports versions 7-27" in too_new.stdout
+    assert "Invalid update version 30 for feature metadata.version." in too_new.stdout
+    assert "only supports versions 7-29" in too_new.stdout
     elr = keeperless("features", "upgrade", *bs, "--feature", "eligible.leader.replicas.version=1")
     assert elr.returncode == 1
     assert "depends on metadata.version level 23 (4.0-IV1)" in elr.stdout
@@ -400,12 +414,14 @@ def test_features_upgrade_and_downgrade(cluster39: Cluster) -> None:
         "metadata.version was upgraded to 21.\n"
     )
     wait_until(lambda: finalized(*bs) == "3.9-IV0", what="brokers see 3.9-IV0")
-    # a release brings every feature's default for it (KIP-1022): 4.1 turns ELR on
+    # a release brings every feature's default for it (KIP-1022): 4.1 turns ELR and the
+    # consumer group protocol on
     both = keeperless("features", "upgrade", *bs, "--release-version", "4.1", "--feature", "x=1")
     assert both.returncode == 1
     assert "Can not specify `release-version` with other feature flags." in both.stderr
     assert _ok("features", "upgrade", *bs, "--release-version", "4.1") == (
         "eligible.leader.replicas.version was upgraded to 1.\n"
+        "group.version was upgraded to 1.\n"
         "metadata.version was upgraded to 27.\n"
     )
     wait_until(lambda: finalized(*bs) == "4.1-IV1", what="brokers see 4.1-IV1")
@@ -606,6 +622,7 @@ def test_metadata_shell_tree(cluster3_authorized: Cluster) -> None:
     boot = ("--snapshot", str(cluster3.controllers[leader].data / "bootstrap.checkpoint"))
     assert shell("ls", "/features", source=boot).split() == [
         "eligible.leader.replicas.version",
+        "group.version",
         "metadata.version",
     ]
     # interactive: commands from standard input

@@ -108,7 +108,7 @@ def test_only_a_change_made_is_logged_as_one(caplog: pytest.LogCaptureFixture) -
 def test_refusals_name_the_reason_with_invalid_update_version() -> None:
     c, _ = _controller(level=21)
     cases = [
-        (28, UPGRADE, "Local controller 1 only supports versions 7-27"),
+        (30, UPGRADE, "Local controller 1 only supports versions 7-29"),
         (
             16,
             SAFE_DOWNGRADE,
@@ -138,6 +138,33 @@ def test_refusals_name_the_reason_with_invalid_update_version() -> None:
     assert "Can't downgrade to a newer version." in (err.message or "")
     res = update_features(c, [("no.such.feature", 1, UPGRADE)], False)
     assert "Local controller 1 does not support this feature." in (res.response[0][1].message or "")
+    # known, but not built yet: share groups (KIP-932)
+    res = update_features(c, [("share.version", 1, UPGRADE)], False)
+    assert "Local controller 1 only supports versions 0-0" in (res.response[0][1].message or "")
+
+
+def test_a_dynamic_quorum_keeps_metadata_version_at_3_9_or_later() -> None:
+    """kraft.version 1 depends on metadata.version 3.9-IV0 (21): with a dynamic quorum,
+    metadata.version cannot go below it, and a static quorum below it cannot turn
+    dynamic; group.version (KIP-848) depends on nothing."""
+    from keeperless.controller.features import kraft_version_refusal
+
+    both = (7, 21)
+    c, _ = _controller(level=21, brokers={1: both}, features={"group.version": (0, 1)})
+    res = update_features(c, [(MV, 20, SAFE_DOWNGRADE)], False, kraft_version=1)
+    [(_, err)] = res.response
+    assert err.code == ErrorCode.invalid_update_version
+    assert (
+        "kraft.version could not be set to 1 because it depends on metadata.version "
+        "level 21 (3.9-IV0), and metadata.version would be 20 (3.8-IV0)" in (err.message or "")
+    )
+    res = update_features(c, [(MV, 20, SAFE_DOWNGRADE)], False, kraft_version=0)
+    assert [e.code for _, e in res.response] == [ErrorCode.none]
+    assert kraft_version_refusal(c, 1) is None
+    old, _ = _controller(level=20, brokers={1: both}, features={"group.version": (0, 1)})
+    assert "depends on metadata.version level 21 (3.9-IV0)" in (kraft_version_refusal(old, 1) or "")
+    res = update_features(old, [("group.version", 1, UPGRADE)], False)
+    assert [e.code for _, e in res.response] == [ErrorCode.none]
 
 
 def test_a_broker_that_cannot_take_the_level_is_named() -> None:

@@ -73,9 +73,15 @@ def test_format_with_a_feature_level(tmp_path: Path) -> None:
     format_storage(d, d[0], 1, random_kafka_uuid(), "4.0-IV1", False, 0, (),
                    ("eligible.leader.replicas.version=1",))  # fmt: skip
     levels = _bootstrap_levels(d[0])
-    assert levels == {"metadata.version": 23, "eligible.leader.replicas.version": 1}
+    assert levels == {
+        "metadata.version": 23,
+        "eligible.leader.replicas.version": 1,
+        "group.version": 1,  # bootstrapped from 4.0-IV0 on
+    }
     for release, spec, words in (
         ("3.9", "eligible.leader.replicas.version=1", "depends on metadata.version level 23"),
+        ("4.2", "share.version=1", "only supports levels 0-0"),  # share groups: not yet
+        ("4.0", "group.version=2", "only supports levels 0-1"),
         ("4.0", "no.such.feature=1", "Unsupported feature: no.such.feature"),
         ("4.0", "eligible.leader.replicas.version=7", "only supports levels 0-1"),
         ("4.0", "eligible.leader.replicas.version", "expected NAME=LEVEL"),
@@ -116,13 +122,33 @@ def test_a_log_directory_that_cannot_be_read_starts_offline(tmp_path: Path) -> N
 def test_new_clusters_get_kafka_4_1_with_eligible_leader_replicas(tmp_path: Path) -> None:
     """As Kafka 4.1's format: metadata.version 4.1-IV1 and ELR on (bootstrapped from
     4.1-IV0) unless --release-version names an older release or --feature turns it off."""
+    elr, gv = "eligible.leader.replicas.version", "group.version"
     cases = {
-        "default": (None, (), {"metadata.version": 27, "eligible.leader.replicas.version": 1}),
-        "4.1-IV0": ("4.1-IV0", (), {"metadata.version": 26, "eligible.leader.replicas.version": 1}),
-        "4.0": ("4.0", (), {"metadata.version": 25}),
-        "off": (None, ("eligible.leader.replicas.version=0",), {"metadata.version": 27}),
+        "default": (None, (), {"metadata.version": 27, elr: 1, gv: 1}),
+        "4.1-IV0": ("4.1-IV0", (), {"metadata.version": 26, elr: 1, gv: 1}),
+        "4.0": ("4.0", (), {"metadata.version": 25, gv: 1}),
+        "3.9": ("3.9", (), {"metadata.version": 21}),
+        "3.9 consumer protocol": ("3.9", (f"{gv}=1",), {"metadata.version": 21, gv: 1}),
+        "4.2": ("4.2", (), {"metadata.version": 29, elr: 1, gv: 1}),
+        "off": (None, (f"{elr}=0", f"{gv}=0"), {"metadata.version": 27}),
     }
     for name, (release, features, want) in cases.items():
         d = tmp_path / name
         format_storage((d,), d, 1, random_kafka_uuid(), release, False, 0, (), features)
         assert _bootstrap_levels(d) == want, name
+
+
+def test_a_dynamic_quorum_needs_metadata_version_3_9(tmp_path: Path) -> None:
+    """kraft.version 1 (a dynamic quorum, KIP-853) depends on metadata.version 3.9-IV0:
+    --standalone at an older release is refused, naming the dependency."""
+    from keeperless.storage.format import parse_dynamic_voters
+
+    voters = parse_dynamic_voters("1@127.0.0.1:9093:" + random_kafka_uuid(), "CONTROLLER")
+    old, new = tmp_path / "old", tmp_path / "new"
+    with pytest.raises(StorageError, match=r"kraft.version could not be set to 1 because it "
+                       r"depends on metadata.version level 21 \(3.9-IV0\)"):  # fmt: skip
+        format_storage((old,), old, 1, random_kafka_uuid(), "3.8", False, 0,
+                       initial_controllers=voters)  # fmt: skip
+    assert not old.exists()
+    format_storage((new,), new, 1, random_kafka_uuid(), "3.9", False, 0,
+                   initial_controllers=voters)  # fmt: skip

@@ -20,6 +20,7 @@ from keeperless.broker.consumer_group import (
     TopicsView,
 )
 from keeperless.broker.group_coordinator import GroupCoordinator
+from keeperless.metadata.features import consumer_protocol_enabled
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
@@ -43,9 +44,22 @@ class ConsumerGroupApis:
         image = self.broker.image
         return {t.name: (t.topic_id, len(t.partitions)) for t in image.topics.values()}
 
+    def _disabled(self) -> str | None:
+        """Why the consumer group protocol is off here (group.version 0), or None."""
+        if consumer_protocol_enabled(self.broker.image.features):
+            return None
+        return (
+            "The consumer group protocol (KIP-848) is not enabled: the cluster's "
+            "group.version is 0. Enable it with kafka-features.sh upgrade --feature "
+            "group.version=1, or use group.protocol=classic."
+        )
+
     async def heartbeat(self, header: RequestHeader, req: Any) -> Any:
         interval = self.gc.consumer_heartbeat_interval_ms(req.group_id)
         try:
+            disabled = self._disabled()
+            if disabled is not None:
+                raise HeartbeatError(ErrorCode.unsupported_version, disabled)
             reply = self._heartbeat(header, req)
         except HeartbeatError as e:
             return build(
@@ -177,6 +191,7 @@ class ConsumerGroupApis:
         groups = []
         image = self.broker.image
         names = {t.topic_id: t.name for t in image.topics.values()}
+        disabled = self._disabled()
 
         def partitions(a: Assignment) -> list[dict[str, Any]]:
             return [
@@ -200,7 +215,9 @@ class ConsumerGroupApis:
             }
             err = self.gc._group_error(gid)
             g = self.gc.consumer_groups.get(gid)
-            if err is not None:
+            if disabled is not None:
+                entry.update(error_code=ErrorCode.unsupported_version, error_message=disabled)
+            elif err is not None:
                 entry.update(error_code=err)
             elif g is None:
                 classic = gid in self.gc.groups or gid in self.gc.offsets

@@ -31,6 +31,10 @@ def _storage(args: argparse.Namespace) -> int:
         from keeperless.tools.cluster_tools import version_mapping
 
         return version_mapping(args.release_version, sys.stdout)
+    if args.storage_cmd == "feature-dependencies":
+        from keeperless.tools.cluster_tools import feature_dependencies
+
+        return feature_dependencies(args.feature, sys.stdout)
     from keeperless.storage.format import format_storage, storage_info
 
     cfg = load_config(args.config, args.override or ())
@@ -303,6 +307,8 @@ def _tools(args: argparse.Namespace) -> int:
             return cluster_tools.describe_features(_servers(args), sys.stdout)
         if args.features_cmd == "version-mapping":
             return cluster_tools.version_mapping(args.release_version, sys.stdout)
+        if args.features_cmd == "feature-dependencies":
+            return cluster_tools.feature_dependencies(args.feature, sys.stdout)
         if args.features_cmd == "disable":
             return cluster_tools.update_features(
                 _servers(args), [(f, 0) for f in args.feature], 2, args.dry_run, sys.stdout

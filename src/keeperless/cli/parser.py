@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 __all__ = ["COMMANDS", "as_script", "build_parser", "help_hint"]
 
@@ -126,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     vm = st_sub.add_parser("version-mapping", help="feature levels of a release")
     vm.add_argument("--release-version", "-r", default=None)
+    _feature_dependencies_parser(st_sub)
     info = st_sub.add_parser("info", help="show how log directories are formatted")
     info.add_argument("-c", "--config", required=True)
     info.add_argument("--override", action="append", metavar="KEY=VALUE")
@@ -309,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_flags(fd, under=True)
     fv = ft_sub.add_parser("version-mapping", help="feature levels of a release")
     fv.add_argument("--release-version", default=None)
+    _feature_dependencies_parser(ft_sub)
     fdis = ft_sub.add_parser("disable", help="disable (finalize at level 0) features")
     _connection_flags(fdis, under=True)
     fdis.add_argument("--feature", action="append", required=True, help="a feature name")
@@ -436,3 +438,14 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--key-decoder-class", help="not supported: keys print as UTF-8 text")
     dl.add_argument("--value-decoder-class", help="not supported: values print as UTF-8 text")
     return p
+
+
+def _feature_dependencies_parser(sub: Any) -> None:
+    """kafka-storage.sh / kafka-features.sh feature-dependencies (KIP-1022)."""
+    fdp = sub.add_parser("feature-dependencies", help="what feature levels a level needs")
+    fdp.add_argument(
+        "--feature",
+        action="append",
+        required=True,
+        help="NAME=LEVEL, e.g. eligible.leader.replicas.version=1 (repeatable)",
+    )

@@ -18,14 +18,21 @@ from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
 from keeperless.metadata.features import (
-    FEATURE_DEPENDENCIES,
+    KRAFT_VERSION_FEATURE,
     METADATA_VERSION_FEATURE,
     SUPPORTED_FEATURES,
+    broken_dependencies,
     metadata_changed_between,
     release_for_level,
 )
 
-__all__ = ["SAFE_DOWNGRADE", "UNSAFE_DOWNGRADE", "UPGRADE", "update_features"]
+__all__ = [
+    "SAFE_DOWNGRADE",
+    "UNSAFE_DOWNGRADE",
+    "UPGRADE",
+    "kraft_version_refusal",
+    "update_features",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +44,17 @@ def _range(lo: int, hi: int) -> str:
 
 
 def _not_supported(c: QuorumController, feature: str, level: int) -> str | None:
-    lo, hi = SUPPORTED_FEATURES.get(feature, (0, 0))
-    if hi == 0:
+    if feature not in SUPPORTED_FEATURES:
         return f"Local controller {c.node_id} does not support this feature."
+    lo, hi = SUPPORTED_FEATURES[feature]
     if not lo <= level <= hi:
         return f"Local controller {c.node_id} only supports versions {_range(lo, hi)}"
     for b in sorted(c.image.brokers.values(), key=lambda b: b.broker_id):
-        blo, bhi = b.supported_features.get(feature, (0, 0))
-        if bhi == 0:
+        if feature not in b.supported_features:
+            if level == 0:
+                continue  # (level 0 is the feature off: what a broker without it does)
             return f"Broker {b.broker_id} does not support this feature."
+        blo, bhi = b.supported_features[feature]
         if not blo <= level <= bhi:
             return f"Broker {b.broker_id} only supports versions {_range(blo, bhi)}"
     return None
@@ -92,23 +101,21 @@ def _check_dependencies(
     c: QuorumController,
     records: list[r.FeatureLevelRecord],
     results: list[tuple[str, ApiError]],
+    kraft_version: int,
 ) -> None:
-    """A feature level that needs a metadata.version (eligible leader replicas need
-    4.0-IV1) is refused, naming the dependency, if the levels after this request would
-    break it - whether the feature is raised or metadata.version lowered."""
-    final = dict(c.image.features)
+    """A feature level that needs another feature's level (eligible leader replicas
+    need metadata.version 4.0-IV1, a dynamic quorum 3.9-IV0) is refused, naming the
+    dependency, if the levels after this request would break it - whether the feature
+    is raised or the one it needs lowered."""
+    final = {**c.image.features, KRAFT_VERSION_FEATURE: kraft_version}
     final.update({rec.name: rec.feature_level for rec in records})
     changed = {rec.name for rec in records}
-    for (feature, level), needs in FEATURE_DEPENDENCIES.items():
-        mv = final.get(METADATA_VERSION_FEATURE, 0)
-        if final.get(feature, 0) < level or mv >= needs:
-            continue
-        blame = feature if feature in changed else METADATA_VERSION_FEATURE
+    for feature, level, dep, needed in broken_dependencies(final):
+        blame = feature if feature in changed else dep
         text = (
             f"Invalid update version {final.get(blame, 0)} for feature {blame}. {feature} "
-            f"could not be set to {final.get(feature, 0)} because it depends on "
-            f"metadata.version level {needs} ({release_for_level(needs)}), and "
-            f"metadata.version would be {mv} ({release_for_level(mv)})."
+            f"could not be set to {level} because it depends on {dep} level "
+            f"{_level(dep, needed)}, and {dep} would be {_level(dep, final.get(dep, 0))}."
         )
         log.warning(text)
         for i, (name, _) in enumerate(results):
@@ -116,8 +123,31 @@ def _check_dependencies(
                 results[i] = (name, ApiError(ErrorCode.invalid_update_version, text))
 
 
+def _level(feature: str, level: int) -> str:
+    if feature == METADATA_VERSION_FEATURE:
+        return f"{level} ({release_for_level(level)})"
+    return str(level)
+
+
+def kraft_version_refusal(c: QuorumController, level: int) -> str | None:
+    """Why kraft.version cannot become ``level`` at this cluster's feature levels (a
+    dynamic quorum needs metadata.version 3.9-IV0), or None."""
+    levels = {**c.image.features, KRAFT_VERSION_FEATURE: level}
+    for feature, lv, dep, needed in broken_dependencies(levels):
+        if feature == KRAFT_VERSION_FEATURE:
+            return (
+                f"Invalid update version {lv} for feature {feature}. {feature} could not be "
+                f"set to {lv} because it depends on {dep} level {_level(dep, needed)}, and "
+                f"{dep} is {_level(dep, levels.get(dep, 0))}."
+            )
+    return None
+
+
 def update_features(
-    c: QuorumController, updates: Sequence[tuple[str, int, int]], validate_only: bool
+    c: QuorumController,
+    updates: Sequence[tuple[str, int, int]],
+    validate_only: bool,
+    kraft_version: int = 0,
 ) -> Result[list[tuple[str, ApiError]]]:
     """``updates`` are (feature, level, upgrade type); answers one error per feature."""
     results: list[tuple[str, ApiError]] = []
@@ -134,7 +164,7 @@ def update_features(
         results.append((feature, err))
         if rec is not None:
             records.append(rec)
-    _check_dependencies(c, records, results)
+    _check_dependencies(c, records, results, kraft_version)
     failed = any(e.code != ErrorCode.none for _, e in results)
     for rec in records:
         # a change is announced only when it is made: a dry run (validate_only) or a

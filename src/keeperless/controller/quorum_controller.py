@@ -287,21 +287,23 @@ class QuorumController:
         log_dirs: Sequence[UUID] = (),
     ) -> Result[tuple[ApiError, int]]:
         features = SUPPORTED_FEATURES if features is None else features
-        mv = self.image.features.get(METADATA_VERSION_FEATURE)
-        lo, hi = features.get(METADATA_VERSION_FEATURE, (0, 0))
-        if mv is not None and not lo <= mv <= hi:
-            return Result(
-                [],
-                (
-                    ApiError(
-                        ErrorCode.unsupported_version,
-                        f"Unable to register because the broker does not support finalized "
-                        f"version {mv} of metadata.version. The broker wants a version between "
-                        f"{lo} and {hi}, inclusive.",
+        for name, level in sorted(self.image.features.items()):
+            # every finalized feature (metadata.version first among equals): a broker
+            # that cannot run at its level would misread what the cluster writes
+            lo, hi = features.get(name, (0, 0))
+            if not lo <= level <= hi:
+                return Result(
+                    [],
+                    (
+                        ApiError(
+                            ErrorCode.unsupported_version,
+                            f"Unable to register because the broker does not support finalized "
+                            f"version {level} of {name}. The broker wants a version between "
+                            f"{lo} and {hi}, inclusive.",
+                        ),
+                        -1,
                     ),
-                    -1,
-                ),
-            )
+                )
         existing = self.image.brokers.get(broker_id)
         last = self._last_heartbeat_ms.get(broker_id)
         live = last is not None and now_ms - last < self.session_timeout_ms

@@ -10,15 +10,24 @@ __all__ = [
     "ELR_METADATA_VERSION",
     "FEATURE_BOOTSTRAP",
     "FEATURE_DEPENDENCIES",
+    "FEATURE_ORDER",
+    "GROUP_VERSION_FEATURE",
     "KRAFT_VERSION_FEATURE",
     "LATEST_METADATA_VERSION",
     "LATEST_PRODUCTION_METADATA_VERSION",
     "METADATA_VERSION_FEATURE",
     "MINIMUM_METADATA_VERSION",
+    "SHARE_VERSION_FEATURE",
+    "STREAMS_VERSION_FEATURE",
     "SUPPORTED_FEATURES",
+    "TRANSACTION_VERSION_FEATURE",
+    "broken_dependencies",
+    "consumer_protocol_enabled",
     "default_feature_levels",
+    "describe_level",
     "elr_enabled",
     "features_body",
+    "known_metadata_version",
     "metadata_changed_between",
     "metadata_version_for_release",
     "record_version",
@@ -50,10 +59,13 @@ _RELEASES: tuple[tuple[str, int], ...] = (
     ("4.0-IV3", 25),
     ("4.1-IV0", 26),  # new clusters get eligible leader replicas (KIP-966) by default
     ("4.1-IV1", 27),
+    ("4.2-IV0", 28),  # new clusters get share groups (KIP-932) by default
+    ("4.2-IV1", 29),  # new clusters get streams groups (KIP-1071) by default
 )
 MINIMUM_METADATA_VERSION = _RELEASES[0][1]
 LATEST_METADATA_VERSION = _RELEASES[-1][1]
-# what `storage format` writes when no --release-version is given (Kafka 4.1's)
+# what `storage format` writes when no --release-version is given: Kafka 4.1's, whose
+# APIs this build serves (4.2's would turn on share and streams groups, not built yet)
 LATEST_PRODUCTION_METADATA_VERSION = 27
 # KIP-966: leaders elected from eligible replicas (ELR) once this is 1
 ELR_FEATURE = "eligible.leader.replicas.version"
@@ -62,33 +74,94 @@ ELR_METADATA_VERSION = 23  # the metadata.version ELR needs (4.0-IV1)
 # KIP-853: 0 a static controller quorum, 1 a dynamic one; kept in the Raft log
 # (KRaftVersionRecord), not in FeatureLevelRecords
 KRAFT_VERSION_FEATURE = "kraft.version"
+# KIP-848: 1 lets consumers use the consumer group protocol (ConsumerGroupHeartbeat)
+GROUP_VERSION_FEATURE = "group.version"
+# KIP-890: 1 flexible transaction-log records, 2 an epoch bump at each transaction's
+# end (both built by the transactions issue; this build writes level 0's records)
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+# KIP-932 share groups and KIP-1071 streams groups (not built yet: level 0 only)
+SHARE_VERSION_FEATURE = "share.version"
+STREAMS_VERSION_FEATURE = "streams.version"
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     METADATA_VERSION_FEATURE: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION),
     ELR_FEATURE: (0, 1),
     KRAFT_VERSION_FEATURE: (0, 1),
+    GROUP_VERSION_FEATURE: (0, 1),
+    TRANSACTION_VERSION_FEATURE: (0, 0),
+    SHARE_VERSION_FEATURE: (0, 0),
+    STREAMS_VERSION_FEATURE: (0, 0),
 }
-# a feature level and the metadata.version it needs (Kafka's feature dependencies)
-FEATURE_DEPENDENCIES: dict[tuple[str, int], int] = {(ELR_FEATURE, 1): ELR_METADATA_VERSION}
+# the features other than metadata.version, in the order Kafka's tools list them
+# (its Feature enum)
+FEATURE_ORDER: tuple[str, ...] = (
+    KRAFT_VERSION_FEATURE,
+    TRANSACTION_VERSION_FEATURE,
+    GROUP_VERSION_FEATURE,
+    ELR_FEATURE,
+    SHARE_VERSION_FEATURE,
+    STREAMS_VERSION_FEATURE,
+)
+# a feature level and the levels of other features it needs (Kafka's
+# FeatureVersion.dependencies)
+FEATURE_DEPENDENCIES: dict[tuple[str, int], dict[str, int]] = {
+    (KRAFT_VERSION_FEATURE, 1): {METADATA_VERSION_FEATURE: 21},  # 3.9-IV0
+    (ELR_FEATURE, 1): {METADATA_VERSION_FEATURE: ELR_METADATA_VERSION},
+}
 # a feature level and the first metadata.version whose new clusters get it by default
-# (Kafka's FeatureVersion.bootstrapMetadataVersion): ELR is on for clusters formatted
-# at 4.1-IV0 or later
-FEATURE_BOOTSTRAP: dict[tuple[str, int], int] = {(ELR_FEATURE, 1): 26}
+# (Kafka's FeatureVersion.bootstrapMetadataVersion), whether or not this build
+# supports the level yet
+FEATURE_BOOTSTRAP: dict[tuple[str, int], int] = {
+    (KRAFT_VERSION_FEATURE, 1): 21,  # 3.9-IV0
+    (TRANSACTION_VERSION_FEATURE, 1): 24,  # 4.0-IV2
+    (TRANSACTION_VERSION_FEATURE, 2): 24,
+    (GROUP_VERSION_FEATURE, 1): 22,  # 4.0-IV0
+    (ELR_FEATURE, 1): 26,  # 4.1-IV0
+    (SHARE_VERSION_FEATURE, 1): 28,  # 4.2-IV0
+    (STREAMS_VERSION_FEATURE, 1): 29,  # 4.2-IV1
+}
 
 
-def default_feature_levels(metadata_version: int) -> dict[str, int]:
+def default_feature_levels(metadata_version: int, kraft: bool = False) -> dict[str, int]:
     """Each feature other than metadata.version at the level a cluster formatted, or a
     features command run, at ``metadata_version`` gets by default (Kafka's
-    Features.defaultValue): the highest level bootstrapped at or before it."""
+    Features.defaultValue): the highest level this build supports that is bootstrapped
+    at or before it, in Kafka's order. kraft.version only if ``kraft``: a format sets it
+    from its quorum flags, and a release upgrade leaves it alone."""
     out: dict[str, int] = {}
-    for name, (_lo, hi) in sorted(SUPPORTED_FEATURES.items()):
-        if name in (METADATA_VERSION_FEATURE, KRAFT_VERSION_FEATURE):
-            continue  # (kraft.version: set by the quorum's format flags, in the Raft log)
+    for name in FEATURE_ORDER:
+        if name == KRAFT_VERSION_FEATURE and not kraft:
+            continue
+        hi = SUPPORTED_FEATURES[name][1]
         out[name] = max(
             (lv for lv in range(1, hi + 1) if FEATURE_BOOTSTRAP.get((name, lv), 1 << 15)
              <= metadata_version),
             default=0,
         )  # fmt: skip
     return out
+
+
+def broken_dependencies(levels: dict[str, int]) -> list[tuple[str, int, str, int]]:
+    """(feature, level, needed feature, needed level) for each finalized level whose
+    dependency the other levels in ``levels`` (absent: 0) do not meet."""
+    return [
+        (feature, level, dep, needed)
+        for (feature, level), deps in FEATURE_DEPENDENCIES.items()
+        if levels.get(feature, 0) == level
+        for dep, needed in deps.items()
+        if levels.get(dep, 0) < needed
+    ]
+
+
+def describe_level(feature: str, level: int) -> str:
+    """``metadata.version=21 (3.9-IV0)``, or ``group.version=1``."""
+    if feature == METADATA_VERSION_FEATURE:
+        return f"{feature}={level} ({release_for_level(level)})"
+    return f"{feature}={level}"
+
+
+def consumer_protocol_enabled(features: Any) -> bool:
+    """The consumer group protocol (KIP-848) is on: group.version finalized at 1."""
+    return bool(features.get(GROUP_VERSION_FEATURE, 0) >= 1)
 
 
 # Levels that changed the metadata format (Kafka's MetadataVersion.didMetadataChange):
@@ -152,6 +225,10 @@ def metadata_version_for_release(name: str) -> int:
         return matching[-1]
     known = ", ".join(sorted({r.split("-")[0] for r, _ in _RELEASES}))
     raise ValueError(f"Unknown release version {name!r}; known releases: {known}")
+
+
+def known_metadata_version(level: int) -> bool:
+    return any(lv == level for _, lv in _RELEASES)
 
 
 def release_for_level(level: int) -> str:

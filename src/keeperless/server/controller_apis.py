@@ -23,7 +23,7 @@ from keeperless.controller.delegation_tokens import (
 )
 from keeperless.controller.directories import assign_replicas_to_dirs
 from keeperless.controller.elections import elect_leaders
-from keeperless.controller.features import update_features
+from keeperless.controller.features import kraft_version_refusal, update_features
 from keeperless.controller.fencing import register_broker
 from keeperless.controller.isr import alter_partition
 from keeperless.controller.quorum_controller import Result
@@ -227,7 +227,8 @@ class LocalController:
         rest = [u for u in updates if u[0] != KRAFT_VERSION_FEATURE]
         results = [await self._kraft_version(lv, t, validate_only) for _, lv, t in kraft]
         if rest or not kraft:
-            done = await self.service.call(lambda c: update_features(c, rest, validate_only))
+            kv = self.service.mlog.core.kraft_version
+            done = await self.service.call(lambda c: update_features(c, rest, validate_only, kv))
             results += list(done)
         return results
 
@@ -245,6 +246,9 @@ class LocalController:
                 "kraft.version is not supported."
             )
             return KRAFT_VERSION_FEATURE, ApiError(ErrorCode.invalid_update_version, text)
+        refusal = kraft_version_refusal(self.service.controller, level)
+        if refusal is not None:
+            return KRAFT_VERSION_FEATURE, ApiError(ErrorCode.invalid_update_version, refusal)
         if validate_only or level == mlog.core.kraft_version:
             return KRAFT_VERSION_FEATURE, ApiError.none()
         cfg = self.service.config

@@ -16,11 +16,11 @@ from keeperless.metadata.bootstrap import (
 )
 from keeperless.metadata.features import (
     ELR_FEATURE,
-    FEATURE_DEPENDENCIES,
     KRAFT_VERSION_FEATURE,
     LATEST_PRODUCTION_METADATA_VERSION,
     METADATA_VERSION_FEATURE,
     SUPPORTED_FEATURES,
+    broken_dependencies,
     default_feature_levels,
     metadata_version_for_release,
     release_for_level,
@@ -195,8 +195,8 @@ def _feature_records(
 ) -> list[Any]:
     """The bootstrap FeatureLevelRecords: each feature at its default for the
     metadata.version (KIP-1022; ELR from 4.1-IV0 on) unless ``--feature NAME=LEVEL``
-    names another level, each checked against what this build supports and the
-    metadata.version it needs."""
+    names another level, each checked against what this build supports and the levels
+    it depends on (kraft.version is 1 for a dynamic quorum and needs 3.9-IV0)."""
     levels = default_feature_levels(metadata_version)
     for spec in specs:
         name, sep, value = spec.partition("=")
@@ -225,19 +225,23 @@ def _feature_records(
                 raise ValueError(f"Feature kraft.version only supports levels 0-1, not {level}")
             continue
         lo, hi = SUPPORTED_FEATURES.get(name, (0, 0))
-        if hi == 0:
+        if name not in SUPPORTED_FEATURES:
             raise ValueError(f"Unsupported feature: {name}. Supported features are: "
                              f"{', '.join(sorted(SUPPORTED_FEATURES))}")  # fmt: skip
         if not lo <= level <= hi:
             raise ValueError(f"Feature {name} only supports levels {lo}-{hi}, not {level}")
-        needs = FEATURE_DEPENDENCIES.get((name, level))
-        if needs is not None and metadata_version < needs:
-            raise ValueError(
-                f"{name} could not be set to {level} because it depends on metadata.version "
-                f"level {needs} ({release_for_level(needs)}); use --release-version "
-                f"{release_for_level(needs)} or later"
-            )
         levels[name] = level
+    everything = {
+        **levels,
+        METADATA_VERSION_FEATURE: metadata_version,
+        KRAFT_VERSION_FEATURE: int(dynamic),
+    }
+    for name, level, dep, needed in broken_dependencies(everything):
+        needs = f"{dep} level {needed}"
+        if dep == METADATA_VERSION_FEATURE:
+            release = release_for_level(needed)
+            needs += f" ({release}); use --release-version {release} or later"
+        raise ValueError(f"{name} could not be set to {level} because it depends on {needs}")
     return [FeatureLevelRecord(name=n, feature_level=lv) for n, lv in levels.items() if lv]
 
 

@@ -6,8 +6,14 @@ import json
 from typing import Any, TextIO
 
 from keeperless.metadata.features import (
+    FEATURE_BOOTSTRAP,
+    FEATURE_DEPENDENCIES,
+    FEATURE_ORDER,
     LATEST_PRODUCTION_METADATA_VERSION,
+    METADATA_VERSION_FEATURE,
     default_feature_levels,
+    describe_level,
+    known_metadata_version,
     metadata_version_for_release,
     release_for_level,
 )
@@ -18,6 +24,7 @@ __all__ = [
     "describe_features",
     "describe_log_dirs",
     "elect_leaders",
+    "feature_dependencies",
     "unregister_broker",
     "update_features",
     "version_mapping",
@@ -246,8 +253,42 @@ def version_mapping(release: str | None, out: TextIO) -> int:
         except ValueError as e:
             raise ToolError(f"--release-version: {e}") from None
     print(f"metadata.version={level} ({release_for_level(level)})", file=out)
-    for name, feature_level in default_feature_levels(level).items():
+    for name, feature_level in default_feature_levels(level, kraft=True).items():
         print(f"{name}={feature_level}", file=out)
+    return 0
+
+
+def feature_dependencies(specs: list[str], out: TextIO) -> int:
+    """kafka-storage.sh / kafka-features.sh feature-dependencies --feature NAME=LEVEL:
+    the levels of other features each one needs (KIP-1022), in Kafka's words."""
+    for spec in specs:
+        name, sep, value = (x.strip() for x in spec.partition("="))
+        if not sep or not value.isdigit():
+            raise ToolError(f"--feature {spec!r}: expected NAME=LEVEL, e.g. kraft.version=1")
+        level = int(value)
+        if name == METADATA_VERSION_FEATURE:
+            if not known_metadata_version(level):
+                raise ToolError(f"Unknown metadata.version {level}")
+            print(f"{describe_level(name, level)} has no dependencies.", file=out)
+            continue
+        if name not in FEATURE_ORDER:
+            raise ToolError(
+                f"Unknown feature: {name}. Known features are: "
+                f"{', '.join(sorted((METADATA_VERSION_FEATURE, *FEATURE_ORDER)))}"
+            )
+        levels = [0, *(lv for f, lv in FEATURE_BOOTSTRAP if f == name)]
+        if level not in levels:
+            raise ToolError(
+                f"No feature:{name} with feature level {level}; its levels are "
+                f"{min(levels)}-{max(levels)}"
+            )
+        needs = FEATURE_DEPENDENCIES.get((name, level), {})
+        if not needs:
+            print(f"{name}={level} has no dependencies.", file=out)
+            continue
+        print(f"{name}={level} requires:", file=out)
+        for dep, dep_level in needs.items():
+            print(f"    {describe_level(dep, dep_level)}", file=out)
     return 0
 
 
