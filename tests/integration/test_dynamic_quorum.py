@@ -78,14 +78,15 @@ def _voters(port: int) -> list[dict[str, Any]]:
     return list(json.loads(_status(port)["CurrentVoters"]))
 
 
-def _add(port: int, n: Node) -> str:
-    """add-controller, again while the new controller is still catching up."""
+def _add(port: int, n: Node, via: tuple[str, ...] = ()) -> str:
+    """add-controller, again while the new controller is still catching up; ``via``
+    other connection flags (--bootstrap-server: a broker forwards it)."""
     out: list[str] = []
+    flags = via or ("--bootstrap-controller", f"127.0.0.1:{port}")
 
     def added() -> bool:
         res = keeperless(
-            "metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{port}",
-            "add-controller", "--command-config", str(n.config),
+            "metadata-quorum", *flags, "add-controller", "--command-config", str(n.config),
         )  # fmt: skip
         out[:] = [res.stdout + res.stderr]
         return res.returncode == 0
@@ -326,7 +327,8 @@ def test_upgrade_a_static_quorum_to_kraft_version_1_then_add_a_fourth(tmp_path: 
         down = keeperless("features", "downgrade", *bs, "--feature", "kraft.version=0")
         assert down.returncode != 0
         assert "Downgrading kraft.version is not supported" in down.stdout + down.stderr
-        _add(port1, fourth)
+        # through the broker, which forwards it to the active controller (as Kafka's)
+        assert "Added controller 9" in _add(port1, fourth, via=tuple(bs))
         assert [v["id"] for v in _voters(port1)] == [1, 2, 3, 9]
         # the quorum is dynamic across restarts too (the record is in the log)
         c.controllers[2].restart()
@@ -334,6 +336,10 @@ def test_upgrade_a_static_quorum_to_kraft_version_1_then_add_a_fourth(tmp_path: 
         assert [v["id"] for v in _voters(c.controllers[2].port)] == [1, 2, 3, 9]
         _produce_and_count(c.brokers[4], "after-upgrade", [f"v{i}" for i in range(20)])
         assert len(_read(c.brokers[4], "after-upgrade", 20)) == 20
+        gone = keeperless("metadata-quorum", *bs, "remove-controller", "--controller-id", "9",
+                          "--controller-directory-id", _directory_id(fourth))  # fmt: skip
+        assert gone.returncode == 0, gone.stderr
+        assert [v["id"] for v in _voters(port1)] == [1, 2, 3]
         fourth.stop()
     finally:
         c.stop()

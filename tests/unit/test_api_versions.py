@@ -19,8 +19,8 @@ KAFKA_4_1 = {
     69: (0, 1), 74: (0, 1), 75: (0, 0), 80: (0, 0), 81: (0, 0),
 }  # fmt: skip
 
-# Kafka APIs that belong to later issues: dynamic quorum membership (issue 27).
-LATER = {80, 81}
+# Kafka APIs that belong to later issues (none now).
+LATER: set[int] = set()
 # Issue 13's own APIs not served yet (the issue stays open while this is not empty)
 NOT_YET: set[int] = set()
 

@@ -56,7 +56,7 @@ from keeperless.metadata.features import features_body
 from keeperless.metadata.image import AclEntry, MetadataImage
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS, ApiKey
-from keeperless.protocol.build import build
+from keeperless.protocol.build import build, build_filled
 from keeperless.protocol.context import listener_of
 from keeperless.protocol.framing import ProtocolError, RequestHeader, response_class
 from keeperless.security.authz import AclOp, Resource
@@ -112,7 +112,9 @@ class BrokerHandlers(LogDirApis):
             ApiKey.ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_scram_credentials,
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_scram_credentials,
-            ApiKey.DESCRIBE_QUORUM: self.describe_quorum,
+            ApiKey.DESCRIBE_QUORUM: self.forwarded,
+            ApiKey.ADD_RAFT_VOTER: self.forwarded,
+            ApiKey.REMOVE_RAFT_VOTER: self.forwarded,
             ApiKey.UPDATE_FEATURES: self.update_features,
             ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
             ApiKey.UNREGISTER_BROKER: self.unregister_broker,
@@ -471,20 +473,16 @@ class BrokerHandlers(LogDirApis):
             )
         return resp
 
-    async def describe_quorum(self, header: RequestHeader, req: Any) -> Any:
-        """Forwarded to the active controller, as Kafka's brokers do
-        (kafka-metadata-quorum --bootstrap-server)."""
+    async def forwarded(self, header: RequestHeader, req: Any) -> Any:
+        """Forwarded to the active controller as it is, as Kafka's brokers do: DescribeQuorum
+        (kafka-metadata-quorum --bootstrap-server) and adding or removing a controller
+        (KIP-853; authorized by the controller, as the client the envelope names)."""
         try:
             return await self.broker.forwarder.forward(header, req)
         except ControllerUnavailableError as e:
-            return build(
-                response_class(ApiKey.DESCRIBE_QUORUM, header.api_version),
-                {
-                    "error_code": ErrorCode.request_timed_out,
-                    "error_message": str(e),
-                    "topics": [],
-                    "nodes": [],
-                },
+            cls = response_class(header.api_key, header.api_version)
+            return build_filled(
+                cls, {"error_code": ErrorCode.request_timed_out, "error_message": str(e)}
             )
 
     async def alter_configs(self, header: RequestHeader, req: Any) -> Any:

@@ -265,9 +265,10 @@ def _tools(args: argparse.Namespace) -> int:
             remove_controller,
         )
 
+        brokers = not getattr(args, "bootstrap_controller", None)  # (they forward)
         if args.quorum_cmd == "add-controller":
             conf = args.controller_config or args.command_config
-            return add_controller(_servers(args), conf, args.dry_run, sys.stdout)
+            return add_controller(_servers(args), conf, args.dry_run, sys.stdout, brokers)
         if args.quorum_cmd == "remove-controller":
             return remove_controller(
                 _servers(args),
@@ -275,6 +276,7 @@ def _tools(args: argparse.Namespace) -> int:
                 args.controller_directory_id,
                 args.dry_run,
                 sys.stdout,
+                brokers,
             )
         if args.human_readable and not args.replication:
             raise ToolError(

@@ -220,9 +220,10 @@ _TABLE = (
     ),  # forwarded to the controller
     ApiSpec(ApiKey.ENVELOPE, controller=(0, 0)),  # brokers' forwarded admin requests, KIP-590
     ApiSpec(ApiKey.FETCH_SNAPSHOT, controller=(1, 1)),
-    # KIP-853: voter changes, made by the active controller
-    ApiSpec(ApiKey.ADD_RAFT_VOTER, controller=(0, 1)),
-    ApiSpec(ApiKey.REMOVE_RAFT_VOTER, controller=(0, 0)),
+    # KIP-853: voter changes, made by the active controller (brokers forward adding and
+    # removing one, as Kafka's do; Kafka 4.1's brokers advertise AddRaftVoter v0 only)
+    ApiSpec(ApiKey.ADD_RAFT_VOTER, broker=(0, 0), controller=(0, 1)),
+    ApiSpec(ApiKey.REMOVE_RAFT_VOTER, broker=(0, 0), controller=(0, 0)),
     ApiSpec(ApiKey.UPDATE_RAFT_VOTER, controller=(0, 0)),
     ApiSpec(ApiKey.DESCRIBE_CLUSTER, broker=(0, 2), controller=(0, 1)),  # the controllers, KIP-919
     ApiSpec(ApiKey.DESCRIBE_PRODUCERS, broker=(0, 0)),

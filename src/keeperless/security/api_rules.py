@@ -45,6 +45,9 @@ _CLUSTER = {
     ApiKey.UPDATE_FEATURES: AclOp.ALTER,
     ApiKey.UNREGISTER_BROKER: AclOp.ALTER,
     ApiKey.LIST_CONFIG_RESOURCES: AclOp.DESCRIBE_CONFIGS,
+    # adding or removing a controller (KIP-853), on a controller or forwarded by a broker
+    ApiKey.ADD_RAFT_VOTER: AclOp.ALTER,
+    ApiKey.REMOVE_RAFT_VOTER: AclOp.ALTER,
 }
 # api key -> (operation, resource, the request field naming it)
 _ONE = {
@@ -107,13 +110,8 @@ _RPCS = (
     ApiKey.ASSIGN_REPLICAS_TO_DIRS,
 )
 _CONTROLLER_RPC = {k: AclOp.CLUSTER_ACTION for k in _RPCS}
-# the quorum's voter changes (KIP-853), served by controllers only: ALTER on the cluster
-# to add or remove a voter, CLUSTER_ACTION for a voter updating its own endpoints
-_CONTROLLER_RPC |= {
-    ApiKey.ADD_RAFT_VOTER: AclOp.ALTER,
-    ApiKey.REMOVE_RAFT_VOTER: AclOp.ALTER,
-    ApiKey.UPDATE_RAFT_VOTER: AclOp.CLUSTER_ACTION,
-}
+# a voter updating its own endpoints (KIP-853), served by controllers only
+_CONTROLLER_RPC[ApiKey.UPDATE_RAFT_VOTER] = AclOp.CLUSTER_ACTION
 
 
 def authorized_handlers(

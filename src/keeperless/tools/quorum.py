@@ -187,14 +187,21 @@ _NOT_LEADER = (6, 41)  # NOT_LEADER_OR_FOLLOWER, NOT_CONTROLLER: ask the leader
 
 
 def _at_leader(
-    servers: list[tuple[str, int]], key: ApiKey, version: int, body: dict[str, Any]
+    servers: list[tuple[str, int]],
+    key: ApiKey,
+    version: int,
+    body: dict[str, Any],
+    via_brokers: bool = False,
 ) -> Any:
     """Send a voter change to the active controller (found by DescribeQuorum, whose
-    answer names where the leader listens), again while leadership moves."""
+    answer names where the leader listens), again while leadership moves; or, given
+    brokers (--bootstrap-server), to a broker, which forwards it as Kafka's do."""
     deadline = time.monotonic() + QUORUM_TIMEOUT_S
     while True:
-        p, nodes = describe_quorum_nodes(servers, max(deadline - time.monotonic(), 1.0))
-        leader = [(a.host, a.port) for e in nodes.get(p.leader_id, ()) if (a := _addr(e))]
+        leader: list[tuple[str, int]] = []
+        if not via_brokers:
+            p, nodes = describe_quorum_nodes(servers, max(deadline - time.monotonic(), 1.0))
+            leader = [(a.host, a.port) for e in nodes.get(p.leader_id, ()) if (a := _addr(e))]
         resp = call(leader or servers, key, version, body, timeout_s=QUORUM_TIMEOUT_S + 5)
         code = int(resp.error_code)
         if code not in _NOT_LEADER or time.monotonic() > deadline:
@@ -224,7 +231,11 @@ def _fail(resp: Any, what: str) -> None:
 
 
 def add_controller(
-    servers: list[tuple[str, int]], config_path: str | None, dry_run: bool, out: TextIO
+    servers: list[tuple[str, int]],
+    config_path: str | None,
+    dry_run: bool,
+    out: TextIO,
+    via_brokers: bool = False,
 ) -> int:
     """`add-controller --command-config controller.properties`: the controller that the
     file configures (its node.id, its metadata directory's directory id, its controller
@@ -265,7 +276,8 @@ def add_controller(
             "listeners": [{"name": n, "host": h, "port": p} for n, h, p in endpoints],
             "ack_when_committed": True,
         }
-        _fail(_at_leader(servers, ApiKey.ADD_RAFT_VOTER, 0, body), "add-controller")
+        resp = _at_leader(servers, ApiKey.ADD_RAFT_VOTER, 0, body, via_brokers)
+        _fail(resp, "add-controller")
     verb = "DRY RUN of adding" if dry_run else "Added"
     print(
         f"{verb} controller {cfg.node_id} with directory id {meta.directory_id} and "
@@ -276,7 +288,12 @@ def add_controller(
 
 
 def remove_controller(
-    servers: list[tuple[str, int]], controller_id: int, directory: str, dry_run: bool, out: TextIO
+    servers: list[tuple[str, int]],
+    controller_id: int,
+    directory: str,
+    dry_run: bool,
+    out: TextIO,
+    via_brokers: bool = False,
 ) -> int:
     """`remove-controller --controller-id N --controller-directory-id D`."""
     from keeperless.storage.meta_properties import uuid_from_kafka
@@ -289,7 +306,8 @@ def remove_controller(
         raise ToolError(f"Failed to parse --controller-directory-id: {e}") from None
     if not dry_run:
         body = {"cluster_id": None, "voter_id": controller_id, "voter_directory_id": d}
-        _fail(_at_leader(servers, ApiKey.REMOVE_RAFT_VOTER, 0, body), "remove-controller")
+        resp = _at_leader(servers, ApiKey.REMOVE_RAFT_VOTER, 0, body, via_brokers)
+        _fail(resp, "remove-controller")
     verb = "DRY RUN of removing " if dry_run else "Removed "
     print(f"{verb} KRaft controller {controller_id} with directory id {directory}", file=out)
     return 0
