@@ -95,6 +95,20 @@ def _add(port: int, n: Node, via: tuple[str, ...] = ()) -> str:
     return out[0]
 
 
+def _raw_add(port: int, voter: int, directory: str, listeners: list[tuple[str, int]]) -> Any:
+    """An AddRaftVoter request as it is, to the controller at ``port``."""
+    from keeperless.protocol.apis import ApiKey
+    from keeperless.storage.meta_properties import uuid_from_kafka
+    from keeperless.tools.client import call
+
+    body = {
+        "cluster_id": None, "timeout": 10_000, "voter_id": voter,
+        "voter_directory_id": uuid_from_kafka(directory),
+        "listeners": [{"name": n, "host": "127.0.0.1", "port": p} for n, p in listeners],
+    }  # fmt: skip
+    return call([("127.0.0.1", port)], ApiKey.ADD_RAFT_VOTER, 0, body, timeout_s=20)
+
+
 def _produce_and_count(broker: Node, topic: str, values: list[str]) -> None:
     from confluent_kafka import Producer
 
@@ -158,6 +172,16 @@ def test_grow_one_controller_to_three_then_remove_the_active_one(grown) -> None:
     for c in cs[1:]:
         c.start()
     wait_until(lambda: "2" in _status(ports[0])["CurrentObservers"], 30, what="an observer")
+    assert [v["id"] for v in _voters(ports[0])] == [1]
+    # as Kafka's leader, it asks a new voter for its ApiVersions where the request says
+    # it listens first: a wrong port, or no listener of the quorum's, is refused
+    for listeners, code, words in (
+        ([("CONTROLLER", free_port())], "request_timed_out", "is not ready to receive requests"),
+        ([("OTHER", ports[1])], "invalid_request", "do not contain a listener for CONTROLLER"),
+    ):
+        resp = _raw_add(ports[0], 2, _directory_id(cs[1]), listeners)
+        assert resp.error_code.name == code, resp
+        assert words in resp.error_message
     assert [v["id"] for v in _voters(ports[0])] == [1]
     out = _add(ports[0], cs[1])
     assert out.startswith("Added controller 2 with directory id ")

@@ -536,7 +536,7 @@ class Node:
         registry.register("the controller's APIs", self.controller_apis.handlers())
         registry.register(
             "the quorum's voter changes (KIP-853)",
-            QuorumApis(self.mlog, self.cluster_id).handlers(),
+            QuorumApis(self.mlog, self.cluster_id, self.transport).handlers(),
         )
         c = self.config
         mlog = self.mlog

@@ -14,6 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.metadata.features import KRAFT_VERSION_FEATURE
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
@@ -22,6 +23,7 @@ from keeperless.raft.core import MembershipError, RaftCore
 from keeperless.raft.voters import Endpoint, Voter
 from keeperless.runtime.metadata_log import MetadataLog
 from keeperless.runtime.raft_rpc import directory_id
+from keeperless.runtime.raft_transport import RaftTransport
 from keeperless.server.config import NodeConfig
 from keeperless.storage.meta_properties import read_meta_properties, uuid_from_kafka
 
@@ -29,6 +31,7 @@ __all__ = ["QuorumApis", "bootstrap_servers", "metadata_directory_id", "voter_en
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 30.0
+_API_VERSIONS = {"client_software_name": "keeperless", "client_software_version": "1"}
 
 
 def metadata_directory_id(d: Path) -> uuid.UUID | None:
@@ -71,9 +74,15 @@ def _voter_of(req: Any) -> Voter:
 
 
 class QuorumApis:
-    def __init__(self, mlog: MetadataLog, cluster_id: str) -> None:
+    def __init__(
+        self, mlog: MetadataLog, cluster_id: str, transport: RaftTransport | None = None
+    ) -> None:
         self.mlog = mlog
         self.cluster_id = cluster_id
+        # how the leader asks a new voter what it supports: the quorum's own client, on
+        # the quorum's listener
+        self.client = transport.client if transport is not None else None
+        self.listener_name = transport.listener_name if transport is not None else "CONTROLLER"
 
     def handlers(self) -> dict[ApiKey, Any]:
         return {
@@ -115,8 +124,60 @@ class QuorumApis:
         )
         return self._answer(header, m.NONE, None)
 
+    async def _reachable(self, voter: Voter) -> tuple[int, str] | None:
+        """As Kafka's leader does before adding a voter: ask it, where it says it listens
+        on this quorum's listener, for its ApiVersions, and refuse (error, message) a
+        voter that cannot be reached there or cannot run at this kraft.version. (Only
+        for a change the core would consider: not for a static quorum, a non-leader or
+        a voter already in the set, whose refusals the core gives.)"""
+        core = self.mlog.core
+        if self.client is None or not core.is_leader or not core.dynamic:
+            return None
+        if any(v.id == voter.id for v in core.voter_set.voters):
+            return None
+        ep = next((e for e in voter.endpoints if e.name == self.listener_name), None)
+        if ep is None:
+            return (
+                ErrorCode.invalid_request,
+                f"Provided listeners {[str(e) for e in voter.endpoints]} do not contain a "
+                f"listener for {self.listener_name}",
+            )
+        try:
+            resp = await self.client.request(
+                (ep.host, ep.port), ApiKey.API_VERSIONS, 3, _API_VERSIONS, timeout_s=5.0,
+                lane="control",
+            )  # fmt: skip
+        except (OSError, TimeoutError, ConnectionError) as e:
+            return (
+                ErrorCode.request_timed_out,
+                f"New voter {voter} is not ready to receive requests at {ep.host}:{ep.port}: {e}",
+            )
+        if int(resp.error_code):
+            return (
+                ErrorCode.request_timed_out,
+                f"Aborted add voter operation for {voter} since API_VERSIONS returned an "
+                f"error {ErrorCode(resp.error_code).name.upper()}",
+            )
+        kv = core.kraft_version
+        rng = next(
+            ((int(f.min_version), int(f.max_version)) for f in resp.supported_features
+             if f.name == KRAFT_VERSION_FEATURE),
+            (0, 0),
+        )  # fmt: skip
+        if not rng[0] <= kv <= rng[1]:
+            return (
+                ErrorCode.invalid_request,
+                f"Aborted add voter operation for {voter} since the {KRAFT_VERSION_FEATURE} "
+                f"range (min: {rng[0]}, max: {rng[1]}) doesn't support the finalized version {kv}",
+            )
+        return None
+
     async def add_raft_voter(self, header: RequestHeader, req: Any) -> Any:
         voter = _voter_of(req)
+        refused = await self._reachable(voter)
+        if refused is not None:
+            log.info("[node %d] AddRaftVoter %s refused: %s", self.mlog.node_id, voter, refused[1])
+            return self._answer(header, *refused)
 
         def change(core: RaftCore, now: int) -> int:
             return core.add_voter(voter, now)
