@@ -144,8 +144,8 @@ class QuorumApis:
             )
         try:
             resp = await self.client.request(
-                (ep.host, ep.port), ApiKey.API_VERSIONS, 3, _API_VERSIONS, timeout_s=5.0,
-                lane="control",
+                (ep.host, ep.port), ApiKey.API_VERSIONS, version=3, request=_API_VERSIONS,
+                timeout_s=5.0, lane="control",
             )  # fmt: skip
         except (OSError, TimeoutError, ConnectionError) as e:
             return (
