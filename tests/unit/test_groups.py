@@ -133,3 +133,88 @@ def test_a_repeated_join_while_completing_does_not_start_another_round() -> None
         assert results[0].leader == again.leader
 
     asyncio.run(go())
+
+
+def test_a_stored_generation_is_handed_out_once_stored_and_restored_as_it_was() -> None:
+    """With persist (the coordinator stores each generation, Kafka's storeGroup): the
+    leader's assignment waits until it is stored; a failed store gives every member the
+    error and a rebalance; a group restored from what was stored takes the same member,
+    generation and assignment without a rebalance."""
+    from keeperless.broker.group_records import decode_group_value, encode_group_value
+
+    async def go() -> None:
+        g = Group("g", 0, 1)
+        g.persist = True
+        ja = asyncio.ensure_future(_join(g, _req(instance="ia")))
+        jb = asyncio.ensure_future(_join(g, _req(instance="ib")))
+        ra, rb = await asyncio.gather(ja, jb)
+        leader, follower = (ra, rb) if ra.leader == ra.member_id else (rb, ra)
+        assigns = {ra.member_id: b"A", rb.member_id: b"B"}
+        waiting = g.sync(
+            follower.member_id,
+            g.generation,
+            {},
+            0.0,
+            g.members[follower.member_id].group_instance_id,
+        )
+        mine = g.sync(
+            leader.member_id,
+            g.generation,
+            assigns,
+            0.0,
+            g.members[leader.member_id].group_instance_id,
+        )
+        assert isinstance(waiting, asyncio.Future)
+        assert isinstance(mine, asyncio.Future)
+        assert g.store_due == g.generation
+        assert g.state == GroupState.COMPLETING
+        await asyncio.sleep(0)
+        assert not waiting.done()  # nothing handed out before it is stored
+        g.synced(g.generation, ErrorCode.none, 0.0)
+        assert g.state == GroupState.STABLE
+        assert (await waiting)[1] == assigns[follower.member_id]
+        stored = decode_group_value(encode_group_value(g.snapshot(1234)))
+        assert stored is not None
+        assert stored.generation == g.generation
+        back = Group.restore("g", stored, 0, 2, now=5.0)
+        assert back.state == GroupState.STABLE
+        assert back.leader == g.leader
+        assert back.static == {"ia": ra.member_id, "ib": rb.member_id}
+        for m in (ra, rb):
+            assert back.members[m.member_id].assignment == assigns[m.member_id]
+            assert back.heartbeat(m.member_id, g.generation, 6.0) == ErrorCode.none
+        assert back.heartbeat(ra.member_id, g.generation - 1, 6.0) == ErrorCode.illegal_generation
+        # the next generation's store fails: the members hear it and rejoin
+        ia, ib = ("ia", "ib") if leader is ra else ("ib", "ia")
+        j2 = asyncio.ensure_future(_join(back, _req(leader.member_id, ia, meta=b"n")))
+        j3 = asyncio.ensure_future(_join(back, _req(follower.member_id, ib, meta=b"n")))
+        r2, r3 = await asyncio.gather(j2, j3)
+        lead = r2 if r2.leader == r2.member_id else r3
+        back.persist = True
+        out = back.sync(lead.member_id, back.generation, assigns, 7.0, ia if lead is r2 else ib)
+        back.synced(back.generation, ErrorCode.coordinator_not_available, 7.0)
+        assert isinstance(out, asyncio.Future)
+        assert (await out)[0] == ErrorCode.coordinator_not_available
+        assert back.state == GroupState.PREPARING
+
+    asyncio.run(go())
+
+
+def test_group_metadata_values_read_back_and_damage_is_refused() -> None:
+    from keeperless.broker.group_records import (
+        GroupSnapshot,
+        MemberSnapshot,
+        decode_group_value,
+        encode_group_value,
+        group_key,
+    )
+
+    snap = GroupSnapshot("consumer", 7, "range", "m1", 99, (
+        MemberSnapshot("m1", None, "c1", "/h", 300, 10, b"sub", b"as"),
+        MemberSnapshot("m2", "static-2", "c2", "/h2", 200, 20, b"", b""),
+    ))  # fmt: skip
+    value = encode_group_value(snap)
+    assert decode_group_value(value) == snap
+    assert group_key("g") == b"\x00\x02\x00\x01g"
+    assert decode_group_value(value[:-3]) is None  # cut short
+    assert decode_group_value(b"\x00\x04" + value[2:]) is None  # the flexible version

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +15,16 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
 from keeperless.broker.consumer_group import ConsumerGroup, TopicsView
+from keeperless.broker.group_records import (
+    GROUP_KEY_VERSION,
+    GroupSnapshot,
+    decode_group_value,
+    encode_group_value,
+    group_key,
+)
 from keeperless.broker.groups import Group, JoinResult
 from keeperless.broker.mixed_groups import MixedGroups
+from keeperless.broker.partitions import NotLeaderError
 from keeperless.broker.txn_state import COMMIT, marker_type
 from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.group_configs import GROUP_RESOURCE
@@ -25,7 +33,7 @@ from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.context import listener_of
 from keeperless.protocol.framing import RequestHeader, response_class
-from keeperless.protocol.records import decode_records
+from keeperless.protocol.records import build_batch, decode_records
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -35,6 +43,19 @@ __all__ = [
     "find_coordinator_response",
     "partition_for_group",
 ]
+
+# Kafka's GroupMetadataManager: what an append error means to a committing client
+_COMMIT_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.invalid_commit_offset_size,
+    ErrorCode.record_list_too_large: ErrorCode.invalid_commit_offset_size,
+    ErrorCode.invalid_fetch_size: ErrorCode.invalid_commit_offset_size,
+}
 
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -150,6 +171,7 @@ class GroupCoordinator:
         self.pending_txn: dict[int, dict[str, Offsets]] = {}
         # __consumer_offsets partitions led here and loaded: index -> leader epoch
         self._loaded: dict[int, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()  # background stores
         broker.on_image.append(self._on_image)
 
     # -- loading --------------------------------------------------------------------------
@@ -231,6 +253,7 @@ class GroupCoordinator:
             return 0
         self._loaded[idx] = epoch
         n = 0
+        restored: dict[str, GroupSnapshot | None] = {}
         # up to the log end: as the new leader, its whole log is what gets committed
         # (its own high watermark can lag behind commits the old leader acknowledged)
         for h, batch in p.log.batches(p.log.log_start_offset):
@@ -242,7 +265,21 @@ class GroupCoordinator:
                 into = self.pending_txn.setdefault(h.producer_id, {})
             for rec in decode_records(batch):
                 if rec.key is not None:
-                    n += self._replay(rec.key, rec.value, into)
+                    n += self._replay(rec.key, rec.value, into, restored)
+        now = time.monotonic()
+        back = 0
+        for gid, snap in restored.items():
+            if snap is not None and gid not in self.groups:
+                self.groups[gid] = self.new_group(gid, snap, now)
+                back += bool(snap.members)
+        if back:
+            log.info(
+                "[node %d] Restored %d group(s) with their members from %s-%d",
+                self.broker.node_id,
+                back,
+                OFFSETS_TOPIC,
+                idx,
+            )
         return n
 
     def add_pending(self, group: str, producer_id: int, offsets: Offsets) -> None:
@@ -266,11 +303,20 @@ class GroupCoordinator:
         return {k for pending in self.pending_txn.values() for k in pending.get(group, {})}
 
     def _replay(
-        self, key: bytes, value: bytes | None, into: dict[str, Offsets] | None = None
+        self,
+        key: bytes,
+        value: bytes | None,
+        into: dict[str, Offsets] | None = None,
+        restored: dict[str, GroupSnapshot | None] | None = None,
     ) -> int:
         (version,) = _S16.unpack_from(key, 0)
+        if version == GROUP_KEY_VERSION and into is None and restored is not None:
+            gid, _ = _read_str(key, 2)
+            if gid is not None:  # the last one wins; a tombstone: the group was deleted
+                restored[gid] = None if value is None else decode_group_value(value)
+            return 0
         if version not in (0, 1):
-            return 0  # group metadata records: membership is not restored across restarts
+            return 0
         group, pos = _read_str(key, 2)
         topic, pos = _read_str(key, pos)
         (partition,) = struct.unpack_from(">i", key, pos)
@@ -289,6 +335,41 @@ class GroupCoordinator:
         metadata, _ = _read_str(value, pos)
         offsets[(topic, partition)] = (offset, epoch, metadata)
         return 1
+
+    async def store(
+        self,
+        group_id: str,
+        batch: bytes,
+        now_ms: int,
+        on_appended: Callable[[], None] | None = None,
+    ) -> ErrorCode | None:
+        """Write the group's records to its __consumer_offsets partition and wait until
+        every in-sync replica has them (Kafka writes them with acks=all): an answer before
+        that could be lost with this broker. None when stored, else the error for the
+        client, mapped as Kafka's coordinator maps append errors."""
+        t_img = self.broker.image.topic(OFFSETS_TOPIC)
+        if t_img is None:
+            return ErrorCode.coordinator_not_available
+        part = self.broker.partitions.get(
+            OFFSETS_TOPIC, partition_for_group(group_id, len(t_img.partitions))
+        )
+        if part is None or part.info is None or not part.is_leader:
+            return ErrorCode.not_coordinator
+        res = part.append(batch, part.info.leader_epoch, 2**31 - 1, now_ms)
+        if res.error != ErrorCode.none:
+            return _COMMIT_ERRORS.get(res.error, res.error)
+        if on_appended is not None:  # in log order: before a marker can follow it
+            on_appended()
+        self.broker.partitions.notify_append()
+        try:
+            ok = await part.wait_for_hw(
+                part.log.log_end_offset,
+                self.settings.offsets_commit_timeout_ms / 1000,
+                part.info.leader_epoch,
+            )
+        except NotLeaderError:
+            return ErrorCode.not_coordinator
+        return None if ok else ErrorCode.coordinator_not_available
 
     # -- coordinator lookup -------------------------------------------------------------
 
@@ -334,9 +415,48 @@ class GroupCoordinator:
     def _group(self, group_id: str) -> Group:
         g = self.groups.get(group_id)
         if g is None:
-            g = Group(group_id, self.initial_delay_ms, self.broker.node_id)
-            self.groups[group_id] = g
+            g = self.groups[group_id] = self.new_group(group_id)
         return g
+
+    def new_group(
+        self, group_id: str, snap: GroupSnapshot | None = None, now: float = 0.0
+    ) -> Group:
+        """A classic group whose generations are stored (from ``snap``, a stored one)."""
+        node = self.broker.node_id
+        g = (
+            Group(group_id, self.initial_delay_ms, node)
+            if snap is None
+            else Group.restore(group_id, snap, self.initial_delay_ms, node, now)
+        )
+        g.persist = True
+        g.on_empty = lambda e: self.store_later(e.group_id, e.snapshot(int(time.time() * 1000)))
+        return g
+
+    async def store_group(self, group_id: str, snap: GroupSnapshot | None) -> ErrorCode | None:
+        """Store a group's membership (None: a tombstone); None when stored, else the
+        error, as for an offset commit."""
+        now = int(time.time() * 1000)
+        value = None if snap is None else encode_group_value(snap)
+        batch = build_batch([(group_key(group_id), value, ())], timestamp_ms=now)
+        return await self.store(group_id, batch, now)
+
+    def store_later(self, group_id: str, snap: GroupSnapshot | None) -> None:
+        """Store in the background (a group emptied by a timer, or converted): a failure
+        only means a failover finds the group as it was stored before."""
+
+        async def run() -> None:
+            err = await self.store_group(group_id, snap)
+            if err is not None:
+                log.info(
+                    "[node %d] Group %s: its state was not stored (%s)",
+                    self.broker.node_id,
+                    group_id,
+                    err.name,
+                )
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -- membership ---------------------------------------------------------------------
 
@@ -401,7 +521,14 @@ class GroupCoordinator:
         if err is None and g is not None:
             assigns = {a.member_id: bytes(a.assignment) for a in req.assignments}
             instance = getattr(req, "group_instance_id", None)
+            due = g.store_due
             out = g.sync(req.member_id, req.generation_id, assigns, time.monotonic(), instance)
+            if g.store_due is not None and g.store_due != due:
+                # the leader's assignment: stored before anyone gets it (Kafka's
+                # storeGroup), so that a new coordinator finds this generation
+                generation = g.store_due
+                stored = await self.store_group(g.group_id, g.snapshot(int(time.time() * 1000)))
+                g.synced(generation, stored or ErrorCode.none, time.monotonic())
             err, assignment = await out if isinstance(out, asyncio.Future) else out
         return build(
             response_class(ApiKey.SYNC_GROUP, header.api_version),

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.group_coordinator import (
-    OFFSETS_TOPIC,
     GroupCoordinator,
     offset_key,
     offset_value,
-    partition_for_group,
 )
+from keeperless.broker.group_records import group_key
 from keeperless.broker.groups import GroupState
-from keeperless.broker.partitions import NotLeaderError
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ApiKey
@@ -28,19 +25,6 @@ __all__ = ["GroupOffsets"]
 
 # TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP: what ListConfigResources v1 lists
 _CONFIG_RESOURCE_TYPES = (2, 4, 8, 16, 32)
-
-# Kafka's GroupMetadataManager: what an append error means to a committing client
-_COMMIT_ERRORS = {
-    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
-    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
-    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
-    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
-    ErrorCode.message_too_large: ErrorCode.invalid_commit_offset_size,
-    ErrorCode.record_list_too_large: ErrorCode.invalid_commit_offset_size,
-    ErrorCode.invalid_fetch_size: ErrorCode.invalid_commit_offset_size,
-}
 
 
 class GroupOffsets:
@@ -95,7 +79,7 @@ class GroupOffsets:
                     )
                 topics.append((t.name, p.partition_index, e or ErrorCode.none))
         if records:
-            failed = await self._store(group_id, build_batch(records, timestamp_ms=now), now)
+            failed = await self.gc.store(group_id, build_batch(records, timestamp_ms=now), now)
             if failed is not None:
                 topics = [(n, i, failed if e == ErrorCode.none else e) for n, i, e in topics]
             else:
@@ -123,12 +107,13 @@ class GroupOffsets:
     ) -> ErrorCode | None:
         """Whether a commit of ``member_id`` at ``generation`` may write the group's
         offsets now (Kafka's validateOffsetCommit). A member the group does not know -
-        also every member of a group this coordinator has only just loaded, whose
-        membership is not restored - is refused: its partitions may be another
-        member's by now, and that member may have fetched the offsets already (found by
-        the fault harness: a transactional copier whose group coordinator failed over
-        committed the offsets of records the group's next member read again). A
-        transactional commit is checked at its append, after any wait, never before."""
+        a member of a generation that was never stored, when the coordinator failed
+        over - is refused: its partitions may be another member's by now, and that
+        member may have fetched the offsets already (found by the fault harness: a
+        transactional copier whose group coordinator failed over committed the offsets
+        of records the group's next member read again). A member of the stored
+        generation is known to the new coordinator (group_records.py). A transactional
+        commit is checked at its append, after any wait, never before."""
         g = self.gc.groups.get(group_id)
         cg = self.gc.consumer_groups.get(group_id)
         if cg is not None and (cg.members or g is None or not g.members):
@@ -144,41 +129,6 @@ class GroupOffsets:
         if not transactional and g is not None and g.members:
             return ErrorCode.unknown_member_id  # simple commits only for groups without members
         return None
-
-    async def _store(
-        self,
-        group_id: str,
-        batch: bytes,
-        now_ms: int,
-        on_appended: Callable[[], None] | None = None,
-    ) -> ErrorCode | None:
-        """Write the group's records to its __consumer_offsets partition and wait until
-        every in-sync replica has them (Kafka writes them with acks=all): an answer before
-        that could be lost with this broker. None when stored, else the error for the
-        client, mapped as Kafka's coordinator maps append errors."""
-        t_img = self.broker.image.topic(OFFSETS_TOPIC)
-        if t_img is None:
-            return ErrorCode.coordinator_not_available
-        part = self.broker.partitions.get(
-            OFFSETS_TOPIC, partition_for_group(group_id, len(t_img.partitions))
-        )
-        if part is None or part.info is None or not part.is_leader:
-            return ErrorCode.not_coordinator
-        res = part.append(batch, part.info.leader_epoch, 2**31 - 1, now_ms)
-        if res.error != ErrorCode.none:
-            return _COMMIT_ERRORS.get(res.error, res.error)
-        if on_appended is not None:  # in log order: before a marker can follow it
-            on_appended()
-        self.broker.partitions.notify_append()
-        try:
-            ok = await part.wait_for_hw(
-                part.log.log_end_offset,
-                self.gc.settings.offsets_commit_timeout_ms / 1000,
-                part.info.leader_epoch,
-            )
-        except NotLeaderError:
-            return ErrorCode.not_coordinator
-        return None if ok else ErrorCode.coordinator_not_available
 
     def _fetch_group(
         self, group_id: str, topics: Any, require_stable: bool = False
@@ -338,10 +288,11 @@ class GroupOffsets:
                 err = ErrorCode.group_id_not_found
             if err is None:
                 offsets = self.gc.offsets.get(gid, {})
-                if offsets:
+                if offsets or g is not None:
                     # tombstones, so that the deletion survives a restart
                     tombstones = [(offset_key(gid, t, p), None, ()) for t, p in offsets]
-                    err = await self._store(gid, build_batch(tombstones, timestamp_ms=now), now)
+                    tombstones.append((group_key(gid), None, ()))
+                    err = await self.gc.store(gid, build_batch(tombstones, timestamp_ms=now), now)
                 if err is None:
                     self.gc.offsets.pop(gid, None)
                     self.gc.groups.pop(gid, None)
@@ -393,7 +344,7 @@ class GroupOffsets:
         if err is None and doomed:
             now = int(time.time() * 1000)
             tombstones = [(offset_key(gid, t, i), None, ()) for t, i in doomed]
-            err = await self._store(gid, build_batch(tombstones, timestamp_ms=now), now)
+            err = await self.gc.store(gid, build_batch(tombstones, timestamp_ms=now), now)
             if err is None:
                 for key in doomed:
                     self.gc.offsets.get(gid, {}).pop(key, None)

@@ -13,10 +13,13 @@ import logging
 import struct
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+
+from keeperless.broker.group_records import GroupSnapshot, MemberSnapshot
 
 __all__ = ["Group", "GroupState", "JoinResult", "Member"]
 
@@ -95,6 +98,14 @@ class Group:
     static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     rebalance_deadline: float = 0.0
     _timer: asyncio.TimerHandle | None = None
+    # the coordinator stores each generation's assignment before it is handed out (and
+    # restores the group from it after a failover); unset, it is handed out at once
+    persist: bool = False
+    # the generation whose assignment waits to be stored (the coordinator stores it,
+    # then calls synced())
+    store_due: int | None = None
+    # called when the group empties (its empty state is stored too)
+    on_empty: Callable[[Group], None] | None = None
 
     # -- join ---------------------------------------------------------------------------
 
@@ -322,6 +333,8 @@ class Group:
             self.generation += 1
             self.protocol = None
             self.leader = None
+            if self.on_empty is not None:
+                self.on_empty(self)
             return
         self.generation += 1
         self.state = GroupState.COMPLETING
@@ -409,9 +422,12 @@ class Group:
             return ErrorCode.none, m.assignment
         fut: asyncio.Future[tuple[ErrorCode, bytes]] = asyncio.get_running_loop().create_future()
         m.sync_future = fut
-        if member_id == self.leader:
+        if member_id == self.leader and self.store_due != self.generation:
             for o in self.members.values():
                 o.assignment = assignments.get(o.member_id, b"")
+            if self.persist:
+                self.store_due = self.generation
+                return fut
             self.state = GroupState.STABLE
             log.info(
                 "[node %d] Group %s: stable at generation %d",
@@ -424,6 +440,78 @@ class Group:
                     o.sync_future.set_result((ErrorCode.none, o.assignment))
                 o.sync_future = None
         return fut
+
+    def synced(self, generation: int, error: ErrorCode, now: float) -> None:
+        """The assignment of ``generation`` was stored (``error`` none) or not: the group
+        is stable and every member waiting gets its assignment, or each gets the error
+        and the group rebalances (Kafka's SyncGroup). Nothing if the group moved on."""
+        if generation != self.store_due:
+            return
+        self.store_due = None
+        if self.state != GroupState.COMPLETING or generation != self.generation:
+            return
+        if error == ErrorCode.none:
+            self.state = GroupState.STABLE
+            log.info(
+                "[node %d] Group %s: stable at generation %d",
+                self.node_id,
+                self.group_id,
+                self.generation,
+            )
+        for o in self.members.values():
+            if error != ErrorCode.none:
+                o.assignment = b""
+            if o.sync_future is not None and not o.sync_future.done():
+                o.sync_future.set_result((error, o.assignment))
+            o.sync_future = None
+        if error != ErrorCode.none:
+            self._prepare_rebalance(now)
+
+    def snapshot(self, now_ms: int) -> GroupSnapshot:
+        """What is stored of the group (GroupMetadataValue)."""
+        return GroupSnapshot(
+            self.protocol_type or "",
+            self.generation,
+            self.protocol,
+            self.leader,
+            now_ms,
+            tuple(
+                MemberSnapshot(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.session_timeout_ms,
+                    m.metadata_for(self.protocol or ""),
+                    m.assignment,
+                )
+                for m in self.members.values()
+            ),
+        )
+
+    @classmethod
+    def restore(
+        cls, group_id: str, snap: GroupSnapshot, initial_delay_ms: int, node_id: int, now: float
+    ) -> Group:
+        """The group as its last stored generation left it: Stable with its members (each
+        session counted from now), or Empty."""
+        g = cls(group_id, initial_delay_ms, node_id)
+        g.generation = snap.generation
+        g.protocol_type = snap.protocol_type or None
+        if snap.members:
+            g.state = GroupState.STABLE
+            g.protocol = snap.protocol
+            g.leader = snap.leader
+        for ms in snap.members:
+            g.members[ms.member_id] = Member(
+                ms.member_id, ms.group_instance_id, ms.client_id, ms.client_host,
+                ms.session_timeout_ms, ms.rebalance_timeout_ms, snap.protocol_type,
+                [(snap.protocol or "", ms.subscription)], ms.assignment, now,
+            )  # fmt: skip
+            if ms.group_instance_id is not None:
+                g.static[ms.group_instance_id] = ms.member_id
+        return g
 
     def heartbeat(
         self, member_id: str, generation: int, now: float, instance: str | None = None
@@ -469,6 +557,8 @@ class Group:
             self.protocol = None
             self.leader = None
             self.generation += 1
+            if self.on_empty is not None:
+                self.on_empty(self)
 
     def subscribed_topics(self) -> set[str]:
         """The topics the members subscribe to (ConsumerProtocolSubscription: a version,

@@ -34,7 +34,7 @@ from keeperless.broker.consumer_group import (
     Subscription,
     TopicsView,
 )
-from keeperless.broker.groups import Group, GroupState, JoinResult, Member
+from keeperless.broker.groups import GroupState, JoinResult, Member
 
 if TYPE_CHECKING:
     from keeperless.broker.group_coordinator import GroupCoordinator
@@ -315,6 +315,7 @@ class MixedGroups:
         )
         g.abandon()
         del self.gc.groups[group_id]
+        self.gc.store_later(group_id, None)  # no longer a classic group to restore
         self.gc.consumer_groups[group_id] = cg
         log.info(
             "[node %d] Group %s converted from the classic to the consumer protocol at "
@@ -335,7 +336,7 @@ class MixedGroups:
         if any(m.classic is None for m in cg.members.values()):
             return
         view = self.view()
-        g = Group(group_id, self.gc.initial_delay_ms, self.gc.broker.node_id)
+        g = self.gc.new_group(group_id)
         # their epochs: members at it are told to rejoin, the others that their generation
         # is gone (they rejoin too)
         g.generation = max(cm.member_epoch for cm in cg.members.values())

@@ -105,7 +105,7 @@ class TxnOffsets:
             )
             # pending from the moment the records are in the log: the transaction's
             # marker may follow them before they are acknowledged (an abort on timeout)
-            err = await self.offsets._store(
+            err = await self.gc.store(
                 gid, batch, now, lambda: self.gc.add_pending(gid, req.producer_id, pending)
             )
         code = err or ErrorCode.none

@@ -1,0 +1,144 @@
+"""A classic group survives its coordinator's failover (Kafka's GroupMetadata records in
+__consumer_offsets): the new coordinator restores the members, their ids, generation
+and assignment, so heartbeats and commits go on without a rebalance."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from keeperless.protocol.apis import ApiKey
+from keeperless.tools.client import call
+from tests.integration.cluster import Cluster, keeperless, wait_until
+
+GROUP = "survivors"
+
+
+@pytest.fixture
+def three(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(
+        tmp_path, controllers=1, brokers=3,
+        extra={"offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "1",
+               "group.initial.rebalance.delay.ms": "0"},
+    )  # fmt: skip
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _coordinator(c: Cluster, group: str) -> int:
+    """The node id of the group's coordinator, as a live broker answers."""
+    for b in c.brokers.values():
+        if b.proc is None or b.proc.poll() is not None:
+            continue
+        resp = call([("127.0.0.1", b.port)], ApiKey.FIND_COORDINATOR, 4,
+                    {"key_type": 0, "coordinator_keys": [group]})  # fmt: skip
+        co = resp.coordinators[0]
+        if co.error_code.name == "none":
+            return int(co.node_id)
+    return -1
+
+
+def _subscription(topic: str) -> bytes:
+    return struct.pack(">hih", 0, 1, len(topic)) + topic.encode() + struct.pack(">i", -1)
+
+
+def _assignment(topic: str, parts: list[int]) -> bytes:
+    head = struct.pack(">hih", 0, 1, len(topic)) + topic.encode()
+    return head + struct.pack(f">i{len(parts)}i", len(parts), *parts) + struct.pack(">i", -1)
+
+
+def _join_and_sync(port: int, group: str) -> tuple[str, int]:
+    """One classic member, by hand: JoinGroup (twice, KIP-394), SyncGroup as the leader."""
+    server = [("127.0.0.1", port)]
+    join: dict[str, Any] = {
+        "group_id": group, "session_timeout": 30_000, "rebalance_timeout": 30_000,
+        "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": _subscription("orders")}],
+    }  # fmt: skip
+    first = call(server, ApiKey.JOIN_GROUP, 5, join)
+    assert first.error_code.name == "member_id_required", first
+    joined = call(server, ApiKey.JOIN_GROUP, 5, {**join, "member_id": first.member_id})
+    assert joined.error_code.name == "none", joined
+    mid, gen = joined.member_id, joined.generation_id
+    sync = call(server, ApiKey.SYNC_GROUP, 3, {
+        "group_id": group, "generation_id": gen, "member_id": mid, "group_instance_id": None,
+        "assignments": [{"member_id": mid, "assignment": _assignment("orders", [0, 1])}],
+    })  # fmt: skip
+    assert sync.error_code.name == "none", sync
+    return mid, gen
+
+
+def _heartbeat(port: int, group: str, member: str, generation: int) -> str:
+    resp = call([("127.0.0.1", port)], ApiKey.HEARTBEAT, 3, {
+        "group_id": group, "generation_id": generation, "member_id": member,
+        "group_instance_id": None,
+    })  # fmt: skip
+    return str(resp.error_code.name)
+
+
+def test_a_classic_group_keeps_its_members_when_its_coordinator_dies(three: Cluster) -> None:
+    c = three
+    keeperless("topics", "--bootstrap-server", c.bootstrap, "--create", "--topic", "orders",
+               "--partitions", "2", "--replication-factor", "3", check=True)  # fmt: skip
+    p = Producer({"bootstrap.servers": c.bootstrap})
+    for i in range(20):
+        p.produce("orders", value=f"o{i}".encode(), partition=i % 2)
+    p.flush(30)
+    # a member by hand, and a confluent-kafka consumer in another group on the same
+    # coordinator (one __consumer_offsets partition)
+    wait_until(lambda: _coordinator(c, GROUP) in c.brokers, 60, what="__consumer_offsets")
+    old = _coordinator(c, GROUP)
+    member, generation = _join_and_sync(c.brokers[old].port, GROUP)
+    assert _heartbeat(c.brokers[old].port, GROUP, member, generation) == "none"
+    assigned: list[list[TopicPartition]] = []
+    consumer = Consumer({
+        "bootstrap.servers": c.bootstrap, "group.id": "readers", "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "session.timeout.ms": 30_000,
+        "heartbeat.interval.ms": 500,
+    })  # fmt: skip
+    consumer.subscribe(["orders"], on_assign=lambda _c, parts: assigned.append(parts))
+    try:
+        got = 0
+
+        def read(n: int) -> bool:
+            nonlocal got
+            m = consumer.poll(0.2)
+            got += m is not None and m.error() is None
+            return got >= n
+
+        wait_until(lambda: read(20), 60, what="the consumer reads the topic")
+        consumer.commit(asynchronous=False)
+        member_before = consumer.memberid()
+        c.brokers[old].kill9()
+        new = 0
+
+        def moved() -> bool:
+            nonlocal new
+            new = _coordinator(c, GROUP)
+            return new not in (-1, old)
+
+        wait_until(moved, 60, what="another coordinator")
+        # the member by hand: the same id and generation are known to the new coordinator
+        wait_until(
+            lambda: _heartbeat(c.brokers[new].port, GROUP, member, generation) == "none",
+            30,
+            what="a heartbeat of the restored member",
+        )
+        # the consumer: heartbeats on, no rebalance, and its commit is accepted
+        for i in range(20, 30):
+            p.produce("orders", value=f"o{i}".encode(), partition=i % 2)
+        p.flush(30)
+        wait_until(lambda: read(30), 60, what="the consumer reads on after the failover")
+        consumer.commit(asynchronous=False)
+        assert consumer.memberid() == member_before
+        assert len(assigned) == 1, f"rebalanced: {assigned}"
+    finally:
+        consumer.close()
