@@ -440,6 +440,11 @@ def test_dump_log_indexes_offsets_and_limits(node1: Node) -> None:
     )
     assert 'key: {"type":"1","data":{"group":"dumpg","topic":"dumped","partition":0}} ' in decoded
     assert 'payload: {"version":"3","data":{"offset":3,' in decoded
+    # the group's membership (GroupMetadata, key type 2), as Kafka's decoder prints it
+    assert (
+        'key: {"type":"2","data":{"group":"dumpg"}} payload: {"version":"3","data":'
+        '{"protocolType":"consumer","generation":' in decoded
+    )
     line = _one_error_line(
         tool("dump-log", "--value-decoder-class", "x.Y", "--files", f"{seg}.log")
     )

@@ -4,9 +4,12 @@ records as Kafka's tool prints them (`key: {"type":"1","data":{...}} payload:
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from typing import Any
+
+from keeperless.broker.group_records import GroupSnapshot, decode_group_value
 
 __all__ = ["decode_offsets_record", "decode_transaction_record"]
 
@@ -55,6 +58,32 @@ def _offset_value(r: _Reader, version: int) -> dict[str, Any]:
     return data
 
 
+def _group_value(g: GroupSnapshot, version: int) -> dict[str, Any]:
+    """A GroupMetadataValue as Kafka's JSON converter prints it (bytes in base64)."""
+    data: dict[str, Any] = {
+        "protocolType": g.protocol_type,
+        "generation": g.generation,
+        "protocol": g.protocol,
+        "leader": g.leader,
+    }
+    if version >= 2:
+        data["currentStateTimestamp"] = g.state_timestamp_ms
+    members = []
+    for m in g.members:
+        member: dict[str, Any] = {"memberId": m.member_id}
+        if version >= 3:
+            member["groupInstanceId"] = m.group_instance_id
+        member.update(clientId=m.client_id, clientHost=m.client_host)
+        if version >= 1:
+            member["rebalanceTimeout"] = m.rebalance_timeout_ms
+        member["sessionTimeout"] = m.session_timeout_ms
+        member["subscription"] = base64.b64encode(m.subscription).decode()
+        member["assignment"] = base64.b64encode(m.assignment).decode()
+        members.append(member)
+    data["members"] = members
+    return data
+
+
 def decode_offsets_record(key: bytes | None, value: bytes | None) -> str:
     """' key: {...} payload: {...}' for one record; what cannot be decoded is named."""
     if key is None:
@@ -78,6 +107,8 @@ def decode_offsets_record(key: bytes | None, value: bytes | None) -> str:
         version = r.i16()
         if kind in (0, 1) and 0 <= version <= 4:
             payload = _js({"version": str(version), "data": _offset_value(r, version)})
+        elif kind == 2 and (g := decode_group_value(value)) is not None:
+            payload = _js({"version": str(version), "data": _group_value(g, version)})
         else:
             payload = f"<group metadata v{version}, {len(value)} bytes>"
     except struct.error:
