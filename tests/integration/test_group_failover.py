@@ -1,6 +1,7 @@
-"""A classic group survives its coordinator's failover (Kafka's GroupMetadata records in
-__consumer_offsets): the new coordinator restores the members, their ids, generation
-and assignment, so heartbeats and commits go on without a rebalance."""
+"""Groups survive their coordinator's failover (Kafka's GroupMetadata records, and the
+consumer protocol's ConsumerGroup* records, in __consumer_offsets): the new coordinator
+restores the members, their ids, generation or epochs and assignments, so heartbeats and
+commits go on without a rebalance."""
 
 from __future__ import annotations
 
@@ -98,25 +99,43 @@ def test_a_classic_group_keeps_its_members_when_its_coordinator_dies(three: Clus
     old = _coordinator(c, GROUP)
     member, generation = _join_and_sync(c.brokers[old].port, GROUP)
     assert _heartbeat(c.brokers[old].port, GROUP, member, generation) == "none"
-    assigned: list[list[TopicPartition]] = []
-    consumer = Consumer({
-        "bootstrap.servers": c.bootstrap, "group.id": "readers", "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "session.timeout.ms": 30_000,
-        "heartbeat.interval.ms": 500,
-    })  # fmt: skip
-    consumer.subscribe(["orders"], on_assign=lambda _c, parts: assigned.append(parts))
+    # a confluent-kafka consumer of each protocol, in groups on the same coordinator
+    assigned: dict[str, list[list[TopicPartition]]] = {"classic": [], "consumer": []}
+    consumers = {
+        protocol: Consumer(
+            {
+                "bootstrap.servers": c.bootstrap,
+                "group.id": f"readers-{protocol}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                **(
+                    {"session.timeout.ms": 30_000, "heartbeat.interval.ms": 500}
+                    if protocol == "classic"
+                    else {"group.protocol": "consumer"}
+                ),
+            }
+        )
+        for protocol in assigned
+    }
+    for protocol, cons in consumers.items():
+        cons.subscribe(
+            ["orders"], on_assign=lambda _c, parts, p=protocol: assigned[p].append(parts)
+        )
+    got = dict.fromkeys(consumers, 0)
+
+    def read(n: int) -> bool:
+        for protocol, cons in consumers.items():
+            m = cons.poll(0.1)
+            got[protocol] += m is not None and m.error() is None
+        return min(got.values()) >= n
+
     try:
-        got = 0
-
-        def read(n: int) -> bool:
-            nonlocal got
-            m = consumer.poll(0.2)
-            got += m is not None and m.error() is None
-            return got >= n
-
-        wait_until(lambda: read(20), 60, what="the consumer reads the topic")
-        consumer.commit(asynchronous=False)
-        member_before = consumer.memberid()
+        wait_until(lambda: read(20), 60, what="the consumers read the topic")
+        members_before = {}
+        for protocol, cons in consumers.items():
+            cons.commit(asynchronous=False)
+            members_before[protocol] = cons.memberid()
+        assert _coordinator(c, "readers-classic") == _coordinator(c, "readers-consumer") == old
         c.brokers[old].kill9()
         new = 0
 
@@ -132,13 +151,15 @@ def test_a_classic_group_keeps_its_members_when_its_coordinator_dies(three: Clus
             30,
             what="a heartbeat of the restored member",
         )
-        # the consumer: heartbeats on, no rebalance, and its commit is accepted
+        # the consumers: heartbeats on, no rebalance, and their commits are accepted
         for i in range(20, 30):
             p.produce("orders", value=f"o{i}".encode(), partition=i % 2)
         p.flush(30)
-        wait_until(lambda: read(30), 60, what="the consumer reads on after the failover")
-        consumer.commit(asynchronous=False)
-        assert consumer.memberid() == member_before
-        assert len(assigned) == 1, f"rebalanced: {assigned}"
+        wait_until(lambda: read(30), 60, what="the consumers read on after the failover")
+        for protocol, cons in consumers.items():
+            cons.commit(asynchronous=False)
+            assert cons.memberid() == members_before[protocol], protocol
+            assert len(assigned[protocol]) == 1, f"{protocol} rebalanced: {assigned[protocol]}"
     finally:
-        consumer.close()
+        for cons in consumers.values():
+            cons.close()

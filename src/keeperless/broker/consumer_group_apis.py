@@ -61,7 +61,18 @@ class ConsumerGroupApis:
             if disabled is not None:
                 raise HeartbeatError(ErrorCode.unsupported_version, disabled)
             reply = self._heartbeat(header, req)
+            # what changed is stored before the member hears of it (Kafka's runtime
+            # answers once its records are committed), so a new coordinator has it
+            stored = await self.gc.store_consumer_group(req.group_id)
+            if stored is not None:
+                cg = self.gc.consumer_groups.get(req.group_id)
+                if cg is not None and reply[0] in cg.members:
+                    cg.members[reply[0]].sent = None  # (not heard: send it again)
+                raise HeartbeatError(
+                    stored, f"The group's state could not be stored: {stored.name}"
+                )
         except HeartbeatError as e:
+            self.gc.store_consumer_group_later(req.group_id)  # (a fenced member may be gone)
             return build(
                 response_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, header.api_version),
                 {

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +15,12 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
 from keeperless.broker.consumer_group import ConsumerGroup, TopicsView
+from keeperless.broker.consumer_group_records import (
+    CONSUMER_GROUP_KEY_TYPES,
+    group_records,
+    key_group,
+)
+from keeperless.broker.consumer_group_records import restore as restore_consumer_group
 from keeperless.broker.group_records import (
     GROUP_KEY_VERSION,
     GroupSnapshot,
@@ -172,6 +178,8 @@ class GroupCoordinator:
         # __consumer_offsets partitions led here and loaded: index -> leader epoch
         self._loaded: dict[int, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # background stores
+        # a consumer-protocol group's records as last stored: key -> value
+        self._cg_stored: dict[str, dict[bytes, bytes]] = {}
         broker.on_image.append(self._on_image)
 
     # -- loading --------------------------------------------------------------------------
@@ -243,6 +251,7 @@ class GroupCoordinator:
             if g is not None:
                 g.abandon()
             self.consumer_groups.pop(gid, None)  # its members hear NOT_COORDINATOR
+            self._cg_stored.pop(gid, None)
             self.offsets.pop(gid, None)
         return len(gone)
 
@@ -254,6 +263,7 @@ class GroupCoordinator:
         self._loaded[idx] = epoch
         n = 0
         restored: dict[str, GroupSnapshot | None] = {}
+        cg_restored: dict[str, dict[bytes, bytes]] = {}
         # up to the log end: as the new leader, its whole log is what gets committed
         # (its own high watermark can lag behind commits the old leader acknowledged)
         for h, batch in p.log.batches(p.log.log_start_offset):
@@ -265,13 +275,24 @@ class GroupCoordinator:
                 into = self.pending_txn.setdefault(h.producer_id, {})
             for rec in decode_records(batch):
                 if rec.key is not None:
-                    n += self._replay(rec.key, rec.value, into, restored)
+                    n += self._replay(rec.key, rec.value, into, restored, cg_restored)
         now = time.monotonic()
+        node = self.broker.node_id
         back = 0
         for gid, snap in restored.items():
             if snap is not None and gid not in self.groups:
                 self.groups[gid] = self.new_group(gid, snap, now)
                 back += bool(snap.members)
+        view = self.topics_view()
+        for gid, records in cg_restored.items():
+            cg = None
+            if records and gid not in self.groups and gid not in self.consumer_groups:
+                assignor = self.settings.consumer_assignors[0]
+                cg = restore_consumer_group(gid, records, node, assignor, view, now)
+            if cg is not None:
+                self.consumer_groups[gid] = cg
+                self._cg_stored[gid] = dict(records)
+                back += bool(cg.members)
         if back:
             log.info(
                 "[node %d] Restored %d group(s) with their members from %s-%d",
@@ -308,12 +329,21 @@ class GroupCoordinator:
         value: bytes | None,
         into: dict[str, Offsets] | None = None,
         restored: dict[str, GroupSnapshot | None] | None = None,
+        cg_restored: dict[str, dict[bytes, bytes]] | None = None,
     ) -> int:
         (version,) = _S16.unpack_from(key, 0)
         if version == GROUP_KEY_VERSION and into is None and restored is not None:
             gid, _ = _read_str(key, 2)
             if gid is not None:  # the last one wins; a tombstone: the group was deleted
                 restored[gid] = None if value is None else decode_group_value(value)
+            return 0
+        if version in CONSUMER_GROUP_KEY_TYPES and into is None and cg_restored is not None:
+            _kind, gid, _member = key_group(key)
+            records = cg_restored.setdefault(gid, {})
+            if value is None:
+                records.pop(key, None)
+            elif version != 4:  # (the partition metadata is looked up again)
+                records[key] = value
             return 0
         if version not in (0, 1):
             return 0
@@ -440,12 +470,36 @@ class GroupCoordinator:
         batch = build_batch([(group_key(group_id), value, ())], timestamp_ms=now)
         return await self.store(group_id, batch, now)
 
-    def store_later(self, group_id: str, snap: GroupSnapshot | None) -> None:
-        """Store in the background (a group emptied by a timer, or converted): a failure
-        only means a failover finds the group as it was stored before."""
+    async def store_consumer_group(self, group_id: str) -> ErrorCode | None:
+        """Store what changed in a consumer-protocol group since it was last stored (the
+        records it is now; tombstones for those it no longer has); None when stored."""
+        cg = self.consumer_groups.get(group_id)
+        want = group_records(cg) if cg is not None else {}
+        old = self._cg_stored.get(group_id, {})
+        changes: list[tuple[bytes, bytes | None, tuple[()]]] = [
+            (k, v, ()) for k, v in want.items() if old.get(k) != v
+        ]
+        changes += [(k, None, ()) for k in old if k not in want]
+        if not changes:
+            return None
+        self._cg_stored[group_id] = want  # (in log order: the append is made now)
+        now = int(time.time() * 1000)
+        err = await self.store(group_id, build_batch(changes, timestamp_ms=now), now)
+        if err is not None:
+            self._cg_stored.pop(group_id, None)  # the next store writes all again
+        return err
 
+    def consumer_group_tombstones(self, group_id: str) -> list[tuple[bytes, None, tuple[()]]]:
+        """Tombstones for a deleted consumer-protocol group's stored records."""
+        return [(k, None, ()) for k in self._cg_stored.pop(group_id, {})]
+
+    def store_consumer_group_later(self, group_id: str) -> None:
+        if group_id in self.consumer_groups or group_id in self._cg_stored:
+            self._background(self.store_consumer_group(group_id), group_id)
+
+    def _background(self, store: Coroutine[Any, Any, ErrorCode | None], group_id: str) -> None:
         async def run() -> None:
-            err = await self.store_group(group_id, snap)
+            err = await store
             if err is not None:
                 log.info(
                     "[node %d] Group %s: its state was not stored (%s)",
@@ -457,6 +511,11 @@ class GroupCoordinator:
         task = asyncio.get_running_loop().create_task(run())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def store_later(self, group_id: str, snap: GroupSnapshot | None) -> None:
+        """Store in the background (a group emptied by a timer, or converted): a failure
+        only means a failover finds the group as it was stored before."""
+        self._background(self.store_group(group_id, snap), group_id)
 
     # -- membership ---------------------------------------------------------------------
 
@@ -623,3 +682,4 @@ class GroupCoordinator:
             cg.expire(now, self.consumer_session_timeout_ms(gid))
             if len(cg.members) < before:
                 self.mixed.maybe_downgrade(gid, now)
+                self.store_consumer_group_later(gid)

@@ -288,10 +288,14 @@ class GroupOffsets:
                 err = ErrorCode.group_id_not_found
             if err is None:
                 offsets = self.gc.offsets.get(gid, {})
-                if offsets or g is not None:
-                    # tombstones, so that the deletion survives a restart
-                    tombstones = [(offset_key(gid, t, p), None, ()) for t, p in offsets]
+                # tombstones, so that the deletion survives a restart
+                tombstones: list[tuple[bytes, bytes | None, tuple[()]]] = [
+                    (offset_key(gid, t, p), None, ()) for t, p in offsets
+                ]
+                if g is not None:
                     tombstones.append((group_key(gid), None, ()))
+                tombstones += self.gc.consumer_group_tombstones(gid)
+                if tombstones:
                     err = await self.gc.store(gid, build_batch(tombstones, timestamp_ms=now), now)
                 if err is None:
                     self.gc.offsets.pop(gid, None)

@@ -365,6 +365,7 @@ class MixedGroups:
         g.leader = first.member_id
         g.state = GroupState.STABLE
         del self.gc.consumer_groups[group_id]
+        self.gc.store_consumer_group_later(group_id)  # its records: tombstones now
         self.gc.groups[group_id] = g
         log.info(
             "[node %d] Group %s converted back to the classic protocol: its last "
