@@ -95,6 +95,10 @@ def decode_offsets_record(key: bytes | None, value: bytes | None) -> str:
             k: dict[str, Any] = {"group": r.string(), "topic": r.string(), "partition": r.i32()}
         elif kind == 2:
             k = {"group": r.string()}
+        elif kind in (3, 4, 6):  # a consumer-protocol group's (KIP-848)
+            k = {"groupId": r.string()}
+        elif kind in (5, 7, 8):
+            k = {"groupId": r.string(), "memberId": r.string()}
         else:
             return f" key: <unknown record type {kind}, {len(key)} bytes> payload: ..."
     except struct.error:
@@ -109,8 +113,10 @@ def decode_offsets_record(key: bytes | None, value: bytes | None) -> str:
             payload = _js({"version": str(version), "data": _offset_value(r, version)})
         elif kind == 2 and (g := decode_group_value(value)) is not None:
             payload = _js({"version": str(version), "data": _group_value(g, version)})
-        else:
+        elif kind == 2:
             payload = f"<group metadata v{version}, {len(value)} bytes>"
+        else:
+            payload = f"<consumer group record v{version}, {len(value)} bytes>"
     except struct.error:
         payload = f"<truncated, {len(value)} bytes>"
     return f" key: {key_text} payload: {payload}"
