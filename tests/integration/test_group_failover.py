@@ -1,7 +1,7 @@
 """Groups survive their coordinator's failover (Kafka's GroupMetadata records, and the
 consumer protocol's ConsumerGroup* records, in __consumer_offsets): the new coordinator
-restores the members, their ids, generation or epochs and assignments, so heartbeats and
-commits go on without a rebalance."""
+restores the members, their ids, generation or epochs and assignments, so heartbeats,
+commits and a transactional copier's offsets go on without a rebalance or a fencing."""
 
 from __future__ import annotations
 
@@ -87,8 +87,9 @@ def _heartbeat(port: int, group: str, member: str, generation: int) -> str:
 
 def test_a_classic_group_keeps_its_members_when_its_coordinator_dies(three: Cluster) -> None:
     c = three
-    keeperless("topics", "--bootstrap-server", c.bootstrap, "--create", "--topic", "orders",
-               "--partitions", "2", "--replication-factor", "3", check=True)  # fmt: skip
+    for topic, parts in (("orders", "2"), ("copies", "1")):
+        keeperless("topics", "--bootstrap-server", c.bootstrap, "--create", "--topic", topic,
+                   "--partitions", parts, "--replication-factor", "3", check=True)  # fmt: skip
     p = Producer({"bootstrap.servers": c.bootstrap})
     for i in range(20):
         p.produce("orders", value=f"o{i}".encode(), partition=i % 2)
@@ -136,6 +137,12 @@ def test_a_classic_group_keeps_its_members_when_its_coordinator_dies(three: Clus
             cons.commit(asynchronous=False)
             members_before[protocol] = cons.memberid()
         assert _coordinator(c, "readers-classic") == _coordinator(c, "readers-consumer") == old
+        # a transactional copier of the classic group, mid-transaction at the failover
+        copier = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "copier"})
+        copier.init_transactions(30)
+        copier.begin_transaction()
+        copier.produce("copies", value=b"copied")
+        copier.flush(30)
         c.brokers[old].kill9()
         new = 0
 
@@ -150,6 +157,16 @@ def test_a_classic_group_keeps_its_members_when_its_coordinator_dies(three: Clus
             lambda: _heartbeat(c.brokers[new].port, GROUP, member, generation) == "none",
             30,
             what="a heartbeat of the restored member",
+        )
+        # the copier's offsets go to the new coordinator, which knows its member and
+        # generation: the transaction commits, nothing fenced
+        classic = consumers["classic"]
+        positions = classic.position(classic.assignment())
+        copier.send_offsets_to_transaction(positions, classic.consumer_group_metadata(), 30)
+        copier.commit_transaction(30)
+        committed = classic.committed(classic.assignment(), 30)
+        assert sorted((t.partition, t.offset) for t in committed) == sorted(
+            (t.partition, t.offset) for t in positions
         )
         # the consumers: heartbeats on, no rebalance, and their commits are accepted
         for i in range(20, 30):
