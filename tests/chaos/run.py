@@ -269,6 +269,9 @@ def run_once(
             admin=admin_stats,
             commits=sum(1 for e in history.of("consumer-", "commit") if e.type == "ok"),
             reads=sum(len(e.value) for e in history.of("consumer-", "read")),
+            # assignments after each consumer's first: the group's rebalances, which a
+            # coordinator failover should no longer cause (its membership is restored)
+            rebalances=_rebalances(history),
             isolated_controllers=nemesis.isolated_controllers,
             voter_changes=[e.value for e in history.of("nemesis", "voters")],
             metadata_version=final_release,
@@ -305,13 +308,23 @@ def run_once(
     return report
 
 
+def _rebalances(history: Any) -> int:
+    firsts: set[str] = set()
+    n = 0
+    for e in history.of("consumer-", "assigned"):
+        n += e.process in firsts
+        firsts.add(e.process)
+    return n
+
+
 def print_report(r: dict[str, Any]) -> None:
     w = r.get("writes", {})
     print(
         f"seed {r['seed']} {r['topology']}: {len(r.get('faults', []))} faults in "
         f"{r['seconds']} s; produced {w.get('sent', 0)} (acked {w.get('acked', 0)}, "
         f"unknown {w.get('unknown_outcome', 0)}), consumed {r.get('reads', 0)}, "
-        f"{r.get('commits', 0)} commits, {r.get('admin', {}).get('ops', 0)} admin ops, "
+        f"{r.get('commits', 0)} commits, {r.get('rebalances', 0)} rebalances, "
+        f"{r.get('admin', {}).get('ops', 0)} admin ops, "
         f"{r.get('delete_records', 0)} record deletions, "
         f"{r.get('transactions', {}).get('commits', 0)} transactions "
         f"({r.get('transactions', {}).get('copied', 0)} records copied exactly once), "

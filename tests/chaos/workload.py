@@ -265,7 +265,14 @@ class Workload:
                 **protocol,
             }
         )
-        c.subscribe([TOPIC])
+        # each assignment it gets (its first, then each rebalance): the report counts
+        # them, so a coordinator failover that rebalanced the group shows
+        c.subscribe(
+            [TOPIC],
+            on_assign=lambda _c, parts: h.info(
+                name, "assigned", sorted(p.partition for p in parts)
+            ),
+        )
         since_commit = 0
         last_commit = time.monotonic()
         try:
