@@ -227,11 +227,30 @@ def test_format_flags_and_bad_input(tmp_path: Path) -> None:
                      "--initial-controllers", "1@127.0.0.1:9093")  # fmt: skip
     assert bad.returncode != 0
     assert "No colon following port could be found" in bad.stderr
+    for spec, words in ((f"1@127.0.0.1:{ports[0]}:AAAAAAAAAAAAAAAAAAAAAA", "it is reserved"),
+                        ("", "No @ found in dynamic voter string")):  # fmt: skip
+        bad = keeperless("storage", "format", "-t", cid, "-c", str(c.config),
+                         "--initial-controllers", spec)  # fmt: skip
+        assert bad.returncode != 0
+        assert words in bad.stderr, bad.stderr
+    assert not c.data.exists()
     dir_id = keeperless("storage", "random-uuid", check=True).stdout.strip()
-    ok = keeperless("storage", "format", "-t", cid, "-c", str(c.config), "--initial-controllers",
-                    f"1@127.0.0.1:{ports[0]}:{dir_id},2@127.0.0.1:{ports[1]}:"
-                    + keeperless("storage", "random-uuid", check=True).stdout.strip())  # fmt: skip
+    ok = keeperless(
+        "storage",
+        "format",
+        "-t",
+        cid,
+        "-c",
+        str(c.config),
+        "--initial-controllers",
+        f"1@127.0.0.1:{ports[0]}:{dir_id},2@127.0.0.1:{ports[1]}:"
+        + keeperless("storage", "random-uuid", check=True).stdout.strip()
+        + ",",
+    )  # fmt: skip (a trailing comma, as Kafka's parser takes it)
     assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines()[0] == (
+        f"Formatting dynamic metadata voter directory {c.data} with metadata.version 4.1-IV1."
+    )
     # the metadata directory is the voter's: its directory id is the one given
     assert f"directory.id={dir_id}" in (c.data / "meta.properties").read_text()
     assert (c.data / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint").exists()

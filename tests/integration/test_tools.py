@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -409,6 +410,23 @@ def test_features_upgrade_and_downgrade(cluster39: Cluster) -> None:
         "metadata.version can be upgraded to 21.\n"
     )
     assert finalized(*bs) == "3.7-IV2"
+    # all or nothing, as Kafka's: one refused feature refuses the request, and the tool
+    # says so for each (a dynamic quorum needs 3.9-IV0, not the 3.8 this request sets)
+    partial = keeperless("features", "upgrade", *bc, "--metadata", "3.8-IV0",
+                         "--feature", "kraft.version=1",
+                         "--feature", "group.version=1")  # fmt: skip
+    assert partial.returncode == 1
+    lines = partial.stdout.splitlines()
+    assert [ln.split(".")[0] for ln in lines] == [
+        "Could not upgrade group",
+        "Could not upgrade kraft",
+        "Could not upgrade metadata",
+    ], partial.stdout
+    assert all("depends on metadata.version level 21 (3.9-IV0), and metadata.version would "
+               "be 20 (3.8-IV0)" in ln for ln in lines), partial.stdout  # fmt: skip
+    assert finalized(*bs) == "3.7-IV2"
+    desc = _ok("features", "describe", *bc)
+    assert re.search(r"Feature: group.version\t.*FinalizedVersionLevel: 0\t", desc), desc
     # back up, through the controllers directly
     assert _ok("features", "upgrade", *bc, "--release-version", "3.9") == (
         "metadata.version was upgraded to 21.\n"

@@ -147,6 +147,13 @@ def test_kraft_version_upgrade_needs_every_voters_directory_id() -> None:
     assert "has not fetched with a directory id" in str(err)
     err = _refusal(sim, lambda c, now: c.upgrade_kraft_version(2, {}, now))
     assert "only supports versions 0-1" in str(err)
+    # a dry run (kafka-features --dry-run) makes the same checks and changes nothing
+    err = _refusal(sim, lambda c, now: c.upgrade_kraft_version(1, {}, now, dry_run=True))
+    assert "has not fetched with a directory id" in str(err)
+    leader = sim.leader()
+    assert leader is not None
+    assert leader.core is not None
+    assert leader.core.kraft_version == 0
 
 
 def test_a_change_that_would_leave_no_live_majority_is_refused() -> None:

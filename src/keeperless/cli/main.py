@@ -52,8 +52,14 @@ def _storage(args: argparse.Namespace) -> int:
             tuple(args.feature),
             initial,
         )
-        for d in res.formatted:
-            print(f"Formatting {d} with metadata.version level {res.metadata_version}.")
+        from keeperless.metadata.features import release_for_level
+
+        release = release_for_level(res.metadata_version)
+        for d in res.formatted:  # Kafka's Formatter's lines
+            what = "data directory"
+            if d == cfg.metadata_log_dir:
+                what = "dynamic metadata voter directory" if initial else "metadata directory"
+            print(f"Formatting {what} {d} with metadata.version {release}.")
         for d in res.skipped:
             print(f"{d} is already formatted; skipping (--ignore-formatted).")
         return 0
@@ -82,15 +88,16 @@ def _initial_controllers(args: argparse.Namespace, cfg: Any) -> Any:
 
     listener = cfg.controller_listener_names[0] if cfg.controller_listener_names else "CONTROLLER"
     static = [v.node_id for v in cfg.voters]
-    if args.initial_controllers or args.standalone:
-        flag = "--initial-controllers" if args.initial_controllers else "--standalone"
+    given = args.initial_controllers is not None  # ("" is given, and refused as Kafka does)
+    if given or args.standalone:
+        flag = "--initial-controllers" if given else "--standalone"
         if static:
             raise ToolError(
                 f"{flag} formats a dynamic quorum, but controller.quorum.voters is set (a "
                 f"static quorum of {static}): remove controller.quorum.voters and set "
                 "controller.quorum.bootstrap.servers instead, or format without " + flag
             )
-    if args.initial_controllers:
+    if given:
         try:
             return parse_dynamic_voters(args.initial_controllers, listener)
         except ValueError as e:

@@ -129,16 +129,21 @@ def _level(feature: str, level: int) -> str:
     return str(level)
 
 
-def kraft_version_refusal(c: QuorumController, level: int) -> str | None:
+def kraft_version_refusal(
+    c: QuorumController, level: int, metadata_version: int | None = None
+) -> str | None:
     """Why kraft.version cannot become ``level`` at this cluster's feature levels (a
-    dynamic quorum needs metadata.version 3.9-IV0), or None."""
+    dynamic quorum needs metadata.version 3.9-IV0; ``metadata_version``: the one the
+    same request sets), or None."""
     levels = {**c.image.features, KRAFT_VERSION_FEATURE: level}
+    if metadata_version is not None:
+        levels[METADATA_VERSION_FEATURE] = metadata_version
     for feature, lv, dep, needed in broken_dependencies(levels):
         if feature == KRAFT_VERSION_FEATURE:
             return (
                 f"Invalid update version {lv} for feature {feature}. {feature} could not be "
                 f"set to {lv} because it depends on {dep} level {_level(dep, needed)}, and "
-                f"{dep} is {_level(dep, levels.get(dep, 0))}."
+                f"{dep} would be {_level(dep, levels.get(dep, 0))}."
             )
     return None
 
@@ -148,6 +153,7 @@ def update_features(
     updates: Sequence[tuple[str, int, int]],
     validate_only: bool,
     kraft_version: int = 0,
+    announce: bool = True,
 ) -> Result[list[tuple[str, ApiError]]]:
     """``updates`` are (feature, level, upgrade type); answers one error per feature."""
     results: list[tuple[str, ApiError]] = []
@@ -171,7 +177,7 @@ def update_features(
         # request refused as a whole changes nothing
         current = c.image.features.get(rec.name, 0)
         verb = "Upgrading" if rec.feature_level > current else "Downgrading"
-        if validate_only:
+        if validate_only and announce:
             log.info(
                 "Validated (dry run, nothing changed): %s %s from %d to %d would be allowed.",
                 verb.lower(),

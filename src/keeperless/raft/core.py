@@ -261,9 +261,13 @@ class RaftCore:
         return membership.update_voter(self, voter, now_ms)
 
     def upgrade_kraft_version(
-        self, version: int, endpoints: dict[int, tuple[Endpoint, ...]], now_ms: int
+        self,
+        version: int,
+        endpoints: dict[int, tuple[Endpoint, ...]],
+        now_ms: int,
+        dry_run: bool = False,
     ) -> int:
-        return membership.upgrade_kraft_version(self, version, endpoints, now_ms)
+        return membership.upgrade_kraft_version(self, version, endpoints, now_ms, dry_run)
 
     def pending_voter_change(self) -> int | None:
         return membership.pending_voter_change(self)

@@ -170,12 +170,17 @@ def update_voter(core: RaftCore, voter: Voter, now_ms: int) -> int:
 
 
 def upgrade_kraft_version(
-    core: RaftCore, version: int, endpoints: dict[int, tuple[Endpoint, ...]], now_ms: int
+    core: RaftCore,
+    version: int,
+    endpoints: dict[int, tuple[Endpoint, ...]],
+    now_ms: int,
+    dry_run: bool = False,
 ) -> int:
     """kafka-features upgrade --feature kraft.version=1: a static quorum becomes a
     dynamic one. The voters keep their ids and get the directory ids they fetch
     with (each must have fetched lately, this one aside) and ``endpoints``; the
-    leader appends KRaftVersionRecord and VotersRecord; returns their offset."""
+    leader appends KRaftVersionRecord and VotersRecord; returns their offset.
+    ``dry_run``: the same checks, nothing appended (-1)."""
     if core.role is not Role.LEADER:
         raise MembershipError(m.NOT_LEADER_OR_FOLLOWER, f"node {core.node_id} is not the leader")
     if version == core.kraft_version:
@@ -209,6 +214,8 @@ def upgrade_kraft_version(
                 "version with KIP-853, with its metadata directory formatted?)",
             )
         voters.append(Voter(v.id, d, endpoints.get(v.id, ())))
+    if dry_run:
+        return -1
     batch = voters_records(VoterSet.of(voters), kraft_version=version, timestamp_ms=now_ms)
     offset = core._append_local(batch, 2, now_ms, True)
     core._maybe_advance_hw(now_ms)

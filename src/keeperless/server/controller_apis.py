@@ -70,7 +70,7 @@ from keeperless.metadata.admin_requests import (
     unregister_response,
     update_features_response,
 )
-from keeperless.metadata.features import KRAFT_VERSION_FEATURE
+from keeperless.metadata.features import KRAFT_VERSION_FEATURE, METADATA_VERSION_FEATURE
 from keeperless.metadata.image import AclEntry
 from keeperless.metadata.reassignment_requests import (
     alter_response,
@@ -223,20 +223,38 @@ class LocalController:
     async def update_features(
         self, updates: Sequence[tuple[str, int, int]], validate_only: bool
     ) -> list[tuple[str, ApiError]]:
+        """All or nothing, as Kafka's: every update is checked (kraft.version against the
+        metadata.version the same request sets) before any is made, and a refusal of one
+        is every feature's answer."""
         kraft = [u for u in updates if u[0] == KRAFT_VERSION_FEATURE]
         rest = [u for u in updates if u[0] != KRAFT_VERSION_FEATURE]
-        results = [await self._kraft_version(lv, t, validate_only) for _, lv, t in kraft]
+        kv = self.service.mlog.core.kraft_version
+        mv = next((lv for f, lv, _ in rest if f == METADATA_VERSION_FEATURE), None)
+        results = [await self._kraft_version(lv, t, True, mv) for _, lv, t in kraft]
         if rest or not kraft:
-            kv = self.service.mlog.core.kraft_version
-            done = await self.service.call(lambda c: update_features(c, rest, validate_only, kv))
-            results += list(done)
+            checked = await self.service.call(
+                lambda c: update_features(c, rest, True, kv, announce=validate_only)
+            )
+            results += list(checked)
+        refused = next((e for _, e in results if e.code != ErrorCode.none), None)
+        if refused is not None or validate_only:
+            return _all_refused(results, refused)
+        if kraft:  # the change that can still fail (a voter gone quiet): made first
+            done = [await self._kraft_version(lv, t, False, mv) for _, lv, t in kraft]
+            refused = next((e for _, e in done if e.code != ErrorCode.none), None)
+            if refused is not None:
+                return _all_refused(results, refused)
+        if rest:
+            made = await self.service.call(lambda c: update_features(c, rest, False, kv))
+            return [*(r for r in results if r[0] == KRAFT_VERSION_FEATURE), *made]
         return results
 
     async def _kraft_version(
-        self, level: int, upgrade_type: int, validate_only: bool
+        self, level: int, upgrade_type: int, validate_only: bool, metadata_version: int | None
     ) -> tuple[str, ApiError]:
         """kraft.version is the Raft log's (KIP-853), not a metadata record: the active
-        controller's Raft core turns its static quorum dynamic."""
+        controller's Raft core turns its static quorum dynamic (checked the same way
+        without changing anything when ``validate_only``)."""
         mlog = self.service.mlog
         if level < mlog.core.kraft_version or (
             upgrade_type != 1 and level != mlog.core.kraft_version
@@ -246,10 +264,10 @@ class LocalController:
                 "kraft.version is not supported."
             )
             return KRAFT_VERSION_FEATURE, ApiError(ErrorCode.invalid_update_version, text)
-        refusal = kraft_version_refusal(self.service.controller, level)
+        refusal = kraft_version_refusal(self.service.controller, level, metadata_version)
         if refusal is not None:
             return KRAFT_VERSION_FEATURE, ApiError(ErrorCode.invalid_update_version, refusal)
-        if validate_only or level == mlog.core.kraft_version:
+        if level == mlog.core.kraft_version:
             return KRAFT_VERSION_FEATURE, ApiError.none()
         cfg = self.service.config
         name = cfg.controller_listener_names[0] if cfg.controller_listener_names else "CONTROLLER"
@@ -257,9 +275,12 @@ class LocalController:
             v.node_id: (Endpoint(name, v.host, v.port),) for v in cfg.voters
         }
         try:
-            await mlog.change_voters(
-                lambda core, now: core.upgrade_kraft_version(level, endpoints, now), 30.0
-            )
+            if validate_only:
+                mlog.core.upgrade_kraft_version(level, endpoints, 0, dry_run=True)
+            else:
+                await mlog.change_voters(
+                    lambda core, now: core.upgrade_kraft_version(level, endpoints, now), 30.0
+                )
         except MembershipError as e:
             return KRAFT_VERSION_FEATURE, ApiError(ErrorCode(e.code), str(e))
         return KRAFT_VERSION_FEATURE, ApiError.none()
@@ -719,3 +740,12 @@ class ControllerApis:
                 header.api_version, [], ApiError(ErrorCode.not_controller)
             )
         return elect_leaders_response(header.api_version, results)
+
+
+def _all_refused(
+    results: list[tuple[str, ApiError]], refused: ApiError | None
+) -> list[tuple[str, ApiError]]:
+    """One refusal is every feature's answer (nothing was changed)."""
+    if refused is None:
+        return results
+    return [(name, e if e.code != ErrorCode.none else refused) for name, e in results]

@@ -64,7 +64,10 @@ def parse_dynamic_voters(spec: str, listener: str) -> VoterSet:
     """``--initial-controllers``: ``id@host:port:directory-id,...`` as Kafka's
     DynamicVoters parses it, with its messages."""
     voters: dict[int, Voter] = {}
-    for item in spec.split(","):
+    items = spec.split(",")
+    while len(items) > 1 and not items[-1]:
+        items.pop()  # (as Java's String.split: trailing empty entries go)
+    for item in items:
         v = _parse_dynamic_voter(item.strip(), listener)
         if v.id in voters:
             raise ValueError(f"Node id {v.id} was specified more than once.")
@@ -114,6 +117,8 @@ def _parse_dynamic_voter(text: str, listener: str) -> Voter:
         raise ValueError(
             f"Failed to parse directory ID in dynamic voter string: {text!r}."
         ) from None
+    if directory_id.int < 100:  # Kafka's reserved ids: zero (unassigned), lost, migrating
+        raise ValueError(f"Invalid directory ID {dir_s} in dynamic voter string: it is reserved.")
     return Voter(node_id, directory_id, (Endpoint(listener, host, port),))
 
 
