@@ -76,3 +76,15 @@ def test_only_what_changed_differs_and_half_a_member_is_left_out() -> None:
     assert restore("g", no_metadata, 2, "uniform", VIEW, now=0.0) is None
     broken = {k: v[:-4] for k, v in before.items()}
     assert restore("g", broken, 2, "uniform", VIEW, now=0.0) is None
+
+
+def test_one_members_records_are_the_groups_own_and_its() -> None:
+    """After a heartbeat that kept the group's epochs and size, only the group's records
+    and the heartbeating member's are looked at (not every member's, each heartbeat)."""
+    g = _group()
+    mine = group_records(g, "a")
+    assert sorted(key_group(k) for k in mine) == [
+        (3, "g", None), (5, "g", "a"), (6, "g", None), (7, "g", "a"), (8, "g", "a"),
+    ]  # fmt: skip
+    whole = group_records(g)
+    assert all(whole[k] == v for k, v in mine.items())

@@ -63,7 +63,7 @@ class ConsumerGroupApis:
             reply = self._heartbeat(header, req)
             # what changed is stored before the member hears of it (Kafka's runtime
             # answers once its records are committed), so a new coordinator has it
-            stored = await self.gc.store_consumer_group(req.group_id)
+            stored = await self.gc.store_consumer_group(req.group_id, reply[0])
             if stored is not None:
                 cg = self.gc.consumer_groups.get(req.group_id)
                 if cg is not None and reply[0] in cg.members:

@@ -77,9 +77,10 @@ def _value(body: bytes) -> bytes:
     return _I16.pack(0) + body + b"\x00"  # version 0, then no tagged fields
 
 
-def group_records(g: ConsumerGroup) -> dict[bytes, bytes]:
-    """Every record the group is now, key -> value. A group with classic members (a
-    KIP-848 migration in progress) is not stored: it is rebuilt by rejoining."""
+def group_records(g: ConsumerGroup, member: str | None = None) -> dict[bytes, bytes]:
+    """Every record the group is now, key -> value (``member``: only the group's own and
+    that member's). A group with classic members (a KIP-848 migration in progress) is
+    not stored: it is rebuilt by rejoining."""
     if not g.members and g.group_epoch == 0:
         return {}
     if any(m.classic is not None for m in g.members.values()):
@@ -87,7 +88,8 @@ def group_records(g: ConsumerGroup) -> dict[bytes, bytes]:
     gid = g.group_id
     out = {_key(METADATA, gid): _value(_I32.pack(g.group_epoch))}
     out[_key(TARGET_METADATA, gid)] = _value(_I32.pack(g.assignment_epoch))
-    for mid, m in g.members.items():
+    members = g.members.items() if member is None else [(member, g.members[member])]
+    for mid, m in members:
         out[_key(MEMBER, gid, mid)] = _value(
             _cstr(m.instance_id) + _cstr(m.rack_id) + _cstr(m.client_id)
             + _cstr(m.client_host) + _carray([_cstr(t) for t in m.subscription.names])
@@ -100,7 +102,8 @@ def group_records(g: ConsumerGroup) -> dict[bytes, bytes]:
             + _partitions(m.pending_revocation)
         )  # fmt: skip
     for mid, target in g.target.items():
-        out[_key(TARGET_MEMBER, gid, mid)] = _value(_partitions(target))
+        if member is None or mid == member:
+            out[_key(TARGET_MEMBER, gid, mid)] = _value(_partitions(target))
     return out
 
 

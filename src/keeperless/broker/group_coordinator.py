@@ -180,6 +180,8 @@ class GroupCoordinator:
         self._tasks: set[asyncio.Task[None]] = set()  # background stores
         # a consumer-protocol group's records as last stored: key -> value
         self._cg_stored: dict[str, dict[bytes, bytes]] = {}
+        # its (group epoch, assignment epoch, members) when last stored
+        self._cg_shape: dict[str, tuple[int, int, int] | None] = {}
         broker.on_image.append(self._on_image)
 
     # -- loading --------------------------------------------------------------------------
@@ -252,6 +254,7 @@ class GroupCoordinator:
                 g.abandon()
             self.consumer_groups.pop(gid, None)  # its members hear NOT_COORDINATOR
             self._cg_stored.pop(gid, None)
+            self._cg_shape.pop(gid, None)
             self.offsets.pop(gid, None)
         return len(gone)
 
@@ -292,6 +295,7 @@ class GroupCoordinator:
             if cg is not None:
                 self.consumer_groups[gid] = cg
                 self._cg_stored[gid] = dict(records)
+                self._cg_shape[gid] = (cg.group_epoch, cg.assignment_epoch, len(cg.members))
                 back += bool(cg.members)
         if back:
             log.info(
@@ -470,27 +474,38 @@ class GroupCoordinator:
         batch = build_batch([(group_key(group_id), value, ())], timestamp_ms=now)
         return await self.store(group_id, batch, now)
 
-    async def store_consumer_group(self, group_id: str) -> ErrorCode | None:
+    async def store_consumer_group(
+        self, group_id: str, member: str | None = None
+    ) -> ErrorCode | None:
         """Store what changed in a consumer-protocol group since it was last stored (the
-        records it is now; tombstones for those it no longer has); None when stored."""
+        records it is now; tombstones for those it no longer has); None when stored.
+        ``member``: the one that heartbeated - while the group's epochs and size stay,
+        only its records can have changed, and only they are looked at."""
         cg = self.consumer_groups.get(group_id)
-        want = group_records(cg) if cg is not None else {}
+        shape = (cg.group_epoch, cg.assignment_epoch, len(cg.members)) if cg else None
         old = self._cg_stored.get(group_id, {})
+        partial = cg is not None and member in cg.members and self._cg_shape.get(group_id) == shape
+        self._cg_shape[group_id] = shape
+        want = {} if cg is None else group_records(cg, member if partial else None)
         changes: list[tuple[bytes, bytes | None, tuple[()]]] = [
             (k, v, ()) for k, v in want.items() if old.get(k) != v
         ]
-        changes += [(k, None, ()) for k in old if k not in want]
+        if not partial:
+            changes += [(k, None, ()) for k in old if k not in want]
         if not changes:
             return None
-        self._cg_stored[group_id] = want  # (in log order: the append is made now)
+        # (in log order: the append is made now)
+        self._cg_stored[group_id] = {**old, **want} if partial else want
         now = int(time.time() * 1000)
         err = await self.store(group_id, build_batch(changes, timestamp_ms=now), now)
         if err is not None:
             self._cg_stored.pop(group_id, None)  # the next store writes all again
+            self._cg_shape.pop(group_id, None)
         return err
 
     def consumer_group_tombstones(self, group_id: str) -> list[tuple[bytes, None, tuple[()]]]:
         """Tombstones for a deleted consumer-protocol group's stored records."""
+        self._cg_shape.pop(group_id, None)
         return [(k, None, ()) for k in self._cg_stored.pop(group_id, {})]
 
     def store_consumer_group_later(self, group_id: str) -> None:
