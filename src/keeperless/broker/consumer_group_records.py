@@ -21,6 +21,7 @@ from keeperless.broker.consumer_group import (
     Subscription,
     TopicsView,
 )
+from keeperless.protocol.varint import read_uvarint, write_uvarint
 
 __all__ = ["CONSUMER_GROUP_KEY_TYPES", "group_records", "key_group", "restore"]
 
@@ -42,10 +43,7 @@ def _str(s: str) -> bytes:
 
 def _uvarint(n: int) -> bytes:
     out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
+    write_uvarint(out, n)
     return bytes(out)
 
 
@@ -135,14 +133,8 @@ class _Reader:
         return s
 
     def uvarint(self) -> int:
-        shift = n = 0
-        while True:
-            b = self.buf[self.pos]
-            self.pos += 1
-            n |= (b & 0x7F) << shift
-            if b < 0x80:
-                return n
-            shift += 7
+        n, self.pos = read_uvarint(self.buf, self.pos)
+        return n
 
     def cstr(self) -> str | None:
         n = self.uvarint()

@@ -428,17 +428,7 @@ class Group:
             if self.persist:
                 self.store_due = self.generation
                 return fut
-            self.state = GroupState.STABLE
-            log.info(
-                "[node %d] Group %s: stable at generation %d",
-                self.node_id,
-                self.group_id,
-                self.generation,
-            )
-            for o in self.members.values():
-                if o.sync_future is not None and not o.sync_future.done():
-                    o.sync_future.set_result((ErrorCode.none, o.assignment))
-                o.sync_future = None
+            self._hand_out(ErrorCode.none, now)
         return fut
 
     def synced(self, generation: int, error: ErrorCode, now: float) -> None:
@@ -448,8 +438,12 @@ class Group:
         if generation != self.store_due:
             return
         self.store_due = None
-        if self.state != GroupState.COMPLETING or generation != self.generation:
-            return
+        if self.state == GroupState.COMPLETING and generation == self.generation:
+            self._hand_out(error, now)
+
+    def _hand_out(self, error: ErrorCode, now: float) -> None:
+        """The generation's assignment to every member waiting (stable), or ``error``
+        to each and a rebalance."""
         if error == ErrorCode.none:
             self.state = GroupState.STABLE
             log.info(
