@@ -21,7 +21,9 @@ from keeperless.broker.consumer_group import (
     Subscription,
     TopicsView,
 )
-from keeperless.protocol.varint import read_uvarint, write_uvarint
+from keeperless.protocol.varint import compact_string as _cstr
+from keeperless.protocol.varint import read_uvarint
+from keeperless.protocol.varint import uvarint as _uvarint
 
 __all__ = ["CONSUMER_GROUP_KEY_TYPES", "group_records", "key_group", "restore"]
 
@@ -39,19 +41,6 @@ _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 def _str(s: str) -> bytes:
     b = s.encode()
     return _I16.pack(len(b)) + b
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    write_uvarint(out, n)
-    return bytes(out)
-
-
-def _cstr(s: str | None) -> bytes:
-    if s is None:
-        return b"\x00"
-    b = s.encode()
-    return _uvarint(len(b) + 1) + b
 
 
 def _carray(items: list[bytes]) -> bytes:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
-from keeperless.protocol.varint import write_uvarint
+from keeperless.protocol.varint import compact_string as _compact_str
+from keeperless.protocol.varint import uvarint as _uvarint
 
 __all__ = [
     "FetchPartition",
@@ -69,19 +70,6 @@ class NodeEndpoint:
 
 
 _ABORTED = struct.Struct(">qq")
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    write_uvarint(out, n)
-    return bytes(out)
-
-
-def _compact_str(s: str | None) -> bytes:
-    if s is None:
-        return b"\x00"
-    raw = s.encode()
-    return _uvarint(len(raw) + 1) + raw
 
 
 def encode_fetch_response(

@@ -3,7 +3,15 @@ zig-zag signed (record fields)."""
 
 from __future__ import annotations
 
-__all__ = ["VarintError", "read_uvarint", "read_varint", "write_uvarint", "write_varint"]
+__all__ = [
+    "VarintError",
+    "compact_string",
+    "read_uvarint",
+    "read_varint",
+    "uvarint",
+    "write_uvarint",
+    "write_varint",
+]
 
 
 class VarintError(ValueError):
@@ -15,6 +23,20 @@ def write_uvarint(out: bytearray, n: int) -> None:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    write_uvarint(out, n)
+    return bytes(out)
+
+
+def compact_string(s: str | None) -> bytes:
+    """A flexible version's (nullable) string: its length + 1 as a uvarint, 0 for null."""
+    if s is None:
+        return b"\x00"
+    raw = s.encode()
+    return uvarint(len(raw) + 1) + raw
 
 
 def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
