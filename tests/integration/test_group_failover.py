@@ -139,9 +139,9 @@ def test_a_classic_group_keeps_its_members_when_its_coordinator_dies(three: Clus
             members_before[protocol] = cons.memberid()
         assert _coordinator(c, "readers-classic") == _coordinator(c, "readers-consumer") == old
         # a transactional copier of the classic group, mid-transaction at the failover
-        # (its transaction coordinator on another broker: this test is about the group
-        # coordinator's failover; when both die at once, the copier's AddOffsetsToTxn
-        # times out - found here, and left for the transactions issue)
+        # (its transaction coordinator on another broker: __transaction_state has one
+        # replica here, so a copier whose coordinator dies waits for it to come back, as
+        # in Kafka; the transaction coordinator's failover is the next test)
         wait_until(lambda: _coordinator(c, "copier-0", 1) in c.brokers, 60, what="txn state")
         tid = next(f"copier-{i}" for i in range(200) if _coordinator(c, f"copier-{i}", 1) != old)
         copier = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": tid})
@@ -186,3 +186,63 @@ def test_a_classic_group_keeps_its_members_when_its_coordinator_dies(three: Clus
     finally:
         for cons in consumers.values():
             cons.close()
+
+
+def test_a_transaction_goes_on_when_its_coordinator_dies(tmp_path: Path) -> None:
+    """The transaction coordinator fails over mid-transaction (__transaction_state with
+    three replicas): the new coordinator loads the ongoing transaction, and the producer
+    adds its offsets, commits, and goes on to the next transaction, nothing fenced."""
+    c = Cluster(
+        tmp_path, controllers=1, brokers=3,
+        extra={"offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "1",
+               "transaction.state.log.replication.factor": "3",
+               "transaction.state.log.min.isr": "2", "transaction.state.log.num.partitions": "1",
+               "replica.lag.time.max.ms": "3000"},
+    )  # fmt: skip
+    c.start()
+    try:
+        keeperless("topics", "--bootstrap-server", c.bootstrap, "--create", "--topic", "copies",
+                   "--partitions", "1", "--replication-factor", "3", check=True)  # fmt: skip
+        producer = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "mover"})
+        producer.init_transactions(30)
+        old = _coordinator(c, "mover", 1)
+        assert old in c.brokers
+        producer.begin_transaction()
+        producer.produce("copies", value=b"first")
+        producer.flush(30)
+        reader = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "movers",
+                           "enable.auto.commit": False})  # fmt: skip
+        meta = reader.consumer_group_metadata()
+        c.brokers[old].kill9()
+        wait_until(lambda: _coordinator(c, "mover", 1) not in (-1, old), 60, what="a new one")
+        producer.send_offsets_to_transaction([TopicPartition("copies", 0, 1)], meta, 60)
+        producer.commit_transaction(60)
+        producer.begin_transaction()
+        producer.produce("copies", value=b"second")
+        producer.commit_transaction(60)
+        reader.close()
+        committed = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "checker",
+                              "isolation.level": "read_committed",
+                              "auto.offset.reset": "earliest"})  # fmt: skip
+        try:
+            got: list[bytes] = []
+
+            def read() -> bool:
+                m = committed.poll(0.2)
+                if m is not None and m.error() is None:
+                    got.append(m.value())
+                return len(got) >= 2
+
+            committed.subscribe(["copies"])
+            wait_until(read, 60, what="both transactions read committed")
+            assert got == [b"first", b"second"]
+        finally:
+            committed.close()
+        offsets = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "movers"})
+        try:
+            [tp] = offsets.committed([TopicPartition("copies", 0)], 30)
+            assert tp.offset == 1
+        finally:
+            offsets.close()
+    finally:
+        c.stop()
