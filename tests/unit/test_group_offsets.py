@@ -255,7 +255,7 @@ def test_a_rebalance_while_a_txn_offset_commit_is_verified_fences_it(tmp_path: P
         verifying = asyncio.Event()
         release = asyncio.Event()
 
-        async def verify(tid: str, pid: int, epoch: int, keys: Any) -> Any:
+        async def verify(tid: str, pid: int, epoch: int, keys: Any, add: bool) -> Any:
             verifying.set()
             await release.wait()
             return {k: ErrorCode.none for k in keys}

@@ -33,7 +33,9 @@ def test_a_marker_during_the_wait_voids_the_other_partitions(tmp_path: Path) -> 
     ongoing, fresh = _partition(tmp_path, "a"), _partition(tmp_path, "b")
     ongoing.append(_txn(0), 0, 1 << 20, 0)  # producer 7's transaction is open on "a"
 
-    async def verify(tid: str, pid: int, epoch: int, parts: list[tuple[str, int]]) -> dict:
+    async def verify(
+        tid: str, pid: int, epoch: int, parts: list[tuple[str, int]], add: bool
+    ) -> dict:
         ongoing.append_marker(7, 0, False, 0, 0)  # the coordinator aborts meanwhile
         return dict.fromkeys(parts, ErrorCode.none)
 
@@ -49,7 +51,9 @@ def test_a_request_that_waited_for_nothing_is_not_checked_again(tmp_path: Path) 
     ongoing = _partition(tmp_path, "a")
     ongoing.append(_txn(0), 0, 1 << 20, 0)
 
-    async def verify(tid: str, pid: int, epoch: int, parts: list[tuple[str, int]]) -> dict:
+    async def verify(
+        tid: str, pid: int, epoch: int, parts: list[tuple[str, int]], add: bool
+    ) -> dict:
         raise AssertionError("nothing needed verifying")
 
     refused, recheck = asyncio.run(verify_produce(verify, "tx", 11, [("a", 0, ongoing, _txn(1))]))
@@ -67,7 +71,9 @@ def test_a_producer_id_is_written_only_under_its_own_transactional_id(tmp_path: 
     ongoing.append(_txn(0), 0, 1 << 20, 0)  # producer 7's (alice-tx's) transaction is open
     asked: list[str] = []
 
-    async def verify(tid: str, pid: int, epoch: int, parts: list[tuple[str, int]]) -> dict:
+    async def verify(
+        tid: str, pid: int, epoch: int, parts: list[tuple[str, int]], add: bool
+    ) -> dict:
         asked.append(tid)
         ok = tid == "alice-tx"  # the coordinator knows producer 7 as alice-tx's
         return dict.fromkeys(parts, ErrorCode.none if ok else ErrorCode.invalid_producer_id_mapping)

@@ -478,16 +478,28 @@ class Partition:
         commit: bool,
         coordinator_epoch: int,
         now_ms: int,
+        transaction_version: int = 0,
     ) -> AppendResult:
-        """Leader: end a producer's transaction here (WriteTxnMarkers)."""
+        """Leader: end a producer's transaction here (WriteTxnMarkers). A TV2 marker
+        (KIP-890 part 2) carries the epoch its transaction's end bumped to, so it must be
+        newer than the producer's epoch here: one as old is a duplicate - acknowledged
+        if no transaction is open, refused if one is (a late copy of the previous
+        transaction's marker must not end the next one)."""
         assert self.info is not None
         e = self.producers.get(producer_id)
-        if e is not None and producer_epoch < e.epoch:
+        stale = e is not None and (
+            producer_epoch <= e.epoch if transaction_version >= 2 else producer_epoch < e.epoch
+        )
+        if e is not None and stale:
+            if producer_epoch == e.epoch and producer_id not in self.txns.ongoing:
+                return AppendResult(ErrorCode.none, -1)  # a retry of the marker written
             return AppendResult(
                 ErrorCode.invalid_producer_epoch,
-                message=f"Marker epoch {producer_epoch} of producer {producer_id} is older "
-                f"than {e.epoch}",
-            )
+                message=f"Marker epoch {producer_epoch} of producer {producer_id} is not "
+                f"newer than {e.epoch}" if transaction_version >= 2 else
+                f"Marker epoch {producer_epoch} of producer {producer_id} is older than "
+                f"{e.epoch}",
+            )  # fmt: skip
         buf = bytearray(
             marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
         )

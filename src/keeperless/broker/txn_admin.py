@@ -12,7 +12,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
-from keeperless.broker.txn_coordinator import TxnCoordinator, TxnStatus
+from keeperless.broker.txn_coordinator import TxnCoordinator
+from keeperless.broker.txn_records import TxnStatus
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class

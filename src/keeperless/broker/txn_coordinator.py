@@ -4,20 +4,23 @@ transaction is written (acks=all) before it is answered; on a new leader the par
 records are read again and unfinished commits and aborts are carried on.
 
 States (Kafka's numbers): Empty 0, Ongoing 1, PrepareCommit 2, PrepareAbort 3,
-CompleteCommit 4, CompleteAbort 5, Dead 6, PrepareEpochFence 7. Records: key version 0
-(transactional id), value version 0 (producer id, epoch, timeout, state, partitions,
-last update and start times)."""
+CompleteCommit 4, CompleteAbort 5, Dead 6, PrepareEpochFence 7; the records are in
+``txn_records``.
+
+Transaction version 2 (KIP-890 part 2), chosen per request as Kafka does (EndTxn v5,
+AddPartitionsToTxn v5 from a partition leader adding for a Produce v12+): every
+transaction ends with an epoch bump, its markers carry the bumped epoch, and EndTxn
+answers the producer id and epoch of the next transaction; a late write or marker of an
+ended transaction is then older than the producer's epoch everywhere and refused."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
-import struct
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from enum import IntEnum
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -26,33 +29,29 @@ from keeperless.broker.broker import Broker
 from keeperless.broker.group_coordinator import find_coordinator_response, partition_for_group
 from keeperless.broker.partitions import NotLeaderError
 from keeperless.broker.txn_markers import OFFSETS_TOPIC, TxnMarkerWriter
+from keeperless.broker.txn_records import (
+    TxnMetadata,
+    TxnStatus,
+    parse_txn_record,
+    txn_key,
+    txn_value,
+    value_version,
+)
 from keeperless.metadata.admin import NewTopic
+from keeperless.metadata.features import TRANSACTION_VERSION_FEATURE
 from keeperless.metadata.image import MetadataImage
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import build_batch, decode_records
 
-__all__ = ["TXN_TOPIC", "TxnCoordinator", "TxnSettings", "TxnStatus"]
+__all__ = ["TXN_TOPIC", "TxnCoordinator", "TxnSettings"]
 
 log = logging.getLogger(__name__)
 _PEER_TIMEOUT_S = 30.0  # a marker write or a verification, to another broker
 TXN_TOPIC = "__transaction_state"
-_S16 = struct.Struct(">h")
-_VALUE_HEAD = struct.Struct(">hqhib")
 _MAX_EPOCH = 32767 - 1  # past it the producer gets a new id (Kafka's rule)
 _RETRY_S = (0.1, 0.2, 0.5, 1.0)
-
-
-class TxnStatus(IntEnum):
-    EMPTY = 0
-    ONGOING = 1
-    PREPARE_COMMIT = 2
-    PREPARE_ABORT = 3
-    COMPLETE_COMMIT = 4
-    COMPLETE_ABORT = 5
-    DEAD = 6
-    PREPARE_EPOCH_FENCE = 7
 
 
 _PREPARING = (TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT, TxnStatus.PREPARE_EPOCH_FENCE)
@@ -76,66 +75,26 @@ class TxnSettings:
     write_timeout_ms: int = 5000
 
 
-@dataclass(slots=True)
-class TxnMetadata:
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    timeout_ms: int
-    state: TxnStatus
-    partitions: set[tuple[str, int]] = field(default_factory=set)
-    start_ms: int = -1
-    update_ms: int = -1
-    busy: bool = False  # a state write or the markers in flight: others wait
-    prev_epoch: int = -1  # before the coordinator bumped it to abort (in memory only)
+_MARKER_DONE = (
+    ErrorCode.none,
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.invalid_producer_epoch,
+)
 
 
-def _str(s: str) -> bytes:
-    b = s.encode()
-    return _S16.pack(len(b)) + b
+def _fresh_epoch(md: TxnMetadata) -> bool:
+    """No transaction ended in the producer's current epoch: it was just given (Empty),
+    or the last transaction was a TV2 one, whose end bumped it."""
+    return md.state == TxnStatus.EMPTY or md.client_tv >= 2
 
 
-def _read_str(buf: bytes, pos: int) -> tuple[str, int]:
-    (n,) = _S16.unpack_from(buf, pos)
-    return buf[pos + 2 : pos + 2 + max(n, 0)].decode(), pos + 2 + max(n, 0)
-
-
-def txn_key(transactional_id: str) -> bytes:
-    return _S16.pack(0) + _str(transactional_id)
-
-
-def txn_value(md: TxnMetadata) -> bytes:
-    by_topic: dict[str, list[int]] = {}
-    for topic, index in sorted(md.partitions):
-        by_topic.setdefault(topic, []).append(index)
-    out = bytearray(_VALUE_HEAD.pack(0, md.producer_id, md.producer_epoch, md.timeout_ms, md.state))
-    out += struct.pack(">i", len(by_topic))
-    for topic, indexes in by_topic.items():
-        out += _str(topic) + struct.pack(f">i{len(indexes)}i", len(indexes), *indexes)
-    out += struct.pack(">qq", md.update_ms, md.start_ms)
-    return bytes(out)
-
-
-def parse_txn_record(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None] | None:
-    """(transactional id, its state; None for a tombstone), or None if not a txn record."""
-    (version,) = _S16.unpack_from(key, 0)
-    if version != 0:
-        return None
-    tid, _ = _read_str(key, 2)
-    if value is None:
-        return tid, None
-    _v, pid, epoch, timeout, state = _VALUE_HEAD.unpack_from(value, 0)
-    pos = _VALUE_HEAD.size
-    (n,) = struct.unpack_from(">i", value, pos)
-    pos += 4
-    parts: set[tuple[str, int]] = set()
-    for _ in range(max(n, 0)):
-        topic, pos = _read_str(value, pos)
-        (m,) = struct.unpack_from(">i", value, pos)
-        parts.update((topic, i) for i in struct.unpack_from(f">{m}i", value, pos + 4))
-        pos += 4 + 4 * m
-    update_ms, start_ms = struct.unpack_from(">qq", value, pos)
-    return tid, TxnMetadata(tid, pid, epoch, timeout, TxnStatus(state), parts, start_ms, update_ms)
+def _next_ids(md: TxnMetadata) -> tuple[int, int]:
+    """The producer id and epoch a producer uses after an EndTxn v5."""
+    return (
+        (md.next_producer_id, 0)
+        if md.next_producer_id != -1
+        else (md.producer_id, md.producer_epoch)
+    )
 
 
 def _now_ms() -> int:
@@ -280,6 +239,9 @@ class TxnCoordinator:
             return ErrorCode.not_coordinator
         return None
 
+    def _finalized_tv(self) -> int:
+        return self.broker.image.features.get(TRANSACTION_VERSION_FEATURE, 0)
+
     # -- FindCoordinator -----------------------------------------------------------------
 
     async def find_coordinator(self, header: RequestHeader, req: Any) -> Any:
@@ -300,7 +262,7 @@ class TxnCoordinator:
         if p is None or p.info is None or not p.is_leader or idx not in self._loaded:
             return ErrorCode.not_coordinator
         now = _now_ms()
-        value = None if tombstone else txn_value(md)
+        value = None if tombstone else txn_value(md, value_version(md, self._finalized_tv()))
         batch = build_batch([(txn_key(md.transactional_id), value, ())], timestamp_ms=now)
         res = p.append(batch, p.info.leader_epoch, 2**31 - 1, now)
         if res.error != ErrorCode.none:
@@ -399,6 +361,8 @@ class TxnCoordinator:
         if err is not None:
             return err, None
         md = self.txns.get(tid)
+        if md is not None and pid == md.next_producer_id and md.state in _PREPARING:
+            return ErrorCode.concurrent_transactions, None  # TV2: its epoch ran out
         if md is None or md.producer_id != pid:
             return ErrorCode.invalid_producer_id_mapping, None
         if md.producer_epoch != epoch:
@@ -407,13 +371,16 @@ class TxnCoordinator:
             return ErrorCode.concurrent_transactions, None
         return None, md
 
-    async def _add(self, md: TxnMetadata, parts: set[tuple[str, int]]) -> ErrorCode:
-        if md.state == TxnStatus.ONGOING and parts <= md.partitions:
+    async def _add(self, md: TxnMetadata, parts: set[tuple[str, int]], tv: int = 0) -> ErrorCode:
+        """Add ``parts`` to the producer's transaction, beginning one if none is open
+        (``tv`` 2: a partition leader adding for a TV2 producer's Produce, KIP-890)."""
+        if md.state == TxnStatus.ONGOING and parts <= md.partitions and md.client_tv == tv:
             return ErrorCode.none
         start = md.start_ms if md.state == TxnStatus.ONGOING else _now_ms()
         return await self._transition(
-            md, state=TxnStatus.ONGOING, partitions=md.partitions | parts, start_ms=start
-        )
+            md, state=TxnStatus.ONGOING, partitions=md.partitions | parts, start_ms=start,
+            client_tv=tv,
+        )  # fmt: skip
 
     async def add_partitions_to_txn(self, header: RequestHeader, req: Any) -> Any:
         if header.api_version >= 4:
@@ -424,6 +391,7 @@ class TxnCoordinator:
             req.v3_and_below_producer_epoch,
             [(t.name, tuple(t.partitions)) for t in req.v3_and_below_topics],
             verify_only=False,
+            tv=0,
         )
         return build(
             response_class(ApiKey.ADD_PARTITIONS_TO_TXN, header.api_version),
@@ -431,12 +399,14 @@ class TxnCoordinator:
         )
 
     async def _add_partitions_batched(self, header: RequestHeader, req: Any) -> Any:
-        """v4+: brokers verifying (KIP-890) or adding for several transactions."""
+        """v4+: brokers verifying (KIP-890) or adding for several transactions; an add
+        by v5 is a partition leader's for a TV2 producer's Produce."""
         out = []
+        tv = 2 if header.api_version >= 5 else 0
         for txn in req.transactions:
             _err, results = await self._add_partitions(
                 txn.transactional_id, txn.producer_id, txn.producer_epoch,
-                [(t.name, tuple(t.partitions)) for t in txn.topics], txn.verify_only,
+                [(t.name, tuple(t.partitions)) for t in txn.topics], txn.verify_only, tv,
             )  # fmt: skip
             out.append({"transactional_id": txn.transactional_id, "topic_results": results})
         return build(
@@ -451,6 +421,7 @@ class TxnCoordinator:
         epoch: int,
         topics: list[tuple[str, tuple[int, ...]]],
         verify_only: bool,
+        tv: int,
     ) -> tuple[ErrorCode, list[dict[str, Any]]]:
         wanted = [(name, i) for name, idxs in topics for i in idxs]
         err, md = self._producer_error(tid, pid, epoch)
@@ -462,13 +433,16 @@ class TxnCoordinator:
                     errors[(name, i)] = ErrorCode.unknown_topic_or_partition
             if errors:
                 err = ErrorCode.operation_not_attempted
-            elif verify_only:
+            elif verify_only or (tv >= 2 and md.state in _IDLE and not _fresh_epoch(md)):
+                # (a TV2 add begins a transaction only with an epoch no transaction
+                # ended in: else a late write of a TV1 transaction, same epoch, would
+                # open one; a producer moving to TV2 aborts once to get a new epoch)
                 ongoing = md.partitions if md.state == TxnStatus.ONGOING else set()
                 missing = [k for k in wanted if k not in ongoing]
                 errors = {k: ErrorCode.transaction_abortable for k in missing}
                 err = ErrorCode.none
             else:
-                err = await self._add(md, set(wanted))
+                err = await self._add(md, set(wanted), tv)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for key in wanted:
             code = errors.get(key, err or ErrorCode.none)
@@ -479,13 +453,15 @@ class TxnCoordinator:
         return err or ErrorCode.none, results
 
     async def verify(
-        self, tid: str, pid: int, epoch: int, parts: list[tuple[str, int]]
+        self, tid: str, pid: int, epoch: int, parts: list[tuple[str, int]], add: bool = False
     ) -> dict[tuple[str, int], ErrorCode]:
         """KIP-890 part 1, for a partition leader about to append a producer's first
         transactional batch there: does the coordinator of ``tid`` (here or on another
         broker) have these partitions in the producer's ongoing transaction? A write that
         arrives after its transaction ended (a late retry, a zombie) must not open a
-        transaction no coordinator will ever end."""
+        transaction no coordinator will ever end. ``add`` (part 2, a TV2 producer, which
+        sends no AddPartitionsToTxn): add them instead, as AddPartitionsToTxn v5 does;
+        a late write then carries an epoch the coordinator has bumped, and is fenced."""
         by_topic: dict[str, list[int]] = {}
         for name, i in parts:
             by_topic.setdefault(name, []).append(i)
@@ -496,7 +472,9 @@ class TxnCoordinator:
         unknown = dict.fromkeys(parts, ErrorCode.coordinator_not_available)
         if leader == self.broker.node_id:
             topics = [(n, tuple(i)) for n, i in by_topic.items()]
-            _err, results = await self._add_partitions(tid, pid, epoch, topics, True)
+            _err, results = await self._add_partitions(
+                tid, pid, epoch, topics, not add, 2 if add else 0
+            )
             return {
                 (r["name"], pr["partition_index"]): pr["partition_error_code"]
                 for r in results
@@ -511,14 +489,15 @@ class TxnCoordinator:
                     "transactional_id": tid,
                     "producer_id": pid,
                     "producer_epoch": epoch,
-                    "verify_only": True,
+                    "verify_only": not add,
                     "topics": [{"name": n, "partitions": i} for n, i in by_topic.items()],
                 }
             ]
         }
         host, port = found
         try:
-            resp = await self._peer_request(host, port, ApiKey.ADD_PARTITIONS_TO_TXN, 4, body)
+            version = 5 if add else 4
+            resp = await self._peer_request(host, port, ApiKey.ADD_PARTITIONS_TO_TXN, version, body)
         except OSError as e:
             log.debug(
                 "[node %d] Verifying %s with broker %d: %s", self.broker.node_id, tid, leader, e
@@ -552,48 +531,89 @@ class TxnCoordinator:
     # -- ending ----------------------------------------------------------------------------
 
     async def end_txn(self, header: RequestHeader, req: Any) -> Any:
-        def reply(err: ErrorCode) -> Any:
+        def reply(err: ErrorCode, md: TxnMetadata | None = None) -> Any:
+            # v5 (TV2): the producer id and epoch of the producer's next transaction
+            pid, epoch = _next_ids(md) if md is not None and err == ErrorCode.none else (-1, -1)
             return build(
                 response_class(ApiKey.END_TXN, header.api_version),
-                {"throttle_time": 0, "error_code": err, "producer_id": -1, "producer_epoch": -1},
-            )
+                {"throttle_time": 0, "error_code": err, "producer_id": pid,
+                 "producer_epoch": epoch},
+            )  # fmt: skip
 
-        tid, commit = req.transactional_id, req.committed
+        tid, commit, pid, epoch = (
+            req.transactional_id,
+            req.committed,
+            req.producer_id,
+            req.producer_epoch,
+        )
+        tv = 2 if header.api_version >= 5 else 0
         err = self._coordinator_error(tid)
         if err is not None:
             return reply(err)
         md = self.txns.get(tid)
-        if md is None or md.producer_id != req.producer_id:
+        if md is None:
             return reply(ErrorCode.invalid_producer_id_mapping)
+        # TV2 retries: the epoch was bumped at the end (or ran out: a new producer id)
+        overflowed = (
+            md.client_tv >= 2 and pid == md.prev_producer_id and epoch == _MAX_EPOCH
+            and md.producer_epoch == 0
+        )  # fmt: skip
+        if md.producer_id != pid and not overflowed:
+            return reply(ErrorCode.invalid_producer_id_mapping)
+        done = TxnStatus.COMPLETE_COMMIT if commit else TxnStatus.COMPLETE_ABORT
+        preparing = TxnStatus.PREPARE_COMMIT if commit else TxnStatus.PREPARE_ABORT
         aborted_for_it = (
             not commit
-            and req.producer_epoch == md.prev_epoch
+            and epoch == md.prev_epoch
             and md.state in (TxnStatus.PREPARE_ABORT, TxnStatus.COMPLETE_ABORT)
         )
-        if aborted_for_it:  # the coordinator aborted it already (its timeout)
-            ok = md.state == TxnStatus.COMPLETE_ABORT
-            return reply(ErrorCode.none if ok else ErrorCode.concurrent_transactions)
-        if md.producer_epoch != req.producer_epoch:
+        bumped = overflowed or (md.client_tv >= 2 and md.producer_epoch == epoch + 1)
+        if aborted_for_it or (bumped and md.state in (done, preparing)):
+            # a retry of what was ended (or the coordinator's abort at its timeout)
+            ok = md.state == done
+            return reply(ErrorCode.none if ok else ErrorCode.concurrent_transactions, md)
+        if bumped and md.state not in (TxnStatus.ONGOING, TxnStatus.EMPTY):
+            return reply(ErrorCode.invalid_txn_state)
+        if md.producer_epoch != epoch:
             return reply(ErrorCode.producer_fenced)
         if md.busy:
             return reply(ErrorCode.concurrent_transactions)
-        done = TxnStatus.COMPLETE_COMMIT if commit else TxnStatus.COMPLETE_ABORT
-        preparing = TxnStatus.PREPARE_COMMIT if commit else TxnStatus.PREPARE_ABORT
+        if tv >= 2 and not commit and not _fresh_epoch(md) and md.state in _IDLE:
+            # a producer moving to TV2 after a TV1 transaction, refused its first write
+            # (TRANSACTION_ABORTABLE), aborts: nothing is open, the epoch is bumped
+            err = await self._transition(
+                md, state=TxnStatus.COMPLETE_ABORT, producer_epoch=epoch + 1, client_tv=tv
+            )
+            return reply(err, md)
         if md.state == done:
-            return reply(ErrorCode.none)  # a retry of what is done
+            return reply(ErrorCode.none, md)  # a retry of what is done
         if md.state == preparing:
             return reply(ErrorCode.concurrent_transactions)
         if md.state != TxnStatus.ONGOING:
             return reply(ErrorCode.invalid_txn_state)
-        return reply(await self._begin_end(md, commit, bump=False))
+        err = await self._begin_end(md, commit, bump=tv >= 2, tv=tv)
+        return reply(err, md)
 
-    async def _begin_end(self, md: TxnMetadata, commit: bool, bump: bool) -> ErrorCode:
-        """Write PrepareCommit/PrepareAbort (with a bumped epoch when the coordinator
-        aborts on its own, fencing the producer), then complete in the background."""
+    async def _begin_end(
+        self, md: TxnMetadata, commit: bool, bump: bool, tv: int | None = None
+    ) -> ErrorCode:
+        """Write PrepareCommit/PrepareAbort, then complete in the background. The epoch
+        is bumped when the coordinator aborts on its own (fencing the producer) and at
+        the end of every TV2 transaction; a TV2 producer whose epoch runs out gets a new
+        producer id once the transaction is complete."""
         state = TxnStatus.PREPARE_COMMIT if commit else TxnStatus.PREPARE_ABORT
         epoch = md.producer_epoch + 1 if bump else md.producer_epoch
         prev = md.producer_epoch if bump else md.prev_epoch
-        err = await self._transition(md, state=state, producer_epoch=epoch, prev_epoch=prev)
+        tv = md.client_tv if tv is None else tv
+        next_pid = -1
+        if bump and tv >= 2 and md.producer_epoch >= _MAX_EPOCH:
+            err, next_pid = await self.broker.allocate_producer_id()
+            if err != ErrorCode.none:
+                return err
+        err = await self._transition(
+            md, state=state, producer_epoch=epoch, prev_epoch=prev, client_tv=tv,
+            next_producer_id=next_pid,
+        )  # fmt: skip
         if err == ErrorCode.none:
             self._complete_later(md, commit)
         return err
@@ -624,9 +644,17 @@ class TxnCoordinator:
                             "[node %d] Transaction of %s: markers not written yet on %s",
                             self.broker.node_id, tid, sorted(remaining),
                         )  # fmt: skip
-            state = TxnStatus.COMPLETE_COMMIT if commit else TxnStatus.COMPLETE_ABORT
+            done: dict[str, Any] = {
+                "state": TxnStatus.COMPLETE_COMMIT if commit else TxnStatus.COMPLETE_ABORT,
+                "partitions": set(),
+            }
+            if md.next_producer_id != -1:  # TV2, the epoch ran out: the next id
+                done.update(
+                    producer_id=md.next_producer_id, producer_epoch=0,
+                    prev_producer_id=md.producer_id, next_producer_id=-1,
+                )  # fmt: skip
             md.busy = False
-            while await self._transition(md, state=state, partitions=set()) != ErrorCode.none:
+            while await self._transition(md, **done) != ErrorCode.none:
                 if idx is None or self._loaded.get(idx) != coordinator_epoch:
                     return
                 await asyncio.sleep(0.5)
@@ -652,11 +680,15 @@ class TxnCoordinator:
         for leader, group in by_leader.items():
             pid, epoch = md.producer_id, md.producer_epoch
             if leader == self.broker.node_id:
-                results = await self.markers.write(pid, epoch, commit, coordinator_epoch, group)
+                results = await self.markers.write(
+                    pid, epoch, commit, coordinator_epoch, group, md.client_tv
+                )
             else:
                 results = await self._remote_markers(leader, md, commit, coordinator_epoch, group)
             for key, err in results.items():
-                if err not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
+                # a newer epoch of the producer there: this transaction is over there
+                # (Kafka's marker handler stops sending on it too)
+                if err not in _MARKER_DONE:
                     left.add(key)
         return left
 
@@ -684,12 +716,13 @@ class TxnCoordinator:
                     "transaction_result": commit,
                     "topics": [{"name": n, "partition_indexes": i} for n, i in by_topic.items()],
                     "coordinator_epoch": coordinator_epoch,
+                    "transaction_version": md.client_tv,
                 }
             ]
         }
         host, port = found
         try:
-            resp = await self._peer_request(host, port, ApiKey.WRITE_TXN_MARKERS, 1, body)
+            resp = await self._peer_request(host, port, ApiKey.WRITE_TXN_MARKERS, 2, body)
         except OSError as e:
             log.debug("[node %d] WriteTxnMarkers to %d: %s", self.broker.node_id, leader, e)
             return failed

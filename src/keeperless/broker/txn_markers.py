@@ -48,8 +48,10 @@ class TxnMarkerWriter:
         commit: bool,
         coordinator_epoch: int,
         partitions: Sequence[tuple[str, int]],
+        transaction_version: int = 0,
     ) -> dict[tuple[str, int], ErrorCode]:
-        """Append the marker to each partition led here; wait for their ISRs."""
+        """Append the marker to each partition led here; wait for their ISRs. A TV2
+        marker carries the bumped epoch, and must be newer than the producer's epoch."""
         now = int(time.time() * 1000)
         results: dict[tuple[str, int], ErrorCode] = {}
         waits: list[tuple[tuple[str, int], Partition, int, int]] = []
@@ -58,7 +60,9 @@ class TxnMarkerWriter:
             if p is None:
                 results[(topic, index)] = err
                 continue
-            res = p.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, now)
+            res = p.append_marker(
+                producer_id, producer_epoch, commit, coordinator_epoch, now, transaction_version
+            )
             results[(topic, index)] = res.error
             if res.error == ErrorCode.none:
                 assert p.info is not None
@@ -85,8 +89,9 @@ class TxnMarkerWriter:
         for m in req.markers:
             parts = [(t.name, i) for t in m.topics for i in t.partition_indexes]
             results = await self.write(
-                m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch, parts
-            )
+                m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
+                parts, getattr(m, "transaction_version", 0),
+            )  # fmt: skip
             by_topic: dict[str, list[dict[str, Any]]] = {}
             for (name, index), err in results.items():
                 by_topic.setdefault(name, []).append({"partition_index": index, "error_code": err})

@@ -51,9 +51,12 @@ class TxnOffsets:
         if t is None:
             return ErrorCode.coordinator_not_available
         key = (OFFSETS_TOPIC, partition_for_group(req.group_id, len(t.partitions)))
+        # v5 (a TV2 producer sends no AddOffsetsToTxn): the offsets partition is added
+        # to its transaction here, KIP-890 part 2
         answers = await self.verify(
-            req.transactional_id, req.producer_id, req.producer_epoch, [key]
-        )
+            req.transactional_id, req.producer_id, req.producer_epoch, [key],
+            header.api_version >= 5,
+        )  # fmt: skip
         err = answers.get(key, ErrorCode.coordinator_not_available)
         if err == ErrorCode.none:
             return None

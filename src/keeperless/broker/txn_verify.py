@@ -27,9 +27,10 @@ __all__ = [
     "verify_produce",
 ]
 
-# (transactional id, producer id, epoch, partitions) -> the coordinator's answer for each
+# (transactional id, producer id, epoch, partitions, add them: a TV2 producer's write)
+# -> the coordinator's answer for each
 Verify = Callable[
-    [str, int, int, list[tuple[str, int]]], Awaitable[dict[tuple[str, int], ErrorCode]]
+    [str, int, int, list[tuple[str, int]], bool], Awaitable[dict[tuple[str, int], ErrorCode]]
 ]
 
 # the coordinator is moving or busy: the producer retries (Kafka answers the same)
@@ -136,7 +137,11 @@ async def verify_produce(
         todo.setdefault((h.producer_id, h.producer_epoch), []).append((name, index, p))
     for (pid, epoch), parts in todo.items():
         assert transactional_id is not None
-        answers = await verify(transactional_id, pid, epoch, [(n, i) for n, i, _ in parts])
+        # Produce v12+ comes from a TV2 producer (Kafka's client sends v12 only then),
+        # which adds no partitions itself: the leader adds them (KIP-890 part 2)
+        answers = await verify(
+            transactional_id, pid, epoch, [(n, i) for n, i, _ in parts], version >= 12
+        )
         for name, index, p in parts:
             err = answers.get((name, index), ErrorCode.coordinator_not_available)
             if err == ErrorCode.none:

@@ -77,7 +77,7 @@ KRAFT_VERSION_FEATURE = "kraft.version"
 # KIP-848: 1 lets consumers use the consumer group protocol (ConsumerGroupHeartbeat)
 GROUP_VERSION_FEATURE = "group.version"
 # KIP-890: 1 flexible transaction-log records, 2 an epoch bump at each transaction's
-# end (both built by the transactions issue; this build writes level 0's records)
+# end (the EndTxn v5 / Produce v12 / TxnOffsetCommit v5 path of a TV2 client)
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 # KIP-932 share groups and KIP-1071 streams groups (not built yet: level 0 only)
 SHARE_VERSION_FEATURE = "share.version"
@@ -87,7 +87,7 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     ELR_FEATURE: (0, 1),
     KRAFT_VERSION_FEATURE: (0, 1),
     GROUP_VERSION_FEATURE: (0, 1),
-    TRANSACTION_VERSION_FEATURE: (0, 0),
+    TRANSACTION_VERSION_FEATURE: (0, 2),
     SHARE_VERSION_FEATURE: (0, 0),
     STREAMS_VERSION_FEATURE: (0, 0),
 }

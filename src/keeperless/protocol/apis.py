@@ -177,7 +177,7 @@ _TABLE = (
     ApiSpec(ApiKey.ADD_PARTITIONS_TO_TXN, broker=(0, 5)),  # v4+: batched, verify_only
     ApiSpec(ApiKey.ADD_OFFSETS_TO_TXN, broker=(0, 4)),
     ApiSpec(ApiKey.END_TXN, broker=(0, 5)),
-    ApiSpec(ApiKey.WRITE_TXN_MARKERS, broker=(1, 1)),  # broker to broker
+    ApiSpec(ApiKey.WRITE_TXN_MARKERS, broker=(1, 2)),  # broker to broker; v2: TV
     ApiSpec(ApiKey.TXN_OFFSET_COMMIT, broker=(0, 5)),
     ApiSpec(ApiKey.DESCRIBE_ACLS, broker=(1, 3)),  # from the image
     ApiSpec(ApiKey.CREATE_ACLS, broker=(1, 3), controller=(2, 3)),  # forwarded to the controller

@@ -10,6 +10,7 @@ import struct
 from typing import Any
 
 from keeperless.broker.group_records import GroupSnapshot, decode_group_value
+from keeperless.broker.txn_records import parse_txn_record
 
 __all__ = ["decode_offsets_record", "decode_transaction_record"]
 
@@ -138,23 +139,31 @@ def decode_transaction_record(key: bytes | None, value: bytes | None) -> str:
     if value is None:
         return f" key: {key_text} payload: null"
     try:
-        r = _Reader(value)
-        vv = r.i16()
-        data: dict[str, Any] = {
-            "producerId": r.i64(),
-            "producerEpoch": r.i16(),
-            "transactionTimeoutMs": r.i32(),
-            "transactionStatus": r.buf[r.pos],
-        }
-        r.pos += 1
-        parts = []
-        for _ in range(max(r.i32(), 0)):
-            topic = r.string()
-            parts.append({"topic": topic, "partitionIds": [r.i32() for _ in range(r.i32())]})
-        data["transactionPartitions"] = parts
-        data["transactionLastUpdateTimestampMs"] = r.i64()
-        data["transactionStartTimestampMs"] = r.i64()
+        vv = struct.unpack_from(">h", value, 0)[0]
+        parsed = parse_txn_record(key, value)
+        if parsed is None or parsed[1] is None:
+            raise ValueError("not a transaction record")
+        md = parsed[1]
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in sorted(md.partitions):
+            by_topic.setdefault(topic, []).append(index)
+        data: dict[str, Any] = {"producerId": md.producer_id}
+        if vv >= 1:  # value v1's tagged fields, in the schema's order
+            data["previousProducerId"] = md.prev_producer_id
+            data["nextProducerId"] = md.next_producer_id
+        data.update(
+            producerEpoch=md.producer_epoch,
+            transactionTimeoutMs=md.timeout_ms,
+            transactionStatus=int(md.state),
+            transactionPartitions=[
+                {"topic": t, "partitionIds": ids} for t, ids in by_topic.items()
+            ],
+            transactionLastUpdateTimestampMs=md.update_ms,
+            transactionStartTimestampMs=md.start_ms,
+        )
+        if vv >= 1:
+            data["clientTransactionVersion"] = md.client_tv
         payload = _js({"version": str(vv), "data": data})
-    except (struct.error, IndexError):
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError):
         payload = f"<truncated, {len(value)} bytes>"
     return f" key: {key_text} payload: {payload}"
