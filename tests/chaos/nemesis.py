@@ -271,6 +271,7 @@ class Nemesis:
 
     def _isolate_controller(self, hold: float) -> Any:
         leader = active_controller(self.cluster)
+        was_leader = leader >= 0  # none known (an election on): a controller, maybe an observer
         if leader < 0:
             leader = self._pick(self.cluster.controllers).node_id
         node = self.cluster.nodes[leader]
@@ -290,6 +291,7 @@ class Nemesis:
                 "cut_at_s": round(self.history.now() - (time.monotonic() - t0), 2),
                 "cpu_pct": round(100 * (cpu1 - cpu0) / (w1 - w0), 1),
                 "window_s": round(w1 - w0, 1),
+                "was_leader": was_leader,
             }
         )
         return leader

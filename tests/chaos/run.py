@@ -214,6 +214,9 @@ def run_once(
         anomalies += check_exactly_once(txn_in, txn_out, txn_committed)
         secure_anomalies, secure_stats = workload.secure.check()
         anomalies += secure_anomalies
+        workload.jepsen.final_poll()
+        jepsen_anomalies, jepsen_stats = workload.jepsen.check()
+        anomalies += jepsen_anomalies
         admin_anomalies, admin_stats = checkers.check_admin(history)
         anomalies += admin_anomalies
         if cluster.dynamic:  # the voter set is what the acknowledged changes made
@@ -257,6 +260,7 @@ def run_once(
                 "rewinds": [e.value for e in history.of("txn-copier", "rewind")][:10],
             },
             security=secure_stats,
+            jepsen=jepsen_stats,
             delete_records=sum(1 for e in history.of("admin", "delete-records") if e.type == "ok"),
             reassignments={
                 kind: sum(1 for e in history.of("mover", "reassign") if e.type == kind)
@@ -338,6 +342,11 @@ def print_report(r: dict[str, Any]) -> None:
         v = r["volume"]
         print(f"    volume: {v.get('acked_bytes', 0) / 2**20:.0f} MB acknowledged, "
               f"{v.get('read_bytes', 0) / 2**20:.0f} MB read back and checked")  # fmt: skip
+    if r.get("jepsen"):
+        j = r["jepsen"]
+        print(f"    jepsen: {j.get('ops', 0)} ops ({j.get('txns', 0)} transactions committed, "
+              f"{j.get('aborted', 0)} aborted), {j.get('values-acked', 0)} values acked, "
+              f"{j.get('values-read', 0)} read, {j.get('g0-cycles', 0)} G0 cycles")  # fmt: skip
     if r.get("latency"):
         print(f"    produce ack latency: {r['latency']}")
     for c in r.get("isolated_controllers", []):

@@ -41,6 +41,7 @@ from confluent_kafka.admin import (
 
 from tests.chaos.bulk_workload import BulkWorkload
 from tests.chaos.history import History
+from tests.chaos.jepsen_workload import JepsenWorkload
 from tests.chaos.secure_workload import SecureWorkload
 from tests.chaos.txn_workload import TxnWorkload
 
@@ -98,6 +99,8 @@ class Workload:
         self.txn = TxnWorkload(bootstrap, history, self.stop)
         # security: SCRAM users and ACLs enforced on a SASL listener (issue 17)
         self.secure = SecureWorkload(bootstrap, secure_bootstrap, history, self.stop)
+        # Jepsen's Kafka workload: sends, polls and transactions on one topic (issue 29)
+        self.jepsen = JepsenWorkload(bootstrap, history, self.stop, self.rng)
         # volume: large values until ``bulk_bytes`` are acknowledged (issue 23)
         self.bulk = BulkWorkload(bootstrap, history, self.stop, self.rng, bulk_bytes)
 
@@ -120,6 +123,7 @@ class Workload:
         admin.create_topics([NewTopic(KV_TOPIC, KV_PARTITIONS, 3, config=kv)])[KV_TOPIC].result(30)
         self.txn.setup()
         self.secure.setup()
+        self.jepsen.setup()
         if self.bulk.target_bytes:
             self.bulk.setup()
 
@@ -132,6 +136,7 @@ class Workload:
         targets += [("kv-producer", self._produce_kv)]
         targets += self.txn.targets()
         targets += self.secure.targets()
+        targets += self.jepsen.targets()
         if self.bulk.target_bytes:
             targets += self.bulk.targets()
         for name, fn in targets:
