@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 from kio.index import load_request_schema  # noqa: E402
 from tests.integration.cluster import Cluster, Node, describe_quorum, wait_until  # noqa: E402
 
+from keeperless.metadata.features import SUPPORTED_FEATURES  # noqa: E402
 from keeperless.protocol.build import build  # noqa: E402
 from keeperless.protocol.framing import decode_response, encode_request  # noqa: E402
 
@@ -109,21 +110,21 @@ class SimBrokers:
         return Rpc(self.cluster.controllers[self.cluster.leader()].port)
 
     def register(self) -> None:
+        # as a real broker registers: the cluster's id, and every feature it supports
+        # (a broker that does not support a finalized level is refused)
+        features = [
+            {"name": name, "min_supported_version": lo, "max_supported_version": hi}
+            for name, (lo, hi) in SUPPORTED_FEATURES.items()
+        ]
         for b in BROKERS:
             body = {
                 "broker_id": b,
-                "cluster_id": "",
+                "cluster_id": _cluster_id(self.cluster),
                 "incarnation_id": uuid.uuid4(),
                 "listeners": [
                     {"name": "PLAINTEXT", "host": "127.0.0.1", "port": 1, "security_protocol": 0}
                 ],
-                "features": [
-                    {
-                        "name": "metadata.version",
-                        "min_supported_version": 7,
-                        "max_supported_version": 21,
-                    }
-                ],
+                "features": features,
                 "rack": None,
                 "log_dirs": [],
                 "previous_broker_epoch": -1,
@@ -245,7 +246,13 @@ def led_by(node: Node, broker_id: int) -> int:
     return metadata_counts(node)[1].get(broker_id, 0)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    out = run(args)
+    _report(out, args.topics * args.partitions)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--topics", type=int, default=10_000)
     ap.add_argument("--partitions", type=int, default=100)
@@ -258,7 +265,11 @@ def main() -> None:
         help="controller.quorum.fetch.timeout.ms (Kafka's default 2000); at 1M partitions "
         "on 2 cores the four node processes starve each other past it",
     )
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole benchmark; its figures."""
     total = args.topics * args.partitions
     out: dict[str, Any] = {
         "topics": args.topics,
@@ -430,7 +441,7 @@ def main() -> None:
             if broker is not None:
                 broker.stop()
             cluster.stop()
-    _report(out, total)
+    return out
 
 
 def _real_broker(cluster: Cluster, tmp: Path) -> Node:
@@ -448,14 +459,13 @@ def _real_broker(cluster: Cluster, tmp: Path) -> Node:
         "broker.session.timeout.ms": str(SESSION_MS),
     }
     node.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    cid = (
-        (cluster.controllers[1].data / "meta.properties")
-        .read_text()
-        .split("cluster.id=")[1]
-        .split()[0]
-    )
-    node.format(cid)
+    node.format(_cluster_id(cluster))
     return node
+
+
+def _cluster_id(cluster: Cluster) -> str:
+    meta = (cluster.controllers[1].data / "meta.properties").read_text()
+    return meta.split("cluster.id=")[1].split()[0]
 
 
 def _report(out: dict[str, Any], total: int) -> None:

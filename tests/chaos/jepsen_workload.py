@@ -239,18 +239,25 @@ class JepsenWorkload:
 
     # -- the end -------------------------------------------------------------------------
 
-    def final_poll(self, timeout_s: float = 60.0) -> None:
+    def final_poll(self, timeout_s: float = 120.0) -> None:
         """One last read of every key to its end (read_committed)."""
         name, h = "jepsen-final", self.history
         c = Consumer({**self._common(), "group.id": "jepsen-final", "enable.auto.commit": False,
                       "isolation.level": "read_committed"})  # fmt: skip
         op = h.invoke(name, "poll")
+        deadline = time.monotonic() + timeout_s
         try:
-            ends = {k: c.get_watermark_offsets(TopicPartition(JEPSEN_TOPIC, k), 10)[1]
-                    for k in range(KEYS)}  # fmt: skip
+            while True:  # the ends to read to (a slow cluster after the faults: again)
+                try:
+                    ends = {k: c.get_watermark_offsets(TopicPartition(JEPSEN_TOPIC, k), 10)[1]
+                            for k in range(KEYS)}  # fmt: skip
+                    break
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(1.0)
             c.assign([TopicPartition(JEPSEN_TOPIC, k, 0) for k in range(KEYS)])
             got: dict[str, list[list[int]]] = {}
-            deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 for m in c.consume(500, 0.5):
                     if m.error() is None and m.value() is not None:

@@ -66,6 +66,7 @@ from keeperless.server.dynamic_listeners import follow_own_configs
 from keeperless.server.envelope import envelope_handler
 from keeperless.server.quorum_apis import (
     QuorumApis,
+    alone_warning,
     bootstrap_servers,
     metadata_directory_id,
     voter_endpoints,
@@ -320,6 +321,7 @@ class Node:
             auto = self.config["controller.quorum.auto.join.enable"]
             join = auto_join_loop(self.mlog, self.transport, self.cluster_id, auto)
             self._tasks.append(asyncio.get_running_loop().create_task(join))
+            alone_warning(self.node_id, self.config, self.mlog.core.voters)
         log.info(
             "[node %d] Metadata log loaded: log end offset %d, %s",
             self.node_id,

@@ -27,7 +27,13 @@ from keeperless.runtime.raft_transport import RaftTransport
 from keeperless.server.config import NodeConfig
 from keeperless.storage.meta_properties import read_meta_properties, uuid_from_kafka
 
-__all__ = ["QuorumApis", "bootstrap_servers", "metadata_directory_id", "voter_endpoints"]
+__all__ = [
+    "QuorumApis",
+    "alone_warning",
+    "bootstrap_servers",
+    "metadata_directory_id",
+    "voter_endpoints",
+]
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 30.0
@@ -62,6 +68,26 @@ def bootstrap_servers(c: NodeConfig, book: dict[int, tuple[str, int]]) -> tuple[
         book[-2 - i] = (host.strip("[]"), int(port))
         ids.append(-2 - i)
     return tuple(ids)
+
+
+def alone_warning(node_id: int, c: NodeConfig, voters: tuple[int, ...]) -> bool:
+    """A controller with no voters in its log whose bootstrap servers name only itself
+    waits for a quorum nobody will form: say so (a new user's try waited silently).
+    Whether it warned."""
+    ep = c.controller_endpoint
+    servers = [str(s) for s in c["controller.quorum.bootstrap.servers"]]
+    own = {f"{h}:{ep.port}" for h in (ep.host, "localhost", "127.0.0.1")} if ep else set()
+    if voters or not servers or not all(s in own for s in servers):
+        return False
+    log.warning(
+        "[node %d] controller.quorum.bootstrap.servers names only this controller (%s) "
+        "and its log has no voters: it waits for a quorum that does not exist. Format the "
+        "first controller with --standalone or --initial-controllers, or list a running "
+        "controller",
+        node_id,
+        ", ".join(servers),
+    )
+    return True
 
 
 def _voter_of(req: Any) -> Voter:
