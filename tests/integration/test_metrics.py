@@ -203,3 +203,66 @@ def test_kafkas_metric_names_through_a_failover(tmp_path: Path) -> None:
         )
     finally:
         c.stop()
+
+
+def test_topic_meters_and_isr_changes(tmp_path: Path) -> None:
+    """Kafka's BrokerTopicMetrics (MessagesIn, BytesIn, BytesOut: all topics and per
+    topic) and ReplicaManager IsrShrinks/IsrExpands under the JMX exporter's names; a
+    broker-only node shows no controller histograms (they would always be 0)."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient
+
+    from tests.integration.cluster import keeperless
+
+    c = Cluster(tmp_path, controllers=1, brokers=3, metrics=True,
+                extra={"replica.lag.time.max.ms": "2000"})  # fmt: skip
+    c.start()
+    try:
+        keeperless("topics", "--bootstrap-server", c.bootstrap, "--create", "--topic", "m",
+                   "--partitions", "1", "--replication-factor", "3", check=True)  # fmt: skip
+        p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+        for i in range(10):
+            p.produce("m", value=b"v%d" % i, partition=0)
+        assert p.flush(30) == 0
+        md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics("m", timeout=10)
+        leader = c.brokers[md.topics["m"].partitions[0].leader]
+        page = leader.scrape()
+        assert _value(page, "kafka_server_brokertopicmetrics_messagesin_total", '{topic="m"}') == 10
+        assert (_value(page, "kafka_server_brokertopicmetrics_messagesin_total") or 0) >= 10
+        assert (_value(page, "kafka_server_brokertopicmetrics_bytesin_total", '{topic="m"}')
+                or 0) > 0  # fmt: skip
+        cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "meters",
+                         "auto.offset.reset": "earliest"})  # fmt: skip
+        cons.subscribe(["m"])
+        got: list[bytes] = []
+
+        def read() -> bool:
+            m = cons.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+            return len(got) >= 10
+
+        wait_until(read, 30, what="the records read")
+        cons.close()
+        out = _value(leader.scrape(), "kafka_server_brokertopicmetrics_bytesout_total",
+                     '{topic="m"}')  # fmt: skip
+        assert out is not None
+        assert out > 0
+        assert "kafka_controller_event_queue_time_ms" not in page
+        assert "kafka_controller_event_queue_time_ms" in c.controllers[1].scrape()
+        # a follower stops: the leader shrinks the ISR; it comes back: expands it
+        follower = next(b for i, b in c.brokers.items() if b is not leader)
+        follower.kill9()
+        wait_until(
+            lambda: (_value(leader.scrape(), "kafka_server_replicamanager_isrshrinks_total")
+                     or 0) >= 1,
+            30, what="an ISR shrink counted",
+        )  # fmt: skip
+        follower.start()
+        wait_until(
+            lambda: (_value(leader.scrape(), "kafka_server_replicamanager_isrexpands_total")
+                     or 0) >= 1,
+            60, what="an ISR expansion counted",
+        )  # fmt: skip
+    finally:
+        c.stop()

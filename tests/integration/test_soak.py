@@ -8,7 +8,7 @@ from bench import soak
 
 
 def test_sustained_writes_survive_full_cluster_restarts() -> None:
-    r = soak.main(["--minutes", "1.5", "--restart-every-s", "30", "--rate", "1500",
+    r = soak.main(["--minutes", "1.0", "--restart-every-s", "20", "--rate", "1500",
                    "--no-save"])  # fmt: skip
     assert r["acknowledged"] > 10_000, "the producer hardly ran"
     assert len(r["restarts"]) >= 3, "fewer full restarts than asked"

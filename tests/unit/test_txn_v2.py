@@ -161,6 +161,7 @@ def test_a_tv1_transaction_keeps_its_epoch(tmp_path: Path) -> None:
         # aborts on that error: nothing is open, it gets the next epoch, and goes on
         resp = await _end(tc, 5, pid, epoch, commit=False)
         assert (resp.error_code, resp.producer_id, resp.producer_epoch) == (0, pid, epoch + 1)
+        await _completed(tc)  # (PrepareAbort, then CompleteAbort: nothing to mark)
         assert await tc.verify("x", pid, epoch + 1, [("t", 0)], add=True) == {
             ("t", 0): ErrorCode.none
         }
@@ -284,3 +285,27 @@ def test_a_late_tv2_marker_cannot_end_the_next_transaction(tmp_path: Path) -> No
             assert late.error == ErrorCode.none
             assert 7 not in p.txns.ongoing
         p.log.close()
+
+
+def test_transitions_outside_kafkas_table_are_refused(tmp_path: Path) -> None:
+    """Kafka's TransactionState table: e.g. Empty -> PrepareCommit is a bug, refused and
+    not written; the table allows what the coordinator does."""
+    from keeperless.broker.txn_records import valid_transition
+
+    assert not valid_transition(TxnStatus.EMPTY, TxnStatus.PREPARE_COMMIT)
+    assert not valid_transition(TxnStatus.ONGOING, TxnStatus.COMPLETE_COMMIT)
+    assert valid_transition(TxnStatus.COMPLETE_COMMIT, TxnStatus.PREPARE_ABORT)  # TV2
+
+    async def go() -> None:
+        b, tc = _setup(tmp_path)
+        await _init(tc)
+        md = tc.txns["x"]
+        end = b.partitions.get(TXN_TOPIC, 0).log.log_end_offset
+        err = await tc._transition(md, state=TxnStatus.PREPARE_COMMIT)
+        assert err == ErrorCode.invalid_txn_state
+        assert md.state == TxnStatus.EMPTY
+        assert b.partitions.get(TXN_TOPIC, 0).log.log_end_offset == end  # nothing written
+        tc.stop()
+        b.close()
+
+    asyncio.run(go())

@@ -237,6 +237,10 @@ class DataPlane:
                         # its log directory failed (KIP-858): it goes offline here
                         res = AppendResult(ErrorCode.kafka_storage_error, message=str(e))
                 appended = appended or res.error == ErrorCode.none
+                if res.error == ErrorCode.none and self.broker.metrics is not None:
+                    self.broker.metrics.produced(
+                        name, p.log.log_end_offset - res.base_offset, len(pd.records or b"")
+                    )
                 if res.error == ErrorCode.none and req.acks == -1:
                     end = p.log.log_end_offset
                     waits.append((name, pd.index, p, end, min_isr, p.info.leader_epoch))
@@ -518,6 +522,7 @@ class DataPlane:
             await self.broker.partitions.wait_for_data(remaining)
         if self.broker.metrics is not None and total:
             self.broker.metrics.bytes_out.inc(total)
+            self.broker.metrics.fetched(topics, self.broker.image)
         if throttled:
             self.broker.replication_quotas.leader.record(time.monotonic(), throttled)
         # Encoded by hand: record data goes from the segment file to the socket

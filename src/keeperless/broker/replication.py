@@ -502,6 +502,11 @@ class ReplicaManager:
             if refusals:
                 self._warn_refused(refusals, results)
             retry_at = time.monotonic() + REFUSAL_BACKOFF_S
+            if self.broker.metrics is not None:  # Kafka's IsrShrinks/IsrExpandsPerSec
+                for key, ch in batch.items():
+                    p = self.broker.partitions.get(*key)
+                    if key not in failed and p is not None and p.info is not None:
+                        self.broker.metrics.isr_changed(len(ch.new_isr) - len(p.info.isr))
             for key in failed:
                 ch = batch[key]
                 self._refused_at[key] = (ch.leader_epoch, ch.partition_epoch, retry_at)

@@ -35,6 +35,7 @@ from keeperless.broker.txn_records import (
     parse_txn_record,
     txn_key,
     txn_value,
+    valid_transition,
     value_version,
 )
 from keeperless.metadata.admin import NewTopic
@@ -277,7 +278,15 @@ class TxnCoordinator:
         return ErrorCode.none if ok else ErrorCode.coordinator_not_available
 
     async def _transition(self, md: TxnMetadata, **changes: Any) -> ErrorCode:
-        """Persist ``md`` with ``changes``; apply them in memory once written."""
+        """Persist ``md`` with ``changes``; apply them in memory once written. A state
+        change outside Kafka's table of valid transitions is refused, not written."""
+        state = changes.get("state", md.state)
+        if not valid_transition(md.state, state):
+            log.error(
+                "[node %d] Refused an invalid transition of %s from %s to %s",
+                self.broker.node_id, md.transactional_id, md.state.name, state.name,
+            )  # fmt: skip
+            return ErrorCode.invalid_txn_state
         new = dataclasses.replace(md, **changes, update_ms=_now_ms())
         md.busy = True
         try:
@@ -581,10 +590,8 @@ class TxnCoordinator:
         if tv >= 2 and not commit and not _fresh_epoch(md) and md.state in _IDLE:
             # a producer moving to TV2 after a TV1 transaction, refused its first write
             # (TRANSACTION_ABORTABLE), aborts: nothing is open, the epoch is bumped
-            err = await self._transition(
-                md, state=TxnStatus.COMPLETE_ABORT, producer_epoch=epoch + 1, client_tv=tv
-            )
-            return reply(err, md)
+            # (PrepareAbort, then CompleteAbort with no marker to write)
+            return reply(await self._begin_end(md, commit=False, bump=True, tv=tv), md)
         if md.state == done:
             return reply(ErrorCode.none, md)  # a retry of what is done
         if md.state == preparing:

@@ -16,11 +16,13 @@ from enum import IntEnum
 from keeperless.protocol.varint import compact_string, read_uvarint, uvarint
 
 __all__ = [
+    "VALID_PREVIOUS",
     "TxnMetadata",
     "TxnStatus",
     "parse_txn_record",
     "txn_key",
     "txn_value",
+    "valid_transition",
     "value_version",
 ]
 
@@ -38,6 +40,39 @@ class TxnStatus(IntEnum):
     COMPLETE_ABORT = 5
     DEAD = 6
     PREPARE_EPOCH_FENCE = 7
+
+
+# Kafka's TransactionState.validPreviousStates: a transition from any other state is a
+# bug, refused (IllegalStateException in Kafka). PrepareAbort from the idle states is a
+# TV2 abort with nothing open, which bumps the epoch (Kafka 4.x).
+VALID_PREVIOUS: dict[TxnStatus, frozenset[TxnStatus]] = {
+    TxnStatus.EMPTY: frozenset(
+        {TxnStatus.EMPTY, TxnStatus.COMPLETE_COMMIT, TxnStatus.COMPLETE_ABORT}
+    ),
+    TxnStatus.ONGOING: frozenset(
+        {TxnStatus.ONGOING, TxnStatus.EMPTY, TxnStatus.COMPLETE_COMMIT, TxnStatus.COMPLETE_ABORT}
+    ),
+    TxnStatus.PREPARE_COMMIT: frozenset({TxnStatus.ONGOING}),
+    TxnStatus.PREPARE_ABORT: frozenset(
+        {
+            TxnStatus.ONGOING,
+            TxnStatus.PREPARE_EPOCH_FENCE,
+            TxnStatus.EMPTY,
+            TxnStatus.COMPLETE_COMMIT,
+            TxnStatus.COMPLETE_ABORT,
+        }
+    ),
+    TxnStatus.COMPLETE_COMMIT: frozenset({TxnStatus.PREPARE_COMMIT}),
+    TxnStatus.COMPLETE_ABORT: frozenset({TxnStatus.PREPARE_ABORT}),
+    TxnStatus.DEAD: frozenset(
+        {TxnStatus.EMPTY, TxnStatus.COMPLETE_COMMIT, TxnStatus.COMPLETE_ABORT}
+    ),
+    TxnStatus.PREPARE_EPOCH_FENCE: frozenset({TxnStatus.ONGOING}),
+}
+
+
+def valid_transition(old: TxnStatus, new: TxnStatus) -> bool:
+    return old in VALID_PREVIOUS[new]
 
 
 @dataclass(slots=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 __all__ = ["Metrics"]
@@ -23,10 +23,10 @@ _LATENCY_BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 50
 
 
 class _LiveCollector(Collector):
-    def __init__(self, read: Callable[[], Iterator[GaugeMetricFamily]]) -> None:
+    def __init__(self, read: Callable[[], Iterator[Metric]]) -> None:
         self.read = read
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         try:
             yield from self.read()
         except Exception:  # a scrape must never break the node
@@ -75,17 +75,19 @@ class Metrics:
         self.fetch_records = Counter(
             "kafka_raft_fetch_records", "Records fetched from the leader", registry=r
         )
+        # a broker-only node has no controller: no always-zero controller histograms
+        ctl = r if getattr(node, "controller", None) is not None else None
         self.event_queue_time = _Both(
             Histogram(
                 "kafka_controller_event_queue_time_ms",
                 "Time a controller operation waited",
-                registry=r,
+                registry=ctl,
                 buckets=_LATENCY_BUCKETS_MS,
             ),
             Histogram(
                 "kafka_controller_controllereventmanager_eventqueuetimems",
                 "Time a controller operation waited for its turn (Kafka's EventQueueTimeMs)",
-                registry=r,
+                registry=ctl,
                 buckets=_LATENCY_BUCKETS_MS,
             ),
         )
@@ -93,7 +95,7 @@ class Metrics:
             "kafka_controller_controllereventmanager_eventqueueprocessingtimems",
             "Time a controller operation took to run (Kafka's EventQueueProcessingTimeMs)",
             buckets=_LATENCY_BUCKETS_MS,
-            registry=r,
+            registry=ctl,
         )
         self.requests = Counter(
             "kafka_network_requests", "Requests handled", ["request"], registry=r
@@ -124,10 +126,67 @@ class Metrics:
             registry=r,
             buckets=(0.5, 1, 2, 5, 10, 20, 50, 100, 250, 1000),
         )
+        # per topic, and Kafka's replica manager meters (read at scrape time)
+        self.topics_in: dict[str, list[int]] = {}  # topic -> [messages, bytes]
+        self.topics_out: dict[str, int] = {}
+        self.isr_shrinks = 0
+        self.isr_expands = 0
         r.register(_LiveCollector(self._live))
+        r.register(_LiveCollector(self._meters))
         from keeperless.runtime.kafka_metrics import KafkaJmxNames
 
         r.register(_LiveCollector(KafkaJmxNames(node).collect))
+
+    # -- Kafka's BrokerTopicMetrics and ReplicaManager meters -------------------------
+
+    def produced(self, topic: str, messages: int, nbytes: int) -> None:
+        c = self.topics_in.setdefault(topic, [0, 0])
+        c[0] += messages
+        c[1] += nbytes
+
+    def fetched(self, topics: list[tuple[Any, list[Any]]], image: Any) -> None:
+        """The record bytes of a fetch response, per topic (named by id from v13)."""
+        for key, parts in topics:
+            if isinstance(key, str):
+                name = key
+            else:
+                t = image.topics.get(key)
+                if t is None:
+                    continue
+                name = t.name
+            n = 0
+            for fp in parts:
+                rec = fp.records
+                n += 0 if rec is None else len(rec) if isinstance(rec, bytes) else rec.length
+            if n:
+                self.topics_out[name] = self.topics_out.get(name, 0) + n
+
+    def isr_changed(self, delta: int) -> None:
+        if delta < 0:
+            self.isr_shrinks += 1
+        elif delta > 0:
+            self.isr_expands += 1
+
+    def _meters(self) -> Iterator[Metric]:
+        """Kafka's meters as the JMX exporter's rules name their counts (Strimzi's:
+        BrokerTopicMetrics MessagesInPerSec -> ..._messagesin_total, all topics without a
+        label and each topic with one; ReplicaManager IsrShrinksPerSec ->
+        kafka_server_replicamanager_isrshrinks_total)."""
+        families = {
+            "messagesin": ("Messages appended", {t: c[0] for t, c in self.topics_in.items()}),
+            "bytesin": ("Record bytes appended", {t: c[1] for t, c in self.topics_in.items()}),
+            "bytesout": ("Record bytes sent in fetch responses", dict(self.topics_out)),
+        }
+        for name, (doc, by_topic) in families.items():
+            m = Metric(f"kafka_server_brokertopicmetrics_{name}", doc, "counter")
+            m.add_sample(m.name + "_total", {}, float(sum(by_topic.values())))
+            for topic, v in sorted(by_topic.items()):
+                m.add_sample(m.name + "_total", {"topic": topic}, float(v))
+            yield m
+        for name, v in (("isrshrinks", self.isr_shrinks), ("isrexpands", self.isr_expands)):
+            m = Metric(f"kafka_server_replicamanager_{name}", f"ISR {name[3:]}", "counter")
+            m.add_sample(m.name + "_total", {}, float(v))
+            yield m
 
     async def watch_loop_lag(self) -> None:
         """Sample the event loop's lag every 100 ms."""
