@@ -344,7 +344,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 wait_until(
                     lambda: (
                         "Broker is now unfenced" in (text := broker.logs())
-                        and "Listening on PLAINTEXT" in text
+                        and "Broker listeners accepting requests" in text
                     ),
                     float(os.environ.get("LOAD_TIMEOUT", "600")),
                     0.1,

@@ -19,6 +19,7 @@ __all__ = ["Metrics"]
 
 log = logging.getLogger(__name__)
 
+LAG_PROBE_S = 0.01  # the event-loop lag probe's timer
 _LATENCY_BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 
 
@@ -121,7 +122,7 @@ class Metrics:
         )
         self.loop_lag = Histogram(
             "keeperless_event_loop_lag_ms",
-            "How late a 100 ms timer fires on the node's event loop (a stalled loop misses "
+            "How late a 10 ms timer fires on the node's event loop (a stalled loop misses "
             "heartbeats)",
             registry=r,
             buckets=(0.5, 1, 2, 5, 10, 20, 50, 100, 250, 1000),
@@ -189,14 +190,15 @@ class Metrics:
             yield m
 
     async def watch_loop_lag(self) -> None:
-        """Sample the event loop's lag every 100 ms."""
+        """Sample the event loop's lag every 10 ms (100 samples a second: fine enough to
+        see a 10 ms stall, cheap enough to leave on)."""
         import asyncio
 
         loop = asyncio.get_running_loop()
         while True:
             t0 = loop.time()
-            await asyncio.sleep(0.1)
-            self.loop_lag.observe(max(loop.time() - t0 - 0.1, 0.0) * 1000)
+            await asyncio.sleep(LAG_PROBE_S)
+            self.loop_lag.observe(max(loop.time() - t0 - LAG_PROBE_S, 0.0) * 1000)
 
     def serve(self, host: str, port: int) -> None:
         start_http_server(port, host, registry=self.registry)
