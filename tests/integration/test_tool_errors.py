@@ -354,8 +354,8 @@ def _zombie(pid: int) -> bool:
 
 def test_storage_and_features_flags(node1: Node, tmp_path: Path) -> None:
     bs = ["--bootstrap-server", node1.bootstrap]
-    # KIP-1022's version-mapping, in Kafka's order (transaction.version stays 0 until this
-    # build writes its records; share and streams groups are not built yet)
+    # KIP-1022's version-mapping, in Kafka's order (transaction version 2 from 4.0-IV2, as
+    # Kafka bootstraps it; share and streams groups are not built yet)
     mapping = tool("storage", "version-mapping", "--release-version", "3.7")
     assert mapping.stdout == (
         "metadata.version=19 (3.7-IV4)\nkraft.version=0\ntransaction.version=0\n"
@@ -363,7 +363,7 @@ def test_storage_and_features_flags(node1: Node, tmp_path: Path) -> None:
         "streams.version=0\n"
     )
     assert tool("features", "version-mapping").stdout == (
-        "metadata.version=27 (4.1-IV1)\nkraft.version=1\ntransaction.version=0\n"
+        "metadata.version=27 (4.1-IV1)\nkraft.version=1\ntransaction.version=2\n"
         "group.version=1\neligible.leader.replicas.version=1\nshare.version=0\n"
         "streams.version=0\n"
     )

@@ -432,8 +432,8 @@ def test_features_upgrade_and_downgrade(cluster39: Cluster) -> None:
         "metadata.version was upgraded to 21.\n"
     )
     wait_until(lambda: finalized(*bs) == "3.9-IV0", what="brokers see 3.9-IV0")
-    # a release brings every feature's default for it (KIP-1022): 4.1 turns ELR and the
-    # consumer group protocol on
+    # a release brings every feature's default for it (KIP-1022): 4.1 turns ELR, the
+    # consumer group protocol and transaction version 2 on
     both = keeperless("features", "upgrade", *bs, "--release-version", "4.1", "--feature", "x=1")
     assert both.returncode == 1
     assert "Can not specify `release-version` with other feature flags." in both.stderr
@@ -441,6 +441,7 @@ def test_features_upgrade_and_downgrade(cluster39: Cluster) -> None:
         "eligible.leader.replicas.version was upgraded to 1.\n"
         "group.version was upgraded to 1.\n"
         "metadata.version was upgraded to 27.\n"
+        "transaction.version was upgraded to 2.\n"
     )
     wait_until(lambda: finalized(*bs) == "4.1-IV1", what="brokers see 4.1-IV1")
 
@@ -642,6 +643,7 @@ def test_metadata_shell_tree(cluster3_authorized: Cluster) -> None:
         "eligible.leader.replicas.version",
         "group.version",
         "metadata.version",
+        "transaction.version",
     ]
     # interactive: commands from standard input
     import subprocess
