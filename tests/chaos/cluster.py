@@ -40,6 +40,9 @@ DYNAMIC_RELEASE = "3.9-IV0"
 # the workload's consumers use the consumer group protocol (KIP-848), which group.version
 # 1 turns on; releases before 4.0 do not bootstrap it
 GROUP_FORMAT = ("--feature", "group.version=1")
+# ... and transaction version 2 (KIP-890), for the Jepsen workload's TV2 producer (Kafka
+# bootstraps it from 4.0-IV2; it has no dependency)
+TXN_FORMAT = ("--feature", "transaction.version=2")
 RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 # Timeouts of a cluster under attack: faults must resolve within seconds.
@@ -321,7 +324,7 @@ class ChaosCluster:
         # the release formatted with (and eligible leader replicas from the start)
         first = DYNAMIC_RELEASE if self.dynamic else FIRST_RELEASE
         self.release = ELR_RELEASE if elr else first
-        self.format_flags: tuple[str, ...] = GROUP_FORMAT + (ELR_FORMAT if elr else ())
+        self.format_flags: tuple[str, ...] = GROUP_FORMAT + TXN_FORMAT + (ELR_FORMAT if elr else ())
         self.net = net
         self.cluster_id = ""
         if topology in ("split", "dynamic"):

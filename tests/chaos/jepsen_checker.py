@@ -62,7 +62,11 @@ class JOp:
     def __post_init__(self) -> None:
         for m in self.mops:
             if m[0] == "send":
-                self.sends.append((str(m[1]), int(m[2]), int(m[3])))
+                # an acknowledged send's offset may be unknown (None): librdkafka
+                # acknowledges an idempotent batch whose request timed out once a
+                # later one succeeds, without its offset (Jepsen records nil)
+                off = -1 if m[3] is None else int(m[3])
+                self.sends.append((str(m[1]), int(m[2]), off))
             elif m[0] == "poll":
                 for k, pairs in m[1].items():
                     self.polls.append((str(k), [(int(o), int(v)) for o, v in pairs]))

@@ -29,8 +29,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.chaos.history import History
 from tests.chaos.jepsen_checker import analyze, ops_from_events
+from tests.chaos.jepsen_tv2 import Tv2Producer
 
-__all__ = ["JEPSEN_TOPIC", "JepsenWorkload"]
+__all__ = ["JEPSEN_TOPIC", "KEYS", "JepsenWorkload"]
 
 JEPSEN_TOPIC = "chaos-jepsen"
 KEYS = 4
@@ -48,6 +49,9 @@ class JepsenWorkload:
         self.rng = random.Random(rng.random())
         self._values = iter(range(1, 10**9))
         self._lock = threading.Lock()
+        # a transaction version 2 producer, with the delayed-marker fault
+        self.tv2 = Tv2Producer(bootstrap, JEPSEN_TOPIC, KEYS, history, stop,
+                               random.Random(self.rng.random()), self._value)  # fmt: skip
 
     def _common(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, "logger": _quiet, "log_level": 0}
@@ -67,6 +71,7 @@ class JepsenWorkload:
             ("jepsen-txn-0", lambda: self._txns("jepsen-txn-0", subscribe=True)),
             ("jepsen-txn-1", lambda: self._txns("jepsen-txn-1", subscribe=False)),
             ("jepsen-send-0", self._sends),
+            ("jepsen-tv2-0", self.tv2.run),
             ("jepsen-poll-0", lambda: self._polls("jepsen-poll-0", subscribe=True)),
             ("jepsen-poll-1", lambda: self._polls("jepsen-poll-1", subscribe=False)),
         ]
@@ -274,7 +279,12 @@ class JepsenWorkload:
     def check(self) -> tuple[list[dict[str, Any]], dict[str, int]]:
         ops, marks = ops_from_events(self.history.of("jepsen-"))
         anomalies, stats = analyze(ops, marks)
-        return [{"kind": f"jepsen-{a['kind']}", **a} for a in anomalies], stats
+        stats["tv2-txns"] = sum(op.process == self.tv2.name and op.type == "ok" for op in ops)
+        stats.update({f"late-markers-{k}": v for k, v in self.tv2.late_copies.items()})
+        out = [{"kind": f"jepsen-{a['kind']}", **a} for a in anomalies]
+        if self.tv2.late_copies["taken"]:  # a late copy ended the next transaction
+            out.append({"kind": "jepsen-late-marker-taken", **self.tv2.late_copies})
+        return out, stats
 
 
 def _pair(m: Any) -> list[int]:

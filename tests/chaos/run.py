@@ -26,6 +26,7 @@ from tests.chaos import checkers
 from tests.chaos.bulk_workload import BULK_PARTITIONS, check_bulk_contents, read_bulk
 from tests.chaos.cluster import ChaosCluster
 from tests.chaos.history import History
+from tests.chaos.jepsen_workload import JEPSEN_TOPIC
 from tests.chaos.nemesis import FAULTS, Nemesis
 from tests.chaos.netns import Network, remove_stale
 from tests.chaos.txn_workload import check_exactly_once
@@ -239,8 +240,9 @@ def run_once(
         anomalies += checkers.check_metadata_agreement(data)
         log_dirs = {i: n.log_dirs for i, n in cluster.nodes.items()}
         anomalies += checkers.check_replicas(log_dirs, topics, frozenset({KV_TOPIC}))
-        # the mover moves the workload's topic between 2 and 3 replicas
-        anomalies += checkers.check_replica_counts(topics, TOPIC, frozenset({2, 3}))
+        # the mover moves the workload's and the Jepsen topic between 2 and 3 replicas
+        for moved in (TOPIC, JEPSEN_TOPIC):
+            anomalies += checkers.check_replica_counts(topics, moved, frozenset({2, 3}))
         anomalies, client_duplicates = checkers.explain_duplicates(anomalies, log_dirs, TOPIC)
         report.update(
             faults=nemesis.log,
@@ -346,7 +348,10 @@ def print_report(r: dict[str, Any]) -> None:
         j = r["jepsen"]
         print(f"    jepsen: {j.get('ops', 0)} ops ({j.get('txns', 0)} transactions committed, "
               f"{j.get('aborted', 0)} aborted), {j.get('values-acked', 0)} values acked, "
-              f"{j.get('values-read', 0)} read, {j.get('g0-cycles', 0)} G0 cycles")  # fmt: skip
+              f"{j.get('values-read', 0)} read, {j.get('g0-cycles', 0)} G0 cycles; "
+              f"TV2: {j.get('tv2-txns', 0)} transactions, "
+              f"{j.get('late-markers-sent', 0)} late marker copies "
+              f"({j.get('late-markers-refused', 0)} refused)")  # fmt: skip
     if r.get("latency"):
         print(f"    produce ack latency: {r['latency']}")
     for c in r.get("isolated_controllers", []):

@@ -41,7 +41,8 @@ from confluent_kafka.admin import (
 
 from tests.chaos.bulk_workload import BulkWorkload
 from tests.chaos.history import History
-from tests.chaos.jepsen_workload import JepsenWorkload
+from tests.chaos.jepsen_workload import JEPSEN_TOPIC, JepsenWorkload
+from tests.chaos.jepsen_workload import KEYS as JEPSEN_KEYS
 from tests.chaos.secure_workload import SecureWorkload
 from tests.chaos.txn_workload import TxnWorkload
 
@@ -353,7 +354,8 @@ class Workload:
                 h.complete(op, "admin", "info", f, {**value, "code": code})
 
     def _move(self) -> None:
-        """Partition reassignment (issue 25) of the workload's own topic throughout: a
+        """Partition reassignment (issue 25) of the workload's own topic and of the Jepsen
+        workload's (Jepsen's membership nemesis, issue 29 item 4) throughout: a
         partition at 3 replicas is moved to 2 of them, one at 2 gets the third broker back
         (a fresh replica that must catch up), in a shuffled order; some moves are
         cancelled and some replaced before they complete. Every other checker then holds
@@ -365,7 +367,8 @@ class Workload:
         h = self.history
         rng = random.Random(self.rng.random())
         servers = parse_servers(self.bootstrap, "bootstrap")
-        md_body = {"topics": [{"name": TOPIC, "topic_id": None}],
+        sizes = {TOPIC: self.partitions, JEPSEN_TOPIC: JEPSEN_KEYS}
+        md_body = {"topics": [{"name": t, "topic_id": None} for t in sizes],
                    "allow_auto_topic_creation": False,
                    "include_topic_authorized_operations": False}  # fmt: skip
         while not self.stop.wait(rng.uniform(1.0, 3.0)) and not self.moves_stop.is_set():
@@ -377,9 +380,10 @@ class Workload:
             except (ToolError, OSError):
                 continue
             brokers = sorted(b.node_id for b in md.brokers)
+            topic = TOPIC if rng.random() < 0.7 else JEPSEN_TOPIC
             parts = {p.partition_index: list(p.replica_nodes)
-                     for t in md.topics if t.name == TOPIC for p in t.partitions}  # fmt: skip
-            p = rng.randrange(self.partitions)
+                     for t in md.topics if t.name == topic for p in t.partitions}  # fmt: skip
+            p = rng.randrange(sizes[topic])
             current = parts.get(p)
             if not current or len(brokers) < 3:
                 continue
@@ -391,9 +395,9 @@ class Workload:
             else:
                 target = [*current, rng.choice([b for b in brokers if b not in current])]
                 rng.shuffle(target)
-            value = {"partition": p, "target": target}
+            value = {"topic": topic, "partition": p, "target": target}
             op = h.invoke("mover", "reassign", value)
-            body = {"timeout": 10_000, "topics": [{"name": TOPIC, "partitions": [
+            body = {"timeout": 10_000, "topics": [{"name": topic, "partitions": [
                 {"partition_index": p, "replicas": target}]}]}  # fmt: skip
             try:
                 resp = call(servers, 45, 0, body, timeout_s=15)

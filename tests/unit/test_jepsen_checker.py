@@ -50,6 +50,12 @@ def test_lost_unseen_duplicate_and_inconsistent_offsets() -> None:
     assert kinds([*base, dup]) == {"duplicate"}
     clash = op("c", "poll", [poll(a=[(0, 1), (1, 7)])], t=3)
     assert "inconsistent-offsets" in kinds([*base, clash])
+    # an acknowledged send whose offset the client does not know (librdkafka: None) is
+    # still checked for loss, by value
+    unknown = op("p", "send", [["send", "a", 3, None]], t=2.5)
+    assert kinds([*base, unknown, op("c", "poll", [poll(a=[(0, 1), (1, 2)])], t=3)]) == {"unseen"}
+    seen = op("c", "poll", [poll(a=[(0, 1), (1, 2), (2, 3)])], t=3)
+    assert kinds([*base, unknown, seen]) == set()
 
 
 def test_aborted_and_precommitted_reads() -> None:

@@ -309,3 +309,41 @@ def test_transitions_outside_kafkas_table_are_refused(tmp_path: Path) -> None:
         b.close()
 
     asyncio.run(go())
+
+
+def test_the_next_transactions_write_before_the_previous_marker_is_verified(
+    tmp_path: Path,
+) -> None:
+    """A TV2 producer's next transaction (epoch N+1) can reach a partition before the
+    marker of transaction N (the coordinator writes markers after EndTxn answers). Taken
+    unverified, the batch joined N's open transaction there, N's marker was then refused
+    as not newer, and N+1's EndTxn found nothing added - the chaos Jepsen workload's
+    inconsistent offsets. It must be verified (the coordinator answers
+    CONCURRENT_TRANSACTIONS until N is complete)."""
+    from keeperless.broker.txn_verify import needs_verification
+
+    p = _partition(tmp_path)
+    assert p.append(_txn(7, 0, 0), 0, 1 << 20, 0).error == ErrorCode.none
+    assert needs_verification(p, _txn(7, 0, 1)) is None  # N's own next write
+    assert needs_verification(p, _txn(7, 1, 0)) is not None  # N+1's, N still open here
+    p.log.close()
+
+
+def test_a_tv2_commit_in_the_ended_transactions_epoch_is_fenced(tmp_path: Path) -> None:
+    """After a TV2 transaction ended (epoch bumped to N+1), an EndTxn with N+1 is the next
+    transaction's, for which nothing was added: Kafka answers PRODUCER_FENCED, never a
+    success that would acknowledge writes no marker will end."""
+
+    async def go() -> None:
+        b, tc = _setup(tmp_path)
+        pid, epoch = await _init(tc)
+        assert await tc.verify("x", pid, epoch, [("t", 0)], add=True) == {("t", 0): ErrorCode.none}
+        resp = await _end(tc, 5, pid, epoch)
+        assert (resp.error_code, resp.producer_epoch) == (0, epoch + 1)
+        await _completed(tc)
+        nothing = await _end(tc, 5, pid, epoch + 1)
+        assert nothing.error_code == ErrorCode.producer_fenced
+        tc.stop()
+        b.close()
+
+    asyncio.run(go())

@@ -57,6 +57,9 @@ _RETRY_S = (0.1, 0.2, 0.5, 1.0)
 
 _PREPARING = (TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT, TxnStatus.PREPARE_EPOCH_FENCE)
 _IDLE = (TxnStatus.EMPTY, TxnStatus.COMPLETE_COMMIT, TxnStatus.COMPLETE_ABORT)
+# a transaction ending or ended (EndTxn's retries)
+_ENDING = (TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT, TxnStatus.COMPLETE_COMMIT,
+           TxnStatus.COMPLETE_ABORT)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -592,6 +595,12 @@ class TxnCoordinator:
             # (TRANSACTION_ABORTABLE), aborts: nothing is open, the epoch is bumped
             # (PrepareAbort, then CompleteAbort with no marker to write)
             return reply(await self._begin_end(md, commit=False, bump=True, tv=tv), md)
+        if md.client_tv >= 2 and md.state in _ENDING:
+            # TV2: a retry carries the epoch before the bump (handled above); the same
+            # epoch as the ended transaction's is the next transaction's EndTxn, for
+            # which nothing was added - Kafka answers PRODUCER_FENCED (a success here
+            # would acknowledge a commit of writes that were never part of it)
+            return reply(ErrorCode.producer_fenced)
         if md.state == done:
             return reply(ErrorCode.none, md)  # a retry of what is done
         if md.state == preparing:

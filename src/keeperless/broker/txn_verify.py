@@ -78,12 +78,19 @@ class TxnOwners:
 
 def needs_verification(p: Partition, records: bytes | None) -> BatchHeader | None:
     """The header of a transactional data batch whose producer has no transaction open
-    in ``p`` and no verification standing for it; None otherwise."""
+    in ``p`` in the batch's epoch and no verification standing for it; None otherwise.
+    A newer epoch's batch while an older epoch's transaction is still open here (a TV2
+    producer's next transaction, written before the previous one's marker) is verified:
+    the coordinator answers CONCURRENT_TRANSACTIONS until that marker is written, as
+    Kafka's ``hasOngoingTransaction(producerId, producerEpoch)`` has it - appended
+    unverified, the batch would join the old transaction and its marker would end it."""
     h = transactional_header(records)
     if h is None:
         return None
     if h.producer_id in p.txns.ongoing:
-        return None
+        e = p.state.producers.get(h.producer_id)
+        if e is not None and e.epoch == h.producer_epoch:
+            return None
     if p.state.verified.get(h.producer_id) == h.producer_epoch:
         return None
     return h
