@@ -46,7 +46,9 @@ sysdeps:
 ## test: everything — check, simulations, integration tests with real clients, a short
 ## fault schedule on real processes, and the mutation self-check of the simulation
 test: check sysdeps
-	$(BIN)/pytest -q tests/sim tests/integration tests/connect tests/spark tests/chaos
+	$(BIN)/pytest -q -n 2 tests/sim
+	$(BIN)/pytest -q -n 2 --dist loadfile tests/integration tests/connect tests/spark
+	$(BIN)/pytest -q tests/chaos
 	$(PY) -m tests.sim.mutants --seeds 2000
 
 fmt: venv

@@ -24,6 +24,20 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def _port_range() -> tuple[int, int]:
+    """10000 up to the ephemeral range; under pytest-xdist (``make test`` runs the
+    integration tests two at a time) each worker draws from its own slice, so two
+    workers never hand out the same port between a check and a bind."""
+    low, top = 10000, _ephemeral_low() - 1
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if worker.startswith("gw") and worker[2:].isdigit() and count > 1 and top > low:
+        size = (top - low) // count
+        low += int(worker[2:]) * size
+        top = low + size - 1
+    return low, top
+
+
 _ports = random.SystemRandom()
 _given: set[int] = set()
 
@@ -36,9 +50,9 @@ def free_port() -> int:
     any node binds one, so a port handed out for one node is still free when the next is
     chosen (the likely cause of a full run's "Cannot serve metrics ...: Address already in
     use", a broker metrics port drawn again)."""
-    top = _ephemeral_low() - 1
+    low, top = _port_range()
     for _ in range(200):
-        port = _ports.randint(10000, top) if top > 10000 else 0
+        port = _ports.randint(low, top) if top > low else 0
         if port in _given:
             continue
         with socket.socket() as s:

@@ -1,4 +1,4 @@
-"""Spark source/sink options: Spark's Kafka names, defaults and refusals (no Spark needed)."""
+"""Spark source/sink options: Spark's Kafka names, defaults and refusals (no session)."""
 
 from __future__ import annotations
 
@@ -97,3 +97,22 @@ def test_rate_limit_spreads_by_backlog_like_spark():
     assert tiny == {("a", 0): 9, ("b", 0): 1}
     # partitions new to the query start where their backlog starts
     assert rate_limit({}, {("c", 0): 4}, 10) == {("c", 0): 4}
+
+
+def test_registering_the_source_does_not_end_a_python_c_process() -> None:
+    """pyspark's Spark Connect module calls sys.exit(0) on import when its dependencies
+    (grpc) are missing and __main__ has no file - as under ``python -c``, an embedded
+    interpreter or a pytest-xdist worker. Registering the data source imported it, so a
+    ``python -c`` job ended silently, with status 0, before its first write."""
+    import subprocess
+    import sys
+
+    code = (
+        "from keeperless.spark import _accept_default_save_mode\n"
+        "_accept_default_save_mode()\n"
+        "print('still running')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "still running" in out.stdout, out.stderr

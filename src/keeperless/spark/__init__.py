@@ -37,7 +37,10 @@ def _accept_default_save_mode() -> None:
         from pyspark.sql.connect.readwriter import DataFrameWriter as ConnectWriter
 
         writers.append(ConnectWriter)
-    except ImportError:  # Spark Connect's client is optional
+    except (ImportError, SystemExit):
+        # Spark Connect's client is optional; without its dependencies (grpc) pyspark's
+        # import calls sys.exit(0) in a process whose __main__ has no file (python -c,
+        # embedded interpreters, pytest-xdist workers), which silently ended the caller
         pass
     for cls in writers:
         if getattr(cls, "_keeperless_save_mode", False):
