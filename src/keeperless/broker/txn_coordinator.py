@@ -596,10 +596,8 @@ class TxnCoordinator:
             # (PrepareAbort, then CompleteAbort with no marker to write)
             return reply(await self._begin_end(md, commit=False, bump=True, tv=tv), md)
         if md.client_tv >= 2 and md.state in _ENDING:
-            # TV2: a retry carries the epoch before the bump (handled above); the same
-            # epoch as the ended transaction's is the next transaction's EndTxn, for
-            # which nothing was added - Kafka answers PRODUCER_FENCED (a success here
-            # would acknowledge a commit of writes that were never part of it)
+            # TV2: the ended transaction's epoch is the next one's, with nothing added
+            # (retries carry the epoch before the bump): Kafka says PRODUCER_FENCED
             return reply(ErrorCode.producer_fenced)
         if md.state == done:
             return reply(ErrorCode.none, md)  # a retry of what is done
