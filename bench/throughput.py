@@ -94,6 +94,7 @@ def _probe(port: int, stop: Any, queue: Any) -> None:
     from keeperless.protocol.apis import ApiKey
     from keeperless.protocol.build import build
     from keeperless.protocol.framing import encode_request
+    from keeperless.tools.client import recv_exact
 
     req = build(load_request_schema(ApiKey.API_VERSIONS, 0), {})
     frame = encode_request(ApiKey.API_VERSIONS, 0, 1, "rtt-probe", req)
@@ -103,21 +104,11 @@ def _probe(port: int, stop: Any, queue: Any) -> None:
             while not stop.wait(0.01):
                 t0 = time.perf_counter()
                 s.sendall(frame)
-                (size,) = struct.unpack(">i", _recv(s, 4))
-                _recv(s, size)
+                (size,) = struct.unpack(">i", recv_exact(s, 4))
+                recv_exact(s, size)
                 samples.append((time.perf_counter() - t0) * 1000)
     finally:
         queue.put(samples)
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
 
 
 def cpu_seconds(pid: int) -> float:

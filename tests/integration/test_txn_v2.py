@@ -8,11 +8,8 @@ project's own raw client; confluent-kafka reads what it committed."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from keeperless.protocol.apis import ApiKey
@@ -21,17 +18,6 @@ from keeperless.tools.client import call
 from tests.integration.cluster import Node, keeperless, wait_until
 
 TID = "java-like"
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    n = Node(tmp_path)
-    n.format()
-    n.start()
-    try:
-        yield n
-    finally:
-        n.stop()
 
 
 def _send(n: Node, api: ApiKey, version: int, body: dict[str, Any]) -> Any:

@@ -35,6 +35,7 @@ __all__ = [
     "configure",
     "exception_class",
     "parse_servers",
+    "recv_exact",
     "refusal",
     "security_of",
 ]
@@ -116,8 +117,8 @@ def security_of(props: dict[str, str], source: str) -> Security:
 def _exchange(s: socket.socket, api_key: int, version: int, body: dict[str, Any]) -> Any:
     req = build(request_class(api_key, version), body)
     s.sendall(encode_request(api_key, version, 1, "keeperless-tool", req))
-    size = struct.unpack(">i", _recv(s, 4))[0]
-    return decode_response(memoryview(_recv(s, size)), api_key, version)[1]
+    size = struct.unpack(">i", recv_exact(s, 4))[0]
+    return decode_response(memoryview(recv_exact(s, size)), api_key, version)[1]
 
 
 def _login(s: socket.socket, sec: Security) -> None:
@@ -175,8 +176,8 @@ def call(
         try:
             with _connect(host, port, timeout_s, security) as s:
                 s.sendall(frame)
-                size = struct.unpack(">i", _recv(s, 4))[0]
-                answer = memoryview(_recv(s, size))
+                size = struct.unpack(">i", recv_exact(s, 4))[0]
+                answer = memoryview(recv_exact(s, size))
                 try:
                     _, resp = decode_response(answer, api_key, version)
                 except Exception:
@@ -202,7 +203,8 @@ def _error_only(frame: memoryview, api_key: int, version: int) -> Any:
     return types.SimpleNamespace(error_code=code)
 
 
-def _recv(s: socket.socket, n: int) -> bytes:
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    """Exactly ``n`` bytes from ``s`` (OSError if the peer closes first)."""
     buf = bytearray()
     while len(buf) < n:
         chunk = s.recv(n - len(buf))
