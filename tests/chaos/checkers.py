@@ -162,6 +162,37 @@ def check_writes(
     return out, stats
 
 
+def batch_writers(
+    data_dirs: dict[int, list[Path]], topic: str, wanted: set[Any] | None = None
+) -> dict[tuple[int, int], tuple[int, int, bool]]:
+    """(partition, offset) -> (producer id, producer epoch, transactional) of the batch
+    that holds it, from any replica's files (only the ``wanted`` offsets if given)."""
+    from keeperless.protocol.records import CorruptBatchError, iter_batches
+    from keeperless.storage.partition_dirs import partition_dirs
+
+    writer: dict[tuple[int, int], tuple[int, int, bool]] = {}
+    for d in (d for dirs in data_dirs.values() for d in dirs):
+        for (t, p), pdir in partition_dirs(d).items():
+            if t != topic:
+                continue
+            for seg in sorted(pdir.glob("*.log")):
+                data = seg.read_bytes()
+                try:
+                    for _pos, h in iter_batches(data):
+                        if h.is_control:
+                            continue
+                        for off in range(h.base_offset, h.last_offset + 1):
+                            if wanted is None or (p, off) in wanted:
+                                writer[(p, off)] = (
+                                    h.producer_id,
+                                    h.producer_epoch,
+                                    h.is_transactional,
+                                )
+                except CorruptBatchError:
+                    continue
+    return writer
+
+
 def explain_duplicates(
     anomalies: list[Anomaly], data_dirs: dict[int, list[Path]], topic: str
 ) -> tuple[list[Anomaly], list[Anomaly]]:
@@ -175,28 +206,13 @@ def explain_duplicates(
     sent again also come after later ones ("reordered"): explained with them. Returns
     (anomalies kept, anomalies explained), reading batch headers from the nodes' files.
     """
-    from keeperless.protocol.records import CorruptBatchError, iter_batches
-    from keeperless.storage.partition_dirs import partition_dirs
-
     dups = [a for a in anomalies if a["kind"] == "duplicated"]
     if not dups:
         return anomalies, []
-    # (partition, offset) -> (producer id, producer epoch), from any replica that has it
-    writer: dict[tuple[int, int], tuple[int, int]] = {}
     wanted = {tuple(place) for a in dups for place in a["at"]}
-    for d in (d for dirs in data_dirs.values() for d in dirs):
-        for (t, p), pdir in partition_dirs(d).items():
-            if t != topic:
-                continue
-            for seg in sorted(pdir.glob("*.log")):
-                data = seg.read_bytes()
-                try:
-                    for _pos, h in iter_batches(data):
-                        for off in range(h.base_offset, h.last_offset + 1):
-                            if (p, off) in wanted:
-                                writer[(p, off)] = (h.producer_id, h.producer_epoch)
-                except CorruptBatchError:
-                    continue
+    writer = {
+        k: (pid, epoch) for k, (pid, epoch, _txn) in batch_writers(data_dirs, topic, wanted).items()
+    }
     kept: list[Anomaly] = []
     explained: list[Anomaly] = []
     for a in anomalies:

@@ -22,6 +22,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -276,12 +277,16 @@ class JepsenWorkload:
         finally:
             c.close()
 
-    def check(self) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    def check(
+        self, writers: Mapping[tuple[int, int], tuple[int, int, bool]] | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """The history's anomalies; ``writers`` the batches' producers, read from the
+        nodes' files once they stopped (checkers.batch_writers)."""
         ops, marks = ops_from_events(self.history.of("jepsen-"))
-        anomalies, stats = analyze(ops, marks)
+        anomalies, stats = analyze(ops, marks, writers)
         stats["tv2-txns"] = sum(op.process == self.tv2.name and op.type == "ok" for op in ops)
         stats.update({f"late-markers-{k}": v for k, v in self.tv2.late_copies.items()})
-        out = [{"kind": f"jepsen-{a['kind']}", **a} for a in anomalies]
+        out = [{**a, "kind": f"jepsen-{a['kind']}"} for a in anomalies]
         if self.tv2.late_copies["taken"]:  # a late copy ended the next transaction
             out.append({"kind": "jepsen-late-marker-taken", **self.tv2.late_copies})
         return out, stats

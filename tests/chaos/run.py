@@ -216,8 +216,6 @@ def run_once(
         secure_anomalies, secure_stats = workload.secure.check()
         anomalies += secure_anomalies
         workload.jepsen.final_poll()
-        jepsen_anomalies, jepsen_stats = workload.jepsen.check()
-        anomalies += jepsen_anomalies
         admin_anomalies, admin_stats = checkers.check_admin(history)
         anomalies += admin_anomalies
         if cluster.dynamic:  # the voter set is what the acknowledged changes made
@@ -244,6 +242,10 @@ def run_once(
         for moved in (TOPIC, JEPSEN_TOPIC):
             anomalies += checkers.check_replica_counts(topics, moved, frozenset({2, 3}))
         anomalies, client_duplicates = checkers.explain_duplicates(anomalies, log_dirs, TOPIC)
+        jepsen_anomalies, jepsen_stats = workload.jepsen.check(
+            checkers.batch_writers(log_dirs, JEPSEN_TOPIC)
+        )
+        anomalies += jepsen_anomalies
         report.update(
             faults=nemesis.log,
             writes=write_stats,

@@ -42,6 +42,29 @@ def test_a_clean_history_has_no_anomaly() -> None:
     assert kinds(ops) == set()
 
 
+def test_an_idempotent_producers_epoch_bump_explains_its_duplicates() -> None:
+    """librdkafka sends again, under a bumped epoch, what it had in flight when a
+    message timed out (chaos seed 8002): copies under different epochs of one idempotent
+    producer are the client's; under one epoch, or a transactional producer's, not."""
+    ops = [op("p", "send", [send("1", 1, 0)], t=1), op("p", "send", [send("1", 2, 2)], t=2),
+           op("c", "poll", [poll(**{"1": [(0, 1), (1, 2), (2, 2)]})], t=3)]  # fmt: skip
+    for i, o in enumerate(ops):
+        o.index = i
+
+    def found(writers: dict[tuple[int, int], tuple[int, int, bool]]) -> set[str]:
+        anomalies, stats = analyze(ops, {}, writers)
+        return {a["kind"] for a in anomalies} | (
+            {"bump"} if stats["duplicates-epoch-bump"] else set()
+        )
+
+    idem = {(1, 0): (7, 0, False), (1, 1): (7, 0, False), (1, 2): (7, 1, False)}
+    assert found(idem) == {"bump"}
+    assert found({**idem, (1, 2): (7, 0, False)}) == {"duplicate"}  # one epoch: ours
+    assert found({**idem, (1, 2): (8, 1, False)}) == {"duplicate"}  # another producer
+    assert found({k: (p, e, True) for k, (p, e, _) in idem.items()}) == {"duplicate"}
+    assert found({(1, 0): (7, 0, False)}) == {"duplicate"}  # a copy not found in the files
+
+
 def test_lost_unseen_duplicate_and_inconsistent_offsets() -> None:
     base = [op("p", "send", [send("a", 1, 0)], t=1), op("p", "send", [send("a", 2, 1)], t=2)]
     assert kinds([*base, op("c", "poll", [poll(a=[(1, 2)])], t=3)]) == {"lost-write"}
