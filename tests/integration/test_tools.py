@@ -336,8 +336,8 @@ def test_features_and_log_dirs(cluster3: Cluster) -> None:
         "Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\tSupportedMaxVersion: 4.2-IV1\t"
     )
     assert "FinalizedVersionLevel: 4.1-IV1" in by_name["metadata.version"]
-    # share groups (KIP-932) are not built yet: level 0 only
-    assert "\tSupportedMaxVersion: 0\tFinalizedVersionLevel: 0\t" in by_name["share.version"]
+    # share groups (KIP-932): off until share.version is upgraded to 1, as in Kafka 4.1
+    assert "\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 0\t" in by_name["share.version"]
     _ok("topics", *bs, "--create", "--topic", "sized", "--partitions", "2")
     res = keeperless("console-producer", *bs, "--topic", "sized")
     assert res.returncode == 0  # no input: nothing produced, still a clean exit

@@ -3,7 +3,7 @@ from this table (kafka-python infers the broker's release from it)."""
 
 from __future__ import annotations
 
-from keeperless.protocol.apis import ADVERTISED_MIN, API_NAMES, BROKER_APIS
+from keeperless.protocol.apis import ADVERTISED_MIN, API_NAMES, BROKER_APIS, GATED
 
 # What an Apache Kafka 4.1 broker advertises on a client listener with default settings
 # (share groups, streams groups and telemetry off), from kafka-broker-api-versions.
@@ -19,6 +19,9 @@ KAFKA_4_1 = {
     69: (0, 1), 74: (0, 1), 75: (0, 0), 80: (0, 0), 81: (0, 0),
 }  # fmt: skip
 
+# What it adds once share.version is 1 (KIP-932; v0 was Kafka 4.0's early access)
+KAFKA_4_1_SHARE_GROUPS = {76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1)}
+
 # Where keeperless is Kafka 4.2's on purpose: WriteTxnMarkers v2 carries the marker's
 # transaction version, so a partition holds a TV2 marker to a strictly newer epoch and a
 # late copy of one transaction's marker cannot end the producer's next (KIP-890).
@@ -30,8 +33,18 @@ LATER: set[int] = set()
 NOT_YET: set[int] = set()
 
 
-def advertised() -> dict[int, tuple[int, int]]:
-    return {k: (ADVERTISED_MIN.get(k, lo), hi) for k, (lo, hi) in BROKER_APIS.items()}
+def advertised(features: tuple[str, ...] = ()) -> dict[int, tuple[int, int]]:
+    """What the broker advertises with these features finalized at level 1."""
+    return {
+        k: (ADVERTISED_MIN.get(k, lo), hi)
+        for k, (lo, hi) in BROKER_APIS.items()
+        if k not in GATED or GATED[k][0] in features
+    }
+
+
+def test_share_groups_add_kafka_4_1s_share_apis() -> None:
+    added = {k: v for k, v in advertised(("share.version",)).items() if k not in advertised()}
+    assert added == KAFKA_4_1_SHARE_GROUPS
 
 
 def test_every_advertised_range_is_kafka_4_1s() -> None:

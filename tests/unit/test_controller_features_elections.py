@@ -138,8 +138,8 @@ def test_refusals_name_the_reason_with_invalid_update_version() -> None:
     assert "Can't downgrade to a newer version." in (err.message or "")
     res = update_features(c, [("no.such.feature", 1, UPGRADE)], False)
     assert "Local controller 1 does not support this feature." in (res.response[0][1].message or "")
-    # known, but not built yet: share groups (KIP-932)
-    res = update_features(c, [("share.version", 1, UPGRADE)], False)
+    # known, but not built yet: streams groups (KIP-1071)
+    res = update_features(c, [("streams.version", 1, UPGRADE)], False)
     assert "Local controller 1 only supports versions 0-0" in (res.response[0][1].message or "")
 
 

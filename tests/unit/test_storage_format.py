@@ -80,7 +80,7 @@ def test_format_with_a_feature_level(tmp_path: Path) -> None:
     }
     for release, spec, words in (
         ("3.9", "eligible.leader.replicas.version=1", "depends on metadata.version level 23"),
-        ("4.2", "share.version=1", "only supports levels 0-0"),  # share groups: not yet
+        ("4.2", "streams.version=1", "only supports levels 0-0"),  # streams groups: not yet
         ("4.0", "group.version=2", "only supports levels 0-1"),
         ("4.0", "no.such.feature=1", "Unsupported feature: no.such.feature"),
         ("4.0", "eligible.leader.replicas.version=7", "only supports levels 0-1"),
@@ -130,7 +130,8 @@ def test_new_clusters_get_kafka_4_1_with_eligible_leader_replicas(tmp_path: Path
         "4.0": ("4.0", (), {"metadata.version": 25, gv: 1, tv: 2}),
         "3.9": ("3.9", (), {"metadata.version": 21}),
         "3.9 consumer protocol": ("3.9", (f"{gv}=1",), {"metadata.version": 21, gv: 1}),
-        "4.2": ("4.2", (), {"metadata.version": 29, elr: 1, gv: 1, tv: 2}),
+        # share groups from 4.2-IV0 (KIP-932)
+        "4.2": ("4.2", (), {"metadata.version": 29, elr: 1, gv: 1, tv: 2, "share.version": 1}),
         "off": (None, (f"{elr}=0", f"{gv}=0", f"{tv}=0"), {"metadata.version": 27}),
         "tv1": (None, (f"{tv}=1",), {"metadata.version": 27, elr: 1, gv: 1, tv: 1}),
     }

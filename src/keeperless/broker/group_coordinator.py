@@ -31,6 +31,7 @@ from keeperless.broker.group_records import (
 from keeperless.broker.groups import Group, JoinResult
 from keeperless.broker.mixed_groups import MixedGroups
 from keeperless.broker.partitions import NotLeaderError
+from keeperless.broker.share_group import ShareGroup
 from keeperless.broker.txn_state import COMMIT, marker_type
 from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.group_configs import GROUP_RESOURCE
@@ -157,6 +158,19 @@ class GroupSettings:
     consumer_session_timeout_ms: int = 45000
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
 
+    @classmethod
+    def of(cls, config: Any) -> GroupSettings:
+        """From a node's config (Kafka's keys)."""
+        return cls(
+            config["group.initial.rebalance.delay.ms"],
+            config["group.min.session.timeout.ms"],
+            config["group.max.session.timeout.ms"],
+            config["offsets.commit.timeout.ms"],
+            config["group.consumer.heartbeat.interval.ms"],
+            config["group.consumer.session.timeout.ms"],
+            tuple(config["group.consumer.assignors"]),
+        )
+
 
 def _some(items: list[int], shown: int = 10) -> str:
     head = ", ".join(map(str, items[:shown]))
@@ -170,6 +184,7 @@ class GroupCoordinator:
         self.initial_delay_ms = settings.initial_rebalance_delay_ms
         self.groups: dict[str, Group] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.share_groups: dict[str, ShareGroup] = {}  # KIP-932, members in memory only
         # classic and consumer-protocol members of one group (KIP-848 migration)
         self.mixed = MixedGroups(self, self.topics_view)
         self.offsets: dict[str, Offsets] = {}
@@ -540,6 +555,8 @@ class GroupCoordinator:
         bounds = self.settings.min_session_timeout_ms, self.settings.max_session_timeout_ms
         if err is None and not bounds[0] <= session_ms <= bounds[1]:
             err = ErrorCode.invalid_session_timeout  # group.{min,max}.session.timeout.ms
+        if err is None and req.group_id in self.share_groups:
+            err = ErrorCode.inconsistent_group_protocol  # a share group's id (KIP-932)
         cg = self.consumer_groups.get(req.group_id)
         if err is not None:
             res: JoinResult = JoinResult(err, member_id=req.member_id)

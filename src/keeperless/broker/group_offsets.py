@@ -199,11 +199,15 @@ class GroupOffsets:
         states = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
         types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
         names = set(self.gc.groups) | set(self.gc.offsets) | set(self.gc.consumer_groups)
+        names |= set(self.gc.share_groups)
         out = []
         for gid in sorted(names):
             g = self.gc.groups.get(gid)
             cg = self.gc.consumer_groups.get(gid)
-            if cg is not None and (cg.members or g is None or not g.members):
+            sg = self.gc.share_groups.get(gid)
+            if sg is not None:  # KIP-932
+                state, kind, protocol_type = sg.state.value, "share", "share"
+            elif cg is not None and (cg.members or g is None or not g.members):
                 state, kind, protocol_type = cg.state, "consumer", "consumer"
             else:
                 state = g.state if g else GroupState.EMPTY

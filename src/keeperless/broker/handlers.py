@@ -55,7 +55,7 @@ from keeperless.metadata.admin_requests import (
 from keeperless.metadata.features import features_body
 from keeperless.metadata.image import AclEntry, MetadataImage
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
-from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS, ApiKey
+from keeperless.protocol.apis import ADVERTISED_MIN, BROKER_APIS, GATED, ApiKey
 from keeperless.protocol.build import build, build_filled
 from keeperless.protocol.context import listener_of
 from keeperless.protocol.framing import ProtocolError, RequestHeader, response_class
@@ -133,11 +133,13 @@ class BrokerHandlers(LogDirApis):
         )
 
     def api_versions_body(self, error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+        features = self.broker.image.features
         return {
             "error_code": error,
             "api_keys": [
                 {"api_key": k, "min_version": ADVERTISED_MIN.get(k, lo), "max_version": hi}
                 for k, (lo, hi) in sorted(self.apis.items())
+                if k not in GATED or features.get(GATED[k][0], 0) >= GATED[k][1]
             ],
             "throttle_time": 0,
             **features_body(self.broker.image, self.broker.kraft_version()),

@@ -434,6 +434,37 @@ _BROKER: list[ConfigDef] = [
         "uniform,range",
         "The server assignors of consumer-protocol groups, the first the default.",
     ),
+    _d(
+        "group.share.heartbeat.interval.ms",
+        T.INT,
+        "5000",
+        "How often members of a share group heartbeat (KIP-932).",
+    ),
+    _d(
+        "group.share.session.timeout.ms",
+        T.INT,
+        "45000",
+        "A share group member that misses heartbeats this long leaves the group.",
+    ),
+    _d(
+        "group.share.record.lock.duration.ms",
+        T.INT,
+        "30000",
+        "How long a share group member holds a record it was delivered before it is "
+        "delivered again.",
+    ),
+    _d(
+        "group.share.delivery.count.limit",
+        T.INT,
+        "5",
+        "How often a record is delivered to a share group before it is archived.",
+    ),
+    _d(
+        "group.share.partition.max.record.locks",
+        T.INT,
+        "2000",
+        "The most records of one partition a share group has in flight at a time.",
+    ),
     # accepted without effect here
     _d("background.threads", T.INT, "10", "Background threads (tasks of one event loop here)."),
     _d(
@@ -714,6 +745,11 @@ _VALIDATORS: dict[str, Validator] = {
     "offsets.commit.timeout.ms": at_least(1),
     "group.consumer.heartbeat.interval.ms": at_least(1),
     "group.consumer.session.timeout.ms": at_least(1),
+    "group.share.heartbeat.interval.ms": at_least(1),
+    "group.share.session.timeout.ms": at_least(1),
+    "group.share.record.lock.duration.ms": at_least(1000),
+    "group.share.delivery.count.limit": at_least(2),
+    "group.share.partition.max.record.locks": at_least(100),
     "socket.request.max.bytes": at_least(1),
     "controller.quorum.election.timeout.ms": at_least(1),
     "controller.quorum.fetch.timeout.ms": at_least(1),

@@ -32,6 +32,7 @@ __all__ = [
     "metadata_version_for_release",
     "record_version",
     "release_for_level",
+    "share_groups_enabled",
 ]
 
 METADATA_VERSION_FEATURE = "metadata.version"
@@ -65,7 +66,8 @@ _RELEASES: tuple[tuple[str, int], ...] = (
 MINIMUM_METADATA_VERSION = _RELEASES[0][1]
 LATEST_METADATA_VERSION = _RELEASES[-1][1]
 # what `storage format` writes when no --release-version is given: Kafka 4.1's, whose
-# APIs this build serves (4.2's would turn on share and streams groups, not built yet)
+# APIs this build serves (4.2's would turn on streams groups, not built yet; share groups
+# are turned on with kafka-features.sh upgrade --feature share.version=1, as in Kafka 4.1)
 LATEST_PRODUCTION_METADATA_VERSION = 27
 # KIP-966: leaders elected from eligible replicas (ELR) once this is 1
 ELR_FEATURE = "eligible.leader.replicas.version"
@@ -79,8 +81,9 @@ GROUP_VERSION_FEATURE = "group.version"
 # KIP-890: 1 flexible transaction-log records, 2 an epoch bump at each transaction's
 # end (the EndTxn v5 / Produce v12 / TxnOffsetCommit v5 path of a TV2 client)
 TRANSACTION_VERSION_FEATURE = "transaction.version"
-# KIP-932 share groups and KIP-1071 streams groups (not built yet: level 0 only)
+# KIP-932: 1 lets consumers read as share groups (ShareGroupHeartbeat, ShareFetch)
 SHARE_VERSION_FEATURE = "share.version"
+# KIP-1071 streams groups (not built yet: level 0 only)
 STREAMS_VERSION_FEATURE = "streams.version"
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     METADATA_VERSION_FEATURE: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION),
@@ -88,7 +91,7 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     KRAFT_VERSION_FEATURE: (0, 1),
     GROUP_VERSION_FEATURE: (0, 1),
     TRANSACTION_VERSION_FEATURE: (0, 2),
-    SHARE_VERSION_FEATURE: (0, 0),
+    SHARE_VERSION_FEATURE: (0, 1),
     STREAMS_VERSION_FEATURE: (0, 0),
 }
 # the features other than metadata.version, in the order Kafka's tools list them
@@ -157,6 +160,11 @@ def describe_level(feature: str, level: int) -> str:
     if feature == METADATA_VERSION_FEATURE:
         return f"{feature}={level} ({release_for_level(level)})"
     return f"{feature}={level}"
+
+
+def share_groups_enabled(features: Any) -> bool:
+    """Share groups (KIP-932) are on: share.version finalized at 1."""
+    return bool(features.get(SHARE_VERSION_FEATURE, 0) >= 1)
 
 
 def consumer_protocol_enabled(features: Any) -> bool:

@@ -16,6 +16,7 @@ __all__ = [
     "API_NAMES",
     "BROKER_APIS",
     "CONTROLLER_APIS",
+    "GATED",
     "ApiKey",
     "ApiSpec",
     "Listener",
@@ -139,6 +140,9 @@ class ApiSpec:
     broker: tuple[int, int] | None = None
     controller: tuple[int, int] | None = None
     advertised_min: int | None = None
+    # advertised only while this feature is finalized at this level or higher (Kafka
+    # leaves the share group APIs out of ApiVersions while share.version is 0)
+    feature: tuple[str, int] | None = None
 
     def versions(self, listener: Listener) -> tuple[int, int] | None:
         return self.broker if listener is Listener.BROKER else self.controller
@@ -239,6 +243,11 @@ _TABLE = (
     ApiSpec(ApiKey.CONSUMER_GROUP_HEARTBEAT, broker=(0, 1)),  # KIP-848
     ApiSpec(ApiKey.CONSUMER_GROUP_DESCRIBE, broker=(0, 1)),
     ApiSpec(ApiKey.LIST_CONFIG_RESOURCES, broker=(0, 1)),
+    # share groups (KIP-932), while share.version is 1
+    ApiSpec(ApiKey.SHARE_GROUP_HEARTBEAT, broker=(1, 1), feature=("share.version", 1)),
+    ApiSpec(ApiKey.SHARE_GROUP_DESCRIBE, broker=(1, 1), feature=("share.version", 1)),
+    ApiSpec(ApiKey.SHARE_FETCH, broker=(1, 1), feature=("share.version", 1)),
+    ApiSpec(ApiKey.SHARE_ACKNOWLEDGE, broker=(1, 1), feature=("share.version", 1)),
     ApiSpec(ApiKey.DESCRIBE_TOPIC_PARTITIONS, broker=(0, 0)),
 )
 
@@ -264,5 +273,9 @@ CONTROLLER_APIS: Mapping[int, tuple[int, int]] = MappingProxyType(
 )
 ADVERTISED_MIN: Mapping[int, int] = MappingProxyType(
     {k: s.advertised_min for k, s in APIS.items() if s.advertised_min is not None}
+)
+# api key -> (feature, level) it is advertised under
+GATED: Mapping[int, tuple[str, int]] = MappingProxyType(
+    {k: s.feature for k, s in APIS.items() if s.feature is not None}
 )
 API_NAMES: Mapping[int, str] = MappingProxyType({k: k.title for k in ApiKey})

@@ -56,6 +56,10 @@ _ONE = {
     ApiKey.LEAVE_GROUP: (AclOp.READ, G, "group_id"),
     ApiKey.SYNC_GROUP: (AclOp.READ, G, "group_id"),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (AclOp.READ, G, "group_id"),
+    # share groups (KIP-932); READ on each topic is checked in their handlers
+    ApiKey.SHARE_GROUP_HEARTBEAT: (AclOp.READ, G, "group_id"),
+    ApiKey.SHARE_FETCH: (AclOp.READ, G, "group_id"),
+    ApiKey.SHARE_ACKNOWLEDGE: (AclOp.READ, G, "group_id"),
     # InitProducerId without a transactional id (idempotent only) needs no ACL here
     ApiKey.INIT_PRODUCER_ID: (AclOp.WRITE, X, "transactional_id"),
     ApiKey.ADD_OFFSETS_TO_TXN: (AclOp.WRITE, X, "transactional_id"),
@@ -542,6 +546,7 @@ _TOPIC_ADMIN: dict[ApiKey, Callable[[Handler, Authz], Handler]] = {
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.DESCRIBE_GROUPS: _describe_groups,
     ApiKey.CONSUMER_GROUP_DESCRIBE: _consumer_group_describe,
+    ApiKey.SHARE_GROUP_DESCRIBE: _consumer_group_describe,  # the same fields
     ApiKey.LIST_GROUPS: _listed("groups", "group_id", G, cluster_sees_all=True),
     ApiKey.DELETE_GROUPS: _delete_groups,
     ApiKey.LIST_TRANSACTIONS: _listed(

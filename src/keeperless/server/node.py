@@ -28,6 +28,7 @@ from keeperless.broker.handlers import BrokerHandlers
 from keeperless.broker.quotas import QuotaManager
 from keeperless.broker.reassignment_apis import ReassignmentApis
 from keeperless.broker.replication import ReplicaManager, ReplicationSettings
+from keeperless.broker.share_apis import ShareApis, ShareSettings
 from keeperless.broker.txn_admin import TxnAdmin
 from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
@@ -167,6 +168,7 @@ class Node:
         self.controller_handlers: dict[int, Any] = {}  # the controller listener's
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinator | None = None
+        self.shares: ShareApis | None = None
         self.txn: TxnCoordinator | None = None
         self.markers: TxnMarkerWriter | None = None
         self.cleaner: LogCleaner | None = None
@@ -177,18 +179,8 @@ class Node:
             self.broker.kraft_version = lambda: core.kraft_version
             self.broker.forwarder = Forwarder(self.remote, self._local_controller_handlers)
             self._secure_peers(self.broker)
-            self.groups = GroupCoordinator(
-                self.broker,
-                GroupSettings(
-                    config["group.initial.rebalance.delay.ms"],
-                    config["group.min.session.timeout.ms"],
-                    config["group.max.session.timeout.ms"],
-                    config["offsets.commit.timeout.ms"],
-                    config["group.consumer.heartbeat.interval.ms"],
-                    config["group.consumer.session.timeout.ms"],
-                    tuple(config["group.consumer.assignors"]),
-                ),
-            )
+            self.groups = GroupCoordinator(self.broker, GroupSettings.of(config))
+            self.shares = ShareApis(self.groups, ShareSettings.of(config))
             self.markers = TxnMarkerWriter(self.broker)
             self.txn = TxnCoordinator(
                 self.broker,
@@ -356,8 +348,9 @@ class Node:
                 self.txn.start()
             self._tasks.append(loop.create_task(self._heartbeat_loop()))
             self._tasks.append(loop.create_task(self.broker.dir_assignment_loop()))
-            c, b, groups = self.config, self.broker, self.groups
+            c, b, groups, shares = self.config, self.broker, self.groups, self.shares
             assert groups is not None
+            assert shares is not None
             for interval_ms, fn in (
                 (c["log.retention.check.interval.ms"], b.enforce_retention),
                 (c["producer.id.expiration.check.interval.ms"],
@@ -365,6 +358,7 @@ class Node:
                 (c["replica.high.watermark.checkpoint.interval.ms"],
                  self._checkpoint_high_watermarks),
                 (500, groups.expire_sessions),
+                (500, shares.tick),
             ):  # fmt: skip
                 self._tasks.append(loop.create_task(_every(interval_ms / 1000, fn)))
             c = self.config
@@ -462,6 +456,7 @@ class Node:
         assert self.groups is not None
         assert self.txn is not None
         assert self.markers is not None
+        assert self.shares is not None
         offsets = GroupOffsets(self.groups)
         txn_offsets = TxnOffsets(self.groups, offsets)
         self.markers.on_offsets_marker = txn_offsets.on_marker
@@ -470,6 +465,7 @@ class Node:
         registry.register("the broker", h.handlers())
         registry.register("the group coordinator", offsets.handlers())
         registry.register("the consumer group protocol", ConsumerGroupApis(self.groups).handlers())
+        registry.register("share groups (KIP-932)", self.shares.handlers())
         registry.register("transactional offset commits", txn_offsets.handlers())
         registry.register("the transaction coordinator", self.txn.handlers())
         registry.register("the transaction admin APIs", TxnAdmin(self.broker, self.txn).handlers())

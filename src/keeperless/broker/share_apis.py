@@ -1,0 +1,554 @@
+"""Share groups (KIP-932) on a broker: ShareGroupHeartbeat and ShareGroupDescribe on the
+group's coordinator, ShareFetch and ShareAcknowledge on the partitions' leaders (Kafka's
+``SharePartitionManager`` with its share sessions).
+
+The rules live in ``share_group.py`` (membership) and ``share_partition.py`` (which
+records are acquired, by whom, how often); this module reads the log, keeps the share
+sessions and answers. Share-partition state is kept by the leader in memory: a leader
+change starts the partition's delivery again from the group's ``share.auto.offset.reset``
+(the share coordinator and ``__share_group_state`` that would carry it over are not built).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.group_coordinator import GroupCoordinator
+from keeperless.broker.share_group import ShareGroup, ShareGroupError
+from keeperless.broker.share_partition import BatchSpan, ShareAckError, SharePartition
+from keeperless.metadata.features import share_groups_enabled
+from keeperless.metadata.group_configs import GROUP_RESOURCE
+from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
+from keeperless.protocol.apis import ApiKey
+from keeperless.protocol.build import build
+from keeperless.protocol.context import listener_of, session_of
+from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.protocol.records import CorruptBatchError, iter_batches
+from keeperless.security.authz import AclOp, Resource
+from keeperless.storage.dir_failure import LogDirFailure
+
+__all__ = ["ShareApis", "ShareSettings"]
+
+log = logging.getLogger(__name__)
+
+_DISABLED = (
+    "Share groups (KIP-932) are not enabled: the cluster's share.version is 0. Enable "
+    "them with kafka-features.sh upgrade --feature share.version=1."
+)
+_DURATION = re.compile(r"^by_duration:P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:([\d.]+)S)?)?$")
+# a share session idle this long is closed (its member's records released)
+_SESSION_IDLE_S = 60.0
+_POLL_S = 0.25  # a waiting ShareFetch looks again for released records this often
+
+
+@dataclass(frozen=True)
+class ShareSettings:
+    """The broker's group.share.* keys (Kafka's names and defaults)."""
+
+    heartbeat_interval_ms: int = 5000
+    session_timeout_ms: int = 45000
+    record_lock_duration_ms: int = 30000
+    delivery_count_limit: int = 5
+    partition_max_record_locks: int = 2000
+
+    @classmethod
+    def of(cls, config: Any) -> ShareSettings:
+        """From a node's config (its group.share.* keys)."""
+        return cls(
+            config["group.share.heartbeat.interval.ms"],
+            config["group.share.session.timeout.ms"],
+            config["group.share.record.lock.duration.ms"],
+            config["group.share.delivery.count.limit"],
+            config["group.share.partition.max.record.locks"],
+        )
+
+
+@dataclass(slots=True)
+class _Session:
+    """A member's share session with this broker: the partitions it fetches and the epoch
+    its next request must carry."""
+
+    partitions: dict[tuple[uuid.UUID, int], None] = field(default_factory=dict)
+    epoch: int = 1
+    used: float = 0.0
+
+
+def _not_here(err: ErrorCode, gid: str) -> str:
+    if err == ErrorCode.not_coordinator:
+        return f"This broker is not the coordinator of group {gid}"
+    return f"The group coordinator is not available ({err.name})"
+
+
+def _td(ms: int) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=ms)
+
+
+class ShareApis:
+    def __init__(self, coordinator: GroupCoordinator, settings: ShareSettings) -> None:
+        self.gc = coordinator
+        self.broker = coordinator.broker
+        self.settings = settings
+        self.groups: dict[str, ShareGroup] = coordinator.share_groups
+        # (group, topic id, partition) -> its share-partition, on the partition's leader
+        self.partitions: dict[tuple[str, uuid.UUID, int], SharePartition] = {}
+        self.sessions: dict[tuple[str, str], _Session] = {}  # (group, member) -> session
+
+    def handlers(self) -> dict[ApiKey, Any]:
+        return {
+            ApiKey.SHARE_GROUP_HEARTBEAT: self.heartbeat,
+            ApiKey.SHARE_GROUP_DESCRIBE: self.describe,
+            ApiKey.SHARE_FETCH: self.fetch,
+            ApiKey.SHARE_ACKNOWLEDGE: self.acknowledge,
+        }
+
+    def _enabled(self) -> bool:
+        return share_groups_enabled(self.broker.image.features)
+
+    def _group_config(self, group_id: str, key: str, broker_default: int) -> int:
+        own = self.broker.image.configs.get((GROUP_RESOURCE, group_id), {}).get(key)
+        return int(own) if own is not None else broker_default
+
+    def _group_str(self, group_id: str, key: str, default: str) -> str:
+        own = self.broker.image.configs.get((GROUP_RESOURCE, group_id), {}).get(key)
+        return own if own is not None else default
+
+    # -- the coordinator: membership ----------------------------------------------------
+
+    async def heartbeat(self, header: RequestHeader, req: Any) -> Any:
+        gid = req.group_id
+        interval = self._group_config(
+            gid, "share.heartbeat.interval.ms", self.settings.heartbeat_interval_ms
+        )
+        cls = response_class(ApiKey.SHARE_GROUP_HEARTBEAT, header.api_version)
+        try:
+            if not self._enabled():
+                raise ShareGroupError(ErrorCode.unsupported_version, _DISABLED)
+            if not gid:
+                raise ShareGroupError(ErrorCode.invalid_group_id, "GroupId can't be empty.")
+            if not req.member_id:
+                raise ShareGroupError(ErrorCode.invalid_request, "MemberId can't be empty.")
+            err = self.gc._group_error(gid)
+            if err is not None:
+                raise ShareGroupError(err, _not_here(err, gid))
+            if (self.gc.groups.get(gid) is not None and self.gc.groups[gid].members) or (
+                gid in self.gc.consumer_groups
+            ):
+                raise ShareGroupError(
+                    ErrorCode.group_id_not_found, f"Group {gid} is not a share group."
+                )
+            g = self.groups.get(gid)
+            if g is None:
+                g = self.groups[gid] = ShareGroup(gid)
+            session = session_of(header)
+            m, assignment = g.heartbeat(
+                req.member_id,
+                req.member_epoch,
+                req.subscribed_topic_names,
+                self.gc.topics_view(),
+                time.monotonic(),
+                req.rack_id,
+                (header.client_id or "", "/" + (session.host if session else "127.0.0.1")),
+            )
+        except ShareGroupError as e:
+            return build(cls, {"throttle_time": 0, "error_code": e.code,
+                               "error_message": str(e), "member_id": None, "member_epoch": -1,
+                               "heartbeat_interval": interval, "assignment": None})  # fmt: skip
+        return build(
+            cls,
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "member_id": req.member_id,
+                "member_epoch": -1 if m is None else m.epoch,
+                "heartbeat_interval": interval,
+                "assignment": None
+                if assignment is None
+                else {
+                    "topic_partitions": [
+                        {"topic_id": t, "partitions": list(ps)}
+                        for t, ps in sorted(assignment.items(), key=lambda kv: str(kv[0]))
+                    ]
+                },
+            },
+        )
+
+    async def describe(self, header: RequestHeader, req: Any) -> Any:
+        names = {t.topic_id: t.name for t in self.broker.image.topics.values()}
+        out = []
+        for gid in req.group_ids:
+            err = self.gc._group_error(gid)
+            g = self.groups.get(gid)
+            code, message = ErrorCode.none, None
+            if not self._enabled():
+                code, message = ErrorCode.unsupported_version, _DISABLED
+            elif err is not None:
+                code, message = err, _not_here(err, gid)
+            elif g is None:
+                code = ErrorCode.group_id_not_found
+                message = (
+                    f"Group {gid} is not a share group."
+                    if gid in self.gc.groups or gid in self.gc.consumer_groups
+                    else f"Group {gid} not found."
+                )
+            ops = all_operations("group") if req.include_authorized_operations else NOT_REQUESTED
+            out.append({
+                "error_code": code, "error_message": message, "group_id": gid,
+                "group_state": "Dead" if g is None else g.state.value,
+                "group_epoch": -1 if g is None else g.epoch,
+                "assignment_epoch": -1 if g is None else g.epoch,
+                "assignor_name": "simple", "authorized_operations": ops,
+                "members": [] if g is None or code != ErrorCode.none else [
+                    {"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.epoch,
+                     "client_id": m.client_id, "client_host": m.client_host,
+                     "subscribed_topic_names": list(m.subscribed),
+                     "assignment": {"topic_partitions": [
+                         {"topic_id": t, "topic_name": names.get(t, ""), "partitions": list(ps)}
+                         for t, ps in m.assignment.items()]}}
+                    for m in g.members.values()
+                ],
+            })  # fmt: skip
+        cls = response_class(ApiKey.SHARE_GROUP_DESCRIBE, header.api_version)
+        return build(cls, {"throttle_time": 0, "groups": out})
+
+    # -- the partitions' leader: share sessions, fetch and acknowledge ------------------
+
+    def _release(self, gid: str, member_id: str, s: _Session) -> None:
+        released = 0
+        for tid, idx in s.partitions:
+            sp = self.partitions.get((gid, tid, idx))
+            if sp is not None:
+                released += sp.release_member(member_id)
+        if released:
+            log.info("[node %d] Share session of member %s of group %s closed: released %d "
+                     "record(s)", self.broker.node_id, member_id, gid, released)  # fmt: skip
+
+    def _open(
+        self, gid: str, mid: str, epoch: int, fetch: bool
+    ) -> tuple[_Session | None, ErrorCode, str | None]:
+        """The share session a request of ``epoch`` continues, opens (0, ShareFetch only)
+        or closes (-1): (session, error, message)."""
+        key = (gid, mid)
+        s = self.sessions.get(key)
+        if epoch == 0:
+            if not fetch:
+                return (
+                    None,
+                    ErrorCode.invalid_share_session_epoch,
+                    ("ShareAcknowledge cannot open a share session (epoch 0)"),
+                )
+            if s is not None:
+                self._release(gid, mid, s)
+            s = self.sessions[key] = _Session()
+            return s, ErrorCode.none, None
+        if s is None:
+            return (
+                None,
+                ErrorCode.share_session_not_found,
+                (f"No share session for member {mid} of group {gid} on this broker"),
+            )
+        if epoch != -1 and epoch != s.epoch:
+            del self.sessions[key]
+            self._release(gid, mid, s)
+            return (
+                None,
+                ErrorCode.invalid_share_session_epoch,
+                (f"Share session epoch {epoch} is not the expected {s.epoch}"),
+            )
+        if epoch != -1:
+            s.epoch += 1
+        return s, ErrorCode.none, None
+
+    def _leader_error(self, tid: uuid.UUID, idx: int) -> tuple[ErrorCode, Any] | None:
+        """Why this broker cannot serve (tid, idx) to a share group, with the partition
+        (or None when it can)."""
+        t = self.broker.image.topics.get(tid)
+        if t is None:
+            return ErrorCode.unknown_topic_id, None
+        info = t.partitions.get(idx)
+        if info is None:
+            return ErrorCode.unknown_topic_or_partition, None
+        p = self.broker.partitions.get(t.name, idx)
+        if info.leader != self.broker.node_id or p is None:
+            return ErrorCode.not_leader_or_follower, None
+        return None
+
+    def _topic_denied(self, header: RequestHeader, tid: uuid.UUID) -> bool:
+        t = self.broker.image.topics[tid]
+        return self.broker.authz.check(header, AclOp.READ, Resource.TOPIC, t.name) is not None
+
+    def _current_leader(self, tid: uuid.UUID, idx: int) -> dict[str, int]:
+        t = self.broker.image.topics.get(tid)
+        info = t.partitions.get(idx) if t is not None else None
+        if info is None:
+            return {"leader_id": -1, "leader_epoch": -1}
+        return {"leader_id": info.leader, "leader_epoch": info.leader_epoch}
+
+    def _share_partition(self, gid: str, tid: uuid.UUID, idx: int) -> SharePartition:
+        sp = self.partitions.get((gid, tid, idx))
+        t = self.broker.image.topics[tid]
+        p = self.broker.partitions.get(t.name, idx)
+        assert p is not None
+        if sp is None:
+            reset = self._group_str(gid, "share.auto.offset.reset", "latest")
+            start = p.high_watermark
+            if reset == "earliest":
+                start = p.log.log_start_offset
+            elif (m := _DURATION.match(reset)) is not None:
+                d, h, mi, s = (float(x) if x else 0.0 for x in m.groups())
+                ago_ms = int(((d * 24 + h) * 60 + mi) * 60_000 + s * 1000)
+                found = p.log.offset_for_timestamp(int(time.time() * 1000) - ago_ms)
+                start = found[0] if found is not None else p.high_watermark
+            sp = self.partitions[(gid, tid, idx)] = SharePartition(
+                start,
+                self.settings.delivery_count_limit,
+                self.settings.partition_max_record_locks,
+            )
+            log.info("[node %d] Share group %s starts %s-%d at offset %d (%s)",
+                     self.broker.node_id, gid, t.name, idx, start, reset)  # fmt: skip
+        sp.move_start(p.log.log_start_offset)
+        return sp
+
+    def _ack(
+        self, header: RequestHeader, gid: str, mid: str, tid: uuid.UUID, idx: int,
+        batches: Sequence[Any],
+    ) -> tuple[ErrorCode, str | None]:  # fmt: skip
+        refused = self._leader_error(tid, idx)
+        if refused is not None:
+            return refused[0], None
+        if self._topic_denied(header, tid):
+            return ErrorCode.topic_authorization_failed, None
+        sp = self.partitions.get((gid, tid, idx))
+        if sp is None:
+            return ErrorCode.invalid_record_state, (
+                f"Share group {gid} has no records in flight on this partition"
+            )
+        try:
+            sp.acknowledge(
+                mid, [(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in batches]
+            )
+        except ShareAckError as e:
+            return e.code, str(e)
+        return ErrorCode.none, None
+
+    def _acquire(
+        self, header: RequestHeader, gid: str, mid: str, tid: uuid.UUID, idx: int,
+        max_records: int, budget: int,
+    ) -> tuple[ErrorCode, bytes, list[tuple[int, int, int]]]:  # fmt: skip
+        refused = self._leader_error(tid, idx)
+        if refused is not None:
+            return refused[0], b"", []
+        if self._topic_denied(header, tid):
+            return ErrorCode.topic_authorization_failed, b"", []
+        t = self.broker.image.topics[tid]
+        p = self.broker.partitions.get(t.name, idx)
+        assert p is not None
+        sp = self._share_partition(gid, tid, idx)
+        pos = sp.fetch_offset()
+        if pos is None or max_records <= 0 or budget <= 0:
+            return ErrorCode.none, b"", []
+        committed = self._group_str(gid, "share.isolation.level", "read_uncommitted") == (
+            "read_committed"
+        )
+        try:
+            sl = p.read(pos, budget, False, committed)
+        except LogDirFailure:
+            return ErrorCode.kafka_storage_error, b"", []
+        if sl is None:
+            return ErrorCode.none, b"", []
+        data = sl.read()
+        aborted = p.txns.aborted_between(pos, p.last_stable_offset) if committed else []
+        spans: list[tuple[int, int, BatchSpan]] = []  # (position, end, span)
+        try:
+            for at, h in iter_batches(data, verify_crc=False):
+                skip = h.is_control or (any(
+                    pid == h.producer_id and first <= h.base_offset for pid, first in aborted
+                ) and h.is_transactional)  # fmt: skip
+                spans.append((at, at + h.size, BatchSpan(h.base_offset, h.last_offset, skip)))
+        except CorruptBatchError:
+            pass  # a read ends inside a batch: the whole batches before it
+        ranges = sp.acquire(
+            mid, [s for _, _, s in spans], max_records, int(time.time() * 1000),
+            self._group_config(gid, "share.record.lock.duration.ms",
+                               self.settings.record_lock_duration_ms),
+        )  # fmt: skip
+        if not ranges:
+            return ErrorCode.none, b"", []
+        lo, hi = ranges[0][0], ranges[-1][1]
+        used = [(a, b) for a, b, s in spans if s.last >= lo and s.base <= hi]
+        return ErrorCode.none, data[used[0][0] : used[-1][1]], ranges
+
+    def _endpoints(self, header: RequestHeader, nodes: set[int]) -> list[dict[str, Any]]:
+        out = []
+        for n in sorted(nodes):
+            b = self.broker.image.brokers.get(n)
+            found = b.endpoint(listener_of(header)) if b is not None and not b.fenced else None
+            if b is not None and found is not None:
+                out.append({"node_id": n, "host": found[0], "port": found[1], "rack": b.rack})
+        return out
+
+    def _refusal(self, header: RequestHeader, code: ErrorCode, message: str | None) -> Any:
+        cls = response_class(header.api_key, header.api_version)
+        body: dict[str, Any] = {"throttle_time": 0, "error_code": code,
+                                "error_message": message, "responses": [],
+                                "node_endpoints": []}  # fmt: skip
+        if header.api_key == ApiKey.SHARE_FETCH:
+            body["acquisition_lock_timeout"] = 0
+        return build(cls, body)
+
+    async def fetch(self, header: RequestHeader, req: Any) -> Any:
+        if not self._enabled():
+            return self._refusal(header, ErrorCode.unsupported_version, _DISABLED)
+        gid, mid, epoch = req.group_id, req.member_id, req.share_session_epoch
+        if not gid or not mid:
+            return self._refusal(header, ErrorCode.invalid_request,
+                                 "ShareFetch needs a group id and a member id")  # fmt: skip
+        acks = {(t.topic_id, p.partition_index): p.acknowledgement_batches
+                for t in req.topics for p in t.partitions if p.acknowledgement_batches}  # fmt: skip
+        if epoch == 0 and acks:
+            return self._refusal(header, ErrorCode.invalid_request,
+                                 "A share session's first fetch cannot acknowledge")  # fmt: skip
+        if epoch == -1 and req.forgotten_topics_data:
+            return self._refusal(
+                header, ErrorCode.invalid_request,
+                "A share session's final fetch cannot forget partitions",
+            )  # fmt: skip
+        s, err, message = self._open(gid, mid, epoch, fetch=True)
+        if s is None:
+            return self._refusal(header, err, message)
+        s.used = time.monotonic()
+        for t in req.topics:
+            for p in t.partitions:
+                s.partitions[(t.topic_id, p.partition_index)] = None
+        ack_results = {k: self._ack(header, gid, mid, k[0], k[1], b) for k, b in acks.items()}
+        for t in req.forgotten_topics_data:
+            for idx in t.partitions:
+                s.partitions.pop((t.topic_id, idx), None)
+                sp = self.partitions.get((gid, t.topic_id, idx))
+                if sp is not None:
+                    sp.release_member(mid)
+        lock_ms = self._group_config(
+            gid, "share.record.lock.duration.ms", self.settings.record_lock_duration_ms
+        )
+        got: dict[tuple[uuid.UUID, int], tuple[ErrorCode, bytes, list[tuple[int, int, int]]]]
+        got = {}
+        if epoch == -1:
+            del self.sessions[(gid, mid)]
+            self._release(gid, mid, s)
+        else:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + req.max_wait.total_seconds()
+            max_records = req.max_records if req.max_records > 0 else 500
+            budget = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
+            while True:
+                for key in list(s.partitions):
+                    code, data, ranges = self._acquire(header, gid, mid, key[0], key[1],
+                                                       max_records, budget)  # fmt: skip
+                    max_records -= sum(b - a + 1 for a, b, _ in ranges)
+                    budget -= len(data)
+                    if code != ErrorCode.none or ranges or key not in got:
+                        got[key] = (code, data, ranges)
+                acquired = any(r for _, _, r in got.values())
+                failed = any(c != ErrorCode.none for c, _, _ in got.values())
+                remaining = deadline - loop.time()
+                if acquired or failed or remaining <= 0 or (gid, mid) not in self.sessions:
+                    break
+                await self.broker.partitions.wait_for_data(min(remaining, _POLL_S))
+        leaders: set[int] = set()
+        by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        for key in dict.fromkeys([*got, *ack_results]):
+            code, data, ranges = got.get(key, (ErrorCode.none, b"", []))
+            ack_code, ack_message = ack_results.get(key, (ErrorCode.none, None))
+            current = self._current_leader(*key)
+            if code == ErrorCode.not_leader_or_follower and current["leader_id"] >= 0:
+                leaders.add(current["leader_id"])
+            by_topic.setdefault(key[0], []).append({
+                "partition_index": key[1], "error_code": code, "error_message": None,
+                "acknowledge_error_code": ack_code, "acknowledge_error_message": ack_message,
+                "current_leader": current, "records": data,
+                "acquired_records": [{"first_offset": a, "last_offset": b, "delivery_count": n}
+                                     for a, b, n in ranges],
+            })  # fmt: skip
+        cls = response_class(ApiKey.SHARE_FETCH, header.api_version)
+        return build(cls, {
+            "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+            "acquisition_lock_timeout": _td(lock_ms),
+            "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()],
+            "node_endpoints": self._endpoints(header, leaders),
+        })  # fmt: skip
+
+    async def acknowledge(self, header: RequestHeader, req: Any) -> Any:
+        if not self._enabled():
+            return self._refusal(header, ErrorCode.unsupported_version, _DISABLED)
+        gid, mid, epoch = req.group_id, req.member_id, req.share_session_epoch
+        if not gid or not mid:
+            return self._refusal(header, ErrorCode.invalid_request,
+                                 "ShareAcknowledge needs a group id and a member id")  # fmt: skip
+        s, err, message = self._open(gid, mid, epoch, fetch=False)
+        if s is None:
+            return self._refusal(header, err, message)
+        s.used = time.monotonic()
+        leaders: set[int] = set()
+        out = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                code, msg = self._ack(header, gid, mid, t.topic_id, p.partition_index,
+                                      p.acknowledgement_batches)  # fmt: skip
+                current = self._current_leader(t.topic_id, p.partition_index)
+                if code == ErrorCode.not_leader_or_follower and current["leader_id"] >= 0:
+                    leaders.add(current["leader_id"])
+                parts.append({"partition_index": p.partition_index, "error_code": code,
+                              "error_message": msg, "current_leader": current})  # fmt: skip
+            out.append({"topic_id": t.topic_id, "partitions": parts})
+        if epoch == -1:
+            del self.sessions[(gid, mid)]
+            self._release(gid, mid, s)
+        cls = response_class(ApiKey.SHARE_ACKNOWLEDGE, header.api_version)
+        return build(cls, {"throttle_time": 0, "error_code": ErrorCode.none,
+                           "error_message": None, "responses": out,
+                           "node_endpoints": self._endpoints(header, leaders)})  # fmt: skip
+
+    # -- timers -------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Expire acquisition locks, idle share sessions, silent members, and the groups
+        and share-partitions this broker no longer serves."""
+        now_ms = int(time.time() * 1000)
+        expired = 0
+        for (gid, tid, idx), sp in list(self.partitions.items()):
+            if self._leader_error(tid, idx) is not None:
+                del self.partitions[(gid, tid, idx)]  # led elsewhere now
+                continue
+            expired += sp.expire(now_ms)
+        if expired:
+            log.info("[node %d] %d share group record lock(s) expired: the records are "
+                     "available again", self.broker.node_id, expired)  # fmt: skip
+        now = time.monotonic()
+        for key, s in list(self.sessions.items()):
+            if now - s.used > _SESSION_IDLE_S:
+                del self.sessions[key]
+                self._release(key[0], key[1], s)
+        for gid, g in list(self.groups.items()):
+            if self.gc._group_error(gid) is not None:
+                del self.groups[gid]  # coordinated elsewhere now
+                continue
+            timeout_s = (
+                self._group_config(
+                    gid, "share.session.timeout.ms", self.settings.session_timeout_ms
+                )
+                / 1000
+            )
+            for mid in g.expire(now, timeout_s):
+                log.info("[node %d] Share group %s: member %s left (no heartbeat in %.0f s)",
+                         self.broker.node_id, gid, mid, timeout_s)  # fmt: skip

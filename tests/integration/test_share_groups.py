@@ -1,0 +1,284 @@
+"""Share groups (KIP-932, queues for Kafka) with confluent-kafka's ShareConsumer
+(librdkafka's share consumer): records of one partition shared by several consumers,
+released records redelivered with a higher delivery count, rejected ones archived, a
+record delivered too often archived, and the records of a consumer killed -9 delivered to
+others once their acquisition lock expires. Bad requests get Kafka's error codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from keeperless.protocol.apis import ApiKey
+from keeperless.tools.client import call
+from tests.integration.cluster import Node, keeperless, wait_until
+from tests.integration.conftest import running
+
+LOCK_MS = 15000  # the shortest acquisition lock Kafka allows a group
+SHARE_APIS = (76, 77, 78, 79)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    n = Node(tmp_path_factory.mktemp("share"), extra={
+        "group.share.record.lock.duration.ms": str(LOCK_MS),
+        "group.share.delivery.count.limit": "3",
+    })  # fmt: skip
+    yield from running(n)
+
+
+def _ok(*args: str) -> str:
+    res = keeperless(*args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def _send(n: Node, api: ApiKey, version: int, body: dict[str, Any]) -> Any:
+    return call([("127.0.0.1", n.port)], api, version, body)
+
+
+def _api_versions(n: Node) -> dict[int, tuple[int, int]]:
+    resp = _send(n, ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
+                                             "client_software_version": "1"})  # fmt: skip
+    return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
+
+
+def _heartbeat(n: Node, group: str, member: str, epoch: int, topics: list[str] | None) -> Any:
+    return _send(n, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+        "group_id": group, "member_id": member, "member_epoch": epoch, "rack_id": None,
+        "subscribed_topic_names": topics,
+    })  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def enabled(node: Node) -> Node:
+    """share.version 1, after checking that share groups are off before it."""
+    assert not set(SHARE_APIS) & set(_api_versions(node))
+    resp = _heartbeat(node, "early", str(uuid.uuid4()), 0, ["t"])
+    assert resp.error_code == 35  # UNSUPPORTED_VERSION
+    assert "share.version" in (resp.error_message or "")
+    bs = ("--bootstrap-server", node.bootstrap)
+    assert "share.version was upgraded to 1." in _ok(
+        "features", "upgrade", *bs, "--feature", "share.version=1"
+    )
+    wait_until(lambda: set(SHARE_APIS) <= set(_api_versions(node)), 10, what="share APIs")
+    assert all(_api_versions(node)[k] == (1, 1) for k in SHARE_APIS)
+    return node
+
+
+def _topic(n: Node, name: str, count: int, group: str) -> list[bytes]:
+    """A 1-partition topic with ``count`` records, one batch each, and ``group`` set to
+    start from the earliest record."""
+    admin = AdminClient({"bootstrap.servers": n.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    _ok("configs", "--bootstrap-server", n.bootstrap, "--alter", "--entity-type", "groups",
+        "--entity-name", group, "--add-config", "share.auto.offset.reset=earliest")  # fmt: skip
+    p = Producer({"bootstrap.servers": n.bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    values = [f"{name}-{i}".encode() for i in range(count)]
+    for v in values:
+        p.produce(name, value=v)
+        p.poll(0)
+    assert p.flush(30) == 0
+    return values
+
+
+def _share(n: Node, group: str, topic: str, **extra: Any) -> ShareConsumer:
+    c = ShareConsumer({"bootstrap.servers": n.bootstrap, "group.id": group, **extra})
+    c.subscribe([topic])
+    return c
+
+
+def _poll(c: ShareConsumer, timeout: float = 0.5) -> list[Any]:
+    out = []
+    for m in c.poll(timeout) or []:
+        assert m.error() is None, m.error()
+        out.append(m)
+    return out
+
+
+def test_share_groups_are_off_until_share_version_1(enabled: Node) -> None:
+    resp = _heartbeat(enabled, "g0", "", 0, ["t"])
+    assert resp.error_code == 42  # INVALID_REQUEST: a member id is the client's (v1)
+
+
+def test_three_consumers_share_one_partition(enabled: Node) -> None:
+    values = _topic(enabled, "shared", 300, "workers")
+    consumers = [_share(enabled, "workers", "shared", **{"max.poll.records": 10})
+                 for _ in range(3)]  # fmt: skip
+    seen: dict[int, list[bytes]] = {i: [] for i in range(3)}
+    deadline = time.monotonic() + 60
+    while sum(map(len, seen.values())) < len(values) and time.monotonic() < deadline:
+        for i, c in enumerate(consumers):
+            for m in _poll(c, 0.2):
+                assert m.delivery_count() == 1
+                seen[i].append(m.value())
+    everything = [v for vs in seen.values() for v in vs]
+    assert sorted(everything) == sorted(values)  # each record to exactly one consumer
+    assert all(seen.values()), {i: len(v) for i, v in seen.items()}  # and all shared
+    for c in consumers:
+        c.commit_sync()  # implicit mode: the last poll's records accepted
+        c.close()
+    # every record accepted: a new member of the group gets nothing
+    late = _share(enabled, "workers", "shared")
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        assert _poll(late) == []
+    late.close()
+    listed = _send(enabled, ApiKey.LIST_GROUPS, 5, {"states_filter": [],
+                                                   "types_filter": ["share"]})  # fmt: skip
+    assert [(g.group_id, g.group_type) for g in listed.groups] == [("workers", "share")]
+
+
+def test_release_redelivers_reject_archives_and_too_many_deliveries_archive(
+    enabled: Node,
+) -> None:
+    values = _topic(enabled, "acks", 30, "ackers")
+    c = _share(enabled, "ackers", "acks", **{"share.acknowledgement.mode": "explicit"})
+    rounds: dict[bytes, list[int]] = {}
+    deadline = time.monotonic() + 60
+    # 0-9 released every time (delivery.count.limit 3: delivered 3 times, then
+    # archived), 10-19 rejected (archived at once), 20-29 accepted
+    while time.monotonic() < deadline:
+        got = _poll(c)
+        for m in got:
+            rounds.setdefault(m.value(), []).append(m.delivery_count())
+            i = int(m.value().split(b"-")[1])
+            kind = AcknowledgeType.RELEASE if i < 10 else (
+                AcknowledgeType.REJECT if i < 20 else AcknowledgeType.ACCEPT)  # fmt: skip
+            c.acknowledge(m, kind)
+        if got:
+            c.commit_sync()
+        if all(len(rounds.get(v, [])) == 3 for v in values[:10]) and len(rounds) == 30:
+            break
+    for v in values[:10]:
+        assert rounds[v] == [1, 2, 3], (v, rounds[v])
+    for v in values[10:]:
+        assert rounds[v] == [1], (v, rounds[v])
+    end = time.monotonic() + 3
+    while time.monotonic() < end:  # nothing comes back: archived or accepted
+        assert _poll(c) == []
+    c.close()
+
+
+def test_a_killed_consumers_records_go_to_others_after_the_lock(
+    enabled: Node, tmp_path: Path
+) -> None:
+    values = _topic(enabled, "crash", 20, "crashers")
+    script = tmp_path / "holder.py"
+    script.write_text(
+        "import sys, time\n"
+        "from confluent_kafka import ShareConsumer\n"
+        "c = ShareConsumer({'bootstrap.servers': sys.argv[1], 'group.id': 'crashers',\n"
+        "                   'share.acknowledgement.mode': 'explicit'})\n"
+        "c.subscribe(['crash'])\n"
+        "got = []\n"
+        "end = time.time() + 60\n"
+        "while len(got) < 20 and time.time() < end:\n"
+        "    got += [m for m in c.poll(0.5) or [] if m.error() is None]\n"
+        "print(len(got), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    holder = subprocess.Popen([sys.executable, str(script), enabled.bootstrap],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "20"  # it holds all of them
+        other = _share(enabled, "crashers", "crash")
+        assert _poll(other, 2.0) == []  # locked by the holder
+        killed = time.monotonic()
+        holder.kill()  # kill -9: no final acknowledgement, no leave
+        holder.wait(10)
+        got: list[Any] = []
+        deadline = time.monotonic() + LOCK_MS / 1000 + 30
+        while len(got) < 20 and time.monotonic() < deadline:
+            got += _poll(other)
+        waited = time.monotonic() - killed
+        assert sorted(m.value() for m in got) == sorted(values)
+        assert {m.delivery_count() for m in got} == {2}
+        assert waited > 1.0  # only once the lock expired, not at once
+        other.commit_sync()
+        other.close()
+    finally:
+        holder.kill()
+
+
+def test_bad_share_requests_get_kafkas_errors(enabled: Node) -> None:
+    _topic(enabled, "bad", 5, "bad-group")
+    # a share group id that is a consumer group's
+    c = Consumer({"bootstrap.servers": enabled.bootstrap, "group.id": "classic-one",
+                  "auto.offset.reset": "earliest"})  # fmt: skip
+    c.subscribe(["bad"])
+    wait_until(lambda: c.poll(0.5) is not None or bool(c.assignment()), 30, what="a member")
+    resp = _heartbeat(enabled, "classic-one", str(uuid.uuid4()), 0, ["bad"])
+    assert resp.error_code == 69, resp  # GROUP_ID_NOT_FOUND
+    assert "not a share group" in (resp.error_message or "")
+    c.close()
+    member = str(uuid.uuid4())
+    joined = _heartbeat(enabled, "bad-group", member, 0, ["bad"])
+    assert joined.error_code == 0
+    assert joined.member_epoch > 0
+    fenced = _heartbeat(enabled, "bad-group", member, joined.member_epoch + 5, None)
+    assert fenced.error_code == 110  # FENCED_MEMBER_EPOCH
+    unknown = _heartbeat(enabled, "bad-group", str(uuid.uuid4()), 3, None)
+    assert unknown.error_code == 25  # UNKNOWN_MEMBER_ID
+    tid = joined.assignment.topic_partitions[0].topic_id
+    fetch = {"group_id": "bad-group", "member_id": member, "max_wait": 0, "min_bytes": 1,
+             "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10,
+             "forgotten_topics_data": []}  # fmt: skip
+    no_session = _send(enabled, ApiKey.SHARE_FETCH, 1, {**fetch, "share_session_epoch": 4,
+                                                        "topics": []})  # fmt: skip
+    assert no_session.error_code == 122  # SHARE_SESSION_NOT_FOUND
+    opened = _send(
+        enabled,
+        ApiKey.SHARE_FETCH,
+        1,
+        {
+            **fetch,
+            "share_session_epoch": 0,
+            "topics": [
+                {
+                    "topic_id": tid,
+                    "partitions": [{"partition_index": 0, "acknowledgement_batches": []}],
+                }
+            ],
+        },
+    )
+    assert opened.error_code == 0
+    acquired = opened.responses[0].partitions[0].acquired_records
+    assert acquired
+    assert acquired[0].first_offset == 0
+    stale = _send(enabled, ApiKey.SHARE_FETCH, 1, {**fetch, "share_session_epoch": 7,
+                                                   "topics": []})  # fmt: skip
+    assert stale.error_code == 123  # INVALID_SHARE_SESSION_EPOCH (the session is gone)
+    reopened = _send(
+        enabled,
+        ApiKey.SHARE_FETCH,
+        1,
+        {**fetch, "share_session_epoch": 0, "topics": opened_topics(tid)},
+    )
+    assert reopened.error_code == 0
+    # acknowledging a record this member does not hold
+    ack = _send(enabled, ApiKey.SHARE_ACKNOWLEDGE, 1, {
+        "group_id": "bad-group", "member_id": member, "share_session_epoch": 1,
+        "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0,
+                    "acknowledgement_batches": [{"first_offset": 4000, "last_offset": 4000,
+                                                 "acknowledge_types": [1]}]}]}],
+    })  # fmt: skip
+    assert ack.error_code == 0
+    part = ack.responses[0].partitions[0]
+    assert part.error_code == 121, part  # INVALID_RECORD_STATE
+    assert "4000" in (part.error_message or "")
+
+
+def opened_topics(tid: uuid.UUID) -> list[dict[str, Any]]:
+    return [{"topic_id": tid, "partitions": [{"partition_index": 0,
+                                              "acknowledgement_batches": []}]}]  # fmt: skip

@@ -1,0 +1,85 @@
+"""A share group's membership rules (KIP-932): join, heartbeat, fencing, leave, session
+expiry, the assignment of every subscribed partition to every member, and the group
+state machine row by row."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.share_group import (
+    VALID_GROUP_TRANSITIONS,
+    ShareGroup,
+    ShareGroupError,
+    ShareGroupState,
+)
+
+T1, T2 = uuid.uuid4(), uuid.uuid4()
+TOPICS = {"orders": (T1, 3), "audit": (T2, 1)}
+
+
+@pytest.mark.parametrize(("src", "dst"), list(itertools.product(ShareGroupState, ShareGroupState)))
+def test_group_state_transitions_row_by_row(src: ShareGroupState, dst: ShareGroupState) -> None:
+    allowed = {
+        (ShareGroupState.EMPTY, ShareGroupState.STABLE),
+        (ShareGroupState.EMPTY, ShareGroupState.DEAD),
+        (ShareGroupState.STABLE, ShareGroupState.EMPTY),
+    }
+    assert (dst in VALID_GROUP_TRANSITIONS[src]) == ((src, dst) in allowed)
+    g = ShareGroup("g", state=src)
+    if src is dst or (src, dst) in allowed:
+        g._become(dst)
+        assert g.state is dst
+    else:
+        with pytest.raises(ValueError, match="cannot become"):
+            g._become(dst)
+
+
+def test_every_member_gets_every_partition_of_its_topics() -> None:
+    g = ShareGroup("g")
+    a, got_a = g.heartbeat("a", 0, ["orders"], TOPICS, 0.0)
+    b, got_b = g.heartbeat("b", 0, ["orders", "audit"], TOPICS, 0.0)
+    assert got_a == {T1: (0, 1, 2)}
+    assert got_b == {T1: (0, 1, 2), T2: (0,)}
+    assert g.state is ShareGroupState.STABLE
+    assert a is not None
+    assert b is not None
+    assert b.epoch > a.epoch > 0
+    # unchanged: no assignment sent again
+    assert g.heartbeat("a", a.epoch, None, TOPICS, 1.0)[1] is None
+    # a topic grows: the new partition is assigned with a new epoch
+    more = {**TOPICS, "orders": (T1, 4)}
+    a2, got = g.heartbeat("a", a.epoch, None, more, 2.0)
+    assert got == {T1: (0, 1, 2, 3)}
+    assert a2 is not None
+    assert a2.epoch > b.epoch
+
+
+def test_a_wrong_epoch_is_fenced_and_an_unknown_member_refused() -> None:
+    g = ShareGroup("g")
+    m, _ = g.heartbeat("a", 0, ["orders"], TOPICS, 0.0)
+    assert m is not None
+    with pytest.raises(ShareGroupError) as e:
+        g.heartbeat("a", m.epoch + 1, None, TOPICS, 0.0)
+    assert e.value.code == ErrorCode.fenced_member_epoch
+    with pytest.raises(ShareGroupError) as e:
+        g.heartbeat("nobody", 3, None, TOPICS, 0.0)
+    assert e.value.code == ErrorCode.unknown_member_id
+    for member, subscribed in (("", ["orders"]), ("b", None), ("b", [])):
+        with pytest.raises(ShareGroupError) as e:
+            g.heartbeat(member, 0, subscribed, TOPICS, 0.0)
+        assert e.value.code == ErrorCode.invalid_request
+
+
+def test_leaving_and_expiring_empty_the_group() -> None:
+    g = ShareGroup("g")
+    g.heartbeat("a", 0, ["orders"], TOPICS, 0.0)
+    g.heartbeat("b", 0, ["orders"], TOPICS, 10.0)
+    assert g.heartbeat("a", -1, None, TOPICS, 11.0) == (None, None)
+    assert g.expire(50.0, 45.0) == []
+    assert g.expire(56.0, 45.0) == ["b"]
+    assert g.state is ShareGroupState.EMPTY
+    assert not g.members
