@@ -161,7 +161,8 @@ def test_the_rule_table_check_can_fail() -> None:
         a.IN_HANDLER = a.IN_HANDLER | {75}  # type: ignore[misc]
 
 
-def test_a_refused_consumer_group_describe_encodes_in_every_version() -> None:
+@pytest.mark.parametrize("key", [69, 77])  # ConsumerGroupDescribe, ShareGroupDescribe
+def test_a_refused_consumer_group_describe_encodes_in_every_version(key: int) -> None:
     from keeperless.security.api_rules import _consumer_group_describe
     from keeperless.security.authz import Authz
 
@@ -175,9 +176,9 @@ def test_a_refused_consumer_group_describe_encodes_in_every_version() -> None:
     import asyncio
 
     wrapped = _consumer_group_describe(handler, Deny(lambda: None, None))  # type: ignore[arg-type]
-    lo, hi = BROKER_APIS[69]
+    lo, hi = BROKER_APIS[key]
     for version in range(lo, hi + 1):
-        header = RequestHeader(69, version, 7, "t")
+        header = RequestHeader(key, version, 7, "t")
         resp = asyncio.run(wrapped(header, SimpleNamespace(group_ids=["g"])))
         assert encode_response(header, resp)
         assert resp.groups[0].error_code == ErrorCode.group_authorization_failed
