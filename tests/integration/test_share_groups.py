@@ -211,6 +211,37 @@ def test_a_killed_consumers_records_go_to_others_after_the_lock(
         holder.kill()
 
 
+def test_the_share_groups_tool_lists_and_describes(enabled: Node) -> None:
+    values = _topic(enabled, "tooled", 5, "tool-group")
+    c = _share(enabled, "tool-group", "tooled", **{"client.id": "worker-7"})
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(values) and time.monotonic() < deadline:
+        got += _poll(c)
+    bs = ("--bootstrap-server", enabled.bootstrap)
+    assert "tool-group" in _ok("share-groups", *bs, "--list").split()
+    assert "tool-group" not in _ok("consumer-groups", *bs, "--list").split()  # as Kafka's
+    listed = _ok("share-groups", *bs, "--list", "--state", "stable").splitlines()
+    assert listed[0].split() == ["GROUP", "STATE"]
+    assert ["tool-group", "Stable"] in [line.split() for line in listed]
+    members = _ok("share-groups", *bs, "--describe", "--group", "tool-group", "--members")
+    header, row = members.splitlines()
+    assert header.split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "ASSIGNMENT"]
+    assert row.split()[0] == "tool-group"
+    assert row.split()[3:] == ["worker-7", "tooled:0"]
+    state = _ok("share-groups", *bs, "--describe", "--group", "tool-group", "--state")
+    assert state.splitlines()[1].split()[-2:] == ["Stable", "1"]
+    missing = keeperless("share-groups", *bs, "--describe", "--group", "nope", "--state")
+    assert "Share group 'nope' does not exist." in missing.stdout
+    assert missing.returncode == 1
+    for refused in (("--describe", "--group", "tool-group"), ("--delete", "--group", "x")):
+        res = keeperless("share-groups", *bs, *refused)
+        assert res.returncode == 1
+        assert "share-group state" in res.stderr, res.stderr
+    c.commit_sync()
+    c.close()
+
+
 def test_bad_share_requests_get_kafkas_errors(enabled: Node) -> None:
     _topic(enabled, "bad", 5, "bad-group")
     # a share group id that is a consumer group's

@@ -201,6 +201,7 @@ _RAW_TOOLS = (
     "leader-election",
     "configs",
     "transactions",
+    "share-groups",
     "delegation-tokens",
     "reassign-partitions",
 )
@@ -368,6 +369,10 @@ def _tools(args: argparse.Namespace) -> int:
 
         extra.update(_command_config(args.consumer_config))
         return run_consumer(args, extra, sys.stdout)
+    if args.command == "share-groups":
+        from keeperless.tools.share_groups import run_share_groups
+
+        return run_share_groups(args, _servers(args), sys.stdout)
     if args.command == "transactions":
         from keeperless.tools.transactions import run_transactions
 

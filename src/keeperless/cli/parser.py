@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "kafka-console-producer.sh": ("console-producer",),
     "kafka-console-consumer.sh": ("console-consumer",),
     "kafka-consumer-groups.sh": ("consumer-groups",),
+    "kafka-share-groups.sh": ("share-groups",),
     "kafka-metadata-quorum.sh": ("metadata-quorum",),
     "kafka-metadata-shell.sh": ("metadata-shell",),
     "kafka-dump-log.sh": ("dump-log",),
@@ -241,6 +242,15 @@ def build_parser() -> argparse.ArgumentParser:
     cg.add_argument("--shift-by", type=int)
     cg.add_argument("--to-datetime", help="YYYY-MM-DDTHH:mm:SS.sss[+hh:mm|Z]")
     cg.add_argument("--by-duration", help="PnDTnHnMnS: that long ago")
+
+    sg = sub.add_parser("share-groups", help="list and describe share groups (KIP-932)")
+    _connection_flags(sg, controller=False)
+    for flag in ("--list", "--describe", "--delete", "--reset-offsets", "--delete-offsets",
+                 "--members"):  # fmt: skip
+        sg.add_argument(flag, action="store_true")
+    sg.add_argument("--group", action="append", help="a share group (repeatable)")
+    sg.add_argument("--state", nargs="?", const="",
+                    help="--describe: the group's state; --list: the states to show")  # fmt: skip
 
     cf = sub.add_parser("configs", help="describe and alter configs, quotas and SCRAM users")
     _connection_flags(cf)
