@@ -1,5 +1,7 @@
-"""The packages' import arrows (DESIGN.md's layers): no cycle between packages, the wire
-protocol importing no other part, and the security package only what it stands on."""
+"""The packages' import arrows (DESIGN.md's layers): the layer contract below (a package
+imports only packages of lower layers; the README's layout is rendered from it), no cycle
+between packages, the wire protocol importing no other part, and the security package
+only what it stands on."""
 
 from __future__ import annotations
 
@@ -8,6 +10,27 @@ import collections
 from pathlib import Path
 
 PKG = Path(__file__).parents[2] / "src" / "keeperless"
+README = Path(__file__).parents[2] / "README.md"
+
+# The layers, top to bottom: a package may import only packages of the layers below it.
+LAYERS: tuple[tuple[tuple[str, str], ...], ...] = (
+    (("cli", "the `keeperless` command, under its own and Kafka's script names"),),
+    (("connect", "the Kafka Connect-compatible worker, its REST API and connectors"),),
+    (("tools", "the operator tools (topics, configs, dump-log, metadata shell...)"),
+     ("spark", "the PySpark data source and sink")),
+    (("server", "configuration, node assembly and lifecycle"),),
+    (("broker", "the data plane, replication, the group and transaction coordinators"),
+     ("runtime", "asyncio listeners, connections, the metadata-log driver")),
+    (("controller", "the quorum controller's rules: records and a response (no I/O)"),
+     ("net", "the one network client for node-to-node requests")),
+    (("security", "SASL, TLS, principals, the authorizer and per-API rules"),
+     ("storage", "segmented logs, indexes, snapshots, formatting")),
+    (("metadata", "record classes (generated from Kafka's JSON schemas), image, delta"),
+     ("raft", "the KRaft consensus core (no I/O)")),
+    (("protocol", "wire framing, API table, record batches, control records (no I/O)"),
+     ("_properties", "Java .properties files")),
+)  # fmt: skip
+_LAYER = {name: i for i, layer in enumerate(LAYERS) for name, _ in layer}
 
 
 def _edges(root: Path = PKG) -> dict[str, set[str]]:
@@ -47,6 +70,47 @@ def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
         if n not in state and (found := visit(n)) is not None:
             return found
     return None
+
+
+def _upward(edges: dict[str, set[str]]) -> list[str]:
+    """Imports of a package of the same or a higher layer (the top-level ``__main__``
+    and ``__init__`` may import anything)."""
+    return sorted(
+        f"{src} -> {dst}"
+        for src, dsts in edges.items()
+        if src != "(top)"
+        for dst in dsts
+        if _LAYER[dst] <= _LAYER[src]
+    )
+
+
+def render_layout() -> str:
+    """The README's layout block, from LAYERS: a line per package, layers top to bottom
+    between rules."""
+    blocks = [
+        "\n".join(f"{n + ('.py' if n.startswith('_') else '/'):<15}{d}" for n, d in layer)
+        for layer in LAYERS
+    ]
+    return ("\n" + "-" * 14 + "\n").join(blocks) + "\n"
+
+
+def test_every_package_has_a_layer_and_imports_point_down() -> None:
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")} | {"_properties"}
+    assert packages == set(_LAYER), packages ^ set(_LAYER)
+    assert _upward(_edges()) == []
+
+
+def test_the_layer_check_can_fail() -> None:
+    assert _upward({"protocol": {"broker"}, "broker": {"runtime"}}) == [
+        "broker -> runtime", "protocol -> broker"]  # fmt: skip
+
+
+def test_the_readme_layout_is_the_layer_contract() -> None:
+    text = README.read_text()
+    start = text.index("```\n", text.index("Layout (`src/keeperless/`)")) + 4
+    assert text[start : text.index("```", start)] == render_layout(), (
+        "README's layout block differs from tests/unit/test_layers.py's LAYERS:\n" + render_layout()
+    )
 
 
 def test_no_import_cycle_between_packages() -> None:
