@@ -7,6 +7,7 @@ import asyncio
 import datetime
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 
@@ -218,3 +219,54 @@ def test_group_metadata_values_read_back_and_damage_is_refused() -> None:
     assert group_key("g") == b"\x00\x02\x00\x01g"
     assert decode_group_value(value[:-3]) is None  # cut short
     assert decode_group_value(b"\x00\x04" + value[2:]) is None  # the flexible version
+
+
+_ALL = (GroupState.EMPTY, GroupState.PREPARING, GroupState.COMPLETING, GroupState.STABLE,
+        GroupState.DEAD)  # fmt: skip
+_KAFKA = {  # Kafka's ClassicGroupState: a state and where a group may come to it from
+    GroupState.EMPTY: {GroupState.PREPARING},
+    GroupState.PREPARING: {GroupState.STABLE, GroupState.COMPLETING, GroupState.EMPTY},
+    GroupState.COMPLETING: {GroupState.PREPARING},
+    GroupState.STABLE: {GroupState.COMPLETING},
+    GroupState.DEAD: set(_ALL),
+}
+
+
+@pytest.mark.parametrize(("src", "dst"), [(a, b) for a in _ALL for b in _ALL])
+def test_classic_group_transitions_row_by_row(src: str, dst: str) -> None:
+    g = Group("g", 0, state=src)
+    if src in _KAFKA[dst]:
+        g.become(dst)
+        assert g.state == dst
+    else:
+        with pytest.raises(ValueError, match="should be in one of"):
+            g.become(dst)
+        assert g.state == src
+
+
+def test_the_last_member_leaving_a_stable_group_rebalances_it_to_empty() -> None:
+    """Kafka's path: Stable -> PreparingRebalance -> Empty, with a new generation (no
+    shortcut from Stable to Empty, which Kafka's table does not allow)."""
+
+    class Recorded(Group):
+        def become(self, state: str) -> None:
+            moves.append((self.state, state))
+            super().become(state)
+
+    moves: list[tuple[str, str]] = []
+
+    async def run() -> None:
+        g = Recorded("g", 0)
+        seen: list[str] = []
+        g.on_empty = lambda e: seen.append(e.state)
+        res = await _join(g, _req(), version=3)
+        out = g.sync(res.member_id, res.generation, {res.member_id: b"a"}, 0.0)
+        assert (await out if isinstance(out, asyncio.Future) else out) == (ErrorCode.none, b"a")
+        assert g.state == GroupState.STABLE
+        moves.clear()
+        assert g.leave(res.member_id, 1.0) == ErrorCode.none
+        assert (g.state, g.generation, seen) == (GroupState.EMPTY, res.generation + 1, ["Empty"])
+        assert moves == [(GroupState.STABLE, GroupState.PREPARING),
+                         (GroupState.PREPARING, GroupState.EMPTY)]  # fmt: skip
+
+    asyncio.run(run())

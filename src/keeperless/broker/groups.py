@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.group_records import GroupSnapshot, MemberSnapshot
 
-__all__ = ["Group", "GroupState", "JoinResult", "Member"]
+__all__ = ["VALID_PREVIOUS", "Group", "GroupState", "JoinResult", "Member"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,18 @@ class GroupState:
     COMPLETING = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
+
+
+_S = GroupState
+# state -> the states a classic group may come to it from (Kafka's ClassicGroupState
+# validPreviousStates); any other transition is a bug, refused
+VALID_PREVIOUS: dict[str, frozenset[str]] = {
+    _S.EMPTY: frozenset({_S.PREPARING}),
+    _S.PREPARING: frozenset({_S.STABLE, _S.COMPLETING, _S.EMPTY}),
+    _S.COMPLETING: frozenset({_S.PREPARING}),
+    _S.STABLE: frozenset({_S.COMPLETING}),
+    _S.DEAD: frozenset({_S.STABLE, _S.PREPARING, _S.COMPLETING, _S.EMPTY, _S.DEAD}),
+}
 
 
 def _subscription_topics(meta: bytes) -> list[str]:
@@ -106,6 +118,15 @@ class Group:
     store_due: int | None = None
     # called when the group empties (its empty state is stored too)
     on_empty: Callable[[Group], None] | None = None
+
+    def become(self, state: str) -> None:
+        """Move to ``state``, as Kafka's table allows (ValueError otherwise)."""
+        if self.state not in VALID_PREVIOUS[state]:
+            raise ValueError(
+                f"Group {self.group_id} should be in one of {sorted(VALID_PREVIOUS[state])} "
+                f"before moving to {state}; it is {self.state}"
+            )
+        self.state = state
 
     # -- join ---------------------------------------------------------------------------
 
@@ -275,7 +296,7 @@ class Group:
             if m.sync_future is not None and not m.sync_future.done():
                 m.sync_future.set_result((ErrorCode.rebalance_in_progress, b""))
         prev = self.state
-        self.state = GroupState.PREPARING
+        self.become(GroupState.PREPARING)
         timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
         delay = self.initial_delay_ms if initial else timeout
         self.rebalance_deadline = now + delay / 1000
@@ -329,7 +350,7 @@ class Group:
             self._timer.cancel()
             self._timer = None
         if not self.members:
-            self.state = GroupState.EMPTY
+            self.become(GroupState.EMPTY)
             self.generation += 1
             self.protocol = None
             self.leader = None
@@ -337,7 +358,7 @@ class Group:
                 self.on_empty(self)
             return
         self.generation += 1
-        self.state = GroupState.COMPLETING
+        self.become(GroupState.COMPLETING)
         joined = [
             m
             for m in self.members.values()
@@ -445,7 +466,7 @@ class Group:
         """The generation's assignment to every member waiting (stable), or ``error``
         to each and a rebalance."""
         if error == ErrorCode.none:
-            self.state = GroupState.STABLE
+            self.become(GroupState.STABLE)
             log.info(
                 "[node %d] Group %s: stable at generation %d",
                 self.node_id,
@@ -544,15 +565,8 @@ class Group:
             m.sync_future.set_result((ErrorCode.unknown_member_id, b""))
         if self.state == GroupState.PREPARING:
             self._maybe_complete_join()
-        elif self.members:
+        else:  # the last member gone: a rebalance of nobody, and the group is Empty
             self._prepare_rebalance(now)
-        else:
-            self.state = GroupState.EMPTY
-            self.protocol = None
-            self.leader = None
-            self.generation += 1
-            if self.on_empty is not None:
-                self.on_empty(self)
 
     def subscribed_topics(self) -> set[str]:
         """The topics the members subscribe to (ConsumerProtocolSubscription: a version,
@@ -576,7 +590,7 @@ class Group:
                 m.join_future.set_result(JoinResult(ErrorCode.not_coordinator))
             if m.sync_future is not None and not m.sync_future.done():
                 m.sync_future.set_result((ErrorCode.not_coordinator, b""))
-        self.state = GroupState.DEAD
+        self.become(GroupState.DEAD)
 
     def expire_sessions(self, now: float) -> None:
         gone = [mid for mid, expiry in self.pending.items() if now > expiry]
