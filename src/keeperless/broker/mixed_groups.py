@@ -20,7 +20,7 @@ import struct
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -34,10 +34,7 @@ from keeperless.broker.consumer_group import (
     Subscription,
     TopicsView,
 )
-from keeperless.broker.groups import GroupState, JoinResult, Member
-
-if TYPE_CHECKING:
-    from keeperless.broker.group_coordinator import GroupCoordinator
+from keeperless.broker.groups import Group, GroupState, JoinResult, Member
 
 __all__ = [
     "ClassicMeta",
@@ -46,6 +43,24 @@ __all__ = [
     "encode_assignment",
     "parse_subscription",
 ]
+
+
+class _Coordinator(Protocol):
+    """What this needs of the group coordinator (group_coordinator.py), which holds it:
+    a protocol, not an import, so the two modules do not import each other."""
+
+    @property
+    def broker(self) -> Any: ...
+    @property
+    def settings(self) -> Any: ...
+
+    groups: dict[str, Group]
+    consumer_groups: dict[str, ConsumerGroup]
+
+    def new_group(self, group_id: str) -> Group: ...
+    def store_later(self, group_id: str, snap: Any) -> None: ...
+    def store_consumer_group_later(self, group_id: str) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +175,7 @@ def _flat(a: Mapping[UUID, Iterable[int]]) -> set[tuple[UUID, int]]:
 
 
 class MixedGroups:
-    def __init__(self, gc: GroupCoordinator, view: Any) -> None:
+    def __init__(self, gc: _Coordinator, view: Any) -> None:
         self.gc = gc
         self.view: Any = view  # () -> TopicsView
 
