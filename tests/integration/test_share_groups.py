@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from keeperless.protocol.apis import ApiKey
@@ -253,6 +253,12 @@ def test_bad_share_requests_get_kafkas_errors(enabled: Node) -> None:
     assert resp.error_code == 69, resp  # GROUP_ID_NOT_FOUND
     assert "not a share group" in (resp.error_message or "")
     c.close()
+    # ... and one that only has committed offsets (a classic group in Kafka's eyes)
+    simple = Consumer({"bootstrap.servers": enabled.bootstrap, "group.id": "offsets-only"})
+    simple.commit(offsets=[TopicPartition("bad", 0, 2)], asynchronous=False)
+    simple.close()
+    resp = _heartbeat(enabled, "offsets-only", str(uuid.uuid4()), 0, ["bad"])
+    assert resp.error_code == 69, resp
     member = str(uuid.uuid4())
     joined = _heartbeat(enabled, "bad-group", member, 0, ["bad"])
     assert joined.error_code == 0

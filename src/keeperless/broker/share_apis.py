@@ -111,6 +111,10 @@ class ShareApis:
             ApiKey.SHARE_ACKNOWLEDGE: self.acknowledge,
         }
 
+    def _other_kind(self, gid: str) -> bool:
+        """A classic or consumer group has this id (members, or committed offsets)."""
+        return gid in self.gc.groups or gid in self.gc.consumer_groups or gid in self.gc.offsets
+
     def _enabled(self) -> bool:
         return share_groups_enabled(self.broker.image.features)
 
@@ -140,9 +144,7 @@ class ShareApis:
             err = self.gc._group_error(gid)
             if err is not None:
                 raise ShareGroupError(err, _not_here(err, gid))
-            if (self.gc.groups.get(gid) is not None and self.gc.groups[gid].members) or (
-                gid in self.gc.consumer_groups
-            ):
+            if gid not in self.groups and self._other_kind(gid):  # Kafka: any other group
                 raise ShareGroupError(
                     ErrorCode.group_id_not_found, f"Group {gid} is not a share group."
                 )
@@ -198,7 +200,7 @@ class ShareApis:
                 code = ErrorCode.group_id_not_found
                 message = (
                     f"Group {gid} is not a share group."
-                    if gid in self.gc.groups or gid in self.gc.consumer_groups
+                    if self._other_kind(gid)
                     else f"Group {gid} not found."
                 )
             ops = all_operations("group") if req.include_authorized_operations else NOT_REQUESTED
