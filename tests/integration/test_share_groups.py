@@ -319,3 +319,45 @@ def test_bad_share_requests_get_kafkas_errors(enabled: Node) -> None:
 def opened_topics(tid: uuid.UUID) -> list[dict[str, Any]]:
     return [{"topic_id": tid, "partitions": [{"partition_index": 0,
                                               "acknowledgement_batches": []}]}]  # fmt: skip
+
+
+def test_share_consumers_across_brokers_on_a_cluster_formatted_at_4_2(tmp_path: Path) -> None:
+    """A cluster formatted at --release-version 4.2 has share groups on (share.version 1
+    bootstrapped); a topic's partitions led by two brokers, each consumer with a share
+    session on each: every record delivered once."""
+    from tests.integration.cluster import Cluster
+
+    c = Cluster(tmp_path, release="4.2")
+    c.start()
+    try:
+        servers = [("127.0.0.1", int(b.split(":")[1])) for b in c.bootstrap.split(",")]
+        resp = call(servers, ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
+                                                      "client_software_version": "1"})  # fmt: skip
+        assert set(SHARE_APIS) <= {int(k.api_key) for k in resp.api_keys}
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        admin.create_topics([NewTopic("spread", 4, 2)])["spread"].result(30)
+        _ok("configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type",
+            "groups", "--entity-name", "spread-g", "--add-config",
+            "share.auto.offset.reset=earliest")  # fmt: skip
+        md = admin.list_topics("spread", timeout=10).topics["spread"].partitions
+        assert len({p.leader for p in md.values()}) == 2  # led by both brokers
+        p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 5})
+        values = [f"s-{i}".encode() for i in range(400)]
+        for i, v in enumerate(values):
+            p.produce("spread", value=v, partition=i % 4)
+        assert p.flush(30) == 0
+        consumers = [ShareConsumer({"bootstrap.servers": c.bootstrap, "group.id": "spread-g",
+                                    "max.poll.records": 25}) for _ in range(2)]  # fmt: skip
+        for sc in consumers:
+            sc.subscribe(["spread"])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < len(values) and time.monotonic() < deadline:
+            for sc in consumers:
+                got += [m.value() for m in _poll(sc, 0.2)]
+        assert sorted(got) == sorted(values)
+        for sc in consumers:
+            sc.commit_sync()
+            sc.close()
+    finally:
+        c.stop()
