@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.integration.cluster import Node, api_versions_ok  # noqa: E402
-from tests.unit.test_request_fuzz import APIS, valid_frame  # noqa: E402
+from tests.unit.protocol.test_request_fuzz import APIS, valid_frame  # noqa: E402
 
 from keeperless.protocol.framing import ProtocolError, decode_request, read_header  # noqa: E402
 

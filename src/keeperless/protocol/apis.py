@@ -148,8 +148,9 @@ class ApiSpec:
         return self.broker if listener is Listener.BROKER else self.controller
 
 
-# Apache Kafka 4.1's ranges for every API implemented here (tests/unit/test_api_versions.py
-# holds Kafka's table and checks each entry against it). Produce: Kafka 4.x advertises v0
+# Apache Kafka 4.1's ranges for every API implemented here
+# (tests/unit/protocol/test_api_versions.py holds Kafka's table and checks each entry
+# against it). Produce: Kafka 4.x advertises v0
 # although it serves v3 and later only, as librdkafka before 2.0 looks for v0-v2 to decide
 # which message formats a broker takes (KAFKA-18659); a request below the served range is
 # refused like any unsupported one.

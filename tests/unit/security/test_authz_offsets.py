@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.security.authz import AclOp, Resource
-from tests.unit.test_authz_txn_apis import OK, _Allowing, _run
+from tests.unit.security.test_authz_txn_apis import OK, _Allowing, _run
 
 T, G = Resource.TOPIC, Resource.GROUP
 

@@ -22,7 +22,7 @@ from keeperless.connect.protocol import (
     encode_metadata,
 )
 
-SAMPLE = Path(__file__).parents[2] / "config" / "connect-distributed.properties"
+SAMPLE = Path(__file__).parents[3] / "config" / "connect-distributed.properties"
 MINIMAL = {
     "group.id": "g", "config.storage.topic": "c", "offset.storage.topic": "o",
     "status.storage.topic": "s", "key.converter": "org.apache.kafka.connect.json.JsonConverter",

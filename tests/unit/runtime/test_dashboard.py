@@ -8,7 +8,7 @@ from pathlib import Path
 
 from keeperless.runtime.kafka_metrics import jmx_name
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RUNTIME = ROOT / "src" / "keeperless" / "runtime"
 KINDS = (
     ("kafka.controller", "KafkaController"),

@@ -12,7 +12,7 @@ import pytest
 from keeperless.protocol.apis import APIS, BROKER_APIS, CONTROLLER_APIS, ApiKey, Listener
 from keeperless.server.registry import ApiRegistry, RegistryError
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "keeperless"
+SRC = Path(__file__).resolve().parents[3] / "src" / "keeperless"
 
 
 async def _h(header: Any, req: Any) -> Any:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.sim.mutants import MUTANTS
 
-RAFT = Path(__file__).resolve().parents[2] / "src" / "keeperless" / "raft"
+RAFT = Path(__file__).resolve().parents[3] / "src" / "keeperless" / "raft"
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mt: mt.name)

@@ -176,7 +176,7 @@ def test_each_key_has_kafkas_importance_and_the_generated_docs_are_current() -> 
     assert GROUP_CONFIGS["share.auto.offset.reset"].importance == "medium"
     # Kafka's name for the cleaner's load factor (it was misspelt here)
     assert "log.cleaner.io.buffer.load.factor" in BROKER_CONFIGS
-    docs = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+    docs = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
     assert docs.read_text() == render(), (
         "docs/configuration.md is stale: python -m keeperless.tools.config_docs > "
         "docs/configuration.md"

@@ -15,7 +15,7 @@ from keeperless.metadata.codec import (
     record_to_json,
 )
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 SPEC = ROOT / "spec" / "metadata-records"  # vendored: every clone has them
 SHARED_SPEC = ROOT.parent / "shared" / "spec" / "metadata-records"
 

@@ -126,7 +126,7 @@ def test_a_size_beyond_the_limit_is_refused_before_buffering() -> None:
 
 _HUGE_COUNTS = """
 import sys
-from tests.unit.test_request_fuzz import APIS, valid_frame
+from tests.unit.protocol.test_request_fuzz import APIS, valid_frame
 from keeperless.protocol.framing import ProtocolError, decode_request, read_header
 
 tried = 0
@@ -157,7 +157,7 @@ def test_huge_counts_anywhere_never_reach_the_compiled_decoder() -> None:
     import sys
     from pathlib import Path
 
-    root = Path(__file__).parents[2]
+    root = Path(__file__).parents[3]
     run = subprocess.run([sys.executable, "-c", _HUGE_COUNTS], cwd=root, capture_output=True,
                          text=True, timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]

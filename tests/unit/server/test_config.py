@@ -17,7 +17,7 @@ BASE = {
 
 
 def test_sample_configs_load() -> None:
-    root = Path(__file__).parents[2] / "config"
+    root = Path(__file__).parents[3] / "config"
     for name in ("server.properties", "controller.properties", "broker.properties"):
         cfg = load_config(root / name)
         assert cfg.node_id >= 1
@@ -26,7 +26,7 @@ def test_sample_configs_load() -> None:
 def test_sample_configs_name_absolute_data_directories() -> None:
     """As Kafka's samples (/tmp/kraft-combined-logs): a tool run from another directory
     finds the node's data (a relative ./data made `storage info` say 'not formatted')."""
-    root = Path(__file__).parents[2] / "config"
+    root = Path(__file__).parents[3] / "config"
     files = sorted(f for f in root.glob("**/*.properties") if not f.name.startswith("connect-"))
     assert len(files) >= 10
     for f in files:
