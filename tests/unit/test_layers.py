@@ -198,11 +198,9 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return sorted(out)
 
 
-# Import circles between modules that issue 32 removes (item 1: the Raft role states;
-# item 3: the controller's cluster membership in its own module). The list may only
-# shrink: a new circle fails, and so does one gone but still listed.
+# Import circles between modules that issue 32 removes (item 1: the Raft role states).
+# The list may only shrink: a new circle fails, and so does one gone but still listed.
 KNOWN_CIRCLES = [
-    ["keeperless.controller.fencing", "keeperless.controller.quorum_controller"],
     ["keeperless.raft.core", "keeperless.raft.election", "keeperless.raft.membership",
      "keeperless.raft.replication"],
 ]  # fmt: skip

@@ -1,20 +1,22 @@
 """Broker liveness on the active controller: brokers that miss their session are fenced
 and lose their leaderships; a broker that comes back (unfenced) takes the leaderless
-partitions it holds in its ISR."""
+partitions it holds in its ISR. The sessions, offsets and the broker-to-partitions index
+these rules read are the controller's ClusterControl (cluster_control.py)."""
 
 from __future__ import annotations
 
 import base64
 import itertools
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.controller.cluster_control import ClusterControl
 from keeperless.controller.eligible import MinIsr, elect, eligible_after, leader_acceptor
-from keeperless.controller.quorum_controller import PartitionKey, QuorumController, Result
+from keeperless.controller.result import PartitionKey, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
 from keeperless.metadata.image import LOST, BrokerRegistration, MetadataImage, PartitionInfo
@@ -33,6 +35,32 @@ __all__ = [
     "start_sessions",
     "unfence_record",
 ]
+
+
+class ControllerView(Protocol):
+    """What these rules read of the quorum controller (quorum_controller.py, which calls
+    them): a protocol, so that the two modules do not import each other."""
+
+    node_id: int
+    image: MetadataImage
+    committed: MetadataImage
+    cluster: ClusterControl
+
+    @property
+    def directory_assignment(self) -> bool: ...
+    def elr_min_isr(self, image: MetadataImage | None = None) -> Callable[[str], int] | None: ...
+    def register_broker(
+        self,
+        broker_id: int,
+        incarnation_id: UUID,
+        endpoints: Sequence[tuple[str, str, int]],
+        rack: str | None,
+        next_offset: int,
+        now_ms: int,
+        features: Mapping[str, tuple[int, int]] | None = None,
+        log_dirs: Sequence[UUID] = (),
+    ) -> Result[tuple[ApiError, int]]: ...
+
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,11 +90,11 @@ def controlled_shutdown_record(broker_id: int, epoch: int) -> r.BrokerRegistrati
     )
 
 
-def start_sessions(c: QuorumController, now_ms: int) -> None:
+def start_sessions(c: ControllerView, now_ms: int) -> None:
     """A newly active controller gives every live broker a full session to heartbeat."""
     for b in c.image.brokers.values():
         if not b.fenced:
-            c._last_heartbeat_ms.setdefault(b.broker_id, now_ms)
+            c.cluster.last_heartbeat_ms.setdefault(b.broker_id, now_ms)
 
 
 def _candidates(
@@ -198,25 +226,27 @@ def iter_leaders_after_unfence(
             )
 
 
-def fence_stale_brokers(c: QuorumController, now_ms: int) -> Result[list[int]]:
+def fence_stale_brokers(c: ControllerView, now_ms: int) -> Result[list[int]]:
     stale = [
         b.broker_id
         for b in sorted(c.image.brokers.values(), key=lambda b: b.broker_id)
         if not b.fenced
-        and (last := c._last_heartbeat_ms.get(b.broker_id)) is not None
-        and now_ms - last > c.session_timeout_ms
+        and (last := c.cluster.last_heartbeat_ms.get(b.broker_id)) is not None
+        and now_ms - last > c.cluster.session_timeout_ms
     ]
     if not stale:
         return Result([], [])
     fences = [fence_record(b, c.image.brokers[b].epoch) for b in stale]
     for b in stale:
-        c._last_heartbeat_ms.pop(b, None)
-    moves = iter_leaders_after_fence(c.image, stale, c.partitions_by_broker, c.elr_min_isr())
+        c.cluster.last_heartbeat_ms.pop(b, None)
+    moves = iter_leaders_after_fence(
+        c.image, stale, c.cluster.partitions_by_broker, c.elr_min_isr()
+    )
     return _moves_then(stale, moves, fences)
 
 
 def register_broker(
-    c: QuorumController,
+    c: ControllerView,
     broker_id: int,
     incarnation_id: UUID,
     endpoints: Any,
@@ -236,8 +266,8 @@ def register_broker(
     went on leading with the shorter log and the followers truncated acknowledged
     writes to match it (found by the fault harness, seed 7001)."""
     existing = c.image.brokers.get(broker_id)
-    last = c._last_heartbeat_ms.get(broker_id)
-    live = last is not None and now_ms - last < c.session_timeout_ms
+    last = c.cluster.last_heartbeat_ms.get(broker_id)
+    live = last is not None and now_ms - last < c.cluster.session_timeout_ms
     if existing and existing.incarnation_id != incarnation_id and not live and not existing.fenced:
         log.warning(
             "[node %d] Broker %d registers a new incarnation before its previous one was "
@@ -245,9 +275,9 @@ def register_broker(
             c.node_id,
             broker_id,
         )
-        c._last_heartbeat_ms.pop(broker_id, None)
+        c.cluster.last_heartbeat_ms.pop(broker_id, None)
         moves = iter_leaders_after_fence(
-            c.image, broker_id, c.partitions_by_broker, c.elr_min_isr()
+            c.image, broker_id, c.cluster.partitions_by_broker, c.elr_min_isr()
         )
         err = ApiError(
             ErrorCode.duplicate_broker_registration,
@@ -265,7 +295,7 @@ def register_broker(
     ):
         # KIP-966: its last stop was not clean (no clean-shutdown file with its epoch):
         # what it had may be gone, so it is no longer an eligible leader
-        unclean = list(_out_of_elr(c.image, broker_id, c.partitions_by_broker))
+        unclean = list(_out_of_elr(c.image, broker_id, c.cluster.partitions_by_broker))
         if unclean:
             log.info(
                 "[node %d] Broker %d registers after an unclean shutdown: no longer an "
@@ -311,7 +341,7 @@ def _moves_then(response: T, moves: Iterator[Any], state_changes: list[Any]) -> 
 
 
 def broker_heartbeat(
-    c: QuorumController,
+    c: ControllerView,
     broker_id: int,
     epoch: int,
     *,
@@ -372,18 +402,18 @@ def _kafka_uuid(u: UUID) -> str:
     return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
 
 
-def dirs_offline_moves(c: QuorumController, broker_id: int, dirs: set[UUID]) -> Iterator[Any]:
+def dirs_offline_moves(c: ControllerView, broker_id: int, dirs: set[UUID]) -> Iterator[Any]:
     """Changes of the partitions whose replica on ``broker_id`` is in ``dirs``."""
     image = c.image
     live = {b.broker_id for b in image.brokers.values() if b.active} - {broker_id}
     min_isr = c.elr_min_isr()
-    for tid, idx, p in _candidates(image, c.partitions_by_broker, (broker_id,)):
+    for tid, idx, p in _candidates(image, c.cluster.partitions_by_broker, (broker_id,)):
         if p.directory(broker_id) in dirs:
             yield from leave_isr(image, tid, idx, p, {broker_id}, live, min_isr)
 
 
 def _heartbeat(
-    c: QuorumController,
+    c: ControllerView,
     b: BrokerRegistration,
     *,
     want_fence: bool,
@@ -394,13 +424,13 @@ def _heartbeat(
 ) -> Result[HeartbeatReply]:
     broker_id, epoch = b.broker_id, b.epoch
     ok = ApiError.none()
-    c._last_heartbeat_ms[broker_id] = now_ms
-    c.broker_offsets[broker_id] = metadata_offset
-    index = c.partitions_by_broker
+    c.cluster.last_heartbeat_ms[broker_id] = now_ms
+    c.cluster.broker_offsets[broker_id] = metadata_offset
+    index = c.cluster.partitions_by_broker
     held = len(index.get(broker_id, ()))
     if b.fenced:
         if want_shut_down:
-            c._last_heartbeat_ms.pop(broker_id, None)  # a clean exit ends the session
+            c.cluster.last_heartbeat_ms.pop(broker_id, None)  # a clean exit ends the session
             return Result([], (ok, True, True))
         if want_fence or not caught_up:
             return Result([], (ok, True, False))
@@ -422,7 +452,7 @@ def _heartbeat(
             )
         else:
             log.info("[node %d] Fencing broker %d at its request", c.node_id, broker_id)
-        c._last_heartbeat_ms.pop(broker_id, None)
+        c.cluster.last_heartbeat_ms.pop(broker_id, None)
         moves = iter_leaders_after_fence(c.image, broker_id, index, c.elr_min_isr())
         return _moves_then((ok, True, want_shut_down), moves, [fence_record(broker_id, epoch)])
     if b.in_controlled_shutdown or not want_shut_down:
@@ -438,14 +468,14 @@ def _heartbeat(
     return _moves_then((ok, False, False), moves, [controlled_shutdown_record(broker_id, epoch)])
 
 
-def _shutdown_done(c: QuorumController, b: BrokerRegistration) -> bool:
+def _shutdown_done(c: ControllerView, b: BrokerRegistration) -> bool:
     """The controlled-shutdown records are committed and every other active broker has
     applied them (so clients learn the new leaders from any broker)."""
-    offset = c.shutdown_offsets.setdefault(b.broker_id, c.image.offset)  # unknown: now
+    offset = c.cluster.shutdown_offsets.setdefault(b.broker_id, c.image.offset)  # unknown: now
     if c.committed.offset < offset:
         return False
     return all(
-        c.broker_offsets.get(o.broker_id, -1) >= offset
+        c.cluster.broker_offsets.get(o.broker_id, -1) >= offset
         for o in c.image.brokers.values()
         if o.active and o.broker_id != b.broker_id
     )

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.controller.cluster_control import ClusterControl
 from keeperless.controller.eligible import min_isr_of
+from keeperless.controller.fencing import broker_heartbeat
+from keeperless.controller.result import PartitionKey, Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import (
     ApiError,
@@ -29,7 +30,6 @@ from keeperless.metadata.admin import (
 )
 from keeperless.metadata.features import (
     METADATA_VERSION_FEATURE,
-    SUPPORTED_FEATURES,
     directory_assignment,
     elr_enabled,
 )
@@ -48,27 +48,7 @@ __all__ = ["PartitionKey", "QuorumController", "Result"]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-PartitionKey = tuple[UUID, int]
 PRODUCER_ID_BLOCK = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Result(Generic[T]):
-    records: list[Any]
-    response: T
-    # Atomic results go into one batch: all of them commit or none (a topic and its
-    # partitions). Others are independent changes (leader moves of a fenced broker) that
-    # may be appended in several batches, as Kafka does for big non-atomic operations.
-    atomic: bool = True
-    # Further records of a non-atomic result, generated as the earlier ones are appended
-    # (from the image as it was when the operation ran): a broker of a million partitions
-    # is fenced without computing a million changes in one block of the event loop.
-    more: Iterable[Any] = ()
-
-    def all_records(self) -> list[Any]:
-        """``records`` and then ``more``, which this consumes."""
-        return [*self.records, *self.more]
 
 
 class QuorumController:
@@ -78,16 +58,20 @@ class QuorumController:
         self.defaults = defaults  # num.partitions, default.replication.factor
         self.image = MetadataImage()  # the latest state, including uncommitted records
         self.committed = MetadataImage()  # what the log has committed
-        self.session_timeout_ms = 9000
-        self._last_heartbeat_ms: dict[int, int] = {}  # in memory only, like Kafka's
-        self.broker_offsets: dict[int, int] = {}  # metadata offset in the last heartbeat
-        # where each broker's InControlledShutdown change is in the log
-        self.shutdown_offsets: dict[int, int] = {}
-        self.partitions_by_broker: dict[int, set[PartitionKey]] = {}
-        # index changes made by records not yet committed, newest last, so that losing
-        # the leadership (or a failed append) undoes them instead of re-deriving the index
-        # from every partition: (image offset, [(broker, partition, added)])
-        self._journal: deque[tuple[int, list[tuple[int, PartitionKey, bool]]]] = deque()
+        # the brokers: registrations, sessions, the partitions each holds
+        self.cluster = ClusterControl(node_id)
+
+    @property
+    def partitions_by_broker(self) -> dict[int, set[PartitionKey]]:
+        return self.cluster.partitions_by_broker
+
+    @property
+    def session_timeout_ms(self) -> int:
+        return self.cluster.session_timeout_ms
+
+    @session_timeout_ms.setter
+    def session_timeout_ms(self, value: int) -> None:
+        self.cluster.session_timeout_ms = value
 
     # -- state --------------------------------------------------------------------------
 
@@ -157,8 +141,8 @@ class QuorumController:
             delta.replay(rec)
         delta.offset = last_offset
         old, self.image = self.image, delta.apply()
-        self._index(old, delta)
-        self._note_shutdowns(old)
+        self.cluster.index(old, self.image, delta, self.committed.offset)
+        self.cluster.note_shutdowns(old, self.image)
 
     def replay_committed(self, records: Sequence[Any], last_offset: int) -> None:
         """Committed records from the log. The active controller already applied its own
@@ -173,99 +157,32 @@ class QuorumController:
         self.committed = delta.apply()
         if last_offset > self.image.offset:
             if self.image is not old_committed:  # ours were not what the log committed
-                self._undo_to(old_committed.offset)
+                self.cluster.undo_to(old_committed.offset)
             old = self.image
             self.image = self.committed
-            self._index(old_committed, delta)
-            self._note_shutdowns(old)
-        while self._journal and self._journal[0][0] <= self.committed.offset:
-            self._journal.popleft()
+            self.cluster.index(old_committed, self.image, delta, self.committed.offset)
+            self.cluster.note_shutdowns(old, self.image)
+        self.cluster.committed_to(self.committed.offset)
 
     def load_image(self, image: MetadataImage) -> None:
         """A snapshot's image replaces everything (a controller that fell behind)."""
         self.committed = self.image = image
-        self._journal.clear()
-        self._reindex()
+        self.cluster.reindex(image)
 
     def renounce(self) -> None:
         """Leadership lost: forget records that were appended but may never commit."""
         if self.image is not self.committed:
-            self._undo_to(self.committed.offset)
+            self.cluster.undo_to(self.committed.offset)
             self.image = self.committed
-        self._last_heartbeat_ms.clear()
+        self.cluster.last_heartbeat_ms.clear()
 
     def rollback(self, image: MetadataImage) -> None:
         """Records applied as appended could not be appended after all (those of them
         that committed meanwhile stay)."""
         if image.offset < self.committed.offset:
             image = self.committed
-        self._undo_to(image.offset)
+        self.cluster.undo_to(image.offset)
         self.image = image
-
-    def _note_shutdowns(self, old: MetadataImage) -> None:
-        """Remember the offset at which a broker entered controlled shutdown (its change
-        comes last in its operation, so this is the operation's end)."""
-        if old.brokers is self.image.brokers:
-            return
-        for b in self.image.brokers.values():
-            if not b.in_controlled_shutdown:
-                self.shutdown_offsets.pop(b.broker_id, None)
-            elif b.broker_id not in self.shutdown_offsets:
-                prev = old.brokers.get(b.broker_id)
-                if prev is None or not prev.in_controlled_shutdown:
-                    self.shutdown_offsets[b.broker_id] = self.image.offset
-
-    # -- which partitions each broker holds, so that fencing a broker costs its partitions
-
-    def _index(self, old: MetadataImage, delta: MetadataDelta) -> None:
-        idx = self.partitions_by_broker
-        new = self.image
-        changes: list[tuple[int, PartitionKey, bool]] = []
-
-        def drop(b: int, key: PartitionKey) -> None:
-            keys = idx.get(b)
-            if keys is not None and key in keys:
-                keys.discard(key)
-                changes.append((b, key, False))
-
-        for tid, p in delta.changed_partitions:
-            ot = old.topics.get(tid)
-            before = ot.partitions.get(p) if ot is not None else None
-            nt = new.topics.get(tid)
-            after = nt.partitions.get(p) if nt is not None else None
-            if before is not None and (after is None or before.replicas != after.replicas):
-                for b in before.replicas:
-                    drop(b, (tid, p))
-            if after is not None:
-                for b in after.replicas:
-                    keys = idx.setdefault(b, set())
-                    if (tid, p) not in keys:
-                        keys.add((tid, p))
-                        changes.append((b, (tid, p), True))
-        for tid, t in delta.deleted_topics.items():
-            for p, info in t.partitions.items():
-                for b in info.replicas:
-                    drop(b, (tid, p))
-        if changes and new.offset > self.committed.offset:
-            self._journal.append((new.offset, changes))
-
-    def _undo_to(self, offset: int) -> None:
-        """Undo the index changes of records after ``offset``."""
-        idx = self.partitions_by_broker
-        while self._journal and self._journal[-1][0] > offset:
-            for b, key, added in reversed(self._journal.pop()[1]):
-                if added:
-                    idx[b].discard(key)
-                else:
-                    idx.setdefault(b, set()).add(key)
-
-    def _reindex(self) -> None:
-        idx: dict[int, set[PartitionKey]] = {}
-        for t in self.image.topics.values():
-            for p, info in t.partitions.items():
-                for b in info.replicas:
-                    idx.setdefault(b, set()).add((t.topic_id, p))
-        self.partitions_by_broker = idx
 
     def _uuid(self) -> UUID:
         while True:
@@ -286,76 +203,11 @@ class QuorumController:
         features: Mapping[str, tuple[int, int]] | None = None,
         log_dirs: Sequence[UUID] = (),
     ) -> Result[tuple[ApiError, int]]:
-        features = SUPPORTED_FEATURES if features is None else features
-        for name, level in sorted(self.image.features.items()):
-            # every finalized feature (metadata.version first among equals): a broker
-            # that cannot run at its level would misread what the cluster writes
-            lo, hi = features.get(name, (0, 0))
-            if not lo <= level <= hi:
-                return Result(
-                    [],
-                    (
-                        ApiError(
-                            ErrorCode.unsupported_version,
-                            f"Unable to register because the broker does not support finalized "
-                            f"version {level} of {name}. The broker wants a version between "
-                            f"{lo} and {hi}, inclusive.",
-                        ),
-                        -1,
-                    ),
-                )
-        existing = self.image.brokers.get(broker_id)
-        last = self._last_heartbeat_ms.get(broker_id)
-        live = last is not None and now_ms - last < self.session_timeout_ms
-        if existing and existing.incarnation_id == incarnation_id:
-            # the same process again: a copy of its request that arrived late (a TCP
-            # retransmission after a partition healed, or the broker's retry after a
-            # timeout). Registering it again gave it a new epoch the process never
-            # heard of, and its heartbeats with the old one kept it fenced for good
-            # (fault harness, seed 12001): answer with the epoch it has.
-            self._last_heartbeat_ms[broker_id] = now_ms
-            return Result([], (ApiError.none(), existing.epoch))
-        if existing and existing.incarnation_id != incarnation_id and live:
-            return Result(
-                [],
-                (
-                    ApiError(
-                        ErrorCode.duplicate_broker_registration,
-                        f"Another broker is registered with id {broker_id}",
-                    ),
-                    -1,
-                ),
-            )
-        epoch = next_offset
-        self._last_heartbeat_ms[broker_id] = now_ms
-        rec = r.RegisterBrokerRecord(
-            broker_id=broker_id,
-            incarnation_id=incarnation_id,
-            broker_epoch=epoch,
-            end_points=tuple(
-                r.RegisterBrokerRecordBrokerEndpoint(name=n, host=h, port=p, security_protocol=0)
-                for n, h, p in endpoints
-            ),
-            features=tuple(
-                r.RegisterBrokerRecordBrokerFeature(
-                    name=name, min_supported_version=fmin, max_supported_version=fmax
-                )
-                for name, (fmin, fmax) in sorted(features.items())
-            ),
-            rack=rack,
-            fenced=True,
-            log_dirs=tuple(sorted(log_dirs)) if self.directory_assignment else (),
-        )
-        log.info(
-            "[node %d] Registering broker %d with epoch %d (%s, rack %s); fenced until it "
-            "catches up with the metadata log",
-            self.node_id,
-            broker_id,
-            epoch,
-            "a new incarnation" if existing else "new",
-            rack,
-        )
-        return Result([rec], (ApiError.none(), epoch))
+        """See ClusterControl.register_broker."""
+        return self.cluster.register_broker(
+            self.image, self.directory_assignment, broker_id, incarnation_id, endpoints,
+            rack, next_offset, now_ms, features, log_dirs,
+        )  # fmt: skip
 
     def steady_heartbeat(
         self,
@@ -368,19 +220,11 @@ class QuorumController:
         metadata_offset: int = -1,
         offline_dirs: Sequence[UUID] = (),
     ) -> tuple[ApiError, bool, bool] | None:
-        """The answer to a heartbeat that changes nothing (an active broker of the current
-        epoch that wants to stay), or None if it needs the full operation. Such heartbeats
-        are answered at once and keep the session from their arrival, never waiting
-        behind a long operation (moving a million leaderships) — otherwise every other
-        broker would miss its session behind it."""
-        b = self.image.brokers.get(broker_id)
-        if b is None or b.epoch != epoch or not b.active or want_fence or want_shut_down:
-            return None
-        if any(d in b.log_dirs for d in offline_dirs):
-            return None  # a directory newly offline: its replicas' leaderships move
-        self._last_heartbeat_ms[broker_id] = now_ms
-        self.broker_offsets[broker_id] = metadata_offset
-        return ApiError.none(), False, False
+        """See ClusterControl.steady_heartbeat."""
+        return self.cluster.steady_heartbeat(
+            self.image, broker_id, epoch, want_fence, now_ms, want_shut_down=want_shut_down,
+            metadata_offset=metadata_offset, offline_dirs=offline_dirs,
+        )  # fmt: skip
 
     def broker_heartbeat(
         self,
@@ -395,8 +239,6 @@ class QuorumController:
         offline_dirs: Sequence[UUID] = (),
     ) -> Result[tuple[ApiError, bool, bool]]:
         """(error, is fenced, should shut down): see fencing.broker_heartbeat."""
-        from keeperless.controller.fencing import broker_heartbeat
-
         return broker_heartbeat(
             self,
             broker_id,
@@ -410,27 +252,8 @@ class QuorumController:
         )
 
     def unregister_broker(self, broker_id: int) -> Result[ApiError]:
-        """Remove a broker's registration for good (it must be stopped: fenced)."""
-        b = self.image.brokers.get(broker_id)
-        if b is None:
-            return Result(
-                [],
-                ApiError(
-                    ErrorCode.broker_id_not_registered, f"Broker {broker_id} is not registered"
-                ),
-            )
-        if not b.fenced:
-            return Result(
-                [],
-                ApiError(
-                    ErrorCode.invalid_request, f"Broker {broker_id} is still active; stop it first"
-                ),
-            )
-        self._last_heartbeat_ms.pop(broker_id, None)
-        log.info("[node %d] Unregistering broker %d", self.node_id, broker_id)
-        return Result(
-            [r.UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=b.epoch)], ApiError.none()
-        )
+        """See ClusterControl.unregister_broker."""
+        return self.cluster.unregister_broker(self.image, broker_id)
 
     def allocate_producer_ids(
         self, broker_id: int, epoch: int

@@ -70,7 +70,7 @@ def test_controlled_shutdown_moves_waits_for_the_others_then_fences() -> None:
     log.append(fence)
     assert c.image.brokers[3].fenced
     # a stopped broker's session is over: no expiry fencing it again
-    assert 3 not in c._last_heartbeat_ms
+    assert 3 not in c.cluster.last_heartbeat_ms
 
 
 def test_staying_in_controlled_shutdown_and_fenced_brokers_shut_down_at_once() -> None:

@@ -51,7 +51,7 @@ def test_missed_session_fences_and_moves_leaders_then_recovery() -> None:
 
 def test_new_active_controller_gives_a_full_session() -> None:
     c = _cluster()
-    c._last_heartbeat_ms.clear()  # as after a failover
+    c.cluster.last_heartbeat_ms.clear()  # as after a failover
     start_sessions(c, 50_000)
     assert fence_stale_brokers(c, 55_000).records == []
     assert fence_stale_brokers(c, 60_000).response == [4, 5]
