@@ -49,17 +49,6 @@ class ControllerView(Protocol):
     @property
     def directory_assignment(self) -> bool: ...
     def elr_min_isr(self, image: MetadataImage | None = None) -> Callable[[str], int] | None: ...
-    def register_broker(
-        self,
-        broker_id: int,
-        incarnation_id: UUID,
-        endpoints: Sequence[tuple[str, str, int]],
-        rack: str | None,
-        next_offset: int,
-        now_ms: int,
-        features: Mapping[str, tuple[int, int]] | None = None,
-        log_dirs: Sequence[UUID] = (),
-    ) -> Result[tuple[ApiError, int]]: ...
 
 
 log = logging.getLogger(__name__)
@@ -284,9 +273,10 @@ def register_broker(
             f"The previous incarnation of broker {broker_id} is being fenced",
         )
         return _moves_then((err, -1), moves, [fence_record(broker_id, existing.epoch)])
-    res = c.register_broker(
-        broker_id, incarnation_id, endpoints, rack, next_offset, now_ms, features, log_dirs
-    )
+    res = c.cluster.register_broker(
+        c.image, c.directory_assignment, broker_id, incarnation_id, endpoints, rack,
+        next_offset, now_ms, features, log_dirs,
+    )  # fmt: skip
     if (
         existing is not None
         and previous_broker_epoch != existing.epoch
