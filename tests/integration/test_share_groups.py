@@ -6,6 +6,7 @@ others once their acquisition lock expires. Bad requests get Kafka's error codes
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
 import time
@@ -242,6 +243,42 @@ def test_the_share_groups_tool_lists_and_describes(enabled: Node) -> None:
     c.close()
 
 
+def test_read_committed_share_groups_get_every_committed_record(enabled: Node) -> None:
+    """Committed transactions after an aborted one are delivered, aborted ones never
+    (found by a new user: everything between the first abort and the last was skipped)."""
+    admin = AdminClient({"bootstrap.servers": enabled.bootstrap})
+    admin.create_topics([NewTopic("txq", 1, 1)])["txq"].result(30)
+    _ok("configs", "--bootstrap-server", enabled.bootstrap, "--alter", "--entity-type",
+        "groups", "--entity-name", "txg", "--add-config",
+        "share.auto.offset.reset=earliest,share.isolation.level=read_committed")  # fmt: skip
+    p = Producer({"bootstrap.servers": enabled.bootstrap, "transactional.id": "share-tx",
+                  "transaction.timeout.ms": 30000})  # fmt: skip
+    p.init_transactions(30)
+    committed: list[bytes] = []
+    for n, commit in enumerate((True, False, True, False, True)):
+        p.begin_transaction()
+        values = [f"t{n}-{i}".encode() for i in range(20)]
+        for v in values:
+            p.produce("txq", value=v)
+        p.flush(30)  # the aborted records reach the log too
+        if commit:
+            p.commit_transaction(30)
+            committed += values
+        else:
+            p.abort_transaction(30)
+    c = _share(enabled, "txg", "txq")
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(committed) and time.monotonic() < deadline:
+        got += [m.value() for m in _poll(c)]
+    end = time.monotonic() + 2
+    while time.monotonic() < end:  # and nothing more (no aborted record)
+        got += [m.value() for m in _poll(c)]
+    assert sorted(got) == sorted(committed)
+    c.commit_sync()
+    c.close()
+
+
 def test_bad_share_requests_get_kafkas_errors(enabled: Node) -> None:
     _topic(enabled, "bad", 5, "bad-group")
     # a share group id that is a consumer group's
@@ -263,6 +300,14 @@ def test_bad_share_requests_get_kafkas_errors(enabled: Node) -> None:
     joined = _heartbeat(enabled, "bad-group", member, 0, ["bad"])
     assert joined.error_code == 0
     assert joined.member_epoch > 0
+    # a consumer-protocol member on a share group's id (found by a new user: it joined)
+    cg = _send(enabled, ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, {
+        "group_id": "bad-group", "member_id": "", "member_epoch": 0, "instance_id": None,
+        "rack_id": None, "rebalance_timeout": datetime.timedelta(seconds=30),
+        "subscribed_topic_names": ["bad"], "server_assignor": None, "topic_partitions": [],
+    })  # fmt: skip
+    assert cg.error_code == 69, cg  # GROUP_ID_NOT_FOUND
+    assert "is not a consumer group" in (cg.error_message or "")
     fenced = _heartbeat(enabled, "bad-group", member, joined.member_epoch + 5, None)
     assert fenced.error_code == 110  # FENCED_MEMBER_EPOCH
     unknown = _heartbeat(enabled, "bad-group", str(uuid.uuid4()), 3, None)

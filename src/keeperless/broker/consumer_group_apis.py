@@ -113,6 +113,10 @@ class ConsumerGroupApis:
         err = self.gc._group_error(gid)
         if err is not None:
             raise HeartbeatError(err, f"This broker is not the coordinator of group {gid}")
+        if gid in self.gc.share_groups:  # KIP-932: a share group's id, as Kafka refuses it
+            raise HeartbeatError(
+                ErrorCode.group_id_not_found, f"Group {gid} is not a consumer group."
+            )
         classic = self.gc.groups.get(gid)
         if classic is not None and classic.members:
             # a consumer-protocol member joins a classic group: it becomes a consumer

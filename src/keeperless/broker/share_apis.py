@@ -369,13 +369,14 @@ class ShareApis:
         if sl is None:
             return ErrorCode.none, b"", []
         data = sl.read()
-        aborted = p.txns.aborted_between(pos, p.last_stable_offset) if committed else []
         spans: list[tuple[int, int, BatchSpan]] = []  # (position, end, span)
         try:
             for at, h in iter_batches(data, verify_crc=False):
-                skip = h.is_control or (any(
-                    pid == h.producer_id and first <= h.base_offset for pid, first in aborted
-                ) and h.is_transactional)  # fmt: skip
+                skip = h.is_control or (
+                    committed
+                    and h.is_transactional
+                    and p.txns.aborted_batch(h.producer_id, h.base_offset)
+                )
                 spans.append((at, at + h.size, BatchSpan(h.base_offset, h.last_offset, skip)))
         except CorruptBatchError:
             pass  # a read ends inside a batch: the whole batches before it

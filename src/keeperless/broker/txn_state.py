@@ -100,6 +100,14 @@ class PartitionTxns:
         i = bisect.bisect_left(self.aborted, (start, -1, -1))
         return [(pid, first) for last, pid, first in self.aborted[i:] if first < end]
 
+    def aborted_batch(self, producer_id: int, offset: int) -> bool:
+        """Whether a transactional batch of ``producer_id`` at ``offset`` belongs to an
+        aborted transaction: one of that producer's that began at or before it and whose
+        ABORT marker comes after it (a later, committed transaction of the same producer
+        is not aborted)."""
+        i = bisect.bisect_left(self.aborted, (offset, -1, -1))
+        return any(pid == producer_id and first <= offset for _last, pid, first in self.aborted[i:])
+
     def forget_before(self, offset: int) -> None:
         """Retention or DeleteRecords moved the log start past these."""
         i = bisect.bisect_left(self.aborted, (offset, -1, -1))

@@ -68,6 +68,14 @@ def _states(text: str) -> set[str]:
     return wanted
 
 
+def _assignment(member: Any) -> str:
+    """Kafka's ShareGroupCommand form: ``topic:0,1,2;other:0``, topics sorted."""
+    parts: dict[str, list[int]] = {}
+    for t in member.assignment.topic_partitions:
+        parts.setdefault(t.topic_name, []).extend(t.partitions)
+    return ";".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(parts.items()))
+
+
 def check_args(args: Any) -> None:
     given = [a for a in ACTIONS if getattr(args, a, False)]
     if len(given) != 1:
@@ -120,9 +128,8 @@ def run_share_groups(args: Any, servers: Servers, out: TextIO) -> int:
             if not desc.members:
                 print(f"\nShare group '{group}' has no active members.", file=sys.stderr)
                 continue
-            members = [(m.member_id, m.client_host, m.client_id, ",".join(
-                f"{t.topic_name}:{p}" for t in m.assignment.topic_partitions
-                for p in t.partitions)) for m in desc.members]  # fmt: skip
+            members = [(m.member_id, m.client_host, m.client_id, _assignment(m))
+                       for m in desc.members]  # fmt: skip
             w = [max(15, *(len(r[i]) for r in members)) for i in range(3)]
             fmt = f"{{:<{width}}} {{:<{w[0]}}} {{:<{w[1]}}} {{:<{w[2]}}} {{}}"
             print(fmt.format("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "ASSIGNMENT"), file=out)

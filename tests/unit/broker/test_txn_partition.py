@@ -108,3 +108,28 @@ def test_the_lso_is_never_below_the_log_start(tmp_path: Path) -> None:
     p.advance_start(2, 0)  # DeleteRecords past the transaction's start
     assert p.last_stable_offset == 2
     p.log.close()
+
+
+def test_only_the_batches_of_aborted_transactions_are_aborted() -> None:
+    """A producer's committed transaction after its aborted one is not aborted (a
+    read_committed share group skipped it: every committed record between two aborted
+    transactions was never delivered)."""
+    from keeperless.broker.txn_state import ABORT, COMMIT, PartitionTxns
+    from keeperless.protocol.records import read_header
+
+    txns = PartitionTxns()
+
+    def txn(pid: int, first: int, last: int, kind: int) -> None:
+        batch = build_batch([(b"k", b"v", ())] * (last - first + 1), producer_id=pid,
+                            producer_epoch=0, base_sequence=0, transactional=True)  # fmt: skip
+        txns.note_batch(read_header(batch), first)
+        txns.note_marker(pid, kind, last + 1)
+
+    txn(7, 0, 9, COMMIT)
+    txn(7, 11, 20, ABORT)
+    txn(7, 22, 30, COMMIT)
+    txn(8, 32, 35, ABORT)
+    assert [txns.aborted_batch(7, o) for o in (0, 11, 20, 22, 30)] == [
+        False, True, True, False, False]  # fmt: skip
+    assert txns.aborted_batch(8, 32)
+    assert not txns.aborted_batch(8, 11)  # another producer's aborted range

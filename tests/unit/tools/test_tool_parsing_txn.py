@@ -30,3 +30,14 @@ def test_errors_are_named_by_kafkas_exception_classes() -> None:
         exception_class(ErrorCode.cluster_authorization_failed)
         == base + "ClusterAuthorizationException"
     )
+
+
+def test_the_share_groups_tool_prints_assignments_as_kafka() -> None:
+    """kafka-share-groups.sh --members: partitions grouped by topic (ShareGroupCommand)."""
+    from types import SimpleNamespace as N
+
+    from keeperless.tools.share_groups import _assignment
+
+    m = N(assignment=N(topic_partitions=[N(topic_name="q3", partitions=[2, 0, 1]),
+                                         N(topic_name="a", partitions=[0])]))  # fmt: skip
+    assert _assignment(m) == "a:0;q3:0,1,2"
