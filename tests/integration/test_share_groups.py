@@ -243,6 +243,31 @@ def test_the_share_groups_tool_lists_and_describes(enabled: Node) -> None:
     c.close()
 
 
+def test_a_backlog_past_one_read_is_delivered_once(enabled: Node) -> None:
+    """5 MB in one partition, 5x what a share fetch reads of it at once: every record
+    delivered once, over many fetches."""
+    admin = AdminClient({"bootstrap.servers": enabled.bootstrap})
+    admin.create_topics([NewTopic("backlog", 1, 1)])["backlog"].result(30)
+    _ok("configs", "--bootstrap-server", enabled.bootstrap, "--alter", "--entity-type",
+        "groups", "--entity-name", "bl", "--add-config",
+        "share.auto.offset.reset=earliest")  # fmt: skip
+    p = Producer({"bootstrap.servers": enabled.bootstrap, "linger.ms": 20})
+    pad = b"x" * 1000
+    for i in range(5000):
+        p.produce("backlog", value=b"%05d" % i + pad)
+        p.poll(0)
+    assert p.flush(30) == 0
+    c = _share(enabled, "bl", "backlog")
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < 5000 and time.monotonic() < deadline:
+        seen += [m.value()[:5] for m in _poll(c)]
+    assert len(seen) == 5000
+    assert sorted(seen) == [b"%05d" % i for i in range(5000)]
+    c.commit_sync()
+    c.close()
+
+
 def test_read_committed_share_groups_get_every_committed_record(enabled: Node) -> None:
     """Committed transactions after an aborted one are delivered, aborted ones never
     (found by a new user: everything between the first abort and the last was skipped)."""

@@ -49,6 +49,10 @@ _DURATION = re.compile(r"^by_duration:P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(
 # a share session idle this long is closed (its member's records released)
 _SESSION_IDLE_S = 60.0
 _POLL_S = 0.25  # a waiting ShareFetch looks again for released records this often
+# what one share fetch reads of a partition at most (at least one whole batch, as Kafka
+# reads): records are acquired from it and the rest dropped, so a client's 50 MB
+# fetch.max.bytes is not read into memory for its 500 records
+_READ_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -363,7 +367,7 @@ class ShareApis:
             "read_committed"
         )
         try:
-            sl = p.read(pos, budget, False, committed)
+            sl = p.read(pos, min(budget, _READ_BYTES), False, committed)
         except LogDirFailure:
             return ErrorCode.kafka_storage_error, b"", []
         if sl is None:
