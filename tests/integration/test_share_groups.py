@@ -32,6 +32,7 @@ SHARE_APIS = (76, 77, 78, 79)
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     n = Node(tmp_path_factory.mktemp("share"), extra={
         "group.share.record.lock.duration.ms": str(LOCK_MS),
+        "group.share.min.record.lock.duration.ms": "1000",  # a group may go lower
         "group.share.delivery.count.limit": "3",
     })  # fmt: skip
     yield from running(n)
@@ -109,6 +110,15 @@ def _poll(c: ShareConsumer, timeout: float = 0.5) -> list[Any]:
 def test_share_groups_are_off_until_share_version_1(enabled: Node) -> None:
     resp = _heartbeat(enabled, "g0", "", 0, ["t"])
     assert resp.error_code == 42  # INVALID_REQUEST: a member id is the client's (v1)
+
+
+def test_a_groups_lock_duration_is_bounded_by_the_brokers_limits(enabled: Node) -> None:
+    bs = ("--bootstrap-server", enabled.bootstrap)
+    base = ("configs", *bs, "--alter", "--entity-type", "groups", "--entity-name", "lockg")
+    _ok(*base, "--add-config", "share.record.lock.duration.ms=5000")  # min lowered to 1000
+    res = keeperless(*base, "--add-config", "share.record.lock.duration.ms=500")
+    assert res.returncode != 0
+    assert "between 1000 and 60000" in res.stdout + res.stderr, res.stdout + res.stderr
 
 
 def test_three_consumers_share_one_partition(enabled: Node) -> None:

@@ -3,7 +3,7 @@ brokers (one broker, or the cluster-wide default with an empty name)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -60,9 +60,11 @@ _TOPIC_KEY_OF = {
 ConfigChange = tuple[int, str, Sequence[tuple[str, int, str | None]]]
 
 
-def _validate(rtype: int, name: str, key: str, value: str | None) -> str | None:
+def _validate(
+    rtype: int, name: str, key: str, value: str | None, limits: Mapping[str, int]
+) -> str | None:
     if rtype == GROUP_RESOURCE:
-        return validate_group_config(key, value)
+        return validate_group_config(key, value, limits)
     if rtype == TOPIC_RESOURCE:
         try:
             validate_topic_configs({key: value})
@@ -172,7 +174,7 @@ def incremental_alter_configs(
                         parts.remove(v)
                 value, op = ",".join(parts), SET
             if op == SET:
-                problem = _validate(rtype, name, key, value)
+                problem = _validate(rtype, name, key, value, c.defaults)
                 if problem is not None:
                     error = ApiError(ErrorCode.invalid_config, problem)
                     break

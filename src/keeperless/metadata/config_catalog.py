@@ -454,6 +454,18 @@ _BROKER: list[ConfigDef] = [
         "delivered again.",
     ),
     _d(
+        "group.share.min.record.lock.duration.ms",
+        T.INT,
+        "15000",
+        "The shortest acquisition lock a share group may set (share.record.lock.duration.ms).",
+    ),
+    _d(
+        "group.share.max.record.lock.duration.ms",
+        T.INT,
+        "60000",
+        "The longest acquisition lock a share group may set (share.record.lock.duration.ms).",
+    ),
+    _d(
         "group.share.delivery.count.limit",
         T.INT,
         "5",
@@ -748,6 +760,8 @@ _VALIDATORS: dict[str, Validator] = {
     "group.share.heartbeat.interval.ms": at_least(1),
     "group.share.session.timeout.ms": at_least(1),
     "group.share.record.lock.duration.ms": at_least(1000),
+    "group.share.min.record.lock.duration.ms": at_least(1000),
+    "group.share.max.record.lock.duration.ms": at_least(1000),
     "group.share.delivery.count.limit": at_least(2),
     "group.share.partition.max.record.locks": at_least(100),
     "socket.request.max.bytes": at_least(1),

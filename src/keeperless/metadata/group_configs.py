@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 
 from keeperless.metadata.config_def import (
     GROUP_SCOPE,
@@ -17,6 +18,7 @@ from keeperless.metadata.config_def import (
 )
 
 __all__ = [
+    "BROKER_LIMITS",
     "GROUP_BROKER_KEYS",
     "GROUP_CONFIGS",
     "GROUP_RESOURCE",
@@ -85,16 +87,34 @@ GROUP_BROKER_KEYS: Mapping[str, str] = {
 }
 
 
-def validate_group_config(name: str, value: str | None) -> str | None:
+# group keys whose limits are the broker's own configs (Kafka's GroupConfig checks them
+# against the controller's values): key -> (its lower, its upper limit's broker key)
+BROKER_LIMITS: Mapping[str, tuple[str, str]] = {
+    "share.record.lock.duration.ms": (
+        "group.share.min.record.lock.duration.ms",
+        "group.share.max.record.lock.duration.ms",
+    ),
+}
+
+
+def validate_group_config(
+    name: str, value: str | None, limits: Mapping[str, int] | None = None
+) -> str | None:
     """None if ``name`` may be set to ``value`` (None: deleted); else why not, in Kafka's
-    words."""
+    words. ``limits``: the broker configs that bound some keys (BROKER_LIMITS), else
+    Kafka's defaults."""
     d = GROUP_CONFIGS.get(name)
     if d is None:
         return f"Unknown group config name: {name}"
     if value is None:
         return None
     try:
-        d.validate(value)
+        if name in BROKER_LIMITS and limits is not None:
+            replace(d, validator=None).validate(value)  # the type
+            low_key, high_key = BROKER_LIMITS[name]
+            _within(limits.get(low_key, 15000), limits.get(high_key, 60000))(name, value.strip())
+        else:
+            d.validate(value)
     except ConfigValueError as e:
         return str(e)
     return None

@@ -266,6 +266,8 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "group.share.heartbeat.interval.ms": _typed,
     "group.share.session.timeout.ms": _typed,
     "group.share.record.lock.duration.ms": _typed,
+    "group.share.min.record.lock.duration.ms": _typed,
+    "group.share.max.record.lock.duration.ms": _typed,
     "group.share.delivery.count.limit": _typed,
     "group.share.partition.max.record.locks": _typed,
     "group.consumer.assignors": _assignors,
@@ -538,6 +540,13 @@ def load_config(
 
 
 def _validate(v: dict[str, Any]) -> None:
+    lock, lo, hi = (v[f"group.share.{k}record.lock.duration.ms"] for k in ("", "min.", "max."))
+    if lock < lo:  # Kafka's ShareGroupConfig checks
+        raise ConfigError("group.share.record.lock.duration.ms must be greater than or equal "
+                          "to group.share.min.record.lock.duration.ms")  # fmt: skip
+    if lock > hi:
+        raise ConfigError("group.share.record.lock.duration.ms must be less than or equal to "
+                          "group.share.max.record.lock.duration.ms")  # fmt: skip
     if v["process.roles"] is None:
         raise ConfigError("Missing required configuration process.roles (broker, controller)")
     if v["node.id"] is None:

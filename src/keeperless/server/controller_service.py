@@ -20,6 +20,7 @@ from keeperless.controller.elections import balance_leaders
 from keeperless.controller.fencing import fence_stale_brokers, start_sessions
 from keeperless.controller.quorum_controller import QuorumController, Result
 from keeperless.metadata.features import METADATA_VERSION_FEATURE
+from keeperless.metadata.group_configs import BROKER_LIMITS
 from keeperless.raft.core import NotLeaderError
 from keeperless.runtime.metadata_log import MetadataLog
 from keeperless.server.config import NodeConfig
@@ -54,6 +55,8 @@ class ControllerService:
                 "num.partitions": config["num.partitions"],
                 "default.replication.factor": config["default.replication.factor"],
                 "min.insync.replicas": config["min.insync.replicas"],
+                # the limits of group configs (GroupConfig's checks on the controller)
+                **{k: config[k] for lim in BROKER_LIMITS.values() for k in lim},
             },
         )
         self.controller.session_timeout_ms = config["broker.session.timeout.ms"]

@@ -76,3 +76,28 @@ def test_bad_values_name_the_key(key: str, value: str, message: str) -> None:
 
 def test_kafka_keys_we_do_not_act_on_are_accepted() -> None:
     load_config(properties={**BASE, "num.network.threads": "3"})
+
+
+def test_share_lock_durations_stay_within_the_brokers_limits() -> None:
+    """Kafka's ShareGroupConfig: group.share.record.lock.duration.ms between the min and
+    max keys (found by a new user: 5000 was taken, and the limits were unknown keys)."""
+    lock = "group.share.record.lock.duration.ms"
+    with pytest.raises(ConfigError, match="must be greater than or equal to group.share.min"):
+        load_config(properties={**BASE, lock: "5000"})
+    with pytest.raises(ConfigError, match="must be less than or equal to group.share.max"):
+        load_config(properties={**BASE, lock: "70000"})
+    cfg = load_config(properties={**BASE, lock: "5000",
+                                  "group.share.min.record.lock.duration.ms": "1000"})  # fmt: skip
+    assert cfg[lock] == 5000
+
+
+def test_a_groups_lock_duration_is_checked_against_the_controllers_limits() -> None:
+    from keeperless.metadata.group_configs import validate_group_config
+
+    key = "share.record.lock.duration.ms"
+    assert "between 15000 and 60000" in (validate_group_config(key, "5000") or "")
+    lowered = {"group.share.min.record.lock.duration.ms": 1000,
+               "group.share.max.record.lock.duration.ms": 60000}  # fmt: skip
+    assert validate_group_config(key, "5000", lowered) is None
+    assert "between 1000 and 60000" in (validate_group_config(key, "500", lowered) or "")
+    assert "Not a number" in (validate_group_config(key, "soon", lowered) or "")
