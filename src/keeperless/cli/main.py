@@ -81,10 +81,9 @@ def _initial_controllers(args: argparse.Namespace, cfg: Any) -> Any:
     the first voters of a dynamic quorum, whose controllers name no
     controller.quorum.voters (they find the quorum by controller.quorum.bootstrap.servers),
     or None for a static quorum or a controller that joins later."""
-    import uuid
-
     from keeperless.raft.voters import Endpoint, Voter, VoterSet
     from keeperless.storage.format import parse_dynamic_voters
+    from keeperless.storage.meta_properties import uuid_from_kafka
 
     listener = cfg.controller_listener_names[0] if cfg.controller_listener_names else "CONTROLLER"
     static = [v.node_id for v in cfg.voters]
@@ -109,7 +108,10 @@ def _initial_controllers(args: argparse.Namespace, cfg: Any) -> Any:
         if ep is None:
             raise ToolError("No controller listeners found.")
         host = ep.host or "localhost"
-        return VoterSet.of([Voter(cfg.node_id, uuid.uuid4(), (Endpoint(listener, host, ep.port),))])
+        # a directory id as Kafka makes one: never starting with '-' (a tool would take
+        # it for an option: remove-controller --controller-directory-id failed so)
+        directory = uuid_from_kafka(random_kafka_uuid())
+        return VoterSet.of([Voter(cfg.node_id, directory, (Endpoint(listener, host, ep.port),))])
     if not args.no_initial_controllers and "controller" in cfg.roles and not static:
         raise ToolError(
             "Because controller.quorum.voters is not set on this controller, you must specify "
