@@ -21,6 +21,7 @@ from keeperless.metadata.config_def import (
     greater_than,
     list_of,
 )
+from keeperless.metadata.group_coordinator_configs import GROUP_COORDINATOR_CONFIGS
 from keeperless.metadata.replication_configs import REPLICATION_CONFIGS
 from keeperless.metadata.topic_configs import TOPIC_CONFIGS
 from keeperless.metadata.update_modes import (
@@ -384,99 +385,6 @@ _BROKER: list[ConfigDef] = [
         "Elect a replica outside the ISR when no ISR member is alive (may lose data).",
     ),
     _d("delete.topic.enable", T.BOOLEAN, "true", "Topics may be deleted."),
-    # groups
-    _d(
-        "offsets.topic.replication.factor",
-        T.SHORT,
-        "3",
-        "The replication factor of __consumer_offsets.",
-    ),
-    _d("offsets.topic.num.partitions", T.INT, "50", "The partitions of __consumer_offsets."),
-    _d(
-        "offsets.commit.timeout.ms",
-        T.INT,
-        "5000",
-        "How long an offset commit waits for the in-sync replicas.",
-    ),
-    _d(
-        "group.initial.rebalance.delay.ms",
-        T.INT,
-        "3000",
-        "How long a new group waits for more members before its first rebalance.",
-    ),
-    _d(
-        "group.min.session.timeout.ms",
-        T.INT,
-        "6000",
-        "The shortest session timeout a member may ask for.",
-    ),
-    _d(
-        "group.max.session.timeout.ms",
-        T.INT,
-        "1800000",
-        "The longest session timeout a member may ask for.",
-    ),
-    _d(
-        "group.consumer.heartbeat.interval.ms",
-        T.INT,
-        "5000",
-        "How often members of a consumer-protocol group heartbeat (KIP-848).",
-    ),
-    _d(
-        "group.consumer.session.timeout.ms",
-        T.INT,
-        "45000",
-        "A consumer-protocol member that misses heartbeats this long leaves the group.",
-    ),
-    _d(
-        "group.consumer.assignors",
-        T.LIST,
-        "uniform,range",
-        "The server assignors of consumer-protocol groups, the first the default.",
-    ),
-    _d(
-        "group.share.heartbeat.interval.ms",
-        T.INT,
-        "5000",
-        "How often members of a share group heartbeat (KIP-932).",
-    ),
-    _d(
-        "group.share.session.timeout.ms",
-        T.INT,
-        "45000",
-        "A share group member that misses heartbeats this long leaves the group.",
-    ),
-    _d(
-        "group.share.record.lock.duration.ms",
-        T.INT,
-        "30000",
-        "How long a share group member holds a record it was delivered before it is "
-        "delivered again.",
-    ),
-    _d(
-        "group.share.min.record.lock.duration.ms",
-        T.INT,
-        "15000",
-        "The shortest acquisition lock a share group may set (share.record.lock.duration.ms).",
-    ),
-    _d(
-        "group.share.max.record.lock.duration.ms",
-        T.INT,
-        "60000",
-        "The longest acquisition lock a share group may set (share.record.lock.duration.ms).",
-    ),
-    _d(
-        "group.share.delivery.count.limit",
-        T.INT,
-        "5",
-        "How often a record is delivered to a share group before it is archived.",
-    ),
-    _d(
-        "group.share.partition.max.record.locks",
-        T.INT,
-        "2000",
-        "The most records of one partition a share group has in flight at a time.",
-    ),
     # accepted without effect here
     _d("background.threads", T.INT, "10", "Background threads (tasks of one event loop here)."),
     _d(
@@ -738,8 +646,6 @@ _VALIDATORS: dict[str, Validator] = {
     "log.index.interval.bytes": at_least(0),
     "log.flush.interval.messages": at_least(1),
     "min.insync.replicas": at_least(1),
-    "offsets.topic.replication.factor": at_least(1),
-    "offsets.topic.num.partitions": at_least(1),
     "transaction.state.log.num.partitions": at_least(1),
     "transaction.state.log.replication.factor": at_least(1),
     "transaction.state.log.min.isr": at_least(1),
@@ -751,19 +657,6 @@ _VALIDATORS: dict[str, Validator] = {
     "producer.id.expiration.ms": at_least(1),
     "producer.id.expiration.check.interval.ms": at_least(1),
     "message.max.bytes": at_least(0),
-    "group.initial.rebalance.delay.ms": at_least(0),
-    "group.min.session.timeout.ms": at_least(0),
-    "group.max.session.timeout.ms": at_least(0),
-    "offsets.commit.timeout.ms": at_least(1),
-    "group.consumer.heartbeat.interval.ms": at_least(1),
-    "group.consumer.session.timeout.ms": at_least(1),
-    "group.share.heartbeat.interval.ms": at_least(1),
-    "group.share.session.timeout.ms": at_least(1),
-    "group.share.record.lock.duration.ms": at_least(1000),
-    "group.share.min.record.lock.duration.ms": at_least(1000),
-    "group.share.max.record.lock.duration.ms": at_least(1000),
-    "group.share.delivery.count.limit": at_least(2),
-    "group.share.partition.max.record.locks": at_least(100),
     "socket.request.max.bytes": at_least(1),
     "controller.quorum.election.timeout.ms": at_least(1),
     "controller.quorum.fetch.timeout.ms": at_least(1),
@@ -792,6 +685,7 @@ _VALIDATORS: dict[str, Validator] = {
 }
 
 _BROKER.extend(REPLICATION_CONFIGS)
+_BROKER.extend(GROUP_COORDINATOR_CONFIGS)
 BROKER_CONFIGS: Mapping[str, ConfigDef] = {
     c.name: replace(c, validator=_VALIDATORS.get(c.name, c.validator)) for c in _BROKER
 }
