@@ -59,7 +59,7 @@ MUTANTS = [
     Mutant(
         "vote-not-persisted",
         "a vote changes the election state in memory but is never written to disk",
-        "core.py",
+        "node.py",
         (
             (
                 "        if new != self.state:\n            self._ready.state = new",
@@ -71,7 +71,7 @@ MUTANTS = [
     Mutant(
         "vote-not-reloaded",
         "a restarted voter forgets the vote it cast in its current epoch",
-        "core.py",
+        "node.py",
         (("        self.state = state\n", "        self.state = state.__class__(state.epoch)\n"),),
     ),
     Mutant(
@@ -111,8 +111,8 @@ MUTANTS = [
                 "    if pending is None or pending[0].request_id != resp.request_id:\n"
                 "        return  # it answers no request of ours still in flight: late or duplicated\n"
                 "    req = pending[0]\n"
-                "    del core._vote_requests[resp.src]\n",
-                "    core._vote_requests.pop(resp.src, None)\n"
+                "    del nominee.requests[resp.src]\n",
+                "    nominee.requests.pop(resp.src, None)\n"
                 "    req = m.VoteRequest(core.node_id, resp.src, resp.epoch, 0, 0, resp.pre_vote)\n",
             ),
             (
@@ -146,10 +146,10 @@ MUTANTS = [
     Mutant(
         "figure-8",
         "a leader commits entries of an earlier epoch by counting replicas",
-        "core.py",
+        "node.py",
         (
             (
-                "        if hw > self.high_watermark and hw > self.epoch_start_offset:",
+                "        if hw > self.high_watermark and hw > leader.epoch_start_offset:",
                 "        if hw > self.high_watermark:",
             ),
         ),
@@ -157,7 +157,7 @@ MUTANTS = [
     Mutant(
         "leader-counts-unsynced",
         "a leader counts its own log end, not its durable end, towards the high watermark",
-        "core.py",
+        "node.py",
         (
             (
                 "        mine = [self.durable_end] if self.is_voter else []\n",
@@ -168,11 +168,11 @@ MUTANTS = [
     Mutant(
         "observers-counted",
         "a leader counts observers' fetches towards the high watermark",
-        "core.py",
+        "node.py",
         (
             (
                 "        offsets = mine + [p.fetch_offset for _, p in self._voter_progress()]\n",
-                "        offsets = mine + [p.fetch_offset for _, p in self.progress.items()]\n",
+                "        offsets = mine + [p.fetch_offset for _, p in leader.progress.items()]\n",
             ),
         ),
     ),
@@ -200,8 +200,8 @@ MUTANTS = [
         "replication.py",
         (
             (
-                "    req = core._fetching\n    return (\n",
-                "    return resp.fetch_offset == core.log.end_offset\n    req = core._fetching\n    return (\n",
+                "    req = fetch.request\n    return (\n",
+                "    return resp.fetch_offset == core.log.end_offset\n    req = fetch.request\n    return (\n",
             ),
             (
                 "        if cut < max(core.applied, min(core.high_watermark, core.log.end_offset)):",
@@ -212,7 +212,7 @@ MUTANTS = [
     Mutant(
         "apply-uncommitted",
         "a node applies entries that are durable but not known to be committed",
-        "core.py",
+        "node.py",
         (
             (
                 "        limit = min(self.high_watermark, self.durable_end)",
@@ -254,11 +254,11 @@ MUTANTS = [
     Mutant(
         "fetch-unbounded",
         "a leader answers a fetch with every entry it may, whatever their bytes",
-        "replication.py",
+        "node.py",
         (
             (
-                "        if size > core.config.max_fetch_bytes and n > 0:\n",
-                "        if False:\n",
+                "            if size > self.config.max_fetch_bytes and n > 0:\n",
+                "            if False:\n",
             ),
         ),
         kind="scenario",
@@ -286,12 +286,12 @@ MUTANTS = [
         "change-before-epoch-commit",
         "a new leader changes the voters before it has committed an entry of its epoch",
         "membership.py",
-        (("    if core.high_watermark <= core.epoch_start_offset:\n", "    if False:\n"),),
+        (("    if core.high_watermark <= leader.epoch_start_offset:\n", "    if False:\n"),),
     ),
     Mutant(
         "removed-leader-keeps-leading",
         "a leader that removed itself counts its own log and never resigns",
-        "core.py",
+        "node.py",
         (
             (
                 "        mine = [self.durable_end] if self.is_voter else []\n",

@@ -198,16 +198,8 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return sorted(out)
 
 
-# Import circles between modules that issue 32 removes (item 1: the Raft role states).
-# The list may only shrink: a new circle fails, and so does one gone but still listed.
-KNOWN_CIRCLES = [
-    ["keeperless.raft.core", "keeperless.raft.election", "keeperless.raft.membership",
-     "keeperless.raft.replication"],
-]  # fmt: skip
-
-
-def test_no_import_circle_between_modules_but_the_known_ones() -> None:
-    assert _cycles(_module_edges()) == KNOWN_CIRCLES
+def test_no_import_circle_between_modules() -> None:
+    assert _cycles(_module_edges()) == []
 
 
 def test_the_module_circle_check_can_fail() -> None:

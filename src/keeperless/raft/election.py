@@ -23,11 +23,12 @@ from keeperless.protocol.control import control_batch, leader_change
 from keeperless.protocol.records import build_batch, decode_records
 from keeperless.raft import messages as m
 from keeperless.raft.quorum import majority
-from keeperless.raft.state import Progress, Role
+from keeperless.raft.roles import FollowerState, NomineeState
+from keeperless.raft.state import Role
 from keeperless.raft.voters import Voter, voters_records
 
 if TYPE_CHECKING:
-    from keeperless.raft.core import RaftCore
+    from keeperless.raft.node import RaftNode
 
 __all__ = [
     "become_candidate",
@@ -41,32 +42,31 @@ __all__ = [
 log = logging.getLogger("keeperless.raft.core")
 
 
-def become_prospective(core: RaftCore, now_ms: int) -> None:
+def become_prospective(core: RaftNode, now_ms: int) -> None:
     if not core.electable:
         return
     core._transition(Role.PROSPECTIVE, core.epoch, -1, core.state.voted_id, now_ms)
-    core._votes = {core.node_id: True}
     if not _tally(core, now_ms):
         retry_votes(core, now_ms)
 
 
-def become_candidate(core: RaftCore, now_ms: int) -> None:
+def become_candidate(core: RaftNode, now_ms: int) -> None:
     core._transition(Role.CANDIDATE, core.epoch + 1, -1, core.node_id, now_ms)
-    core._votes = {core.node_id: True}
     if not _tally(core, now_ms):
         retry_votes(core, now_ms)
 
 
-def retry_votes(core: RaftCore, now_ms: int) -> None:
+def retry_votes(core: RaftNode, now_ms: int) -> None:
     """(Re)send a vote request to every voter that has not answered and has no request
     in flight (a first request, or one that timed out)."""
-    if core.role not in (Role.PROSPECTIVE, Role.CANDIDATE):
+    nominee = core.current
+    if not isinstance(nominee, NomineeState):
         return
-    pre_vote = core.role is Role.PROSPECTIVE
+    pre_vote = nominee.role is Role.PROSPECTIVE
     for v in core.voters:
-        if v == core.node_id or v in core._votes:
+        if v == core.node_id or v in nominee.votes:
             continue
-        pending = core._vote_requests.get(v)
+        pending = nominee.requests.get(v)
         if pending is not None and pending[1] > now_ms:
             continue
         voter = core.voter_set.get(v)
@@ -81,27 +81,31 @@ def retry_votes(core: RaftCore, now_ms: int) -> None:
             candidate_dir=core.directory_id,
             voter_dir=voter.directory_id if voter is not None else None,
         )
-        core._vote_requests[v] = (req, now_ms + core.config.request_timeout_ms)
+        nominee.requests[v] = (req, now_ms + core.config.request_timeout_ms)
         core._send(req)
 
 
-def vote_deadline(core: RaftCore) -> int | None:
+def vote_deadline(core: RaftNode) -> int | None:
     """When the next vote request times out (None if none is in flight)."""
-    if core.role not in (Role.PROSPECTIVE, Role.CANDIDATE) or not core._vote_requests:
+    nominee = core.current
+    if not isinstance(nominee, NomineeState) or not nominee.requests:
         return None
-    return min(d for _, d in core._vote_requests.values())
+    return min(d for _, d in nominee.requests.values())
 
 
-def _tally(core: RaftCore, now_ms: int) -> bool:
+def _tally(core: RaftNode, now_ms: int) -> bool:
+    nominee = core.current
+    if not isinstance(nominee, NomineeState):
+        return False
     # (a removed voter standing to commit its removal does not count itself)
-    granted = sum(1 for v, g in core._votes.items() if g and v in core.voters)
-    rejected = sum(1 for g in core._votes.values() if not g)
+    granted = sum(1 for v, g in nominee.votes.items() if g and v in core.voters)
+    rejected = sum(1 for g in nominee.votes.values() if not g)
     need = majority(len(core.voters))
     if granted >= need:
         if core.role is Role.PROSPECTIVE:
             become_candidate(core, now_ms)
         else:
-            _become_leader(core, now_ms)
+            _become_leader(core, nominee, now_ms)
         return True
     if len(core.voters) - rejected < need:
         # lost: try again after a randomized backoff
@@ -109,14 +113,9 @@ def _tally(core: RaftCore, now_ms: int) -> bool:
     return False
 
 
-def _become_leader(core: RaftCore, now_ms: int) -> None:
-    granted = [v for v, g in core._votes.items() if g] or [core.node_id]
+def _become_leader(core: RaftNode, nominee: NomineeState, now_ms: int) -> None:
+    granted = [v for v, g in nominee.votes.items() if g] or [core.node_id]
     core._transition(Role.LEADER, core.epoch, core.node_id, core.node_id, now_ms)
-    core._leader_since_ms = now_ms
-    core.progress = {
-        v.id: Progress(directory_id=v.directory_id) for v in core.voter_set if v.id != core.node_id
-    }
-    core.epoch_start_offset = core.log.end_offset
     batch = control_batch(
         leader_change(core.node_id, list(core.voters), granted), timestamp_ms=now_ms
     )
@@ -145,7 +144,7 @@ def _become_leader(core: RaftCore, now_ms: int) -> None:
             core._send(m.BeginQuorumEpoch(core.node_id, v, core.epoch, core.node_id))
 
 
-def _leave_voter_set(core: RaftCore, told_by: int, now_ms: int) -> None:
+def _leave_voter_set(core: RaftNode, told_by: int, now_ms: int) -> None:
     """A voter says we are not in its voter set: we were removed. Go on observing."""
     log.warning(
         "[node %d] Voter %d says node %d is not one of its voters (removed from "
@@ -158,11 +157,11 @@ def _leave_voter_set(core: RaftCore, told_by: int, now_ms: int) -> None:
     core._transition(Role.UNATTACHED, core.epoch, -1, core.state.voted_id, now_ms)
 
 
-def _log_ok(core: RaftCore, last_epoch: int, end_offset: int) -> bool:
+def _log_ok(core: RaftNode, last_epoch: int, end_offset: int) -> bool:
     return (last_epoch, end_offset) >= (core.log.last_epoch(), core.log.end_offset)
 
 
-def on_vote_request(core: RaftCore, req: m.VoteRequest, now_ms: int) -> None:
+def on_vote_request(core: RaftNode, req: m.VoteRequest, now_ms: int) -> None:
     def reply(granted: bool, error: int = m.NONE) -> None:
         core._send(
             m.VoteResponse(
@@ -198,9 +197,10 @@ def on_vote_request(core: RaftCore, req: m.VoteRequest, now_ms: int) -> None:
     if req.pre_vote:
         # Grant if we would vote for it in the next epoch and have no live leader
         # (KIP-996); the epoch stays where it is.
+        follower = core.current
         has_leader = core.role is Role.LEADER or (
-            core.role is Role.FOLLOWER
-            and now_ms - core._leader_contact_ms < core.config.fetch_timeout_ms
+            isinstance(follower, FollowerState)
+            and now_ms - follower.leader_contact_ms < core.config.fetch_timeout_ms
             and core.leader_id != req.src  # our own leader campaigning has given up
         )
         # (a vote already cast in this epoch, even for ourselves, does not matter: the
@@ -220,12 +220,15 @@ def on_vote_request(core: RaftCore, req: m.VoteRequest, now_ms: int) -> None:
     reply(grant)
 
 
-def on_vote_response(core: RaftCore, resp: m.VoteResponse, now_ms: int) -> None:
-    pending = core._vote_requests.get(resp.src)
+def on_vote_response(core: RaftNode, resp: m.VoteResponse, now_ms: int) -> None:
+    nominee = core.current
+    if not isinstance(nominee, NomineeState):
+        return  # a late answer: the election it was for is over
+    pending = nominee.requests.get(resp.src)
     if pending is None or pending[0].request_id != resp.request_id:
         return  # it answers no request of ours still in flight: late or duplicated
     req = pending[0]
-    del core._vote_requests[resp.src]
+    del nominee.requests[resp.src]
     if resp.error == m.INCONSISTENT_VOTER_SET and core.is_voter and not core.dynamic:
         _leave_voter_set(core, resp.src, now_ms)
         return
@@ -240,11 +243,11 @@ def on_vote_response(core: RaftCore, resp: m.VoteResponse, now_ms: int) -> None:
             return
         if resp.granted and resp.epoch != core.epoch:
             return  # granted in another epoch
-        core._votes[resp.src] = resp.granted
+        nominee.votes[resp.src] = resp.granted
         _tally(core, now_ms)
         return
     if resp.epoch > core.epoch:
         core._observe_epoch(resp.epoch, resp.leader_id, now_ms)
     elif core.role is Role.CANDIDATE and resp.epoch == core.epoch == req.epoch:
-        core._votes[resp.src] = resp.granted
+        nominee.votes[resp.src] = resp.granted
         _tally(core, now_ms)

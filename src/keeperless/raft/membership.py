@@ -1,6 +1,6 @@
 """Voter changes (KIP-853) made by the leader: add, remove and update a voter, and the
-kraft.version upgrade that turns a static quorum dynamic. Functions of a RaftCore, split
-out by role as elections and replication are.
+kraft.version upgrade that turns a static quorum dynamic. Functions of a RaftNode, split
+out by concern as elections and replication are.
 
 A change is made one at a time, once the leader has committed an entry of its epoch,
 and never when the voters that fetched lately would not be a majority of the new set;
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from keeperless.raft import messages as m
 from keeperless.raft.quorum import majority
-from keeperless.raft.state import Role
+from keeperless.raft.roles import LeaderState
 from keeperless.raft.voters import (
     KRAFT_VERSION_DYNAMIC,
     Endpoint,
@@ -26,7 +26,7 @@ from keeperless.raft.voters import (
 )
 
 if TYPE_CHECKING:
-    from keeperless.raft.core import RaftCore
+    from keeperless.raft.node import RaftNode
 
 __all__ = [
     "MembershipError",
@@ -48,11 +48,19 @@ class MembershipError(RuntimeError):
         self.code = code
 
 
-def require_epoch_committed(core: RaftCore) -> None:
+def leading(core: RaftNode) -> LeaderState:
+    """The leader's state; raises NOT_LEADER_OR_FOLLOWER unless this node leads."""
+    leader = core.current
+    if not isinstance(leader, LeaderState):
+        raise MembershipError(m.NOT_LEADER_OR_FOLLOWER, f"node {core.node_id} is not the leader")
+    return leader
+
+
+def require_epoch_committed(core: RaftNode, leader: LeaderState) -> None:
     """A leader changes the voters only once it has committed an entry of its own
     epoch (Raft's fix of single-server changes: an earlier leader's uncommitted
     change is settled, committed or truncated, before another is made)."""
-    if core.high_watermark <= core.epoch_start_offset:
+    if core.high_watermark <= leader.epoch_start_offset:
         raise MembershipError(
             m.REQUEST_TIMED_OUT,
             "Request timed out waiting for leader to establish HWM and fence previous "
@@ -60,11 +68,10 @@ def require_epoch_committed(core: RaftCore) -> None:
         )
 
 
-def check_change(core: RaftCore, what: str) -> None:
-    """KIP-853's preconditions of a voter change, in Kafka's words."""
-    if core.role is not Role.LEADER:
-        raise MembershipError(m.NOT_LEADER_OR_FOLLOWER, f"node {core.node_id} is not the leader")
-    require_epoch_committed(core)
+def check_change(core: RaftNode, what: str) -> LeaderState:
+    """KIP-853's preconditions of a voter change, in Kafka's words; the leader's state."""
+    leader = leading(core)
+    require_epoch_committed(core, leader)
     if not core.dynamic:
         raise MembershipError(
             m.UNSUPPORTED_VERSION,
@@ -78,9 +85,12 @@ def check_change(core: RaftCore, what: str) -> None:
             "Request timed out waiting for voters to commit the latest voter change at "
             f"{latest} with HWM {core.high_watermark}",
         )
+    return leader
 
 
-def check_live_majority(core: RaftCore, voters: VoterSet, what: str, now_ms: int) -> None:
+def check_live_majority(
+    core: RaftNode, leader: LeaderState, voters: VoterSet, what: str, now_ms: int
+) -> None:
     """Refuse a change after which the voters that fetched lately would not be a
     majority: it could never commit, and the quorum would be left without one (a
     live voter removed while another is down, say)."""
@@ -90,7 +100,7 @@ def check_live_majority(core: RaftCore, voters: VoterSet, what: str, now_ms: int
         for v in voters
         if (v.id == core.node_id and v.matches(v.id, core.directory_id))
         or (
-            (p := core.progress.get(v.id)) is not None
+            (p := leader.progress.get(v.id)) is not None
             and v.matches(v.id, p.directory_id)
             and p.last_fetch_ms >= fresh
         )
@@ -104,24 +114,24 @@ def check_live_majority(core: RaftCore, voters: VoterSet, what: str, now_ms: int
         )
 
 
-def append_voters(core: RaftCore, voters: VoterSet, now_ms: int) -> int:
+def append_voters(core: RaftNode, voters: VoterSet, now_ms: int) -> int:
     offset = core._append_local(voters_records(voters, timestamp_ms=now_ms), 1, now_ms, True)
     core._maybe_advance_hw(now_ms)  # (a single voter commits at once)
     return offset
 
 
-def add_voter(core: RaftCore, voter: Voter, now_ms: int) -> int:
+def add_voter(core: RaftNode, voter: Voter, now_ms: int) -> int:
     """Add a caught-up observer as a voter (AddRaftVoter): append the new voter set;
     returns its offset, done when the high watermark passes it. Raises
     MembershipError as Kafka answers."""
-    check_change(core, "adding")
+    leader = check_change(core, "adding")
     vs = core.voter_set
     if voter.id in vs.ids:
         raise MembershipError(
             m.DUPLICATE_VOTER,
             f"The voter id for {voter} is already part of the set of voters {vs}.",
         )
-    p = core.progress.get(voter.id)
+    p = leader.progress.get(voter.id)
     fresh = now_ms - core.config.fetch_timeout_ms
     if (
         p is None
@@ -134,14 +144,14 @@ def add_voter(core: RaftCore, voter: Voter, now_ms: int) -> int:
             f"Aborted add voter operation for {voter} since it is lagging behind",
         )
     new = vs.with_voter(voter)
-    check_live_majority(core, new, f"Adding voter {voter}", now_ms)
+    check_live_majority(core, leader, new, f"Adding voter {voter}", now_ms)
     return append_voters(core, new, now_ms)
 
 
-def remove_voter(core: RaftCore, node_id: int, directory_id: uuid.UUID | None, now_ms: int) -> int:
+def remove_voter(core: RaftNode, node_id: int, directory_id: uuid.UUID | None, now_ms: int) -> int:
     """Remove a voter (RemoveRaftVoter): as add_voter. A leader that removes itself
     leads until the change commits, then resigns and goes on as an observer."""
-    check_change(core, "removing")
+    leader = check_change(core, "removing")
     vs = core.voter_set
     v = vs.get(node_id)
     if v is None or v.directory_id != directory_id or len(vs) == 1:
@@ -150,11 +160,11 @@ def remove_voter(core: RaftCore, node_id: int, directory_id: uuid.UUID | None, n
             f"Cannot remove voter {Voter(node_id, directory_id)} from the set of voters {vs}",
         )
     new = vs.without(node_id)
-    check_live_majority(core, new, f"Removing voter {v}", now_ms)
+    check_live_majority(core, leader, new, f"Removing voter {v}", now_ms)
     return append_voters(core, new, now_ms)
 
 
-def update_voter(core: RaftCore, voter: Voter, now_ms: int) -> int:
+def update_voter(core: RaftNode, voter: Voter, now_ms: int) -> int:
     """Change a voter's endpoints (UpdateRaftVoter)."""
     check_change(core, "updating")
     vs = core.voter_set
@@ -170,7 +180,7 @@ def update_voter(core: RaftCore, voter: Voter, now_ms: int) -> int:
 
 
 def upgrade_kraft_version(
-    core: RaftCore,
+    core: RaftNode,
     version: int,
     endpoints: dict[int, tuple[Endpoint, ...]],
     now_ms: int,
@@ -181,8 +191,7 @@ def upgrade_kraft_version(
     with (each must have fetched lately, this one aside) and ``endpoints``; the
     leader appends KRaftVersionRecord and VotersRecord; returns their offset.
     ``dry_run``: the same checks, nothing appended (-1)."""
-    if core.role is not Role.LEADER:
-        raise MembershipError(m.NOT_LEADER_OR_FOLLOWER, f"node {core.node_id} is not the leader")
+    leader = leading(core)
     if version == core.kraft_version:
         return core._kraft.latest_offset
     if version < core.kraft_version:
@@ -197,14 +206,14 @@ def upgrade_kraft_version(
             f"Invalid update version {version} for feature kraft.version. Local "
             f"controller {core.node_id} only supports versions 0-1",
         )
-    require_epoch_committed(core)
+    require_epoch_committed(core, leader)
     fresh = now_ms - core.config.fetch_timeout_ms
     voters = []
     for v in core.voter_set:
         if v.id == core.node_id:
             d = core.directory_id
         else:
-            p = core.progress.get(v.id)
+            p = leader.progress.get(v.id)
             d = p.directory_id if p is not None and p.last_fetch_ms >= fresh else None
         if d is None:
             raise MembershipError(
@@ -229,7 +238,7 @@ def upgrade_kraft_version(
     return offset
 
 
-def pending_voter_change(core: RaftCore) -> int | None:
+def pending_voter_change(core: RaftNode) -> int | None:
     """The offset of an uncommitted voter change (None: none)."""
     latest = core._history.latest_offset
     return latest if latest >= core.high_watermark and latest >= 0 else None

@@ -20,20 +20,19 @@ from typing import TYPE_CHECKING
 from keeperless.raft import messages as m
 from keeperless.raft.log import CorruptSnapshotError
 from keeperless.raft.messages import SnapshotId
+from keeperless.raft.roles import FetchState, FollowerState, LeaderState
 from keeperless.raft.state import Progress, Role
 
 if TYPE_CHECKING:
-    from keeperless.raft.core import RaftCore
+    from keeperless.raft.node import RaftNode
 
 __all__ = [
     "RaftSafetyError",
-    "answer_fetch",
     "maybe_fetch",
     "on_fetch_request",
     "on_fetch_response",
     "on_fetch_snapshot_request",
     "on_fetch_snapshot_response",
-    "release_parked",
 ]
 
 log = logging.getLogger("keeperless.raft.core")
@@ -44,36 +43,21 @@ class RaftSafetyError(AssertionError):
     rather than lose them. Assertions of invariants stay on in production."""
 
 
-def fetch_error(core: RaftCore, req: m.FetchRequest, error: int) -> None:
-    leader = -1 if core.role is Role.RESIGNED else core.leader_id
-    core._send(
-        m.FetchResponse(
-            core.node_id,
-            req.src,
-            core.epoch,
-            leader,
-            error,
-            fetch_offset=req.fetch_offset,
-            last_fetched_epoch=req.last_fetched_epoch,
-            request_id=req.request_id,
-        )
-    )
-
-
-def on_fetch_request(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
+def on_fetch_request(core: RaftNode, req: m.FetchRequest, now_ms: int) -> None:
     if req.epoch > core.epoch:
         core._observe_epoch(req.epoch, -1, now_ms)
-        fetch_error(core, req, m.UNKNOWN_LEADER_EPOCH)
+        core._fetch_error(req, m.UNKNOWN_LEADER_EPOCH)
         return
-    if core.role is not Role.LEADER:
-        fetch_error(core, req, m.NOT_LEADER_OR_FOLLOWER)
+    leader = core.current
+    if not isinstance(leader, LeaderState):
+        core._fetch_error(req, m.NOT_LEADER_OR_FOLLOWER)
         return
     if req.epoch < core.epoch:
-        fetch_error(core, req, m.FENCED_LEADER_EPOCH)
+        core._fetch_error(req, m.FENCED_LEADER_EPOCH)
         return
 
     def answer(snapshot: SnapshotId | None = None, diverging: SnapshotId | None = None) -> None:
-        _leader_response(core, req, diverging=diverging, snapshot=snapshot)
+        core._leader_response(req, diverging=diverging, snapshot=snapshot)
 
     sid = core.log.snapshot_id
     if req.fetch_offset < core.log.start_offset or (
@@ -89,10 +73,10 @@ def on_fetch_request(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
             else:
                 answer(diverging=at)
             return
-    p = core.progress.setdefault(req.src, Progress())
+    p = leader.progress.setdefault(req.src, Progress())
     if p.directory_id != req.replica_dir:
         # another disk of that replica (or another replica under its id): start afresh
-        p = core.progress[req.src] = Progress(directory_id=req.replica_dir)
+        p = leader.progress[req.src] = Progress(directory_id=req.replica_dir)
     p.fetch_offset = req.fetch_offset
     p.last_fetch_ms = now_ms
     if req.fetch_offset >= core.log.end_offset:
@@ -104,62 +88,15 @@ def on_fetch_request(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
         and req.max_wait_ms > 0
         and core.high_watermark >= req.fetch_offset
     ):
-        core._parked.append((req, now_ms + req.max_wait_ms))
+        leader.parked.append((req, now_ms + req.max_wait_ms))
         return
-    answer_fetch(core, req, now_ms)
+    core._answer_fetch(req)
 
 
-def _leader_response(
-    core: RaftCore,
-    req: m.FetchRequest,
-    entries: tuple[m.Entry, ...] = (),
-    diverging: SnapshotId | None = None,
-    snapshot: SnapshotId | None = None,
-) -> None:
-    """The leader's successful answer to a fetch: entries, or where to truncate, or which
-    snapshot to load, always with the high watermark and log start."""
-    core._send(
-        m.FetchResponse(
-            core.node_id,
-            req.src,
-            core.epoch,
-            core.node_id,
-            m.NONE,
-            core.high_watermark,
-            core.log.start_offset,
-            entries,
-            diverging,
-            snapshot,
-            req.fetch_offset,
-            req.last_fetched_epoch,
-            req.request_id,
-        )
-    )
-
-
-def answer_fetch(core: RaftCore, req: m.FetchRequest, now_ms: int) -> None:
-    if core.role is not Role.LEADER:
-        fetch_error(core, req, m.NOT_LEADER_OR_FOLLOWER)
-        return
-    entries = core.log.read(req.fetch_offset, core.config.max_fetch_entries)
-    size = 0
-    for n, e in enumerate(entries):
-        size += len(e.data)
-        if size > core.config.max_fetch_bytes and n > 0:
-            entries = entries[:n]
-            break
-    _leader_response(core, req, tuple(entries))
-
-
-def release_parked(core: RaftCore, now_ms: int) -> None:
-    parked, core._parked = core._parked, []
-    for req, _ in parked:
-        answer_fetch(core, req, now_ms)
-
-
-def on_fetch_snapshot_request(core: RaftCore, req: m.FetchSnapshotRequest, now_ms: int) -> None:
+def on_fetch_snapshot_request(core: RaftNode, req: m.FetchSnapshotRequest, now_ms: int) -> None:
     sid = core.log.snapshot_id
-    if core.role is not Role.LEADER or req.epoch != core.epoch:
+    leader = core.current
+    if not isinstance(leader, LeaderState) or req.epoch != core.epoch:
         core._send(
             m.FetchSnapshotResponse(
                 core.node_id,
@@ -183,7 +120,7 @@ def on_fetch_snapshot_request(core: RaftCore, req: m.FetchSnapshotRequest, now_m
             )
         )
         return
-    p = core.progress.get(req.src)
+    p = leader.progress.get(req.src)
     if p is not None and p.directory_id == req.replica_dir:
         # a voter loading the snapshot is following us: check-quorum counts it, or a
         # leader with one other voter resigns while that voter loads a large snapshot
@@ -207,34 +144,31 @@ def on_fetch_snapshot_request(core: RaftCore, req: m.FetchSnapshotRequest, now_m
     )
 
 
-def maybe_fetch(core: RaftCore, now_ms: int) -> None:
-    if core._inflight_until >= 0 or core.role in (
-        Role.LEADER,
-        Role.CANDIDATE,
-        Role.PROSPECTIVE,
-    ):
+def maybe_fetch(core: RaftNode, now_ms: int) -> None:
+    fetch = core._fetch  # (a leader, a nominee or a resigned leader fetches nothing)
+    if fetch is None or fetch.until_ms >= 0:
         return
     if core.log.end_offset != core.durable_end:
         return  # appended entries must be durable before we fetch (and report) more
     target = core.leader_id
-    if core.role is Role.RESIGNED or (target < 0 and core.electable):
+    if target < 0 and core.electable:
         return
     if target < 0:
         # an observer looks for the leader among the voters it knows, else the bootstrap
         known = [v for v in core.voters if v != core.node_id] or list(core.bootstrap)
         if not known:
-            core._inflight_until = now_ms + core.config.request_timeout_ms
+            fetch.until_ms = now_ms + core.config.request_timeout_ms
             return
         target = core.rng.choice(known)
-    core._inflight_until = now_ms + core.config.request_timeout_ms
+    fetch.until_ms = now_ms + core.config.request_timeout_ms
     req: m.FetchRequest | m.FetchSnapshotRequest
-    if core._snapshot_target is not None:
+    if fetch.snapshot is not None:
         req = m.FetchSnapshotRequest(
             core.node_id,
             target,
             core.epoch,
-            core._snapshot_target,
-            len(core._snapshot_buf),
+            fetch.snapshot,
+            len(fetch.snapshot_buf),
             core.config.snapshot_chunk_bytes,
             core._new_request_id(),
             core.directory_id,
@@ -250,14 +184,14 @@ def maybe_fetch(core: RaftCore, now_ms: int) -> None:
             core._new_request_id(),
             core.directory_id,
         )
-    core._fetching = req
+    fetch.request = req
     core._send(req)
 
 
-def _answers(core: RaftCore, resp: m.FetchResponse) -> bool:
+def _answers(core: RaftNode, fetch: FetchState, resp: m.FetchResponse) -> bool:
     """Whether ``resp`` answers the fetch in flight, and our log is still where that
     fetch said it was."""
-    req = core._fetching
+    req = fetch.request
     return (
         isinstance(req, m.FetchRequest)
         and resp.request_id == req.request_id
@@ -267,11 +201,11 @@ def _answers(core: RaftCore, resp: m.FetchResponse) -> bool:
     )
 
 
-def on_fetch_response(core: RaftCore, resp: m.FetchResponse, now_ms: int) -> None:
-    if not _answers(core, resp):
+def on_fetch_response(core: RaftNode, resp: m.FetchResponse, now_ms: int) -> None:
+    fetch = core._fetch
+    if fetch is None or not _answers(core, fetch, resp):
         return  # a stale, duplicated or superseded response
-    core._fetching = None
-    core._inflight_until = -1
+    fetch.clear()
     if resp.error != m.NONE:
         if (
             resp.leader_id >= 0
@@ -285,19 +219,20 @@ def on_fetch_response(core: RaftCore, resp: m.FetchResponse, now_ms: int) -> Non
             # our leader no longer leads (or an observer asked a non-leader): forget it
             voted = core.state.voted_id  # (a vote is kept for its epoch, voter or not)
             core._transition(Role.UNATTACHED, core.epoch, -1, voted, now_ms)
-            if not core.electable:
-                core._inflight_until = now_ms + core.config.election_backoff_max_ms // 10
+            if not core.electable and (backoff := core._fetch) is not None:
+                backoff.until_ms = now_ms + core.config.election_backoff_max_ms // 10
         return
     if resp.epoch < core.epoch or (resp.epoch == core.epoch and core.role is Role.LEADER):
         return
     core._observe_epoch(resp.epoch, resp.leader_id, now_ms)
-    if core.role is not Role.FOLLOWER:
+    follower = core.current
+    if not isinstance(follower, FollowerState):
         return
     core._deadline = now_ms + core.config.fetch_timeout_ms
-    core._leader_contact_ms = now_ms
+    follower.leader_contact_ms = now_ms
     if resp.snapshot is not None:
-        core._snapshot_target = resp.snapshot
-        core._snapshot_buf = bytearray()
+        follower.fetch.snapshot = resp.snapshot
+        follower.fetch.snapshot_buf = bytearray()
         return
     if resp.diverging is not None:
         # keep only what we share with the leader: up to the end of its epoch in
@@ -328,28 +263,29 @@ def on_fetch_response(core: RaftCore, resp: m.FetchResponse, now_ms: int) -> Non
         core._ready.high_watermark = resp.high_watermark
 
 
-def on_fetch_snapshot_response(core: RaftCore, resp: m.FetchSnapshotResponse, now_ms: int) -> None:
-    req = core._fetching
+def on_fetch_snapshot_response(core: RaftNode, resp: m.FetchSnapshotResponse, now_ms: int) -> None:
+    fetch = core._fetch
+    req = fetch.request if fetch is not None else None
     if (
-        not isinstance(req, m.FetchSnapshotRequest)
+        fetch is None
+        or not isinstance(req, m.FetchSnapshotRequest)
         or resp.request_id != req.request_id
         or resp.src != req.dst
     ):
         return  # a stale, duplicated or superseded response
-    core._fetching = None
-    core._inflight_until = -1
-    target = core._snapshot_target
-    if target is None or resp.snapshot != target or resp.position != len(core._snapshot_buf):
+    fetch.clear()
+    target = fetch.snapshot
+    if target is None or resp.snapshot != target or resp.position != len(fetch.snapshot_buf):
         if resp.error != m.NONE:
-            core._snapshot_target = None  # that snapshot is gone: fetch from the log again
+            fetch.snapshot = None  # that snapshot is gone: fetch from the log again
         return
     core._deadline = now_ms + core.config.fetch_timeout_ms
-    core._snapshot_buf += resp.data
-    if len(core._snapshot_buf) < resp.size:
+    fetch.snapshot_buf += resp.data
+    if len(fetch.snapshot_buf) < resp.size:
         return
-    data = bytes(core._snapshot_buf)
-    core._snapshot_target = None
-    core._snapshot_buf = bytearray()
+    data = bytes(fetch.snapshot_buf)
+    fetch.snapshot = None
+    fetch.snapshot_buf = bytearray()
     if target.end_offset < core.applied:
         raise RaftSafetyError(
             f"node {core.node_id}: asked by leader {resp.src} to replace its log by snapshot "
