@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos import checkers
-from tests.chaos.bulk_workload import BULK_PARTITIONS, check_bulk_contents, read_bulk
+from tests.chaos.bulk_workload import (
+    BULK_PARTITIONS,
+    BULK_TOPIC,
+    check_bulk_contents,
+    read_bulk,
+)
 from tests.chaos.cluster import ChaosCluster
 from tests.chaos.history import History
 from tests.chaos.jepsen_workload import JEPSEN_TOPIC
@@ -192,13 +197,15 @@ def run_once(
         history.complete(history.invoke("monitor", "committed"), "monitor", "ok", "committed",
                          committed)  # fmt: skip
         topics = _metadata(cluster.bootstrap)
-        write_anomalies, write_stats = checkers.check_writes(history, final)
+        write_anomalies, write_stats = checkers.check_writes(history, final, topic=TOPIC)
         anomalies += write_anomalies
         bulk_stats: dict[str, Any] = {}
         if volume_bytes:
             read = {p: read_bulk(cluster.bootstrap, p) for p in range(BULK_PARTITIONS)}
             bulk_final = {p: r[0] for p, r in read.items()}
-            bulk_anomalies, bulk_stats = checkers.check_writes(history, bulk_final, "bulk-")
+            bulk_anomalies, bulk_stats = checkers.check_writes(
+                history, bulk_final, "bulk-", topic=BULK_TOPIC
+            )
             anomalies += bulk_anomalies
             content, content_stats = check_bulk_contents(
                 history, {p: r[1] for p, r in read.items()}
@@ -241,7 +248,10 @@ def run_once(
         # the mover moves the workload's and the Jepsen topic between 2 and 3 replicas
         for moved in (TOPIC, JEPSEN_TOPIC):
             anomalies += checkers.check_replica_counts(topics, moved, frozenset({2, 3}))
-        anomalies, client_duplicates = checkers.explain_duplicates(anomalies, log_dirs, TOPIC)
+        client_duplicates: list[checkers.Anomaly] = []
+        for written in (TOPIC, BULK_TOPIC):
+            anomalies, explained = checkers.explain_duplicates(anomalies, log_dirs, written)
+            client_duplicates += explained
         jepsen_anomalies, jepsen_stats = workload.jepsen.check(
             checkers.batch_writers(log_dirs, JEPSEN_TOPIC)
         )
