@@ -139,7 +139,7 @@ MUTANTS = [
         (
             (
                 "        if core.role is Role.PROSPECTIVE:\n            become_candidate(core, now_ms)",
-                "        if core.role is Role.PROSPECTIVE:\n            _become_leader(core, now_ms)",
+                "        if core.role is Role.PROSPECTIVE:\n            _become_leader(core, nominee, now_ms)",
             ),
         ),
     ),
