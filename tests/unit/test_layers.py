@@ -1,7 +1,7 @@
-"""The packages' import arrows (DESIGN.md's layers): the layer contract below (a package
-imports only packages of lower layers; the README's layout is rendered from it), no cycle
-between packages, the wire protocol importing no other part, and the security package
-only what it stands on."""
+"""The packages' import arrows (the layers of docs/architecture.md): the layer contract
+below (a package imports only packages of lower layers; the README's layout is rendered
+from it), no cycle between packages or modules, the wire protocol importing no other
+part, and the security package only what it stands on."""
 
 from __future__ import annotations
 
@@ -33,18 +33,35 @@ LAYERS: tuple[tuple[tuple[str, str], ...], ...] = (
 _LAYER = {name: i for i, layer in enumerate(LAYERS) for name, _ in layer}
 
 
+def _imports(path: Path, root: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """What ``path`` (a module under ``root``, the keeperless package) imports, TYPE_CHECKING
+    ones too: (module, names) for ``from module import names``, (module, ()) for ``import
+    module``; relative imports resolved against the module's package."""
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    package = parts[:-1]  # (of __init__.py too: its package is the directory)
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, ()) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            out.append((base, tuple(a.name for a in node.names)))
+    return out
+
+
 def _edges(root: Path = PKG) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = collections.defaultdict(set)
     for path in root.rglob("*.py"):
         rel = path.relative_to(root).parts
         src = rel[0] if len(rel) > 1 else "(top)"
-        for node in ast.walk(ast.parse(path.read_text())):  # TYPE_CHECKING ones too
-            mods: list[str] = []
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                mods = [node.module]
-            elif isinstance(node, ast.Import):
-                mods = [a.name for a in node.names]
-            for m in mods:
+        for module, names in _imports(path, root):
+            # ``from keeperless import broker`` imports the package broker
+            targets = [f"{module}.{n}" for n in names] if module == "keeperless" else [module]
+            for m in targets:
                 if m.startswith("keeperless.") and m.split(".")[1] != src:
                     edges[src].add(m.split(".")[1])
     return edges
@@ -105,6 +122,29 @@ def test_the_layer_check_can_fail() -> None:
         "broker -> runtime", "protocol -> broker"]  # fmt: skip
 
 
+def test_every_form_of_import_is_an_arrow(tmp_path: Path) -> None:
+    """Relative imports and ``from keeperless import <package>`` count as much as
+    absolute ones (a review found them unseen)."""
+    root = tmp_path / "keeperless"
+    for pkg in ("protocol", "broker", "raft"):
+        (root / pkg).mkdir(parents=True)
+        (root / pkg / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "broker" / "x.py").write_text("")
+    (root / "protocol" / "a.py").write_text("from keeperless import broker\n")
+    (root / "protocol" / "b.py").write_text("from ..broker import x\n")
+    (root / "raft" / "c.py").write_text("from . import d\n")
+    (root / "raft" / "d.py").write_text("from .c import y\n")
+    assert _edges(root) == {"protocol": {"broker"}}
+    assert _module_edges(root) == {
+        "keeperless.protocol.a": {"keeperless.broker"},
+        "keeperless.protocol.b": {"keeperless.broker.x"},
+        "keeperless.raft.c": {"keeperless.raft.d"},
+        "keeperless.raft.d": {"keeperless.raft.c"},
+    }
+    assert _cycles(_module_edges(root)) == [["keeperless.raft.c", "keeperless.raft.d"]]
+
+
 def test_the_readme_layout_is_the_layer_contract() -> None:
     text = README.read_text()
     start = text.index("```\n", text.index("Layout (`src/keeperless/`)")) + 4
@@ -153,15 +193,12 @@ def _module_edges(root: Path = PKG) -> dict[str, set[str]]:
         mods[name.removesuffix(".__init__")] = path
     edges: dict[str, set[str]] = collections.defaultdict(set)
     for name, path in mods.items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                for a in node.names:
-                    target = f"{node.module}.{a.name}"
-                    found = target if target in mods else node.module
-                    if found in mods and found != name:
-                        edges[name].add(found)
-            elif isinstance(node, ast.Import):
-                edges[name].update(a.name for a in node.names if a.name in mods)
+        for module, names in _imports(path, root):
+            # ``from x import y``: the module x.y if y is one, else x
+            for found in [f"{module}.{n}" if f"{module}.{n}" in mods else module
+                          for n in names] or [module]:  # fmt: skip
+                if found in mods and found != name:
+                    edges[name].add(found)
     return edges
 
 

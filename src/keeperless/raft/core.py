@@ -19,9 +19,14 @@ change goes through ``_transition`` (raft/node.py), which queues the new electio
 to be written durably before any message that depends on it is sent, and gives the new
 role a fresh state object of its own (raft/roles.py).
 
-The state every role shares and the steps of every role are RaftNode's (raft/node.py);
-the rules are in raft/election.py, raft/replication.py and raft/membership.py, each a
-set of functions of a RaftNode. This module is the driver's face of it.
+Where each rule is: the state every role shares and the steps every role takes
+(transitions, appends, the high watermark, the leader's answers to fetches) are
+RaftNode's (raft/node.py); votes and leadership are in raft/election.py, fetching in
+raft/replication.py, voter changes in raft/membership.py, each a set of functions of a
+RaftNode. This module is the driver's face of it, and holds the rules of time and of
+the leader's own announcements: timeouts (``tick``, ``_on_deadline``), check-quorum
+(``_check_quorum``), BeginQuorumEpoch and EndQuorumEpoch (``step``), and graceful
+resignation.
 """
 
 from __future__ import annotations
@@ -37,8 +42,8 @@ from keeperless.raft.membership import MembershipError
 from keeperless.raft.messages import SnapshotId
 from keeperless.raft.node import RaftConfig, RaftNode, Ready
 from keeperless.raft.quorum import majority
-from keeperless.raft.roles import FollowerState, LeaderState
-from keeperless.raft.state import Progress, Role
+from keeperless.raft.roles import FollowerState, LeaderState, Progress
+from keeperless.raft.state import Role
 from keeperless.raft.voters import Endpoint, Voter
 
 __all__ = ["MembershipError", "NotLeaderError", "RaftConfig", "RaftCore", "Ready", "Role"]

@@ -27,12 +27,13 @@ from keeperless.raft.roles import (
     FetchState,
     FollowerState,
     LeaderState,
+    Progress,
     ProspectiveState,
     ResignedState,
     RoleState,
     UnattachedState,
 )
-from keeperless.raft.state import ElectionState, Progress, Role
+from keeperless.raft.state import ElectionState, Role
 from keeperless.raft.voters import (
     KRAFT_VERSION_DYNAMIC,
     Endpoint,

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from keeperless.raft import messages as m
 from keeperless.raft.log import CorruptSnapshotError
 from keeperless.raft.messages import SnapshotId
-from keeperless.raft.roles import FetchState, FollowerState, LeaderState
-from keeperless.raft.state import Progress, Role
+from keeperless.raft.roles import FetchState, FollowerState, LeaderState, Progress
+from keeperless.raft.state import Role
 
 if TYPE_CHECKING:
     from keeperless.raft.node import RaftNode
@@ -162,13 +162,14 @@ def maybe_fetch(core: RaftNode, now_ms: int) -> None:
         target = core.rng.choice(known)
     fetch.until_ms = now_ms + core.config.request_timeout_ms
     req: m.FetchRequest | m.FetchSnapshotRequest
-    if fetch.snapshot is not None:
+    follower = core.current
+    if isinstance(follower, FollowerState) and follower.snapshot is not None:
         req = m.FetchSnapshotRequest(
             core.node_id,
             target,
             core.epoch,
-            fetch.snapshot,
-            len(fetch.snapshot_buf),
+            follower.snapshot,
+            len(follower.snapshot_buf),
             core.config.snapshot_chunk_bytes,
             core._new_request_id(),
             core.directory_id,
@@ -231,8 +232,8 @@ def on_fetch_response(core: RaftNode, resp: m.FetchResponse, now_ms: int) -> Non
     core._deadline = now_ms + core.config.fetch_timeout_ms
     follower.leader_contact_ms = now_ms
     if resp.snapshot is not None:
-        follower.fetch.snapshot = resp.snapshot
-        follower.fetch.snapshot_buf = bytearray()
+        follower.snapshot = resp.snapshot
+        follower.snapshot_buf = bytearray()
         return
     if resp.diverging is not None:
         # keep only what we share with the leader: up to the end of its epoch in
@@ -264,28 +265,29 @@ def on_fetch_response(core: RaftNode, resp: m.FetchResponse, now_ms: int) -> Non
 
 
 def on_fetch_snapshot_response(core: RaftNode, resp: m.FetchSnapshotResponse, now_ms: int) -> None:
-    fetch = core._fetch
-    req = fetch.request if fetch is not None else None
+    follower = core.current  # (only a follower fetches a snapshot: the leader sent it)
+    if not isinstance(follower, FollowerState):
+        return  # a late answer: the role that asked is over
+    req = follower.fetch.request
     if (
-        fetch is None
-        or not isinstance(req, m.FetchSnapshotRequest)
+        not isinstance(req, m.FetchSnapshotRequest)
         or resp.request_id != req.request_id
         or resp.src != req.dst
     ):
         return  # a stale, duplicated or superseded response
-    fetch.clear()
-    target = fetch.snapshot
-    if target is None or resp.snapshot != target or resp.position != len(fetch.snapshot_buf):
+    follower.fetch.clear()
+    target = follower.snapshot
+    if target is None or resp.snapshot != target or resp.position != len(follower.snapshot_buf):
         if resp.error != m.NONE:
-            fetch.snapshot = None  # that snapshot is gone: fetch from the log again
+            follower.snapshot = None  # that snapshot is gone: fetch from the log again
         return
     core._deadline = now_ms + core.config.fetch_timeout_ms
-    fetch.snapshot_buf += resp.data
-    if len(fetch.snapshot_buf) < resp.size:
+    follower.snapshot_buf += resp.data
+    if len(follower.snapshot_buf) < resp.size:
         return
-    data = bytes(fetch.snapshot_buf)
-    fetch.snapshot = None
-    fetch.snapshot_buf = bytearray()
+    data = bytes(follower.snapshot_buf)
+    follower.snapshot = None
+    follower.snapshot_buf = bytearray()
     if target.end_offset < core.applied:
         raise RaftSafetyError(
             f"node {core.node_id}: asked by leader {resp.src} to replace its log by snapshot "

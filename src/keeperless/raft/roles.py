@@ -1,22 +1,26 @@
-"""What a RaftCore knows only while it holds one role, one object per role, as Kafka's
-QuorumState holds one EpochState (UnattachedState, ProspectiveState, CandidateState,
-LeaderState, FollowerState, ResignedState). A role change replaces the object: a vote
-tally, a leader's view of its replicas or a fetch in flight cannot outlive the role it
-belongs to. What every role shares (the epoch, the leader, the vote, the log and its
-high watermark) stays on the core, in its durable ElectionState.
+"""What a Raft replica knows only while it holds one role, one object per role, as
+Kafka's QuorumState holds one EpochState (UnattachedState, ProspectiveState,
+CandidateState, LeaderState, FollowerState, ResignedState). A role change replaces the
+object (``RaftNode._transition``): a vote tally, a leader's view of its replicas, a
+fetch in flight or a snapshot half fetched cannot outlive the role it belongs to. What
+every role shares stays on the RaftNode: the durable ElectionState (epoch, leader,
+vote), the log, the high watermark and the one timer whose meaning the role gives
+(``_deadline``: a follower's fetch timeout, a nominee's election timeout, a leader's
+check-quorum).
 
-Plain data with no rules: the rules live in ``raft/election.py`` and
-``raft/replication.py``, which find the state of the role they act in by its type.
+Plain data with no rules: the rules that find the state of the role they act in by its
+type are in election.py, replication.py, membership.py and core.py.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from keeperless.raft import messages as m
 from keeperless.raft.messages import SnapshotId
-from keeperless.raft.state import Progress, Role
+from keeperless.raft.state import Role
 
 __all__ = [
     "CandidateState",
@@ -24,6 +28,7 @@ __all__ = [
     "FollowerState",
     "LeaderState",
     "NomineeState",
+    "Progress",
     "ProspectiveState",
     "ResignedState",
     "RoleState",
@@ -36,13 +41,10 @@ NEVER = -(2**62)
 @dataclass(slots=True)
 class FetchState:
     """A follower's or observer's one fetch (or snapshot fetch) in flight, and until when
-    it may be answered (with none in flight: a backoff before the next); and the
-    snapshot being fetched chunk by chunk, as Kafka's FollowerState holds it."""
+    it may be answered (with none in flight: a backoff before the next)."""
 
     request: m.FetchRequest | m.FetchSnapshotRequest | None = None
     until_ms: int = -1
-    snapshot: SnapshotId | None = None
-    snapshot_buf: bytearray = field(default_factory=bytearray)
 
     def clear(self) -> None:
         """The fetch in flight is answered, or timed out: a late answer is dropped."""
@@ -65,10 +67,25 @@ class FollowerState:
 
     role: ClassVar[Role] = Role.FOLLOWER
     fetch: FetchState = field(default_factory=FetchState)
-    # when the leader itself last answered a fetch or announced its epoch (not hearsay
-    # about it): only that makes a follower refuse pre-votes (KIP-996), so a dead
-    # leader cannot livelock an election
+    # when the leader itself last answered a fetch or announced its epoch: only that
+    # makes a follower refuse pre-votes (KIP-996), not contact with an earlier leader
+    # nor hearsay about this one, so a dead leader cannot livelock an election
     leader_contact_ms: int = NEVER
+    # the snapshot the leader sent us to, fetched chunk by chunk (as Kafka's
+    # FollowerState holds it): a role change starts it over, so that chunks of two
+    # leaders' copies are never spliced together
+    snapshot: SnapshotId | None = None
+    snapshot_buf: bytearray = field(default_factory=bytearray)
+
+
+@dataclass(slots=True)
+class Progress:
+    """What a leader knows of one replica's fetching (Kafka's LeaderState.ReplicaState)."""
+
+    fetch_offset: int = -1
+    last_fetch_ms: int = NEVER
+    caught_up_ms: int = -1
+    directory_id: uuid.UUID | None = None  # of the replica that fetched last
 
 
 @dataclass(slots=True)

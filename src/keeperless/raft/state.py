@@ -1,14 +1,14 @@
 """The durable election state (`quorum-state`), written before a vote or leadership
-takes effect. Encoding follows Kafka's quorum-state JSON file."""
+takes effect, and the roles a replica takes. Encoding follows Kafka's quorum-state JSON
+file. What one role alone knows is in roles.py."""
 
 from __future__ import annotations
 
 import enum
 import json
-import uuid
 from dataclasses import dataclass
 
-__all__ = ["ElectionState", "Progress", "Role"]
+__all__ = ["ElectionState", "Role"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +53,3 @@ class Role(enum.Enum):
     LEADER = "Leader"
     FOLLOWER = "Follower"
     RESIGNED = "Resigned"
-
-
-@dataclass(slots=True)
-class Progress:
-    """What a leader knows of one replica's fetching."""
-
-    fetch_offset: int = -1
-    last_fetch_ms: int = -(2**62)
-    caught_up_ms: int = -1
-    directory_id: uuid.UUID | None = None  # of the replica that fetched last

@@ -97,3 +97,66 @@ def test_a_fetch_in_flight_does_not_outlive_the_follower_that_sent_it() -> None:
     )  # fmt: skip
     core.step(late, 5_001)
     assert again.leader_contact_ms == 5_000  # (the late answer did not count as contact)
+
+
+def _follow(core: RaftCore, now: int) -> m.FetchRequest:
+    """Follow leader 1 of epoch 1; the fetch the follower then sends."""
+    core.step(m.BeginQuorumEpoch(1, 2, 1, 1), now)
+    core.tick(now)
+    (fetch,) = [x for x in core.ready().messages if isinstance(x, m.FetchRequest)]
+    return fetch
+
+
+def test_a_snapshot_half_fetched_starts_over_in_the_next_role() -> None:
+    """As Kafka's FollowerState holds the snapshot being fetched: a role change drops it,
+    so chunks of two leaders' copies are never spliced together."""
+    core = _core(node_id=2)
+    fetch = _follow(core, 0)
+    sid = m.SnapshotId(10, 1)
+    core.step(
+        m.FetchResponse(1, 2, 1, 1, m.NONE, 10, 10, (), None, sid, fetch.fetch_offset,
+                        fetch.last_fetched_epoch, fetch.request_id),
+        1,
+    )  # fmt: skip
+    (chunk_req,) = [x for x in core.ready().messages if isinstance(x, m.FetchSnapshotRequest)]
+    assert (chunk_req.snapshot, chunk_req.position) == (sid, 0)
+    core.step(
+        m.FetchSnapshotResponse(1, 2, 1, 1, m.NONE, sid, 1000, 0, b"x" * 500,
+                                chunk_req.request_id),
+        2,
+    )  # fmt: skip
+    (next_req,) = [x for x in core.ready().messages if isinstance(x, m.FetchSnapshotRequest)]
+    assert next_req.position == 500
+    # the leader goes quiet: the follower stands for election, then follows again
+    core.tick(2 + CONFIG.fetch_timeout_ms + 1)
+    assert isinstance(core.current, ProspectiveState)
+    core.ready()
+    again = _follow(core, 5_000)
+    follower = core.current
+    assert isinstance(follower, FollowerState)
+    assert follower.snapshot is None
+    assert isinstance(again, m.FetchRequest)  # from the log, as the leader then says
+
+
+def test_only_contact_with_the_leader_it_follows_makes_a_follower_refuse_pre_votes() -> None:
+    core = _core(node_id=2)
+    fetch = _follow(core, 0)
+    # leader 1 answers: node 3 leads epoch 2 now (hearsay about 3, contact with 1)
+    core.step(
+        m.FetchResponse(1, 2, 2, 3, m.FENCED_LEADER_EPOCH, fetch_offset=fetch.fetch_offset,
+                        last_fetched_epoch=fetch.last_fetched_epoch,
+                        request_id=fetch.request_id),
+        100,
+    )  # fmt: skip
+    follower = core.current
+    assert isinstance(follower, FollowerState)
+    assert (core.epoch, core.leader_id) == (2, 3)
+    core.ready()
+    core.step(m.VoteRequest(1, 2, 2, 0, core.log.end_offset, pre_vote=True, request_id=5), 200)
+    (answer,) = [x for x in core.ready().messages if isinstance(x, m.VoteResponse)]
+    assert answer.granted  # it never heard from 3 itself
+    # once 3 announces itself, the follower refuses pre-votes while 3 is live
+    core.step(m.BeginQuorumEpoch(3, 2, 2, 3), 300)
+    core.step(m.VoteRequest(1, 2, 2, 0, core.log.end_offset, pre_vote=True, request_id=6), 400)
+    (answer,) = [x for x in core.ready().messages if isinstance(x, m.VoteResponse)]
+    assert not answer.granted
