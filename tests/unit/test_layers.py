@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[tuple[str, str], ...], ...] = (
     (("broker", "the data plane, replication, the group and transaction coordinators"),
      ("runtime", "asyncio listeners, connections, the metadata-log driver")),
     (("controller", "the quorum controller's rules: records and a response (no I/O)"),
+     ("coordinator", "the coordinators' rules (shards): records and a response (no I/O)"),
      ("net", "the one network client for node-to-node requests")),
     (("security", "SASL, TLS, principals, the authorizer and per-API rules"),
      ("storage", "segmented logs, indexes, snapshots, formatting")),

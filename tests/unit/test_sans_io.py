@@ -14,7 +14,7 @@ FORBIDDEN = {"asyncio", "socket", "time", "selectors", "threading", "os", "subpr
 
 # the cores, and the rules of the coordinators written as pure modules so far (share
 # groups, KIP-932)
-CORES = ["raft", "controller", "metadata", "protocol", "broker/share_partition.py",
+CORES = ["raft", "controller", "coordinator", "metadata", "protocol", "broker/share_partition.py",
          "broker/share_group.py"]  # fmt: skip
 
 

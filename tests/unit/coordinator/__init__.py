@@ -1,0 +1,1 @@
+"""Unit tests of coordinator/: the coordinators' shards."""
