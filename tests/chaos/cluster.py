@@ -188,6 +188,7 @@ class ChaosNode:
             "offsets.topic.replication.factor": "3",
             "offsets.topic.num.partitions": "3",
             "transaction.state.log.num.partitions": "3",
+            "share.coordinator.state.topic.num.partitions": "3",
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
             "auto.create.topics.enable": "false",
             **TIMEOUTS,

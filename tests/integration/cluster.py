@@ -127,6 +127,9 @@ class Node:
             "transaction.state.log.replication.factor": "1",
             "transaction.state.log.min.isr": "1",
             "transaction.state.log.num.partitions": "5",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "share.coordinator.state.topic.num.partitions": "5",
             "group.initial.rebalance.delay.ms": "0",
         }
         props.update(extra or {})
@@ -268,6 +271,9 @@ class Cluster:
                 "transaction.state.log.replication.factor": "1",
                 "transaction.state.log.min.isr": "1",
                 "transaction.state.log.num.partitions": "3",
+                "share.coordinator.state.topic.replication.factor": "1",
+                "share.coordinator.state.topic.min.isr": "1",
+                "share.coordinator.state.topic.num.partitions": "3",
                 "group.initial.rebalance.delay.ms": "0",
             }
             props.update({k: v for k, v in (extra or {}).items() if k in props})  # extra wins

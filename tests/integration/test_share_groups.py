@@ -222,6 +222,49 @@ def test_a_killed_consumers_records_go_to_others_after_the_lock(
         holder.kill()
 
 
+def test_share_state_survives_a_restart(enabled: Node) -> None:
+    """What a share group did with each record is in __share_group_state: after a restart
+    (SIGKILL, nothing said on the way down) the accepted and rejected records stay done,
+    and the released ones come back with the delivery count they had plus one."""
+    values = _topic(enabled, "durable", 60, "keepers")
+    c = _share(enabled, "keepers", "durable", **{"share.acknowledgement.mode": "explicit"})
+    seen: set[bytes] = set()
+    deadline = time.monotonic() + 60
+    # 0-19 accepted, 20-29 rejected, 30-59 released once
+    while len(seen) < len(values) and time.monotonic() < deadline:
+        got = _poll(c)
+        for m in got:
+            assert m.delivery_count() == 1
+            assert m.value() not in seen
+            seen.add(m.value())
+            i = int(m.value().split(b"-")[1])
+            kind = AcknowledgeType.ACCEPT if i < 20 else (
+                AcknowledgeType.REJECT if i < 30 else AcknowledgeType.RELEASE)  # fmt: skip
+            c.acknowledge(m, kind)
+        if got:
+            c.commit_sync()  # answered once the state is written
+    assert seen == set(values)
+    c.close()
+    enabled.kill9()
+    enabled.start()
+    c = _share(enabled, "keepers", "durable", **{"share.acknowledgement.mode": "explicit"})
+    again: dict[bytes, int] = {}
+    deadline = time.monotonic() + 60
+    while len(again) < 30 and time.monotonic() < deadline:
+        got = _poll(c)
+        for m in got:
+            again[m.value()] = m.delivery_count()
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        if got:
+            c.commit_sync()
+    assert sorted(again) == sorted(values[30:])  # nothing accepted or rejected again
+    assert set(again.values()) == {2}
+    end = time.monotonic() + 2
+    while time.monotonic() < end:
+        assert _poll(c) == []
+    c.close()
+
+
 def test_the_share_groups_tool_lists_and_describes(enabled: Node) -> None:
     values = _topic(enabled, "tooled", 5, "tool-group")
     c = _share(enabled, "tool-group", "tooled", **{"client.id": "worker-7"})

@@ -18,11 +18,17 @@ CORES = ["raft", "controller", "coordinator", "metadata", "protocol", "broker/sh
          "broker/share_group.py"]  # fmt: skip
 
 
+# the coordinator runtime (Kafka's CoordinatorRuntime) is where the shards' writes wait
+EXEMPT = {"coordinator/runtime.py"}
+
+
 @pytest.mark.parametrize("core", CORES)
 def test_core_imports_no_io(core: str) -> None:
     offenders = []
     root = PKG / core
     for path in [root] if root.is_file() else root.rglob("*.py"):
+        if str(path.relative_to(PKG)) in EXEMPT:
+            continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             names: list[str] = []

@@ -9,7 +9,7 @@ import struct
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -177,6 +177,12 @@ def _some(items: list[int], shown: int = 10) -> str:
     return head + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
+class ShareCoordinatorLike(Protocol):
+    topic: str
+
+    def ensure_topic(self) -> ErrorCode: ...
+
+
 class GroupCoordinator:
     def __init__(self, broker: Broker, settings: GroupSettings) -> None:
         self.broker = broker
@@ -185,6 +191,8 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.share_groups: dict[str, ShareGroup] = {}  # KIP-932, members in memory only
+        # the share coordinator (FindCoordinator key type 2 is its)
+        self.share_coordinator: ShareCoordinatorLike | None = None
         # classic and consumer-protocol members of one group (KIP-848 migration)
         self.mixed = MixedGroups(self, self.topics_view)
         self.offsets: dict[str, Offsets] = {}
@@ -442,9 +450,18 @@ class GroupCoordinator:
 
     async def find_coordinator(self, header: RequestHeader, req: Any) -> Any:
         key_type = getattr(req, "key_type", 0)
-        err = self.ensure_offsets_topic() if key_type == 0 else ErrorCode.coordinator_not_available
+        if key_type == 2 and self.share_coordinator is not None:  # a share-partition's
+            err = self.share_coordinator.ensure_topic()
+            topic = self.share_coordinator.topic
+        else:
+            topic = OFFSETS_TOPIC
+            err = (
+                self.ensure_offsets_topic()
+                if key_type == 0
+                else ErrorCode.coordinator_not_available
+            )
         return find_coordinator_response(
-            header, req, self.broker.image, OFFSETS_TOPIC, err == ErrorCode.none
+            header, req, self.broker.image, topic, err == ErrorCode.none
         )
 
     def _group_error(self, group_id: str) -> ErrorCode | None:

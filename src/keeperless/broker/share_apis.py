@@ -4,9 +4,12 @@ group's coordinator, ShareFetch and ShareAcknowledge on the partitions' leaders 
 
 The rules live in ``share_group.py`` (membership) and ``share_partition.py`` (which
 records are acquired, by whom, how often); this module reads the log, keeps the share
-sessions and answers. Share-partition state is kept by the leader in memory: a leader
-change starts the partition's delivery again from the group's ``share.auto.offset.reset``
-(the share coordinator and ``__share_group_state`` that would carry it over are not built).
+sessions and answers. A leader reads a share-partition's state from the share coordinator
+(``share_persister.py``) before it first serves it, and writes it after every change of a
+record's delivery state (acknowledged, released, its lock expired) - an acknowledgement is
+answered once the state is written - so a leader that takes over goes on where the last
+one wrote. Acquisitions are not written (Kafka's rule): records acquired on a leader that
+fails are delivered again, with the delivery count last written.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.broker.share_group import ShareGroup, ShareGroupError
 from keeperless.broker.share_partition import BatchSpan, ShareAckError, SharePartition
+from keeperless.broker.share_persister import SharePersister
 from keeperless.metadata.features import share_groups_enabled
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
@@ -105,6 +109,12 @@ class ShareApis:
         self.groups: dict[str, ShareGroup] = coordinator.share_groups
         # (group, topic id, partition) -> its share-partition, on the partition's leader
         self.partitions: dict[tuple[str, uuid.UUID, int], SharePartition] = {}
+        # the leader epoch each was read in, and its state epoch at the share coordinator
+        self._epochs: dict[tuple[str, uuid.UUID, int], tuple[int, int]] = {}
+        self._loading: dict[tuple[str, uuid.UUID, int], asyncio.Future[None]] = {}
+        self._writing: dict[tuple[str, uuid.UUID, int], asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.persister: SharePersister | None = None  # None: state in memory only
         self.sessions: dict[tuple[str, str], _Session] = {}  # (group, member) -> session
 
     def handlers(self) -> dict[ApiKey, Any]:
@@ -233,11 +243,13 @@ class ShareApis:
         released = 0
         for tid, idx in s.partitions:
             sp = self.partitions.get((gid, tid, idx))
-            if sp is not None:
-                released += sp.release_member(member_id)
+            if sp is not None and sp.release_member(member_id):
+                released += 1
+                self._persist_later((gid, tid, idx))
         if released:
-            log.info("[node %d] Share session of member %s of group %s closed: released %d "
-                     "record(s)", self.broker.node_id, member_id, gid, released)  # fmt: skip
+            log.info("[node %d] Share session of member %s of group %s closed: released its "
+                     "records of %d partition(s)", self.broker.node_id, member_id, gid,
+                     released)  # fmt: skip
 
     def _open(
         self, gid: str, mid: str, epoch: int, fetch: bool
@@ -300,30 +312,115 @@ class ShareApis:
             return {"leader_id": -1, "leader_epoch": -1}
         return {"leader_id": info.leader, "leader_epoch": info.leader_epoch}
 
-    def _share_partition(self, gid: str, tid: uuid.UUID, idx: int) -> SharePartition:
-        sp = self.partitions.get((gid, tid, idx))
+    def _reset_offset(self, gid: str, p: Any) -> tuple[int, str]:
+        """Where a share group starts on a partition it has no state for."""
+        reset = self._group_str(gid, "share.auto.offset.reset", "latest")
+        start = p.high_watermark
+        if reset == "earliest":
+            start = p.log.log_start_offset
+        elif (m := _DURATION.match(reset)) is not None:
+            d, h, mi, sec = (float(x) if x else 0.0 for x in m.groups())
+            ago_ms = int(((d * 24 + h) * 60 + mi) * 60_000 + sec * 1000)
+            found = p.log.offset_for_timestamp(int(time.time() * 1000) - ago_ms)
+            start = found[0] if found is not None else p.high_watermark
+        return start, reset
+
+    def _loaded(self, key: tuple[str, uuid.UUID, int]) -> SharePartition | None:
+        """The share-partition if it was read in the partition's current leader epoch."""
+        sp = self.partitions.get(key)
+        t = self.broker.image.topics.get(key[1])
+        info = t.partitions.get(key[2]) if t is not None else None
+        if sp is None or info is None or self._epochs.get(key, (-1, 0))[0] != info.leader_epoch:
+            return None
+        return sp
+
+    async def _load(self, gid: str, tid: uuid.UUID, idx: int) -> None:
+        """Read the share-partition's state before serving it in this leader epoch (one
+        read at a time per share-partition); on failure it stays unloaded and the fetch
+        gets no records of it (the next one tries again)."""
+        key = (gid, tid, idx)
+        if self._leader_error(tid, idx) is not None or self._loaded(key) is not None:
+            return
+        running = self._loading.get(key)
+        if running is not None:
+            await asyncio.shield(running)
+            return
+        fut = self._loading[key] = asyncio.get_running_loop().create_future()
+        try:
+            await self._read_state(key)
+        finally:
+            del self._loading[key]
+            fut.set_result(None)
+
+    async def _read_state(self, key: tuple[str, uuid.UUID, int]) -> None:
+        gid, tid, idx = key
         t = self.broker.image.topics[tid]
         p = self.broker.partitions.get(t.name, idx)
         assert p is not None
-        if sp is None:
-            reset = self._group_str(gid, "share.auto.offset.reset", "latest")
-            start = p.high_watermark
-            if reset == "earliest":
-                start = p.log.log_start_offset
-            elif (m := _DURATION.match(reset)) is not None:
-                d, h, mi, s = (float(x) if x else 0.0 for x in m.groups())
-                ago_ms = int(((d * 24 + h) * 60 + mi) * 60_000 + s * 1000)
-                found = p.log.offset_for_timestamp(int(time.time() * 1000) - ago_ms)
-                start = found[0] if found is not None else p.high_watermark
-            sp = self.partitions[(gid, tid, idx)] = SharePartition(
-                start,
-                self.settings.delivery_count_limit,
-                self.settings.partition_max_record_locks,
-            )
+        assert p.info is not None
+        epoch = p.info.leader_epoch
+        limit, locks = self.settings.delivery_count_limit, self.settings.partition_max_record_locks
+        self.partitions.pop(key, None)
+        if self.persister is None:
+            start, reset = self._reset_offset(gid, p)
+            self.partitions[key] = SharePartition(start, limit, locks)
+            self._epochs[key] = (epoch, 0)
+            return
+        got = await self.persister.read(gid, tid, idx, epoch)
+        if got.error != ErrorCode.none:
+            log.warning("[node %d] Share group %s: the state of %s-%d could not be read: %s "
+                        "(%s)", self.broker.node_id, gid, t.name, idx, got.error.name,
+                        got.message)  # fmt: skip
+            return
+        if p.info is None or p.info.leader_epoch != epoch or not p.is_leader:
+            return  # led elsewhere meanwhile
+        if got.start_offset >= 0:
+            sp = SharePartition.restore(got.start_offset, got.batches, limit, locks)
+            self.partitions[key], self._epochs[key] = sp, (epoch, got.state_epoch)
+            log.info("[node %d] Share group %s resumes %s-%d at offset %d (%d record(s) in "
+                     "flight)", self.broker.node_id, gid, t.name, idx, sp.start,
+                     len(sp.records))  # fmt: skip
+        else:
+            start, reset = self._reset_offset(gid, p)
+            self.partitions[key] = SharePartition(start, limit, locks)
+            self._epochs[key] = (epoch, got.state_epoch)
+            err, _ = await self._persist(key)
+            if err != ErrorCode.none:
+                return
             log.info("[node %d] Share group %s starts %s-%d at offset %d (%s)",
                      self.broker.node_id, gid, t.name, idx, start, reset)  # fmt: skip
-        sp.move_start(p.log.log_start_offset)
-        return sp
+        sp_now = self.partitions.get(key)
+        if sp_now is not None:
+            sp_now.move_start(p.log.log_start_offset)
+
+    async def _persist(self, key: tuple[str, uuid.UUID, int]) -> tuple[ErrorCode, str | None]:
+        """Write the share-partition's state to the share coordinator, one write at a time
+        (each the latest state); a failed write drops it, to be read again."""
+        if self.persister is None:
+            return ErrorCode.none, None
+        lock = self._writing.setdefault(key, asyncio.Lock())
+        async with lock:
+            sp = self.partitions.get(key)
+            if sp is None or key not in self._epochs:
+                return ErrorCode.not_leader_or_follower, "The share-partition moved"
+            epoch, state_epoch = self._epochs[key]
+            err, message = await self.persister.write(
+                key[0], key[1], key[2], state_epoch, epoch, sp.start, sp.state_batches()
+            )
+            if err != ErrorCode.none:
+                if self.partitions.get(key) is sp:
+                    del self.partitions[key]
+                log.warning("[node %d] Share group %s: the state of %s-%d could not be "
+                            "written: %s (%s)", self.broker.node_id, key[0], key[1], key[2],
+                            err.name, message)  # fmt: skip
+            return err, message
+
+    def _persist_later(self, key: tuple[str, uuid.UUID, int]) -> None:
+        if self.persister is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._persist(key))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _ack(
         self, header: RequestHeader, gid: str, mid: str, tid: uuid.UUID, idx: int,
@@ -334,7 +431,7 @@ class ShareApis:
             return refused[0], None
         if self._topic_denied(header, tid):
             return ErrorCode.topic_authorization_failed, None
-        sp = self.partitions.get((gid, tid, idx))
+        sp = self._loaded((gid, tid, idx))
         if sp is None:
             return ErrorCode.invalid_record_state, (
                 f"Share group {gid} has no records in flight on this partition"
@@ -359,7 +456,10 @@ class ShareApis:
         t = self.broker.image.topics[tid]
         p = self.broker.partitions.get(t.name, idx)
         assert p is not None
-        sp = self._share_partition(gid, tid, idx)
+        sp = self._loaded((gid, tid, idx))
+        if sp is None:  # its state could not be read: nothing now, the next fetch retries
+            return ErrorCode.none, b"", []
+        sp.move_start(p.log.log_start_offset)
         pos = sp.fetch_offset()
         if pos is None or max_records <= 0 or budget <= 0:
             return ErrorCode.none, b"", []
@@ -438,12 +538,13 @@ class ShareApis:
             for p in t.partitions:
                 s.partitions[(t.topic_id, p.partition_index)] = None
         ack_results = {k: self._ack(header, gid, mid, k[0], k[1], b) for k, b in acks.items()}
+        await self._persist_acks(gid, ack_results)
         for t in req.forgotten_topics_data:
             for idx in t.partitions:
                 s.partitions.pop((t.topic_id, idx), None)
                 sp = self.partitions.get((gid, t.topic_id, idx))
-                if sp is not None:
-                    sp.release_member(mid)
+                if sp is not None and sp.release_member(mid):
+                    self._persist_later((gid, t.topic_id, idx))
         lock_ms = self._group_config(
             gid, "share.record.lock.duration.ms", self.settings.record_lock_duration_ms
         )
@@ -457,6 +558,8 @@ class ShareApis:
             deadline = loop.time() + req.max_wait.total_seconds()
             max_records = req.max_records if req.max_records > 0 else 500
             budget = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
+            for tid, idx in list(s.partitions):
+                await self._load(gid, tid, idx)
             while True:
                 for key in list(s.partitions):
                     code, data, ranges = self._acquire(header, gid, mid, key[0], key[1],
@@ -507,11 +610,14 @@ class ShareApis:
         s.used = time.monotonic()
         leaders: set[int] = set()
         out = []
+        results = {(t.topic_id, p.partition_index): self._ack(
+            header, gid, mid, t.topic_id, p.partition_index, p.acknowledgement_batches)
+            for t in req.topics for p in t.partitions}  # fmt: skip
+        await self._persist_acks(gid, results)
         for t in req.topics:
             parts = []
             for p in t.partitions:
-                code, msg = self._ack(header, gid, mid, t.topic_id, p.partition_index,
-                                      p.acknowledgement_batches)  # fmt: skip
+                code, msg = results[(t.topic_id, p.partition_index)]
                 current = self._current_leader(t.topic_id, p.partition_index)
                 if code == ErrorCode.not_leader_or_follower and current["leader_id"] >= 0:
                     leaders.add(current["leader_id"])
@@ -526,6 +632,17 @@ class ShareApis:
                            "error_message": None, "responses": out,
                            "node_endpoints": self._endpoints(header, leaders)})  # fmt: skip
 
+    async def _persist_acks(
+        self, gid: str, results: dict[tuple[uuid.UUID, int], tuple[ErrorCode, str | None]]
+    ) -> None:
+        """Write the state of every share-partition acknowledged: an acknowledgement is
+        answered once written (its error, if the write failed)."""
+        done = [k for k, (code, _) in results.items() if code == ErrorCode.none]
+        written = await asyncio.gather(*(self._persist((gid, *k)) for k in done))
+        for k, (code, message) in zip(done, written, strict=True):
+            if code != ErrorCode.none:
+                results[k] = (code, message)
+
     # -- timers -------------------------------------------------------------------------
 
     def tick(self) -> None:
@@ -536,8 +653,12 @@ class ShareApis:
         for (gid, tid, idx), sp in list(self.partitions.items()):
             if self._leader_error(tid, idx) is not None:
                 del self.partitions[(gid, tid, idx)]  # led elsewhere now
+                self._epochs.pop((gid, tid, idx), None)
                 continue
-            expired += sp.expire(now_ms)
+            n = sp.expire(now_ms)
+            if n:
+                expired += n
+                self._persist_later((gid, tid, idx))
         if expired:
             log.info("[node %d] %d share group record lock(s) expired: the records are "
                      "available again", self.broker.node_id, expired)  # fmt: skip

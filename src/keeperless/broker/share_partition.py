@@ -5,9 +5,11 @@ The records from the share-partition start offset (SPSO) up to ``next`` (one pas
 end offset, SPEO) are in flight. Each is AVAILABLE (to be delivered, again if released),
 ACQUIRED by one member until its lock expires, or finished: ACKNOWLEDGED (accepted) or
 ARCHIVED (rejected, delivered too often, a transaction marker, aborted, or below the log
-start). Only the unfinished ones are kept: an offset in ``[start, next)`` with no entry is
-finished, or was never a record (compacted away, a control batch). The start moves up to
-the first unfinished offset.
+start). A finished record is kept, with its delivery count, until the start passes it (the
+state written to the share coordinator says how each record of the window ended); an
+offset in ``[start, next)`` with no entry was never a record to deliver (compacted away,
+a control batch, an aborted transaction's). The start moves up to the first unfinished
+offset.
 
 Pure rules: no asyncio, no clock (the caller passes ``now_ms``), no I/O.
 """
@@ -19,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
+
+from keeperless.coordinator.share_records import StateBatch
 
 __all__ = [
     "VALID_TRANSITIONS",
@@ -84,6 +88,10 @@ class InFlight:
     member: str | None = None
     deadline_ms: int = 0
 
+    @property
+    def finished(self) -> bool:
+        return self.state in (S.ACKNOWLEDGED, S.ARCHIVED)
+
     def move(self, to: RecordState) -> None:
         if to not in VALID_TRANSITIONS[self.state]:
             raise ValueError(f"record state {self.state.name} cannot become {to.name}")
@@ -96,7 +104,50 @@ class SharePartition:
         self.next = start_offset
         self.delivery_limit = delivery_limit
         self.max_in_flight = max_in_flight
-        self.records: dict[int, InFlight] = {}  # the unfinished offsets in [start, next)
+        self.records: dict[int, InFlight] = {}  # the records of [start, next)
+
+    @classmethod
+    def restore(
+        cls,
+        start_offset: int,
+        batches: Iterable[StateBatch],
+        delivery_limit: int,
+        max_in_flight: int,
+    ) -> SharePartition:
+        """A share-partition as the share coordinator stored it: every record of its
+        batches at or past the start, with its delivery count (an acquired one was
+        stored as available: its lock did not outlive the leader that gave it)."""
+        sp = cls(start_offset, delivery_limit, max_in_flight)
+        for b in batches:
+            state = RecordState(b.delivery_state)
+            if state is S.ACQUIRED:
+                state = S.AVAILABLE
+            for off in range(max(b.first_offset, start_offset), b.last_offset + 1):
+                sp.records[off] = InFlight(state, b.delivery_count)
+                sp.next = max(sp.next, off + 1)
+        sp._advance()
+        return sp
+
+    def state_batches(self) -> list[StateBatch]:
+        """The window's records as the share coordinator stores them: runs of offsets
+        with one state and delivery count (acquired records stored as available)."""
+        out: list[StateBatch] = []
+        for off in sorted(self.records):
+            r = self.records[off]
+            state = S.AVAILABLE if r.state is S.ACQUIRED else r.state
+            last = out[-1] if out else None
+            if (
+                last is not None
+                and last.last_offset == off - 1
+                and (last.delivery_state, last.delivery_count) == (state, r.delivery_count)
+            ):
+                out[-1] = StateBatch(last.first_offset, off, state, r.delivery_count)
+            else:
+                out.append(StateBatch(off, off, state, r.delivery_count))
+        return out
+
+    def _in_flight(self) -> int:
+        return sum(1 for r in self.records.values() if not r.finished)
 
     # -- where to read ------------------------------------------------------------------
 
@@ -107,7 +158,7 @@ class SharePartition:
         available = [o for o, r in self.records.items() if r.state is S.AVAILABLE]
         if available:
             return min(available)
-        if len(self.records) >= self.max_in_flight:
+        if self._in_flight() >= self.max_in_flight:
             return None
         return self.next
 
@@ -127,6 +178,7 @@ class SharePartition:
         acquired ranges: (first offset, last offset, delivery count)."""
         out: list[tuple[int, int, int]] = []
         count = 0
+        in_flight = self._in_flight()
         for b in batches:
             if count >= max_records:
                 break
@@ -141,10 +193,11 @@ class SharePartition:
                     self.next = off + 1  # never delivered: finished at once
                     continue
                 else:
-                    if len(self.records) >= self.max_in_flight and off == b.base:
+                    if in_flight >= self.max_in_flight and off == b.base:
                         self._advance()
                         return out
                     r = self.records[off] = InFlight(S.AVAILABLE)
+                    in_flight += 1
                     self.next = off + 1
                 r.move(S.ACQUIRED)
                 r.delivery_count += 1
@@ -185,7 +238,7 @@ class SharePartition:
                     raise ShareAckError(
                         ErrorCode.invalid_request, f"Unknown acknowledge type {raw}"
                     ) from None
-                r = self.records.get(off)
+                r = self._live(off)
                 acquired = r is not None and r.state is S.ACQUIRED and r.member == member
                 if kind is AckType.GAP and (r is None or acquired) and off < self.next:
                     plan.append((off, kind))
@@ -198,15 +251,20 @@ class SharePartition:
                     )
                 plan.append((off, kind))
         for off, kind in plan:
-            r = self.records.get(off)
+            r = self._live(off)
             if r is None:
                 continue  # a gap where no record is
             if kind is AckType.RELEASE:
                 self._release(off, r)
             else:
                 r.move(S.ACKNOWLEDGED if kind is AckType.ACCEPT else S.ARCHIVED)
-                del self.records[off]
+                r.member = None
         self._advance()
+
+    def _live(self, off: int) -> InFlight | None:
+        """The unfinished record at ``off`` (None: none, or finished)."""
+        r = self.records.get(off)
+        return None if r is None or r.finished else r
 
     # -- releases -----------------------------------------------------------------------
 
@@ -239,8 +297,9 @@ class SharePartition:
         if log_start <= self.start:
             return
         for off in [o for o in self.records if o < log_start]:
-            self.records[off].move(S.ARCHIVED)
-            del self.records[off]
+            r = self.records.pop(off)
+            if not r.finished:
+                r.move(S.ARCHIVED)
         self.next = max(self.next, log_start)
         self._advance()
         self.start = max(self.start, log_start)
@@ -249,12 +308,15 @@ class SharePartition:
         r.member = None
         if r.delivery_count >= self.delivery_limit:
             r.move(S.ARCHIVED)  # delivered too often (group.share.delivery.count.limit)
-            del self.records[off]
         else:
             r.move(S.AVAILABLE)
 
     def _advance(self) -> None:
-        self.start = min(self.records) if self.records else self.next
+        """The start moves to the first unfinished record; finished ones below it go."""
+        unfinished = [o for o, r in self.records.items() if not r.finished]
+        self.start = min(unfinished) if unfinished else self.next
+        for off in [o for o in self.records if o < self.start]:
+            del self.records[off]
 
     # -- reading ------------------------------------------------------------------------
 
@@ -262,5 +324,6 @@ class SharePartition:
         """In-flight records by state (for describe and metrics)."""
         out = {"available": 0, "acquired": 0}
         for r in self.records.values():
-            out["available" if r.state is S.AVAILABLE else "acquired"] += 1
+            if not r.finished:
+                out["available" if r.state is S.AVAILABLE else "acquired"] += 1
         return out

@@ -10,6 +10,7 @@ tombstone (the share group's state deleted).
 
 from __future__ import annotations
 
+import base64
 import struct
 import uuid
 from dataclasses import dataclass
@@ -47,8 +48,10 @@ class ShareKey:
     partition: int
 
     def coordinator_key(self) -> str:
-        """The key FindCoordinator takes (key type 2) and the partition is chosen by."""
-        return f"{self.group_id}:{self.topic_id}:{self.partition}"
+        """The key FindCoordinator takes (key type 2) and the partition is chosen by:
+        ``group:topic id:partition`` with the topic id as Kafka writes a Uuid (base64)."""
+        tid = base64.urlsafe_b64encode(self.topic_id.bytes).decode().rstrip("=")
+        return f"{self.group_id}:{tid}:{self.partition}"
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -15,10 +15,10 @@ import heapq
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.coordinator.outcome import Outcome, Record
 from keeperless.coordinator.share_records import (
     SNAPSHOT,
     UPDATE,
@@ -33,17 +33,6 @@ from keeperless.coordinator.share_records import (
 )
 
 __all__ = ["Outcome", "Refusal", "ShareState", "ShareStateShard", "combine_batches"]
-
-T = TypeVar("T")
-Record = tuple[bytes, bytes | None]  # key, value (None: a tombstone)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome(Generic[T]):
-    """Records to append, and the answer once they are committed."""
-
-    records: list[Record]
-    response: T
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,4 +130,47 @@ GROUP_COORDINATOR_CONFIGS: list[ConfigDef] = [
         "The most records of one partition a share group has in flight at a time.",
         at_least(100),
     ),
+    _d(
+        "share.coordinator.state.topic.num.partitions",
+        T.INT,
+        "50",
+        "The partitions of __share_group_state (the share coordinator's topic).",
+        at_least(1),
+    ),
+    _d(
+        "share.coordinator.state.topic.replication.factor",
+        T.SHORT,
+        "3",
+        "The replication factor of __share_group_state.",
+        at_least(1),
+    ),
+    _d(
+        "share.coordinator.state.topic.min.isr",
+        T.SHORT,
+        "2",
+        "The min.insync.replicas of __share_group_state.",
+        at_least(1),
+    ),
+    _d(
+        "share.coordinator.state.topic.segment.bytes",
+        T.INT,
+        "104857600",
+        "The segment size of __share_group_state.",
+        at_least(1),
+    ),
+    _d(
+        "share.coordinator.snapshot.update.records.per.snapshot",
+        T.INT,
+        "500",
+        "How many ShareUpdate records of a share-partition are written before the next "
+        "ShareSnapshot.",
+        at_least(0),
+    ),
+    _d(
+        "share.coordinator.write.timeout.ms",
+        T.INT,
+        "5000",
+        "How long a write of share-group state waits for the in-sync replicas.",
+        at_least(1),
+    ),
 ]

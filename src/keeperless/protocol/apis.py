@@ -249,6 +249,12 @@ _TABLE = (
     ApiSpec(ApiKey.SHARE_GROUP_DESCRIBE, broker=(1, 1), feature=("share.version", 1)),
     ApiSpec(ApiKey.SHARE_FETCH, broker=(1, 1), feature=("share.version", 1)),
     ApiSpec(ApiKey.SHARE_ACKNOWLEDGE, broker=(1, 1), feature=("share.version", 1)),
+    # the share coordinator's, broker to broker (Kafka 4.1's v0)
+    ApiSpec(ApiKey.INITIALIZE_SHARE_GROUP_STATE, broker=(0, 0), feature=("share.version", 1)),
+    ApiSpec(ApiKey.READ_SHARE_GROUP_STATE, broker=(0, 0), feature=("share.version", 1)),
+    ApiSpec(ApiKey.WRITE_SHARE_GROUP_STATE, broker=(0, 0), feature=("share.version", 1)),
+    ApiSpec(ApiKey.DELETE_SHARE_GROUP_STATE, broker=(0, 0), feature=("share.version", 1)),
+    ApiSpec(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, broker=(0, 0), feature=("share.version", 1)),
     ApiSpec(ApiKey.DESCRIBE_TOPIC_PARTITIONS, broker=(0, 0)),
 )
 

@@ -29,6 +29,12 @@ C, G, X, T = Resource.CLUSTER, Resource.GROUP, Resource.TRANSACTIONAL_ID, Resour
 # api key -> operation on the cluster the whole request needs
 _CLUSTER = {
     ApiKey.WRITE_TXN_MARKERS: AclOp.CLUSTER_ACTION,
+    # the share coordinator's APIs, broker to broker (KIP-932)
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: AclOp.CLUSTER_ACTION,
+    ApiKey.READ_SHARE_GROUP_STATE: AclOp.CLUSTER_ACTION,
+    ApiKey.WRITE_SHARE_GROUP_STATE: AclOp.CLUSTER_ACTION,
+    ApiKey.DELETE_SHARE_GROUP_STATE: AclOp.CLUSTER_ACTION,
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: AclOp.CLUSTER_ACTION,
     ApiKey.DESCRIBE_ACLS: AclOp.DESCRIBE,
     ApiKey.CREATE_ACLS: AclOp.ALTER,
     ApiKey.DELETE_ACLS: AclOp.ALTER,
@@ -169,6 +175,17 @@ def _one_check(h: Handler, authz: Authz, op: AclOp, res: Resource, field: str) -
     return checked
 
 
+# the share coordinator's APIs: the fields of a refused share-partition besides its error
+_SHARE_STATE: dict[ApiKey, dict[str, Any]] = {
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: {},
+    ApiKey.READ_SHARE_GROUP_STATE: {"state_epoch": 0, "start_offset": -1, "state_batches": []},
+    ApiKey.WRITE_SHARE_GROUP_STATE: {},
+    ApiKey.DELETE_SHARE_GROUP_STATE: {},
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: {"state_epoch": 0, "leader_epoch": -1,
+                                            "start_offset": -1},
+}  # fmt: skip
+
+
 def _per_item_refusal(header: RequestHeader, req: Any, err: ErrorCode, msg: str) -> Any:
     """The refusal in the shape each API answers with."""
     k = header.api_key
@@ -200,6 +217,12 @@ def _per_item_refusal(header: RequestHeader, req: Any, err: ErrorCode, msg: str)
                                            for i in t.partition_indexes]} for t in m.topics]}
             for m in req.markers]  # fmt: skip
         return build(cls, {"markers": markers})
+    if k in _SHARE_STATE:  # per share-partition
+        extra = _SHARE_STATE[ApiKey(k)]
+        results = [{"topic_id": t.topic_id, "partitions": [
+            {"partition": p.partition, "error_code": err, "error_message": msg, **extra}
+            for p in t.partitions]} for t in req.topics]  # fmt: skip
+        return build(cls, {"results": results})
     if k == ApiKey.ELECT_LEADERS and header.api_version == 0:  # v0: per partition
         results = [{"topic": t.topic, "partition_result": [
             {"partition_id": i, "error_code": err, "error_message": msg} for i in t.partitions]}

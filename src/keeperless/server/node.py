@@ -29,6 +29,8 @@ from keeperless.broker.quotas import QuotaManager
 from keeperless.broker.reassignment_apis import ReassignmentApis
 from keeperless.broker.replication import ReplicaManager, ReplicationSettings
 from keeperless.broker.share_apis import ShareApis, ShareSettings
+from keeperless.broker.share_coordinator import ShareCoordinator, ShareCoordinatorSettings
+from keeperless.broker.share_persister import SharePersister
 from keeperless.broker.txn_admin import TxnAdmin
 from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
@@ -169,6 +171,7 @@ class Node:
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinator | None = None
         self.shares: ShareApis | None = None
+        self.share_coordinator: ShareCoordinator | None = None
         self.txn: TxnCoordinator | None = None
         self.markers: TxnMarkerWriter | None = None
         self.cleaner: LogCleaner | None = None
@@ -181,6 +184,12 @@ class Node:
             self._secure_peers(self.broker)
             self.groups = GroupCoordinator(self.broker, GroupSettings.of(config))
             self.shares = ShareApis(self.groups, ShareSettings.of(config))
+            sc_settings = ShareCoordinatorSettings.of(config)
+            self.share_coordinator = ShareCoordinator(self.broker, sc_settings)
+            self.groups.share_coordinator = self.share_coordinator
+            self.shares.persister = SharePersister(
+                self.broker, self.share_coordinator, 2 * sc_settings.write_timeout_ms / 1000
+            )
             self.markers = TxnMarkerWriter(self.broker)
             self.txn = TxnCoordinator(
                 self.broker,
@@ -466,6 +475,8 @@ class Node:
         registry.register("the group coordinator", offsets.handlers())
         registry.register("the consumer group protocol", ConsumerGroupApis(self.groups).handlers())
         registry.register("share groups (KIP-932)", self.shares.handlers())
+        assert self.share_coordinator is not None
+        registry.register("the share coordinator", self.share_coordinator.handlers())
         registry.register("transactional offset commits", txn_offsets.handlers())
         registry.register("the transaction coordinator", self.txn.handlers())
         registry.register("the transaction admin APIs", TxnAdmin(self.broker, self.txn).handlers())

@@ -153,3 +153,36 @@ def test_the_log_start_moving_archives_what_is_below_it() -> None:
     sp2 = SharePartition(0, delivery_limit=5, max_in_flight=100)
     sp2.move_start(7)  # nothing delivered yet: starts at the log start
     assert sp2.fetch_offset() == 7
+
+
+def test_the_state_written_holds_how_each_record_of_the_window_ended() -> None:
+    """What the leader writes to the share coordinator: each record of [start, next) with
+    its delivery count - an acquired one as available, a finished one (accepted,
+    rejected) kept until the start passes it - and what a new leader makes of it."""
+    sp = SharePartition(0, delivery_limit=5, max_in_flight=100)
+    sp.acquire("a", one_record_batches(0, 5), 10, 0, LOCK)
+    sp.acknowledge("a", [(1, 3, (A, J, R))])  # 0 still acquired, 4 and 5 too
+    S = RecordState
+    assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+            for b in sp.state_batches()] == [
+        (0, 0, S.AVAILABLE, 1), (1, 1, S.ACKNOWLEDGED, 1), (2, 2, S.ARCHIVED, 1),
+        (3, 5, S.AVAILABLE, 1),
+    ]  # fmt: skip
+    again = SharePartition.restore(sp.start, sp.state_batches(), 5, 100)
+    assert (again.start, again.next) == (0, 6)
+    # 1 and 2 are done; the rest comes again, counted from what was written
+    assert again.acquire("b", one_record_batches(0, 7), 10, 0, LOCK) == [
+        (0, 0, 2),
+        (3, 5, 2),
+        (6, 7, 1),
+    ]
+    sp.acknowledge("a", [(0, 0, (A,))])  # the start passes 0-2: they are not written
+    assert sp.start == 3
+    assert [b.first_offset for b in sp.state_batches()] == [3]
+
+
+def test_finished_records_do_not_count_against_the_in_flight_limit() -> None:
+    sp = SharePartition(0, delivery_limit=5, max_in_flight=3)
+    sp.acquire("a", one_record_batches(0, 2), 10, 0, LOCK)
+    sp.acknowledge("a", [(1, 2, (A,))])  # 0 still acquired: 1 and 2 stay in the window
+    assert sp.acquire("a", one_record_batches(3, 9), 10, 0, LOCK) == [(3, 4, 1)]

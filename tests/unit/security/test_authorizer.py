@@ -76,7 +76,7 @@ def test_configs_implication_and_the_index_follows_the_image() -> None:
 
 
 # answered per item (partition, ACL, entity, user), not with one error code
-_PER_ITEM = {8, 27, 28, 30, 31, 34, 49, 51}
+_PER_ITEM = {8, 27, 28, 30, 31, 34, 49, 51, 83, 84, 85, 86, 87}
 
 
 @pytest.mark.parametrize("key", sorted((set(_CLUSTER) | set(_ONE)) - _PER_ITEM))
@@ -94,6 +94,24 @@ def test_every_refusal_encodes_in_every_version(key: int) -> None:
             assert r.partition_result[0].error_code == denied
         else:
             assert resp.error_code == denied
+
+
+def test_share_state_refusals_name_each_share_partition() -> None:
+    """A broker without CLUSTER_ACTION asking the share coordinator: every share-partition
+    of the request answered CLUSTER_AUTHORIZATION_FAILED, in each API's shape."""
+    import uuid
+
+    tid = uuid.uuid4()
+    req = SimpleNamespace(topics=[SimpleNamespace(topic_id=tid, partitions=[
+        SimpleNamespace(partition=0), SimpleNamespace(partition=2)])])  # fmt: skip
+    denied = ErrorCode.cluster_authorization_failed
+    for key in (83, 84, 85, 86, 87):
+        header = RequestHeader(key, 0, 1, "t")
+        resp = _per_item_refusal(header, req, denied, "no")
+        assert encode_response(header, resp)
+        [r] = resp.results
+        assert r.topic_id == tid
+        assert [(p.partition, p.error_code) for p in r.partitions] == [(0, denied), (2, denied)]
 
 
 def test_per_item_refusals() -> None:

@@ -1,0 +1,280 @@
+"""The share coordinator (KIP-932, Kafka's ShareCoordinatorService): the durable state
+of every share-partition in ``__share_group_state``, served to the partition leaders with
+Initialize/Read/Write/DeleteShareGroupState and ReadShareGroupStateSummary (APIs 83-87,
+broker to broker). Its rules are coordinator/share_state.py's shard; the coordinator
+runtime hosts one shard per partition of the topic led here. ``BrokerPartitionLog`` is
+what the runtime needs of this broker's partitions.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.broker import Broker
+from keeperless.broker.group_coordinator import partition_for_group
+from keeperless.broker.partitions import NotLeaderError
+from keeperless.coordinator.outcome import Outcome, Record
+from keeperless.coordinator.runtime import CoordinatorRuntime
+from keeperless.coordinator.share_records import ShareKey, StateBatch
+from keeperless.coordinator.share_state import Refusal, ShareState, ShareStateShard
+from keeperless.metadata.admin import NewTopic
+from keeperless.protocol.apis import ApiKey
+from keeperless.protocol.build import build
+from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.protocol.records import build_batch, decode_records
+
+__all__ = [
+    "SHARE_STATE_TOPIC",
+    "BrokerPartitionLog",
+    "ShareCoordinator",
+    "ShareCoordinatorSettings",
+]
+
+log = logging.getLogger(__name__)
+SHARE_STATE_TOPIC = "__share_group_state"
+
+# append errors as a coordinator answers them (the caller finds the coordinator again)
+_APPEND_ERRORS = {
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+}
+
+
+class BrokerPartitionLog:
+    """The coordinator runtime's view of this broker's partitions (PartitionLog)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def led(self, topic: str) -> dict[int, int]:
+        t = self.broker.image.topic(topic)
+        if t is None:
+            return {}
+        node = self.broker.node_id
+        return {i: p.leader_epoch for i, p in t.partitions.items() if p.leader == node}
+
+    def records(self, topic: str, index: int) -> Iterable[Record]:
+        p = self.broker.partitions.get(topic, index)
+        if p is None:
+            return
+        # to the log end: as the new leader, its whole log is what gets committed
+        for h, batch in p.log.batches(p.log.log_start_offset):
+            if h.is_control:
+                continue
+            for rec in decode_records(batch):
+                if rec.key is not None:
+                    yield rec.key, rec.value
+
+    def append(
+        self, topic: str, index: int, records: list[Record], leader_epoch: int
+    ) -> ErrorCode | None:
+        p = self.broker.partitions.get(topic, index)
+        if p is None or p.info is None or not p.is_leader or p.info.leader_epoch != leader_epoch:
+            return ErrorCode.not_coordinator
+        now = int(time.time() * 1000)
+        batch = build_batch([(k, v, ()) for k, v in records], timestamp_ms=now)
+        res = p.append(batch, leader_epoch, 2**31 - 1, now)
+        if res.error != ErrorCode.none:
+            return _APPEND_ERRORS.get(res.error, res.error)
+        self.broker.partitions.notify_append()
+        return None
+
+    async def committed(
+        self, topic: str, index: int, leader_epoch: int, timeout_s: float
+    ) -> ErrorCode | None:
+        p = self.broker.partitions.get(topic, index)
+        if p is None:
+            return ErrorCode.not_coordinator
+        try:
+            ok = await p.wait_for_hw(p.log.log_end_offset, timeout_s, leader_epoch)
+        except NotLeaderError:
+            return ErrorCode.not_coordinator
+        return None if ok else ErrorCode.coordinator_not_available
+
+
+@dataclass(frozen=True)
+class ShareCoordinatorSettings:
+    """The broker's share.coordinator.* keys (Kafka's names and defaults)."""
+
+    partitions: int = 50
+    replication_factor: int = 3
+    min_isr: int = 2
+    segment_bytes: int = 104857600
+    updates_per_snapshot: int = 500
+    write_timeout_ms: int = 5000
+
+    @classmethod
+    def of(cls, config: Any) -> ShareCoordinatorSettings:
+        k = "share.coordinator."
+        return cls(
+            config[k + "state.topic.num.partitions"],
+            config[k + "state.topic.replication.factor"],
+            config[k + "state.topic.min.isr"],
+            config[k + "state.topic.segment.bytes"],
+            config[k + "snapshot.update.records.per.snapshot"],
+            config[k + "write.timeout.ms"],
+        )
+
+
+def _batches(raw: Iterable[Any]) -> list[StateBatch]:
+    return [
+        StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in raw
+    ]
+
+
+def _state_batches(s: ShareState) -> list[dict[str, int]]:
+    return [
+        {"first_offset": b.first_offset, "last_offset": b.last_offset,
+         "delivery_state": b.delivery_state, "delivery_count": b.delivery_count}
+        for b in s.batches
+    ]  # fmt: skip
+
+
+def _bound(
+    op: Callable[[ShareStateShard, ShareKey, Any], Outcome[Any]],
+    key: ShareKey,
+    p: Any,
+    shard: ShareStateShard,
+) -> Outcome[Any]:
+    return op(shard, key, p)
+
+
+class ShareCoordinator:
+    topic = SHARE_STATE_TOPIC
+
+    def __init__(self, broker: Broker, settings: ShareCoordinatorSettings) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.runtime: CoordinatorRuntime[ShareStateShard] = CoordinatorRuntime(
+            "share coordinator",
+            SHARE_STATE_TOPIC,
+            BrokerPartitionLog(broker),
+            lambda: ShareStateShard(settings.updates_per_snapshot),
+            settings.write_timeout_ms / 1000,
+            broker.node_id,
+        )
+        broker.on_image.append(lambda _image: self.runtime.on_leadership())
+
+    def handlers(self) -> dict[ApiKey, Any]:
+        return {
+            ApiKey.INITIALIZE_SHARE_GROUP_STATE: self.initialize,
+            ApiKey.READ_SHARE_GROUP_STATE: self.read,
+            ApiKey.WRITE_SHARE_GROUP_STATE: self.write,
+            ApiKey.DELETE_SHARE_GROUP_STATE: self.delete,
+            ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: self.summary,
+        }
+
+    # -- placement ------------------------------------------------------------------------
+
+    def partition_of(self, key: ShareKey) -> int | None:
+        t = self.broker.image.topic(SHARE_STATE_TOPIC)
+        return None if t is None else partition_for_group(key.coordinator_key(), len(t.partitions))
+
+    def ensure_topic(self) -> ErrorCode:
+        """__share_group_state is made on its first use (as Kafka's coordinators make
+        their topics): until it exists, the caller is told to ask again. Its records are
+        deltas (ShareUpdate) on snapshots, so it is never compacted, and never expires."""
+        if self.broker.image.topic(SHARE_STATE_TOPIC) is not None:
+            return ErrorCode.none
+        s = self.settings
+        configs = {
+            "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+            "segment.bytes": str(s.segment_bytes), "min.insync.replicas": str(s.min_isr),
+        }  # fmt: skip
+        self.broker.auto_create.create(
+            [NewTopic(SHARE_STATE_TOPIC, s.partitions, s.replication_factor, configs=configs)]
+        )
+        return ErrorCode.coordinator_not_available
+
+    # -- the APIs -------------------------------------------------------------------------
+
+    async def _each(
+        self,
+        header: RequestHeader,
+        req: Any,
+        op: Callable[[ShareStateShard, ShareKey, Any], Outcome[Any]],
+        ok: Callable[[Any], dict[str, Any]],
+        empty: dict[str, Any],
+    ) -> Any:
+        """Run ``op`` for every partition of the request on its shard; ``ok`` makes a
+        partition's answer from the op's answer, ``empty`` is the rest of an error's."""
+        missing = self.ensure_topic()
+        results = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                key = ShareKey(req.group_id, t.topic_id, p.partition)
+                res: Any = missing if missing != ErrorCode.none else None
+                if res is None:
+                    idx = self.partition_of(key)
+                    if idx is None:
+                        res = ErrorCode.coordinator_not_available
+                    else:
+                        res = await self.runtime.write(idx, functools.partial(_bound, op, key, p))
+                if isinstance(res, ErrorCode):
+                    parts.append({"partition": p.partition, "error_code": res,
+                                  "error_message": None, **empty})  # fmt: skip
+                elif isinstance(res, Refusal):
+                    parts.append({"partition": p.partition, "error_code": res.code,
+                                  "error_message": res.message, **empty})  # fmt: skip
+                else:
+                    parts.append({"partition": p.partition, "error_code": ErrorCode.none,
+                                  "error_message": None, **ok(res)})  # fmt: skip
+            results.append({"topic_id": t.topic_id, "partitions": parts})
+        cls = response_class(header.api_key, header.api_version)
+        return build(cls, {"results": results})
+
+    async def initialize(self, header: RequestHeader, req: Any) -> Any:
+        return await self._each(
+            header, req,
+            lambda shard, key, p: shard.initialize(key, p.state_epoch, p.start_offset),
+            lambda _: {}, {},
+        )  # fmt: skip
+
+    async def read(self, header: RequestHeader, req: Any) -> Any:
+        def ok(s: ShareState | None) -> dict[str, Any]:
+            if s is None:  # never written: the leader starts where the group resets to
+                return {"state_epoch": 0, "start_offset": -1, "state_batches": []}
+            return {"state_epoch": s.state_epoch, "start_offset": s.start_offset,
+                    "state_batches": _state_batches(s)}  # fmt: skip
+
+        return await self._each(
+            header, req, lambda shard, key, p: shard.read(key, p.leader_epoch), ok,
+            {"state_epoch": 0, "start_offset": -1, "state_batches": []},
+        )  # fmt: skip
+
+    async def write(self, header: RequestHeader, req: Any) -> Any:
+        return await self._each(
+            header, req,
+            lambda shard, key, p: shard.write(key, p.state_epoch, p.leader_epoch,
+                                              p.start_offset, _batches(p.state_batches)),
+            lambda _: {}, {},
+        )  # fmt: skip
+
+    async def delete(self, header: RequestHeader, req: Any) -> Any:
+        return await self._each(
+            header, req, lambda shard, key, p: shard.delete(key), lambda _: {}, {}
+        )
+
+    async def summary(self, header: RequestHeader, req: Any) -> Any:
+        def op(shard: ShareStateShard, key: ShareKey, p: Any) -> Outcome[Any]:
+            return Outcome([], shard.summary(key, p.leader_epoch))
+
+        def ok(s: ShareState | None) -> dict[str, Any]:
+            if s is None:
+                return {"state_epoch": 0, "leader_epoch": -1, "start_offset": -1}
+            return {"state_epoch": s.state_epoch, "leader_epoch": s.leader_epoch,
+                    "start_offset": s.start_offset}  # fmt: skip
+
+        return await self._each(
+            header, req, op, ok, {"state_epoch": 0, "leader_epoch": -1, "start_offset": -1}
+        )

@@ -1,0 +1,155 @@
+"""The coordinator runtime (Kafka's ``CoordinatorRuntime``): hosts the shards of one
+internal topic on the broker that leads their partitions.
+
+A shard's rules are pure (an operation returns the records to append and the answer);
+this module is the one place of the package that waits: it loads a shard when this
+broker becomes the leader of its partition (replaying the partition's log), drops it when
+the leadership moves, and runs each write as Kafka's runtime does - apply the rule,
+append its records under the leader epoch the shard was loaded in, wait until the
+in-sync replicas have them, replay them into the shard, then answer. Writes of one shard
+run one at a time, so each rule sees the state of every write answered before it.
+
+A write whose records cannot be confirmed (the leadership moved, the replicas did not
+catch up in time) drops the shard: it is read again from the log, which holds exactly
+what was appended, before the next operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.coordinator.outcome import Outcome, Record
+
+__all__ = ["CoordinatorRuntime", "PartitionLog", "Shard"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Shard(Protocol):
+    def replay(self, key: bytes, value: bytes | None) -> None: ...
+
+
+S = TypeVar("S", bound=Shard)
+
+
+class PartitionLog(Protocol):
+    """What the runtime needs of the partitions of its topic on this broker."""
+
+    def led(self, topic: str) -> dict[int, int]:
+        """The partitions of ``topic`` this broker leads: index -> leader epoch."""
+        ...
+
+    def records(self, topic: str, index: int) -> Iterable[Record]:
+        """Every record of the partition's log, oldest first (control batches left out)."""
+        ...
+
+    def append(
+        self, topic: str, index: int, records: list[Record], leader_epoch: int
+    ) -> ErrorCode | None:
+        """Append as the leader in ``leader_epoch``; None when appended."""
+        ...
+
+    async def committed(
+        self, topic: str, index: int, leader_epoch: int, timeout_s: float
+    ) -> ErrorCode | None:
+        """Wait until the in-sync replicas have the log up to its end, in that epoch."""
+        ...
+
+
+@dataclass
+class _Loaded(Generic[S]):
+    shard: S
+    epoch: int
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class CoordinatorRuntime(Generic[S]):
+    def __init__(
+        self,
+        name: str,
+        topic: str,
+        partitions: PartitionLog,
+        new_shard: Callable[[], S],
+        write_timeout_s: float,
+        node_id: int,
+    ) -> None:
+        self.name = name
+        self.topic = topic
+        self.partitions = partitions
+        self.new_shard = new_shard
+        self.write_timeout_s = write_timeout_s
+        self.node_id = node_id
+        self._shards: dict[int, _Loaded[S]] = {}
+        self.loads = 0  # shards loaded (a metric, and for tests)
+
+    # -- leadership -----------------------------------------------------------------------
+
+    def on_leadership(self) -> None:
+        """Load the shards of partitions now led here; drop those led elsewhere or in
+        another epoch (read again if this broker leads them once more)."""
+        led = self.partitions.led(self.topic)
+        dropped = [i for i, s in self._shards.items() if led.get(i) != s.epoch]
+        for i in dropped:
+            del self._shards[i]
+        loaded = []
+        for i, epoch in led.items():
+            if i not in self._shards:
+                self._load(i, epoch)
+                loaded.append(i)
+        if dropped or loaded:
+            log.info("[node %d] %s: loaded %s-%s, unloaded %s", self.node_id, self.name,
+                     self.topic, sorted(loaded) or "-", sorted(dropped) or "-")  # fmt: skip
+
+    def _load(self, index: int, epoch: int) -> _Loaded[S]:
+        shard = self.new_shard()
+        for key, value in self.partitions.records(self.topic, index):
+            shard.replay(key, value)
+        loaded = self._shards[index] = _Loaded(shard, epoch)
+        self.loads += 1
+        return loaded
+
+    def shard(self, index: int) -> S | None:
+        """The shard of a partition led here (None: not the coordinator)."""
+        s = self._shards.get(index)
+        return None if s is None else s.shard
+
+    # -- operations -----------------------------------------------------------------------
+
+    async def write(self, index: int, op: Callable[[S], Outcome[T]]) -> T | ErrorCode:
+        """Run ``op`` on the shard, append its records and wait until they are committed;
+        its answer, or the error the caller answers (NOT_COORDINATOR,
+        COORDINATOR_NOT_AVAILABLE)."""
+        s = self._shards.get(index)
+        if s is None:
+            return ErrorCode.not_coordinator
+        async with s.lock:
+            if self._shards.get(index) is not s:  # dropped while waiting for the lock
+                return ErrorCode.not_coordinator
+            out = op(s.shard)
+            if not out.records:
+                return out.response
+            err = self.partitions.append(self.topic, index, out.records, s.epoch)
+            if err is None:
+                err = await self.partitions.committed(
+                    self.topic, index, s.epoch, self.write_timeout_s
+                )
+            if err is not None:
+                if self._shards.get(index) is s:
+                    del self._shards[index]  # read again from the log
+                    led = self.partitions.led(self.topic).get(index)
+                    if led is not None:
+                        self._load(index, led)
+                log.info("[node %d] %s: a write to %s-%d was not committed (%s)",
+                         self.node_id, self.name, self.topic, index, err.name)  # fmt: skip
+                return err
+            for key, value in out.records:
+                s.shard.replay(key, value)
+            return out.response
