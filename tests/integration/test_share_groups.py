@@ -484,3 +484,71 @@ def test_share_consumers_across_brokers_on_a_cluster_formatted_at_4_2(tmp_path: 
             sc.close()
     finally:
         c.stop()
+
+
+def test_share_state_moves_with_the_partitions_leader(tmp_path: Path) -> None:
+    """A partition's leader killed -9: the new leader reads the share-partition's state
+    from the share coordinator (on another broker, or itself taking over
+    __share_group_state) and goes on where the old one left off."""
+    from tests.integration.cluster import Cluster
+
+    c = Cluster(tmp_path, release="4.2", extra={  # the group's coordinator moves too
+        "share.coordinator.state.topic.replication.factor": "2",
+        "offsets.topic.replication.factor": "2",
+    })  # fmt: skip
+    c.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        admin.create_topics([NewTopic("moving", 1, 2)])["moving"].result(30)
+        _ok("configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type",
+            "groups", "--entity-name", "movers", "--add-config",
+            "share.auto.offset.reset=earliest")  # fmt: skip
+        p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0, "acks": "all"})
+        values = [f"m-{i}".encode() for i in range(40)]
+        for v in values:
+            p.produce("moving", value=v)
+        assert p.flush(30) == 0
+        conf = {"bootstrap.servers": c.bootstrap, "group.id": "movers",
+                "share.acknowledgement.mode": "explicit"}  # fmt: skip
+        sc = ShareConsumer(conf)
+        sc.subscribe(["moving"])
+        seen: set[bytes] = set()
+        deadline = time.monotonic() + 60
+        while len(seen) < len(values) and time.monotonic() < deadline:
+            got = _poll(sc)
+            for m in got:
+                seen.add(m.value())
+                i = int(m.value().split(b"-")[1])
+                sc.acknowledge(m, AcknowledgeType.ACCEPT if i < 20 else AcknowledgeType.RELEASE)
+            if got:
+                sc.commit_sync()
+        assert seen == set(values)
+        sc.close()
+        md = admin.list_topics("moving", timeout=10).topics["moving"].partitions[0]
+        old = md.leader
+        c.brokers[old].kill9()
+
+        def moved() -> bool:
+            try:
+                part = admin.list_topics("moving", timeout=5).topics["moving"].partitions[0]
+            except Exception:  # the killed broker may be asked first
+                return False
+            return part.leader not in (-1, old)
+
+        wait_until(moved, 60, what="a new leader of moving-0")
+        sc = ShareConsumer(conf)
+        sc.subscribe(["moving"])
+        again: dict[bytes, int] = {}
+        deadline = time.monotonic() + 60
+        while len(again) < 20 and time.monotonic() < deadline:
+            got = _poll(sc)
+            for m in got:
+                again[m.value()] = m.delivery_count()
+                sc.acknowledge(m, AcknowledgeType.ACCEPT)
+            if got:
+                sc.commit_sync()
+        assert sorted(again) == sorted(values[20:])  # the accepted ones stay done
+        assert set(again.values()) == {2}
+        sc.close()
+    finally:
+        c.stop()
