@@ -39,6 +39,7 @@ class ReadResult:
     state_epoch: int = 0
     start_offset: int = -1  # -1: never written
     batches: list[StateBatch] = field(default_factory=list)
+    leader_epoch: int = -1  # (a summary's)
 
 
 class SharePersister:
@@ -105,6 +106,17 @@ class SharePersister:
             for b in p.state_batches
         ]
         return ReadResult(err, None, p.state_epoch, p.start_offset, batches)
+
+    async def summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> ReadResult:
+        """ReadShareGroupStateSummary, as an admin asks (no leader epoch): the start
+        offset and state epoch (start -1: no state), without the batches."""
+        key = ShareKey(group_id, topic_id, partition)
+        err, message, p = await self._call(
+            ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, key, {"leader_epoch": -1}
+        )
+        if err != ErrorCode.none:
+            return ReadResult(err, message)
+        return ReadResult(err, None, p.state_epoch, p.start_offset, leader_epoch=p.leader_epoch)
 
     async def write(
         self,

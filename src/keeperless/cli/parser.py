@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     sg = sub.add_parser("share-groups", help="list and describe share groups (KIP-932)")
     _connection_flags(sg, controller=False)
     for flag in ("--list", "--describe", "--delete", "--reset-offsets", "--delete-offsets",
-                 "--members"):  # fmt: skip
+                 "--members", "--offsets"):  # fmt: skip
         sg.add_argument(flag, action="store_true")
     sg.add_argument("--group", action="append", help="a share group (repeatable)")
     sg.add_argument("--state", nargs="?", const="",

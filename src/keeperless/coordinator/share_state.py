@@ -207,8 +207,10 @@ class ShareStateShard:
         return Outcome(records, s)
 
     def summary(self, sk: ShareKey, leader_epoch: int) -> Refusal | ShareState | None:
-        """ReadShareGroupStateSummary (the admin's view): no records, no epoch change."""
-        return _invalid(sk) or self._fenced(sk, leader_epoch, None) or self.states.get(sk)
+        """ReadShareGroupStateSummary (the admin's view): no records, no epoch change;
+        leader epoch -1 (an admin, not a leader, asking) is never fenced."""
+        fenced = self._fenced(sk, leader_epoch, None) if leader_epoch >= 0 else None
+        return _invalid(sk) or fenced or self.states.get(sk)
 
     def initialize(
         self, sk: ShareKey, state_epoch: int, start_offset: int

@@ -379,6 +379,17 @@ def _consumer_group_describe(h: Handler, authz: Authz) -> Handler:
                   refused, "groups")  # fmt: skip
 
 
+def _describe_share_group_offsets(h: Handler, authz: Authz) -> Handler:
+    """DESCRIBE on each group (Kafka's; its topics are not checked here yet)."""
+
+    def refused(g: Any) -> dict[str, Any]:
+        return {"group_id": g.group_id, "topics": [], "error_code": DENIED[G],
+                "error_message": "Authorization failed."}  # fmt: skip
+
+    ok = lambda hd, g: authz.allowed(hd, AclOp.DESCRIBE, G, g.group_id)  # noqa: E731
+    return _split(h, "groups", ok, refused, "groups")
+
+
 def _delete_groups(h: Handler, authz: Authz) -> Handler:
     def refused(g: str) -> dict[str, Any]:
         return {"group_id": g, "error_code": ErrorCode.group_authorization_failed}
@@ -570,6 +581,7 @@ _TOPIC_ADMIN: dict[ApiKey, Callable[[Handler, Authz], Handler]] = {
     ApiKey.DESCRIBE_GROUPS: _describe_groups,
     ApiKey.CONSUMER_GROUP_DESCRIBE: _consumer_group_describe,
     ApiKey.SHARE_GROUP_DESCRIBE: _consumer_group_describe,  # the same fields
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: _describe_share_group_offsets,
     ApiKey.LIST_GROUPS: _listed("groups", "group_id", G, cluster_sees_all=True),
     ApiKey.DELETE_GROUPS: _delete_groups,
     ApiKey.LIST_TRANSACTIONS: _listed(

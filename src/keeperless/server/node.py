@@ -30,6 +30,7 @@ from keeperless.broker.reassignment_apis import ReassignmentApis
 from keeperless.broker.replication import ReplicaManager, ReplicationSettings
 from keeperless.broker.share_apis import ShareApis, ShareSettings
 from keeperless.broker.share_coordinator import ShareCoordinator, ShareCoordinatorSettings
+from keeperless.broker.share_offsets import ShareOffsetsApis
 from keeperless.broker.share_persister import SharePersister
 from keeperless.broker.txn_admin import TxnAdmin
 from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
@@ -477,6 +478,7 @@ class Node:
         registry.register("share groups (KIP-932)", self.shares.handlers())
         assert self.share_coordinator is not None
         registry.register("the share coordinator", self.share_coordinator.handlers())
+        registry.register("share-group offsets", ShareOffsetsApis(self.shares).handlers())
         registry.register("transactional offset commits", txn_offsets.handlers())
         registry.register("the transaction coordinator", self.txn.handlers())
         registry.register("the transaction admin APIs", TxnAdmin(self.broker, self.txn).handlers())

@@ -1,8 +1,8 @@
 """`share-groups`: Kafka's kafka-share-groups.sh (KIP-932) - --list [--state [STATES]]
-and --describe --group G [--members | --state], over ListGroups (type share) and
-ShareGroupDescribe sent to each group's coordinator. The offsets view (the default of
---describe) and --delete / --reset-offsets / --delete-offsets need the share
-coordinator's state, which is not built: they are refused, saying so."""
+and --describe --group G [--offsets (the default) | --members | --state], over ListGroups
+(type share), and ShareGroupDescribe and DescribeShareGroupOffsets sent to each group's
+coordinator. --delete / --reset-offsets / --delete-offsets are refused, saying so (not
+built yet)."""
 
 from __future__ import annotations
 
@@ -84,10 +84,13 @@ def check_args(args: Any) -> None:
     if given[0] == "describe" and not args.group:
         raise ToolError("Option --describe takes the option: --group")
     if given[0] in ("delete", "reset_offsets", "delete_offsets"):
-        raise ToolError(f"{_flag(given[0])} needs the share-group state (the share coordinator "
-                        "and __share_group_state), which keeperless does not keep yet")  # fmt: skip
-    if args.members and given[0] != "describe":
-        raise ToolError("Option --members is only valid with --describe")
+        raise ToolError(f"{_flag(given[0])} is not built in keeperless yet")
+    for opt in ("members", "offsets"):
+        if getattr(args, opt, False) and given[0] != "describe":
+            raise ToolError(f"Option --{opt} is only valid with --describe")
+    if args.members and getattr(args, "offsets", False):
+        raise ToolError("Option --describe takes at most one of these options: --members, "
+                        "--offsets, --state")  # fmt: skip
 
 
 def run_share_groups(args: Any, servers: Servers, out: TextIO) -> int:
@@ -136,7 +139,33 @@ def run_share_groups(args: Any, servers: Servers, out: TextIO) -> int:
             for r in members:
                 print(fmt.format(group, *r), file=out)
         else:
-            raise ToolError("The offsets of a share group (the default of --describe) need the "
-                            "share-group state, which keeperless does not keep yet: use "
-                            "--members or --state")  # fmt: skip
+            _print_offsets(group, (host, port), out)
     return failed
+
+
+def _print_offsets(group: str, coordinator: tuple[str, int], out: TextIO) -> None:
+    """Each share-partition's start offset and the leader epoch that last wrote it, as
+    Kafka's ShareGroupCommand prints them ('-' where the group has none)."""
+    resp = call([coordinator], ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0,
+                {"groups": [{"group_id": group, "topics": None}]})  # fmt: skip
+    g = resp.groups[0]
+    if int(g.error_code) != 0:
+        raise ToolError(f"describe offsets of {group}: {g.error_message or g.error_code.name}")
+    rows = []
+    for t in g.topics:
+        for p in t.partitions:
+            if int(p.error_code) != 0:
+                why = p.error_message or p.error_code.name
+                raise ToolError(
+                    f"describe offsets of {group} on {t.topic_name}-{p.partition_index}: {why}"
+                )
+            epoch = str(p.leader_epoch) if p.leader_epoch >= 0 else "-"
+            start = str(p.start_offset) if p.start_offset >= 0 else "-"
+            rows.append((t.topic_name, p.partition_index, epoch, start))
+    rows.sort()
+    gw = max(15, len(group))
+    tw = max([15, *(len(r[0]) for r in rows)])
+    print(f"{'GROUP':<{gw}} {'TOPIC':<{tw}} {'PARTITION':<10} {'LEADER-EPOCH':<13} START-OFFSET",
+          file=out)  # fmt: skip
+    for topic, idx, epoch, start in rows:
+        print(f"{group:<{gw}} {topic:<{tw}} {idx:<10} {epoch:<13} {start}", file=out)

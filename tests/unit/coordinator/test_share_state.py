@@ -201,3 +201,16 @@ def test_initialize_and_delete() -> None:
     negative = shard.read(ShareKey("g", TOPIC, -1), 0)
     assert isinstance(negative.response, Refusal)
     assert negative.response.code == ErrorCode.invalid_request
+
+
+def test_a_summary_for_an_admin_is_never_fenced_but_a_stale_leaders_is() -> None:
+    shard = ShareStateShard()
+    _apply(shard, shard.write(KEY, 1, 5, 7, [B(7, 9, AVAILABLE, 1)]))
+    seen = shard.summary(KEY, -1)  # DescribeShareGroupOffsets: no leader epoch
+    assert isinstance(seen, ShareState)
+    assert (seen.start_offset, seen.leader_epoch, seen.state_epoch) == (7, 5, 1)
+    stale = shard.summary(KEY, 4)
+    assert isinstance(stale, Refusal)
+    assert stale.code == ErrorCode.fenced_leader_epoch
+    assert shard.summary(ShareKey("g", TOPIC, 0), -1) is None  # never written
+    assert shard.summary(KEY, -1) == seen  # and nothing recorded by asking
