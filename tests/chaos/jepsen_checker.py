@@ -255,9 +255,21 @@ def _cycles(
     writer: dict[tuple[str, int], JOp],
     seen: dict[tuple[str, int], list[JOp]],
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """Strongly connected components of the ww + wr graph: (G0 ones, G1c ones)."""
-    edges: dict[int, set[int]] = defaultdict(set)
-    wr: set[tuple[int, int]] = set()
+    """(G0 components: operations in a cycle of write-write edges alone, which Kafka
+    allows; G1c components: operations whose order in time contradicts itself).
+
+    Kafka orders neither transactions nor their commits by offset, so a write-write edge
+    orders two appends, not two transactions. The G1c check is over points in time, as
+    Kafka defines them: each operation's poll (P, before it begins writing), its append
+    to each key (W_k) and its commit (C), with P < W_k < C; A's append to k below B's
+    orders A.W_k < B.W_k; a value read orders its writer's C before the reader's P; and
+    a read_committed poll past a transactional write (below the last stable offset)
+    orders that transaction's C before the poll. A cycle among these points is a
+    contradiction: an anomaly, whatever its name (G1c for Jepsen). Long transactions
+    whose appends interleave with others' are not (campaign seed 8400: a transaction
+    appended to one key at once and to another three seconds later)."""
+    # -- G0: operations, write-write edges in offset order ---------------------------------
+    ww: dict[int, set[int]] = defaultdict(set)
     for k, offsets in at.items():
         prev: JOp | None = None
         for o in sorted(offsets):
@@ -266,25 +278,79 @@ def _cycles(
                 if w is None:
                     continue
                 if prev is not None and prev is not w:
-                    edges[prev.index].add(w.index)
+                    ww[prev.index].add(w.index)
                 prev = w
-    for kv, readers in seen.items():
-        w = writer.get(kv)
-        if w is None:
+    g0 = [sorted(c) for c in _tarjan(len(ops), ww) if len(c) > 1]
+    # -- points in time ------------------------------------------------------------------
+    ids: dict[tuple[Any, ...], int] = {}
+    owner: list[int] = []  # point -> its operation (-1: a helper point)
+
+    def point(*name: Any) -> int:
+        if name not in ids:
+            ids[name] = len(owner)
+            owner.append(name[0] if isinstance(name[0], int) else -1)
+        return ids[name]
+
+    edges: dict[int, set[int]] = defaultdict(set)
+    committed = [op for op in ops if op.type == "ok"]
+    for op in committed:
+        c = point(op.index, "C")
+        p = point(op.index, "P") if op.polls else None
+        for k in {k for k, _, _ in op.sends}:
+            w = point(op.index, "W", k)
+            edges[w].add(c)
+            if p is not None:
+                edges[p].add(w)
+    # a value at several offsets (reported as a duplicate) has no one place in the order
+    copies: dict[tuple[str, int], int] = defaultdict(int)
+    for k, offsets in at.items():
+        for vs in offsets.values():
+            for v in vs:
+                copies[(k, v)] += 1
+    for k, offsets in at.items():  # appends in offset order
+        prev_w: int | None = None
+        for o in sorted(offsets):
+            for v in offsets[o]:
+                w_op = writer.get((k, v))
+                if w_op is None or copies[(k, v)] > 1:
+                    continue
+                w = point(w_op.index, "W", k)
+                if prev_w is not None and prev_w != w:
+                    edges[prev_w].add(w)
+                prev_w = w
+    for kv, readers in seen.items():  # a value read: its writer committed first
+        w_op = writer.get(kv)
+        if w_op is None:
             continue
         for r in readers:
-            if r is not w:
-                edges[w.index].add(r.index)
-                wr.add((w.index, r.index))
-    g0, g1c = [], []
-    for scc in _tarjan(len(ops), edges):
-        if len(scc) < 2:
+            if r is not w_op and r.type == "ok":
+                edges[point(w_op.index, "C")].add(point(r.index, "P"))
+    # read_committed past a transaction's append: it had committed (a chain of helper
+    # points per key in offset order stands for "every transaction appended below here")
+    for k, offsets in at.items():
+        chain: list[tuple[int, int]] = []  # (offset, helper point)
+        for o in sorted(offsets):
+            for v in offsets[o]:
+                w_op = writer.get((k, v))
+                if w_op is None or w_op.f != "txn" or copies[(k, v)] > 1:
+                    continue
+                h = point("lso", k, o, w_op.index)
+                edges[point(w_op.index, "C")].add(h)
+                if chain:
+                    edges[chain[-1][1]].add(h)
+                chain.append((o, h))
+        if not chain:
             continue
-        members = set(scc)
-        if any(a in members and b in members for a, b in wr):
-            g1c.append(sorted(scc))
-        else:
-            g0.append(sorted(scc))
+        firsts = [o for o, _ in chain]
+        for r in committed:
+            top = max((o for key, pairs in r.polls if key == k for o, _ in pairs), default=-1)
+            i = bisect.bisect_left(firsts, top)  # the appends strictly below the top read
+            if i > 0:
+                edges[chain[i - 1][1]].add(point(r.index, "P"))
+    g1c = []
+    for scc in _tarjan(len(owner), edges):
+        if len(scc) > 1:
+            g1c.append(sorted({owner[x] for x in scc if owner[x] >= 0}))
     return g0, g1c
 
 

@@ -134,3 +134,36 @@ def test_g1c_is_reported_and_g0_is_allowed() -> None:
     anomalies, stats = analyze(ops, {})
     assert anomalies == []
     assert stats["g0-cycles"] == 1
+
+
+def test_long_transactions_interleaving_appends_are_no_cycle() -> None:
+    """Campaign seed 8400: transactions that appended to one key at once and to another
+    seconds later (a partition unavailable). Offsets alone make a cycle with a read in it
+    (X -ww c-> S1 -ww c-> W -ww d-> S2 -wr-> Y -ww a-> X); in time there is none: X
+    appends c@0, S1 c@1, W c@2 and (late) d@0, W commits, S2 appends d@1, Y reads it,
+    appends a@2 and commits, X appends a@3 (late) and commits. Kafka orders appends, not
+    transactions."""
+    x = op("x", "txn", [send("c", 1, 0), send("a", 2, 3)], t=1, commit_at=10)
+    s1 = op("s1", "send", [send("c", 3, 1)], t=2)
+    w = op("w", "txn", [send("c", 4, 2), send("d", 5, 0)], t=3, commit_at=6)
+    s2 = op("s2", "send", [send("d", 6, 1)], t=5.5)
+    y = op("y", "txn", [poll(d=[(0, 5), (1, 6)]), send("a", 7, 2)], t=7, commit_at=8)
+    everything = op("c", "poll", [poll(a=[(2, 7), (3, 2)], c=[(0, 1), (1, 3), (2, 4)],
+                                       d=[(0, 5), (1, 6)])], t=11)  # fmt: skip
+    assert kinds([x, s1, w, s2, y, everything]) == set()
+    # Y reading past X's own early append while X is still open is a cycle
+    y2 = op("y", "txn", [poll(c=[(0, 1), (1, 3)]), send("a", 7, 2)], t=7, commit_at=8)
+    assert "G1c" in kinds([x, s1, w, s2, y2, everything])
+
+
+def test_a_poll_past_an_open_transaction_is_a_cycle() -> None:
+    """A read_committed poll past a transaction's append orders that transaction's commit
+    before the poll: here the transaction then read what the poller wrote after it."""
+    t1 = op("t1", "txn", [poll(b=[(0, 40)]), send("a", 10, 0)], t=2, commit_at=3)
+    maybe = op("m", "send", [send("a", 11, 1)], type_="info", t=1)  # outcome unknown
+    r = op("r", "txn", [poll(a=[(1, 11)]), send("b", 40, 0)], t=1.5, commit_at=1.8)
+    assert "G1c" in kinds([t1, maybe, r])
+    below = op("r", "txn", [poll(a=[(0, 10)]), send("b", 40, 0)], t=1.5, commit_at=1.8)
+    assert "G1c" in kinds([t1, below])  # it read t1's own value: wr, the same cycle
+    before = op("r", "txn", [poll(c=[(0, 50)]), send("b", 40, 0)], t=1.5, commit_at=1.8)
+    assert "G1c" not in kinds([t1, maybe, before])  # nothing read past t1's append
