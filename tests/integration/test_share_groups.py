@@ -290,7 +290,7 @@ def test_the_share_groups_tool_lists_and_describes(enabled: Node) -> None:
     assert missing.returncode == 1
     res = keeperless("share-groups", *bs, "--delete", "--group", "x")
     assert res.returncode == 1
-    assert "not built" in res.stderr, res.stderr
+    assert "'x' could not be deleted due to: GroupIdNotFoundException" in res.stdout
     c.commit_sync()  # the 5 records accepted: the start moves past them
     offsets = _ok("share-groups", *bs, "--describe", "--group", "tool-group")
     header, row = offsets.splitlines()
@@ -298,6 +298,64 @@ def test_the_share_groups_tool_lists_and_describes(enabled: Node) -> None:
     assert row.split() == ["tool-group", "tooled", "0", "0", "5"]
     assert _ok("share-groups", *bs, "--describe", "--group", "tool-group", "--offsets") == offsets
     c.close()
+
+
+def test_offsets_are_reset_and_deleted_and_the_group_deleted_only_while_empty(
+    enabled: Node,
+) -> None:
+    """kafka-share-groups.sh --reset-offsets (a dry run unless --execute), --delete-offsets
+    and --delete: the next consumer starts where the reset put the group, a deleted
+    state starts again from share.auto.offset.reset, and none of it while a member is in
+    the group (NON_EMPTY_GROUP)."""
+    values = _topic(enabled, "resets", 10, "resetters")
+    bs = ("--bootstrap-server", enabled.bootstrap)
+    grp = ("--group", "resetters")
+
+    def drain(expect: int) -> list[Any]:
+        c = _share(enabled, "resetters", "resets")
+        got: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(got) < expect and time.monotonic() < deadline:
+            got += _poll(c)
+        c.commit_sync()
+        c.close()
+        return got
+
+    def start() -> list[str]:
+        rows = _ok("share-groups", *bs, "--describe", *grp).splitlines()[1:]
+        return [r.split()[-1] for r in rows]
+
+    assert sorted(m.value() for m in drain(10)) == sorted(values)
+    assert start() == ["10"]
+    reset = ("share-groups", *bs, "--reset-offsets", *grp, "--topic", "resets")
+    dry = _ok(*reset, "--to-offset", "4")
+    assert dry.split()[-4:] == ["resetters", "resets", "0", "4"]
+    assert start() == ["10"]  # a dry run changes nothing
+    _ok(*reset, "--to-offset", "4", "--execute")
+    assert start() == ["4"]
+    again = drain(6)
+    assert sorted(m.value() for m in again) == sorted(values[4:])
+    assert {m.delivery_count() for m in again} == {1}  # a new start: counted afresh
+    deleted = _ok("share-groups", *bs, "--delete-offsets", *grp, "--topic", "resets")
+    assert deleted.split()[-2:] == ["resets", "Successful"]
+    assert start() == []
+    assert sorted(m.value() for m in drain(10)) == sorted(values)  # from 'earliest' again
+    # a member in the group: refused
+    busy = _share(enabled, "resetters", "resets")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "Stable" not in _ok(
+        "share-groups", *bs, "--describe", *grp, "--state"
+    ):
+        _poll(busy)
+    res = keeperless(*reset, "--to-earliest", "--execute")
+    assert res.returncode == 1
+    assert "member" in res.stderr, res.stderr
+    res = keeperless("share-groups", *bs, "--delete", *grp)
+    assert "could not be deleted due to: GroupNotEmptyException" in res.stdout, res.stdout
+    busy.close()
+    gone = _ok("share-groups", *bs, "--delete", *grp)
+    assert "Deletion of requested share groups ('resetters') was successful." in gone
+    assert "resetters" not in _ok("share-groups", *bs, "--list").split()
 
 
 def test_a_backlog_past_one_read_is_delivered_once(enabled: Node) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -29,6 +30,8 @@ _CONFIG_RESOURCE_TYPES = (2, 4, 8, 16, 32)
 
 class GroupOffsets:
     def __init__(self, coordinator: GroupCoordinator) -> None:
+        # a share group's deletion (its state at the share coordinator, share_offsets.py)
+        self.delete_share_group: Callable[[str], Awaitable[ErrorCode | None]] | None = None
         self.gc = coordinator
         self.broker = coordinator.broker
 
@@ -284,6 +287,10 @@ class GroupOffsets:
         now = int(time.time() * 1000)
         for gid in req.groups_names:
             err = self.gc._group_error(gid)
+            if err is None and gid in self.gc.share_groups and self.delete_share_group:
+                err = await self.delete_share_group(gid)
+                results.append({"group_id": gid, "error_code": err or ErrorCode.none})
+                continue
             g = self.gc.groups.get(gid)
             cg = self.gc.consumer_groups.get(gid)
             if err is None and ((g is not None and g.members) or (cg is not None and cg.members)):

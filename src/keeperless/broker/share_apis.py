@@ -114,6 +114,7 @@ class ShareApis:
         self._loading: dict[tuple[str, uuid.UUID, int], asyncio.Future[None]] = {}
         self._writing: dict[tuple[str, uuid.UUID, int], asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._pending: dict[tuple[str, uuid.UUID, int], int] = {}  # writes not yet begun
         self.persister: SharePersister | None = None  # None: state in memory only
         self.sessions: dict[tuple[str, str], _Session] = {}  # (group, member) -> session
 
@@ -175,6 +176,7 @@ class ShareApis:
                 req.rack_id,
                 (header.client_id or "", "/" + (session.host if session else "127.0.0.1")),
             )
+            g.remember_topics()
         except ShareGroupError as e:
             return build(cls, {"throttle_time": 0, "error_code": e.code,
                                "error_message": str(e), "member_id": None, "member_epoch": -1,
@@ -267,6 +269,8 @@ class ShareApis:
                 )
             if s is not None:
                 self._release(gid, mid, s)
+            if not any(g == gid for g, _ in self.sessions):
+                self._forget_idle(gid)
             s = self.sessions[key] = _Session()
             return s, ErrorCode.none, None
         if s is None:
@@ -415,12 +419,33 @@ class ShareApis:
                             err.name, message)  # fmt: skip
             return err, message
 
+    def _forget_idle(self, gid: str) -> None:
+        """The group's first share session here: its share-partitions are read again from
+        the share coordinator before they are served (an admin may have reset or deleted
+        their state while the group had no member here), unless a record is still acquired
+        or a write is in flight."""
+        for key in [k for k in self.partitions if k[0] == gid]:
+            sp = self.partitions[key]
+            writing = self._writing.get(key)
+            busy = key in self._pending or (writing is not None and writing.locked())
+            if sp.counts()["acquired"] == 0 and not busy:
+                del self.partitions[key]
+                self._epochs.pop(key, None)
+
     def _persist_later(self, key: tuple[str, uuid.UUID, int]) -> None:
         if self.persister is None:
             return
         task = asyncio.get_running_loop().create_task(self._persist(key))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._pending[key] = self._pending.get(key, 0) + 1
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            self._pending[key] -= 1
+            if not self._pending[key]:
+                del self._pending[key]
+
+        task.add_done_callback(done)
 
     def _ack(
         self, header: RequestHeader, gid: str, mid: str, tid: uuid.UUID, idx: int,

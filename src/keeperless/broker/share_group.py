@@ -75,6 +75,9 @@ class ShareGroup:
     epoch: int = 0
     state: ShareGroupState = ShareGroupState.EMPTY
     members: dict[str, ShareMember] = field(default_factory=dict)
+    # every topic a member subscribed to (the share-partitions the group may have state
+    # for, deleted with the group)
+    topics_read: set[str] = field(default_factory=set)
 
     def _become(self, to: ShareGroupState) -> None:
         if to is self.state:
@@ -167,3 +170,6 @@ class ShareGroup:
 
     def subscribed_topics(self) -> set[str]:
         return {t for m in self.members.values() for t in m.subscribed}
+
+    def remember_topics(self) -> None:
+        self.topics_read |= self.subscribed_topics()

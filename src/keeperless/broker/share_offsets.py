@@ -1,7 +1,11 @@
 """A share group's offsets (KIP-932), on the group's coordinator: DescribeShareGroupOffsets
 (90) answers each share-partition's start offset and the leader epoch that last wrote it,
 read from the share coordinator (ReadShareGroupStateSummary) - what
-``kafka-share-groups.sh --describe --offsets`` shows."""
+``kafka-share-groups.sh --describe --offsets`` shows; AlterShareGroupOffsets (91) starts
+share-partitions again at new offsets (InitializeShareGroupState under the next state
+epoch) and DeleteShareGroupOffsets (92) deletes a topic's state (DeleteShareGroupState),
+both only while the group has no member; DeleteGroups of a share group deletes the state
+of every topic it read."""
 
 from __future__ import annotations
 
@@ -24,7 +28,108 @@ class ShareOffsetsApis:
         self.broker = shares.broker
 
     def handlers(self) -> dict[ApiKey, Any]:
-        return {ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: self.describe}
+        return {
+            ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: self.describe,
+            ApiKey.ALTER_SHARE_GROUP_OFFSETS: self.alter,
+            ApiKey.DELETE_SHARE_GROUP_OFFSETS: self.delete,
+        }
+
+    def _busy(self, gid: str) -> tuple[ErrorCode, str] | None:
+        g = self.shares.groups.get(gid)
+        if g is not None and g.members:
+            return ErrorCode.non_empty_group, (
+                f"The share group {gid} has {len(g.members)} member(s): its offsets can be "
+                "changed only while it has none"
+            )
+        return None
+
+    async def alter(self, header: RequestHeader, req: Any) -> Any:
+        cls = response_class(ApiKey.ALTER_SHARE_GROUP_OFFSETS, header.api_version)
+        gid = req.group_id
+        refused = self._group_refusal(gid) or self._busy(gid)
+        if refused is not None:
+            return build(cls, {"throttle_time": datetime.timedelta(0), "error_code": refused[0],
+                               "error_message": refused[1], "responses": []})  # fmt: skip
+        persister = self.shares.persister
+        assert persister is not None
+        out = []
+        for t in req.topics:
+            t_img = self.broker.image.topic(t.topic_name)
+            parts = []
+            for p in t.partitions:
+                msg: str | None
+                if t_img is None or p.partition_index not in t_img.partitions:
+                    code, msg = ErrorCode.unknown_topic_or_partition, (
+                        f"Unknown partition {t.topic_name}-{p.partition_index}")  # fmt: skip
+                elif p.start_offset < 0:
+                    code, msg = ErrorCode.invalid_request, (
+                        f"Start offset {p.start_offset} of {t.topic_name}-"
+                        f"{p.partition_index} is negative")  # fmt: skip
+                else:
+                    now = await persister.summary(gid, t_img.topic_id, p.partition_index)
+                    code, msg = now.error, now.message
+                    if code == ErrorCode.none:
+                        code, msg = await persister.initialize(
+                            gid, t_img.topic_id, p.partition_index, now.state_epoch + 1,
+                            p.start_offset,
+                        )  # fmt: skip
+                parts.append({"partition_index": p.partition_index, "error_code": code,
+                              "error_message": msg})  # fmt: skip
+            out.append({"topic_name": t.topic_name,
+                        "topic_id": t_img.topic_id if t_img is not None else None,
+                        "partitions": parts})  # fmt: skip
+        group = self.shares.groups.get(gid)
+        if group is not None:
+            group.topics_read |= {t.topic_name for t in req.topics}
+        return build(cls, {"throttle_time": datetime.timedelta(0), "error_code": ErrorCode.none,
+                           "error_message": None, "responses": out})  # fmt: skip
+
+    async def _delete_topic(self, gid: str, name: str) -> tuple[ErrorCode, str | None]:
+        t_img = self.broker.image.topic(name)
+        persister = self.shares.persister
+        if t_img is None:
+            return ErrorCode.unknown_topic_or_partition, f"Unknown topic {name}"
+        if persister is None:
+            return ErrorCode.none, None
+        for idx in sorted(t_img.partitions):
+            code, msg = await persister.delete(gid, t_img.topic_id, idx)
+            if code != ErrorCode.none:
+                return code, msg
+        return ErrorCode.none, None
+
+    async def delete(self, header: RequestHeader, req: Any) -> Any:
+        cls = response_class(ApiKey.DELETE_SHARE_GROUP_OFFSETS, header.api_version)
+        gid = req.group_id
+        refused = self._group_refusal(gid) or self._busy(gid)
+        if refused is not None:
+            return build(cls, {"throttle_time": datetime.timedelta(0), "error_code": refused[0],
+                               "error_message": refused[1], "responses": []})  # fmt: skip
+        out = []
+        for t in req.topics:
+            code, msg = await self._delete_topic(gid, t.topic_name)
+            t_img = self.broker.image.topic(t.topic_name)
+            out.append({"topic_name": t.topic_name,
+                        "topic_id": t_img.topic_id if t_img is not None else None,
+                        "error_code": code, "error_message": msg})  # fmt: skip
+        return build(cls, {"throttle_time": datetime.timedelta(0), "error_code": ErrorCode.none,
+                           "error_message": None, "responses": out})  # fmt: skip
+
+    async def delete_group(self, gid: str) -> ErrorCode | None:
+        """DeleteGroups of a share group (from the group coordinator): the state of every
+        topic it read, then the group; None when deleted."""
+        g = self.shares.groups.get(gid)
+        if g is None:
+            return ErrorCode.group_id_not_found
+        if g.members:
+            return ErrorCode.non_empty_group
+        for name in sorted(g.topics_read):
+            if self.broker.image.topic(name) is None:
+                continue  # deleted with its topic
+            code, _ = await self._delete_topic(gid, name)
+            if code != ErrorCode.none:
+                return code
+        self.shares.groups.pop(gid, None)
+        return None
 
     def _group_refusal(self, gid: str) -> tuple[ErrorCode, str | None] | None:
         err = self.shares.gc._group_error(gid)
@@ -60,7 +165,7 @@ class ShareOffsetsApis:
                 continue
             if g.topics is None:  # every topic the group reads
                 sg = self.shares.groups.get(g.group_id)
-                names = sorted(sg.subscribed_topics()) if sg is not None else []
+                names = sorted(sg.topics_read | sg.subscribed_topics()) if sg is not None else []
                 wanted = []
                 for name in names:
                     t = self.broker.image.topic(name)

@@ -118,6 +118,22 @@ class SharePersister:
             return ReadResult(err, message)
         return ReadResult(err, None, p.state_epoch, p.start_offset, leader_epoch=p.leader_epoch)
 
+    async def initialize(
+        self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int, start: int
+    ) -> tuple[ErrorCode, str | None]:
+        """A fresh state at ``start`` under ``state_epoch`` (an offset reset)."""
+        key = ShareKey(group_id, topic_id, partition)
+        fields = {"state_epoch": state_epoch, "start_offset": start}
+        err, message, _ = await self._call(ApiKey.INITIALIZE_SHARE_GROUP_STATE, key, fields)
+        return err, message
+
+    async def delete(
+        self, group_id: str, topic_id: uuid.UUID, partition: int
+    ) -> tuple[ErrorCode, str | None]:
+        key = ShareKey(group_id, topic_id, partition)
+        err, message, _ = await self._call(ApiKey.DELETE_SHARE_GROUP_STATE, key, {})
+        return err, message
+
     async def write(
         self,
         group_id: str,

@@ -246,9 +246,15 @@ def build_parser() -> argparse.ArgumentParser:
     sg = sub.add_parser("share-groups", help="list and describe share groups (KIP-932)")
     _connection_flags(sg, controller=False)
     for flag in ("--list", "--describe", "--delete", "--reset-offsets", "--delete-offsets",
-                 "--members", "--offsets"):  # fmt: skip
+                 "--members", "--offsets", "--execute", "--dry-run", "--to-earliest",
+                 "--to-latest", "--to-current", "--all-topics"):  # fmt: skip
         sg.add_argument(flag, action="store_true")
     sg.add_argument("--group", action="append", help="a share group (repeatable)")
+    sg.add_argument("--topic", action="append", help="TOPIC or TOPIC:PARTITION[,...] (repeatable)")
+    sg.add_argument("--to-offset", type=int)
+    sg.add_argument("--shift-by", type=int)
+    sg.add_argument("--to-datetime", help="YYYY-MM-DDTHH:mm:SS.sss[+hh:mm|Z]")
+    sg.add_argument("--by-duration", help="PnDTnHnMnS: that long ago")
     sg.add_argument("--state", nargs="?", const="",
                     help="--describe: the group's state; --list: the states to show")  # fmt: skip
 

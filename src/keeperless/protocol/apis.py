@@ -256,6 +256,8 @@ _TABLE = (
     ApiSpec(ApiKey.DELETE_SHARE_GROUP_STATE, broker=(0, 0), feature=("share.version", 1)),
     ApiSpec(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, broker=(0, 0), feature=("share.version", 1)),
     ApiSpec(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, broker=(0, 0), feature=("share.version", 1)),
+    ApiSpec(ApiKey.ALTER_SHARE_GROUP_OFFSETS, broker=(0, 0), feature=("share.version", 1)),
+    ApiSpec(ApiKey.DELETE_SHARE_GROUP_OFFSETS, broker=(0, 0), feature=("share.version", 1)),
     ApiSpec(ApiKey.DESCRIBE_TOPIC_PARTITIONS, broker=(0, 0)),
 )
 

@@ -73,6 +73,8 @@ _ONE = {
     ApiKey.TXN_OFFSET_COMMIT: (AclOp.WRITE, X, "transactional_id"),
     ApiKey.OFFSET_COMMIT: (AclOp.READ, G, "group_id"),
     ApiKey.OFFSET_DELETE: (AclOp.DELETE, G, "group_id"),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (AclOp.READ, G, "group_id"),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (AclOp.DELETE, G, "group_id"),
 }
 
 

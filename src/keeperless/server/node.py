@@ -478,7 +478,9 @@ class Node:
         registry.register("share groups (KIP-932)", self.shares.handlers())
         assert self.share_coordinator is not None
         registry.register("the share coordinator", self.share_coordinator.handlers())
-        registry.register("share-group offsets", ShareOffsetsApis(self.shares).handlers())
+        share_offsets = ShareOffsetsApis(self.shares)
+        offsets.delete_share_group = share_offsets.delete_group
+        registry.register("share-group offsets", share_offsets.handlers())
         registry.register("transactional offset commits", txn_offsets.handlers())
         registry.register("the transaction coordinator", self.txn.handlers())
         registry.register("the transaction admin APIs", TxnAdmin(self.broker, self.txn).handlers())

@@ -1,8 +1,9 @@
 """`share-groups`: Kafka's kafka-share-groups.sh (KIP-932) - --list [--state [STATES]]
 and --describe --group G [--offsets (the default) | --members | --state], over ListGroups
 (type share), and ShareGroupDescribe and DescribeShareGroupOffsets sent to each group's
-coordinator. --delete / --reset-offsets / --delete-offsets are refused, saying so (not
-built yet)."""
+coordinator; --reset-offsets (AlterShareGroupOffsets, --dry-run by default, as Kafka's),
+--delete-offsets --topic (DeleteShareGroupOffsets) and --delete (DeleteGroups), each
+allowed only while the group has no member."""
 
 from __future__ import annotations
 
@@ -83,8 +84,14 @@ def check_args(args: Any) -> None:
                         + ", ".join(_flag(a) for a in ACTIONS) + ".")  # fmt: skip
     if given[0] == "describe" and not args.group:
         raise ToolError("Option --describe takes the option: --group")
-    if given[0] in ("delete", "reset_offsets", "delete_offsets"):
-        raise ToolError(f"{_flag(given[0])} is not built in keeperless yet")
+    if given[0] in ("delete", "reset_offsets", "delete_offsets") and not args.group:
+        raise ToolError(f"Option {_flag(given[0])} takes the option: --group")
+    if given[0] == "reset_offsets":
+        from keeperless.tools.group_offsets import check_reset_args
+
+        check_reset_args(args)
+    if given[0] == "delete_offsets" and not args.topic:
+        raise ToolError("Option --delete-offsets takes the option: --topic")
     for opt in ("members", "offsets"):
         if getattr(args, opt, False) and given[0] != "describe":
             raise ToolError(f"Option --{opt} is only valid with --describe")
@@ -93,8 +100,104 @@ def check_args(args: Any) -> None:
                         "--offsets, --state")  # fmt: skip
 
 
+def _coordinator(servers: Servers, group: str) -> tuple[str, int]:
+    for _ in range(20):  # the coordinator's partition may be created by this question
+        found = call(servers, ApiKey.FIND_COORDINATOR, 4,
+                     {"key_type": 0, "coordinator_keys": [group]}).coordinators[0]  # fmt: skip
+        if int(found.error_code) == 0:
+            return found.host, found.port
+        time.sleep(0.25)
+    raise ToolError(f"no coordinator for group {group}: {found.error_code.name}")
+
+
+def _start_offsets(coordinator: tuple[str, int], group: str) -> dict[tuple[str, int], int]:
+    resp = call([coordinator], ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0,
+                {"groups": [{"group_id": group, "topics": None}]})  # fmt: skip
+    g = resp.groups[0]
+    if int(g.error_code) != 0:
+        raise ToolError(f"describe offsets of {group}: {g.error_message or g.error_code.name}")
+    return {(t.topic_name, p.partition_index): p.start_offset for t in g.topics
+            for p in t.partitions if int(p.error_code) == 0 and p.start_offset >= 0}  # fmt: skip
+
+
+def _reset(args: Any, servers: Servers, group: str, out: TextIO) -> None:
+    """--reset-offsets: the new start offsets (as kafka-consumer-groups.sh computes them,
+    from the share group's start offsets for --to-current and --shift-by); written with
+    --execute."""
+    from keeperless.tools.group_offsets import reset_spec
+    from keeperless.tools.groups import _Tool
+
+    coordinator = _coordinator(servers, group)
+    tool = _Tool(args, {}, out)
+    tool.committed = lambda gid: _start_offsets(coordinator, gid)  # type: ignore[method-assign]
+    new = reset_spec(tool, group)
+    if args.execute and new:
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for (t, p), o in sorted(new.items()):
+            by_topic.setdefault(t, []).append({"partition_index": p, "start_offset": o})
+        topics = [{"topic_name": t, "partitions": ps} for t, ps in by_topic.items()]
+        resp = call([coordinator], ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0,
+                    {"group_id": group, "topics": topics})  # fmt: skip
+        if int(resp.error_code) != 0:
+            raise ToolError(f"Error: {resp.error_message or resp.error_code.name}")
+        for t in resp.responses:
+            for p in t.partitions:
+                if int(p.error_code) != 0:
+                    raise ToolError(f"Error: {t.topic_name}-{p.partition_index}: "
+                                    f"{p.error_message or p.error_code.name}")  # fmt: skip
+    gw = max(15, len(group))
+    tw = max([15, *(len(t) for t, _ in new)])
+    print(f"\n{'GROUP':<{gw}} {'TOPIC':<{tw}} {'PARTITION':<10} NEW-OFFSET", file=out)
+    for (t, p), o in sorted(new.items()):
+        print(f"{group:<{gw}} {t:<{tw}} {p:<10} {o}", file=out)
+
+
+def _delete_offsets(args: Any, servers: Servers, group: str, out: TextIO) -> int:
+    topics = sorted({value.partition(":")[0] for value in args.topic})
+    resp = call([_coordinator(servers, group)], ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0,
+                {"group_id": group, "topics": [{"topic_name": t} for t in topics]})  # fmt: skip
+    if int(resp.error_code) != 0:
+        raise ToolError(f"Error: {resp.error_message or resp.error_code.name}")
+    width = max([15, *(len(t.topic_name) for t in resp.responses)])
+    print(f"\n{'TOPIC':<{width}} STATUS", file=out)
+    failed = 0
+    for t in resp.responses:
+        ok = int(t.error_code) == 0
+        failed |= not ok
+        status = "Successful" if ok else f"Error: {t.error_message or t.error_code.name}"
+        print(f"{t.topic_name:<{width}} {status}", file=out)
+    return failed
+
+
+def _delete(servers: Servers, groups: list[str], out: TextIO) -> int:
+    failures = {}
+    for g in groups:
+        resp = call([_coordinator(servers, g)], ApiKey.DELETE_GROUPS, 2, {"groups_names": [g]})
+        code = resp.results[0].error_code
+        if int(code) != 0:
+            failures[g] = code
+    if not failures:
+        names = ", ".join(f"'{g}'" for g in groups)
+        print(f"Deletion of requested share groups ({names}) was successful.", file=out)
+        return 0
+    print("Error: Deletion of some share groups failed:", file=out)
+    for g, code in failures.items():
+        why = {69: "GroupIdNotFoundException", 68: "GroupNotEmptyException"}.get(
+            int(code), code.name)  # fmt: skip
+        print(f"* Share group '{g}' could not be deleted due to: {why}", file=out)
+    return 1
+
+
 def run_share_groups(args: Any, servers: Servers, out: TextIO) -> int:
     check_args(args)
+    if args.reset_offsets:
+        for group in args.group:
+            _reset(args, servers, group, out)
+        return 0
+    if args.delete_offsets:
+        return _delete_offsets(args, servers, args.group[0], out)
+    if args.delete:
+        return _delete(servers, args.group, out)
     if args.list:
         groups = _list(servers)
         if args.state is None:

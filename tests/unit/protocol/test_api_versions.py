@@ -24,7 +24,7 @@ KAFKA_4_1 = {
 # and DescribeShareGroupOffsets (v1, with the lag, is Kafka 4.2's)
 KAFKA_4_1_SHARE_GROUPS = {76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1), 83: (0, 0),
                           84: (0, 0), 85: (0, 0), 86: (0, 0), 87: (0, 0),
-                          90: (0, 0)}  # fmt: skip
+                          90: (0, 0), 91: (0, 0), 92: (0, 0)}  # fmt: skip
 
 # Where keeperless is Kafka 4.2's on purpose: WriteTxnMarkers v2 carries the marker's
 # transaction version, so a partition holds a TV2 marker to a strictly newer epoch and a
