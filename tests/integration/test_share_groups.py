@@ -247,6 +247,13 @@ def test_share_state_survives_a_restart(enabled: Node) -> None:
     c.close()
     enabled.kill9()
     enabled.start()
+    # the group itself is back (ShareGroupMetadata in __consumer_offsets), with no member,
+    # and its offsets: the first record neither accepted nor rejected
+    bs = ("--bootstrap-server", enabled.bootstrap)
+    assert "keepers" in _ok("share-groups", *bs, "--list").split()
+    rows = _ok("share-groups", *bs, "--describe", "--group", "keepers").splitlines()
+    assert rows[1].split()[:3] == ["keepers", "durable", "0"]
+    assert rows[1].split()[-1] == "30"
     c = _share(enabled, "keepers", "durable", **{"share.acknowledgement.mode": "explicit"})
     again: dict[bytes, int] = {}
     deadline = time.monotonic() + 60

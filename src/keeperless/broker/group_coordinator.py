@@ -32,6 +32,12 @@ from keeperless.broker.groups import Group, JoinResult
 from keeperless.broker.mixed_groups import MixedGroups
 from keeperless.broker.partitions import NotLeaderError
 from keeperless.broker.share_group import ShareGroup
+from keeperless.broker.share_group_records import (
+    SHARE_GROUP_KEY_TYPES,
+    StoredShareGroup,
+    decode,
+    group_of,
+)
 from keeperless.broker.txn_state import COMMIT, marker_type
 from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.group_configs import GROUP_RESOURCE
@@ -191,6 +197,8 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.share_groups: dict[str, ShareGroup] = {}  # KIP-932, members in memory only
+        # the topics of each share group as last stored (ShareGroupStatePartitionMetadata)
+        self.share_stored: dict[str, frozenset[str]] = {}
         # the share coordinator (FindCoordinator key type 2 is its)
         self.share_coordinator: ShareCoordinatorLike | None = None
         # classic and consumer-protocol members of one group (KIP-848 migration)
@@ -263,7 +271,7 @@ class GroupCoordinator:
         ]
         gone += [
             gid
-            for gid in self.consumer_groups
+            for gid in (*self.consumer_groups, *self.share_groups)
             if gid not in gone and (partitions == 0 or partition_for_group(gid, partitions) == idx)
         ]
         for pending in self.pending_txn.values():
@@ -276,6 +284,8 @@ class GroupCoordinator:
             if g is not None:
                 g.abandon()
             self.consumer_groups.pop(gid, None)  # its members hear NOT_COORDINATOR
+            self.share_groups.pop(gid, None)
+            self.share_stored.pop(gid, None)
             self._cg_stored.pop(gid, None)
             self._cg_shape.pop(gid, None)
             self.offsets.pop(gid, None)
@@ -290,6 +300,7 @@ class GroupCoordinator:
         n = 0
         restored: dict[str, GroupSnapshot | None] = {}
         cg_restored: dict[str, dict[bytes, bytes]] = {}
+        share_restored: dict[str, StoredShareGroup | None] = {}
         # up to the log end: as the new leader, its whole log is what gets committed
         # (its own high watermark can lag behind commits the old leader acknowledged)
         for h, batch in p.log.batches(p.log.log_start_offset):
@@ -301,7 +312,9 @@ class GroupCoordinator:
                 into = self.pending_txn.setdefault(h.producer_id, {})
             for rec in decode_records(batch):
                 if rec.key is not None:
-                    n += self._replay(rec.key, rec.value, into, restored, cg_restored)
+                    n += self._replay(
+                        rec.key, rec.value, into, restored, cg_restored, share_restored
+                    )
         now = time.monotonic()
         node = self.broker.node_id
         back = 0
@@ -320,6 +333,13 @@ class GroupCoordinator:
                 self._cg_stored[gid] = dict(records)
                 self._cg_shape[gid] = (cg.group_epoch, cg.assignment_epoch, len(cg.members))
                 back += bool(cg.members)
+        for gid, stored in share_restored.items():
+            if stored is not None and gid not in self.share_groups:
+                self.share_groups[gid] = ShareGroup(
+                    gid, epoch=stored.epoch, topics_read=set(stored.initialized)
+                )
+                self.share_stored[gid] = frozenset(stored.initialized)
+                back += 1
         if back:
             log.info(
                 "[node %d] Restored %d group(s) with their members from %s-%d",
@@ -357,6 +377,7 @@ class GroupCoordinator:
         into: dict[str, Offsets] | None = None,
         restored: dict[str, GroupSnapshot | None] | None = None,
         cg_restored: dict[str, dict[bytes, bytes]] | None = None,
+        share_restored: dict[str, StoredShareGroup | None] | None = None,
     ) -> int:
         (version,) = _S16.unpack_from(key, 0)
         if version == GROUP_KEY_VERSION and into is None and restored is not None:
@@ -371,6 +392,15 @@ class GroupCoordinator:
                 records.pop(key, None)
             elif version != 4:  # (the partition metadata is looked up again)
                 records[key] = value
+            return 0
+        if version in SHARE_GROUP_KEY_TYPES and into is None and share_restored is not None:
+            gid = group_of(key)
+            if value is None:  # the share group was deleted
+                share_restored[gid] = None
+            else:
+                stored = share_restored.get(gid) or StoredShareGroup()
+                decode(key, value, stored)
+                share_restored[gid] = stored
             return 0
         if version not in (0, 1):
             return 0

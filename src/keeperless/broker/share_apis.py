@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.broker.share_group import ShareGroup, ShareGroupError
+from keeperless.broker.share_group_records import StoredShareGroup, share_group_records
 from keeperless.broker.share_partition import BatchSpan, ShareAckError, SharePartition
 from keeperless.broker.share_persister import SharePersister
 from keeperless.metadata.features import share_groups_enabled
@@ -37,7 +38,7 @@ from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.context import listener_of, session_of
 from keeperless.protocol.framing import RequestHeader, response_class
-from keeperless.protocol.records import CorruptBatchError, iter_batches
+from keeperless.protocol.records import CorruptBatchError, build_batch, iter_batches
 from keeperless.security.authz import AclOp, Resource
 from keeperless.storage.dir_failure import LogDirFailure
 
@@ -177,6 +178,9 @@ class ShareApis:
                 (header.client_id or "", "/" + (session.host if session else "127.0.0.1")),
             )
             g.remember_topics()
+            stored = await self._store_group(g)
+            if stored is not None:
+                raise ShareGroupError(stored, f"The share group {gid} could not be stored")
         except ShareGroupError as e:
             return build(cls, {"throttle_time": 0, "error_code": e.code,
                                "error_message": str(e), "member_id": None, "member_epoch": -1,
@@ -418,6 +422,26 @@ class ShareApis:
                             "written: %s (%s)", self.broker.node_id, key[0], key[1], key[2],
                             err.name, message)  # fmt: skip
             return err, message
+
+    async def _store_group(self, g: ShareGroup) -> ErrorCode | None:
+        """Store the group (ShareGroupMetadata) and the topics it reads
+        (ShareGroupStatePartitionMetadata) in __consumer_offsets when they are new, so a
+        coordinator that takes over knows the group and where its state is."""
+        topics = frozenset(g.topics_read)
+        if self.gc.share_stored.get(g.group_id) == topics:
+            return None
+        initialized = {}
+        for name in sorted(topics):
+            t = self.broker.image.topic(name)
+            if t is not None:
+                initialized[name] = (t.topic_id, tuple(sorted(t.partitions)))
+        records = share_group_records(g.group_id, StoredShareGroup(g.epoch, initialized))
+        now = int(time.time() * 1000)
+        batch = build_batch([(k, v, ()) for k, v in records.items()], timestamp_ms=now)
+        err = await self.gc.store(g.group_id, batch, now)
+        if err is None:
+            self.gc.share_stored[g.group_id] = topics
+        return err
 
     def _forget_idle(self, gid: str) -> None:
         """The group's first share session here: its share-partitions are read again from
