@@ -34,6 +34,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         "group.share.record.lock.duration.ms": str(LOCK_MS),
         "group.share.min.record.lock.duration.ms": "1000",  # a group may go lower
         "group.share.delivery.count.limit": "3",
+        # a snapshot every 3 updates, pruned each second: restarts read pruned logs
+        "share.coordinator.snapshot.update.records.per.snapshot": "3",
+        "share.coordinator.state.topic.prune.interval.ms": "1000",
     })  # fmt: skip
     yield from running(n)
 
@@ -241,10 +244,20 @@ def test_share_state_survives_a_restart(enabled: Node) -> None:
             kind = AcknowledgeType.ACCEPT if i < 20 else (
                 AcknowledgeType.REJECT if i < 30 else AcknowledgeType.RELEASE)  # fmt: skip
             c.acknowledge(m, kind)
-        if got:
-            c.commit_sync()  # answered once the state is written
+            c.commit_sync()  # one write each, answered once the state is written
     assert seen == set(values)
     c.close()
+    # __share_group_state keeps only what the state needs: pruned below the snapshots
+    probe = Consumer({"bootstrap.servers": enabled.bootstrap, "group.id": "probe"})
+    md = probe.list_topics("__share_group_state", timeout=10).topics["__share_group_state"]
+
+    def pruned() -> bool:
+        marks = [probe.get_watermark_offsets(TopicPartition("__share_group_state", i), 5)
+                 for i in md.partitions]  # fmt: skip
+        return any(low > 0 for low, _ in marks)
+
+    wait_until(pruned, 20, what="__share_group_state pruned")
+    probe.close()
     enabled.kill9()
     enabled.start()
     # the group itself is back (ShareGroupMetadata in __consumer_offsets), with no member,

@@ -62,7 +62,7 @@ class BrokerPartitionLog:
         node = self.broker.node_id
         return {i: p.leader_epoch for i, p in t.partitions.items() if p.leader == node}
 
-    def records(self, topic: str, index: int) -> Iterable[Record]:
+    def records(self, topic: str, index: int) -> Iterable[tuple[int, bytes, bytes | None]]:
         p = self.broker.partitions.get(topic, index)
         if p is None:
             return
@@ -72,11 +72,11 @@ class BrokerPartitionLog:
                 continue
             for rec in decode_records(batch):
                 if rec.key is not None:
-                    yield rec.key, rec.value
+                    yield rec.offset, rec.key, rec.value
 
     def append(
         self, topic: str, index: int, records: list[Record], leader_epoch: int
-    ) -> ErrorCode | None:
+    ) -> ErrorCode | int:
         p = self.broker.partitions.get(topic, index)
         if p is None or p.info is None or not p.is_leader or p.info.leader_epoch != leader_epoch:
             return ErrorCode.not_coordinator
@@ -86,7 +86,7 @@ class BrokerPartitionLog:
         if res.error != ErrorCode.none:
             return _APPEND_ERRORS.get(res.error, res.error)
         self.broker.partitions.notify_append()
-        return None
+        return int(res.base_offset)
 
     async def committed(
         self, topic: str, index: int, leader_epoch: int, timeout_s: float
@@ -111,6 +111,7 @@ class ShareCoordinatorSettings:
     segment_bytes: int = 104857600
     updates_per_snapshot: int = 500
     write_timeout_ms: int = 5000
+    prune_interval_ms: int = 300000
 
     @classmethod
     def of(cls, config: Any) -> ShareCoordinatorSettings:
@@ -122,6 +123,7 @@ class ShareCoordinatorSettings:
             config[k + "state.topic.segment.bytes"],
             config[k + "snapshot.update.records.per.snapshot"],
             config[k + "write.timeout.ms"],
+            config[k + "state.topic.prune.interval.ms"],
         )
 
 
@@ -172,6 +174,27 @@ class ShareCoordinator:
             ApiKey.DELETE_SHARE_GROUP_STATE: self.delete,
             ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: self.summary,
         }
+
+    # -- pruning ----------------------------------------------------------------------------
+
+    def prune(self) -> int:
+        """Delete what no state needs of each __share_group_state partition led here: the
+        records before every share-partition's latest snapshot (Kafka's DeleteRecords on
+        the topic); how many partitions moved their start."""
+        moved = 0
+        now = int(time.time() * 1000)
+        for idx, shard in self.runtime.shards().items():
+            p = self.broker.partitions.get(SHARE_STATE_TOPIC, idx)
+            if p is None or not p.is_leader:
+                continue
+            target = min(shard.prune_offset(), p.high_watermark)
+            if target > p.log.log_start_offset and self.broker.partitions.advance_start(
+                p, target, now
+            ):
+                moved += 1
+                log.info("[node %d] Pruned %s-%d up to offset %d", self.broker.node_id,
+                         SHARE_STATE_TOPIC, idx, target)  # fmt: skip
+        return moved
 
     # -- placement ------------------------------------------------------------------------
 

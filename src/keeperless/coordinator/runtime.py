@@ -34,7 +34,7 @@ T = TypeVar("T")
 
 
 class Shard(Protocol):
-    def replay(self, key: bytes, value: bytes | None) -> None: ...
+    def replay(self, key: bytes, value: bytes | None, offset: int) -> None: ...
 
 
 S = TypeVar("S", bound=Shard)
@@ -47,14 +47,15 @@ class PartitionLog(Protocol):
         """The partitions of ``topic`` this broker leads: index -> leader epoch."""
         ...
 
-    def records(self, topic: str, index: int) -> Iterable[Record]:
-        """Every record of the partition's log, oldest first (control batches left out)."""
+    def records(self, topic: str, index: int) -> Iterable[tuple[int, bytes, bytes | None]]:
+        """Every record of the partition's log with its offset, oldest first (control
+        batches left out)."""
         ...
 
     def append(
         self, topic: str, index: int, records: list[Record], leader_epoch: int
-    ) -> ErrorCode | None:
-        """Append as the leader in ``leader_epoch``; None when appended."""
+    ) -> ErrorCode | int:
+        """Append as the leader in ``leader_epoch``: the offset of the first record."""
         ...
 
     async def committed(
@@ -110,8 +111,8 @@ class CoordinatorRuntime(Generic[S]):
 
     def _load(self, index: int, epoch: int) -> _Loaded[S]:
         shard = self.new_shard()
-        for key, value in self.partitions.records(self.topic, index):
-            shard.replay(key, value)
+        for offset, key, value in self.partitions.records(self.topic, index):
+            shard.replay(key, value, offset)
         loaded = self._shards[index] = _Loaded(shard, epoch)
         self.loads += 1
         return loaded
@@ -136,7 +137,8 @@ class CoordinatorRuntime(Generic[S]):
             out = op(s.shard)
             if not out.records:
                 return out.response
-            err = self.partitions.append(self.topic, index, out.records, s.epoch)
+            base = self.partitions.append(self.topic, index, out.records, s.epoch)
+            err = base if isinstance(base, ErrorCode) else None
             if err is None:
                 err = await self.partitions.committed(
                     self.topic, index, s.epoch, self.write_timeout_s
@@ -150,6 +152,11 @@ class CoordinatorRuntime(Generic[S]):
                 log.info("[node %d] %s: a write to %s-%d was not committed (%s)",
                          self.node_id, self.name, self.topic, index, err.name)  # fmt: skip
                 return err
-            for key, value in out.records:
-                s.shard.replay(key, value)
+            assert not isinstance(base, ErrorCode)
+            for i, (key, value) in enumerate(out.records):
+                s.shard.replay(key, value, base + i)
             return out.response
+
+    def shards(self) -> dict[int, S]:
+        """The shards loaded here, by partition."""
+        return {i: s.shard for i, s in self._shards.items()}

@@ -101,14 +101,23 @@ class ShareStateShard:
         # share.coordinator.snapshot.update.records.per.snapshot
         self.updates_per_snapshot = updates_per_snapshot
         self.states: dict[ShareKey, ShareState] = {}
+        # where each share-partition's latest snapshot is in the log, and the offset after
+        # the last record replayed: what the log must keep (prune_offset)
+        self.snapshot_at: dict[ShareKey, int] = {}
+        self.next_offset = 0
 
     # -- replay -----------------------------------------------------------------------------
 
-    def replay(self, key: bytes, value: bytes | None) -> None:
+    def replay(self, key: bytes, value: bytes | None, offset: int = -1) -> None:
+        """Apply one record (at ``offset`` in the log; -1: unknown, nothing is pruned)."""
+        self.next_offset = max(self.next_offset, offset + 1)
         kind, sk = decode_key(key)
         if value is None:
             self.states.pop(sk, None)  # the share group's state deleted
+            self.snapshot_at.pop(sk, None)
             return
+        if kind == SNAPSHOT or sk not in self.snapshot_at:
+            self.snapshot_at[sk] = max(offset, 0)
         v = decode_value(kind, value)
         old = self.states.get(sk)
         if isinstance(v, ShareSnapshot):
@@ -137,6 +146,12 @@ class ShareStateShard:
     def replay_all(self, records: Iterable[Record]) -> None:
         for key, value in records:
             self.replay(key, value)
+
+    def prune_offset(self) -> int:
+        """Below this offset the log holds nothing the state needs: every share-partition
+        is rebuilt from its latest snapshot and the updates after it (Kafka prunes
+        __share_group_state up to there with DeleteRecords)."""
+        return min(self.snapshot_at.values(), default=self.next_offset)
 
     # -- operations ---------------------------------------------------------------------------
 

@@ -167,6 +167,14 @@ GROUP_COORDINATOR_CONFIGS: list[ConfigDef] = [
         at_least(0),
     ),
     _d(
+        "share.coordinator.state.topic.prune.interval.ms",
+        T.LONG,
+        "300000",
+        "How often the share coordinator deletes the records of __share_group_state that "
+        "no state needs any more (those before each share-partition's latest snapshot).",
+        at_least(1),
+    ),
+    _d(
         "share.coordinator.write.timeout.ms",
         T.INT,
         "5000",

@@ -369,6 +369,7 @@ class Node:
                  self._checkpoint_high_watermarks),
                 (500, groups.expire_sessions),
                 (500, shares.tick),
+                (c["share.coordinator.state.topic.prune.interval.ms"], self._prune_share_state),
             ):  # fmt: skip
                 self._tasks.append(loop.create_task(_every(interval_ms / 1000, fn)))
             c = self.config
@@ -707,6 +708,10 @@ class Node:
                 if time.monotonic() - told >= 60:
                     told = time.monotonic()
                     log.exception("[node %d] Heartbeat failed; trying again", self.node_id)
+
+    def _prune_share_state(self) -> None:
+        if self.share_coordinator is not None:
+            self.share_coordinator.prune()
 
     def _checkpoint_high_watermarks(self) -> None:
         assert self.broker is not None

@@ -18,9 +18,11 @@ class Counter:
 
     def __init__(self) -> None:
         self.seen: dict[bytes, int] = {}
+        self.offsets: list[int] = []
 
-    def replay(self, key: bytes, value: bytes | None) -> None:
+    def replay(self, key: bytes, value: bytes | None, offset: int) -> None:
         self.seen[key] = self.seen.get(key, 0) + 1
+        self.offsets.append(offset)
 
     def add(self, key: bytes) -> Outcome[int]:
         return Outcome([(key, b"1")], self.seen.get(key, 0) + 1)
@@ -37,16 +39,17 @@ class FakeLog:
     def led(self, topic: str) -> dict[int, int]:
         return dict(self.leaders)
 
-    def records(self, topic: str, index: int) -> Iterable[Record]:
-        return list(self.logs.get(index, []))
+    def records(self, topic: str, index: int) -> Iterable[tuple[int, bytes, bytes | None]]:
+        return [(i, k, v) for i, (k, v) in enumerate(self.logs.get(index, []))]
 
     def append(
         self, topic: str, index: int, records: list[Record], leader_epoch: int
-    ) -> ErrorCode | None:
+    ) -> ErrorCode | int:
         if self.leaders.get(index) != leader_epoch:
             return ErrorCode.not_coordinator
-        self.logs.setdefault(index, []).extend(records)
-        return None
+        log = self.logs.setdefault(index, [])
+        log.extend(records)
+        return len(log) - len(records)
 
     async def committed(
         self, topic: str, index: int, leader_epoch: int, timeout_s: float
@@ -94,6 +97,7 @@ def test_records_are_replayed_once_committed_and_writes_run_one_at_a_time() -> N
         assert await first == 2
         assert await second == 3  # it saw the first's record
         assert shard.seen == {b"a": 3}
+        assert shard.offsets == [0, 1, 2]  # each record replayed with its offset
 
     asyncio.run(go())
 

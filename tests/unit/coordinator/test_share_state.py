@@ -214,3 +214,34 @@ def test_a_summary_for_an_admin_is_never_fenced_but_a_stale_leaders_is() -> None
     assert stale.code == ErrorCode.fenced_leader_epoch
     assert shard.summary(ShareKey("g", TOPIC, 0), -1) is None  # never written
     assert shard.summary(KEY, -1) == seen  # and nothing recorded by asking
+
+
+def test_the_log_is_pruned_up_to_the_oldest_latest_snapshot() -> None:
+    """What __share_group_state must keep: from the earliest of the share-partitions'
+    latest snapshots (each is rebuilt from it and the updates after it)."""
+    other = ShareKey("g", TOPIC, 4)
+    shard = ShareStateShard(updates_per_snapshot=2)
+    log: list[tuple[bytes, bytes | None]] = []
+
+    def append(records: list[tuple[bytes, bytes | None]]) -> None:
+        for k, v in records:
+            shard.replay(k, v, len(log))
+            log.append((k, v))
+
+    def write(key: ShareKey, first: int) -> None:
+        append(shard.write(key, 0, 1, first, [B(first, first, ACKED, 1)]).records)
+
+    write(KEY, 0)  # 0: KEY's snapshot
+    write(other, 0)  # 1: other's snapshot
+    write(KEY, 1)  # 2, 3: updates
+    write(KEY, 2)
+    assert shard.prune_offset() == 0  # both snapshots still needed
+    write(KEY, 3)  # 4: KEY's next snapshot (2 updates since the last)
+    assert shard.prune_offset() == 1  # other's snapshot, at 1, is the oldest needed
+    append(shard.delete(other).records)  # 5, 6: tombstones
+    assert shard.prune_offset() == 4  # only KEY's latest snapshot is needed
+    again = ShareStateShard()  # rebuilt from what is left after pruning: the same state
+    for offset, (k, v) in enumerate(log[4:], start=4):
+        again.replay(k, v, offset)
+    assert again.states == shard.states
+    assert ShareStateShard().prune_offset() == 0  # nothing replayed: nothing to prune
