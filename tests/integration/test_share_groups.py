@@ -378,6 +378,35 @@ def test_offsets_are_reset_and_deleted_and_the_group_deleted_only_while_empty(
     assert "resetters" not in _ok("share-groups", *bs, "--list").split()
 
 
+def test_a_deleted_topics_share_state_is_deleted(enabled: Node) -> None:
+    """The share coordinator deletes the state of a topic deleted (which would otherwise
+    stay in __share_group_state for ever and hold its pruning back)."""
+    _topic(enabled, "doomed", 5, "doomers")
+    c = _share(enabled, "doomers", "doomed")
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 5 and time.monotonic() < deadline:
+        got += _poll(c)
+    c.commit_sync()
+    c.close()
+    md = _send(enabled, ApiKey.METADATA, 12, {"topics": [{"name": "doomed", "topic_id": None}],
+               "allow_auto_topic_creation": False,
+               "include_topic_authorized_operations": False})  # fmt: skip
+    tid = md.topics[0].topic_id
+
+    def start() -> int:
+        resp = _send(enabled, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 0, {
+            "group_id": "doomers",
+            "topics": [{"topic_id": tid, "partitions": [{"partition": 0, "leader_epoch": -1}]}],
+        })  # fmt: skip
+        return int(resp.results[0].partitions[0].start_offset)
+
+    assert start() == 5
+    admin = AdminClient({"bootstrap.servers": enabled.bootstrap})
+    admin.delete_topics(["doomed"])["doomed"].result(30)
+    wait_until(lambda: start() == -1, 30, what="the deleted topic's share state deleted")
+
+
 def test_a_backlog_past_one_read_is_delivered_once(enabled: Node) -> None:
     """5 MB in one partition, 5x what a share fetch reads of it at once: every record
     delivered once, over many fetches."""

@@ -8,6 +8,7 @@ what the runtime needs of this broker's partitions.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -150,6 +151,10 @@ def _bound(
     return op(shard, key, p)
 
 
+def _delete(key: ShareKey, shard: ShareStateShard) -> Outcome[Refusal | None]:
+    return shard.delete(key)
+
+
 class ShareCoordinator:
     topic = SHARE_STATE_TOPIC
 
@@ -165,6 +170,7 @@ class ShareCoordinator:
             broker.node_id,
         )
         broker.on_image.append(lambda _image: self.runtime.on_leadership())
+        self._cleanup: asyncio.Task[None] | None = None
 
     def handlers(self) -> dict[ApiKey, Any]:
         return {
@@ -180,7 +186,16 @@ class ShareCoordinator:
     def prune(self) -> int:
         """Delete what no state needs of each __share_group_state partition led here: the
         records before every share-partition's latest snapshot (Kafka's DeleteRecords on
-        the topic); how many partitions moved their start."""
+        the topic), and the state of topics that were deleted (which would otherwise hold
+        the prune point back for ever); how many partitions moved their start."""
+        gone = [
+            (idx, key)
+            for idx, shard in self.runtime.shards().items()
+            for key in shard.states
+            if key.topic_id not in self.broker.image.topics
+        ]
+        if gone and self._cleanup is None:
+            self._cleanup = asyncio.get_running_loop().create_task(self._delete_states(gone))
         moved = 0
         now = int(time.time() * 1000)
         for idx, shard in self.runtime.shards().items():
@@ -195,6 +210,15 @@ class ShareCoordinator:
                 log.info("[node %d] Pruned %s-%d up to offset %d", self.broker.node_id,
                          SHARE_STATE_TOPIC, idx, target)  # fmt: skip
         return moved
+
+    async def _delete_states(self, gone: list[tuple[int, ShareKey]]) -> None:
+        try:
+            for idx, key in gone:
+                await self.runtime.write(idx, functools.partial(_delete, key))
+            log.info("[node %d] Deleted the share-group state of %d partition(s) of deleted "
+                     "topics", self.broker.node_id, len(gone))  # fmt: skip
+        finally:
+            self._cleanup = None
 
     # -- placement ------------------------------------------------------------------------
 
