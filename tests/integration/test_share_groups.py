@@ -663,3 +663,25 @@ def test_share_state_moves_with_the_partitions_leader(tmp_path: Path) -> None:
         sc.close()
     finally:
         c.stop()
+
+
+def test_a_share_state_topic_that_cannot_be_made_is_named_in_the_log(tmp_path: Path) -> None:
+    """One broker and Kafka's default replication factor of 3 for __share_group_state:
+    share consumers get nothing, and the node's log says which key to change."""
+    n = Node(tmp_path, extra={"share.coordinator.state.topic.replication.factor": "3"})
+    n.format(release="4.2")
+    n.start()
+    try:
+        _topic(n, "stuck", 3, "stuck-g")
+        c = _share(n, "stuck-g", "stuck")
+        deadline = time.monotonic() + 15
+        got: list[Any] = []
+        while time.monotonic() < deadline and "share.coordinator.state.topic.replication" not in (
+            n.logs()
+        ):
+            got += _poll(c)
+        assert got == []  # no state, no delivery
+        assert "share.coordinator.state.topic.replication.factor" in n.logs()
+        c.close()
+    finally:
+        n.stop()

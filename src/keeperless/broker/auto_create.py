@@ -24,7 +24,11 @@ __all__ = ["AutoTopicCreator"]
 
 log = logging.getLogger(__name__)
 WARN_INTERVAL_S = 60.0
-HINTS = {"__consumer_offsets": " (check offsets.topic.replication.factor)"}
+HINTS = {
+    "__consumer_offsets": " (check offsets.topic.replication.factor)",
+    "__transaction_state": " (check transaction.state.log.replication.factor)",
+    "__share_group_state": " (check share.coordinator.state.topic.replication.factor)",
+}
 
 
 class AutoTopicCreator:

@@ -53,7 +53,8 @@ _DISABLED = (
 _DURATION = re.compile(r"^by_duration:P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:([\d.]+)S)?)?$")
 # a share session idle this long is closed (its member's records released)
 _SESSION_IDLE_S = 60.0
-_POLL_S = 0.25  # a waiting ShareFetch looks again for released records this often
+_POLL_S = 0.25
+_WARN_EVERY_S = 60.0  # a waiting ShareFetch looks again for released records this often
 # what one share fetch reads of a partition at most (at least one whole batch, as Kafka
 # reads): records are acquired from it and the rest dropped, so a client's 50 MB
 # fetch.max.bytes is not read into memory for its 500 records
@@ -116,6 +117,7 @@ class ShareApis:
         self._writing: dict[tuple[str, uuid.UUID, int], asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pending: dict[tuple[str, uuid.UUID, int], int] = {}  # writes not yet begun
+        self._warned: dict[tuple[str, uuid.UUID, int], float] = {}
         self.persister: SharePersister | None = None  # None: state in memory only
         self.sessions: dict[tuple[str, str], _Session] = {}  # (group, member) -> session
 
@@ -376,9 +378,11 @@ class ShareApis:
             return
         got = await self.persister.read(gid, tid, idx, epoch)
         if got.error != ErrorCode.none:
-            log.warning("[node %d] Share group %s: the state of %s-%d could not be read: %s "
-                        "(%s)", self.broker.node_id, gid, t.name, idx, got.error.name,
-                        got.message)  # fmt: skip
+            if self._warn_now(key):
+                log.warning("[node %d] Share group %s: the state of %s-%d could not be read: "
+                            "%s (%s); its records are not delivered until it can be",
+                            self.broker.node_id, gid, t.name, idx, got.error.name,
+                            got.message)  # fmt: skip
             return
         if p.info is None or p.info.leader_epoch != epoch or not p.is_leader:
             return  # led elsewhere meanwhile
@@ -418,9 +422,10 @@ class ShareApis:
             if err != ErrorCode.none:
                 if self.partitions.get(key) is sp:
                     del self.partitions[key]
-                log.warning("[node %d] Share group %s: the state of %s-%d could not be "
-                            "written: %s (%s)", self.broker.node_id, key[0], key[1], key[2],
-                            err.name, message)  # fmt: skip
+                if self._warn_now(key):
+                    log.warning("[node %d] Share group %s: the state of %s-%d could not be "
+                                "written: %s (%s)", self.broker.node_id, key[0], key[1],
+                                key[2], err.name, message)  # fmt: skip
             return err, message
 
     async def _store_group(self, g: ShareGroup) -> ErrorCode | None:
@@ -442,6 +447,15 @@ class ShareApis:
         if err is None:
             self.gc.share_stored[g.group_id] = topics
         return err
+
+    def _warn_now(self, key: tuple[str, uuid.UUID, int]) -> bool:
+        """One warning a minute per share-partition (a coordinator that stays away would
+        otherwise log at every fetch)."""
+        now = time.monotonic()
+        if now - self._warned.get(key, -_WARN_EVERY_S) < _WARN_EVERY_S:
+            return False
+        self._warned[key] = now
+        return True
 
     def _forget_idle(self, gid: str) -> None:
         """The group's first share session here: its share-partitions are read again from
