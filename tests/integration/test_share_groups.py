@@ -258,6 +258,7 @@ def test_share_state_survives_a_restart(enabled: Node) -> None:
 
     wait_until(pruned, 20, what="__share_group_state pruned")
     probe.close()
+    logged = len(enabled.logs())
     enabled.kill9()
     enabled.start()
     # the group itself is back (ShareGroupMetadata in __consumer_offsets), with no member,
@@ -267,6 +268,9 @@ def test_share_state_survives_a_restart(enabled: Node) -> None:
     rows = _ok("share-groups", *bs, "--describe", "--group", "keepers").splitlines()
     assert rows[1].split()[:3] == ["keepers", "durable", "0"]
     assert rows[1].split()[-1] == "30"
+    # each shard read once: not once per image of the metadata log's replay at start
+    loads = enabled.logs()[logged:].count("share coordinator: loaded __share_group_state-[")
+    assert loads == 1, enabled.logs()[logged:][-3000:]
     c = _share(enabled, "keepers", "durable", **{"share.acknowledgement.mode": "explicit"})
     again: dict[bytes, int] = {}
     deadline = time.monotonic() + 60
@@ -370,12 +374,28 @@ def test_offsets_are_reset_and_deleted_and_the_group_deleted_only_while_empty(
     res = keeperless(*reset, "--to-earliest", "--execute")
     assert res.returncode == 1
     assert "member" in res.stderr, res.stderr
+    assert "error: error" not in res.stderr.lower()  # one prefix, not two
     res = keeperless("share-groups", *bs, "--delete", *grp)
     assert "could not be deleted due to: GroupNotEmptyException" in res.stdout, res.stdout
     busy.close()
     gone = _ok("share-groups", *bs, "--delete", *grp)
     assert "Deletion of requested share groups ('resetters') was successful." in gone
     assert "resetters" not in _ok("share-groups", *bs, "--list").split()
+    # found by a fresh-eyes review: deleting the offsets of a group that does not exist,
+    # or of a topic it never read, is an error; a reset of a new group makes the group
+    res = keeperless("share-groups", *bs, "--delete-offsets", *grp, "--topic", "resets")
+    assert res.returncode == 1
+    assert "does not exist" in res.stderr, res.stderr
+    res = keeperless("share-groups", *bs, "--delete-offsets", *grp, "--topic", "resets:0")
+    assert res.returncode == 1
+    assert "without partitions" in res.stderr, res.stderr
+    _ok(*reset, "--to-offset", "2", "--execute")  # 'resetters' exists again, empty
+    assert "resetters" in _ok("share-groups", *bs, "--list").split()
+    assert start() == ["2"]
+    _topic(enabled, "unread", 1, "resetters")
+    res = keeperless("share-groups", *bs, "--delete-offsets", *grp, "--topic", "unread")
+    assert res.returncode == 1
+    assert "no state for topic unread" in res.stdout, res.stdout
 
 
 def test_a_deleted_topics_share_state_is_deleted(enabled: Node) -> None:

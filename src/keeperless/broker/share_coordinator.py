@@ -169,8 +169,15 @@ class ShareCoordinator:
             settings.write_timeout_ms / 1000,
             broker.node_id,
         )
-        broker.on_image.append(lambda _image: self.runtime.on_leadership())
+        broker.on_image.append(self._on_image)
         self._cleanup: asyncio.Task[None] | None = None
+
+    def _on_image(self, _image: Any) -> None:
+        """Follow the leadership of __share_group_state once this broker's partitions are
+        live: the images of its metadata log's replay at start (each a past leadership)
+        loaded and dropped every shard again and again (found by a fresh-eyes review)."""
+        if self.broker.partitions_live:
+            self.runtime.on_leadership()
 
     def handlers(self) -> dict[ApiKey, Any]:
         return {

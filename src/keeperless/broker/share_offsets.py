@@ -16,6 +16,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.share_apis import ShareApis
+from keeperless.broker.share_group import ShareGroup
 from keeperless.broker.share_group_records import StoredShareGroup, share_group_records
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
@@ -81,9 +82,18 @@ class ShareOffsetsApis:
             out.append({"topic_name": t.topic_name,
                         "topic_id": t_img.topic_id if t_img is not None else None,
                         "partitions": parts})  # fmt: skip
+        # a group that did not exist is made (Empty), as Kafka's coordinator makes it, so
+        # the tool lists and describes what was written (found by a fresh-eyes review)
         group = self.shares.groups.get(gid)
-        if group is not None:
-            group.topics_read |= {t.topic_name for t in req.topics}
+        if group is None:
+            group = self.shares.groups[gid] = ShareGroup(gid)
+        group.topics_read |= {t.topic_name for t in req.topics if self.broker.image.topic(
+            t.topic_name) is not None}  # fmt: skip
+        stored = await self.shares._store_group(group)
+        if stored is not None:
+            return build(cls, {"throttle_time": datetime.timedelta(0), "error_code": stored,
+                               "error_message": f"The share group {gid} could not be stored",
+                               "responses": out})  # fmt: skip
         return build(cls, {"throttle_time": datetime.timedelta(0), "error_code": ErrorCode.none,
                            "error_message": None, "responses": out})  # fmt: skip
 
@@ -104,18 +114,30 @@ class ShareOffsetsApis:
         cls = response_class(ApiKey.DELETE_SHARE_GROUP_OFFSETS, header.api_version)
         gid = req.group_id
         refused = self._group_refusal(gid) or self._busy(gid)
-        if refused is not None:
-            return build(cls, {"throttle_time": datetime.timedelta(0), "error_code": refused[0],
-                               "error_message": refused[1], "responses": []})  # fmt: skip
+        group = self.shares.groups.get(gid)
+        if refused is None and group is None:
+            refused = ErrorCode.group_id_not_found, f"Share group {gid} does not exist"
+        if refused is not None or group is None:
+            code, message = refused or (ErrorCode.group_id_not_found, None)
+            return build(cls, {"throttle_time": datetime.timedelta(0), "error_code": code,
+                               "error_message": message, "responses": []})  # fmt: skip
         out = []
         for t in req.topics:
-            code, msg = await self._delete_topic(gid, t.topic_name)
+            msg: str | None
+            if t.topic_name not in group.topics_read:
+                code, msg = ErrorCode.unknown_topic_or_partition, (
+                    f"Share group {gid} has no state for topic {t.topic_name}")  # fmt: skip
+            else:
+                code, msg = await self._delete_topic(gid, t.topic_name)
+                if code == ErrorCode.none:
+                    group.topics_read.discard(t.topic_name)
             t_img = self.broker.image.topic(t.topic_name)
             out.append({"topic_name": t.topic_name,
                         "topic_id": t_img.topic_id if t_img is not None else None,
                         "error_code": code, "error_message": msg})  # fmt: skip
-        return build(cls, {"throttle_time": datetime.timedelta(0), "error_code": ErrorCode.none,
-                           "error_message": None, "responses": out})  # fmt: skip
+        stored = await self.shares._store_group(group)
+        return build(cls, {"throttle_time": datetime.timedelta(0), "error_code": stored or
+                           ErrorCode.none, "error_message": None, "responses": out})  # fmt: skip
 
     async def delete_group(self, gid: str) -> ErrorCode | None:
         """DeleteGroups of a share group (from the group coordinator): the state of every

@@ -116,12 +116,16 @@ class SharePartition:
     ) -> SharePartition:
         """A share-partition as the share coordinator stored it: every record of its
         batches at or past the start, with its delivery count (an acquired one was
-        stored as available: its lock did not outlive the leader that gave it)."""
+        stored as available with the count before that delivery: its lock did not
+        outlive the leader that gave it). An available record delivered as often as the
+        limit allows is archived (the limit may have been lowered meanwhile)."""
         sp = cls(start_offset, delivery_limit, max_in_flight)
         for b in batches:
             state = RecordState(b.delivery_state)
             if state is S.ACQUIRED:
                 state = S.AVAILABLE
+            if state is S.AVAILABLE and b.delivery_count >= delivery_limit:
+                state = S.ARCHIVED
             for off in range(max(b.first_offset, start_offset), b.last_offset + 1):
                 sp.records[off] = InFlight(state, b.delivery_count)
                 sp.next = max(sp.next, off + 1)
@@ -130,20 +134,25 @@ class SharePartition:
 
     def state_batches(self) -> list[StateBatch]:
         """The window's records as the share coordinator stores them: runs of offsets
-        with one state and delivery count (acquired records stored as available)."""
+        with one state and delivery count. An acquired record is stored as available
+        with the count of its deliveries before this one (Kafka does not store an
+        acquisition): a leader that takes over delivers it again as that delivery, so
+        the delivery count limit still holds (a fresh-eyes review found count 6 of 5)."""
         out: list[StateBatch] = []
         for off in sorted(self.records):
             r = self.records[off]
-            state = S.AVAILABLE if r.state is S.ACQUIRED else r.state
+            state, count = r.state, r.delivery_count
+            if state is S.ACQUIRED:
+                state, count = S.AVAILABLE, count - 1
             last = out[-1] if out else None
             if (
                 last is not None
                 and last.last_offset == off - 1
-                and (last.delivery_state, last.delivery_count) == (state, r.delivery_count)
+                and (last.delivery_state, last.delivery_count) == (state, count)
             ):
-                out[-1] = StateBatch(last.first_offset, off, state, r.delivery_count)
+                out[-1] = StateBatch(last.first_offset, off, state, count)
             else:
-                out.append(StateBatch(off, off, state, r.delivery_count))
+                out.append(StateBatch(off, off, state, count))
         return out
 
     def _in_flight(self) -> int:

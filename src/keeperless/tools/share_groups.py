@@ -92,6 +92,9 @@ def check_args(args: Any) -> None:
         check_reset_args(args)
     if given[0] == "delete_offsets" and not args.topic:
         raise ToolError("Option --delete-offsets takes the option: --topic")
+    if given[0] == "delete_offsets" and any(":" in t for t in args.topic):
+        raise ToolError("Option --delete-offsets deletes a share group's state of whole "
+                        "topics: --topic TOPIC, without partitions")  # fmt: skip
     for opt in ("members", "offsets"):
         if getattr(args, opt, False) and given[0] != "describe":
             raise ToolError(f"Option --{opt} is only valid with --describe")
@@ -139,11 +142,11 @@ def _reset(args: Any, servers: Servers, group: str, out: TextIO) -> None:
         resp = call([coordinator], ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0,
                     {"group_id": group, "topics": topics})  # fmt: skip
         if int(resp.error_code) != 0:
-            raise ToolError(f"Error: {resp.error_message or resp.error_code.name}")
+            raise ToolError(f"{resp.error_message or resp.error_code.name}")
         for t in resp.responses:
             for p in t.partitions:
                 if int(p.error_code) != 0:
-                    raise ToolError(f"Error: {t.topic_name}-{p.partition_index}: "
+                    raise ToolError(f"{t.topic_name}-{p.partition_index}: "
                                     f"{p.error_message or p.error_code.name}")  # fmt: skip
     gw = max(15, len(group))
     tw = max([15, *(len(t) for t, _ in new)])
@@ -157,7 +160,7 @@ def _delete_offsets(args: Any, servers: Servers, group: str, out: TextIO) -> int
     resp = call([_coordinator(servers, group)], ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0,
                 {"group_id": group, "topics": [{"topic_name": t} for t in topics]})  # fmt: skip
     if int(resp.error_code) != 0:
-        raise ToolError(f"Error: {resp.error_message or resp.error_code.name}")
+        raise ToolError(f"{resp.error_message or resp.error_code.name}")
     width = max([15, *(len(t.topic_name) for t in resp.responses)])
     print(f"\n{'TOPIC':<{width}} STATUS", file=out)
     failed = 0

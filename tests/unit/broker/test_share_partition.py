@@ -17,6 +17,7 @@ from keeperless.broker.share_partition import (
     ShareAckError,
     SharePartition,
 )
+from keeperless.coordinator.share_records import StateBatch
 
 LOCK = 1000
 A, R, J, G = AckType.ACCEPT, AckType.RELEASE, AckType.REJECT, AckType.GAP
@@ -165,20 +166,19 @@ def test_the_state_written_holds_how_each_record_of_the_window_ended() -> None:
     S = RecordState
     assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
             for b in sp.state_batches()] == [
-        (0, 0, S.AVAILABLE, 1), (1, 1, S.ACKNOWLEDGED, 1), (2, 2, S.ARCHIVED, 1),
-        (3, 5, S.AVAILABLE, 1),
+        (0, 0, S.AVAILABLE, 0), (1, 1, S.ACKNOWLEDGED, 1), (2, 2, S.ARCHIVED, 1),
+        (3, 3, S.AVAILABLE, 1), (4, 5, S.AVAILABLE, 0),
     ]  # fmt: skip
     again = SharePartition.restore(sp.start, sp.state_batches(), 5, 100)
     assert (again.start, again.next) == (0, 6)
-    # 1 and 2 are done; the rest comes again, counted from what was written
+    # 1 and 2 are done; the rest comes again, counted from what was written: the
+    # acquisitions in flight are that delivery again, the released 3 its next one
     assert again.acquire("b", one_record_batches(0, 7), 10, 0, LOCK) == [
-        (0, 0, 2),
-        (3, 5, 2),
-        (6, 7, 1),
-    ]
+        (0, 0, 1), (3, 3, 2), (4, 7, 1)
+    ]  # fmt: skip
     sp.acknowledge("a", [(0, 0, (A,))])  # the start passes 0-2: they are not written
     assert sp.start == 3
-    assert [b.first_offset for b in sp.state_batches()] == [3]
+    assert [b.first_offset for b in sp.state_batches()] == [3, 4]
 
 
 def test_finished_records_do_not_count_against_the_in_flight_limit() -> None:
@@ -186,3 +186,18 @@ def test_finished_records_do_not_count_against_the_in_flight_limit() -> None:
     sp.acquire("a", one_record_batches(0, 2), 10, 0, LOCK)
     sp.acknowledge("a", [(1, 2, (A,))])  # 0 still acquired: 1 and 2 stay in the window
     assert sp.acquire("a", one_record_batches(3, 9), 10, 0, LOCK) == [(3, 4, 1)]
+
+
+def test_a_record_acquired_at_the_limit_is_not_delivered_past_it_by_a_new_leader() -> None:
+    """Found by a fresh-eyes review: a record acquired for its 5th delivery (limit 5) when
+    a snapshot was written came back from the restored state as its 6th."""
+    sp = SharePartition(0, delivery_limit=5, max_in_flight=100)
+    for _ in range(4):
+        sp.acquire("a", one_record_batches(0, 0), 10, 0, LOCK)
+        sp.acknowledge("a", [(0, 0, (R,))])
+    assert sp.acquire("a", one_record_batches(0, 0), 10, 0, LOCK) == [(0, 0, 5)]
+    again = SharePartition.restore(sp.start, sp.state_batches(), 5, 100)
+    assert again.acquire("b", one_record_batches(0, 0), 10, 0, LOCK) == [(0, 0, 5)]
+    # a state with an available record delivered as often as the limit allows: archived
+    at_limit = SharePartition.restore(0, [StateBatch(0, 0, RecordState.AVAILABLE, 5)], 5, 100)
+    assert at_limit.acquire("b", one_record_batches(0, 1), 10, 0, LOCK) == [(1, 1, 1)]
