@@ -263,6 +263,7 @@ def _tools(args: argparse.Namespace) -> int:
                     args.offsets_decoder,
                     args.max_bytes,
                     args.transaction_log_decoder,
+                    args.share_group_state_decoder,
                 )
                 and ok
             )

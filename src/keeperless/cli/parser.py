@@ -450,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument(
         "--transaction-log-decoder", action="store_true", help="decode __transaction_state"
     )
+    dl.add_argument(
+        "--share-group-state-decoder", action="store_true", help="decode __share_group_state"
+    )
     dl.add_argument("--max-bytes", type=int, help="read only the batches in the first N bytes")
     dl.add_argument("--key-decoder-class", help="not supported: keys print as UTF-8 text")
     dl.add_argument("--value-decoder-class", help="not supported: values print as UTF-8 text")

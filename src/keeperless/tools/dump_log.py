@@ -21,7 +21,11 @@ from keeperless.protocol.records import (
     read_header,
 )
 from keeperless.storage.batch_scan import BatchScan
-from keeperless.tools.offsets_decoder import decode_offsets_record, decode_transaction_record
+from keeperless.tools.offsets_decoder import (
+    decode_offsets_record,
+    decode_share_state_record,
+    decode_transaction_record,
+)
 
 __all__ = ["dump_file"]
 
@@ -68,11 +72,13 @@ def dump_file(
     offsets_decoder: bool = False,
     max_bytes: int | None = None,
     transaction_decoder: bool = False,
+    share_state_decoder: bool = False,
 ) -> bool:
     """Print one file; returns False if it was found corrupt (after printing the rest).
     ``skip_record_metadata`` prints only each record's contents (Kafka's
     --skip-record-metadata); ``offsets_decoder`` decodes __consumer_offsets records,
-    ``transaction_decoder`` __transaction_state ones; transaction markers are printed
+    ``transaction_decoder`` __transaction_state ones, ``share_state_decoder``
+    __share_group_state ones; transaction markers are printed
     as Kafka's (endTxnMarker, coordinatorEpoch);
     ``max_bytes`` reads only the batches within the file's first bytes."""
     if path.suffix in (".index", ".timeindex"):
@@ -89,7 +95,10 @@ def dump_file(
         start = path.name.split("-")[0].split(".")[0]
         if start.isdigit():
             print(f"Log starting offset: {int(start)}", file=out)
-    records_wanted = deep or print_data or decoder or offsets_decoder or transaction_decoder
+    records_wanted = (
+        deep or print_data or decoder or offsets_decoder or transaction_decoder
+        or share_state_decoder
+    )  # fmt: skip
     invalid = 0
     try:
         for pos, data, problem in _batches(path, max_bytes):
@@ -131,6 +140,8 @@ def dump_file(
                     line += f" {name}: {_control_json(msg)}"
                 elif transaction_decoder:
                     line += decode_transaction_record(rec.key, rec.value)
+                elif share_state_decoder:
+                    line += decode_share_state_record(rec.key, rec.value)
                 elif offsets_decoder:
                     line += decode_offsets_record(rec.key, rec.value)
                 elif metadata and rec.value is not None:

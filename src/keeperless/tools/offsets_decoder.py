@@ -167,3 +167,41 @@ def decode_transaction_record(key: bytes | None, value: bytes | None) -> str:
     except (struct.error, IndexError, ValueError, UnicodeDecodeError):
         payload = f"<truncated, {len(value)} bytes>"
     return f" key: {key_text} payload: {payload}"
+
+
+def decode_share_state_record(key: bytes | None, value: bytes | None) -> str:
+    """kafka-dump-log.sh --share-group-state-decoder: a `__share_group_state` record
+    (ShareSnapshot, type 0, or ShareUpdate, type 1) as ' key: {"type":"0","data":{...}}
+    payload: {"version":"0","data":{...}}'."""
+    from keeperless.coordinator.share_records import (
+        ShareRecordError,
+        ShareSnapshot,
+        decode_key,
+        decode_value,
+    )
+
+    if key is None:
+        return " key: null payload: null"
+    try:
+        kind, sk = decode_key(key)
+    except ShareRecordError as e:
+        return f" key: <{e}, {len(key)} bytes> payload: ..."
+    tid = base64.urlsafe_b64encode(sk.topic_id.bytes).decode().rstrip("=")
+    key_text = _js({"type": str(kind), "data": {"groupId": sk.group_id, "topicId": tid,
+                                               "partition": sk.partition}})  # fmt: skip
+    if value is None:
+        return f" key: {key_text} payload: null"
+    try:
+        v = decode_value(kind, value)
+    except ShareRecordError as e:
+        return f" key: {key_text} payload: <{e}, {len(value)} bytes>"
+    data: dict[str, Any] = {"snapshotEpoch": v.snapshot_epoch}
+    if isinstance(v, ShareSnapshot):
+        data["stateEpoch"] = v.state_epoch
+    data.update(leaderEpoch=v.leader_epoch, startOffset=v.start_offset, stateBatches=[
+        {"firstOffset": b.first_offset, "lastOffset": b.last_offset,
+         "deliveryState": b.delivery_state, "deliveryCount": b.delivery_count}
+        for b in v.batches
+    ])  # fmt: skip
+    version = struct.unpack_from(">h", value, 0)[0]
+    return f" key: {key_text} payload: {_js({'version': str(version), 'data': data})}"
