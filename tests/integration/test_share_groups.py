@@ -37,6 +37,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         # a snapshot every 3 updates, pruned each second: restarts read pruned logs
         "share.coordinator.snapshot.update.records.per.snapshot": "3",
         "share.coordinator.state.topic.prune.interval.ms": "1000",
+        "share.coordinator.cold.partition.snapshot.interval.ms": "1000",
     })  # fmt: skip
     yield from running(n)
 

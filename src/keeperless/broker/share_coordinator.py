@@ -113,6 +113,7 @@ class ShareCoordinatorSettings:
     updates_per_snapshot: int = 500
     write_timeout_ms: int = 5000
     prune_interval_ms: int = 300000
+    cold_snapshot_interval_ms: int = 300000
 
     @classmethod
     def of(cls, config: Any) -> ShareCoordinatorSettings:
@@ -125,6 +126,7 @@ class ShareCoordinatorSettings:
             config[k + "snapshot.update.records.per.snapshot"],
             config[k + "write.timeout.ms"],
             config[k + "state.topic.prune.interval.ms"],
+            config[k + "cold.partition.snapshot.interval.ms"],
         )
 
 
@@ -155,6 +157,10 @@ def _delete(key: ShareKey, shard: ShareStateShard) -> Outcome[Refusal | None]:
     return shard.delete(key)
 
 
+def _refresh(shard: ShareStateShard) -> Outcome[int]:
+    return shard.refresh_snapshots()
+
+
 class ShareCoordinator:
     topic = SHARE_STATE_TOPIC
 
@@ -171,6 +177,7 @@ class ShareCoordinator:
         )
         broker.on_image.append(self._on_image)
         self._cleanup: asyncio.Task[None] | None = None
+        self._refresh: asyncio.Task[None] | None = None
 
     def _on_image(self, _image: Any) -> None:
         """Follow the leadership of __share_group_state once this broker's partitions are
@@ -217,6 +224,20 @@ class ShareCoordinator:
                 log.info("[node %d] Pruned %s-%d up to offset %d", self.broker.node_id,
                          SHARE_STATE_TOPIC, idx, target)  # fmt: skip
         return moved
+
+    def refresh_snapshots(self) -> None:
+        """Fresh snapshots of the share-partitions whose latest one has records after it
+        (every share.coordinator.cold.partition.snapshot.interval.ms), so the next prune
+        is not held back by an idle share-partition's old snapshot."""
+        if self._refresh is None and self.runtime.shards():
+            self._refresh = asyncio.get_running_loop().create_task(self._refresh_all())
+
+    async def _refresh_all(self) -> None:
+        try:
+            for idx in list(self.runtime.shards()):
+                await self.runtime.write(idx, _refresh)
+        finally:
+            self._refresh = None
 
     async def _delete_states(self, gone: list[tuple[int, ShareKey]]) -> None:
         try:

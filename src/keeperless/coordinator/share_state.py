@@ -147,6 +147,20 @@ class ShareStateShard:
         for key, value in records:
             self.replay(key, value)
 
+    def refresh_snapshots(self) -> Outcome[int]:
+        """A fresh ShareSnapshot of every share-partition whose latest one has records
+        after it (Kafka's cold-partition snapshots): an idle share-partition's old snapshot
+        would otherwise hold the prune point back for ever. Answers how many."""
+        records: list[Record] = []
+        for sk, at in self.snapshot_at.items():
+            s = self.states.get(sk)
+            if s is None or at >= self.next_offset - 1:
+                continue
+            value = ShareSnapshot(s.snapshot_epoch + 1, s.state_epoch, s.leader_epoch,
+                                  s.start_offset, s.batches)  # fmt: skip
+            records.append((encode_key(SNAPSHOT, sk), encode_value(value)))
+        return Outcome(records, len(records))
+
     def prune_offset(self) -> int:
         """Below this offset the log holds nothing the state needs: every share-partition
         is rebuilt from its latest snapshot and the updates after it (Kafka prunes

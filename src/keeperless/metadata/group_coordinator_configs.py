@@ -175,6 +175,14 @@ GROUP_COORDINATOR_CONFIGS: list[ConfigDef] = [
         at_least(1),
     ),
     _d(
+        "share.coordinator.cold.partition.snapshot.interval.ms",
+        T.INT,
+        "300000",
+        "How often the share coordinator writes a fresh snapshot of share-partitions whose "
+        "latest snapshot has records after it, so that idle ones do not hold back pruning.",
+        at_least(1),
+    ),
+    _d(
         "share.coordinator.write.timeout.ms",
         T.INT,
         "5000",

@@ -277,6 +277,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "share.coordinator.snapshot.update.records.per.snapshot": _typed,
     "share.coordinator.write.timeout.ms": _typed,
     "share.coordinator.state.topic.prune.interval.ms": _typed,
+    "share.coordinator.cold.partition.snapshot.interval.ms": _typed,
     "group.consumer.assignors": _assignors,
     "broker.rack": _str,
     "socket.request.max.bytes": _typed,

@@ -28,10 +28,7 @@ from keeperless.broker.handlers import BrokerHandlers
 from keeperless.broker.quotas import QuotaManager
 from keeperless.broker.reassignment_apis import ReassignmentApis
 from keeperless.broker.replication import ReplicaManager, ReplicationSettings
-from keeperless.broker.share_apis import ShareApis, ShareSettings
-from keeperless.broker.share_coordinator import ShareCoordinator, ShareCoordinatorSettings
-from keeperless.broker.share_offsets import ShareOffsetsApis
-from keeperless.broker.share_persister import SharePersister
+from keeperless.broker.share_service import ShareGroups
 from keeperless.broker.txn_admin import TxnAdmin
 from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
@@ -171,8 +168,7 @@ class Node:
         self.controller_handlers: dict[int, Any] = {}  # the controller listener's
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinator | None = None
-        self.shares: ShareApis | None = None
-        self.share_coordinator: ShareCoordinator | None = None
+        self.shares: ShareGroups | None = None
         self.txn: TxnCoordinator | None = None
         self.markers: TxnMarkerWriter | None = None
         self.cleaner: LogCleaner | None = None
@@ -184,13 +180,7 @@ class Node:
             self.broker.forwarder = Forwarder(self.remote, self._local_controller_handlers)
             self._secure_peers(self.broker)
             self.groups = GroupCoordinator(self.broker, GroupSettings.of(config))
-            self.shares = ShareApis(self.groups, ShareSettings.of(config))
-            sc_settings = ShareCoordinatorSettings.of(config)
-            self.share_coordinator = ShareCoordinator(self.broker, sc_settings)
-            self.groups.share_coordinator = self.share_coordinator
-            self.shares.persister = SharePersister(
-                self.broker, self.share_coordinator, 2 * sc_settings.write_timeout_ms / 1000
-            )
+            self.shares = ShareGroups(self.groups, config)
             self.markers = TxnMarkerWriter(self.broker)
             self.txn = TxnCoordinator(
                 self.broker,
@@ -368,8 +358,7 @@ class Node:
                 (c["replica.high.watermark.checkpoint.interval.ms"],
                  self._checkpoint_high_watermarks),
                 (500, groups.expire_sessions),
-                (500, shares.tick),
-                (c["share.coordinator.state.topic.prune.interval.ms"], self._prune_share_state),
+                *shares.periodic(c),
             ):  # fmt: skip
                 self._tasks.append(loop.create_task(_every(interval_ms / 1000, fn)))
             c = self.config
@@ -476,12 +465,8 @@ class Node:
         registry.register("the broker", h.handlers())
         registry.register("the group coordinator", offsets.handlers())
         registry.register("the consumer group protocol", ConsumerGroupApis(self.groups).handlers())
-        registry.register("share groups (KIP-932)", self.shares.handlers())
-        assert self.share_coordinator is not None
-        registry.register("the share coordinator", self.share_coordinator.handlers())
-        share_offsets = ShareOffsetsApis(self.shares)
-        offsets.delete_share_group = share_offsets.delete_group
-        registry.register("share-group offsets", share_offsets.handlers())
+        for owner, share_handlers in self.shares.registrations(offsets):
+            registry.register(owner, share_handlers)
         registry.register("transactional offset commits", txn_offsets.handlers())
         registry.register("the transaction coordinator", self.txn.handlers())
         registry.register("the transaction admin APIs", TxnAdmin(self.broker, self.txn).handlers())
@@ -708,10 +693,6 @@ class Node:
                 if time.monotonic() - told >= 60:
                     told = time.monotonic()
                     log.exception("[node %d] Heartbeat failed; trying again", self.node_id)
-
-    def _prune_share_state(self) -> None:
-        if self.share_coordinator is not None:
-            self.share_coordinator.prune()
 
     def _checkpoint_high_watermarks(self) -> None:
         assert self.broker is not None

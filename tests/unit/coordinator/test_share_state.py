@@ -245,3 +245,32 @@ def test_the_log_is_pruned_up_to_the_oldest_latest_snapshot() -> None:
         again.replay(k, v, offset)
     assert again.states == shard.states
     assert ShareStateShard().prune_offset() == 0  # nothing replayed: nothing to prune
+
+
+def test_an_idle_share_partition_gets_a_fresh_snapshot_so_pruning_goes_on() -> None:
+    """An idle share-partition's old snapshot would hold the prune point back for ever:
+    a cold-partition snapshot (Kafka's) of it moves the point past everything before."""
+    idle = ShareKey("idle", TOPIC, 0)
+    shard = ShareStateShard(updates_per_snapshot=1)
+    log: list[tuple[bytes, bytes | None]] = []
+
+    def append(records: list[tuple[bytes, bytes | None]]) -> None:
+        for k, v in records:
+            shard.replay(k, v, len(log))
+            log.append((k, v))
+
+    append(shard.write(idle, 0, 1, 5, [B(5, 6, AVAILABLE, 1)]).records)  # 0
+    for first in range(1, 5):  # KEY busy: snapshots at 1, 3; updates at 2, 4
+        append(shard.write(KEY, 0, 1, first, [B(first, first, ACKED, 1)]).records)
+    assert shard.prune_offset() == 0  # the idle one's snapshot at 0
+    out = shard.refresh_snapshots()
+    assert out.response == 2  # idle's (records after it) and KEY's (an update after it)
+    append(out.records)  # 5, 6
+    assert shard.prune_offset() == 5
+    again = ShareStateShard()
+    for offset, (k, v) in enumerate(log[5:], start=5):
+        again.replay(k, v, offset)
+    assert again.states[idle].batches == shard.states[idle].batches
+    assert again.states[KEY].start_offset == shard.states[KEY].start_offset
+    # next time, only those with records after their snapshot: idle's, not KEY's (last)
+    assert shard.refresh_snapshots().response == 1

@@ -1,0 +1,53 @@
+"""Share groups (KIP-932) on a broker, built once: the group coordinator's membership and
+the partition leaders' fetch and acknowledge (share_apis.py), the share coordinator on
+__share_group_state (share_coordinator.py) with the leaders' client of it
+(share_persister.py), and the share-group offsets APIs (share_offsets.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from keeperless.broker.group_coordinator import GroupCoordinator
+from keeperless.broker.group_offsets import GroupOffsets
+from keeperless.broker.share_apis import ShareApis, ShareSettings
+from keeperless.broker.share_coordinator import ShareCoordinator, ShareCoordinatorSettings
+from keeperless.broker.share_offsets import ShareOffsetsApis
+from keeperless.broker.share_persister import SharePersister
+from keeperless.protocol.apis import ApiKey
+
+__all__ = ["ShareGroups"]
+
+
+class ShareGroups:
+    def __init__(self, groups: GroupCoordinator, config: Any) -> None:
+        self.apis = ShareApis(groups, ShareSettings.of(config))
+        settings = ShareCoordinatorSettings.of(config)
+        self.coordinator = ShareCoordinator(groups.broker, settings)
+        groups.share_coordinator = self.coordinator  # FindCoordinator key type 2
+        # a leader waits for the coordinator through one move of its partition
+        self.apis.persister = SharePersister(
+            groups.broker, self.coordinator, 2 * settings.write_timeout_ms / 1000
+        )
+        self.offsets = ShareOffsetsApis(self.apis)
+
+    def registrations(self, group_offsets: GroupOffsets) -> list[tuple[str, dict[ApiKey, Any]]]:
+        """(owner, handlers) for the broker listener's registry; DeleteGroups (the group
+        coordinator's) deletes a share group's state through share_offsets.py."""
+        group_offsets.delete_share_group = self.offsets.delete_group
+        return [
+            ("share groups (KIP-932)", self.apis.handlers()),
+            ("the share coordinator", self.coordinator.handlers()),
+            ("share-group offsets", self.offsets.handlers()),
+        ]
+
+    def periodic(self, config: Any) -> list[tuple[int, Callable[[], object]]]:
+        """(interval in ms, what to do): expired locks, sessions and members; the records
+        of __share_group_state no state needs; fresh snapshots of idle share-partitions."""
+        k = "share.coordinator."
+        return [
+            (500, self.apis.tick),
+            (config[k + "state.topic.prune.interval.ms"], self.coordinator.prune),
+            (config[k + "cold.partition.snapshot.interval.ms"],
+             self.coordinator.refresh_snapshots),
+        ]  # fmt: skip
