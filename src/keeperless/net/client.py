@@ -267,6 +267,10 @@ class NetworkClient:
     ) -> Any:
         """Send one request and wait for its response, up to ``timeout_s``."""
         fut = self.send(dest, api_key, version, request, lane=lane, client_id=client_id)
+        # its failure is this call's, whichever step raises first: when the write fails
+        # it and the drain then raises too, the future is never awaited (and asyncio logged
+        # "Future exception was never retrieved" as an ERROR; fault harness seed 8438)
+        fut.add_done_callback(_retrieved)
         conn = self._conns[(dest, lane)]
         try:
             async with asyncio.timeout(timeout_s):
@@ -295,6 +299,11 @@ class NetworkClient:
             self.drop(dest, lane, "the client closed")
         for task in list(self._tasks):
             task.cancel()
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _name(dest: Destination) -> str:

@@ -260,3 +260,38 @@ def test_a_connection_closed_as_it_opens_fails_its_queued_requests() -> None:
             server.close()
 
     asyncio.run(main())
+
+
+def test_a_request_failing_in_drain_leaves_no_unretrieved_exception(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the fault harness (campaign seed 8438: 'Future exception was never
+    retrieved' logged as an ERROR): a write to a connection closed under it fails the
+    request's future, then drain raises too, and the failed future was never awaited."""
+    import gc
+
+    def failed_send(self: Any, api_key: int, version: int, frame: bytes, corr: int) -> Any:
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_exception(OSError("unable to perform operation: the handler is closed"))
+        return fut
+
+    async def failed_drain(self: Any) -> None:
+        raise OSError("connection lost")
+
+    monkeypatch.setattr(client_mod._Connection, "send", failed_send)
+    monkeypatch.setattr(client_mod._Connection, "drain", failed_drain)
+    unretrieved: list[str] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _loop, ctx: unretrieved.append(ctx["message"])
+        )
+        client = NetworkClient("test")
+        with pytest.raises(OSError, match="connection lost"):
+            await _versions(client, 1, timeout_s=1)
+        client.close()
+        gc.collect()
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert unretrieved == []
