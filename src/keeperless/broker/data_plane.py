@@ -588,7 +588,7 @@ class DataPlane:
         """Kafka's DeleteRecords (API 21): move the log start offset of each partition
         to the offset asked (-1: the high watermark), then wait, up to the request's
         timeout, until every live replica's start has followed (the low watermark)."""
-        moved: list[tuple[dict[str, Any], Any, int]] = []
+        moved: list[tuple[dict[str, Any], Any, int, int]] = []
         topics = []
         now = _now_ms()
         for t in req.topics:
@@ -613,9 +613,11 @@ class DataPlane:
                         err = ErrorCode.policy_violation
                     elif target < 0 or target > p.high_watermark:
                         err = ErrorCode.offset_out_of_range
+                    elif p.info is None or not p.is_leader:
+                        err = ErrorCode.not_leader_or_follower
                     else:
                         self.broker.partitions.advance_start(p, target, now)
-                        moved.append((entry, p, target))
+                        moved.append((entry, p, target, p.info.leader_epoch))
                 if err is not None:
                     entry["error_code"] = err
             topics.append({"name": t.name, "partitions": parts})
@@ -627,11 +629,17 @@ class DataPlane:
 
         while True:
             waiting = False
-            for entry, part, target in moved:
-                if part.log.closed or id(self.broker.partitions.get(part.topic, part.index)) != id(
-                    part
+            for entry, part, target, epoch in moved:
+                if (
+                    part.log.closed
+                    or id(self.broker.partitions.get(part.topic, part.index)) != id(part)
+                    or not part.is_leader
+                    or part.info is None
+                    or part.info.leader_epoch != epoch
                 ):
-                    # deleted, or this broker stopped, while the request waited
+                    # deleted, this broker stopped, or the leadership moved while the
+                    # request waited: only the leader of that epoch may say the replicas
+                    # deleted (Kafka's lowWatermarkIfLeader; fault harness seed 8422)
                     entry["error_code"] = ErrorCode.not_leader_or_follower
                     continue
                 entry["low_watermark"] = low = part.low_watermark(alive)
@@ -639,7 +647,7 @@ class DataPlane:
             if not waiting or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(0.02)  # followers move their start as they fetch
-        for entry, _p, target in moved:
+        for entry, _p, target, _epoch in moved:
             if entry["error_code"] == ErrorCode.none and entry["low_watermark"] < target:
                 entry["error_code"] = ErrorCode.request_timed_out
         return build(

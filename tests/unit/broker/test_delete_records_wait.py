@@ -60,3 +60,54 @@ def test_a_partition_closed_while_delete_records_waits(tmp_path: Path) -> None:
         return ErrorCode(resp.topics[0].partitions[0].error_code)
 
     assert asyncio.run(go()) == ErrorCode.not_leader_or_follower
+
+
+def test_a_leader_deposed_while_delete_records_waits_does_not_acknowledge(
+    tmp_path: Path,
+) -> None:
+    """Kafka computes the low watermark only as the leader (lowWatermarkIfLeader). Here
+    the leadership moves to broker 2 during the wait and broker 2 is then fenced (not
+    'alive'): the old leader's own log start alone made the low watermark, and it
+    acknowledged a deletion the new leader never made (campaign seed 8422: a leader paused
+    and resumed acknowledged DeleteRecords, and the final log started at 0)."""
+
+    async def go() -> tuple[ErrorCode, int]:
+        b = make_broker(tmp_path)
+        b.on_committed(
+            [
+                r.TopicRecord(name="t", topic_id=TID),
+                r.PartitionRecord(
+                    partition_id=0, topic_id=TID, replicas=(1, 2), isr=(1, 2), leader=1
+                ),
+                r.RegisterBrokerRecord(broker_id=2, broker_epoch=5, fenced=False),
+            ],
+            3,
+        )
+        p = b.partitions.get("t", 0)
+        assert p is not None
+        p.append(build_batch([(None, b"v", ())] * 3), p.info.leader_epoch, 1 << 20, 0)  # type: ignore[union-attr]
+        req = DeleteRecordsRequest(
+            topics=(
+                DeleteRecordsTopic(
+                    name="t", partitions=(DeleteRecordsPartition(partition_index=0, offset=2),)
+                ),
+            ),
+            timeout=datetime.timedelta(seconds=3),
+        )
+        p._hw = 3  # committed: broker 2 has everything
+        task = asyncio.create_task(DataPlane(b).delete_records(RequestHeader(21, 2, 1, "t"), req))
+        await asyncio.sleep(0.1)
+        assert not task.done()  # waiting for broker 2's log start
+        b.on_committed(
+            [
+                r.PartitionChangeRecord(partition_id=0, topic_id=TID, leader=2),
+                r.BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=5, fenced=1),
+            ],
+            5,
+        )
+        resp = await asyncio.wait_for(task, 5)
+        part = resp.topics[0].partitions[0]
+        return ErrorCode(part.error_code), part.low_watermark
+
+    code, _low = asyncio.run(go())
+    assert code == ErrorCode.not_leader_or_follower
