@@ -162,6 +162,18 @@ def test_logs_without_errors() -> None:
                  "error ([Errno 20] Not a directory)\n"}  # fmt: skip
     assert checkers.check_logs(failed, [], [3]) == []
     assert len(checkers.check_logs(failed, [], [4])) == 1
+    # a pool worker being spawned when its node was killed -9: not the node's error
+    orphan = (
+        'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\n'
+        '  File "/py/multiprocessing/spawn.py", line 122, in spawn_main\n'
+        "    exitcode = _main(fd, parent_sentinel)\n"
+        '  File "/py/multiprocessing/spawn.py", line 130, in _main\n'
+        "    preparation_data = reduction.pickle.load(from_parent)\n"
+        "EOFError: Ran out of input\n2026 INFO keeperless.server.node: [node 1] Listening\n"
+    )
+    assert checkers.check_logs({1: orphan}, []) == []
+    ours = orphan.replace("<string>", "/src/keeperless/runtime/log_cleaner.py")
+    assert len(checkers.check_logs({1: ours}, [])) == 1
 
 
 def test_replicas_and_metadata_logs_must_agree(tmp_path: Path) -> None:
