@@ -111,6 +111,21 @@ def _poll(c: ShareConsumer, timeout: float = 0.5) -> list[Any]:
     return out
 
 
+def _accept(c: ShareConsumer, expect: int, timeout_s: float = 60) -> dict[bytes, int]:
+    """Accept what ``c`` gets (each batch committed) until ``expect`` records came:
+    value -> delivery count."""
+    got: dict[bytes, int] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(got) < expect and time.monotonic() < deadline:
+        polled = _poll(c)
+        for m in polled:
+            got[m.value()] = m.delivery_count()
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        if polled:
+            c.commit_sync()
+    return got
+
+
 def test_share_groups_are_off_until_share_version_1(enabled: Node) -> None:
     resp = _heartbeat(enabled, "g0", "", 0, ["t"])
     assert resp.error_code == 42  # INVALID_REQUEST: a member id is the client's (v1)
@@ -273,15 +288,7 @@ def test_share_state_survives_a_restart(enabled: Node) -> None:
     loads = enabled.logs()[logged:].count("share coordinator: loaded __share_group_state-[")
     assert loads == 1, enabled.logs()[logged:][-3000:]
     c = _share(enabled, "keepers", "durable", **{"share.acknowledgement.mode": "explicit"})
-    again: dict[bytes, int] = {}
-    deadline = time.monotonic() + 60
-    while len(again) < 30 and time.monotonic() < deadline:
-        got = _poll(c)
-        for m in got:
-            again[m.value()] = m.delivery_count()
-            c.acknowledge(m, AcknowledgeType.ACCEPT)
-        if got:
-            c.commit_sync()
+    again = _accept(c, 30)
     assert sorted(again) == sorted(values[30:])  # nothing accepted or rejected again
     assert set(again.values()) == {2}
     end = time.monotonic() + 2
@@ -676,15 +683,7 @@ def test_share_state_moves_with_the_partitions_leader(tmp_path: Path) -> None:
         wait_until(moved, 60, what="a new leader of moving-0")
         sc = ShareConsumer(conf)
         sc.subscribe(["moving"])
-        again: dict[bytes, int] = {}
-        deadline = time.monotonic() + 60
-        while len(again) < 20 and time.monotonic() < deadline:
-            got = _poll(sc)
-            for m in got:
-                again[m.value()] = m.delivery_count()
-                sc.acknowledge(m, AcknowledgeType.ACCEPT)
-            if got:
-                sc.commit_sync()
+        again = _accept(sc, 20)
         assert sorted(again) == sorted(values[20:])  # the accepted ones stay done
         assert set(again.values()) == {2}
         sc.close()
