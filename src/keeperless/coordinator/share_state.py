@@ -143,10 +143,6 @@ class ShareStateShard:
                 old.updates + 1,
             )
 
-    def replay_all(self, records: Iterable[Record]) -> None:
-        for key, value in records:
-            self.replay(key, value)
-
     def refresh_snapshots(self) -> Outcome[int]:
         """A fresh ShareSnapshot of every share-partition whose latest one has records
         after it (Kafka's cold-partition snapshots): an idle share-partition's old snapshot

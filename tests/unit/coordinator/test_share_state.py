@@ -6,10 +6,12 @@ only when records are replayed."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from keeperless.coordinator.outcome import Outcome
 from keeperless.coordinator.share_records import (
     SNAPSHOT,
     UPDATE,
@@ -118,8 +120,9 @@ def test_batches_are_combined_as_kafkas_combiner(
 # -- the shard ---------------------------------------------------------------------------
 
 
-def _apply(shard: ShareStateShard, outcome: object) -> None:
-    shard.replay_all(outcome.records)  # type: ignore[attr-defined]
+def _apply(shard: ShareStateShard, outcome: Outcome[Any]) -> None:
+    for key, value in outcome.records:
+        shard.replay(key, value)
 
 
 def test_state_changes_only_when_its_records_are_replayed() -> None:
