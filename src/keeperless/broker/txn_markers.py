@@ -16,6 +16,7 @@ from keeperless.broker.partitions import NotLeaderError, Partition
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.storage.dir_failure import LogDirFailure
 
 __all__ = ["TxnMarkerWriter"]
 
@@ -60,9 +61,14 @@ class TxnMarkerWriter:
             if p is None:
                 results[(topic, index)] = err
                 continue
-            res = p.append_marker(
-                producer_id, producer_epoch, commit, coordinator_epoch, now, transaction_version
-            )
+            try:
+                res = p.append_marker(
+                    producer_id, producer_epoch, commit, coordinator_epoch, now,
+                    transaction_version,
+                )  # fmt: skip
+            except LogDirFailure:  # its directory went offline (reported where it failed)
+                results[(topic, index)] = ErrorCode.kafka_storage_error
+                continue
             results[(topic, index)] = res.error
             if res.error == ErrorCode.none:
                 assert p.info is not None

@@ -111,3 +111,31 @@ def test_a_leader_deposed_while_delete_records_waits_does_not_acknowledge(
 
     code, _low = asyncio.run(go())
     assert code == ErrorCode.not_leader_or_follower
+
+
+def test_a_marker_to_a_failed_log_directory_is_a_storage_error(tmp_path: Path) -> None:
+    """Found by the short fault schedule (seed 101, a disk failure under a transaction's
+    end): a marker append whose directory failed raised out of the coordinator's task
+    ('Task exception was never retrieved'); it is that partition's KAFKA_STORAGE_ERROR."""
+    from keeperless.broker.txn_markers import TxnMarkerWriter
+    from keeperless.storage.dir_failure import LogDirFailure
+
+    async def go() -> dict[tuple[str, int], ErrorCode]:
+        b = make_broker(tmp_path)
+        b.on_committed(
+            [
+                r.TopicRecord(name="t", topic_id=TID),
+                r.PartitionRecord(partition_id=0, topic_id=TID, replicas=(1,), isr=(1,), leader=1),
+            ],
+            2,
+        )
+        p = b.partitions.get("t", 0)
+        assert p is not None
+
+        def failed(*_a: object, **_k: object) -> None:
+            raise LogDirFailure(28, "log directory /d failed")
+
+        p.append_marker = failed  # type: ignore[method-assign]
+        return await TxnMarkerWriter(b).write(7, 0, True, 0, [("t", 0)])
+
+    assert asyncio.run(go()) == {("t", 0): ErrorCode.kafka_storage_error}
