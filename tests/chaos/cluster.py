@@ -43,6 +43,10 @@ GROUP_FORMAT = ("--feature", "group.version=1")
 # ... and transaction version 2 (KIP-890), for the Jepsen workload's TV2 producer (Kafka
 # bootstraps it from 4.0-IV2; it has no dependency)
 TXN_FORMAT = ("--feature", "transaction.version=2")
+# seeds that are 3 modulo 4 start at Kafka 4.2 with share groups on (KIP-932): the share
+# workload runs (share.version 1 needs metadata.version 4.2-IV0)
+SHARE_RELEASE = "4.2-IV0"
+SHARE_FORMAT = ("--feature", "share.version=1")
 RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 # Timeouts of a cluster under attack: faults must resolve within seconds.
@@ -60,6 +64,13 @@ TIMEOUTS = {
     "log.cleaner.backoff.ms": "1000",
     # a failed log directory is found within a second by the checkpoint written there
     "replica.high.watermark.checkpoint.interval.ms": "1000",
+    # share groups: the workload's group locks records for 5 s and archives a record at
+    # its third delivery; the share coordinator snapshots and prunes often
+    "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.delivery.count.limit": "3",
+    "share.coordinator.snapshot.update.records.per.snapshot": "3",
+    "share.coordinator.state.topic.prune.interval.ms": "1000",
+    "share.coordinator.cold.partition.snapshot.interval.ms": "1000",
 }
 
 
@@ -318,14 +329,20 @@ class ChaosNode:
 
 
 class ChaosCluster:
-    def __init__(self, workdir: Path, topology: str, net: Network, elr: bool = False) -> None:
+    def __init__(
+        self, workdir: Path, topology: str, net: Network, elr: bool = False, share: bool = False
+    ) -> None:
         self.workdir = workdir
         self.topology = topology
         self.dynamic = topology == "dynamic"
+        self.share = share
         # the release formatted with (and eligible leader replicas from the start)
         first = DYNAMIC_RELEASE if self.dynamic else FIRST_RELEASE
-        self.release = ELR_RELEASE if elr else first
-        self.format_flags: tuple[str, ...] = GROUP_FORMAT + TXN_FORMAT + (ELR_FORMAT if elr else ())
+        self.release = SHARE_RELEASE if share else ELR_RELEASE if elr else first
+        self.format_flags: tuple[str, ...] = (
+            GROUP_FORMAT + TXN_FORMAT + (ELR_FORMAT if elr or share else ())
+            + (SHARE_FORMAT if share else ())
+        )  # fmt: skip
         self.net = net
         self.cluster_id = ""
         if topology in ("split", "dynamic"):

@@ -86,7 +86,7 @@ ISR_STALL_S = 30.0
 ISR_REJOIN_MAX_S = 300.0
 # the releases the upgrade fault may finalize, in order (FIRST_RELEASE is the start)
 RELEASES = ("3.6-IV2", "3.7-IV0", "3.7-IV2", "3.7-IV4", "3.8-IV0", "3.9-IV0", "4.0-IV1",
-            "4.0-IV3", "4.1-IV1")  # fmt: skip
+            "4.0-IV3", "4.1-IV1", "4.2-IV0", "4.2-IV1")  # fmt: skip
 # from this release on, the upgrade also turns eligible leader replicas on (KIP-966)
 ELR_RELEASE = "4.0-IV1"
 

@@ -160,7 +160,8 @@ def run_once(
     workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-{topology}-"))
     net = Network(ids, workdir)
     # odd seeds: eligible leader replicas on from the start (even ones may upgrade to it)
-    cluster = ChaosCluster(workdir, topology, net, elr=seed % 2 == 1)
+    # seeds 3 modulo 4 start with share groups on (and their workload)
+    cluster = ChaosCluster(workdir, topology, net, elr=seed % 2 == 1, share=seed % 4 == 3)
     history = History()
     report: dict[str, Any] = {"seed": seed, "topology": topology, "duration_s": duration_s,
                               "first_release": cluster.release}  # fmt: skip
@@ -173,6 +174,7 @@ def run_once(
         workload = Workload(
             cluster.bootstrap, history, rng, racks=racks,
             secure_bootstrap=cluster.secure_bootstrap, bulk_bytes=volume_bytes,
+            share=cluster.share,
         )  # fmt: skip
         workload.setup()
         workload.start()
@@ -223,6 +225,9 @@ def run_once(
         secure_anomalies, secure_stats = workload.secure.check()
         anomalies += secure_anomalies
         workload.jepsen.final_poll()
+        workload.share.drain()
+        share_anomalies, share_stats = workload.share.check()
+        anomalies += share_anomalies
         admin_anomalies, admin_stats = checkers.check_admin(history)
         anomalies += admin_anomalies
         if cluster.dynamic:  # the voter set is what the acknowledged changes made
@@ -275,6 +280,7 @@ def run_once(
             },
             security=secure_stats,
             jepsen=jepsen_stats,
+            share=share_stats,
             delete_records=sum(1 for e in history.of("admin", "delete-records") if e.type == "ok"),
             reassignments={
                 kind: sum(1 for e in history.of("mover", "reassign") if e.type == kind)
@@ -290,6 +296,8 @@ def run_once(
             # assignments after each consumer's first: the group's rebalances, which a
             # coordinator failover should no longer cause (its membership is restored)
             rebalances=_rebalances(history),
+            # ... and per fault (a coordinator killed, paused or cut off among them)
+            rebalances_by_fault=_rebalances_by_fault(history, nemesis.log),
             isolated_controllers=nemesis.isolated_controllers,
             voter_changes=[e.value for e in history.of("nemesis", "voters")],
             metadata_version=final_release,
@@ -326,13 +334,29 @@ def run_once(
     return report
 
 
-def _rebalances(history: Any) -> int:
+def _rebalance_times(history: Any) -> list[float]:
+    """When a consumer of the workload's group was assigned again (not its first time)."""
     firsts: set[str] = set()
-    n = 0
+    times = []
     for e in history.of("consumer-", "assigned"):
-        n += e.process in firsts
+        if e.process in firsts:
+            times.append(e.time_s)
         firsts.add(e.process)
-    return n
+    return times
+
+
+def _rebalances(history: Any) -> int:
+    return len(_rebalance_times(history))
+
+
+def _rebalances_by_fault(history: Any, faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rebalances within each fault and the 10 s after it."""
+    times = _rebalance_times(history)
+    return [
+        {"fault": f["fault"], "target": f["target"], "start_s": f["start_s"],
+         "rebalances": sum(1 for t in times if f["start_s"] <= t <= f["end_s"] + 10.0)}
+        for f in faults
+    ]  # fmt: skip
 
 
 def print_report(r: dict[str, Any]) -> None:
@@ -350,8 +374,11 @@ def print_report(r: dict[str, Any]) -> None:
         f"authorized reader, {r.get('security', {}).get('intruder_refusals', 0)} intruder "
         f"writes refused; anomalies: {len(r['anomalies'])}"
     )
+    by_fault = {f["start_s"]: f["rebalances"] for f in r.get("rebalances_by_fault", [])}
     for f in r.get("faults", []):
-        print(f"    {f['start_s']:>7.1f}-{f['end_s']:<7.1f} {f['fault']:<20} {f['target']}")
+        n = by_fault.get(f["start_s"])
+        after = f" ({n} rebalances)" if n else ""
+        print(f"    {f['start_s']:>7.1f}-{f['end_s']:<7.1f} {f['fault']:<20} {f['target']}{after}")
     if r.get("volume"):
         v = r["volume"]
         print(f"    volume: {v.get('acked_bytes', 0) / 2**20:.0f} MB acknowledged, "
@@ -364,6 +391,14 @@ def print_report(r: dict[str, Any]) -> None:
               f"TV2: {j.get('tv2-txns', 0)} transactions, "
               f"{j.get('late-markers-sent', 0)} late marker copies "
               f"({j.get('late-markers-refused', 0)} refused)")  # fmt: skip
+    if r.get("share"):
+        s = r["share"]
+        print(f"    share group: {s.get('written', 0)} written, {s.get('deliveries', 0)} "
+              f"deliveries ({s.get('redeliveries', 0)} again), {s.get('accepted', 0)} accepted, "
+              f"{s.get('rejected', 0)} rejected, {s.get('released', 0)} released, "
+              f"{s.get('archived_at_limit', 0)} archived at the limit, "
+              f"{s.get('unknown_acks', 0)} unknown acknowledgements, "
+              f"{s.get('crashes', 0)} consumers killed -9")  # fmt: skip
     if r.get("latency"):
         print(f"    produce ack latency: {r['latency']}")
     for c in r.get("isolated_controllers", []):

@@ -44,6 +44,7 @@ from tests.chaos.history import History
 from tests.chaos.jepsen_workload import JEPSEN_TOPIC, JepsenWorkload
 from tests.chaos.jepsen_workload import KEYS as JEPSEN_KEYS
 from tests.chaos.secure_workload import SecureWorkload
+from tests.chaos.share_workload import ShareWorkload
 from tests.chaos.txn_workload import TxnWorkload
 
 __all__ = ["ADMIN_TOPICS", "GROUP", "KV_TOPIC", "TOPIC", "Workload"]
@@ -84,6 +85,7 @@ class Workload:
         racks: Sequence[str] = (),
         secure_bootstrap: str = "",
         bulk_bytes: int = 0,
+        share: bool = False,
     ) -> None:
         self.bootstrap = bootstrap
         self.racks = list(racks)
@@ -104,6 +106,8 @@ class Workload:
         self.jepsen = JepsenWorkload(bootstrap, history, self.stop, self.rng)
         # volume: large values until ``bulk_bytes`` are acknowledged (issue 23)
         self.bulk = BulkWorkload(bootstrap, history, self.stop, self.rng, bulk_bytes)
+        # share groups: queue semantics under faults, on clusters that have them (issue 28)
+        self.share = ShareWorkload(bootstrap, history, self.stop, self.rng, share)
 
     def _common(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, "logger": _quiet, "log_level": 0}
@@ -125,6 +129,7 @@ class Workload:
         self.txn.setup()
         self.secure.setup()
         self.jepsen.setup()
+        self.share.setup()
         if self.bulk.target_bytes:
             self.bulk.setup()
 
@@ -138,6 +143,7 @@ class Workload:
         targets += self.txn.targets()
         targets += self.secure.targets()
         targets += self.jepsen.targets()
+        targets += self.share.targets()
         if self.bulk.target_bytes:
             targets += self.bulk.targets()
         for name, fn in targets:
