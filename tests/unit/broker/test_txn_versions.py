@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
@@ -20,6 +21,7 @@ from keeperless.broker.txn_admin import TxnAdmin
 from keeperless.broker.txn_coordinator import TXN_TOPIC, TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
 from keeperless.broker.txn_offsets import TxnOffsets
+from keeperless.broker.txn_records import TxnStatus, valid_transition
 from keeperless.metadata import _records_gen as r
 from keeperless.protocol.apis import BROKER_APIS
 from keeperless.protocol.build import build
@@ -130,3 +132,22 @@ def test_add_offsets_to_txn_creates_the_offsets_topic(tmp_path: Path) -> None:
         b.close()
 
     asyncio.run(go())
+
+
+_T = TxnStatus
+_IDLE = {_T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT}
+_KAFKA_PREVIOUS = {  # Kafka 4.x TransactionState.validPreviousStates, written out again
+    _T.EMPTY: _IDLE,
+    _T.ONGOING: {_T.ONGOING} | _IDLE,
+    _T.PREPARE_COMMIT: {_T.ONGOING},
+    _T.PREPARE_ABORT: {_T.ONGOING, _T.PREPARE_EPOCH_FENCE} | _IDLE,
+    _T.COMPLETE_COMMIT: {_T.PREPARE_COMMIT},
+    _T.COMPLETE_ABORT: {_T.PREPARE_ABORT},
+    _T.DEAD: _IDLE,
+    _T.PREPARE_EPOCH_FENCE: {_T.ONGOING},
+}
+
+
+@pytest.mark.parametrize(("src", "dst"), [(a, b) for a in _T for b in _T])
+def test_transaction_transitions_row_by_row(src: TxnStatus, dst: TxnStatus) -> None:
+    assert valid_transition(src, dst) == (src in _KAFKA_PREVIOUS[dst])
