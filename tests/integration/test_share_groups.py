@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from keeperless.protocol.apis import ApiKey
 from keeperless.tools.client import call
-from tests.integration.cluster import Node, keeperless, wait_until
+from tests.integration.cluster import Node, free_port, keeperless, wait_until
 from tests.integration.conftest import running
 
 LOCK_MS = 15000  # the shortest acquisition lock Kafka allows a group
@@ -30,6 +30,7 @@ SHARE_APIS = (76, 77, 78, 79)
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    metrics_port = free_port()
     n = Node(tmp_path_factory.mktemp("share"), extra={
         "group.share.record.lock.duration.ms": str(LOCK_MS),
         "group.share.min.record.lock.duration.ms": "1000",  # a group may go lower
@@ -38,7 +39,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         "share.coordinator.snapshot.update.records.per.snapshot": "3",
         "share.coordinator.state.topic.prune.interval.ms": "1000",
         "share.coordinator.cold.partition.snapshot.interval.ms": "1000",
+        "metrics.http.listener": f"127.0.0.1:{metrics_port}",
     })  # fmt: skip
+    n.metrics_port = metrics_port
     yield from running(n)
 
 
@@ -711,3 +714,24 @@ def test_a_share_state_topic_that_cannot_be_made_is_named_in_the_log(tmp_path: P
         c.close()
     finally:
         n.stop()
+
+
+def test_the_share_coordinator_runtime_reports_its_metrics(enabled: Node) -> None:
+    """Kafka's coordinator runtime metrics (share-coordinator-metrics) on the node's
+    Prometheus page, once share groups have written state."""
+    _topic(enabled, "metered", 3, "meter")
+    c = _share(enabled, "meter", "metered", **{"share.acknowledgement.mode": "explicit"})
+    assert len(_accept(c, 3)) == 3
+    c.close()
+    page = enabled.scrape()
+    prefix = "kafka_server_share_coordinator_metrics_"
+
+    def value(name: str) -> float:
+        found = [ln.split()[-1] for ln in page.splitlines() if ln.startswith(prefix + name)]
+        assert found, f"{prefix}{name} not on the page"
+        return float(found[0])
+
+    assert value('num_partitions{state="active"}') >= 1
+    assert value("event_processing_time_ms_count") >= 1  # the acknowledgements' writes
+    assert value("partition_load_time_max") >= 0
+    assert value("failed_writes_total") == 0

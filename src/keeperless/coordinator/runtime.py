@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
@@ -26,7 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.coordinator.outcome import Outcome, Record
 
-__all__ = ["CoordinatorRuntime", "PartitionLog", "Shard"]
+__all__ = ["CoordinatorRuntime", "PartitionLog", "RuntimeStats", "Shard"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,23 @@ class PartitionLog(Protocol):
 
 
 @dataclass
+class RuntimeStats:
+    """What Kafka's CoordinatorRuntimeMetrics report, kept as the runtime works (read by
+    runtime/metrics.py at scrape time): loads and their time, writes and their time
+    (from the rule to the answer, the wait for the replicas included), writes that could
+    not be confirmed, and writes waiting for their shard."""
+
+    loads: int = 0
+    load_ms_total: float = 0.0
+    load_ms_max: float = 0.0
+    writes: int = 0
+    write_ms_total: float = 0.0
+    write_ms_max: float = 0.0
+    failed_writes: int = 0
+    queued: int = 0
+
+
+@dataclass
 class _Loaded(Generic[S]):
     shard: S
     epoch: int
@@ -89,7 +107,7 @@ class CoordinatorRuntime(Generic[S]):
         self.write_timeout_s = write_timeout_s
         self.node_id = node_id
         self._shards: dict[int, _Loaded[S]] = {}
-        self.loads = 0  # shards loaded (a metric, and for tests)
+        self.stats = RuntimeStats()
 
     # -- leadership -----------------------------------------------------------------------
 
@@ -110,11 +128,16 @@ class CoordinatorRuntime(Generic[S]):
                      self.topic, sorted(loaded) or "-", sorted(dropped) or "-")  # fmt: skip
 
     def _load(self, index: int, epoch: int) -> _Loaded[S]:
+        t0 = time.monotonic()
         shard = self.new_shard()
         for offset, key, value in self.partitions.records(self.topic, index):
             shard.replay(key, value, offset)
         loaded = self._shards[index] = _Loaded(shard, epoch)
-        self.loads += 1
+        ms = (time.monotonic() - t0) * 1000
+        st = self.stats
+        st.loads += 1
+        st.load_ms_total += ms
+        st.load_ms_max = max(st.load_ms_max, ms)
         return loaded
 
     def shard(self, index: int) -> S | None:
@@ -131,31 +154,48 @@ class CoordinatorRuntime(Generic[S]):
         s = self._shards.get(index)
         if s is None:
             return ErrorCode.not_coordinator
-        async with s.lock:
-            if self._shards.get(index) is not s:  # dropped while waiting for the lock
-                return ErrorCode.not_coordinator
-            out = op(s.shard)
-            if not out.records:
-                return out.response
-            base = self.partitions.append(self.topic, index, out.records, s.epoch)
-            err = base if isinstance(base, ErrorCode) else None
-            if err is None:
-                err = await self.partitions.committed(
-                    self.topic, index, s.epoch, self.write_timeout_s
-                )
-            if err is not None:
-                if self._shards.get(index) is s:
-                    del self._shards[index]  # read again from the log
-                    led = self.partitions.led(self.topic).get(index)
-                    if led is not None:
-                        self._load(index, led)
-                log.info("[node %d] %s: a write to %s-%d was not committed (%s)",
-                         self.node_id, self.name, self.topic, index, err.name)  # fmt: skip
-                return err
-            assert not isinstance(base, ErrorCode)
-            for i, (key, value) in enumerate(out.records):
-                s.shard.replay(key, value, base + i)
+        st = self.stats
+        st.queued += 1
+        try:
+            await s.lock.acquire()
+        finally:
+            st.queued -= 1
+        t0 = time.monotonic()
+        try:
+            return await self._write(index, s, op)
+        finally:
+            s.lock.release()
+            ms = (time.monotonic() - t0) * 1000
+            st.writes += 1
+            st.write_ms_total += ms
+            st.write_ms_max = max(st.write_ms_max, ms)
+
+    async def _write(
+        self, index: int, s: _Loaded[S], op: Callable[[S], Outcome[T]]
+    ) -> T | ErrorCode:
+        if self._shards.get(index) is not s:  # dropped while waiting for the lock
+            return ErrorCode.not_coordinator
+        out = op(s.shard)
+        if not out.records:
             return out.response
+        base = self.partitions.append(self.topic, index, out.records, s.epoch)
+        err = base if isinstance(base, ErrorCode) else None
+        if err is None:
+            err = await self.partitions.committed(self.topic, index, s.epoch, self.write_timeout_s)
+        if err is not None:
+            self.stats.failed_writes += 1
+            if self._shards.get(index) is s:
+                del self._shards[index]  # read again from the log
+                led = self.partitions.led(self.topic).get(index)
+                if led is not None:
+                    self._load(index, led)
+            log.info("[node %d] %s: a write to %s-%d was not committed (%s)",
+                     self.node_id, self.name, self.topic, index, err.name)  # fmt: skip
+            return err
+        assert not isinstance(base, ErrorCode)
+        for i, (key, value) in enumerate(out.records):
+            s.shard.replay(key, value, base + i)
+        return out.response
 
     def shards(self) -> dict[int, S]:
         """The shards loaded here, by partition."""

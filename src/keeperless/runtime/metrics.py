@@ -211,7 +211,7 @@ class Metrics:
 
     # -- gauges read at scrape time -----------------------------------------------------
 
-    def _live(self) -> Iterator[GaugeMetricFamily]:
+    def _live(self) -> Iterator[Metric]:
         node = self.node
         core = node.mlog.core
         state = GaugeMetricFamily(
@@ -306,7 +306,7 @@ class Metrics:
             else node.mlog.core.config.fetch_timeout_ms,
         )
 
-    def _broker(self, node: Any) -> Iterator[GaugeMetricFamily]:
+    def _broker(self, node: Any) -> Iterator[Metric]:
         b = node.broker
         yield _gauge(
             "kafka_server_replicamanager_under_replicated_partitions",
@@ -327,3 +327,26 @@ class Metrics:
         yield _gauge(
             "kafka_server_broker_fenced", "1 while this broker is fenced", 1 if b.fenced else 0
         )
+        if getattr(node, "shares", None) is not None:
+            yield from _runtime("share_coordinator_metrics", node.shares.coordinator.runtime)
+
+
+def _runtime(group: str, runtime: Any) -> Iterator[Metric]:
+    """A coordinator runtime's metrics, as Kafka's CoordinatorRuntimeMetrics names them in
+    its metric group (share-coordinator-metrics) through the JMX exporter."""
+    st, prefix = runtime.stats, f"kafka_server_{group}_"
+    yield _gauge(prefix + "num_partitions", "Shards loaded here", len(runtime.shards()),
+                 state="active")  # fmt: skip
+    yield _gauge(prefix + "partition_load_time_max", "Longest shard load (ms)", st.load_ms_max)
+    yield _gauge(prefix + "partition_load_time_avg", "Mean shard load (ms)",
+                 st.load_ms_total / st.loads if st.loads else 0.0)  # fmt: skip
+    yield _gauge(prefix + "event_queue_size", "Writes waiting for their shard", st.queued)
+    m = Metric(prefix + "event_processing_time_ms", "Writes: rule, append, replicas, replay",
+               "summary")  # fmt: skip
+    m.add_sample(m.name + "_count", {}, float(st.writes))
+    m.add_sample(m.name + "_sum", {}, st.write_ms_total)
+    yield m
+    yield _gauge(prefix + "event_processing_time_ms_max", "Longest write (ms)", st.write_ms_max)
+    m = Metric(prefix + "failed_writes", "Writes not committed (the shard read again)", "counter")
+    m.add_sample(m.name + "_total", {}, float(st.failed_writes))
+    yield m

@@ -116,3 +116,26 @@ def test_a_write_not_committed_reads_the_shard_again_from_the_log() -> None:
         assert after.seen == {b"a": 1, b"b": 1}  # what the log holds
 
     asyncio.run(go())
+
+
+def test_the_runtime_counts_loads_writes_waits_and_failures() -> None:
+    async def go() -> None:
+        log = FakeLog()
+        log.commit = asyncio.Event()
+        rt = runtime(log)
+        rt.on_leadership()
+        assert (rt.stats.loads, rt.stats.writes) == (1, 0)
+        first = asyncio.create_task(rt.write(0, lambda s: s.add(b"a")))
+        second = asyncio.create_task(rt.write(0, lambda s: s.add(b"a")))
+        await asyncio.sleep(0.01)
+        assert rt.stats.queued == 1  # the second waits for its shard
+        log.commit.set()
+        await first
+        await second
+        assert (rt.stats.writes, rt.stats.queued, rt.stats.failed_writes) == (2, 0, 0)
+        assert rt.stats.write_ms_max >= 5  # the first waited for the commit
+        log.fail_commit = True
+        await rt.write(0, lambda s: s.add(b"b"))
+        assert (rt.stats.writes, rt.stats.failed_writes, rt.stats.loads) == (3, 1, 2)
+
+    asyncio.run(go())
