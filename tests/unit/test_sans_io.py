@@ -12,8 +12,8 @@ PKG = Path(__file__).parents[2] / "src" / "keeperless"
 FORBIDDEN = {"asyncio", "socket", "time", "selectors", "threading", "os", "subprocess"}
 
 
-# the cores, and the rules of the coordinators written as pure modules so far (share
-# groups, KIP-932)
+# the cores, and the rules of the coordinators written as pure modules so far: the share
+# and transaction coordinators' shards (coordinator/), share groups (KIP-932)
 CORES = ["raft", "controller", "coordinator", "metadata", "protocol", "broker/share_partition.py",
          "broker/share_group.py"]  # fmt: skip
 

@@ -10,8 +10,11 @@ in-sync replicas have them, replay them into the shard, then answer. Writes of o
 run one at a time, so each rule sees the state of every write answered before it.
 
 A write whose records cannot be confirmed (the leadership moved, the replicas did not
-catch up in time) drops the shard: it is read again from the log, which holds exactly
-what was appended, before the next operation.
+catch up in time) drops the shard. Its records may still be in the log, not committed:
+the shard is read again only once the in-sync replicas have the log to its end in the
+same leader epoch (until then the shard answers COORDINATOR_LOAD_IN_PROGRESS), or by the
+next leader, from its own log. A shard never acts on records that may yet be truncated
+(a transaction's markers written for a PrepareCommit that no other replica has).
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ class CoordinatorRuntime(Generic[S]):
         new_shard: Callable[[], S],
         write_timeout_s: float,
         node_id: int,
+        on_load: Callable[[int, S], None] | None = None,
     ) -> None:
         self.name = name
         self.topic = topic
@@ -106,7 +110,11 @@ class CoordinatorRuntime(Generic[S]):
         self.new_shard = new_shard
         self.write_timeout_s = write_timeout_s
         self.node_id = node_id
+        self.on_load = on_load  # after each load: what the shard's log left to do
         self._shards: dict[int, _Loaded[S]] = {}
+        # partitions whose shard waits for its log's tail to be committed: leader epoch
+        self._recovering: dict[int, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self.stats = RuntimeStats()
 
     # -- leadership -----------------------------------------------------------------------
@@ -118,9 +126,12 @@ class CoordinatorRuntime(Generic[S]):
         dropped = [i for i, s in self._shards.items() if led.get(i) != s.epoch]
         for i in dropped:
             del self._shards[i]
+        for i, epoch in list(self._recovering.items()):
+            if led.get(i) != epoch:
+                del self._recovering[i]  # led elsewhere or anew: read as any load
         loaded = []
         for i, epoch in led.items():
-            if i not in self._shards:
+            if i not in self._shards and i not in self._recovering:
                 self._load(i, epoch)
                 loaded.append(i)
         if dropped or loaded:
@@ -138,7 +149,46 @@ class CoordinatorRuntime(Generic[S]):
         st.loads += 1
         st.load_ms_total += ms
         st.load_ms_max = max(st.load_ms_max, ms)
+        if self.on_load is not None:
+            self.on_load(index, shard)
         return loaded
+
+    def epoch(self, index: int) -> int | None:
+        """The leader epoch the shard of a partition led here was loaded in."""
+        s = self._shards.get(index)
+        return None if s is None else s.epoch
+
+    def _recover(self, index: int, epoch: int) -> None:
+        """After a write not confirmed: read the shard again once the log's tail is
+        committed in ``epoch`` (a new leadership loads it anyway)."""
+        self._recovering[index] = epoch
+
+        async def wait() -> None:
+            while self._recovering.get(index) == epoch:
+                err = await self.partitions.committed(
+                    self.topic, index, epoch, self.write_timeout_s
+                )
+                if self._recovering.get(index) != epoch:
+                    return
+                if err is None:
+                    del self._recovering[index]
+                    if self.partitions.led(self.topic).get(index) == epoch:
+                        self._load(index, epoch)
+                        log.info("[node %d] %s: read %s-%d again", self.node_id, self.name,
+                                 self.topic, index)  # fmt: skip
+                    return
+                if err == ErrorCode.not_coordinator:
+                    del self._recovering[index]  # not the leader now: a new load follows
+                    return
+                await asyncio.sleep(0.1)
+
+        task = asyncio.get_running_loop().create_task(wait())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
 
     def shard(self, index: int) -> S | None:
         """The shard of a partition led here (None: not the coordinator)."""
@@ -153,6 +203,8 @@ class CoordinatorRuntime(Generic[S]):
         COORDINATOR_NOT_AVAILABLE)."""
         s = self._shards.get(index)
         if s is None:
+            if index in self._recovering:
+                return ErrorCode.coordinator_load_in_progress
             return ErrorCode.not_coordinator
         st = self.stats
         st.queued += 1
@@ -174,6 +226,8 @@ class CoordinatorRuntime(Generic[S]):
         self, index: int, s: _Loaded[S], op: Callable[[S], Outcome[T]]
     ) -> T | ErrorCode:
         if self._shards.get(index) is not s:  # dropped while waiting for the lock
+            if index in self._recovering:
+                return ErrorCode.coordinator_load_in_progress
             return ErrorCode.not_coordinator
         out = op(s.shard)
         if not out.records:
@@ -185,10 +239,9 @@ class CoordinatorRuntime(Generic[S]):
         if err is not None:
             self.stats.failed_writes += 1
             if self._shards.get(index) is s:
-                del self._shards[index]  # read again from the log
-                led = self.partitions.led(self.topic).get(index)
-                if led is not None:
-                    self._load(index, led)
+                del self._shards[index]  # read again once the log's tail is committed
+                if self.partitions.led(self.topic).get(index) == s.epoch:
+                    self._recover(index, s.epoch)
             log.info("[node %d] %s: a write to %s-%d was not committed (%s)",
                      self.node_id, self.name, self.topic, index, err.name)  # fmt: skip
             return err

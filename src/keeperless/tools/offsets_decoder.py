@@ -10,7 +10,7 @@ import struct
 from typing import Any
 
 from keeperless.broker.group_records import GroupSnapshot, decode_group_value
-from keeperless.broker.txn_records import parse_txn_record
+from keeperless.coordinator.txn_records import parse_txn_record
 
 __all__ = ["decode_offsets_record", "decode_transaction_record"]
 

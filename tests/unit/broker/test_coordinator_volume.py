@@ -10,7 +10,7 @@ from pathlib import Path
 from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.txn_coordinator import TXN_TOPIC, TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
-from keeperless.broker.txn_records import TxnMetadata, TxnStatus, txn_key, txn_value
+from keeperless.coordinator.txn_records import TxnMetadata, TxnStatus, txn_key, txn_value
 from keeperless.metadata import _records_gen as r
 from keeperless.protocol.records import build_batch, iter_batches, patch_offsets
 from keeperless.storage.batch_scan import SCAN_WINDOW_BYTES

@@ -19,7 +19,7 @@ from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.partitions import Partition
 from keeperless.broker.txn_coordinator import TXN_TOPIC, TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
-from keeperless.broker.txn_records import (
+from keeperless.coordinator.txn_records import (
     TxnMetadata,
     TxnStatus,
     parse_txn_record,
@@ -78,7 +78,7 @@ async def _end(tc: TxnCoordinator, version: int, pid: int, epoch: int, commit: b
 async def _completed(tc: TxnCoordinator) -> TxnMetadata:
     for _ in range(200):
         md = tc.txns["x"]
-        if md.state in (TxnStatus.COMPLETE_COMMIT, TxnStatus.COMPLETE_ABORT) and not md.busy:
+        if md.state in (TxnStatus.COMPLETE_COMMIT, TxnStatus.COMPLETE_ABORT) and not tc._tasks:
             return md
         await asyncio.sleep(0.01)
     raise AssertionError(f"not completed: {tc.txns['x']}")
@@ -208,14 +208,13 @@ def test_the_transaction_log_keeps_a_tv2_transaction_across_a_failover(tmp_path:
         await _completed(tc)
         tc.stop()
         fresh = TxnCoordinator(b, TxnSettings(partitions=1), TxnMarkerWriter(b), tc._find_group)
-        fresh._load(0)
+        fresh.runtime.on_leadership()  # read from the log
         md = fresh.txns["x"]
         assert (md.producer_epoch, md.client_tv, md.state) == (
             epoch + 1,
             2,
             TxnStatus.COMPLETE_COMMIT,
         )
-        fresh._loaded[0] = 0
         again = await _end(fresh, 5, pid, epoch)
         assert (again.error_code, again.producer_epoch) == (0, epoch + 1)
         fresh.stop()
@@ -287,28 +286,24 @@ def test_a_late_tv2_marker_cannot_end_the_next_transaction(tmp_path: Path) -> No
         p.log.close()
 
 
-def test_transitions_outside_kafkas_table_are_refused(tmp_path: Path) -> None:
+def test_transitions_outside_kafkas_table_are_refused() -> None:
     """Kafka's TransactionState table: e.g. Empty -> PrepareCommit is a bug, refused and
     not written; the table allows what the coordinator does."""
-    from keeperless.broker.txn_records import valid_transition
+    from keeperless.coordinator.txn_records import valid_transition
+    from keeperless.coordinator.txn_shard import TxnRules, TxnShard
 
     assert not valid_transition(TxnStatus.EMPTY, TxnStatus.PREPARE_COMMIT)
     assert not valid_transition(TxnStatus.ONGOING, TxnStatus.COMPLETE_COMMIT)
     assert valid_transition(TxnStatus.COMPLETE_COMMIT, TxnStatus.PREPARE_ABORT)  # TV2
-
-    async def go() -> None:
-        b, tc = _setup(tmp_path)
-        await _init(tc)
-        md = tc.txns["x"]
-        end = b.partitions.get(TXN_TOPIC, 0).log.log_end_offset
-        err = await tc._transition(md, state=TxnStatus.PREPARE_COMMIT)
-        assert err == ErrorCode.invalid_txn_state
-        assert md.state == TxnStatus.EMPTY
-        assert b.partitions.get(TXN_TOPIC, 0).log.log_end_offset == end  # nothing written
-        tc.stop()
-        b.close()
-
-    asyncio.run(go())
+    shard = TxnShard(TxnRules())
+    md = TxnMetadata("x", 7, 0, 60000, TxnStatus.EMPTY)
+    shard.txns["x"] = md
+    got = shard._transition(md, 1, 0, state=TxnStatus.PREPARE_COMMIT)
+    assert got == ErrorCode.invalid_txn_state  # no record to write
+    assert shard.txns["x"].state == TxnStatus.EMPTY
+    # EndTxn of an Empty transaction: INVALID_TXN_STATE, nothing written
+    out = shard.end_txn("x", 7, 0, True, 0, 1, 0)
+    assert (out.records, out.response.error) == ([], ErrorCode.invalid_txn_state)
 
 
 def test_the_next_transactions_write_before_the_previous_marker_is_verified(

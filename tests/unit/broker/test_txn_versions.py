@@ -21,7 +21,7 @@ from keeperless.broker.txn_admin import TxnAdmin
 from keeperless.broker.txn_coordinator import TXN_TOPIC, TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
 from keeperless.broker.txn_offsets import TxnOffsets
-from keeperless.broker.txn_records import TxnStatus, valid_transition
+from keeperless.coordinator.txn_records import TxnStatus, valid_transition
 from keeperless.metadata import _records_gen as r
 from keeperless.protocol.apis import BROKER_APIS
 from keeperless.protocol.build import build

@@ -85,8 +85,8 @@ class TxnMetadata:
     partitions: set[tuple[str, int]] = field(default_factory=set)
     start_ms: int = -1
     update_ms: int = -1
-    busy: bool = False  # a state write or the markers in flight: others wait
-    prev_epoch: int = -1  # before the coordinator bumped it to abort (in memory only)
+    # the epoch before the coordinator bumped it (in memory only: Kafka's lastProducerEpoch)
+    prev_epoch: int = -1
     # KIP-890 part 2 (value v1's tagged fields)
     client_tv: int = 0  # the transaction version of the client's last request
     prev_producer_id: int = -1  # the id before an exhausted epoch gave a new one
