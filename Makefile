@@ -34,7 +34,7 @@ check: venv
 	$(BIN)/pytest -q tests/unit
 
 ## sysdeps: system packages the integration tests need (kcat; PostgreSQL for change data
-## capture, started by the tests themselves)
+## capture and ZooKeeper for migrating ZooKeeper-mode clusters, started by the tests themselves)
 sysdeps:
 	@command -v kcat >/dev/null 2>&1 || { \
 		echo "installing kcat via apt"; \
@@ -42,6 +42,9 @@ sysdeps:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 		echo "installing postgresql via apt"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+	@test -f /usr/share/java/zookeeper.jar || { \
+		echo "installing zookeeper via apt"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null; }
 
 ## test: everything — check, simulations, integration tests with real clients, a short
 ## fault schedule on real processes, and the mutation self-check of the simulation

@@ -437,6 +437,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _server(args)
         if args.command == "connect-distributed":
             return _connect(args)
+        if args.command == "migrate-zk":
+            from keeperless.tools.migrate_zk import migrate_zk
+
+            cfg = load_config(args.config, ())
+            return migrate_zk(args.zookeeper_connect, cfg, args.dry_run, sys.stdout)
         return _tools(args)
     except (ConfigError, StorageError, ToolError, ValueError) as e:
         return _fail(str(e))

@@ -1,0 +1,1 @@
+"""ZooKeeper-mode Kafka clusters: reading their metadata from ZooKeeper (issue 31)."""

@@ -1,0 +1,58 @@
+"""Reading a ZooKeeper-mode Kafka cluster's znodes with kazoo (the ZooKeeper client):
+a snapshot of every znode zk/layout.py reads, path -> data, under an optional chroot
+(``host:port[,host:port]/chroot``, as Kafka's ``zookeeper.connect``)."""
+
+from __future__ import annotations
+
+import logging
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+__all__ = ["ROOTS", "ZkUnreachable", "read_tree"]
+
+# what a migration reads; change notifications (/config/changes, /kafka-acl-changes...)
+# and the ISR/log-dir event queues are not metadata
+ROOTS = ("/cluster", "/controller", "/controller_epoch", "/brokers", "/config",
+         "/kafka-acl", "/kafka-acl-extended", "/latest_producer_id_block", "/admin",
+         "/feature")  # fmt: skip
+_SKIP = frozenset({"/config/changes", "/brokers/seqid"})
+
+log = logging.getLogger(__name__)
+
+
+class ZkUnreachable(Exception):
+    """ZooKeeper could not be read."""
+
+
+def read_tree(connect: str, timeout_s: float = 10.0) -> dict[str, bytes | None]:
+    """Every znode under ROOTS (the chroot's, if ``connect`` names one) with its data."""
+    zk = KazooClient(hosts=connect, timeout=timeout_s, connection_retry={"max_tries": 1})
+    try:
+        zk.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        zk.close()
+        raise ZkUnreachable(
+            f"no ZooKeeper answered at {connect} within {timeout_s:.0f} s"
+        ) from None
+    try:
+        tree: dict[str, bytes | None] = {}
+        pending = list(ROOTS)
+        while pending:
+            path = pending.pop()
+            if path in _SKIP:
+                continue
+            try:
+                data, _stat = zk.get(path)
+                children = zk.get_children(path)
+            except NoNodeError:
+                continue
+            tree[path] = data if data else None
+            pending += [f"{path}/{c}" for c in children]
+        return tree
+    except KazooException as e:
+        raise ZkUnreachable(f"reading ZooKeeper at {connect}: {type(e).__name__} {e}") from e
+    finally:
+        zk.stop()
+        zk.close()

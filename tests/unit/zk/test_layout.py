@@ -1,0 +1,105 @@
+"""A ZooKeeper-mode Kafka cluster's znodes read into its metadata (zk/layout.py): every
+kind of metadata a migration brings, the refusals, and malformed layouts named path by
+path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from keeperless.zk.layout import ZkLayoutError, parse_layout
+from tests.zookeeper import CLUSTER_ID, TOPIC_IDS, kafka_layout
+
+
+def problems(tree: dict[str, bytes | None]) -> list[tuple[str, str]]:
+    with pytest.raises(ZkLayoutError) as e:
+        parse_layout(tree)
+    return e.value.problems
+
+
+def test_a_kafka_3_layout_is_read_whole() -> None:
+    md = parse_layout(kafka_layout())
+    assert (md.cluster_id, md.controller_id, md.controller_epoch) == (CLUSTER_ID, 1, 7)
+    assert sorted(md.brokers) == [1, 2, 3]
+    assert md.brokers[2].endpoints == ("PLAINTEXT://broker2:9092",)
+    assert md.brokers[2].rack == "rack-2"
+    orders = md.topics["orders"]
+    assert orders.topic_id == TOPIC_IDS["orders"]
+    assert sorted(orders.partitions) == [0, 1, 2]
+    p1 = orders.partitions[1]
+    assert (p1.replicas, p1.leader, p1.leader_epoch, p1.isr) == ((2, 3, 1), 2, 5, (2, 3, 1))
+    assert orders.configs == {"cleanup.policy": "compact", "min.insync.replicas": "2"}
+    assert md.topics["payments"].configs == {}
+    assert md.broker_configs == {"": {"log.retention.ms": "86400000"},
+                                 "2": {"log.cleaner.threads": "2"}}  # fmt: skip
+    assert md.quotas == {
+        (("user", "alice"),): {"producer_byte_rate": 1048576.0},
+        (("user", "alice"), ("client-id", "app-1")): {"consumer_byte_rate": 2048.0},
+        (("client-id", None),): {"request_percentage": 50.0},
+        (("ip", "10.0.0.1"),): {"connection_creation_rate": 10.0},
+    }
+    assert sorted((c.user, c.mechanism, c.iterations) for c in md.scram) == [
+        ("alice", "SCRAM-SHA-256", 8192), ("bob@example.com", "SCRAM-SHA-512", 4096),
+    ]  # fmt: skip
+    assert sorted(
+        (a.resource_type, a.pattern_type, a.name, a.principal, a.operation) for a in md.acls
+    ) == [
+        ("Cluster", "LITERAL", "kafka-cluster", "User:admin", "Alter"),
+        ("Group", "PREFIXED", "app-", "User:bob@example.com", "Read"),
+        ("Topic", "LITERAL", "orders", "User:alice", "Read"),
+        ("Topic", "LITERAL", "orders", "User:alice", "Write"),
+    ]
+    assert md.producer_id_block_end == 1999
+    assert md.refusals() == []
+
+
+def test_a_reassignment_or_a_deletion_in_progress_is_refused() -> None:
+    tree = kafka_layout()
+    tree["/admin/reassign_partitions"] = json.dumps({"version": 1, "partitions": [
+        {"topic": "orders", "partition": 0, "replicas": [2, 3, 4]}]}).encode()  # fmt: skip
+    tree["/admin/delete_topics/payments"] = None
+    found = parse_layout(tree).refusals()
+    assert len(found) == 2
+    assert "reassignment is in progress (orders-0)" in found[0]
+    assert "pending deletion (payments)" in found[1]
+    # an API-driven reassignment (KIP-455) shows in the topic's adding_replicas only
+    tree = kafka_layout()
+    doc = json.loads(tree["/brokers/topics/orders"] or b"")
+    doc["adding_replicas"] = {"2": [4]}
+    tree["/brokers/topics/orders"] = json.dumps(doc).encode()
+    assert "being moved (orders-2)" in parse_layout(tree).refusals()[0]
+
+
+@pytest.mark.parametrize(
+    ("path", "data", "expected"),
+    [
+        ("/cluster/id", b"{not json", "/cluster/id: not JSON"),
+        ("/brokers/topics/orders/partitions/1/state",
+         json.dumps({"leader": -1, "leader_epoch": 3, "isr": [], "controller_epoch": 7,
+                     "version": 1}).encode(),
+         "/brokers/topics/orders/partitions/1/state: partition has no leader"),
+        ("/config/topics/orders",
+         json.dumps({"version": 1, "config": {"no.such.key": "1"}}).encode(),
+         "/config/topics/orders: unknown topic config 'no.such.key'"),
+        ("/config/users/alice",
+         json.dumps({"version": 1, "config": {"SCRAM-SHA-256": "salt=x"}}).encode(),
+         "/config/users/alice: SCRAM-SHA-256 credential is not"),
+        ("/kafka-acl/Topic/orders", json.dumps({"version": 1}).encode(),
+         "/kafka-acl/Topic/orders: no \"acls\" list"),
+    ],
+    ids=["bad-json", "no-leader", "unknown-config", "bad-scram", "no-acls"],
+)  # fmt: skip
+def test_malformed_znodes_are_named(path: str, data: bytes, expected: str) -> None:
+    tree = kafka_layout()
+    tree[path] = data
+    assert any(f"{p}: {what}".startswith(expected) for p, what in problems(tree)), problems(tree)
+
+
+def test_missing_znodes_are_named_all_at_once() -> None:
+    tree = kafka_layout()
+    del tree["/cluster/id"]
+    del tree["/brokers/topics/payments/partitions/0/state"]
+    found = problems(tree)
+    assert ("/cluster/id", "missing") in found
+    assert ("/brokers/topics/payments/partitions/0/state", "missing") in found
