@@ -105,8 +105,9 @@ class TxnCoordinator:
         )
         self._last_removal = _now_ms()
         self._tasks: set[asyncio.Task[None]] = set()
-        # transactions being ended: (id, coordinator epoch, producer id, producer epoch)
-        self._ending: set[tuple[str, int, int, int]] = set()
+        # transactions being ended: (partition, coordinator epoch, id, offset of the
+        # record that prepared it)
+        self._ending: set[tuple[int, int, str, int]] = set()
         self._timer: asyncio.Task[None] | None = None
         broker.on_image.append(self._on_image)
 
@@ -194,6 +195,8 @@ class TxnCoordinator:
         if not self._ensure_topic():
             return ErrorCode.coordinator_not_available
         idx = self._partition_of(transactional_id)
+        if idx is not None and self.runtime.loading(idx):
+            return ErrorCode.coordinator_load_in_progress
         if idx is None or self.runtime.shard(idx) is None:
             return ErrorCode.not_coordinator
         return None
@@ -315,9 +318,18 @@ class TxnCoordinator:
                 (n, i) for n, i in wanted
                 if (t := image.topic(n)) is None or i not in t.partitions
             ]  # fmt: skip
-            got = await self._write(
-                tid, TxnShard.add_partitions, tid, pid, epoch, wanted, unknown, verify_only, tv
-            )
+            args = (tid, pid, epoch, wanted, unknown, verify_only, tv)
+            if verify_only:  # a read: it waits for no write (KIP-890's check)
+                idx = self._partition_of(tid)
+                now, fin = _now_ms(), self._finalized_tv()
+                read = (
+                    self.runtime.read(idx, lambda s: s.add_partitions(*args, now, fin).response)
+                    if idx is not None
+                    else ErrorCode.not_coordinator
+                )
+                got = Reply(read) if isinstance(read, ErrorCode) else read
+            else:
+                got = await self._write(tid, TxnShard.add_partitions, *args)
             errors = dict(got.partition_errors) if got.partition_errors else {}
             err = got.error
         else:
@@ -428,56 +440,62 @@ class TxnCoordinator:
 
     def _end_later(self, index: int, tid: str) -> None:
         """Write the markers of the transaction ``tid`` prepared to end, then complete
-        it (once per prepared transaction)."""
+        it: one task per prepared transaction (the record that prepared it names it)."""
         shard = self.runtime.shard(index)
+        epoch = self.runtime.epoch(index)
         md = shard.txns.get(tid) if shard is not None else None
-        if md is None:
+        prepared = shard.prepared_at.get(tid) if shard is not None else None
+        if md is None or prepared is None or epoch is None:
             return
-        key = (tid, self.runtime.epoch(index) or -1, md.producer_id, md.producer_epoch)
+        key = (index, epoch, tid, prepared)
         if key in self._ending:
             return
         self._ending.add(key)
-        task = asyncio.get_running_loop().create_task(self._end(index, md))
+        task = asyncio.get_running_loop().create_task(self._end(index, epoch, md, prepared, key))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(lambda _t: self._ending.discard(key))
 
-    async def _end(self, index: int, md: TxnMetadata) -> None:
-        """Markers on every partition of the transaction, then CompleteCommit/Abort,
-        while this broker coordinates it in the epoch it was prepared in."""
-        tid = md.transactional_id
-        commit = md.state == TxnStatus.PREPARE_COMMIT
-        coordinator_epoch = self.runtime.epoch(index)
-        if coordinator_epoch is None:
-            return
-        remaining = set(md.partitions)
-        attempt = 0
-        while remaining:
-            if self.runtime.epoch(index) != coordinator_epoch:
-                return  # no longer the coordinator: the new one carries on
-            remaining = await self._send_markers(md, commit, coordinator_epoch, remaining)
-            if remaining:
-                await asyncio.sleep(_RETRY_S[min(attempt, len(_RETRY_S) - 1)])
-                attempt += 1
-                if attempt % 20 == 0:
-                    log.warning(
-                        "[node %d] Transaction of %s: markers not written yet on %s",
-                        self.broker.node_id, tid, sorted(remaining),
-                    )  # fmt: skip
-        complete = functools.partial(
-            TxnShard.complete, tid=tid, commit=commit, pid=md.producer_id,
-            epoch=md.producer_epoch,
-        )  # fmt: skip
-        while True:
-            got = await self.runtime.write(
-                index,
-                lambda s: complete(s, now_ms=_now_ms(), finalized_tv=self._finalized_tv()),
+    async def _end(
+        self,
+        index: int,
+        coordinator_epoch: int,
+        md: TxnMetadata,
+        prepared: int,
+        key: tuple[int, int, str, int],
+    ) -> None:
+        """Markers on every partition of the transaction, then CompleteCommit/Abort, for
+        as long as this broker leads the partition in the epoch it was prepared in (its
+        shard read again after a write not confirmed included)."""
+        try:
+            tid = md.transactional_id
+            commit = md.state == TxnStatus.PREPARE_COMMIT
+            remaining = set(md.partitions)
+            attempt = 0
+            while remaining:
+                if not self.runtime.leads(index, coordinator_epoch):
+                    return  # no longer the coordinator: the new one carries on
+                remaining = await self._send_markers(md, commit, coordinator_epoch, remaining)
+                if remaining:
+                    await asyncio.sleep(_RETRY_S[min(attempt, len(_RETRY_S) - 1)])
+                    attempt += 1
+                    if attempt % 20 == 0:
+                        log.warning(
+                            "[node %d] Transaction of %s: markers not written yet on %s",
+                            self.broker.node_id, tid, sorted(remaining),
+                        )  # fmt: skip
+            complete = functools.partial(
+                TxnShard.complete, tid=tid, commit=commit, prepared_at=prepared
             )
-            if not isinstance(got, ErrorCode):
-                return
-            if got == ErrorCode.not_coordinator:
-                return  # the next coordinator (or this one, read again) carries on
-            await asyncio.sleep(0.5)
+            while self.runtime.leads(index, coordinator_epoch):
+                got = await self.runtime.write(
+                    index,
+                    lambda s: complete(s, now_ms=_now_ms(), finalized_tv=self._finalized_tv()),
+                )
+                if not isinstance(got, ErrorCode):
+                    return  # completed, or over already
+                await asyncio.sleep(0.5)
+        finally:
+            self._ending.discard(key)
 
     async def _send_markers(
         self, md: TxnMetadata, commit: bool, coordinator_epoch: int, parts: set[tuple[str, int]]

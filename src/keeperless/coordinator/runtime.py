@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -39,6 +39,12 @@ T = TypeVar("T")
 
 class Shard(Protocol):
     def replay(self, key: bytes, value: bytes | None, offset: int) -> None: ...
+
+    def carry_over(self, previous: Any) -> None:
+        """Read again in the same leadership after a write not confirmed: take what the
+        records do not hold from the shard read before (as Kafka's runtime, which keeps
+        its in-memory state then)."""
+        ...
 
 
 S = TypeVar("S", bound=Shard)
@@ -138,11 +144,13 @@ class CoordinatorRuntime(Generic[S]):
             log.info("[node %d] %s: loaded %s-%s, unloaded %s", self.node_id, self.name,
                      self.topic, sorted(loaded) or "-", sorted(dropped) or "-")  # fmt: skip
 
-    def _load(self, index: int, epoch: int) -> _Loaded[S]:
+    def _load(self, index: int, epoch: int, previous: S | None = None) -> _Loaded[S]:
         t0 = time.monotonic()
         shard = self.new_shard()
         for offset, key, value in self.partitions.records(self.topic, index):
             shard.replay(key, value, offset)
+        if previous is not None:
+            shard.carry_over(previous)
         loaded = self._shards[index] = _Loaded(shard, epoch)
         ms = (time.monotonic() - t0) * 1000
         st = self.stats
@@ -158,7 +166,16 @@ class CoordinatorRuntime(Generic[S]):
         s = self._shards.get(index)
         return None if s is None else s.epoch
 
-    def _recover(self, index: int, epoch: int) -> None:
+    def leads(self, index: int, epoch: int) -> bool:
+        """Whether this broker leads the partition in ``epoch`` (its shard loaded, or
+        waiting to be read again)."""
+        return self.partitions.led(self.topic).get(index) == epoch
+
+    def loading(self, index: int) -> bool:
+        """Whether the shard of a partition led here waits to be read again."""
+        return index in self._recovering
+
+    def _recover(self, index: int, epoch: int, previous: S) -> None:
         """After a write not confirmed: read the shard again once the log's tail is
         committed in ``epoch`` (a new leadership loads it anyway)."""
         self._recovering[index] = epoch
@@ -173,7 +190,7 @@ class CoordinatorRuntime(Generic[S]):
                 if err is None:
                     del self._recovering[index]
                     if self.partitions.led(self.topic).get(index) == epoch:
-                        self._load(index, epoch)
+                        self._load(index, epoch, previous)
                         log.info("[node %d] %s: read %s-%d again", self.node_id, self.name,
                                  self.topic, index)  # fmt: skip
                     return
@@ -196,6 +213,16 @@ class CoordinatorRuntime(Generic[S]):
         return None if s is None else s.shard
 
     # -- operations -----------------------------------------------------------------------
+
+    def read(self, index: int, op: Callable[[S], T]) -> T | ErrorCode:
+        """``op`` on the shard as its replayed records left it (Kafka's read operations:
+        they need no lock and wait for no write)."""
+        s = self._shards.get(index)
+        if s is None:
+            if index in self._recovering:
+                return ErrorCode.coordinator_load_in_progress
+            return ErrorCode.not_coordinator
+        return op(s.shard)
 
     async def write(self, index: int, op: Callable[[S], Outcome[T]]) -> T | ErrorCode:
         """Run ``op`` on the shard, append its records and wait until they are committed;
@@ -241,7 +268,7 @@ class CoordinatorRuntime(Generic[S]):
             if self._shards.get(index) is s:
                 del self._shards[index]  # read again once the log's tail is committed
                 if self.partitions.led(self.topic).get(index) == s.epoch:
-                    self._recover(index, s.epoch)
+                    self._recover(index, s.epoch, s.shard)
             log.info("[node %d] %s: a write to %s-%d was not committed (%s)",
                      self.node_id, self.name, self.topic, index, err.name)  # fmt: skip
             return err

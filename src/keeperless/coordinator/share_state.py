@@ -108,6 +108,9 @@ class ShareStateShard:
 
     # -- replay -----------------------------------------------------------------------------
 
+    def carry_over(self, previous: ShareStateShard) -> None:
+        """Nothing of a share-partition's state is kept outside its records."""
+
     def replay(self, key: bytes, value: bytes | None, offset: int = -1) -> None:
         """Apply one record (at ``offset`` in the log; -1: unknown, nothing is pruned)."""
         self.next_offset = max(self.next_offset, offset + 1)

@@ -99,6 +99,9 @@ class TxnShard:
     def __init__(self, rules: TxnRules) -> None:
         self.rules = rules
         self.txns: dict[str, TxnMetadata] = {}
+        # the offset of the record that prepared each id's transaction to end: which
+        # transaction a completion is for (a TV1 producer's next one has the same epoch)
+        self.prepared_at: dict[str, int] = {}
         # the next state of each write asked for, by id, with its record's value: taken
         # when that record is replayed (what the record does not hold included)
         self._transit: dict[str, tuple[bytes | None, TxnMetadata | None]] = {}
@@ -117,6 +120,22 @@ class TxnShard:
             self.txns.pop(tid, None)
         else:
             self.txns[tid] = md
+        if md is not None and md.state in (TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT):
+            self.prepared_at[tid] = offset
+        else:
+            self.prepared_at.pop(tid, None)
+
+    def carry_over(self, previous: TxnShard) -> None:
+        """Read again after a write not confirmed, in the same leadership: the epochs
+        before the bumps this coordinator made (Kafka keeps its in-memory state then)."""
+        for tid, md in self.txns.items():
+            old = previous.txns.get(tid)
+            if (
+                old is not None
+                and md.prev_epoch == -1
+                and (old.producer_id, old.producer_epoch) == (md.producer_id, md.producer_epoch)
+            ):
+                md.prev_epoch = old.prev_epoch
 
     def preparing(self) -> list[TxnMetadata]:
         """Transactions prepared to end: their markers are still to be written (after a
@@ -369,21 +388,13 @@ class TxnShard:
         return self._begin_end(md, commit, tv >= 2, now_ms, finalized_tv, new_producer_id, tv)
 
     def complete(
-        self, tid: str, commit: bool, pid: int, epoch: int, now_ms: int, finalized_tv: int
+        self, tid: str, commit: bool, prepared_at: int, now_ms: int, finalized_tv: int
     ) -> Outcome[bool]:
-        """CompleteCommit/CompleteAbort once every marker of the transaction prepared as
-        (``pid``, ``epoch``) is written; nothing if it is no longer that transaction."""
+        """CompleteCommit/CompleteAbort once every marker of the transaction prepared by
+        the record at ``prepared_at`` is written; nothing if that one is over."""
         md = self.txns.get(tid)
         preparing = TxnStatus.PREPARE_COMMIT if commit else TxnStatus.PREPARE_ABORT
-        if (
-            md is None
-            or md.state != preparing
-            or (md.producer_id, md.producer_epoch)
-            != (
-                pid,
-                epoch,
-            )
-        ):
+        if md is None or md.state != preparing or self.prepared_at.get(tid) != prepared_at:
             return Outcome([], False)
         done: dict[str, Any] = {
             "state": TxnStatus.COMPLETE_COMMIT if commit else TxnStatus.COMPLETE_ABORT,

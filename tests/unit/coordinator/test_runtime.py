@@ -24,6 +24,9 @@ class Counter:
         self.seen[key] = self.seen.get(key, 0) + 1
         self.offsets.append(offset)
 
+    def carry_over(self, previous: Counter) -> None:
+        self.carried = previous
+
     def add(self, key: bytes) -> Outcome[int]:
         return Outcome([(key, b"1")], self.seen.get(key, 0) + 1)
 

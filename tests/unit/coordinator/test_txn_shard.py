@@ -54,16 +54,18 @@ def test_end_prepares_then_complete_finishes() -> None:
     commit(shard, shard.add_partitions("x", 7, 0, [("t", 0)], [], False, 0, NOW, 0))
     end = shard.end_txn("x", 7, 0, True, 0, NOW, 0)
     assert end.response.end == "x"  # the markers are to be written
-    commit(shard, end)
+    commit(shard, end, offset=5)
+    assert shard.prepared_at == {"x": 5}  # the record that prepared it
     assert shard.txns["x"].state == TxnStatus.PREPARE_COMMIT
     assert [md.transactional_id for md in shard.preparing()] == ["x"]
     busy = shard.add_partitions("x", 7, 0, [("t", 1)], [], False, 0, NOW, 0)
     assert busy.response.error == ErrorCode.concurrent_transactions
-    stale = shard.complete("x", True, 7, 1, NOW, 0)  # another transaction's completion
+    stale = shard.complete("x", True, 4, NOW, 0)  # another transaction's completion
     assert stale.records == []
     assert stale.response is False
-    done = shard.complete("x", True, 7, 0, NOW, 0)
-    commit(shard, done)
+    done = shard.complete("x", True, 5, NOW, 0)
+    commit(shard, done, offset=6)
+    assert shard.prepared_at == {}
     assert shard.txns["x"].state == TxnStatus.COMPLETE_COMMIT
     assert shard.txns["x"].partitions == set()
     retry = shard.end_txn("x", 7, 0, True, 0, NOW, 0)
