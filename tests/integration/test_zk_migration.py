@@ -6,6 +6,7 @@ znodes, and changes nothing in ZooKeeper or on disk."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from keeperless.protocol.apis import ApiKey
+from keeperless.tools.client import call
 from tests.integration.cluster import Node, free_port, keeperless
-from tests.zookeeper import CLUSTER_ID, ZooKeeper, kafka_layout, write_layout
+from tests.zookeeper import CLUSTER_ID, TOPIC_IDS, ZooKeeper, kafka_layout, write_layout
 
 
 @pytest.fixture(scope="module")
@@ -76,15 +79,58 @@ def test_a_dry_run_reports_the_clusters_metadata_and_writes_nothing(
     assert "SCRAM credentials: 2 (1 SCRAM-SHA-256, 1 SCRAM-SHA-512)" in out
     assert "ACLs: 4 (3 literal, 1 prefixed)" in out
     assert "Producer ids given out: up to 1999" in out
-    assert "Dry run: nothing was written." in out
+    assert "records would be written; nothing was written." in out
     assert _snapshot(client, "/kafka-a") == before  # ZooKeeper unchanged
     assert not node.data.exists() or not any(node.data.iterdir())  # nothing on disk
     client.stop()
     client.close()
-    # without --dry-run: said plainly that only the dry run exists so far
+
+
+def test_a_migrated_controller_serves_zookeepers_metadata(zk: ZooKeeper, tmp_path: Path) -> None:
+    """The one-shot path: the node is formatted with ZooKeeper's cluster id and starts
+    with the topics (their ids, partitions, leaders and epochs), configs, ACLs, SCRAM
+    users, quotas and producer ids ZooKeeper had."""
+    connect = _populated(zk, "/kafka-e")
+    node = Node(tmp_path, extra={
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",
+    })  # fmt: skip
+    client = zk.client()
+    before = _snapshot(client, "/kafka-e")
     code, out = _migrate(node, connect)
+    assert code == 0, out
+    assert f"Formatting {node.data} with cluster id {CLUSTER_ID}." in out
+    assert _snapshot(client, "/kafka-e") == before  # ZooKeeper is never written
+    client.stop()
+    client.close()
+    code, out = _migrate(node, connect)  # again: the storage is formatted already
     assert code != 0
-    assert "only --dry-run is supported so far" in out
+    assert "already formatted" in out
+    node.start()
+    try:
+        bs = ("--bootstrap-server", node.bootstrap)
+        desc = keeperless("topics", *bs, "--describe", "--topic", "orders").stdout
+        assert f"TopicId: {TOPIC_IDS['orders']}" in desc, desc
+        assert "PartitionCount: 3" in desc
+        assert "cleanup.policy=compact" in desc
+        rows = [ln.split() for ln in desc.splitlines() if "Partition: 1" in ln]
+        assert rows[0][rows[0].index("Leader:") + 1] == "2", desc  # as ZooKeeper had it
+        acls = keeperless("acls", *bs, "--list").stdout
+        assert "principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW" in acls
+        assert "patternType=PREFIXED" in acls
+        users = keeperless("configs", *bs, "--describe", "--entity-type", "users").stdout
+        for expected in ("alice", "SCRAM-SHA-256", "bob@example.com", "SCRAM-SHA-512"):
+            assert expected in users, users
+        quotas = keeperless("configs", *bs, "--describe", "--entity-type", "clients",
+                            "--entity-default").stdout  # fmt: skip
+        assert "request_percentage=50.0" in quotas, quotas
+        resp = call([("127.0.0.1", node.port)], ApiKey.INIT_PRODUCER_ID, 4, {
+            "transactional_id": None, "transaction_timeout": datetime.timedelta(seconds=60),
+            "producer_id": -1, "producer_epoch": -1})  # fmt: skip
+        assert resp.producer_id >= 2000  # past the ids ZooKeeper's brokers gave out
+        assert "Wrote the bootstrap metadata" in node.logs()
+    finally:
+        node.stop()
 
 
 def test_a_cluster_mid_reassignment_or_deleting_topics_is_refused(

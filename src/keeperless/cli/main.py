@@ -441,7 +441,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from keeperless.tools.migrate_zk import migrate_zk
 
             cfg = load_config(args.config, ())
-            return migrate_zk(args.zookeeper_connect, cfg, args.dry_run, sys.stdout)
+            return migrate_zk(
+                args.zookeeper_connect, cfg, args.dry_run, sys.stdout, args.release_version
+            )
         return _tools(args)
     except (ConfigError, StorageError, ToolError, ValueError) as e:
         return _fail(str(e))

@@ -440,11 +440,12 @@ def build_parser() -> argparse.ArgumentParser:
     for sp in (txl, txd, txp, txa, txh):
         _connection_flags(sp, controller=False, under=True)
 
-    mz = sub.add_parser("migrate-zk", help="read a ZooKeeper-mode Kafka cluster's metadata "
-                        "(KIP-866) and say what a migration would bring")  # fmt: skip
+    mz = sub.add_parser("migrate-zk", help="migrate a stopped ZooKeeper-mode Kafka cluster's "
+                        "metadata into this controller's storage")  # fmt: skip
     mz.add_argument("--zookeeper-connect", required=True, metavar="HOST:PORT[/chroot]")
     mz.add_argument("-c", "--config", required=True, help="this node's server.properties")
     mz.add_argument("--dry-run", action="store_true", help="read and report; write nothing")
+    mz.add_argument("--release-version", help="the metadata.version to format with")
 
     dl = sub.add_parser("dump-log", help="print log segments, metadata logs and snapshots")
     dl.add_argument("--files", required=True, nargs="+", help="files (comma-separated)")

@@ -140,10 +140,13 @@ def format_storage(
     add_scram: tuple[str, ...] = (),
     features: tuple[str, ...] = (),
     initial_controllers: VoterSet | None = None,
+    records: tuple[Any, ...] = (),
 ) -> FormatResult:
     """``initial_controllers``: the first voters of a dynamic quorum (KIP-853; from
     ``--standalone`` or ``--initial-controllers``): the metadata directory gets the
-    voter's directory id and the bootstrap snapshot of the voter set."""
+    voter's directory id and the bootstrap snapshot of the voter set. ``records``: more
+    metadata for the bootstrap checkpoint (a migrated ZooKeeper cluster's), written by the
+    first active controller in one batch."""
     try:
         uuid_from_kafka(cluster_id)
     except ValueError as e:
@@ -156,6 +159,7 @@ def format_storage(
     try:
         extra: list[Any] = [*_feature_records(features, level, initial_controllers is not None)]
         extra += [scram_record(spec) for spec in add_scram]
+        extra += records
     except ValueError as e:
         raise StorageError(str(e)) from None
     formatted: list[Path] = []

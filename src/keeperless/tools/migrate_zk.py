@@ -1,18 +1,24 @@
 """``keeperless migrate-zk --zookeeper-connect HOST:PORT[/chroot] -c server.properties
---dry-run``: read a ZooKeeper-mode Kafka cluster's metadata from its ZooKeeper and say
-what a migration would bring into the quorum, what it could not, and why it must not
-start (a reassignment in progress, topics pending deletion, storage formatted for
-another cluster). Writing the migrated metadata is issue 31's next step."""
+[--dry-run]``: the one-shot migration of a stopped ZooKeeper-mode Kafka cluster. It reads
+the cluster's metadata from its ZooKeeper, says what the migration brings into the quorum
+and what it could not, and refuses to start (a reassignment in progress, topics pending
+deletion, storage formatted for another cluster, a node that is not a controller).
+Without --dry-run it formats the controller's storage with ZooKeeper's cluster id and
+writes the metadata as its bootstrap: the first active controller commits it in one
+batch, ending with ZkMigrationStateRecord POST_MIGRATION. ZooKeeper is never written."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any, TextIO
 
+from keeperless.storage.format import format_storage
 from keeperless.storage.meta_properties import read_meta_properties
 from keeperless.tools.errors import ToolError
 from keeperless.zk.layout import ZkLayoutError, ZkMetadata, parse_layout
 from keeperless.zk.reader import ZkUnreachable, read_tree
+from keeperless.zk.records import migration_records
 
 __all__ = ["migrate_zk", "summary"]
 
@@ -46,11 +52,14 @@ def summary(md: ZkMetadata) -> list[str]:
     return lines
 
 
-def migrate_zk(connect: str, cfg: Any, dry_run: bool, out: TextIO) -> int:
-    if not dry_run:
+def migrate_zk(
+    connect: str, cfg: Any, dry_run: bool, out: TextIO, release: str | None = None
+) -> int:
+    if "controller" not in cfg.roles:
         raise ToolError(
-            "only --dry-run is supported so far: it reads ZooKeeper and says what would be "
-            "migrated; writing the metadata into this node's storage is not built yet"
+            "migrate-zk writes the metadata as a controller's bootstrap: -c must be the "
+            "server.properties of a controller (process.roles with controller); format the "
+            "other nodes with 'storage format -t <the cluster id>' as usual"
         )
     try:
         tree = read_tree(connect)
@@ -75,11 +84,25 @@ def migrate_zk(connect: str, cfg: Any, dry_run: bool, out: TextIO) -> int:
         if meta is not None and meta.cluster_id != md.cluster_id:
             refusals.append(f"{d} is formatted for cluster {meta.cluster_id}, not "
                             f"{md.cluster_id}")  # fmt: skip
+    records, skipped = migration_records(md)
+    for line in skipped:
+        print(f"Not migrated: {line}", file=out)
     for r in refusals:
         print(f"Refused: {r}", file=out)
     if refusals:
         return 1
-    print("Dry run: nothing was written.", file=out)
+    if dry_run:
+        print(f"Dry run: {len(records)} records would be written; nothing was written.", file=out)
+        return 0
+    res = format_storage(
+        cfg.all_log_dirs, cfg.metadata_log_dir, cfg.node_id, md.cluster_id, release, False,
+        int(time.time() * 1000), records=tuple(records),
+    )  # fmt: skip
+    for d in res.formatted:
+        print(f"Formatting {d} with cluster id {md.cluster_id}.", file=out)
+    print(f"Wrote {len(records)} metadata records as the bootstrap of "
+          f"{cfg.metadata_log_dir}: start the node with 'keeperless server start'; its first "
+          "active controller commits them in one batch.", file=out)  # fmt: skip
     return 0
 
 

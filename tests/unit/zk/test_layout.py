@@ -103,3 +103,32 @@ def test_missing_znodes_are_named_all_at_once() -> None:
     found = problems(tree)
     assert ("/cluster/id", "missing") in found
     assert ("/brokers/topics/payments/partitions/0/state", "missing") in found
+
+
+def test_the_records_are_kafkas() -> None:
+    from keeperless.metadata import _records_gen as r
+    from keeperless.zk.records import POST_MIGRATION, migration_records
+
+    tree = kafka_layout()
+    tree["/kafka-acl/Topic/odd"] = json.dumps({"version": 1, "acls": [
+        {"principal": "User:x", "permissionType": "Allow", "operation": "Fly",
+         "host": "*"}]}).encode()  # fmt: skip
+    records, skipped = migration_records(parse_layout(tree))
+    assert skipped == ["ACL Allow User:x Fly on Topic:LITERAL:odd (unknown to Kafka)"]
+    kinds = [type(rec).__name__ for rec in records]
+    assert kinds.count("TopicRecord") == 2
+    assert kinds.count("PartitionRecord") == 5
+    acl = [rec for rec in records if isinstance(rec, r.AccessControlEntryRecord)
+           and rec.resource_name == "app-"]  # fmt: skip
+    assert [(a.resource_type, a.pattern_type, a.operation, a.permission_type) for a in acl] == [
+        (3, 4, 3, 3)  # GROUP, PREFIXED, READ, ALLOW
+    ]
+    cluster = [rec for rec in records if isinstance(rec, r.AccessControlEntryRecord)
+               and rec.resource_type == 4]  # fmt: skip
+    assert [(a.resource_name, a.operation) for a in cluster] == [("kafka-cluster", 7)]  # ALTER
+    [ids] = [rec for rec in records if isinstance(rec, r.ProducerIdsRecord)]
+    assert ids.next_producer_id == 2000
+    assert records[-1] == r.ZkMigrationStateRecord(zk_migration_state=POST_MIGRATION)
+    [p1] = [rec for rec in records if isinstance(rec, r.PartitionRecord)
+            and rec.partition_id == 1 and len(rec.replicas) == 3]  # fmt: skip
+    assert (p1.leader, p1.leader_epoch, p1.isr) == (2, 5, (2, 3, 1))
