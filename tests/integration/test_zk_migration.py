@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import datetime
 import json
+import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from keeperless.protocol.apis import ApiKey
 from keeperless.tools.client import call
-from tests.integration.cluster import Node, free_port, keeperless
+from tests.integration.cluster import Cluster, Node, free_port, keeperless
 from tests.zookeeper import CLUSTER_ID, TOPIC_IDS, ZooKeeper, kafka_layout, write_layout
 
 
@@ -179,3 +183,100 @@ def test_an_unreachable_zookeeper_is_one_line(tmp_path: Path) -> None:
     assert code == 1
     assert "no ZooKeeper answered at" in out
     assert "Traceback" not in out
+
+
+def _zk_mode(data: Path, broker_id: int) -> None:
+    """What a ZooKeeper-mode Kafka 3.x broker leaves in its log directory: meta.properties
+    version 0 (broker.id, cluster.id), partition directories with partition.metadata, no
+    metadata log."""
+    (data / "meta.properties").write_text(
+        f"#\nversion=0\nbroker.id={broker_id}\ncluster.id={CLUSTER_ID}\n"
+    )
+    for d in list(data.iterdir()):
+        if d.name.startswith("__") or d.name == "bootstrap.checkpoint":
+            shutil.rmtree(d) if d.is_dir() else d.unlink()
+
+
+def test_a_broker_adopts_a_zookeeper_mode_log_directory(zk: ZooKeeper, tmp_path: Path) -> None:
+    """The stopped cluster's broker 2 restarts as a keeperless broker on its own log
+    directory: every record is served at its offset, producing goes on after it, and
+    meta.properties becomes version 1 with a directory id."""
+    source = Node(tmp_path / "zk-broker", node_id=2)
+    source.format()
+    source.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": source.bootstrap})
+        admin.create_topics([NewTopic("orders", 2, 1)])["orders"].result(30)
+        p = Producer({"bootstrap.servers": source.bootstrap, "enable.idempotence": True})
+        for i in range(100):
+            p.produce("orders", value=f"v{i}".encode(), partition=i % 2)
+        assert p.flush(30) == 0
+    finally:
+        source.stop()
+    topic_id = (source.data / "orders-0" / "partition.metadata").read_text().split()[-1]
+    _zk_mode(source.data, 2)
+    layout = {
+        "/cluster/id": json.dumps({"version": "1", "id": CLUSTER_ID}).encode(),
+        "/controller_epoch": b"3",
+        "/brokers/ids/2": json.dumps(
+            {"endpoints": ["PLAINTEXT://b2:9092"], "version": 5, "host": "b2", "port": 9092}
+        ).encode(),
+        "/brokers/topics/orders": json.dumps(
+            {
+                "version": 3,
+                "topic_id": topic_id,
+                "partitions": {"0": [2], "1": [2]},
+                "adding_replicas": {},
+                "removing_replicas": {},
+            }
+        ).encode(),
+        "/latest_producer_id_block": json.dumps(
+            {"version": 1, "broker": 2, "block_start": "0", "block_end": "999"}
+        ).encode(),
+    }
+    for i in (0, 1):
+        layout[f"/brokers/topics/orders/partitions/{i}/state"] = json.dumps({
+            "controller_epoch": 3, "leader": 2, "version": 1, "leader_epoch": 0, "isr": [2],
+        }).encode()  # fmt: skip
+    client = zk.client()
+    try:
+        client.ensure_path("/kafka-f")
+        client.chroot = "/kafka-f"
+        write_layout(client, layout)
+    finally:
+        client.stop()
+        client.close()
+    c = Cluster(tmp_path / "kraft", controllers=1, brokers=1)
+    controller, broker = c.controllers[1], c.brokers[2]
+    shutil.copytree(source.data, broker.data)
+    code, out = _migrate(controller, f"{zk.connect}/kafka-f")
+    assert code == 0, out
+    controller.start_background()
+    controller.wait_listening()
+    broker.start()
+    try:
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g",
+                             "enable.auto.commit": False})  # fmt: skip
+        consumer.assign([TopicPartition("orders", i, 0) for i in (0, 1)])
+        got: dict[int, list[tuple[int, bytes]]] = {0: [], 1: []}
+        deadline = time.monotonic() + 60
+        while sum(map(len, got.values())) < 100 and time.monotonic() < deadline:
+            for m in consumer.consume(100, 1.0):
+                if m.error() is None:
+                    got[m.partition()].append((m.offset(), m.value()))
+        consumer.close()
+        for i in (0, 1):
+            assert got[i] == [(n, f"v{2 * n + i}".encode()) for n in range(50)], got[i][:5]
+        p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+        offsets: list[int] = []
+        p.produce("orders", value=b"after", partition=0,
+                  on_delivery=lambda err, m: offsets.append(m.offset()))  # fmt: skip
+        assert p.flush(30) == 0
+        assert offsets == [50]
+        meta = (broker.data / "meta.properties").read_text()
+        assert "version=1" in meta
+        assert "directory.id=" in meta
+        assert "Adopted log directory" in broker.logs()
+    finally:
+        broker.stop()
+        controller.stop()

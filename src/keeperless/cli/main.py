@@ -126,9 +126,16 @@ def _server(args: argparse.Namespace) -> int:
         from keeperless.tools.server_stop import stop_servers
 
         return stop_servers(args.node_id, args.process_role, sys.stdout)
+    import logging
+
     from keeperless.storage.format import check_storage
 
     cfg = load_config(args.config, args.override or ())
+    # (the node's format: what checking its storage does - adopting a ZooKeeper-mode
+    # broker's directories - is in its log)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     cluster_id = check_storage(cfg.all_log_dirs, cfg.node_id, args.config, cfg.metadata_log_dir)
     if args.daemon:
         return _daemon(args)

@@ -271,6 +271,7 @@ def check_storage(
     or no other one is readable."""
     cluster_ids: dict[str, Path] = {}
     failed: list[str] = []
+    zk_mode: list[tuple[Path, MetaProperties]] = []  # a ZooKeeper-mode broker's (version 0)
     for d in log_dirs:
         try:
             if d.exists() and not d.is_dir():
@@ -296,6 +297,17 @@ def check_storage(
                 f"node.id={node_id}. Fix node.id or use the directory of node {meta.node_id}."
             )
         cluster_ids.setdefault(meta.cluster_id, d)
+        if meta.version == 0:
+            zk_mode.append((d, meta))
+    if len(cluster_ids) == 1 and zk_mode:
+        for d, meta in zk_mode:
+            adopted = MetaProperties(meta.cluster_id, node_id, random_kafka_uuid())
+            write_meta_properties(d, adopted)
+            log.info(
+                "Adopted log directory %s of ZooKeeper-mode broker %d (meta.properties version "
+                "0): rewritten as version 1 with directory.id=%s",
+                d, node_id, adopted.directory_id,
+            )  # fmt: skip
     if len(cluster_ids) > 1:
         desc = ", ".join(f"{p} has cluster.id={c}" for c, p in cluster_ids.items())
         raise StorageError(f"Log directories belong to different clusters: {desc}")

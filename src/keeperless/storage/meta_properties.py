@@ -78,6 +78,13 @@ def read_meta_properties(log_dir: Path) -> MetaProperties | None:
     if not path.exists():
         return None
     props = parse_properties(path.read_text(), str(path))
+    if props.get("version") == "0":
+        # a ZooKeeper-mode broker's: broker.id and cluster.id, no directory id (adopted
+        # by check_storage, which rewrites it as version 1)
+        try:
+            return MetaProperties(props["cluster.id"], int(props["broker.id"]), "", 0)
+        except (KeyError, ValueError) as e:
+            raise StorageError(f"{path} is damaged: {e}") from None
     try:
         return MetaProperties(
             cluster_id=props["cluster.id"],

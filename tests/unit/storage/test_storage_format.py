@@ -10,6 +10,8 @@ from keeperless.protocol.records import decode_records, iter_batches
 from keeperless.storage.format import check_storage, format_storage
 from keeperless.storage.meta_properties import StorageError, random_kafka_uuid, uuid_from_kafka
 
+CID = "MkU3OEVBNTcwNTJENDM2Qg"
+
 
 def test_random_uuid_is_kafka_shaped() -> None:
     for _ in range(50):
@@ -155,3 +157,29 @@ def test_a_dynamic_quorum_needs_metadata_version_3_9(tmp_path: Path) -> None:
     assert not old.exists()
     format_storage((new,), new, 1, random_kafka_uuid(), "3.9", False, 0,
                    initial_controllers=voters)  # fmt: skip
+
+
+def test_a_zookeeper_mode_brokers_directory_is_adopted(tmp_path: Path) -> None:
+    """meta.properties version 0 (broker.id, cluster.id; what a ZooKeeper-mode Kafka
+    broker writes): the same broker's KRaft start rewrites it as version 1 with a
+    directory id; another broker's or another cluster's is refused as any."""
+    from keeperless.storage.meta_properties import read_meta_properties
+
+    zk_dir = tmp_path / "zk"
+    zk_dir.mkdir()
+    (zk_dir / "meta.properties").write_text("#\nversion=0\nbroker.id=2\ncluster.id=" + CID + "\n")
+    with pytest.raises(StorageError, match="formatted for node.id=2"):
+        check_storage((zk_dir,), 3, "c.properties")
+    assert check_storage((zk_dir,), 2, "c.properties") == CID
+    meta = read_meta_properties(zk_dir)
+    assert meta is not None
+    assert (meta.version, meta.node_id, meta.cluster_id) == (1, 2, CID)
+    assert len(meta.directory_id) == 22
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "meta.properties").write_text(
+        "version=0\nbroker.id=2\ncluster.id=AAAAAAAAAAAAAAAAAAAAAA\n"
+    )
+    with pytest.raises(StorageError, match="different clusters"):
+        check_storage((zk_dir, other), 2, "c.properties")
+    assert "version=0" in (other / "meta.properties").read_text()  # nothing adopted
