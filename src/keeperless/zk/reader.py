@@ -38,20 +38,20 @@ def read_tree(connect: str, timeout_s: float = 10.0) -> dict[str, bytes | None]:
         ) from None
     try:
         tree: dict[str, bytes | None] = {}
-        pending = list(ROOTS)
-        while pending:
-            path = pending.pop()
-            if path in _SKIP:
-                continue
-            try:
-                data, _stat = zk.get(path)
-                children = zk.get_children(path)
-            except NoNodeError:
-                continue
-            tree[path] = data if data else None
-            pending += [f"{path}/{c}" for c in children]
+        level = [r for r in ROOTS if r not in _SKIP]
+        while level:  # a level at a time, its requests pipelined (not a round trip each)
+            asked = [(path, zk.get_async(path), zk.get_children_async(path)) for path in level]
+            level = []
+            for path, data_req, children_req in asked:
+                try:
+                    data, _stat = data_req.get(timeout=timeout_s)
+                    children = children_req.get(timeout=timeout_s)
+                except NoNodeError:
+                    continue  # gone meanwhile, or never there (an optional root)
+                tree[path] = data if data else None
+                level += [c for c in (f"{path}/{n}" for n in children) if c not in _SKIP]
         return tree
-    except KazooException as e:
+    except (KazooException, KazooTimeoutError) as e:
         raise ZkUnreachable(f"reading ZooKeeper at {connect}: {type(e).__name__} {e}") from e
     finally:
         zk.stop()
