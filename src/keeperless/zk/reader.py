@@ -18,6 +18,8 @@ ROOTS = ("/cluster", "/controller", "/controller_epoch", "/brokers", "/config",
          "/kafka-acl", "/kafka-acl-extended", "/latest_producer_id_block", "/admin",
          "/feature")  # fmt: skip
 _SKIP = frozenset({"/config/changes", "/brokers/seqid"})
+# znodes asked at once (ZooKeeper throttles a client past ~1000 outstanding requests)
+_PIPELINE = 250
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +42,8 @@ def read_tree(connect: str, timeout_s: float = 10.0) -> dict[str, bytes | None]:
         tree: dict[str, bytes | None] = {}
         level = [r for r in ROOTS if r not in _SKIP]
         while level:  # a level at a time, its requests pipelined (not a round trip each)
-            asked = [(path, zk.get_async(path), zk.get_children_async(path)) for path in level]
-            level = []
+            batch, level = level[:_PIPELINE], level[_PIPELINE:]
+            asked = [(path, zk.get_async(path), zk.get_children_async(path)) for path in batch]
             for path, data_req, children_req in asked:
                 try:
                     data, _stat = data_req.get(timeout=timeout_s)
