@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,10 @@ def format_storage(
         extra += records
     except ValueError as e:
         raise StorageError(str(e)) from None
+    try:  # encoded before anything is written: a record that cannot be leaves no trace
+        snapshot = build_snapshot(bootstrap_records(level, extra), now_ms)
+    except (ValueError, OverflowError, struct.error) as e:
+        raise StorageError(f"cannot encode the bootstrap metadata: {e}") from None
     formatted: list[Path] = []
     skipped: list[Path] = []
     for d in log_dirs:
@@ -186,7 +191,6 @@ def format_storage(
             directory_id = uuid_to_kafka(me.directory_id)
         write_meta_properties(d, MetaProperties(cluster_id, node_id, directory_id))
         if d == metadata_log_dir:
-            snapshot = build_snapshot(bootstrap_records(level, extra), now_ms)
             write_atomically(d / BOOTSTRAP_CHECKPOINT, snapshot)
             if initial_controllers is not None:
                 control = voters_records(

@@ -9,10 +9,13 @@ batch, ending with ZkMigrationStateRecord POST_MIGRATION. ZooKeeper is never wri
 
 from __future__ import annotations
 
+import logging
 import time
+import warnings
 from collections import Counter
 from typing import Any, TextIO
 
+from keeperless.metadata.features import metadata_version_for_release
 from keeperless.storage.format import format_storage
 from keeperless.storage.meta_properties import read_meta_properties
 from keeperless.tools.errors import ToolError
@@ -21,6 +24,9 @@ from keeperless.zk.reader import ZkUnreachable, read_tree
 from keeperless.zk.records import migration_records
 
 __all__ = ["migrate_zk", "summary"]
+
+_MIGRATION_RELEASE = "3.4-IV0"  # ZkMigrationStateRecord
+_SCRAM_RELEASE = "3.5-IV2"  # UserScramCredentialRecord
 
 
 def summary(md: ZkMetadata) -> list[str]:
@@ -61,8 +67,19 @@ def migrate_zk(
             "server.properties of a controller (process.roles with controller); format the "
             "other nodes with 'storage format -t <the cluster id>' as usual"
         )
+    if release is not None:
+        try:
+            level = metadata_version_for_release(release)
+        except ValueError as e:
+            raise ToolError(f"--release-version: {e}") from None
+        if level < metadata_version_for_release(_MIGRATION_RELEASE):
+            raise ToolError(f"--release-version {release}: a migration needs metadata.version "
+                            f"{_MIGRATION_RELEASE} or later")  # fmt: skip
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries are not the tool's
     try:
-        tree = read_tree(connect)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # kazoo's: "No chroot path exists" (said below)
+            tree = read_tree(connect)
     except ZkUnreachable as e:
         raise ToolError(str(e)) from None
     try:
@@ -84,6 +101,16 @@ def migrate_zk(
         if meta is not None and meta.cluster_id != md.cluster_id:
             refusals.append(f"{d} is formatted for cluster {meta.cluster_id}, not "
                             f"{md.cluster_id}")  # fmt: skip
+        elif meta is not None:
+            refusals.append(f"{d} is already formatted (cluster {meta.cluster_id}): the "
+                            "migration formats new storage (did it run?)")  # fmt: skip
+    if (
+        md.scram
+        and release is not None
+        and metadata_version_for_release(release) < metadata_version_for_release(_SCRAM_RELEASE)
+    ):
+        refusals.append(f"SCRAM credentials need metadata.version {_SCRAM_RELEASE} or later "
+                        f"(--release-version {release})")  # fmt: skip
     records, skipped = migration_records(md)
     for line in skipped:
         print(f"Not migrated: {line}", file=out)

@@ -27,8 +27,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from keeperless.metadata.admin import validate_topic_name
 from keeperless.metadata.config_catalog import BROKER_CONFIGS
-from keeperless.metadata.topic_configs import TOPIC_CONFIGS
+from keeperless.metadata.topic_configs import (
+    TOPIC_CONFIGS,
+    TopicConfigError,
+    validate_topic_configs,
+)
+from keeperless.storage.meta_properties import uuid_from_kafka
 
 __all__ = [
     "QUOTA_KEYS",
@@ -47,8 +53,11 @@ SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 # a quota (a user's SCRAM credentials are kept apart)
 QUOTA_KEYS = frozenset({
     "producer_byte_rate", "consumer_byte_rate", "request_percentage",
-    "controller_mutation_rate", "connection_creation_rate",
+    "controller_mutation_rate",
 })  # fmt: skip
+_IP_QUOTAS = frozenset({"connection_creation_rate"})
+# every SCRAM mechanism name Kafka ever stored (only SHA-256 and SHA-512 are Kafka's)
+SCRAM_KEYS = frozenset({"SCRAM-SHA-256", "SCRAM-SHA-512"})
 DEFAULT_ENTITY = "<default>"
 
 
@@ -161,8 +170,12 @@ def _children(tree: Mapping[str, bytes | None], path: str) -> list[str]:
     return sorted({p[len(prefix) :].split("/", 1)[0] for p in tree if p.startswith(prefix)})
 
 
+_INT32 = range(-(2**31), 2**31)
+_INT64 = range(-(2**63), 2**63)
+
+
 def _ints(v: Any, path: str, what: str, problems: list[tuple[str, str]]) -> tuple[int, ...]:
-    if not isinstance(v, list) or not all(isinstance(x, int) for x in v):
+    if not isinstance(v, list) or not all(isinstance(x, int) and 0 <= x < 2**31 for x in v):
         problems.append((path, f"{what} is not a list of broker ids: {v!r}"))
         return ()
     return tuple(v)
@@ -206,26 +219,46 @@ def _topic(
             continue
         leader = state.get("leader")
         epoch = state.get("leader_epoch")
-        if not isinstance(leader, int) or not isinstance(epoch, int):
-            problems.append((state_path, "no leader or leader_epoch"))
+        if not isinstance(leader, int) or not isinstance(epoch, int) or epoch not in _INT32:
+            problems.append((state_path, "no leader or leader_epoch (32-bit numbers)"))
             continue
         isr = _ints(state.get("isr"), state_path, "isr", problems)
         if leader < 0 or leader not in reps:
             problems.append((state_path, f"partition has no leader among its replicas "
                                          f"(leader {leader}, replicas {list(reps)})"))  # fmt: skip
             continue
+        if not set(isr) <= set(reps) or leader not in isr:
+            problems.append((state_path, f"isr {list(isr)} is not among the replicas "
+                                         f"{list(reps)} or lacks the leader {leader}"))  # fmt: skip
+            continue
         parts[index] = ZkPartition(
             index, reps, leader, epoch, isr,
             _ints(adding.get(key, []), path, "adding_replicas", problems),
             _ints(removing.get(key, []), path, "removing_replicas", problems),
         )  # fmt: skip
-    if sorted(parts) != list(range(len(doc["partitions"]))):
-        problems.append((path, f"partitions are not numbered 0..n-1: {sorted(doc['partitions'])}"))
+    numbers = sorted(int(k) for k in doc["partitions"] if str(k).isdigit())
+    if numbers != list(range(len(doc["partitions"]))):
+        problems.append((path, f"partitions are not numbered 0..n-1: {numbers}"))
+    err = validate_topic_name(name)
+    if err is not None:
+        problems.append((path, f"not a valid topic name: {err}"))
     tid = doc.get("topic_id")
+    if tid is not None:
+        try:
+            if not isinstance(tid, str) or uuid_from_kafka(tid).int in (0, 1):
+                raise ValueError(f"{tid!r} is reserved")
+        except ValueError as e:
+            problems.append((path, f"topic_id: {e}"))
     configs = _config(tree, f"/config/topics/{name}", problems) if (
         f"/config/topics/{name}" in tree) else {}  # fmt: skip
     for key in sorted(set(configs) - set(TOPIC_CONFIGS)):
         problems.append((f"/config/topics/{name}", f"unknown topic config {key!r}"))
+    for key, value in sorted(configs.items()):
+        if key in TOPIC_CONFIGS:
+            try:
+                validate_topic_configs({key: value})
+            except TopicConfigError as e:
+                problems.append((f"/config/topics/{name}", str(e)))
     return ZkTopic(name, tid if isinstance(tid, str) else None, parts, configs)
 
 
@@ -233,11 +266,14 @@ def _scram(user: str, mechanism: str, text: str, path: str,
            problems: list[tuple[str, str]]) -> ZkScram | None:  # fmt: skip
     fields = dict(kv.split("=", 1) for kv in text.split(",") if "=" in kv)
     try:
+        iterations = int(fields["iterations"])
+        if not 4096 <= iterations <= 16384:
+            raise ValueError(iterations)
         return ZkScram(user, mechanism, fields["salt"], fields["stored_key"],
-                       fields["server_key"], int(fields["iterations"]))  # fmt: skip
+                       fields["server_key"], iterations)  # fmt: skip
     except (KeyError, ValueError):
         problems.append((path, f"{mechanism} credential is not salt=,stored_key=,"
-                               "server_key=,iterations="))  # fmt: skip
+                               "server_key=,iterations= (4096 to 16384)"))  # fmt: skip
         return None
 
 
@@ -245,14 +281,24 @@ def _name(raw: str) -> str | None:
     return None if raw == DEFAULT_ENTITY else urllib.parse.unquote(raw)
 
 
-def _quotas(conf: dict[str, str], path: str, problems: list[tuple[str, str]]) -> dict[str, float]:
+def _quotas(
+    conf: dict[str, str], path: str, problems: list[tuple[str, str]], allowed: frozenset[str]
+) -> dict[str, float]:
     out = {}
     for k, v in conf.items():
-        if k in QUOTA_KEYS:
-            try:
-                out[k] = float(v)
-            except ValueError:
-                problems.append((path, f"quota {k}={v!r} is not a number"))
+        if k in SCRAM_KEYS and allowed is not _IP_QUOTAS:
+            continue  # a user's credentials, read apart
+        if k not in allowed:
+            problems.append((path, f"unknown quota or user config {k!r}"))
+            continue
+        try:
+            rate = float(v)
+        except ValueError:
+            rate = -1.0
+        if not 0 <= rate < float("inf"):
+            problems.append((path, f"quota {k}={v!r} is not a number >= 0"))
+            continue
+        out[k] = rate
     return out
 
 
@@ -287,6 +333,13 @@ def parse_layout(tree: Mapping[str, bytes | None]) -> ZkMetadata:
         t = _topic(tree, name, problems)
         if t is not None:
             topics[name] = t
+    seen_ids: dict[str, str] = {}
+    for t in topics.values():
+        if t.topic_id is not None:
+            other = seen_ids.setdefault(t.topic_id, t.name)
+            if other != t.name:
+                problems.append((f"/brokers/topics/{t.name}",
+                                 f"topic_id {t.topic_id} is also topic {other}'s"))  # fmt: skip
     broker_configs = {
         ("" if b == DEFAULT_ENTITY else b): _config(tree, f"/config/brokers/{b}", problems)
         for b in _children(tree, "/config/brokers")
@@ -313,10 +366,10 @@ def parse_layout(tree: Mapping[str, bytes | None]) -> ZkMetadata:
                             scram.append(cred)
                 for client in _children(tree, f"{path}/clients"):
                     sub = f"{path}/clients/{client}"
-                    q = _quotas(_config(tree, sub, problems), sub, problems)
+                    q = _quotas(_config(tree, sub, problems), sub, problems, QUOTA_KEYS)
                     if q:
                         quotas[(("user", _name(raw)), ("client-id", _name(client)))] = q
-            q = _quotas(conf, path, problems)
+            q = _quotas(conf, path, problems, _IP_QUOTAS if kind == "ips" else QUOTA_KEYS)
             if q:
                 quotas[entity_key] = q
     acls = []
@@ -335,8 +388,13 @@ def parse_layout(tree: Mapping[str, bytes | None]) -> ZkMetadata:
                     continue
                 for e in entries:
                     try:
-                        acls.append(ZkAcl(rtype, pattern, name, e["principal"], e["host"],
-                                          e["operation"], e["permissionType"]))  # fmt: skip
+                        acl = ZkAcl(rtype, pattern, name, e["principal"], e["host"],
+                                    e["operation"], e["permissionType"])  # fmt: skip
+                        if ":" not in acl.principal:
+                            problems.append((path, f"principal {acl.principal!r} is not "
+                                                   "TYPE:NAME (User:alice)"))  # fmt: skip
+                        elif acl not in acls:
+                            acls.append(acl)
                     except (KeyError, TypeError):
                         problems.append((path, f"an ACL without principal, host, operation "
                                                f"or permissionType: {e!r}"))  # fmt: skip
@@ -345,8 +403,10 @@ def parse_layout(tree: Mapping[str, bytes | None]) -> ZkMetadata:
         doc = _json(tree, "/latest_producer_id_block", problems)
         try:
             block_end = int(doc["block_end"])
+            if not 0 <= block_end < 2**63 - 1:
+                raise ValueError(block_end)
         except (KeyError, TypeError, ValueError):
-            problems.append(("/latest_producer_id_block", "no block_end number"))
+            problems.append(("/latest_producer_id_block", "no block_end number (64 bits)"))
     reassignments = {}
     if tree.get("/admin/reassign_partitions"):
         doc = _json(tree, "/admin/reassign_partitions", problems)

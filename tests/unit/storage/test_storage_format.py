@@ -183,3 +183,15 @@ def test_a_zookeeper_mode_brokers_directory_is_adopted(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="different clusters"):
         check_storage((zk_dir, other), 2, "c.properties")
     assert "version=0" in (other / "meta.properties").read_text()  # nothing adopted
+
+
+def test_metadata_that_cannot_be_encoded_formats_nothing(tmp_path: Path) -> None:
+    """The bootstrap is encoded before anything is written (a migrated cluster's record out
+    of range left a directory formatted with no metadata, which started an empty cluster)."""
+    from keeperless.metadata._records_gen import ProducerIdsRecord
+
+    d = tmp_path / "meta"
+    bad = ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=2**70)
+    with pytest.raises(StorageError, match="cannot encode the bootstrap metadata"):
+        format_storage((d,), d, 1, CID, None, False, 0, records=(bad,))
+    assert not (d / "meta.properties").exists()

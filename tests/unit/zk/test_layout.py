@@ -87,8 +87,39 @@ def test_a_reassignment_or_a_deletion_in_progress_is_refused() -> None:
          "/config/users/alice: SCRAM-SHA-256 credential is not"),
         ("/kafka-acl/Topic/orders", json.dumps({"version": 1}).encode(),
          "/kafka-acl/Topic/orders: no \"acls\" list"),
+        ("/brokers/topics/orders/partitions/1/state",
+         json.dumps({"leader": 2, "leader_epoch": 3, "isr": [3, 1, 9], "controller_epoch": 7,
+                     "version": 1}).encode(),
+         "/brokers/topics/orders/partitions/1/state: isr [3, 1, 9] is not among the replicas"),
+        ("/brokers/topics/orders/partitions/1/state",
+         json.dumps({"leader": 2, "leader_epoch": 2**40, "isr": [2], "controller_epoch": 7,
+                     "version": 1}).encode(),
+         "/brokers/topics/orders/partitions/1/state: no leader or leader_epoch"),
+        ("/config/topics/orders",
+         json.dumps({"version": 1, "config": {"retention.ms": "abc"}}).encode(),
+         "/config/topics/orders: "),
+        ("/config/clients/<default>",
+         json.dumps({"version": 1, "config": {"foo_rate": "2"}}).encode(),
+         "/config/clients/<default>: unknown quota or user config 'foo_rate'"),
+        ("/config/ips/10.0.0.1",
+         json.dumps({"version": 1, "config": {"connection_creation_rate": "-5"}}).encode(),
+         "/config/ips/10.0.0.1: quota connection_creation_rate='-5' is not a number >= 0"),
+        ("/config/users/alice",
+         json.dumps({"version": 1, "config": {
+             "SCRAM-SHA-256": "salt=a,stored_key=b,server_key=c,iterations=100"}}).encode(),
+         "/config/users/alice: SCRAM-SHA-256 credential is not"),
+        ("/kafka-acl/Topic/orders",
+         json.dumps({"version": 1, "acls": [{"principal": "alice", "permissionType": "Allow",
+                                             "operation": "Read", "host": "*"}]}).encode(),
+         "/kafka-acl/Topic/orders: principal 'alice' is not TYPE:NAME"),
+        ("/latest_producer_id_block",
+         json.dumps({"version": 1, "broker": 1, "block_start": "0",
+                     "block_end": str(2**63 - 1)}).encode(),
+         "/latest_producer_id_block: no block_end number"),
     ],
-    ids=["bad-json", "no-leader", "unknown-config", "bad-scram", "no-acls"],
+    ids=["bad-json", "no-leader", "unknown-config", "bad-scram", "no-acls", "isr-outside",
+         "huge-epoch", "bad-config-value", "unknown-quota", "negative-quota", "few-iterations",
+         "bare-principal", "huge-block"],
 )  # fmt: skip
 def test_malformed_znodes_are_named(path: str, data: bytes, expected: str) -> None:
     tree = kafka_layout()
@@ -132,3 +163,39 @@ def test_the_records_are_kafkas() -> None:
     [p1] = [rec for rec in records if isinstance(rec, r.PartitionRecord)
             and rec.partition_id == 1 and len(rec.replicas) == 3]  # fmt: skip
     assert (p1.leader, p1.leader_epoch, p1.isr) == (2, 5, (2, 3, 1))
+
+
+def test_topic_ids_must_be_unique_and_not_reserved() -> None:
+    tree = kafka_layout()
+    doc = json.loads(tree["/brokers/topics/payments"] or b"")
+    doc["topic_id"] = TOPIC_IDS["orders"]
+    tree["/brokers/topics/payments"] = json.dumps(doc).encode()
+    assert any("is also topic orders's" in what for _p, what in problems(tree))
+    doc["topic_id"] = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's ZERO_UUID
+    tree["/brokers/topics/payments"] = json.dumps(doc).encode()
+    assert ("/brokers/topics/payments", "topic_id: 'AAAAAAAAAAAAAAAAAAAAAA' is reserved") in (
+        problems(tree)
+    )
+
+
+def test_a_missing_partition_state_is_one_problem() -> None:
+    tree = kafka_layout()
+    del tree["/brokers/topics/payments/partitions/0/state"]
+    assert [p for p, _ in problems(tree)] == ["/brokers/topics/payments/partitions/0/state"]
+
+
+def test_duplicate_acls_are_one_and_encrypted_passwords_are_not_migrated() -> None:
+    from keeperless.zk.records import migration_records
+
+    tree = kafka_layout()
+    acl = {"principal": "User:alice", "permissionType": "Allow", "operation": "Read",
+           "host": "*"}  # fmt: skip
+    tree["/kafka-acl/Topic/orders"] = json.dumps({"version": 1, "acls": [acl, acl]}).encode()
+    tree["/config/brokers/2"] = json.dumps({"version": 1, "config": {
+        "listener.name.plaintext.ssl.keystore.password": "c2VjcmV0", "log.cleaner.threads": "2",
+    }}).encode()  # fmt: skip
+    md = parse_layout(tree)
+    assert len([a for a in md.acls if a.name == "orders"]) == 1
+    records, skipped = migration_records(md)
+    assert any("ssl.keystore.password" in s and "password.encoder.secret" in s for s in skipped)
+    assert not any(getattr(r, "name", "").endswith("keystore.password") for r in records)
