@@ -35,9 +35,10 @@ def test_the_controller_scale_bench_runs_every_phase() -> None:
 def test_the_zookeeper_migration_bench_reads_parses_and_writes_everything() -> None:
     from bench import zk_migration
 
-    out = zk_migration.run(20, 3)
-    assert out["partitions"] == 60
+    out = zk_migration.run(100, 3)  # ~900 znodes: past 3x the reader's 250 at a time
+    assert out["partitions"] == 300
+    assert out["znodes_written"] > 3 * 250
     assert out["znodes_read_by_client_alone"] == out["znodes_written"]
-    assert out["records"] == 20 + 60 + 20 + 1  # topics, partitions, configs, migration state
+    assert out["records"] == 100 + 300 + 100 + 1  # topics, partitions, configs, migration state
     assert out["client_alone_s"] > 0
     assert out["migration_s"] > 0
