@@ -15,7 +15,7 @@ import struct
 import uuid
 from dataclasses import dataclass
 
-from keeperless.protocol.varint import VarintError, read_uvarint, uvarint
+from keeperless.protocol.varint import VarintError, read_uvarint, skip_tagged_fields, uvarint
 
 __all__ = [
     "SNAPSHOT",
@@ -135,15 +135,6 @@ def decode_key(data: bytes) -> tuple[int, ShareKey]:
     return kind, ShareKey(group, topic, partition)
 
 
-def _skip_tags(data: bytes, pos: int) -> int:
-    n, pos = read_uvarint(data, pos)
-    for _ in range(n):
-        _tag, pos = read_uvarint(data, pos)
-        size, pos = read_uvarint(data, pos)
-        pos += size
-    return pos
-
-
 def decode_value(kind: int, data: bytes) -> ShareSnapshot | ShareUpdate:
     try:
         version, snapshot_epoch = _HEAD.unpack_from(data, 0)
@@ -161,9 +152,9 @@ def decode_value(kind: int, data: bytes) -> ShareSnapshot | ShareUpdate:
         batches = []
         for _ in range(max(n - 1, 0)):
             first, last, state, count = _BATCH.unpack_from(data, pos)
-            pos = _skip_tags(data, pos + _BATCH.size)
+            pos = skip_tagged_fields(data, pos + _BATCH.size)
             batches.append(StateBatch(first, last, state, count))
-        _skip_tags(data, pos)
+        skip_tagged_fields(data, pos)
     except (struct.error, IndexError, VarintError) as e:
         raise ShareRecordError(f"damaged share coordinator record value: {e}") from None
     if kind == SNAPSHOT:

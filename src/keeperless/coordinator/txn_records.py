@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from keeperless.protocol.varint import compact_string, read_uvarint, uvarint
+from keeperless.protocol.varint import compact_string, read_uvarint, skip_tagged_fields, uvarint
 
 __all__ = [
     "VALID_PREVIOUS",
@@ -149,7 +149,7 @@ def _parse_v1(value: bytes, md: TxnMetadata) -> None:
         m, pos = read_uvarint(value, pos)
         md.partitions.update((topic, i) for i in struct.unpack_from(f">{m - 1}i", value, pos))
         pos += 4 * (m - 1)
-        pos = _skip_tags(value, pos)
+        pos = skip_tagged_fields(value, pos)
     md.update_ms, md.start_ms = struct.unpack_from(">qq", value, pos)
     pos += 16
     count, pos = read_uvarint(value, pos)
@@ -163,15 +163,6 @@ def _parse_v1(value: bytes, md: TxnMetadata) -> None:
         elif tag == 2:
             (md.client_tv,) = _S16.unpack_from(value, pos)
         pos += size
-
-
-def _skip_tags(buf: bytes, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-    return pos
 
 
 def parse_txn_record(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None] | None:

@@ -8,6 +8,7 @@ __all__ = [
     "compact_string",
     "read_uvarint",
     "read_varint",
+    "skip_tagged_fields",
     "uvarint",
     "write_uvarint",
     "write_varint",
@@ -62,3 +63,14 @@ def write_varint(out: bytearray, n: int) -> None:
 def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     v, pos = read_uvarint(buf, pos)
     return (v >> 1) ^ -(v & 1), pos
+
+
+def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    """The position after a flexible version's tagged fields (count, then tag, size and
+    data of each) starting at ``pos``."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+    return pos

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from keeperless.metadata.features import metadata_version_for_release
 from keeperless.storage.format import format_storage
-from keeperless.storage.meta_properties import read_meta_properties
+from keeperless.storage.meta_properties import read_meta_properties, uuid_from_kafka
 from keeperless.tools.errors import ToolError
 from keeperless.zk.layout import ZkLayoutError, ZkMetadata, parse_layout
 from keeperless.zk.reader import ZkUnreachable, read_tree
@@ -134,8 +134,6 @@ def migrate_zk(
 
 
 def _valid_id(cid: str) -> bool:
-    from keeperless.storage.meta_properties import uuid_from_kafka
-
     try:
         uuid_from_kafka(cid)
     except ValueError:

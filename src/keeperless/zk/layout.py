@@ -171,7 +171,6 @@ def _children(tree: Mapping[str, bytes | None], path: str) -> list[str]:
 
 
 _INT32 = range(-(2**31), 2**31)
-_INT64 = range(-(2**63), 2**63)
 
 
 def _ints(v: Any, path: str, what: str, problems: list[tuple[str, str]]) -> tuple[int, ...]:
