@@ -616,8 +616,12 @@ class DataPlane:
                     elif p.info is None or not p.is_leader:
                         err = ErrorCode.not_leader_or_follower
                     else:
-                        self.broker.partitions.advance_start(p, target, now)
-                        moved.append((entry, p, target, p.info.leader_epoch))
+                        try:
+                            self.broker.partitions.advance_start(p, target, now)
+                        except LogDirFailure:  # its directory failed (KIP-858)
+                            err = ErrorCode.kafka_storage_error
+                        else:
+                            moved.append((entry, p, target, p.info.leader_epoch))
                 if err is not None:
                     entry["error_code"] = err
             topics.append({"name": t.name, "partitions": parts})

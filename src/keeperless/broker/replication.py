@@ -213,64 +213,17 @@ class _Fetcher:
         broker = self.manager.broker
         now = _now_ms()
         backoff = False
-        appended = False
         for t in resp.responses:
             for pr in t.partitions:
                 p = broker.partitions.get(t.topic, pr.partition_index)
                 if p is None or (t.topic, pr.partition_index) not in self.partitions:
                     continue
-                code = pr.error_code
-                if code == ErrorCode.none:
-                    div = pr.diverging_epoch
-                    if div.epoch >= 0 or div.end_offset >= 0:
-                        # Kafka's rule: where the leader's epoch ends, if ours is that
-                        # epoch too; if we do not know its epoch, back to where our own
-                        # epoch before it ends, and ask again from there
-                        own_epoch, own_end = p.end_offset_for_epoch(div.epoch)
-                        if own_epoch < 0:
-                            target = div.end_offset
-                        elif own_epoch == div.epoch:
-                            target = min(div.end_offset, own_end)
-                        else:
-                            target = own_end
-                        p.truncate_to(max(target, p.log.log_start_offset))
-                        continue
-                    if pr.records:
-                        try:
-                            appended = p.append_replica(bytes(pr.records), now) > 0 or appended
-                        except ReplicationError as e:
-                            log.warning("[node %d] %s; fetching again", broker.node_id, e)
-                            backoff = True
-                            continue
-                        except LogDirFailure:
-                            continue  # its log directory is offline: it stops here
-                    hw_before = p.high_watermark
-                    p.follower_hw(pr.high_watermark)
-                    if p.high_watermark > hw_before:
-                        broker.partitions.notify_append()  # consumers reading here (KIP-392)
-                    if pr.log_start_offset > p.log.log_start_offset:
-                        # records deleted at the leader (DeleteRecords): here too
-                        broker.partitions.advance_start(
-                            p, min(pr.log_start_offset, p.log.log_end_offset), now
-                        )
-                elif code == ErrorCode.offset_out_of_range:
-                    if p.log.log_end_offset < pr.log_start_offset:
-                        p.reset_to(pr.log_start_offset, now)
-                    else:
-                        p.truncate_to(max(pr.high_watermark, p.log.log_start_offset))
-                elif code in _RETRY_ERRORS:
-                    backoff = True  # the leader has not seen the same metadata yet
-                else:
-                    log.warning(
-                        "[node %d] Fetching %s-%d from leader %d failed: %s",
-                        broker.node_id,
-                        t.topic,
-                        pr.partition_index,
-                        self.leader,
-                        code.name,
-                    )
-                    backoff = True
-        del appended
+                try:
+                    backoff = self._apply(t.topic, p, pr, now) or backoff
+                except LogDirFailure:
+                    # its log directory went offline (reported where the write failed,
+                    # KIP-858): this partition stops here, the others go on
+                    continue
         quota = broker.replication_quotas.follower
         if quota.active:
             throttled = sum(
@@ -282,6 +235,60 @@ class _Fetcher:
             if throttled:
                 quota.record(time.monotonic(), throttled)
         return backoff
+
+    def _apply(self, topic: str, p: Partition, pr: Any, now: int) -> bool:
+        """Apply one partition's part of a fetch response; True to back off. A failed
+        write to its log directory raises LogDirFailure."""
+        broker = self.manager.broker
+        code = pr.error_code
+        if code == ErrorCode.none:
+            div = pr.diverging_epoch
+            if div.epoch >= 0 or div.end_offset >= 0:
+                # Kafka's rule: where the leader's epoch ends, if ours is that
+                # epoch too; if we do not know its epoch, back to where our own
+                # epoch before it ends, and ask again from there
+                own_epoch, own_end = p.end_offset_for_epoch(div.epoch)
+                if own_epoch < 0:
+                    target = div.end_offset
+                elif own_epoch == div.epoch:
+                    target = min(div.end_offset, own_end)
+                else:
+                    target = own_end
+                p.truncate_to(max(target, p.log.log_start_offset))
+                return False
+            if pr.records:
+                try:
+                    p.append_replica(bytes(pr.records), now)
+                except ReplicationError as e:
+                    log.warning("[node %d] %s; fetching again", broker.node_id, e)
+                    return True
+            hw_before = p.high_watermark
+            p.follower_hw(pr.high_watermark)
+            if p.high_watermark > hw_before:
+                broker.partitions.notify_append()  # consumers reading here (KIP-392)
+            if pr.log_start_offset > p.log.log_start_offset:
+                # records deleted at the leader (DeleteRecords): here too
+                broker.partitions.advance_start(
+                    p, min(pr.log_start_offset, p.log.log_end_offset), now
+                )
+        elif code == ErrorCode.offset_out_of_range:
+            if p.log.log_end_offset < pr.log_start_offset:
+                p.reset_to(pr.log_start_offset, now)
+            else:
+                p.truncate_to(max(pr.high_watermark, p.log.log_start_offset))
+        elif code in _RETRY_ERRORS:
+            return True  # the leader has not seen the same metadata yet
+        else:
+            log.warning(
+                "[node %d] Fetching %s-%d from leader %d failed: %s",
+                broker.node_id,
+                topic,
+                pr.partition_index,
+                self.leader,
+                code.name,
+            )
+            return True
+        return False
 
 
 class ReplicaManager:

@@ -30,6 +30,7 @@ from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import build_batch, decode_records
+from keeperless.storage.dir_failure import LogDirFailure
 
 __all__ = [
     "SHARE_STATE_TOPIC",
@@ -217,12 +218,16 @@ class ShareCoordinator:
             if p is None or not p.is_leader:
                 continue
             target = min(shard.prune_offset(), p.high_watermark)
-            if target > p.log.log_start_offset and self.broker.partitions.advance_start(
-                p, target, now
-            ):
-                moved += 1
-                log.info("[node %d] Pruned %s-%d up to offset %d", self.broker.node_id,
-                         SHARE_STATE_TOPIC, idx, target)  # fmt: skip
+            if target <= p.log.log_start_offset:
+                continue
+            try:
+                if not self.broker.partitions.advance_start(p, target, now):
+                    continue
+            except LogDirFailure:
+                continue  # its directory went offline (reported where it failed)
+            moved += 1
+            log.info("[node %d] Pruned %s-%d up to offset %d", self.broker.node_id,
+                     SHARE_STATE_TOPIC, idx, target)  # fmt: skip
         return moved
 
     def refresh_snapshots(self) -> None:

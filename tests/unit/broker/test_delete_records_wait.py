@@ -9,6 +9,7 @@ import asyncio
 import datetime
 import uuid
 from pathlib import Path
+from typing import Any
 
 from kio.schema.delete_records.v2.request import (
     DeleteRecordsPartition,
@@ -139,3 +140,88 @@ def test_a_marker_to_a_failed_log_directory_is_a_storage_error(tmp_path: Path) -
         return await TxnMarkerWriter(b).write(7, 0, True, 0, [("t", 0)])
 
     assert asyncio.run(go()) == {("t", 0): ErrorCode.kafka_storage_error}
+
+
+def test_delete_records_into_a_failed_log_directory_is_a_storage_error(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The checkpoint of the new log start fails with its directory: that partition's
+    answer is KAFKA_STORAGE_ERROR (as Kafka's), not a failed connection."""
+    from keeperless.broker import partition_manager
+    from keeperless.storage.dir_failure import log_dir_failed
+
+    def failed(path: Path, _entries: object) -> None:
+        raise log_dir_failed(path.parent, OSError(5, "Input/output error"))
+
+    async def go() -> ErrorCode:
+        b = make_broker(tmp_path)
+        b.on_committed(
+            [
+                r.TopicRecord(name="t", topic_id=TID),
+                r.PartitionRecord(partition_id=0, topic_id=TID, replicas=(1,), isr=(1,), leader=1),
+            ],
+            2,
+        )
+        p = b.partitions.get("t", 0)
+        assert p is not None
+        assert p.info is not None
+        p.append(build_batch([(None, b"v", ())] * 3), p.info.leader_epoch, 1 << 20, 0)
+        p.maybe_advance_hw()
+        monkeypatch.setattr(partition_manager, "write_offset_checkpoint", failed)
+        req = DeleteRecordsRequest(
+            topics=(
+                DeleteRecordsTopic(
+                    name="t", partitions=(DeleteRecordsPartition(partition_index=0, offset=2),)
+                ),
+            ),
+            timeout=datetime.timedelta(seconds=3),
+        )
+        resp = await DataPlane(b).delete_records(RequestHeader(21, 2, 1, "t"), req)
+        b.close()
+        return ErrorCode(resp.topics[0].partitions[0].error_code)
+
+    assert asyncio.run(go()) == ErrorCode.kafka_storage_error
+
+
+def test_a_share_state_prune_into_a_failed_log_directory_moves_nothing(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The share coordinator's periodic prune of __share_group_state moves a log start
+    too: a failed directory there skips that partition instead of raising out of the
+    timer."""
+    from types import SimpleNamespace as NS
+
+    from keeperless.broker import partition_manager
+    from keeperless.broker.share_coordinator import (
+        SHARE_STATE_TOPIC,
+        ShareCoordinator,
+        ShareCoordinatorSettings,
+    )
+    from keeperless.storage.dir_failure import log_dir_failed
+
+    def failed(path: Path, _entries: object) -> None:
+        raise log_dir_failed(path.parent, OSError(5, "Input/output error"))
+
+    async def go() -> int:
+        b = make_broker(tmp_path)
+        b.on_committed(
+            [
+                r.TopicRecord(name=SHARE_STATE_TOPIC, topic_id=TID),
+                r.PartitionRecord(partition_id=0, topic_id=TID, replicas=(1,), isr=(1,), leader=1),
+            ],
+            2,
+        )
+        p = b.partitions.get(SHARE_STATE_TOPIC, 0)
+        assert p is not None
+        assert p.info is not None
+        p.append(build_batch([(b"k", b"v", ())] * 3), p.info.leader_epoch, 1 << 20, 0)
+        p.maybe_advance_hw()
+        coordinator = ShareCoordinator(b, ShareCoordinatorSettings())
+        shard = NS(states={}, prune_offset=lambda: 2)
+        coordinator.runtime = NS(shards=lambda: {0: shard})  # type: ignore[assignment]
+        monkeypatch.setattr(partition_manager, "write_offset_checkpoint", failed)
+        moved = coordinator.prune()
+        b.close()
+        return moved
+
+    assert asyncio.run(go()) == 0

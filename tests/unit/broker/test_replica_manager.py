@@ -249,3 +249,69 @@ def test_a_produce_waiting_on_a_partition_reassigned_away_is_told_not_leader(
     with pytest.raises(NotLeaderError):
         asyncio.run(p.wait_for_hw(5, 1.0, epoch))
     b.close()
+
+
+def _failing_checkpoints(monkeypatch: Any) -> None:
+    """Every checkpoint write fails as a replaced disk's would (the directory is gone)."""
+    from keeperless.broker import partition_manager
+    from keeperless.storage.dir_failure import log_dir_failed
+
+    def failed(path: Path, _entries: object) -> None:
+        raise log_dir_failed(path.parent, FileNotFoundError(2, "No such file or directory"))
+
+    monkeypatch.setattr(partition_manager, "write_offset_checkpoint", failed)
+
+
+def test_a_log_start_moved_into_a_failed_directory_stops_that_partition_only(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Found by the short fault schedule (seed 203, a disk replaced under a follower):
+    the leader's log start moved (DeleteRecords), the follower's checkpoint of it failed
+    with its directory, and LogDirFailure escaped the fetch handler: a traceback, and the
+    fetch's other partitions were never applied. Like a failed append, it stops there."""
+    from types import SimpleNamespace as NS
+
+    from kio.schema.errors import ErrorCode
+
+    from keeperless.protocol.records import build_batch
+
+    async def go() -> None:
+        b = _broker(tmp_path)
+        rm = ReplicaManager(b, ReplicationSettings())
+        rm.start()
+        tid = uuid.uuid4()
+        b.on_committed(
+            [
+                r.TopicRecord(name="t", topic_id=tid),
+                *(
+                    r.PartitionRecord(
+                        partition_id=i, topic_id=tid, replicas=(1, 2), isr=(1, 2), leader=2
+                    )
+                    for i in (0, 1)
+                ),
+            ],
+            3,
+        )
+        for i in (0, 1):
+            p = b.partitions.get("t", i)
+            assert p is not None
+            p.append_replica(build_batch([(None, b"v", ())] * 3), 0)
+        _failing_checkpoints(monkeypatch)
+
+        def answer(i: int) -> NS:
+            return NS(
+                partition_index=i, error_code=ErrorCode.none, records=None,
+                diverging_epoch=NS(epoch=-1, end_offset=-1), high_watermark=3,
+                log_start_offset=2 if i == 0 else 0,
+            )  # fmt: skip
+
+        resp = NS(responses=[NS(topic="t", partitions=[answer(0), answer(1)])])
+        rm.fetchers[2]._handle(resp)  # raised LogDirFailure
+        p1 = b.partitions.get("t", 1)
+        assert p1 is not None
+        assert p1.high_watermark == 3
+        await asyncio.gather(*rm.stop(), return_exceptions=True)
+        b.close()
+
+    asyncio.run(go())
+    gc.collect()
