@@ -12,10 +12,11 @@ PKG = Path(__file__).parents[2] / "src" / "keeperless"
 FORBIDDEN = {"asyncio", "socket", "time", "selectors", "threading", "os", "subprocess"}
 
 
-# the cores, and the rules of the coordinators written as pure modules so far: the share
-# and transaction coordinators' shards (coordinator/), share groups (KIP-932)
-CORES = ["raft", "controller", "coordinator", "metadata", "protocol", "broker/share_partition.py",
-         "broker/share_group.py"]  # fmt: skip
+# the cores, and the rules of the coordinators written as pure modules so far
+# (coordinator/: the share and transaction coordinators' shards, the classic, consumer
+# and share groups' membership and their records), and a share-partition's acquisitions
+CORES = ["raft", "controller", "coordinator", "metadata", "protocol",
+         "broker/share_partition.py"]  # fmt: skip
 
 
 # the coordinator runtime (Kafka's CoordinatorRuntime) is where the shards' writes wait

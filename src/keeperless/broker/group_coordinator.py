@@ -14,31 +14,33 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
-from keeperless.broker.consumer_group import ConsumerGroup, TopicsView
-from keeperless.broker.consumer_group_records import (
+from keeperless.broker.mixed_groups import MixedGroups
+from keeperless.broker.partitions import NotLeaderError
+from keeperless.broker.txn_state import COMMIT, marker_type
+from keeperless.coordinator.classic_group import Group, JoinResult
+from keeperless.coordinator.consumer_group import ConsumerGroup, TopicsView
+from keeperless.coordinator.consumer_group_records import (
     CONSUMER_GROUP_KEY_TYPES,
     group_records,
     key_group,
 )
-from keeperless.broker.consumer_group_records import restore as restore_consumer_group
-from keeperless.broker.group_records import (
+from keeperless.coordinator.consumer_group_records import restore as restore_consumer_group
+from keeperless.coordinator.deferred import Deferred
+from keeperless.coordinator.group_records import (
     GROUP_KEY_VERSION,
     GroupSnapshot,
     decode_group_value,
     encode_group_value,
     group_key,
 )
-from keeperless.broker.groups import Group, JoinResult
-from keeperless.broker.mixed_groups import MixedGroups
-from keeperless.broker.partitions import NotLeaderError
-from keeperless.broker.share_group import ShareGroup
-from keeperless.broker.share_group_records import (
+from keeperless.coordinator.runtime import LoopTimer, wait
+from keeperless.coordinator.share_group import ShareGroup
+from keeperless.coordinator.share_group_records import (
     SHARE_GROUP_KEY_TYPES,
     StoredShareGroup,
     decode,
     group_of,
 )
-from keeperless.broker.txn_state import COMMIT, marker_type
 from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.metadata.image import MetadataImage
@@ -195,6 +197,7 @@ class GroupCoordinator:
         self.settings = settings
         self.initial_delay_ms = settings.initial_rebalance_delay_ms
         self.groups: dict[str, Group] = {}
+        self.timer = LoopTimer()  # the classic groups' rebalance deadlines
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.share_groups: dict[str, ShareGroup] = {}  # KIP-932, members in memory only
         # the topics of each share group as last stored (ShareGroupStatePartitionMetadata)
@@ -520,9 +523,9 @@ class GroupCoordinator:
         """A classic group whose generations are stored (from ``snap``, a stored one)."""
         node = self.broker.node_id
         g = (
-            Group(group_id, self.initial_delay_ms, node)
+            Group(group_id, self.initial_delay_ms, self.timer, node)
             if snap is None
-            else Group.restore(group_id, snap, self.initial_delay_ms, node, now)
+            else Group.restore(group_id, snap, self.initial_delay_ms, self.timer, node, now)
         )
         g.persist = True
         g.on_empty = lambda e: self.store_later(e.group_id, e.snapshot(int(time.time() * 1000)))
@@ -616,7 +619,7 @@ class GroupCoordinator:
             out = self._group(req.group_id).join(
                 req, header.client_id or "", "/127.0.0.1", header.api_version, time.monotonic()
             )
-            res = await out if isinstance(out, asyncio.Future) else out
+            res = await wait(out) if isinstance(out, Deferred) else out
         return build(
             response_class(ApiKey.JOIN_GROUP, header.api_version),
             {
@@ -667,7 +670,8 @@ class GroupCoordinator:
                 generation = g.store_due
                 stored = await self.store_group(g.group_id, g.snapshot(int(time.time() * 1000)))
                 g.synced(generation, stored or ErrorCode.none, time.monotonic())
-            err, assignment = await out if isinstance(out, asyncio.Future) else out
+            answer = await wait(out) if isinstance(out, Deferred) else out
+            err, assignment = answer
         return build(
             response_class(ApiKey.SYNC_GROUP, header.api_version),
             {

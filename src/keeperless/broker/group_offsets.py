@@ -13,8 +13,8 @@ from keeperless.broker.group_coordinator import (
     offset_key,
     offset_value,
 )
-from keeperless.broker.group_records import group_key
-from keeperless.broker.groups import GroupState
+from keeperless.coordinator.classic_group import GroupState
+from keeperless.coordinator.group_records import group_key
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ApiKey

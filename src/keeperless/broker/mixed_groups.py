@@ -25,7 +25,8 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.consumer_group import (
+from keeperless.coordinator.classic_group import Group, GroupState, JoinResult, Member
+from keeperless.coordinator.consumer_group import (
     STATIC_LEAVE,
     Assignment,
     ConsumerGroup,
@@ -34,7 +35,6 @@ from keeperless.broker.consumer_group import (
     Subscription,
     TopicsView,
 )
-from keeperless.broker.groups import Group, GroupState, JoinResult, Member
 
 __all__ = [
     "ClassicMeta",

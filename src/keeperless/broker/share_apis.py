@@ -27,10 +27,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.group_coordinator import GroupCoordinator
-from keeperless.broker.share_group import ShareGroup, ShareGroupError
-from keeperless.broker.share_group_records import StoredShareGroup, share_group_records
 from keeperless.broker.share_partition import BatchSpan, ShareAckError, SharePartition
 from keeperless.broker.share_persister import SharePersister
+from keeperless.coordinator.share_group import ShareGroup, ShareGroupError
+from keeperless.coordinator.share_group_records import StoredShareGroup, share_group_records
 from keeperless.metadata.features import share_groups_enabled
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations

@@ -16,8 +16,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.share_apis import ShareApis
-from keeperless.broker.share_group import ShareGroup
-from keeperless.broker.share_group_records import StoredShareGroup, share_group_records
+from keeperless.coordinator.share_group import ShareGroup
+from keeperless.coordinator.share_group_records import StoredShareGroup, share_group_records
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class

@@ -28,9 +28,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from keeperless.coordinator.deferred import Deferred
 from keeperless.coordinator.outcome import Outcome, Record
 
-__all__ = ["CoordinatorRuntime", "PartitionLog", "RuntimeStats", "Shard"]
+__all__ = ["CoordinatorRuntime", "LoopTimer", "PartitionLog", "RuntimeStats", "Shard", "wait"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,47 @@ class Shard(Protocol):
 
 
 S = TypeVar("S", bound=Shard)
+
+
+async def wait(answer: Deferred[T]) -> T:
+    """Wait on the event loop for a rule's deferred answer."""
+    if answer.done():
+        return answer.result()
+    fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+    def complete(value: T) -> None:
+        if not fut.done():  # (the waiting request may have been cancelled)
+            fut.set_result(value)
+
+    answer.add_done_callback(complete)
+    return await fut
+
+
+class LoopTimer:
+    """The rules' ``Timer`` on the event loop (Kafka's runtime timer): one callback per
+    key."""
+
+    def __init__(self) -> None:
+        self._handles: dict[str, asyncio.TimerHandle] = {}
+
+    def schedule(self, key: str, delay_s: float, fn: Callable[[], None]) -> None:
+        self.cancel(key)
+
+        def fire() -> None:
+            self._handles.pop(key, None)
+            fn()
+
+        self._handles[key] = asyncio.get_running_loop().call_later(max(0.0, delay_s), fire)
+
+    def cancel(self, key: str) -> None:
+        h = self._handles.pop(key, None)
+        if h is not None:
+            h.cancel()
+
+    def close(self) -> None:
+        for h in self._handles.values():
+            h.cancel()
+        self._handles.clear()
 
 
 class PartitionLog(Protocol):

@@ -9,7 +9,7 @@ import json
 import struct
 from typing import Any
 
-from keeperless.broker.group_records import GroupSnapshot, decode_group_value
+from keeperless.coordinator.group_records import GroupSnapshot, decode_group_value
 from keeperless.coordinator.txn_records import parse_txn_record
 
 __all__ = ["decode_offsets_record", "decode_transaction_record"]

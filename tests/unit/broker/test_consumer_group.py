@@ -8,7 +8,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.consumer_group import (
+from keeperless.coordinator.consumer_group import (
     ASSIGNORS,
     STABLE,
     UNRELEASED,

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import uuid
 
-from keeperless.broker.consumer_group import (
+from keeperless.coordinator.consumer_group import (
     UNREVOKED,
     ConsumerGroup,
     ConsumerMember,
     Subscription,
 )
-from keeperless.broker.consumer_group_records import group_records, key_group, restore
+from keeperless.coordinator.consumer_group_records import group_records, key_group, restore
 
 T1, T2 = uuid.uuid4(), uuid.uuid4()
 VIEW = {"orders": (T1, 3), "refunds": (T2, 1)}

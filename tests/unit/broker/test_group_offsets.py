@@ -205,9 +205,10 @@ def _txn_commit(member: str, generation: int, offset: int = 5) -> Any:
 
 
 def _stable_group(offsets: GroupOffsets, member: str, generation: int) -> Any:
-    from keeperless.broker.groups import Group, GroupState, Member
+    from keeperless.coordinator.classic_group import Group, GroupState, Member
+    from keeperless.coordinator.runtime import LoopTimer
 
-    g = Group(GROUP, 0, 1)
+    g = Group(GROUP, 0, LoopTimer(), 1)
     g.members[member] = Member(member, None, "c", "h", 6000, 6000, "consumer", [("range", b"")])
     g.generation, g.state, g.protocol_type = generation, GroupState.STABLE, "consumer"
     offsets.gc.groups[GROUP] = g

@@ -11,7 +11,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 
-from keeperless.broker.groups import Group, GroupState, JoinResult
+from keeperless.coordinator.classic_group import Group, GroupState, JoinResult
+from keeperless.coordinator.deferred import Deferred
+from keeperless.coordinator.runtime import LoopTimer, wait
 
 SESSION = datetime.timedelta(seconds=10)
 
@@ -31,7 +33,7 @@ def _req(member_id: str = "", instance: str | None = None, meta: bytes = b"m") -
 
 async def _join(g: Group, req: Any, version: int = 9, now: float = 0.0) -> JoinResult:
     out = g.join(req, "c", "/h", version, now)
-    return await out if isinstance(out, asyncio.Future) else out
+    return await wait(out) if isinstance(out, Deferred) else out
 
 
 async def _stable_group_of_two(g: Group) -> tuple[str, str]:
@@ -46,15 +48,15 @@ async def _stable_group_of_two(g: Group) -> tuple[str, str]:
     sa = g.sync(ra.member_id, ra.generation, assigns, 0.0, "ia")
     sb = g.sync(rb.member_id, rb.generation, assigns, 0.0, "ib")
     for s in (sa, sb):
-        if isinstance(s, asyncio.Future):
-            await s
+        if isinstance(s, Deferred):
+            await wait(s)
     assert g.state == GroupState.STABLE
     return ra.member_id, rb.member_id
 
 
 def test_a_restarted_static_member_gets_its_assignment_without_a_rebalance() -> None:
     async def go() -> None:
-        g = Group("g", 0, 1)
+        g = Group("g", 0, LoopTimer(), 1)
         a, b = await _stable_group_of_two(g)
         generation = g.generation
         follower_instance = "ib" if g.leader == a else "ia"
@@ -77,7 +79,7 @@ def test_a_restarted_static_member_gets_its_assignment_without_a_rebalance() -> 
 
 def test_a_restarted_static_leader_is_told_to_skip_the_assignment() -> None:
     async def go() -> None:
-        g = Group("g", 0, 1)
+        g = Group("g", 0, LoopTimer(), 1)
         a, _b = await _stable_group_of_two(g)
         generation = g.generation
         leader_instance = "ia" if g.leader == a else "ib"
@@ -97,7 +99,7 @@ def test_member_ids_handed_out_and_never_used_expire() -> None:
     hold every later rebalance for the whole rebalance timeout."""
 
     async def go() -> None:
-        g = Group("g", 0, 1)
+        g = Group("g", 0, LoopTimer(), 1)
         first = await _join(g, _req())
         one = await _join(g, _req(member_id=first.member_id))
         g.sync(one.member_id, one.generation, {one.member_id: b"A"}, 0.0)
@@ -122,7 +124,7 @@ def test_member_ids_handed_out_and_never_used_expire() -> None:
 
 def test_a_repeated_join_while_completing_does_not_start_another_round() -> None:
     async def go() -> None:
-        g = Group("g", 0, 1)
+        g = Group("g", 0, LoopTimer(), 1)
         ids = [(await _join(g, _req())).member_id for _ in range(2)]
         joins = [asyncio.ensure_future(_join(g, _req(member_id=i))) for i in ids]
         results = await asyncio.gather(*joins)
@@ -141,10 +143,10 @@ def test_a_stored_generation_is_handed_out_once_stored_and_restored_as_it_was() 
     leader's assignment waits until it is stored; a failed store gives every member the
     error and a rebalance; a group restored from what was stored takes the same member,
     generation and assignment without a rebalance."""
-    from keeperless.broker.group_records import decode_group_value, encode_group_value
+    from keeperless.coordinator.group_records import decode_group_value, encode_group_value
 
     async def go() -> None:
-        g = Group("g", 0, 1)
+        g = Group("g", 0, LoopTimer(), 1)
         g.persist = True
         ja = asyncio.ensure_future(_join(g, _req(instance="ia")))
         jb = asyncio.ensure_future(_join(g, _req(instance="ib")))
@@ -165,19 +167,19 @@ def test_a_stored_generation_is_handed_out_once_stored_and_restored_as_it_was() 
             0.0,
             g.members[leader.member_id].group_instance_id,
         )
-        assert isinstance(waiting, asyncio.Future)
-        assert isinstance(mine, asyncio.Future)
+        assert isinstance(waiting, Deferred)
+        assert isinstance(mine, Deferred)
         assert g.store_due == g.generation
         assert g.state == GroupState.COMPLETING
         await asyncio.sleep(0)
         assert not waiting.done()  # nothing handed out before it is stored
         g.synced(g.generation, ErrorCode.none, 0.0)
         assert g.state == GroupState.STABLE
-        assert (await waiting)[1] == assigns[follower.member_id]
+        assert (await wait(waiting))[1] == assigns[follower.member_id]
         stored = decode_group_value(encode_group_value(g.snapshot(1234)))
         assert stored is not None
         assert stored.generation == g.generation
-        back = Group.restore("g", stored, 0, 2, now=5.0)
+        back = Group.restore("g", stored, 0, LoopTimer(), 2, now=5.0)
         assert back.state == GroupState.STABLE
         assert back.leader == g.leader
         assert back.static == {"ia": ra.member_id, "ib": rb.member_id}
@@ -194,15 +196,15 @@ def test_a_stored_generation_is_handed_out_once_stored_and_restored_as_it_was() 
         back.persist = True
         out = back.sync(lead.member_id, back.generation, assigns, 7.0, ia if lead is r2 else ib)
         back.synced(back.generation, ErrorCode.coordinator_not_available, 7.0)
-        assert isinstance(out, asyncio.Future)
-        assert (await out)[0] == ErrorCode.coordinator_not_available
+        assert isinstance(out, Deferred)
+        assert (await wait(out))[0] == ErrorCode.coordinator_not_available
         assert back.state == GroupState.PREPARING
 
     asyncio.run(go())
 
 
 def test_group_metadata_values_read_back_and_damage_is_refused() -> None:
-    from keeperless.broker.group_records import (
+    from keeperless.coordinator.group_records import (
         GroupSnapshot,
         MemberSnapshot,
         decode_group_value,
@@ -234,7 +236,7 @@ _KAFKA = {  # Kafka's ClassicGroupState: a state and where a group may come to i
 
 @pytest.mark.parametrize(("src", "dst"), [(a, b) for a in _ALL for b in _ALL])
 def test_classic_group_transitions_row_by_row(src: str, dst: str) -> None:
-    g = Group("g", 0, state=src)
+    g = Group("g", 0, LoopTimer(), state=src)
     if src in _KAFKA[dst]:
         g.become(dst)
         assert g.state == dst
@@ -256,12 +258,12 @@ def test_the_last_member_leaving_a_stable_group_rebalances_it_to_empty() -> None
     moves: list[tuple[str, str]] = []
 
     async def run() -> None:
-        g = Recorded("g", 0)
+        g = Recorded("g", 0, LoopTimer())
         seen: list[str] = []
         g.on_empty = lambda e: seen.append(e.state)
         res = await _join(g, _req(), version=3)
         out = g.sync(res.member_id, res.generation, {res.member_id: b"a"}, 0.0)
-        assert (await out if isinstance(out, asyncio.Future) else out) == (ErrorCode.none, b"a")
+        assert (await wait(out) if isinstance(out, Deferred) else out) == (ErrorCode.none, b"a")
         assert g.state == GroupState.STABLE
         moves.clear()
         assert g.leave(res.member_id, 1.0) == ErrorCode.none
@@ -270,3 +272,51 @@ def test_the_last_member_leaving_a_stable_group_rebalances_it_to_empty() -> None
                          (GroupState.PREPARING, GroupState.EMPTY)]  # fmt: skip
 
     asyncio.run(run())
+
+
+class _ManualTimer:
+    """The coordinator's timer, fired by hand: the rules need no event loop."""
+
+    def __init__(self) -> None:
+        self.due: dict[str, tuple[float, Any]] = {}
+
+    def schedule(self, key: str, delay_s: float, fn: Any) -> None:
+        self.due[key] = (delay_s, fn)
+
+    def cancel(self, key: str) -> None:
+        self.due.pop(key, None)
+
+    def fire(self, key: str) -> None:
+        _, fn = self.due.pop(key)
+        fn()
+
+
+def test_the_first_generation_waits_for_the_initial_delay_timer_without_an_event_loop() -> None:
+    """group.initial.rebalance.delay.ms as a timer of the coordinator's: the joins wait
+    (deferred answers) until it fires, then all get the first generation; a rebalance
+    completed early cancels its deadline."""
+    timer = _ManualTimer()
+    g = Group("g", 3000, timer, 1)
+    a = g.join(_req(instance="ia"), "c", "/h", 9, 0.0)
+    b = g.join(_req(instance="ib"), "c", "/h", 9, 0.5)
+    assert isinstance(a, Deferred)
+    assert isinstance(b, Deferred)
+    key = "classic-group-join:g"
+    assert timer.due[key][0] == 3.0  # the initial delay, not the rebalance timeout
+    assert not a.done()
+    assert not b.done()
+    timer.fire(key)
+    assert a.result().generation == b.result().generation == 1
+    assert g.state == GroupState.COMPLETING
+    assert g.join_deadline is None
+    # a member leaves during the next rebalance and the other rejoins: it completes at
+    # once, and the deadline's timer is dropped
+    ra = a.result()
+    g.sync(ra.member_id, 1, {ra.member_id: b"A", b.result().member_id: b"B"}, 1.0, "ia")
+    assert g.state == GroupState.STABLE
+    again = g.join(_req(ra.member_id, "ia", meta=b"new"), "c", "/h", 9, 2.0)
+    assert isinstance(again, Deferred)
+    assert timer.due[key][0] == SESSION.total_seconds()  # the rebalance timeout
+    assert g.leave(b.result().member_id, 2.5, "ib") == ErrorCode.none
+    assert again.result().generation == 2
+    assert key not in timer.due

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.share_group import (
+from keeperless.coordinator.share_group import (
     VALID_GROUP_TRANSITIONS,
     ShareGroup,
     ShareGroupError,

@@ -1,4 +1,4 @@
-"""A share group's records in __consumer_offsets (broker/share_group_records.py): laid
+"""A share group's records in __consumer_offsets (coordinator/share_group_records.py): laid
 out as Kafka's ShareGroupMetadata (type 11) and ShareGroupStatePartitionMetadata (15),
 and read back."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 import uuid
 
-from keeperless.broker.share_group_records import (
+from keeperless.coordinator.share_group_records import (
     SHARE_METADATA,
     SHARE_STATE_PARTITIONS,
     StoredShareGroup,

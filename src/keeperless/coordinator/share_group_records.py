@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from keeperless.broker.consumer_group_records import _carray, _key, _Reader, _value
+from keeperless.coordinator.consumer_group_records import _carray, _key, _Reader, _value
 from keeperless.protocol.varint import compact_string as _cstr
 
 __all__ = [

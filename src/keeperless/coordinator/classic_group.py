@@ -2,13 +2,13 @@
 
 The rebalance protocol of Kafka's GroupCoordinator: a group goes Empty ->
 PreparingRebalance (members (re)join) -> CompletingRebalance (leader computes the
-assignment) -> Stable (SyncGroup delivered it). Waiting requests are futures that the
-transitions resolve.
+assignment) -> Stable (SyncGroup delivered it). Waiting requests are deferred answers
+that the transitions complete; the rebalance deadline is a timer of the coordinator's.
+The rules do no I/O: the coordinator passes the time in and waits for the answers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
 import uuid
@@ -19,7 +19,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.group_records import GroupSnapshot, MemberSnapshot
+from keeperless.coordinator.deferred import Deferred, Timer
+from keeperless.coordinator.group_records import GroupSnapshot, MemberSnapshot
 
 __all__ = ["VALID_PREVIOUS", "Group", "GroupState", "JoinResult", "Member"]
 
@@ -83,8 +84,8 @@ class Member:
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
     last_heartbeat: float = 0.0
-    join_future: asyncio.Future[JoinResult] | None = None
-    sync_future: asyncio.Future[tuple[ErrorCode, bytes]] | None = None
+    join_future: Deferred[JoinResult] | None = None
+    sync_future: Deferred[tuple[ErrorCode, bytes]] | None = None
 
     def metadata_for(self, protocol: str) -> bytes:
         for name, meta in self.protocols:
@@ -97,6 +98,7 @@ class Member:
 class Group:
     group_id: str
     initial_delay_ms: int
+    timer: Timer  # the coordinator's: the rebalance deadline
     node_id: int = -1
     state: str = GroupState.EMPTY
     generation: int = 0
@@ -109,7 +111,8 @@ class Group:
     pending: dict[str, float] = field(default_factory=dict)
     static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     rebalance_deadline: float = 0.0
-    _timer: asyncio.TimerHandle | None = None
+    # while the rebalance deadline's timer is set: when it fires (monotonic seconds)
+    join_deadline: float | None = None
     # the coordinator stores each generation's assignment before it is handed out (and
     # restores the group from it after a failover); unset, it is handed out at once
     persist: bool = False
@@ -132,7 +135,7 @@ class Group:
 
     def join(
         self, req: Any, client_id: str, client_host: str, version: int, now: float
-    ) -> asyncio.Future[JoinResult] | JoinResult:
+    ) -> Deferred[JoinResult] | JoinResult:
         """Kafka's GroupCoordinator.handleJoinGroup for the classic protocol."""
         session_ms = int(req.session_timeout.total_seconds() * 1000)
         rebalance_td = getattr(req, "rebalance_timeout", None)
@@ -194,7 +197,7 @@ class Group:
 
     def _add(
         self, member_id: str, instance: str | None, spec: tuple[Any, ...], now: float
-    ) -> asyncio.Future[JoinResult]:
+    ) -> Deferred[JoinResult]:
         client_id, client_host, session_ms, rebalance_ms, protocol_type, protocols = spec
         m = Member(
             member_id,
@@ -221,10 +224,10 @@ class Group:
         )
         return self._await_join(m, now)
 
-    def _await_join(self, m: Member, now: float) -> asyncio.Future[JoinResult]:
+    def _await_join(self, m: Member, now: float) -> Deferred[JoinResult]:
         if m.join_future is not None and not m.join_future.done():
             m.join_future.set_result(JoinResult(ErrorCode.rebalance_in_progress))
-        fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        fut: Deferred[JoinResult] = Deferred()
         m.join_future = fut
         if self.state != GroupState.PREPARING:
             self._prepare_rebalance(now, initial=self.state == GroupState.EMPTY)
@@ -240,7 +243,7 @@ class Group:
         spec: tuple[Any, ...],
         version: int,
         now: float,
-    ) -> asyncio.Future[JoinResult] | JoinResult:
+    ) -> Deferred[JoinResult] | JoinResult:
         """KIP-345: a restarted static member takes its instance's place and, in a stable
         group whose protocol it still shares, its assignment, without a rebalance; the
         old member id is fenced (FENCED_INSTANCE_ID)."""
@@ -307,20 +310,28 @@ class Group:
             prev,
             self.generation,
         )
-        self._schedule(delay / 1000)
+        self._schedule(self.rebalance_deadline, delay / 1000)
         if not initial:
             self._maybe_complete_join()
 
-    def _schedule(self, delay_s: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_join_deadline)
+    @property
+    def _timer_key(self) -> str:
+        return f"classic-group-join:{self.group_id}"
+
+    def _schedule(self, at: float, delay_s: float) -> None:
+        self.join_deadline = at
+        self.timer.schedule(self._timer_key, delay_s, self._on_join_deadline)
+
+    def _cancel_timer(self) -> None:
+        if self.join_deadline is not None:
+            self.join_deadline = None
+            self.timer.cancel(self._timer_key)
 
     def _on_join_deadline(self) -> None:
         """The rebalance timeout passed: dynamic members that did not rejoin are removed
         (static ones stay, to come back under their instance id), and so are member ids
         handed out and never used; the generation completes with who is there."""
-        self._timer = None
+        self.join_deadline = None
         if self.state != GroupState.PREPARING:
             return
         for mid, m in list(self.members.items()):
@@ -338,7 +349,7 @@ class Group:
     def _maybe_complete_join(self) -> None:
         if self.state != GroupState.PREPARING or self.pending:
             return
-        if self._timer is not None and self.generation == 0 and self.initial_delay_ms > 0:
+        if self.join_deadline is not None and self.generation == 0 and self.initial_delay_ms > 0:
             return  # the initial delay lets more members arrive before the first generation
         if all(
             m.join_future is not None and not m.join_future.done() for m in self.members.values()
@@ -346,9 +357,7 @@ class Group:
             self._complete_join()
 
     def _complete_join(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._cancel_timer()
         if not self.members:
             self.become(GroupState.EMPTY)
             self.generation += 1
@@ -431,7 +440,7 @@ class Group:
         assignments: dict[str, bytes],
         now: float,
         instance: str | None = None,
-    ) -> asyncio.Future[tuple[ErrorCode, bytes]] | tuple[ErrorCode, bytes]:
+    ) -> Deferred[tuple[ErrorCode, bytes]] | tuple[ErrorCode, bytes]:
         err = self.check_member(member_id, generation, instance)
         if err != ErrorCode.none:
             return err, b""
@@ -441,7 +450,7 @@ class Group:
         m.last_heartbeat = now
         if self.state == GroupState.STABLE:
             return ErrorCode.none, m.assignment
-        fut: asyncio.Future[tuple[ErrorCode, bytes]] = asyncio.get_running_loop().create_future()
+        fut: Deferred[tuple[ErrorCode, bytes]] = Deferred()
         m.sync_future = fut
         if member_id == self.leader and self.store_due != self.generation:
             for o in self.members.values():
@@ -507,11 +516,17 @@ class Group:
 
     @classmethod
     def restore(
-        cls, group_id: str, snap: GroupSnapshot, initial_delay_ms: int, node_id: int, now: float
+        cls,
+        group_id: str,
+        snap: GroupSnapshot,
+        initial_delay_ms: int,
+        timer: Timer,
+        node_id: int,
+        now: float,
     ) -> Group:
         """The group as its last stored generation left it: Stable with its members (each
         session counted from now), or Empty."""
-        g = cls(group_id, initial_delay_ms, node_id)
+        g = cls(group_id, initial_delay_ms, timer, node_id)
         g.generation = snap.generation
         g.protocol_type = snap.protocol_type or None
         if snap.members:
@@ -582,9 +597,7 @@ class Group:
     def abandon(self) -> None:
         """This broker is no longer the group's coordinator: every waiting member is told
         so (NOT_COORDINATOR) and looks the coordinator up again."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._cancel_timer()
         for m in self.members.values():
             if m.join_future is not None and not m.join_future.done():
                 m.join_future.set_result(JoinResult(ErrorCode.not_coordinator))

@@ -11,7 +11,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from uuid import UUID
 
-from keeperless.broker.consumer_group import (
+from keeperless.coordinator.consumer_group import (
     STABLE,
     UNRELEASED,
     UNREVOKED,
