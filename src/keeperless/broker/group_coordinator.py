@@ -20,27 +20,18 @@ from keeperless.broker.txn_state import COMMIT, marker_type
 from keeperless.coordinator.classic_group import Group, JoinResult
 from keeperless.coordinator.consumer_group import ConsumerGroup, TopicsView
 from keeperless.coordinator.consumer_group_records import (
-    CONSUMER_GROUP_KEY_TYPES,
     group_records,
-    key_group,
 )
 from keeperless.coordinator.consumer_group_records import restore as restore_consumer_group
 from keeperless.coordinator.deferred import Deferred
 from keeperless.coordinator.group_records import (
-    GROUP_KEY_VERSION,
     GroupSnapshot,
-    decode_group_value,
     encode_group_value,
     group_key,
 )
+from keeperless.coordinator.group_shard import GroupShard, Offsets
 from keeperless.coordinator.runtime import LoopTimer, wait
 from keeperless.coordinator.share_group import ShareGroup
-from keeperless.coordinator.share_group_records import (
-    SHARE_GROUP_KEY_TYPES,
-    StoredShareGroup,
-    decode,
-    group_of,
-)
 from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.metadata.image import MetadataImage
@@ -119,38 +110,8 @@ def find_coordinator_response(
     return build(response_class(ApiKey.FIND_COORDINATOR, header.api_version), body)
 
 
-def _str(s: str | None) -> bytes:
-    if s is None:
-        return _S16.pack(-1)
-    b = s.encode()
-    return _S16.pack(len(b)) + b
-
-
-def _read_str(buf: bytes, pos: int) -> tuple[str | None, int]:
-    (n,) = _S16.unpack_from(buf, pos)
-    if n < 0:
-        return None, pos + 2
-    return buf[pos + 2 : pos + 2 + n].decode(), pos + 2 + n
-
-
-def offset_key(group: str, topic: str, partition: int) -> bytes:
-    return _S16.pack(1) + _str(group) + _str(topic) + struct.pack(">i", partition)
-
-
-def offset_value(offset: int, leader_epoch: int, metadata: str | None, ts: int) -> bytes:
-    return (
-        _S16.pack(3)
-        + struct.pack(">qi", offset, leader_epoch)
-        + _str(metadata or "")
-        + struct.pack(">q", ts)
-    )
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-Offsets = dict[tuple[str, int], tuple[int, int, str | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,24 +261,21 @@ class GroupCoordinator:
         if p is None:
             return 0
         self._loaded[idx] = epoch
-        n = 0
-        restored: dict[str, GroupSnapshot | None] = {}
-        cg_restored: dict[str, dict[bytes, bytes]] = {}
-        share_restored: dict[str, StoredShareGroup | None] = {}
+        shard = GroupShard()
         # up to the log end: as the new leader, its whole log is what gets committed
         # (its own high watermark can lag behind commits the old leader acknowledged)
         for h, batch in p.log.batches(p.log.log_start_offset):
             if h.is_control:  # a transaction's marker: its offsets apply or go
-                self.end_pending(idx, h.producer_id, marker_type(batch) == COMMIT)
+                shard.replay_marker(h.producer_id, marker_type(batch) == COMMIT)
                 continue
-            into = None
-            if h.is_transactional:
-                into = self.pending_txn.setdefault(h.producer_id, {})
             for rec in decode_records(batch):
                 if rec.key is not None:
-                    n += self._replay(
-                        rec.key, rec.value, into, restored, cg_restored, share_restored
-                    )
+                    shard.replay(rec.key, rec.value, rec.offset, h.producer_id, h.is_transactional)
+        self.offsets.update(shard.offsets)
+        for pid, pending in shard.pending_txn.items():
+            self.pending_txn.setdefault(pid, {}).update(pending)
+        restored, cg_restored, share_restored = shard.classic, shard.consumer, shard.share
+        n = shard.offsets_read
         now = time.monotonic()
         node = self.broker.node_id
         back = 0
@@ -372,59 +330,6 @@ class GroupCoordinator:
     def pending_partitions(self, group: str) -> set[tuple[str, int]]:
         """Partitions of ``group`` with offsets in an open transaction."""
         return {k for pending in self.pending_txn.values() for k in pending.get(group, {})}
-
-    def _replay(
-        self,
-        key: bytes,
-        value: bytes | None,
-        into: dict[str, Offsets] | None = None,
-        restored: dict[str, GroupSnapshot | None] | None = None,
-        cg_restored: dict[str, dict[bytes, bytes]] | None = None,
-        share_restored: dict[str, StoredShareGroup | None] | None = None,
-    ) -> int:
-        (version,) = _S16.unpack_from(key, 0)
-        if version == GROUP_KEY_VERSION and into is None and restored is not None:
-            gid, _ = _read_str(key, 2)
-            if gid is not None:  # the last one wins; a tombstone: the group was deleted
-                restored[gid] = None if value is None else decode_group_value(value)
-            return 0
-        if version in CONSUMER_GROUP_KEY_TYPES and into is None and cg_restored is not None:
-            _kind, gid, _member = key_group(key)
-            records = cg_restored.setdefault(gid, {})
-            if value is None:
-                records.pop(key, None)
-            elif version != 4:  # (the partition metadata is looked up again)
-                records[key] = value
-            return 0
-        if version in SHARE_GROUP_KEY_TYPES and into is None and share_restored is not None:
-            gid = group_of(key)
-            if value is None:  # the share group was deleted
-                share_restored[gid] = None
-            else:
-                stored = share_restored.get(gid) or StoredShareGroup()
-                decode(key, value, stored)
-                share_restored[gid] = stored
-            return 0
-        if version not in (0, 1):
-            return 0
-        group, pos = _read_str(key, 2)
-        topic, pos = _read_str(key, pos)
-        (partition,) = struct.unpack_from(">i", key, pos)
-        assert group is not None
-        assert topic is not None
-        offsets = (self.offsets if into is None else into).setdefault(group, {})
-        if value is None:
-            offsets.pop((topic, partition), None)
-            return 1
-        (vv,) = _S16.unpack_from(value, 0)
-        (offset,) = struct.unpack_from(">q", value, 2)
-        epoch, pos = (-1, 10)
-        if vv >= 3:
-            (epoch,) = struct.unpack_from(">i", value, 10)
-            pos = 14
-        metadata, _ = _read_str(value, pos)
-        offsets[(topic, partition)] = (offset, epoch, metadata)
-        return 1
 
     async def store(
         self,

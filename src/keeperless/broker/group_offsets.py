@@ -8,13 +8,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.group_coordinator import (
-    GroupCoordinator,
-    offset_key,
-    offset_value,
-)
+from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.coordinator.classic_group import GroupState
 from keeperless.coordinator.group_records import group_key
+from keeperless.coordinator.group_shard import offset_key, offset_value
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ApiKey

@@ -10,14 +10,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.group_coordinator import (
-    GroupCoordinator,
-    offset_key,
-    offset_value,
-    partition_for_group,
-)
+from keeperless.broker.group_coordinator import GroupCoordinator, partition_for_group
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.txn_verify import Verify
+from keeperless.coordinator.group_shard import offset_key, offset_value
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
