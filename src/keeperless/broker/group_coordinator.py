@@ -14,9 +14,9 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
+from keeperless.broker.coordinator_log import BrokerPartitionLog
 from keeperless.broker.mixed_groups import MixedGroups
 from keeperless.broker.partitions import NotLeaderError
-from keeperless.broker.txn_state import COMMIT, marker_type
 from keeperless.coordinator.classic_group import Group, JoinResult
 from keeperless.coordinator.consumer_group import ConsumerGroup, TopicsView
 from keeperless.coordinator.consumer_group_records import (
@@ -30,7 +30,7 @@ from keeperless.coordinator.group_records import (
     group_key,
 )
 from keeperless.coordinator.group_shard import GroupShard, Offsets
-from keeperless.coordinator.runtime import LoopTimer, wait
+from keeperless.coordinator.runtime import CoordinatorRuntime, LoopTimer, wait
 from keeperless.coordinator.share_group import ShareGroup
 from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.group_configs import GROUP_RESOURCE
@@ -39,7 +39,7 @@ from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.context import listener_of
 from keeperless.protocol.framing import RequestHeader, response_class
-from keeperless.protocol.records import build_batch, decode_records
+from keeperless.protocol.records import build_batch
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -141,11 +141,6 @@ class GroupSettings:
         )
 
 
-def _some(items: list[int], shown: int = 10) -> str:
-    head = ", ".join(map(str, items[:shown]))
-    return head + (f" and {len(items) - shown} more" if len(items) > shown else "")
-
-
 class ShareCoordinatorLike(Protocol):
     topic: str
 
@@ -170,8 +165,13 @@ class GroupCoordinator:
         self.offsets: dict[str, Offsets] = {}
         # offsets committed in open transactions: producer id -> group -> offsets
         self.pending_txn: dict[int, dict[str, Offsets]] = {}
-        # __consumer_offsets partitions led here and loaded: index -> leader epoch
-        self._loaded: dict[int, int] = {}
+        # loads and unloads of __consumer_offsets partitions as their leadership moves
+        self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(
+            "group coordinator", OFFSETS_TOPIC, BrokerPartitionLog(broker), GroupShard,
+            settings.offsets_commit_timeout_ms / 1000, broker.node_id,
+            on_load=self._on_load, on_unload=self._on_unload,
+        )  # fmt: skip
+        self._moved = [0, 0, 0, 0]
         self._tasks: set[asyncio.Task[None]] = set()  # background stores
         # a consumer-protocol group's records as last stored: key -> value
         self._cg_stored: dict[str, dict[bytes, bytes]] = {}
@@ -185,49 +185,23 @@ class GroupCoordinator:
         """Load the groups of the partitions this broker now leads; forget those of the
         partitions it no longer leads (another coordinator owns them now, and what it
         commits meanwhile is read again if the leadership comes back)."""
-        t = image.topic(OFFSETS_TOPIC)
-        led = (
-            {}
-            if t is None
-            else {
-                idx: info.leader_epoch
-                for idx, info in t.partitions.items()
-                if info.leader == self.broker.node_id
-            }
-        )
-        unloaded: list[int] = []
-        groups = 0
-        for idx, epoch in list(self._loaded.items()):
-            if led.get(idx) != epoch:
-                groups += self._unload(idx, len(t.partitions) if t is not None else 0)
-                unloaded.append(idx)
+        self._moved = [0, 0, 0, 0]  # groups unloaded, partitions; offsets loaded, partitions
+        self.runtime.on_leadership()
+        groups, unloaded, offsets, loaded = self._moved
         if unloaded:  # one line for all (a controlled shutdown moves them together)
-            log.info(
-                "[node %d] Unloaded %d group(s) of %d %s partition(s) no longer led here: %s",
-                self.broker.node_id,
-                groups,
-                len(unloaded),
-                OFFSETS_TOPIC,
-                _some(sorted(unloaded)),
-            )
-        loaded: list[int] = []
-        offsets = 0
-        for idx, epoch in led.items():
-            if idx not in self._loaded:
-                offsets += self._load(idx, epoch)
-                loaded.append(idx)
+            log.info("[node %d] Unloaded %d group(s) of %d %s partition(s) no longer led here",
+                     self.broker.node_id, groups, unloaded, OFFSETS_TOPIC)  # fmt: skip
         if offsets:
-            log.info(
-                "[node %d] Loaded %d committed offsets from %d %s partition(s) now led here",
-                self.broker.node_id,
-                offsets,
-                len(loaded),
-                OFFSETS_TOPIC,
-            )
+            log.info("[node %d] Loaded %d committed offsets from %d %s partition(s) now led "
+                     "here", self.broker.node_id, offsets, loaded, OFFSETS_TOPIC)  # fmt: skip
+
+    def _on_unload(self, idx: int) -> None:
+        t = self.broker.image.topic(OFFSETS_TOPIC)
+        self._moved[0] += self._unload(idx, len(t.partitions) if t is not None else 0)
+        self._moved[1] += 1
 
     def _unload(self, idx: int, partitions: int) -> int:
         """Forget the groups of one partition; returns how many."""
-        del self._loaded[idx]
         gone = [
             gid
             for gid in set(self.groups) | set(self.offsets)
@@ -255,27 +229,17 @@ class GroupCoordinator:
             self.offsets.pop(gid, None)
         return len(gone)
 
-    def _load(self, idx: int, epoch: int) -> int:
-        """Read one partition's groups and offsets; returns the offsets read."""
-        p = self.broker.partitions.get(OFFSETS_TOPIC, idx)
-        if p is None:
-            return 0
-        self._loaded[idx] = epoch
-        shard = GroupShard()
-        # up to the log end: as the new leader, its whole log is what gets committed
-        # (its own high watermark can lag behind commits the old leader acknowledged)
-        for h, batch in p.log.batches(p.log.log_start_offset):
-            if h.is_control:  # a transaction's marker: its offsets apply or go
-                shard.replay_marker(h.producer_id, marker_type(batch) == COMMIT)
-                continue
-            for rec in decode_records(batch):
-                if rec.key is not None:
-                    shard.replay(rec.key, rec.value, rec.offset, h.producer_id, h.is_transactional)
+    def _on_load(self, idx: int, shard: GroupShard) -> None:
+        """Take over what the runtime read of one partition: its offsets, the offsets of
+        its open transactions, and its groups, restored as they were stored. (The
+        coordinator keeps them itself: its writes do not go through the runtime yet.)"""
         self.offsets.update(shard.offsets)
         for pid, pending in shard.pending_txn.items():
             self.pending_txn.setdefault(pid, {}).update(pending)
         restored, cg_restored, share_restored = shard.classic, shard.consumer, shard.share
-        n = shard.offsets_read
+        self._moved[2] += shard.offsets_read
+        self._moved[3] += 1
+        shard.hand_over()
         now = time.monotonic()
         node = self.broker.node_id
         back = 0
@@ -309,7 +273,6 @@ class GroupCoordinator:
                 OFFSETS_TOPIC,
                 idx,
             )
-        return n
 
     def add_pending(self, group: str, producer_id: int, offsets: Offsets) -> None:
         self.pending_txn.setdefault(producer_id, {}).setdefault(group, {}).update(offsets)

@@ -2,8 +2,7 @@
 of every share-partition in ``__share_group_state``, served to the partition leaders with
 Initialize/Read/Write/DeleteShareGroupState and ReadShareGroupStateSummary (APIs 83-87,
 broker to broker). Its rules are coordinator/share_state.py's shard; the coordinator
-runtime hosts one shard per partition of the topic led here. ``BrokerPartitionLog`` is
-what the runtime needs of this broker's partitions.
+runtime hosts one shard per partition of the topic led here.
 """
 
 from __future__ import annotations
@@ -19,9 +18,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
+from keeperless.broker.coordinator_log import BrokerPartitionLog
 from keeperless.broker.group_coordinator import partition_for_group
-from keeperless.broker.partitions import NotLeaderError
-from keeperless.coordinator.outcome import Outcome, Record
+from keeperless.coordinator.outcome import Outcome
 from keeperless.coordinator.runtime import CoordinatorRuntime
 from keeperless.coordinator.share_records import ShareKey, StateBatch
 from keeperless.coordinator.share_state import Refusal, ShareState, ShareStateShard
@@ -29,78 +28,16 @@ from keeperless.metadata.admin import NewTopic
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
-from keeperless.protocol.records import build_batch, decode_records
 from keeperless.storage.dir_failure import LogDirFailure
 
 __all__ = [
     "SHARE_STATE_TOPIC",
-    "BrokerPartitionLog",
     "ShareCoordinator",
     "ShareCoordinatorSettings",
 ]
 
 log = logging.getLogger(__name__)
 SHARE_STATE_TOPIC = "__share_group_state"
-
-# append errors as a coordinator answers them (the caller finds the coordinator again)
-_APPEND_ERRORS = {
-    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
-    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
-    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
-}
-
-
-class BrokerPartitionLog:
-    """The coordinator runtime's view of this broker's partitions (PartitionLog)."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-
-    def led(self, topic: str) -> dict[int, int]:
-        t = self.broker.image.topic(topic)
-        if t is None:
-            return {}
-        node = self.broker.node_id
-        return {i: p.leader_epoch for i, p in t.partitions.items() if p.leader == node}
-
-    def records(self, topic: str, index: int) -> Iterable[tuple[int, bytes, bytes | None]]:
-        p = self.broker.partitions.get(topic, index)
-        if p is None:
-            return
-        # to the log end: as the new leader, its whole log is what gets committed
-        for h, batch in p.log.batches(p.log.log_start_offset):
-            if h.is_control:
-                continue
-            for rec in decode_records(batch):
-                if rec.key is not None:
-                    yield rec.offset, rec.key, rec.value
-
-    def append(
-        self, topic: str, index: int, records: list[Record], leader_epoch: int
-    ) -> ErrorCode | int:
-        p = self.broker.partitions.get(topic, index)
-        if p is None or p.info is None or not p.is_leader or p.info.leader_epoch != leader_epoch:
-            return ErrorCode.not_coordinator
-        now = int(time.time() * 1000)
-        batch = build_batch([(k, v, ()) for k, v in records], timestamp_ms=now)
-        res = p.append(batch, leader_epoch, 2**31 - 1, now)
-        if res.error != ErrorCode.none:
-            return _APPEND_ERRORS.get(res.error, res.error)
-        self.broker.partitions.notify_append()
-        return int(res.base_offset)
-
-    async def committed(
-        self, topic: str, index: int, leader_epoch: int, timeout_s: float
-    ) -> ErrorCode | None:
-        p = self.broker.partitions.get(topic, index)
-        if p is None:
-            return ErrorCode.not_coordinator
-        try:
-            ok = await p.wait_for_hw(p.log.log_end_offset, timeout_s, leader_epoch)
-        except NotLeaderError:
-            return ErrorCode.not_coordinator
-        return None if ok else ErrorCode.coordinator_not_available
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
+from keeperless.broker.coordinator_log import BrokerPartitionLog
 from keeperless.broker.group_coordinator import find_coordinator_response, partition_for_group
-from keeperless.broker.share_coordinator import BrokerPartitionLog
 from keeperless.broker.txn_markers import OFFSETS_TOPIC, TxnMarkerWriter
 from keeperless.coordinator.outcome import Outcome
 from keeperless.coordinator.runtime import CoordinatorRuntime

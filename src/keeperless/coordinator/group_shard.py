@@ -144,3 +144,8 @@ class GroupShard:
 
     def carry_over(self, previous: object) -> None:
         """(The coordinator keeps its live groups itself.)"""
+
+    def hand_over(self) -> None:
+        """The coordinator took what was read: forget it here (it keeps the live state)."""
+        self.offsets, self.pending_txn = {}, {}
+        self.classic, self.consumer, self.share = {}, {}, {}

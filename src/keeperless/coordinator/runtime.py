@@ -24,22 +24,62 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from keeperless.coordinator.deferred import Deferred
 from keeperless.coordinator.outcome import Outcome, Record
 
-__all__ = ["CoordinatorRuntime", "LoopTimer", "PartitionLog", "RuntimeStats", "Shard", "wait"]
+__all__ = [
+    "CoordinatorRuntime",
+    "LogRecord",
+    "LoopTimer",
+    "PartitionLog",
+    "RuntimeStats",
+    "Shard",
+    "TxnMarker",
+    "wait",
+]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
+class LogRecord(NamedTuple):
+    """A keyed record of a coordinator's partition, with the producer that wrote it
+    (Kafka's coordinators write offsets of transactions in transactional batches)."""
+
+    offset: int
+    key: bytes
+    value: bytes | None
+    producer_id: int = -1
+    transactional: bool = False
+
+
+class TxnMarker(NamedTuple):
+    """A transaction's marker in a coordinator's partition: the records the producer
+    wrote in it apply (commit) or go."""
+
+    offset: int
+    producer_id: int
+    commit: bool
+
+
 class Shard(Protocol):
-    def replay(self, key: bytes, value: bytes | None, offset: int) -> None: ...
+    def replay(
+        self,
+        key: bytes,
+        value: bytes | None,
+        offset: int,
+        producer_id: int = -1,
+        transactional: bool = False,
+    ) -> None: ...
+
+    def replay_marker(self, producer_id: int, commit: bool) -> None:
+        """Kafka's replayEndTransactionMarker."""
+        ...
 
     def carry_over(self, previous: Any) -> None:
         """Read again in the same leadership after a write not confirmed: take what the
@@ -99,9 +139,9 @@ class PartitionLog(Protocol):
         """The partitions of ``topic`` this broker leads: index -> leader epoch."""
         ...
 
-    def records(self, topic: str, index: int) -> Iterable[tuple[int, bytes, bytes | None]]:
-        """Every record of the partition's log with its offset, oldest first (control
-        batches left out)."""
+    def records(self, topic: str, index: int) -> Iterable[LogRecord | TxnMarker]:
+        """Every keyed record of the partition's log and every transaction marker, in
+        log order."""
         ...
 
     def append(
@@ -151,6 +191,7 @@ class CoordinatorRuntime(Generic[S]):
         write_timeout_s: float,
         node_id: int,
         on_load: Callable[[int, S], None] | None = None,
+        on_unload: Callable[[int], None] | None = None,
     ) -> None:
         self.name = name
         self.topic = topic
@@ -159,6 +200,7 @@ class CoordinatorRuntime(Generic[S]):
         self.write_timeout_s = write_timeout_s
         self.node_id = node_id
         self.on_load = on_load  # after each load: what the shard's log left to do
+        self.on_unload = on_unload  # a partition no longer led here (in that epoch)
         self._shards: dict[int, _Loaded[S]] = {}
         # partitions whose shard waits for its log's tail to be committed: leader epoch
         self._recovering: dict[int, int] = {}
@@ -177,6 +219,10 @@ class CoordinatorRuntime(Generic[S]):
         for i, epoch in list(self._recovering.items()):
             if led.get(i) != epoch:
                 del self._recovering[i]  # led elsewhere or anew: read as any load
+                dropped.append(i)
+        if self.on_unload is not None:
+            for i in dropped:
+                self.on_unload(i)
         loaded = []
         for i, epoch in led.items():
             if i not in self._shards and i not in self._recovering:
@@ -189,8 +235,13 @@ class CoordinatorRuntime(Generic[S]):
     def _load(self, index: int, epoch: int, previous: S | None = None) -> _Loaded[S]:
         t0 = time.monotonic()
         shard = self.new_shard()
-        for offset, key, value in self.partitions.records(self.topic, index):
-            shard.replay(key, value, offset)
+        for entry in self.partitions.records(self.topic, index):
+            if isinstance(entry, TxnMarker):
+                shard.replay_marker(entry.producer_id, entry.commit)
+            else:
+                shard.replay(
+                    entry.key, entry.value, entry.offset, entry.producer_id, entry.transactional
+                )
         if previous is not None:
             shard.carry_over(previous)
         loaded = self._shards[index] = _Loaded(shard, epoch)

@@ -108,10 +108,20 @@ class ShareStateShard:
 
     # -- replay -----------------------------------------------------------------------------
 
+    def replay_marker(self, producer_id: int, commit: bool) -> None:
+        """(No transaction writes to __share_group_state.)"""
+
     def carry_over(self, previous: ShareStateShard) -> None:
         """Nothing of a share-partition's state is kept outside its records."""
 
-    def replay(self, key: bytes, value: bytes | None, offset: int = -1) -> None:
+    def replay(
+        self,
+        key: bytes,
+        value: bytes | None,
+        offset: int = -1,
+        producer_id: int = -1,
+        transactional: bool = False,
+    ) -> None:
         """Apply one record (at ``offset`` in the log; -1: unknown, nothing is pruned)."""
         self.next_offset = max(self.next_offset, offset + 1)
         kind, sk = decode_key(key)

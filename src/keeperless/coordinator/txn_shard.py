@@ -108,7 +108,14 @@ class TxnShard:
 
     # -- replay ---------------------------------------------------------------------------
 
-    def replay(self, key: bytes, value: bytes | None, offset: int) -> None:
+    def replay(
+        self,
+        key: bytes,
+        value: bytes | None,
+        offset: int,
+        producer_id: int = -1,
+        transactional: bool = False,
+    ) -> None:
         parsed = parse_txn_record(key, value)
         if parsed is None:
             return
@@ -124,6 +131,9 @@ class TxnShard:
             self.prepared_at[tid] = offset
         else:
             self.prepared_at.pop(tid, None)
+
+    def replay_marker(self, producer_id: int, commit: bool) -> None:
+        """(No transaction writes to the transaction log.)"""
 
     def carry_over(self, previous: TxnShard) -> None:
         """Read again after a write not confirmed, in the same leadership: the epochs

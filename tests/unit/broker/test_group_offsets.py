@@ -14,14 +14,9 @@ from kio.schema.offset_commit.v8 import request as oc
 from kio.schema.offset_fetch.v8 import request as of
 
 from keeperless.broker.broker import Broker
-from keeperless.broker.group_coordinator import (
-    OFFSETS_TOPIC,
-    GroupCoordinator,
-    GroupSettings,
-    offset_key,
-    offset_value,
-)
+from keeperless.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, GroupSettings
 from keeperless.broker.group_offsets import GroupOffsets
+from keeperless.coordinator.group_shard import offset_key, offset_value
 from keeperless.metadata import _records_gen as r
 from keeperless.protocol.framing import RequestHeader
 from keeperless.protocol.records import build_batch

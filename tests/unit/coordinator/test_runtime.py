@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from kio.schema.errors import ErrorCode
 
 from keeperless.coordinator.outcome import Outcome, Record
-from keeperless.coordinator.runtime import CoordinatorRuntime
+from keeperless.coordinator.runtime import CoordinatorRuntime, LogRecord, TxnMarker
 
 
 class Counter:
@@ -19,10 +19,21 @@ class Counter:
     def __init__(self) -> None:
         self.seen: dict[bytes, int] = {}
         self.offsets: list[int] = []
+        self.markers: list[tuple[int, bool]] = []
 
-    def replay(self, key: bytes, value: bytes | None, offset: int) -> None:
+    def replay(
+        self,
+        key: bytes,
+        value: bytes | None,
+        offset: int,
+        producer_id: int = -1,
+        transactional: bool = False,
+    ) -> None:
         self.seen[key] = self.seen.get(key, 0) + 1
         self.offsets.append(offset)
+
+    def replay_marker(self, producer_id: int, commit: bool) -> None:
+        self.markers.append((producer_id, commit))
 
     def carry_over(self, previous: Counter) -> None:
         self.carried = previous
@@ -42,8 +53,8 @@ class FakeLog:
     def led(self, topic: str) -> dict[int, int]:
         return dict(self.leaders)
 
-    def records(self, topic: str, index: int) -> Iterable[tuple[int, bytes, bytes | None]]:
-        return [(i, k, v) for i, (k, v) in enumerate(self.logs.get(index, []))]
+    def records(self, topic: str, index: int) -> Iterable[LogRecord | TxnMarker]:
+        return [LogRecord(i, k, v) for i, (k, v) in enumerate(self.logs.get(index, []))]
 
     def append(
         self, topic: str, index: int, records: list[Record], leader_epoch: int
@@ -179,3 +190,49 @@ def test_the_runtime_counts_loads_writes_waits_and_failures() -> None:
         rt.close()
 
     asyncio.run(go())
+
+
+def test_a_load_replays_transactional_records_and_markers_in_log_order() -> None:
+    """Kafka's coordinators see the producer of each record and the transactions'
+    markers (the group coordinator's offsets of a transaction wait for theirs)."""
+
+    class WithTxns(FakeLog):
+        def records(self, topic: str, index: int) -> Iterable[LogRecord | TxnMarker]:
+            return [
+                LogRecord(0, b"a", b"1"),
+                LogRecord(1, b"t", b"2", producer_id=7, transactional=True),
+                TxnMarker(2, 7, commit=False),
+                LogRecord(3, b"b", b"3"),
+            ]
+
+    seen: list[tuple[str, object]] = []
+
+    class Recording(Counter):
+        def replay(
+            self,
+            key: bytes,
+            value: bytes | None,
+            offset: int,
+            producer_id: int = -1,
+            transactional: bool = False,
+        ) -> None:
+            seen.append(("record", (offset, producer_id, transactional)))
+
+        def replay_marker(self, producer_id: int, commit: bool) -> None:
+            seen.append(("marker", (producer_id, commit)))
+
+    unloaded: list[int] = []
+    rt = CoordinatorRuntime("test", "__t", WithTxns(), Recording, 1.0, 1, on_unload=unloaded.append)
+    rt.on_leadership()
+    assert seen == [
+        ("record", (0, -1, False)),
+        ("record", (1, 7, True)),
+        ("marker", (7, False)),
+        ("record", (3, -1, False)),
+    ]
+    assert unloaded == []
+    rt.partitions.leaders = {}  # type: ignore[attr-defined]
+    rt.on_leadership()
+    assert unloaded == [0]
+    rt.on_leadership()
+    assert unloaded == [0]  # once

@@ -1,0 +1,83 @@
+"""What the coordinator runtime needs of this broker's partitions (its ``PartitionLog``):
+which partitions of a coordinator's topic are led here, their records and markers in
+log order, appends as the leader, and the wait until the in-sync replicas have them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from kio.schema.errors import ErrorCode
+
+from keeperless.broker.broker import Broker
+from keeperless.broker.partitions import NotLeaderError
+from keeperless.broker.txn_state import COMMIT, marker_type
+from keeperless.coordinator.outcome import Record
+from keeperless.coordinator.runtime import LogRecord, TxnMarker
+from keeperless.protocol.records import build_batch, decode_records
+
+__all__ = ["APPEND_ERRORS", "BrokerPartitionLog"]
+
+# append errors as a coordinator answers them (the caller finds the coordinator again)
+APPEND_ERRORS = {
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+}
+
+
+class BrokerPartitionLog:
+    """The coordinator runtime's view of this broker's partitions (PartitionLog)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def led(self, topic: str) -> dict[int, int]:
+        t = self.broker.image.topic(topic)
+        if t is None:
+            return {}
+        node = self.broker.node_id
+        return {i: p.leader_epoch for i, p in t.partitions.items() if p.leader == node}
+
+    def records(self, topic: str, index: int) -> Iterable[LogRecord | TxnMarker]:
+        p = self.broker.partitions.get(topic, index)
+        if p is None:
+            return
+        # to the log end: as the new leader, its whole log is what gets committed (its
+        # own high watermark can lag behind what the old leader acknowledged)
+        for h, batch in p.log.batches(p.log.log_start_offset):
+            if h.is_control:
+                yield TxnMarker(h.base_offset, h.producer_id, marker_type(batch) == COMMIT)
+                continue
+            for rec in decode_records(batch):
+                if rec.key is not None:
+                    yield LogRecord(
+                        rec.offset, rec.key, rec.value, h.producer_id, h.is_transactional
+                    )
+
+    def append(
+        self, topic: str, index: int, records: list[Record], leader_epoch: int
+    ) -> ErrorCode | int:
+        p = self.broker.partitions.get(topic, index)
+        if p is None or p.info is None or not p.is_leader or p.info.leader_epoch != leader_epoch:
+            return ErrorCode.not_coordinator
+        now = int(time.time() * 1000)
+        batch = build_batch([(k, v, ()) for k, v in records], timestamp_ms=now)
+        res = p.append(batch, leader_epoch, 2**31 - 1, now)
+        if res.error != ErrorCode.none:
+            return APPEND_ERRORS.get(res.error, res.error)
+        self.broker.partitions.notify_append()
+        return int(res.base_offset)
+
+    async def committed(
+        self, topic: str, index: int, leader_epoch: int, timeout_s: float
+    ) -> ErrorCode | None:
+        p = self.broker.partitions.get(topic, index)
+        if p is None:
+            return ErrorCode.not_coordinator
+        try:
+            ok = await p.wait_for_hw(p.log.log_end_offset, timeout_s, leader_epoch)
+        except NotLeaderError:
+            return ErrorCode.not_coordinator
+        return None if ok else ErrorCode.coordinator_not_available
