@@ -244,6 +244,17 @@ def test_topic_meters_and_isr_changes(tmp_path: Path) -> None:
 
         wait_until(read, 30, what="the records read")
         cons.close()
+
+        # the group coordinators' runtime (group-coordinator-metrics): every broker
+        # loaded the __consumer_offsets partitions it leads
+        def loaded() -> bool:
+            return sum(  # offsets.topic.num.partitions
+                _value(b.scrape(), "kafka_server_group_coordinator_metrics_num_partitions",
+                       '{state="active"}') or 0
+                for b in c.brokers.values()
+            ) == 3  # fmt: skip
+
+        wait_until(loaded, 30, what="each __consumer_offsets partition loaded by its leader")
         out = _value(leader.scrape(), "kafka_server_brokertopicmetrics_bytesout_total",
                      '{topic="m"}')  # fmt: skip
         assert out is not None

@@ -327,13 +327,16 @@ class Metrics:
         yield _gauge(
             "kafka_server_broker_fenced", "1 while this broker is fenced", 1 if b.fenced else 0
         )
+        if getattr(node, "groups", None) is not None:
+            yield from _runtime("group_coordinator_metrics", node.groups.runtime)
         if getattr(node, "shares", None) is not None:
             yield from _runtime("share_coordinator_metrics", node.shares.coordinator.runtime)
 
 
 def _runtime(group: str, runtime: Any) -> Iterator[Metric]:
     """A coordinator runtime's metrics, as Kafka's CoordinatorRuntimeMetrics names them in
-    its metric group (share-coordinator-metrics) through the JMX exporter."""
+    its metric group (group-coordinator-metrics, share-coordinator-metrics) through the
+    JMX exporter."""
     st, prefix = runtime.stats, f"kafka_server_{group}_"
     yield _gauge(prefix + "num_partitions", "Shards loaded here", len(runtime.shards()),
                  state="active")  # fmt: skip
