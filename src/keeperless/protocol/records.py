@@ -30,6 +30,7 @@ __all__ = [
     "raw_records",
     "read_header",
     "rebuild_batch",
+    "record_slices",
     "set_log_append_time",
 ]
 
@@ -381,6 +382,30 @@ def raw_records(batch: bytes | memoryview) -> Iterator[tuple[int, bytes | None, 
         pos = end
     if pos != len(data):
         raise ValueError("record length mismatch")
+
+
+def record_slices(batch: bytes | memoryview) -> list[bytes]:
+    """The bytes of each record of one batch with its length prefix, decompressed if
+    need be (only the lengths are read: a cleaner that already knows which records it
+    keeps cuts them out this way)."""
+    h = read_header(batch, 0)
+    data: bytes | memoryview = memoryview(batch)[BATCH_HEADER_SIZE : h.size]
+    if h.compression:
+        data = _decompress(h.compression, bytes(data))
+    out = []
+    pos = 0
+    for _ in range(h.record_count):
+        b = data[pos]
+        if b < 0x80:  # a record under 64 bytes: one byte of zigzag varint
+            length, body = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            length, body = read_varint(data, pos)
+        end = body + length
+        out.append(bytes(data[pos:end]))
+        pos = end
+    if pos != len(data):
+        raise ValueError("record length mismatch")
+    return out
 
 
 def rebuild_batch(h: BatchHeader, records: Sequence[bytes]) -> bytes:

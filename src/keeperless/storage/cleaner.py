@@ -4,7 +4,9 @@ event loop, no sockets (it runs in a worker process, see runtime/log_cleaner.py)
 Cleaning a partition: an offset map of the dirty section (key -> the offset of its
 latest record, from the first dirty offset up to the end of the cleanable segments),
 then each cleanable segment is copied without the records a later one with the same
-key replaces, and without tombstones (null values) older than delete.retention.ms.
+key replaces, without tombstones (null values) older than delete.retention.ms, and
+without records that have no key (Kafka's cleaner counts them invalid and drops them;
+a compacted topic refuses them, but a topic made compacted later may hold some).
 Offsets never change: kept records keep their offsets, batches their base offset and
 last offset delta, timestamps, headers and producer fields; a batch whose records are
 all removed is dropped, unless it is its producer's last (its sequence stays known, as
@@ -17,20 +19,25 @@ cleaning the log gave up (a truncation meanwhile) never lands.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from aiokafka.errors import CorruptRecordException
+from aiokafka.record.default_records import DefaultRecordBatch
 
 from keeperless.protocol.records import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
     BatchHeader,
     CorruptBatchError,
-    raw_records,
     rebuild_batch,
+    record_slices,
 )
 from keeperless.storage.batch_scan import BatchScan
 
@@ -52,7 +59,15 @@ SWAP_SUFFIX = ".swap"
 BYTES_PER_ENTRY = 128
 
 
+_SHORT_KEY = 16  # keys shorter than a digest are their own map key (no hashing)
+
+
 def key_hash(key: bytes) -> bytes:
+    """The offset map's key for a record key: the key itself when shorter than 16
+    bytes, else its 16-byte digest (as Kafka's SkimpyOffsetMap keeps a 16-byte MD5).
+    The two never meet: a digest is 16 bytes long, a key kept whole is shorter."""
+    if len(key) < _SHORT_KEY:
+        return key
     return hashlib.blake2b(key, digest_size=16).digest()
 
 
@@ -92,14 +107,28 @@ class CleanResult:
     seconds: float
 
 
-def _batches(path: Path, size: int) -> Iterator[tuple[BatchHeader, memoryview]]:
+def _records(batch: memoryview) -> list[Any]:
+    """The records of a batch (``offset``, ``key``, ``value``), read by aiokafka's
+    compiled record reader: about ten times this module's own varint reading in Python,
+    which held the cleaner to a fraction of the disk's speed (bench/cleaner.py: 25.8
+    MB/s against a 352 MB/s copy of the same files). Records that do not parse (under
+    a valid CRC) are a corrupt batch: the segment is not cleaned."""
+    try:
+        return list(DefaultRecordBatch(batch))
+    except (CorruptRecordException, ValueError) as e:
+        raise CorruptBatchError(f"a batch's records do not parse: {e}", 0) from None
+
+
+def _batches(
+    path: Path, size: int, verify_crc: bool = True
+) -> Iterator[tuple[BatchHeader, memoryview]]:
     """The segment's batches up to ``size``, read in windows (a segment is up to
     segment.bytes, 1 GiB by default: never all in memory). A segment that does not
     hold whole, valid batches up to ``size`` is not cleaned: a cleaned copy of it would
     silently lose what follows the bad batch."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        scan = BatchScan(fd, 0, size, verify_crc=True)
+        scan = BatchScan(fd, 0, size, verify_crc=verify_crc)
         for _, h, data in scan:
             yield h, data
         if scan.stop is not None and not scan.stop.clean:
@@ -121,6 +150,24 @@ class _Throttle:
         ahead = self.done / self.rate - (time.monotonic() - self.start)
         if ahead > 0:
             time.sleep(ahead)
+
+
+@dataclass(frozen=True, slots=True)
+class _Dirty:
+    """The section the offset map read: [start, end), and each key's latest offset in
+    it (sorted)."""
+
+    start: int
+    end: int
+    latest: list[int]
+
+    def keeps_nothing(self, h: BatchHeader) -> bool:
+        """Whether every record of a batch in the section goes: none is its key's
+        latest (records without a key, and those of an aborted transaction, go too)."""
+        if h.base_offset < self.start or h.last_offset >= self.end:
+            return False
+        i = bisect.bisect_left(self.latest, h.base_offset)
+        return i == len(self.latest) or self.latest[i] > h.last_offset
 
 
 class _Aborted:
@@ -157,9 +204,10 @@ def build_offset_map(
                 continue
             if len(keys) + h.record_count > max_entries and keys:
                 return keys, end
-            for offset, key, _null, _raw in raw_records(batch):
-                if key is not None and offset >= start:
-                    keys[key_hash(key)] = offset
+            for r in _records(batch):
+                key = r.key
+                if key is not None and r.offset >= start:
+                    keys[key if len(key) < _SHORT_KEY else key_hash(key)] = r.offset
             end = h.last_offset + 1
     return keys, end
 
@@ -172,11 +220,14 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
     keys, map_end = build_offset_map(
         job.segments, job.first_dirty_offset, job.max_map_entries, job.aborted
     )
+    # what the map read, a batch of which keeps nothing unless one of its offsets is
+    # some key's latest: batches holding none go without their records being read
+    dirty = _Dirty(job.first_dirty_offset, map_end, sorted(keys.values()))
     is_aborted = _Aborted(job.aborted)
     # each producer's last batch in what is cleaned: kept, even emptied
     last_batch: dict[int, int] = {}
-    for seg in job.segments:
-        for h, _ in _batches(seg.path, seg.size):
+    for seg in job.segments:  # (headers only: each batch's CRC is checked where it is read)
+        for h, _ in _batches(seg.path, seg.size, verify_crc=False):
             if h.producer_id >= 0:
                 last_batch[h.producer_id] = h.base_offset
     horizon = now_ms - job.delete_retention_ms
@@ -189,7 +240,7 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
             cleaned = seg.path.with_name(seg.path.name + CLEANED_SUFFIX)
             swaps.append((seg, cleaned))
             counts = _clean_segment(
-                seg, cleaned, keys, map_end, horizon, is_aborted, last_batch, throttle
+                seg, cleaned, keys, dirty, horizon, is_aborted, last_batch, throttle
             )
             totals = tuple(t + c for t, c in zip(totals, counts, strict=True))  # type: ignore[assignment]
     except BaseException:
@@ -206,7 +257,7 @@ def _clean_segment(
     seg: SegmentToClean,
     cleaned: Path,
     keys: dict[bytes, int],
-    map_end: int,
+    dirty: _Dirty,
     horizon: int,
     is_aborted: _Aborted,
     last_batch: dict[int, int],
@@ -215,6 +266,7 @@ def _clean_segment(
     """Write ``seg`` without what the offset map replaces as ``cleaned``, fsynced;
     returns (bytes read, bytes written, records read, records kept)."""
     read = written = seen = kept = 0
+    map_end = dirty.end
     with open(cleaned, "wb") as out:
         for h, batch in _batches(seg.path, seg.size):
             read += len(batch)
@@ -222,24 +274,36 @@ def _clean_segment(
             if h.attributes & ATTR_CONTROL:
                 written += out.write(batch)
                 continue
+            if dirty.keeps_nothing(h):
+                seen += h.record_count
+                if last_batch.get(h.producer_id) == h.base_offset:
+                    written += out.write(rebuild_batch(h, []))
+                continue
             retained = []
             aborted = is_aborted(h)
-            for offset, key, null, raw in raw_records(batch):
-                seen += 1
+            old_tombstones = seg.max_timestamp < horizon
+            i = -1
+            for i, r in enumerate(_records(batch)):
+                offset, key = r.offset, r.key
                 if aborted and offset < map_end:
                     continue  # written by an aborted transaction
-                if key is not None:
-                    latest = keys.get(key_hash(key))
+                if key is None:
+                    if offset < map_end:
+                        continue  # no key: nothing to compact it by (Kafka drops it)
+                else:
+                    latest = keys.get(key if len(key) < _SHORT_KEY else key_hash(key))
                     if latest is not None and latest > offset:
                         continue  # replaced by a later record of the same key
-                    if null and seg.max_timestamp < horizon and offset < map_end:
+                    if old_tombstones and offset < map_end and r.value is None:
                         continue  # a tombstone past delete.retention.ms
-                retained.append(raw)
+                retained.append(i)
+            seen += i + 1
             kept += len(retained)
             if len(retained) == h.record_count:
                 written += out.write(batch)
             elif retained or last_batch.get(h.producer_id) == h.base_offset:
-                written += out.write(rebuild_batch(h, retained))
+                raw = record_slices(batch) if retained else []
+                written += out.write(rebuild_batch(h, [raw[i] for i in retained]))
         out.flush()
         os.fsync(out.fileno())
     throttle(written)

@@ -274,3 +274,91 @@ def test_a_corrupt_segment_is_not_cleaned_and_leaves_nothing_behind(tmp_path: Pa
     with pytest.raises(CorruptBatchError, match="CRC mismatch"):
         clean_partition(_job(log), NOW)
     assert not list(tmp_path.glob("*.cleaned"))
+
+
+def test_compressed_batches_and_keys_of_every_length_keep_exactly_the_latest(
+    tmp_path: Path,
+) -> None:
+    """Records read by aiokafka's compiled reader, cut out of a batch by their lengths
+    when only some stay; keys shorter than a digest are the map's keys themselves, longer
+    ones digests: with keys of 1 to 40 bytes in gzip batches of 7 records, exactly each
+    key's latest record stays, byte for byte, and the others go."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    rng = random.Random(7)
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=2000), 0)
+    keys = [bytes([65 + i]) * n for i, n in enumerate((1, 5, 15, 16, 17, 31, 40))]
+    raw_before: dict[int, tuple[bytes, bytes, tuple[tuple[str, bytes], ...]]] = {}
+    for _ in range(60):
+        b = DefaultRecordBatchBuilder(2, 1, 0, -1, -1, -1, 1 << 20)  # gzip
+        for i in range(7):
+            k = rng.choice(keys)
+            v = b"%s-%d" % (k[:3], log.log_end_offset + i)
+            b.append(i, timestamp=NOW, key=k, value=v, headers=[("h", b"x")])
+            raw_before[log.log_end_offset + i] = (k, v, (("h", b"x"),))
+        buf = bytearray(b.build())
+        patch_offsets(buf, 0, log.log_end_offset, 3)
+        log.append(bytes(buf), list(iter_batches(buf)), NOW)
+    active_base = int(sorted(tmp_path.glob("*.log"))[-1].name[:20])
+    _clean(log)
+    after = {}
+    for seg in sorted(tmp_path.glob("*.log")):
+        data = seg.read_bytes()
+        for pos, h in iter_batches(data):
+            for r in decode_records(data[pos : pos + h.size]):
+                after[r.offset] = (r.key, r.value, r.headers)
+    cleaned = {o: rec for o, rec in after.items() if o < active_base}
+    # the map covers the cleaned segments: each key keeps its latest record there
+    last_clean = {}
+    for o, (k, _v, _h) in sorted(raw_before.items()):
+        if o < active_base:
+            last_clean[k] = o
+    assert sorted(cleaned) == sorted(last_clean.values())
+    for o, rec in after.items():
+        assert raw_before[o] == rec  # byte for byte: key, value, headers
+
+
+def test_records_that_do_not_parse_under_a_valid_crc_are_a_corrupt_segment(
+    tmp_path: Path,
+) -> None:
+    """A batch whose CRC checks but whose records do not parse (a record's length
+    pointing past the batch) stops the cleaning as a corrupt segment (the broker then
+    leaves the partition uncleaned and serves it as it is), nothing half-written left."""
+    import struct
+
+    import crc32c
+    import pytest
+
+    from keeperless.protocol.records import CorruptBatchError
+
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=10**6), 0)
+    for i in range(5):
+        _append(log, [(b"k", b"v%d" % i), (b"j", b"w")], NOW)
+    log._roll(NOW)
+    seg = sorted(tmp_path.glob("*.log"))[0]
+    data = bytearray(seg.read_bytes())
+    (size,) = struct.unpack_from(">i", data, 8)
+    data[61] = 0x7E  # the first record's length: 63 bytes, past its batch
+    struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21 : 12 + size])))
+    seg.write_bytes(bytes(data))
+    with pytest.raises(CorruptBatchError, match="records do not parse"):
+        clean_partition(_job(log), NOW)
+    assert not list(tmp_path.glob("*.cleaned"))
+
+
+def test_records_without_a_key_go_as_in_kafkas_cleaner(tmp_path: Path) -> None:
+    """A topic made compacted after records without a key were written: Kafka's cleaner
+    counts them invalid and drops them; the keyed records beside them in the same batch
+    stay as the map says, and a batch of nothing but keyless records goes whole."""
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=10**6), 0)
+    _append(log, [(None, b"a"), (b"k", b"1"), (None, b"b")], NOW)  # 0-2
+    _append(log, [(None, b"c"), (None, b"d")], NOW)  # 3-4: nothing keyed
+    _append(log, [(b"j", b"2")], NOW)  # 5
+    log._roll(NOW)
+    _append(log, [(None, b"e")], NOW)  # 6: the active segment, not cleaned
+    _clean(log)
+    assert [(o, k, v) for o, k, v, _ in _records(tmp_path)] == [
+        (1, b"k", b"1"),
+        (5, b"j", b"2"),
+        (6, None, b"e"),
+    ]
