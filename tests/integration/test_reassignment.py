@@ -405,7 +405,8 @@ def test_drain_unregister_and_reuse_a_broker_id(six: Cluster) -> None:
     """A stopped broker unregistered while it still holds a replica: Kafka's tool line
     and a warning naming the partition, which stays readable (under-replicated, not
     lost) until a reassignment repairs it; the id then re-used by a broker started on
-    the old disk starts clean (its stray copy deleted) and takes new replicas."""
+    the old disk starts clean (its stray copy set aside, renamed -stray) and takes new
+    replicas."""
     from kafka.structs import TopicPartition as KTP
 
     from tests.integration.cluster import keeperless
@@ -436,7 +437,7 @@ def test_drain_unregister_and_reuse_a_broker_id(six: Cluster) -> None:
     finally:
         _restart_broker(c, 6)
     wait_until(lambda: not _partition_dir(c, 6, topic).exists(), timeout=30,
-               what="the re-registered broker to delete its stray copy")  # fmt: skip
+               what="the re-registered broker to set its stray copy aside")  # fmt: skip
     fresh = _create(c, [6, 2, 3])
     _fill(c, fresh, 1)
     assert len(_read_all(c, fresh)) == 1000

@@ -39,6 +39,7 @@ from keeperless.storage.partition_dirs import (
     partition_dirs,
     read_topic_id,
     remove_discarded,
+    set_aside,
 )
 
 __all__ = ["LogDir", "PartitionManager", "directory_id_of", "future_key"]
@@ -390,9 +391,11 @@ class PartitionManager:
 
     def remove_strays(self, expected: dict[tuple[str, int], UUID]) -> None:
         """At start, once the metadata is caught up: delete what a crash left of
-        discarded partitions, every partition directory that the metadata does not
-        assign to this broker with that topic id (deleted while it was down, or an older
-        incarnation of a re-created topic), and the future replicas of those."""
+        discarded partitions and the future replicas of partitions not assigned here;
+        set aside (rename ``-stray``, as Kafka 3.7+ does, never delete) every partition
+        directory that the metadata does not assign to this broker with that topic id
+        (deleted while it was down, an older incarnation of a re-created topic, a copy
+        that should not be there): its records may be the only copy of something."""
         for key in [k for k in self.futures if k not in expected]:
             for ld, path in self.futures.pop(key):
                 log.info("[node %d] Deleting %s: a future replica of a partition not "
@@ -410,15 +413,20 @@ class PartitionManager:
                     continue
                 if key not in self.partitions and found is None and want is not None:
                     continue  # a directory from before partition.metadata: it is adopted
-                log.info(
-                    "[node %d] Deleting stray partition directory %s (topic id %s is not "
-                    "assigned here%s)",
-                    self.node_id,
-                    directory,
-                    found,
-                    ", or it is hosted in another log directory" if key in self.partitions else "",
+                why = (
+                    "it is hosted in another log directory"
+                    if key in self.partitions
+                    else (f"topic id {found} is not assigned here")
                 )
-                self._discard(directory)
+                try:
+                    target = set_aside(directory)
+                except OSError as e:  # its log directory failed: it goes offline
+                    log_dir_failed(directory.parent, e)
+                    self.dir_failed(directory.parent, e)
+                    continue
+                log.warning("[node %d] Partition directory %s marked stray (%s) and renamed "
+                            "to %s: it is not served; remove it once it is not needed",
+                            self.node_id, directory, why, target.name)  # fmt: skip
 
     def notify_append(self) -> None:
         fut = self._data_arrived

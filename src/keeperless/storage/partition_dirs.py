@@ -23,10 +23,12 @@ __all__ = [
     "DELETE_SUFFIX",
     "FUTURE_SUFFIX",
     "PARTITION_METADATA",
+    "STRAY_SUFFIX",
     "discard",
     "partition_dirs",
     "read_topic_id",
     "remove_discarded",
+    "set_aside",
     "write_topic_id",
 ]
 
@@ -36,6 +38,9 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_SUFFIX = "-delete"
 # a replica being moved to another log directory: `<topic>-<partition>.<id>-future`
 FUTURE_SUFFIX = "-future"
+# a replica this broker must not serve, kept for the operator (Kafka 3.7+ renames such
+# logs rather than deleting them): `<topic>-<partition>.<id>-stray`
+STRAY_SUFFIX = "-stray"
 _NAME = re.compile(r"^(?P<topic>.+)-(?P<index>\d+)$")
 
 
@@ -81,6 +86,15 @@ def discard(directory: Path) -> Path:
     returns where it went, for the caller to remove (off the event loop: it may be big).
     What is not removed by a crash is removed at the next start."""
     target = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    directory.rename(target)
+    fsync_dir(directory.parent)
+    return target
+
+
+def set_aside(directory: Path) -> Path:
+    """Rename a stray partition directory `<name>.<id>-stray` (durably) and leave it:
+    never served nor deleted, for the operator to look at and remove."""
+    target = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{STRAY_SUFFIX}")
     directory.rename(target)
     fsync_dir(directory.parent)
     return target
