@@ -34,11 +34,23 @@ class BrokerPartitionLog:
         self.broker = broker
 
     def led(self, topic: str) -> dict[int, int]:
+        """The partitions the image makes this broker the leader of and whose log is open
+        here as their leader in that epoch (not before the broker has gone live with its
+        partitions, nor in an offline log directory: a shard read from a log not there
+        would be empty, and stay so for the whole leadership)."""
         t = self.broker.image.topic(topic)
         if t is None:
             return {}
         node = self.broker.node_id
-        return {i: p.leader_epoch for i, p in t.partitions.items() if p.leader == node}
+        out = {}
+        for i, info in t.partitions.items():
+            if info.leader != node:
+                continue
+            p = self.broker.partitions.get(topic, i)
+            here = p is not None and p.info is not None and p.is_leader
+            if here and p.info.leader_epoch == info.leader_epoch:  # type: ignore[union-attr]
+                out[i] = info.leader_epoch
+        return out
 
     def records(self, topic: str, index: int) -> Iterable[LogRecord | TxnMarker]:
         p = self.broker.partitions.get(topic, index)

@@ -19,6 +19,7 @@ from keeperless.broker.txn_verify import (
     still_verified,
     verify_produce,
 )
+from keeperless.metadata.admin import INTERNAL_TOPICS
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.context import listener_of
@@ -64,6 +65,8 @@ def _epoch_error(fp: Any, leader_epoch: int) -> ErrorCode | None:
 
 # errors after which a client needs the partition's new leader (KIP-951: told at once)
 _NEW_LEADER_ERRORS = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
+# the client id with which Kafka lets a produce write to an internal topic
+ADMIN_CLIENT_ID = "__admin_client"
 
 
 def _now_ms() -> int:
@@ -176,6 +179,14 @@ class DataPlane:
             topic_denied = txn_denied or (
                 name is not None and authz.check(header, AclOp.WRITE, Resource.TOPIC, name)
             )
+            if (
+                topic_denied is None
+                and name in INTERNAL_TOPICS
+                and header.client_id != ADMIN_CLIENT_ID
+            ):
+                # Kafka's ReplicaManager: "Cannot append to internal topic" (only its
+                # coordinators write there, and an admin client that says it is one)
+                topic_denied = ErrorCode.invalid_topic_exception
             parts = []
             for pd in td.partition_data:
                 err = (

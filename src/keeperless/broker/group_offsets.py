@@ -307,7 +307,11 @@ class GroupOffsets:
                     err = await self.gc.store(gid, build_batch(tombstones, timestamp_ms=now), now)
                 if err is None:
                     self.gc.offsets.pop(gid, None)
-                    self.gc.groups.pop(gid, None)
+                    deleted = self.gc.groups.pop(gid, None)
+                    if deleted is not None:
+                        # a join that came during the write waits in it: it is told to
+                        # find the coordinator again, and joins a new group
+                        deleted.abandon()
                     self.gc.consumer_groups.pop(gid, None)
             results.append({"group_id": gid, "error_code": err or ErrorCode.none})
         return build(

@@ -218,6 +218,9 @@ class _Fetcher:
                 p = broker.partitions.get(t.topic, pr.partition_index)
                 if p is None or (t.topic, pr.partition_index) not in self.partitions:
                     continue
+                ld = broker.partitions.dir_of.get((t.topic, pr.partition_index))
+                if ld is not None and not ld.online:
+                    continue  # its directory failed earlier in this response
                 try:
                     backoff = self._apply(t.topic, p, pr, now) or backoff
                 except LogDirFailure:

@@ -90,6 +90,7 @@ class GroupShard:
     consumer: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     share: dict[str, StoredShareGroup | None] = field(default_factory=dict)
     offsets_read: int = 0  # offset commits and their tombstones replayed
+    skipped: int = 0  # records that do not parse as any of the coordinator's
 
     def replay(
         self,
@@ -98,6 +99,15 @@ class GroupShard:
         offset: int,
         producer_id: int = -1,
         transactional: bool = False,
+    ) -> None:
+        try:
+            self._replay(key, value, producer_id, transactional)
+        except (struct.error, ValueError, IndexError, KeyError):
+            # a record no coordinator wrote (Kafka's loader skips unknown record types)
+            self.skipped += 1
+
+    def _replay(
+        self, key: bytes, value: bytes | None, producer_id: int, transactional: bool
     ) -> None:
         (version,) = _S16.unpack_from(key, 0)
         if version in (0, 1):

@@ -204,6 +204,8 @@ class CoordinatorRuntime(Generic[S]):
         self._shards: dict[int, _Loaded[S]] = {}
         # partitions whose shard waits for its log's tail to be committed: leader epoch
         self._recovering: dict[int, int] = {}
+        # partitions whose load raised: the leader epoch it failed in
+        self._failed: dict[int, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.stats = RuntimeStats()
 
@@ -223,10 +225,23 @@ class CoordinatorRuntime(Generic[S]):
         if self.on_unload is not None:
             for i in dropped:
                 self.on_unload(i)
+        for i, epoch in list(self._failed.items()):
+            if led.get(i) != epoch:
+                del self._failed[i]  # led elsewhere or anew: read again
         loaded = []
         for i, epoch in led.items():
-            if i not in self._shards and i not in self._recovering:
-                self._load(i, epoch)
+            if i not in self._shards and i not in self._recovering and i not in self._failed:
+                try:
+                    self._load(i, epoch)
+                except Exception:
+                    # Kafka's runtime marks the shard FAILED: one line, and no new try
+                    # in this leader epoch (a load raising at every metadata update would
+                    # hold up everything that follows the image)
+                    self._failed[i] = epoch
+                    log.exception("[node %d] %s: loading %s-%d failed; it is not served "
+                                  "until its leadership changes", self.node_id, self.name,
+                                  self.topic, i)  # fmt: skip
+                    continue
                 loaded.append(i)
         if dropped or loaded:
             log.info("[node %d] %s: loaded %s-%s, unloaded %s", self.node_id, self.name,

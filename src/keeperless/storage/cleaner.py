@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch
@@ -36,6 +36,7 @@ from keeperless.protocol.records import (
     ATTR_TRANSACTIONAL,
     BatchHeader,
     CorruptBatchError,
+    raw_records,
     rebuild_batch,
     record_slices,
 )
@@ -115,8 +116,21 @@ def _records(batch: memoryview) -> list[Any]:
     a valid CRC) are a corrupt batch: the segment is not cleaned."""
     try:
         return list(DefaultRecordBatch(batch))
+    except UnicodeDecodeError:
+        # a header key that is not UTF-8: aiokafka decodes header keys, Kafka does not
+        # look at them here, and neither does this module's own (slower) reader
+        return [
+            _Record(offset, key, None if null else b"")
+            for offset, key, null, _raw in raw_records(batch)
+        ]
     except (CorruptRecordException, ValueError) as e:
         raise CorruptBatchError(f"a batch's records do not parse: {e}", 0) from None
+
+
+class _Record(NamedTuple):
+    offset: int
+    key: bytes | None
+    value: bytes | None  # None: a tombstone (the value itself is not needed)
 
 
 def _batches(

@@ -81,11 +81,23 @@ def partition_dirs(log_dir: Path) -> dict[tuple[str, int], Path]:
     return out
 
 
+def _renamed(name: str, suffix: str) -> str:
+    """``<topic>-<partition>.<unique id><suffix>``, the topic cut short so that the name
+    stays within 255 bytes (Kafka's logDirNameWithSuffixCappedLength: a topic name may
+    be 249 characters, and the suffix would push it past the file system's limit)."""
+    m = _NAME.match(name)
+    topic, index = (m["topic"], m["index"]) if m else (name, "")
+    tail = f"-{index}.{uuid.uuid4().hex}{suffix}" if m else f".{uuid.uuid4().hex}{suffix}"
+    room = 255 - len(tail.encode())
+    cut = topic.encode()[:room].decode(errors="ignore")
+    return cut + tail
+
+
 def discard(directory: Path) -> Path:
     """Rename a partition directory out of the way (`<name>.<id>-delete`, durably);
     returns where it went, for the caller to remove (off the event loop: it may be big).
     What is not removed by a crash is removed at the next start."""
-    target = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    target = directory.with_name(_renamed(directory.name, DELETE_SUFFIX))
     directory.rename(target)
     fsync_dir(directory.parent)
     return target
@@ -94,7 +106,7 @@ def discard(directory: Path) -> Path:
 def set_aside(directory: Path) -> Path:
     """Rename a stray partition directory `<name>.<id>-stray` (durably) and leave it:
     never served nor deleted, for the operator to look at and remove."""
-    target = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{STRAY_SUFFIX}")
+    target = directory.with_name(_renamed(directory.name, STRAY_SUFFIX))
     directory.rename(target)
     fsync_dir(directory.parent)
     return target

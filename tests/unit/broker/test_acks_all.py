@@ -136,3 +136,40 @@ def test_a_write_waiting_when_the_broker_stops_is_answered_not_leader(tmp_path: 
         assert p.high_watermark == 0  # the closed log is not read
 
     asyncio.run(go())
+
+
+def test_a_client_cannot_append_to_an_internal_topic(tmp_path: Path) -> None:
+    """Kafka's ReplicaManager: a produce to __consumer_offsets (or the transaction and
+    share-state logs) is INVALID_TOPIC_EXCEPTION unless the client id is
+    __admin_client. Found by a fresh-eyes review: one record with a one-byte key there
+    made the group coordinator's load raise at every metadata update."""
+    from kio.schema.produce.v9.request import PartitionProduceData, TopicProduceData
+
+    oid = uuid.uuid4()
+
+    def req() -> Any:
+        batch = build_batch([(b"x", b"v", ())])
+        return ProduceRequest(
+            transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=10),
+            topic_data=(TopicProduceData(name="__consumer_offsets", partition_data=(
+                PartitionProduceData(index=0, records=batch),)),),
+        )  # fmt: skip
+
+    async def go() -> tuple[ErrorCode, ErrorCode]:
+        b = make_broker(tmp_path)
+        b.on_committed(
+            [
+                r.TopicRecord(name="__consumer_offsets", topic_id=oid),
+                r.PartitionRecord(partition_id=0, topic_id=oid, replicas=(1,), isr=(1,), leader=1),
+            ],
+            2,
+        )
+        plane = DataPlane(b)
+        codes = []
+        for client in ("rdkafka", "__admin_client"):
+            resp = await plane.produce(RequestHeader(0, 9, 1, client), req())
+            codes.append(ErrorCode(resp.responses[0].partition_responses[0].error_code))
+        b.close()
+        return codes[0], codes[1]
+
+    assert asyncio.run(go()) == (ErrorCode.invalid_topic_exception, ErrorCode.none)

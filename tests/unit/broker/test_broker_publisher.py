@@ -166,3 +166,33 @@ def test_deleting_a_topic_renames_its_partitions_out_of_the_way(tmp_path: Path) 
     assert p.log.log_end_offset == 0
     assert sorted(d.name for d in tmp_path.iterdir() if d.is_dir()) == ["t1-0"]
     b.close()
+
+
+def test_a_stray_or_deleted_partition_of_a_249_character_topic_is_renamed(
+    tmp_path: Path,
+) -> None:
+    """A topic name may be 249 characters; the rename adds the partition, a unique id
+    and the suffix, past the file system's 255 (ENAMETOOLONG took the log directory
+    offline, and a broker with one log directory stopped at every start). The topic part
+    is cut short, as Kafka's logDirNameWithSuffixCappedLength does. Found by a
+    fresh-eyes review."""
+    from keeperless.broker.partition_manager import PartitionManager
+    from keeperless.storage.log import LogConfig
+    from keeperless.storage.partition_dirs import discard, write_topic_id
+
+    for name in ("t" * 249 + "-0", "u" * 249 + "-12"):
+        d = tmp_path / name
+        d.mkdir()
+        write_topic_id(d, uuid.uuid4())
+    pm = PartitionManager(1, tmp_path, LogConfig())
+    pm.remove_strays({})
+    assert all(ld.online for ld in pm.dirs), "the log directory went offline"
+    left = sorted(d.name for d in tmp_path.iterdir() if d.is_dir())
+    assert len(left) == 2
+    assert all(n.endswith("-stray") and len(n) <= 255 for n in left), left
+    assert left[0].startswith("t" * 200)
+    assert "-0." in left[0]
+    assert "-12." in left[1]
+    gone = discard(tmp_path / left[1])
+    assert gone.name.endswith("-delete")
+    assert len(gone.name) <= 255

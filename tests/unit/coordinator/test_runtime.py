@@ -236,3 +236,33 @@ def test_a_load_replays_transactional_records_and_markers_in_log_order() -> None
     assert unloaded == [0]
     rt.on_leadership()
     assert unloaded == [0]  # once
+
+
+def test_a_load_that_raises_fails_once_per_leader_epoch() -> None:
+    """Kafka's runtime marks such a shard FAILED: nothing is served, the error is
+    logged once, and the load is tried again only when the leadership changes (it used
+    to raise out of every metadata update, holding up the listeners after it)."""
+    tries: list[int] = []
+
+    class Broken(Counter):
+        def replay(
+            self,
+            key: bytes,
+            value: bytes | None,
+            offset: int,
+            producer_id: int = -1,
+            transactional: bool = False,
+        ) -> None:
+            tries.append(offset)
+            raise RuntimeError("unreadable")
+
+    log = FakeLog()
+    rt = CoordinatorRuntime("test", "__t", log, Broken, 1.0, 1)
+    rt.on_leadership()
+    rt.on_leadership()
+    assert tries == [0]
+    assert rt.shard(0) is None
+    assert rt.read(0, lambda s: 1) == ErrorCode.not_coordinator
+    log.leaders = {0: 4}  # a new leader epoch: tried again
+    rt.on_leadership()
+    assert tries == [0, 0]

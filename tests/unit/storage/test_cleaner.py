@@ -362,3 +362,32 @@ def test_records_without_a_key_go_as_in_kafkas_cleaner(tmp_path: Path) -> None:
         (5, b"j", b"2"),
         (6, None, b"e"),
     ]
+
+
+def test_a_header_key_that_is_not_utf8_is_cleaned_like_any_record(tmp_path: Path) -> None:
+    """aiokafka's reader decodes header keys and refuses one that is not UTF-8; Kafka's
+    cleaner never looks at it: such a batch is read the slower way, not taken for a
+    corrupt segment (which would leave the topic uncleaned for good). Found by a
+    fresh-eyes review."""
+    import struct
+
+    import crc32c
+
+    def bad_header(key: bytes, value: bytes) -> bytes:
+        b = bytearray(build_batch([(key, value, [("Z", b"x")])], timestamp_ms=NOW))
+        b[b.rindex(b"Z")] = 0xFF  # header key b"\xff": not UTF-8
+        struct.pack_into(">I", b, 17, crc32c.crc32c(memoryview(b)[21:]))
+        return bytes(b)
+
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)
+    for i in range(20):
+        batch = bad_header(b"k1", b"v%d" % i) if i in (3, 19) else build_batch(
+            [(b"k%d" % (i % 2), b"v%d" % i, [("h", b"x")])], timestamp_ms=NOW)  # fmt: skip
+        buf = bytearray(batch)
+        patch_offsets(buf, 0, log.log_end_offset, 3)
+        log.append(bytes(buf), list(iter_batches(buf)), NOW)
+    res = clean_partition(_job(log), NOW)
+    assert res.records_kept < res.records_read
+    for _seg, cleaned in res.swaps:
+        cleaned.unlink()
+    log.close()
