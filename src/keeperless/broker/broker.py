@@ -104,6 +104,10 @@ class Broker:
         )
         self.broker_epoch = -1
         self.fenced = True
+        # until when (time.monotonic) the controller cannot have fenced this broker: the
+        # send time of its last heartbeat answered unfenced, plus the session timeout (a
+        # broker paused past it may have lost its leaderships without knowing yet)
+        self.lease_until = 0.0
         self.on_image: list[Callable[[MetadataImage], None]] = []
         # the node's TLS listeners follow this broker's own dynamic configs: called with
         # them when they change, and asked about a change before it is forwarded

@@ -634,6 +634,7 @@ class Node:
     async def _heartbeat(self) -> None:
         assert self.broker is not None
         b = self.broker
+        sent = time.monotonic()
         try:
             err, fenced, _ = await b.controller.broker_heartbeat(
                 b.node_id, b.broker_epoch, False, b.image.offset,
@@ -645,15 +646,14 @@ class Node:
         if err.code == ErrorCode.stale_broker_epoch and time.monotonic() - self._stale_told >= 60:
             # nothing this process can do: say it, rather than stay fenced in silence
             self._stale_told = time.monotonic()
-            log.error(
-                "[node %d] The controller refuses this broker's heartbeats: its registration "
-                "(epoch %d) was replaced or removed; it stays fenced until restarted",
-                self.node_id,
-                b.broker_epoch,
-            )
+            log.error("[node %d] The controller refuses this broker's heartbeats: its "
+                      "registration (epoch %d) was replaced or removed; it stays fenced until "
+                      "restarted", self.node_id, b.broker_epoch)  # fmt: skip
         if fenced != b.fenced:
             log.info("[node %d] Broker is now %s", b.node_id, "fenced" if fenced else "unfenced")
         b.fenced = fenced
+        if err.code == ErrorCode.none and not fenced:
+            b.lease_until = sent + self.config["broker.session.timeout.ms"] / 1000
 
     async def _controlled_shutdown(self) -> None:
         """Kafka's controlled shutdown: heartbeats asking to shut down until the controller

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -83,3 +84,40 @@ def test_leaving_and_expiring_empty_the_group() -> None:
     assert g.expire(56.0, 45.0) == ["b"]
     assert g.state is ShareGroupState.EMPTY
     assert not g.members
+
+
+def test_a_leader_without_a_lease_neither_acquires_nor_acknowledges(tmp_path: Path) -> None:
+    """The fault harness, seed 8819: a share-partition leader paused past its session
+    (its leadership moved meanwhile), resumed, handed out records with delivery count 2
+    before it learnt it was no longer the leader; the new leader, which never heard of
+    that delivery, gave them out again with count 1. A broker serves share fetches and
+    acknowledgements only while its last heartbeat answered unfenced is younger than the
+    session timeout."""
+    import time
+
+    from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
+    from keeperless.broker.share_apis import ShareApis, ShareSettings
+    from keeperless.metadata import _records_gen as r
+    from keeperless.protocol.framing import RequestHeader
+    from tests.unit.brokers import make_broker
+
+    tid = uuid.uuid4()
+    b = make_broker(tmp_path)
+    b.on_committed(
+        [
+            r.TopicRecord(name="t", topic_id=tid),
+            r.PartitionRecord(partition_id=0, topic_id=tid, replicas=(1,), isr=(1,), leader=1),
+        ],
+        2,
+    )
+    apis = ShareApis(GroupCoordinator(b, GroupSettings()), ShareSettings())
+    b.lease_until = time.monotonic() + 10
+    assert apis._leased_error(tid, 0) is None
+    b.lease_until = time.monotonic() - 0.001  # the last heartbeat answered too long ago
+    assert apis._leased_error(tid, 0) == ErrorCode.not_leader_or_follower
+    header = RequestHeader(78, 1, 1, "c")
+    assert apis._acquire(header, "g", "m", tid, 0, 10, 1 << 20)[0] == (
+        ErrorCode.not_leader_or_follower
+    )
+    assert apis._ack(header, "g", "m", tid, 0, [])[0] == ErrorCode.not_leader_or_follower
+    b.close()
