@@ -318,3 +318,45 @@ def test_a_coordinator_loads_offsets_written_past_every_read_window(tmp_path: Pa
         b.close()
 
     asyncio.run(go())
+
+
+def test_a_join_waiting_in_a_group_deleted_meanwhile_is_answered(tmp_path: Path) -> None:
+    """DeleteGroups of an empty classic group writes its tombstones; a JoinGroup that
+    came during that write waits in the group, which is then deleted: the join is told
+    NOT_COORDINATOR at once (it looks the coordinator up again and joins a new group),
+    not left to a timer of a group nobody holds (found by a fresh-eyes review)."""
+    from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+
+    from keeperless.coordinator.classic_group import JoinResult
+    from keeperless.coordinator.deferred import Deferred
+    from keeperless.coordinator.runtime import wait
+    from tests.unit.broker.test_groups import _req
+
+    async def go() -> ErrorCode:
+        b, offsets = _setup(tmp_path)
+        gc = offsets.gc
+        g = gc.new_group(GROUP)
+        g.initial_delay_ms = 60_000  # the first generation waits for its timer
+        gc.groups[GROUP] = g
+        release = asyncio.Event()
+
+        async def slow_store(*_a: object, **_k: object) -> None:
+            await release.wait()
+
+        gc.store = slow_store  # type: ignore[method-assign]
+        deleting = asyncio.create_task(
+            offsets.delete_groups(_header(42, 2), DeleteGroupsRequest(groups_names=(GROUP,)))
+        )
+        await asyncio.sleep(0.05)
+        joined = g.join(_req(), "c", "/h", 9, 0.0)  # came during the write
+        if not isinstance(joined, Deferred):
+            joined = g.join(_req(joined.member_id), "c", "/h", 9, 0.0)
+        assert isinstance(joined, Deferred)
+        release.set()
+        await deleting
+        assert GROUP not in gc.groups
+        res: JoinResult = await asyncio.wait_for(wait(joined), 1)
+        b.close()
+        return res.error
+
+    assert asyncio.run(go()) == ErrorCode.not_coordinator

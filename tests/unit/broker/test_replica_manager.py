@@ -315,3 +315,48 @@ def test_a_log_start_moved_into_a_failed_directory_stops_that_partition_only(
 
     asyncio.run(go())
     gc.collect()
+
+
+def test_nothing_more_is_written_to_a_directory_that_failed_in_the_same_fetch(
+    tmp_path: Path,
+) -> None:
+    """A directory failing under one partition is closed a moment later (call_soon):
+    the fetch's other partitions in that directory are not written meanwhile (found by
+    a fresh-eyes review)."""
+    from types import SimpleNamespace as NS
+
+    from kio.schema.errors import ErrorCode
+
+    from keeperless.protocol.records import build_batch
+
+    async def go() -> int:
+        b = _broker(tmp_path)
+        rm = ReplicaManager(b, ReplicationSettings())
+        rm.start()
+        tid = uuid.uuid4()
+        b.on_committed(
+            [
+                r.TopicRecord(name="t", topic_id=tid),
+                r.PartitionRecord(partition_id=0, topic_id=tid, replicas=(1, 2), isr=(1, 2),
+                                  leader=2),
+            ],
+            3,
+        )  # fmt: skip
+        ld = b.partitions.dir_of[("t", 0)]
+        ld.online = False  # failed, not closed yet
+        answer = NS(
+            partition_index=0, error_code=ErrorCode.none,
+            records=build_batch([(None, b"v", ())] * 3),
+            diverging_epoch=NS(epoch=-1, end_offset=-1), high_watermark=3, log_start_offset=0,
+        )  # fmt: skip
+        rm.fetchers[2]._handle(NS(responses=[NS(topic="t", partitions=[answer])]))
+        p = b.partitions.get("t", 0)
+        assert p is not None
+        end = p.log.log_end_offset
+        ld.online = True
+        await asyncio.gather(*rm.stop(), return_exceptions=True)
+        b.close()
+        return end
+
+    assert asyncio.run(go()) == 0
+    gc.collect()
