@@ -104,10 +104,12 @@ class Broker:
         )
         self.broker_epoch = -1
         self.fenced = True
-        # until when (time.monotonic) the controller cannot have fenced this broker: the
-        # send time of its last heartbeat answered unfenced, plus the session timeout (a
-        # broker paused past it may have lost its leaderships without knowing yet)
-        self.lease_until = 0.0
+        # the heartbeats' pulse (time.monotonic), to tell a broker paused past its
+        # session (SIGSTOP, a stalled host): until a heartbeat sent after the pause is
+        # answered unfenced, it may have lost leaderships it does not know of yet
+        self.session_s = 9.0  # broker.session.timeout.ms
+        self.beat_at = 0.0  # the last heartbeat sent (0: none yet)
+        self.paused_at: float | None = None
         self.on_image: list[Callable[[MetadataImage], None]] = []
         # the node's TLS listeners follow this broker's own dynamic configs: called with
         # them when they change, and asked about a change before it is forwarded
@@ -245,6 +247,26 @@ class Broker:
 
     def _local(self, names: set[str]) -> list[tuple[str, int]]:
         return [key for key in self.partitions.partitions if key[0] in names]
+
+    def beat_sent(self, now: float) -> None:
+        """A heartbeat goes out: one a whole session after the last means this process
+        did not run meanwhile (heartbeats that fail still go out on time)."""
+        if self.beat_at and now - self.beat_at > self.session_s:
+            self.paused_at = now
+        self.beat_at = now
+
+    def beat_answered(self, sent: float, unfenced: bool) -> None:
+        if unfenced and self.paused_at is not None and sent >= self.paused_at:
+            self.paused_at = None
+
+    def may_be_stale(self, now: float) -> bool:
+        """Whether this broker may have been fenced without knowing it yet: paused past
+        its session (seen now, or at its last heartbeat, not answered since). A broker
+        whose controllers do not answer is not: none of them can fence it then, and
+        leaders go on serving, as Kafka's do."""
+        if self.paused_at is not None:
+            return True
+        return self.beat_at > 0 and now - self.beat_at > self.session_s
 
     def _notify(self, new: MetadataImage) -> None:
         for fn in self.on_image:

@@ -486,15 +486,15 @@ class ShareApis:
         task.add_done_callback(done)
 
     def _leased_error(self, tid: uuid.UUID, idx: int) -> ErrorCode | None:
-        """``_leader_error``, and NOT_LEADER_OR_FOLLOWER while this broker's lease has
-        run out: a broker paused past its session may have lost the partition without
-        knowing yet, and records it acquired then would be counted by nobody (found by
-        the fault harness, seed 8819: a paused leader, resumed, delivered records with
-        count 2 that the new leader then delivered with count 1)."""
+        """``_leader_error``, and NOT_LEADER_OR_FOLLOWER while this broker may have been
+        fenced without knowing it (paused past its session, until a later heartbeat is
+        answered): records it acquired then would be counted by nobody (the fault
+        harness, seed 8819: a paused leader, resumed, delivered records with count 2
+        that the new leader then delivered with count 1)."""
         refused = self._leader_error(tid, idx)
         if refused is not None:
             return refused[0]
-        if time.monotonic() >= self.broker.lease_until:
+        if self.broker.may_be_stale(time.monotonic()):
             return ErrorCode.not_leader_or_follower
         return None
 

@@ -177,6 +177,7 @@ class Node:
             rpcs = ControllerRpcs(ControllerClient(local, self.remote).send, self.cluster_id)
             self.broker = Broker(self._broker_settings(), rpcs)
             self.broker.kraft_version = lambda: core.kraft_version
+            self.broker.session_s = config["broker.session.timeout.ms"] / 1000
             self.broker.forwarder = Forwarder(self.remote, self._local_controller_handlers)
             self._secure_peers(self.broker)
             self.groups = GroupCoordinator(self.broker, GroupSettings.of(config))
@@ -635,6 +636,7 @@ class Node:
         assert self.broker is not None
         b = self.broker
         sent = time.monotonic()
+        b.beat_sent(sent)
         try:
             err, fenced, _ = await b.controller.broker_heartbeat(
                 b.node_id, b.broker_epoch, False, b.image.offset,
@@ -652,8 +654,7 @@ class Node:
         if fenced != b.fenced:
             log.info("[node %d] Broker is now %s", b.node_id, "fenced" if fenced else "unfenced")
         b.fenced = fenced
-        if err.code == ErrorCode.none and not fenced:
-            b.lease_until = sent + self.config["broker.session.timeout.ms"] / 1000
+        b.beat_answered(sent, err.code == ErrorCode.none and not fenced)
 
     async def _controlled_shutdown(self) -> None:
         """Kafka's controlled shutdown: heartbeats asking to shut down until the controller

@@ -86,15 +86,16 @@ def test_leaving_and_expiring_empty_the_group() -> None:
     assert not g.members
 
 
-def test_a_leader_without_a_lease_neither_acquires_nor_acknowledges(tmp_path: Path) -> None:
+def test_a_leader_paused_past_its_session_neither_acquires_nor_acknowledges(
+    tmp_path: Path,
+) -> None:
     """The fault harness, seed 8819: a share-partition leader paused past its session
     (its leadership moved meanwhile), resumed, handed out records with delivery count 2
     before it learnt it was no longer the leader; the new leader, which never heard of
-    that delivery, gave them out again with count 1. A broker serves share fetches and
-    acknowledgements only while its last heartbeat answered unfenced is younger than the
-    session timeout."""
-    import time
-
+    that delivery, gave them out again with count 1. After a pause longer than the
+    session, a broker serves no share fetch or acknowledgement until a heartbeat sent
+    after it is answered unfenced; heartbeats that fail (no controller answers) do not
+    stop it, as Kafka's leaders go on serving then."""
     from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
     from keeperless.broker.share_apis import ShareApis, ShareSettings
     from keeperless.metadata import _records_gen as r
@@ -111,9 +112,28 @@ def test_a_leader_without_a_lease_neither_acquires_nor_acknowledges(tmp_path: Pa
         2,
     )
     apis = ShareApis(GroupCoordinator(b, GroupSettings()), ShareSettings())
-    b.lease_until = time.monotonic() + 10
+    b.session_s = 3.0
+    b.beat_sent(100.0)
+    b.beat_answered(100.0, unfenced=True)
+    assert not b.may_be_stale(101.0)
+    b.beat_sent(101.0)  # a heartbeat no controller answered: still serving
+    assert not b.may_be_stale(103.5)
+    assert b.may_be_stale(104.5)  # nothing has run for a whole session: paused
+    b.beat_sent(104.6)  # the pause is seen by the next heartbeat too
+    b.beat_answered(101.0, unfenced=True)  # an answer to one sent before it: not enough
+    assert b.may_be_stale(104.7)
+    b.beat_answered(104.6, unfenced=False)  # fenced: it was
+    assert b.may_be_stale(104.8)
+    b.beat_sent(105.0)
+    b.beat_answered(105.0, unfenced=True)
+    assert not b.may_be_stale(105.1)
+    # the share APIs ask it
+    import time
+
+    now = time.monotonic()
+    b.beat_at, b.paused_at = now, None
     assert apis._leased_error(tid, 0) is None
-    b.lease_until = time.monotonic() - 0.001  # the last heartbeat answered too long ago
+    b.paused_at = now
     assert apis._leased_error(tid, 0) == ErrorCode.not_leader_or_follower
     header = RequestHeader(78, 1, 1, "c")
     assert apis._acquire(header, "g", "m", tid, 0, 10, 1 << 20)[0] == (
