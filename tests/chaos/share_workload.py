@@ -30,7 +30,7 @@ from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareCons
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.chaos.history import History
-from tests.chaos.share_checker import check_share, from_events
+from tests.chaos.share_checker import check_share, from_events, kill_times
 
 __all__ = ["SHARE_GROUP", "SHARE_TOPIC", "ShareWorkload"]
 
@@ -259,7 +259,8 @@ class ShareWorkload:
     def check(self) -> tuple[list[dict[str, Any]], dict[str, int]]:
         if not self.enabled:
             return [], {}
-        writes, deliveries, acks = from_events(self.history.of("share-"))
-        anomalies, stats = check_share(writes, deliveries, acks, DELIVERY_LIMIT)
+        events = self.history.of("share-")
+        writes, deliveries, acks = from_events(events)
+        anomalies, stats = check_share(writes, deliveries, acks, DELIVERY_LIMIT, kill_times(events))
         stats["crashes"] = self.crashes
         return anomalies, stats

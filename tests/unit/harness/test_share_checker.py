@@ -122,6 +122,24 @@ def test_a_released_or_abandoned_record_never_delivered_again() -> None:
     assert found[0]["values"] == [1, 2]
 
 
+def test_a_crashed_consumer_may_have_taken_one_unseen_delivery_per_kill() -> None:
+    """Seed 8831: the crasher reported a record with count 2 (limit 3) and was killed
+    at once; librdkafka had fetched ahead, so one more delivery (count 3) went unseen
+    and the record was archived at the limit. A kill after its last recorded delivery
+    allows that; without one it is never delivered again for no reason."""
+    ds = [d(1, 1, 1), d(1, 2, 2, "crasher"), d(2, 1, 1)]
+    acks = [a(2, "accept", 2)]
+    found, _ = check_share(WRITES, ds, acks, LIMIT)
+    assert [x["kind"] for x in found] == ["share-not-redelivered"]
+    found, _ = check_share(WRITES, ds, acks, LIMIT, kills=[2.2])
+    assert found == []
+    found, _ = check_share(WRITES, ds, acks, LIMIT, kills=[1.5])  # before it: no
+    assert [x["kind"] for x in found] == ["share-not-redelivered"]
+    ds[1] = d(1, 1, 2, "crasher")  # count 1: one unseen delivery leaves it below
+    found, _ = check_share(WRITES, ds, acks, LIMIT, kills=[2.2])
+    assert [x["kind"] for x in found] == ["share-not-redelivered"]
+
+
 def test_events_of_the_workload() -> None:
     h = History()
     op = h.invoke("share-producer", "send", {"value": 1})
