@@ -360,6 +360,13 @@ class PartitionManager:
     def _discard(self, directory: Path) -> None:
         try:
             target = discard(directory)
+        except FileNotFoundError as e:
+            if directory.parent.is_dir():
+                log.info("[node %d] %s was already gone", self.node_id, directory)
+                return  # not there to discard: not a failure of its log directory
+            log_dir_failed(directory.parent, e)
+            self.dir_failed(directory.parent, e)
+            return
         except OSError as e:
             # its log directory failed (a deleted topic's replica on a failed disk, seed
             # 5006): that directory goes offline; the metadata update goes on
@@ -424,6 +431,13 @@ class PartitionManager:
                     log_dir_failed(directory.parent, e)
                     self.dir_failed(directory.parent, e)
                     continue
+                # no longer a copy to open or discard (campaign seed 8837: a stray copy
+                # set aside at start was then "discarded" again as the second copy of
+                # a partition assigned here, and the rename of a directory no longer
+                # there took the whole log directory offline)
+                copies = self._found.get(key)
+                if copies is not None and ld in copies:
+                    copies.remove(ld)
                 log.warning("[node %d] Partition directory %s marked stray (%s) and renamed "
                             "to %s: it is not served; remove it once it is not needed",
                             self.node_id, directory, why, target.name)  # fmt: skip

@@ -331,3 +331,37 @@ def test_a_deleted_partition_on_a_failed_disk_takes_its_directory_offline(
     pm.remove("t", 0, tid, "its topic was deleted")
     assert [d.path for d in pm.offline_dirs] == [b]
     pm.close()
+
+
+def test_a_stray_copy_set_aside_at_start_is_not_discarded_again(tmp_path: Path) -> None:
+    """Campaign seed 8837: a disk came back holding a copy of a partition of a deleted
+    and re-created topic that the other disk also held. The start set it aside (stray),
+    then opening the partition 'discarded' it again as a second copy: the rename of a
+    directory no longer there took the whole log directory offline, and its replicas
+    stayed out of every ISR for the rest of the run."""
+    from keeperless.storage.partition_dirs import write_topic_id
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    new, old = uuid.UUID(int=7), uuid.UUID(int=8)
+    for d, tid in ((a, new), (b, old)):
+        (d / "t-0").mkdir(parents=True)
+        write_topic_id(d / "t-0", tid)
+    pm = PartitionManager(1, [a, b], LogConfig())
+    pm.remove_strays({("t", 0): new})
+    assert not (b / "t-0").exists()
+    info = PartitionInfo((1,), (1,), 1, 0, 0, directories=(pm.dirs[0].dir_id,))
+    assert pm.ensure("t", 0, new, info, LogConfig(), 0) is not None
+    assert all(d.online for d in pm.dirs), "a log directory went offline"
+    assert next(d.name for d in b.iterdir() if d.name.startswith("t-0")).endswith("-stray")
+    pm.close()
+
+
+def test_discarding_a_partition_directory_already_gone_is_no_disk_failure(
+    tmp_path: Path,
+) -> None:
+    a = tmp_path / "a"
+    a.mkdir()
+    pm = PartitionManager(1, [a], LogConfig())
+    pm._discard(a / "gone-0")
+    assert pm.dirs[0].online
+    pm.close()
