@@ -160,3 +160,19 @@ def test_events_of_the_workload() -> None:
     assert [(x.value, x.kind, x.confirmed) for x in acks] == [
         (1, "accept", True), (2, "reject", False), (1, "release", False)
     ]  # fmt: skip
+
+
+def test_a_write_acknowledged_without_an_offset() -> None:
+    """Seed 8907: librdkafka reports a retried batch answered DUPLICATE_SEQUENCE_NUMBER
+    as delivered, with no offset; the checker stopped with a TypeError. Such a write is
+    known by its partition alone: it must still be seen, at any offset of it."""
+    h = History()
+    op = h.invoke("share-producer", "send", {"value": 1})
+    h.complete(op, "share-producer", "ok", "send", {"value": 1, "partition": 0, "offset": None})
+    writes, _, _ = from_events(h.of("share-producer"))
+    assert writes == {1: (0, -1)}
+    acks = [a(1, "accept", 2)]
+    assert kinds([d(1, 1, 1)], acks, writes) == set()  # at offset 0 of partition 0
+    assert kinds([], acks, writes) == {"share-unseen"}
+    elsewhere = [Delivery("c0", 1, 1, 0, 1, 1, 1.1)]  # partition 1: not where it went
+    assert kinds(elsewhere, acks, writes) == {"share-inconsistent-offset"}
