@@ -29,7 +29,7 @@ from keeperless.coordinator.group_records import (
     encode_group_value,
     group_key,
 )
-from keeperless.coordinator.group_shard import GroupShard, Offsets
+from keeperless.coordinator.group_shard import GroupShard, Offsets, materialize
 from keeperless.coordinator.runtime import CoordinatorRuntime, LoopTimer, wait
 from keeperless.coordinator.share_group import ShareGroup
 from keeperless.metadata.admin import NewTopic
@@ -283,10 +283,12 @@ class GroupCoordinator:
         t = self.broker.image.topic(OFFSETS_TOPIC)
         if not pending or t is None:
             return
-        for gid in [g for g in pending if partition_for_group(g, len(t.partitions)) == partition]:
-            offsets = pending.pop(gid)
-            if commit:
-                self.offsets.setdefault(gid, {}).update(offsets)
+        ended = {
+            g: pending.pop(g)
+            for g in [g for g in pending if partition_for_group(g, len(t.partitions)) == partition]
+        }
+        if commit:
+            materialize(self.offsets, ended)
         if not pending:
             del self.pending_txn[producer_id]
 
@@ -299,12 +301,13 @@ class GroupCoordinator:
         group_id: str,
         batch: bytes,
         now_ms: int,
-        on_appended: Callable[[], None] | None = None,
+        on_appended: Callable[[int], None] | None = None,
     ) -> ErrorCode | None:
         """Write the group's records to its __consumer_offsets partition and wait until
         every in-sync replica has them (Kafka writes them with acks=all): an answer before
         that could be lost with this broker. None when stored, else the error for the
-        client, mapped as Kafka's coordinator maps append errors."""
+        client, mapped as Kafka's coordinator maps append errors. ``on_appended`` is told
+        the offset of the batch's first record, as soon as it is in the log."""
         t_img = self.broker.image.topic(OFFSETS_TOPIC)
         if t_img is None:
             return ErrorCode.coordinator_not_available
@@ -317,7 +320,7 @@ class GroupCoordinator:
         if res.error != ErrorCode.none:
             return _COMMIT_ERRORS.get(res.error, res.error)
         if on_appended is not None:  # in log order: before a marker can follow it
-            on_appended()
+            on_appended(res.base_offset)
         self.broker.partitions.notify_append()
         try:
             ok = await part.wait_for_hw(

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.coordinator.classic_group import GroupState
 from keeperless.coordinator.group_records import group_key
-from keeperless.coordinator.group_shard import offset_key, offset_value
+from keeperless.coordinator.group_shard import Committed, install, offset_key, offset_value
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ApiKey
@@ -79,13 +79,17 @@ class GroupOffsets:
                     )
                 topics.append((t.name, p.partition_index, e or ErrorCode.none))
         if records:
-            failed = await self.gc.store(group_id, build_batch(records, timestamp_ms=now), now)
+            base = [-1]
+            batch = build_batch(records, timestamp_ms=now)
+            failed = await self.gc.store(
+                group_id, batch, now, lambda at: base.__setitem__(0, at)
+            )  # fmt: skip
             if failed is not None:
                 topics = [(n, i, failed if e == ErrorCode.none else e) for n, i, e in topics]
             else:
                 offsets = self.gc.offsets.setdefault(group_id, {})
-                for name, idx, off, epoch, meta in applied:
-                    offsets[(name, idx)] = (off, epoch, meta)
+                for i, (name, idx, off, epoch, meta) in enumerate(applied):
+                    install(offsets, (name, idx), Committed(off, epoch, meta, base[0] + i))
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for name, idx, e in topics:
             by_topic.setdefault(name, []).append({"partition_index": idx, "error_code": e})
@@ -151,7 +155,7 @@ class GroupOffsets:
         for name, idxs in wanted:
             parts = []
             for idx in idxs:
-                off, epoch, meta = offsets.get((name, idx), (-1, -1, ""))
+                off, epoch, meta, _ = offsets.get((name, idx), (-1, -1, "", -1))
                 parts.append(
                     {
                         "partition_index": idx,

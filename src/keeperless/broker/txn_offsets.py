@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.group_coordinator import GroupCoordinator, partition_for_group
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.txn_verify import Verify
-from keeperless.coordinator.group_shard import offset_key, offset_value
+from keeperless.coordinator.group_shard import Committed, offset_key, offset_value
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
@@ -80,7 +80,7 @@ class TxnOffsets:
         )
         now = int(time.time() * 1000)
         records = []
-        pending: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+        pending: list[tuple[tuple[str, int], Committed]] = []
         for t in req.topics:
             for p in t.partitions:
                 epoch = getattr(p, "committed_leader_epoch", -1)
@@ -91,8 +91,9 @@ class TxnOffsets:
                         (),
                     )
                 )
-                pending[(t.name, p.partition_index)] = (
-                    p.committed_offset, epoch, p.committed_metadata
+                pending.append(
+                    ((t.name, p.partition_index),
+                     Committed(p.committed_offset, epoch, p.committed_metadata))
                 )  # fmt: skip
         if err is None and records:
             batch = build_batch(
@@ -102,11 +103,15 @@ class TxnOffsets:
                 producer_epoch=req.producer_epoch,
                 transactional=True,
             )
+
             # pending from the moment the records are in the log: the transaction's
             # marker may follow them before they are acknowledged (an abort on timeout)
-            err = await self.gc.store(
-                gid, batch, now, lambda: self.gc.add_pending(gid, req.producer_id, pending)
-            )
+            # (each with its record's offset: a later plain commit wins over it)
+            def appended(base: int) -> None:
+                at = {tp: c._replace(record_offset=base + i) for i, (tp, c) in enumerate(pending)}
+                self.gc.add_pending(gid, req.producer_id, at)
+
+            err = await self.gc.store(gid, batch, now, appended)
         code = err or ErrorCode.none
         return build(
             response_class(ApiKey.TXN_OFFSET_COMMIT, header.api_version),

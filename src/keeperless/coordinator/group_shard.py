@@ -9,8 +9,9 @@ group's metadata (``group_records.py``), 3-8 a consumer-protocol group's
 null value is a tombstone: the last record of a key wins.
 
 Offsets committed in a transaction (a transactional batch) are held per producer until
-that producer's marker on this partition commits them or drops them. The groups'
-stored metadata is kept as read; the coordinator builds the live groups from it once
+that producer's marker on this partition commits them or drops them; a committed one
+applies unless the group's offset for that partition was committed later in the log.
+The groups' stored metadata is kept as read; the coordinator builds the live groups from it once
 the whole partition is read.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from keeperless.coordinator.consumer_group_records import CONSUMER_GROUP_KEY_TYPES, key_group
 from keeperless.coordinator.group_records import (
@@ -32,12 +34,49 @@ from keeperless.coordinator.share_group_records import (
     group_of,
 )
 
-__all__ = ["GroupShard", "Offsets", "offset_key", "offset_value"]
+__all__ = [
+    "Committed",
+    "GroupShard",
+    "Offsets",
+    "install",
+    "materialize",
+    "offset_key",
+    "offset_value",
+]
 
 _S16 = struct.Struct(">h")
 
-# a group's committed offsets: (topic, partition) -> (offset, leader epoch, metadata)
-Offsets = dict[tuple[str, int], tuple[int, int, str | None]]
+
+class Committed(NamedTuple):
+    """A committed offset, and where its commit record is in the log."""
+
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    record_offset: int = -1
+
+
+# a group's committed offsets: (topic, partition) -> its commit
+Offsets = dict[tuple[str, int], Committed]
+
+
+def install(offsets: Offsets, tp: tuple[str, int], commit: Committed) -> None:
+    """Take ``commit`` unless the group has a commit of that partition written after it.
+    Kafka's rule (OffsetMetadataManager) where plain and transactional commits mix: the
+    record later in the log wins, whichever order the transaction's marker and the
+    acknowledgement of a plain commit come in, so that the coordinator that reads the
+    partition again finds what was answered."""
+    cur = offsets.get(tp)
+    if cur is None or commit.record_offset > cur.record_offset:
+        offsets[tp] = commit
+
+
+def materialize(into: dict[str, Offsets], pending: dict[str, Offsets]) -> None:
+    """A committed transaction's offsets, each installed as ``install`` says."""
+    for gid, offsets in pending.items():
+        mine = into.setdefault(gid, {})
+        for tp, commit in offsets.items():
+            install(mine, tp, commit)
 
 
 def _str(s: str | None) -> bytes:
@@ -101,13 +140,13 @@ class GroupShard:
         transactional: bool = False,
     ) -> None:
         try:
-            self._replay(key, value, producer_id, transactional)
+            self._replay(key, value, offset, producer_id, transactional)
         except (struct.error, ValueError, IndexError, KeyError):
             # a record no coordinator wrote (Kafka's loader skips unknown record types)
             self.skipped += 1
 
     def _replay(
-        self, key: bytes, value: bytes | None, producer_id: int, transactional: bool
+        self, key: bytes, value: bytes | None, offset: int, producer_id: int, transactional: bool
     ) -> None:
         (version,) = _S16.unpack_from(key, 0)
         if version in (0, 1):
@@ -122,7 +161,7 @@ class GroupShard:
             if value is None:
                 offsets.pop((topic, partition), None)
             else:
-                offsets[(topic, partition)] = _decode_offset(value)
+                offsets[(topic, partition)] = Committed(*_decode_offset(value), offset)
         elif transactional:
             return  # only offsets are written in transactions
         elif version == GROUP_KEY_VERSION:
@@ -149,8 +188,7 @@ class GroupShard:
         """A transaction's marker on this partition: its offsets apply, or go."""
         pending = self.pending_txn.pop(producer_id, None)
         if pending and commit:
-            for gid, offsets in pending.items():
-                self.offsets.setdefault(gid, {}).update(offsets)
+            materialize(self.offsets, pending)
 
     def carry_over(self, previous: object) -> None:
         """(The coordinator keeps its live groups itself.)"""

@@ -54,7 +54,7 @@ def test_offsets_of_a_partition_opened_after_the_first_image_are_loaded(tmp_path
         b.close()
         return out
 
-    assert asyncio.run(go()).get("g") == {("t", 0): (42, -1, "")}
+    assert asyncio.run(go())["g"][("t", 0)][:3] == (42, -1, "")
 
 
 def test_a_partition_that_cannot_be_read_fails_once_and_the_rest_goes_on(
@@ -78,5 +78,5 @@ def test_a_partition_that_cannot_be_read_fails_once_and_the_rest_goes_on(
         return out, len(seen)
 
     offsets, images = asyncio.run(go())
-    assert offsets.get("g") == {("t", 0): (7, -1, "")}  # the bad record skipped
+    assert offsets["g"][("t", 0)][:3] == (7, -1, "")  # the bad record skipped
     assert images == 3

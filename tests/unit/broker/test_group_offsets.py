@@ -360,3 +360,56 @@ def test_a_join_waiting_in_a_group_deleted_meanwhile_is_answered(tmp_path: Path)
         return res.error
 
     assert asyncio.run(go()) == ErrorCode.not_coordinator
+
+
+def test_plain_and_transactional_commits_the_later_record_wins_live_and_on_reload(
+    tmp_path: Path,
+) -> None:
+    """Kafka's rule where a group's plain and transactional commits of one partition
+    mix: the commit written later in the log wins, whichever order the transaction's
+    marker and the plain commit's acknowledgement come in. Before, the coordinator took
+    whichever was applied last: a marker after a later plain commit put the older
+    transactional offset back, and a plain commit acknowledged after a later
+    transaction's marker hid it - while the coordinator that read the partition again
+    found the other one (an offset that changes at a coordinator failover)."""
+    from keeperless.broker.coordinator_log import BrokerPartitionLog
+    from keeperless.broker.txn_offsets import TxnOffsets
+    from keeperless.coordinator.group_shard import GroupShard
+    from keeperless.coordinator.runtime import TxnMarker
+
+    def reloaded(b: Broker) -> int:
+        shard = GroupShard()
+        for e in BrokerPartitionLog(b).records(OFFSETS_TOPIC, 0):
+            if isinstance(e, TxnMarker):
+                shard.replay_marker(e.producer_id, e.commit)
+            else:
+                shard.replay(e.key, e.value, e.offset, e.producer_id, e.transactional)
+        return shard.offsets[GROUP][("t", 0)].offset
+
+    async def go(txn_first: bool) -> tuple[int, int]:
+        path = tmp_path / str(txn_first)
+        path.mkdir()
+        b, offsets = _setup(path)
+        txn = TxnOffsets(offsets.gc, offsets)
+        p = b.partitions.get(OFFSETS_TOPIC, 0)
+        assert p is not None
+        tasks = []
+        for txn_now in (txn_first, not txn_first):
+            req = _txn_commit("", -1, 5) if txn_now else _commit(9)
+            handler = txn.txn_offset_commit if txn_now else offsets.offset_commit
+            tasks.append(asyncio.create_task(handler(RequestHeader(28 if txn_now else 8,
+                                                                   3 if txn_now else 8, 1, "c"),
+                                                     req)))  # fmt: skip
+            await asyncio.sleep(0.05)  # appended, waiting for replica 2
+        p.append_marker(7, 0, True, 0, 0)  # the transaction commits
+        txn.on_marker(0, 7, True)
+        p.record_follower_fetch(2, p.log.log_end_offset, 0)
+        for t in tasks:
+            await asyncio.wait_for(t, 5)
+        live = await _committed(offsets)
+        on_reload = reloaded(b)
+        b.close()
+        return live, on_reload
+
+    assert asyncio.run(go(txn_first=True)) == (9, 9)  # the plain commit is later
+    assert asyncio.run(go(txn_first=False)) == (5, 5)  # the transaction's is later

@@ -94,7 +94,7 @@ def test_every_version_of_the_transaction_apis_is_answered(tmp_path: Path) -> No
                     await asyncio.sleep(0.05)  # the markers, then CompleteCommit
         assert answered == sum(BROKER_APIS[a][1] - BROKER_APIS[a][0] + 1
                                for a in (22, 24, 25, 28, 26, 27, 61, 65, 66))  # fmt: skip
-        assert gc.offsets.get("g", {}).get(("t", 0)) == (3, -1, "")  # committed by EndTxn
+        assert gc.offsets.get("g", {})[("t", 0)][:3] == (3, -1, "")  # committed by EndTxn
         tc.stop()
         b.close()
 

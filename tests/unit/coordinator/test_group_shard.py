@@ -19,7 +19,7 @@ def test_offsets_the_last_commit_wins_and_a_tombstone_deletes() -> None:
     s.replay(offset_key("g", "t", 0), offset_value(9, 3, None, 2), 1)
     s.replay(offset_key("g", "t", 1), offset_value(4, -1, "", 2), 2)
     s.replay(offset_key("g", "t", 1), None, 3)
-    assert s.offsets == {"g": {("t", 0): (9, 3, "")}}
+    assert s.offsets == {"g": {("t", 0): (9, 3, "", 1)}}  # (its record's offset last)
     assert s.offsets_read == 4
 
 
@@ -28,13 +28,29 @@ def test_transactional_offsets_wait_for_their_producers_marker() -> None:
     s.replay(offset_key("g", "t", 0), offset_value(1, 0, "", 0), 0)
     s.replay(offset_key("g", "t", 0), offset_value(7, 0, "", 0), 1, 11, transactional=True)
     s.replay(offset_key("h", "t", 0), offset_value(8, 0, "", 0), 2, 12, transactional=True)
-    assert s.offsets == {"g": {("t", 0): (1, 0, "")}}  # nothing open is visible
+    assert s.offsets == {"g": {("t", 0): (1, 0, "", 0)}}  # nothing open is visible
     s.replay_marker(12, commit=False)  # aborted: gone
     s.replay_marker(11, commit=True)
-    assert s.offsets == {"g": {("t", 0): (7, 0, "")}}
+    assert s.offsets == {"g": {("t", 0): (7, 0, "", 1)}}
     assert s.pending_txn == {}
     s.replay_marker(11, commit=True)  # a marker with nothing open: nothing
-    assert s.offsets == {"g": {("t", 0): (7, 0, "")}}
+    assert s.offsets == {"g": {("t", 0): (7, 0, "", 1)}}
+
+
+def test_a_committed_transactions_offset_gives_way_to_a_plain_commit_written_after_it() -> None:
+    """Kafka's rule: of a plain and a transactional commit of one partition, the one
+    written later in the log wins (a transaction's offsets apply at its marker, which
+    can come after a later plain commit)."""
+    s = GroupShard()
+    s.replay(offset_key("g", "t", 0), offset_value(5, 0, "", 0), 10, 11, transactional=True)
+    s.replay(offset_key("g", "t", 1), offset_value(6, 0, "", 0), 11, 11, transactional=True)
+    s.replay(offset_key("g", "t", 0), offset_value(9, 0, "", 0), 12)  # plain, later
+    s.replay_marker(11, commit=True)
+    assert s.offsets["g"][("t", 0)].offset == 9
+    assert s.offsets["g"][("t", 1)].offset == 6  # no later commit of that one
+    s.replay(offset_key("g", "t", 0), offset_value(3, 0, "", 0), 13, 12, transactional=True)
+    s.replay_marker(12, commit=True)
+    assert s.offsets["g"][("t", 0)] == (3, 0, "", 13)  # the transaction's is later
 
 
 def test_a_classic_groups_last_metadata_wins_and_a_tombstone_marks_it_deleted() -> None:
