@@ -33,7 +33,13 @@ from tests.integration.cluster import Node, free_port  # noqa: E402
 
 from bench.throughput import lag_p99, loop_lag_buckets  # noqa: E402
 from keeperless.protocol.records import build_batch, iter_batches, patch_offsets  # noqa: E402
-from keeperless.storage.cleaner import CleanJob, SegmentToClean, clean_partition  # noqa: E402
+from keeperless.storage.cleaner import (  # noqa: E402
+    CLEANED_SUFFIX,
+    CleanJob,
+    SegmentToClean,
+    clean_partition,
+    txn_index_path,
+)
 from keeperless.storage.log import LogConfig, PartitionLog  # noqa: E402
 
 MB = 1024 * 1024
@@ -78,19 +84,23 @@ def copy_baseline(paths: list[Path], directory: Path) -> float:
 def cleaning(tmp: Path, mb: int) -> dict[str, object]:
     log = build_log(tmp / "t-0", mb * MB, keys=20_000, value_size=200)
     segs = tuple(
-        SegmentToClean(path, base, size, ts)
-        for path, base, size, ts, _end in log.cleanable_segments(log.log_end_offset)
+        SegmentToClean(path, base, size, ts, end)
+        for path, base, size, ts, end in log.cleanable_segments(log.log_end_offset)
     )
     copy_bps = copy_baseline([s.path for s in segs], tmp)
-    job = CleanJob("t-0", segs, 0, 86_400_000, (128 * MB) // 128)
+    # (grouped up to Kafka's default segment.bytes, 1 GiB: these 8 MiB segments merge)
+    job = CleanJob("t-0", segs, 0, 86_400_000, (128 * MB) // 128, max_segment_bytes=1024 * MB)
     res = clean_partition(job, int(time.time() * 1000))
-    for _seg, cleaned in res.swaps:
+    for group, cleaned in res.swaps:
         cleaned.unlink()
+        txn_index_path(group[0].path, CLEANED_SUFFIX).unlink(missing_ok=True)
     log.close()
     return {
         "bytes": res.bytes_read,
         "records_read": res.records_read,
         "records_kept": res.records_kept,
+        "segments_cleaned": sum(len(group) for group, _ in res.swaps),
+        "segments_written": len(res.swaps),  # (grouped up to segment.bytes, as Kafka's)
         "cleaner_mb_per_s": round(res.bytes_read / MB / res.seconds, 1),
         "copy_mb_per_s": round(copy_bps / MB, 1),
         "cleaner_vs_copy": round(res.bytes_read / res.seconds / copy_bps, 3),

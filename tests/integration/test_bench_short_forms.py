@@ -42,3 +42,14 @@ def test_the_zookeeper_migration_bench_reads_parses_and_writes_everything() -> N
     assert out["records"] == 100 + 300 + 100 + 1  # topics, partitions, configs, migration state
     assert out["client_alone_s"] > 0
     assert out["migration_s"] > 0
+
+
+def test_the_cleaner_bench_cleans_and_merges_segments(tmp_path: Path) -> None:
+    from bench import cleaner
+
+    out = cleaner.cleaning(tmp_path, 20)  # 20 MB: three 8 MiB segments, two cleanable
+    assert 0 < out["records_kept"] < out["records_read"]  # type: ignore[operator]
+    assert out["segments_cleaned"] == 2
+    assert out["segments_written"] == 1  # cleaned into one, under segment.bytes
+    assert out["cleaner_mb_per_s"] > 0  # type: ignore[operator]
+    assert out["copy_mb_per_s"] > 0  # type: ignore[operator]

@@ -175,6 +175,20 @@ def test_the_cleaner_keeps_exactly_the_latest_value_of_each_key(tmp_path: Path) 
         n.start()
         assert _state(_read_all(n.bootstrap, "state")) == expected
         assert (n.data / "cleaner-offset-checkpoint").read_text().startswith("0\n1\nstate 0 ")
+        # more updates: the segments cleaned before, now small, are cleaned into fewer,
+        # as Kafka's cleaner groups them (up to segment.bytes)
+        more = _produce_keyed(n.bootstrap, "state", 1000, 60, seed=2)
+        expected.update({k: v for k, (_o, v) in more.items() if v is not None})
+        for k, (_o, v) in more.items():
+            if v is None:
+                expected.pop(k, None)
+
+        def merged() -> bool:
+            found = re.findall(r"Cleaned state-0 .*?(\d+) segment\(s\) into (\d+)", n.logs())
+            return any(int(a) > int(b) for a, b in found)
+
+        wait_until(merged, 60, interval=0.5, what="segments cleaned into fewer")
+        assert _state(_read_all(n.bootstrap, "state")) == expected
     finally:
         n.stop()
 

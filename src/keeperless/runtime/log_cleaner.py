@@ -26,10 +26,12 @@ from typing import Any
 
 from keeperless.storage.cleaner import (
     BYTES_PER_ENTRY,
+    CLEANED_SUFFIX,
     CleanJob,
     CleanResult,
     SegmentToClean,
     clean_partition,
+    txn_index_path,
 )
 from keeperless.storage.offset_checkpoint import read_offset_checkpoint, write_offset_checkpoint
 
@@ -124,7 +126,7 @@ class LogCleaner:
         for path, base, size, max_ts, end in p.log.cleanable_segments(p.last_stable_offset):
             if min_lag > 0 and max_ts > now - min_lag:
                 break  # too young, and so is what follows
-            segments.append(SegmentToClean(path, base, size, max_ts))
+            segments.append(SegmentToClean(path, base, size, max_ts, end))
             ends.append(end)
         if not segments:
             return None
@@ -149,6 +151,7 @@ class LogCleaner:
             // BYTES_PER_ENTRY,
             self.settings.io_max_bytes_per_second / max(self.settings.threads, 1),
             tuple((pid, first, last) for last, pid, first in p.txns.aborted),
+            int(cfg.get("segment.bytes", str(p.log.config.segment_bytes))),
         )
         return (2.0 if overdue else ratio), job
 
@@ -190,13 +193,16 @@ class LogCleaner:
             return True
         if self.broker.partitions.partitions.get(key) is not p or p.log is not plog:
             # deleted, re-created or moved to another log directory meanwhile
-            for _, cleaned in res.swaps:
+            for group, cleaned in res.swaps:
                 cleaned.unlink(missing_ok=True)
+                txn_index_path(group[0].path, CLEANED_SUFFIX).unlink(missing_ok=True)
             return True
-        swapped = 0
-        for seg, cleaned in res.swaps:
-            if p.log.swap_in(seg.base_offset, seg.size, cleaned, _now_ms(), generation):
+        swapped = merged = 0
+        for group, cleaned in res.swaps:
+            sizes = [(seg.base_offset, seg.size) for seg in group]
+            if p.log.swap_in(sizes, cleaned, _now_ms(), generation):
                 swapped += 1
+                merged += len(group)
         if swapped == len(res.swaps):
             self.first_dirty[key] = res.map_end
             self._save()
@@ -204,11 +210,12 @@ class LogCleaner:
         self.bytes_read += res.bytes_read
         mb = 1024 * 1024
         log.info(
-            "[node %d] Cleaned %s (dirty ratio %.2f): %d segment(s), %.1f MB read, %.1f MB "
-            "written, %d of %d records kept, in %.2f s (%.1f MB/s)%s",
+            "[node %d] Cleaned %s (dirty ratio %.2f): %d segment(s) into %d, %.1f MB read, "
+            "%.1f MB written, %d of %d records kept, in %.2f s (%.1f MB/s)%s",
             self.node_id,
             job.name,
             min(ratio, 1.0),
+            merged,
             swapped,
             res.bytes_read / mb,
             res.bytes_written / mb,
@@ -218,7 +225,7 @@ class LogCleaner:
             res.bytes_read / mb / max(res.seconds, 1e-6),
             ""
             if swapped == len(res.swaps)
-            else f"; {len(res.swaps) - swapped} segment(s) changed meanwhile, not swapped",
+            else f"; {len(res.swaps) - swapped} group(s) changed meanwhile, not swapped",
         )
         return True
 

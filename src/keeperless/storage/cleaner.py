@@ -10,9 +10,11 @@ a compacted topic refuses them, but a topic made compacted later may hold some).
 Offsets never change: kept records keep their offsets, batches their base offset and
 last offset delta, timestamps, headers and producer fields; a batch whose records are
 all removed is dropped, unless it is its producer's last (its sequence stays known, as
-Kafka keeps it). Control batches are kept. A cleaned segment is written and fsynced
-as ``<base>.log.cleaned``; the log checks the segment is still what was cleaned and
-renames it ``.swap``, then over the segment (``storage/log.py``). A restart finishes a
+Kafka keeps it). Control batches are kept. Consecutive segments are cleaned into one
+while their sizes add up to no more than segment.bytes (Kafka's grouping), written and
+fsynced as ``<first base>.log.cleaned`` with the group's transaction indexes merged
+beside it (``.txnindex.cleaned``); the log checks the segments are still what was
+cleaned and swaps the copy in for them (``storage/log.py``). A restart finishes a
 ``.swap`` and drops a ``.cleaned``: a half-cleaned segment is never served, and a
 cleaning the log gave up (a truncation meanwhile) never lands.
 """
@@ -20,13 +22,14 @@ cleaning the log gave up (a truncation meanwhile) never lands.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch
@@ -41,6 +44,7 @@ from keeperless.protocol.records import (
     record_slices,
 )
 from keeperless.storage.batch_scan import BatchScan
+from keeperless.storage.producer_files import TXN_INDEX_SUFFIX
 
 __all__ = [
     "CLEANED_SUFFIX",
@@ -50,7 +54,9 @@ __all__ = [
     "SegmentToClean",
     "build_offset_map",
     "clean_partition",
+    "group_segments",
     "key_hash",
+    "txn_index_path",
 ]
 
 CLEANED_SUFFIX = ".cleaned"
@@ -78,6 +84,7 @@ class SegmentToClean:
     base_offset: int
     size: int  # the size it had when chosen: a segment that changed is not swapped
     max_timestamp: int
+    end_offset: int = -1  # where the next segment starts (-1: not known, not grouped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +101,15 @@ class CleanJob:
     # (producer id, first offset, marker offset) of aborted transactions: their records
     # are not values of their keys and are removed
     aborted: tuple[tuple[int, int, int], ...] = ()
+    # the topic's segment.bytes: consecutive segments are cleaned into one up to it
+    max_segment_bytes: int = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
 class CleanResult:
     name: str
-    swaps: tuple[tuple[SegmentToClean, Path], ...]  # segment -> its .cleaned file
+    # segments cleaned into one -> its .cleaned file (named after the first)
+    swaps: tuple[tuple[tuple[SegmentToClean, ...], Path], ...]
     map_end: int  # the next first dirty offset
     bytes_read: int
     bytes_written: int
@@ -226,9 +236,60 @@ def build_offset_map(
     return keys, end
 
 
+def group_segments(
+    segments: Sequence[SegmentToClean], max_bytes: int
+) -> list[tuple[SegmentToClean, ...]]:
+    """Consecutive segments cleaned into one, as Kafka's cleaner groups them
+    (``groupSegmentsBySize``): while their sizes before cleaning add up to no more than
+    segment.bytes and their offsets stay within a segment's 32-bit relative offsets.
+    Without it a compacted topic's log only ever grows in segments, each cleaning
+    leaving them smaller."""
+    groups: list[tuple[SegmentToClean, ...]] = []
+    group: list[SegmentToClean] = []
+    size = 0
+    for seg in segments:
+        if (
+            group
+            and size + seg.size <= max_bytes
+            and seg.end_offset >= 0
+            and group[-1].end_offset == seg.base_offset
+            and seg.end_offset - 1 - group[0].base_offset <= 2**31 - 1
+        ):
+            group.append(seg)
+            size += seg.size
+            continue
+        if group:
+            groups.append(tuple(group))
+        group, size = [seg], seg.size
+    if group:
+        groups.append(tuple(group))
+    return groups
+
+
+def txn_index_path(log_path: Path, suffix: str = "") -> Path:
+    """The transaction index beside ``<base>.log`` (``suffix``: .cleaned, .swap)."""
+    return log_path.with_name(log_path.name[: -len(".log")] + TXN_INDEX_SUFFIX + suffix)
+
+
+def _merge_txn_indexes(group: tuple[SegmentToClean, ...], cleaned: Path) -> None:
+    """The group's transaction indexes as one, beside its cleaned segment (always
+    written, empty if none: its swap then says the merged index is in place). Markers
+    are never cleaned away, so every entry still holds."""
+    data = b""
+    for seg in group:
+        with contextlib.suppress(FileNotFoundError):
+            data += txn_index_path(seg.path).read_bytes()
+    with open(cleaned, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+
+
 def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
-    """Clean every segment of ``job`` up to where the offset map reaches; write each as
-    a .cleaned file beside it (the log swaps them in, see PartitionLog.swap_in)."""
+    """Clean every segment of ``job`` up to where the offset map reaches, consecutive
+    ones into one (``group_segments``); write each group as a .cleaned file beside its
+    first segment, with its merged transaction index (the log swaps them in, see
+    PartitionLog.swap_in)."""
     t0 = time.monotonic()
     throttle = _Throttle(job.io_bytes_per_s)
     keys, map_end = build_offset_map(
@@ -247,19 +308,27 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
     horizon = now_ms - job.delete_retention_ms
     swaps = []
     totals = (0, 0, 0, 0)  # bytes read and written, records read and kept
+    # beyond what the map knows: cleaned next time
+    within = [seg for seg in job.segments if seg.base_offset < map_end]
     try:
-        for seg in job.segments:
-            if seg.base_offset >= map_end:
-                break  # beyond what the map knows: cleaned next time
-            cleaned = seg.path.with_name(seg.path.name + CLEANED_SUFFIX)
-            swaps.append((seg, cleaned))
-            counts = _clean_segment(
-                seg, cleaned, keys, dirty, horizon, is_aborted, last_batch, throttle
-            )
-            totals = tuple(t + c for t, c in zip(totals, counts, strict=True))  # type: ignore[assignment]
+        for group in group_segments(within, job.max_segment_bytes):
+            first = group[0].path
+            cleaned = first.with_name(first.name + CLEANED_SUFFIX)
+            swaps.append((group, cleaned))
+            with open(cleaned, "wb") as out:
+                for seg in group:
+                    counts = _clean_segment(
+                        seg, out, keys, dirty, horizon, is_aborted, last_batch, throttle
+                    )
+                    totals = tuple(t + c for t, c in zip(totals, counts, strict=True))  # type: ignore[assignment]
+                out.flush()
+                os.fsync(out.fileno())
+                throttle(out.tell())
+            _merge_txn_indexes(group, txn_index_path(first, CLEANED_SUFFIX))
     except BaseException:
-        for _, cleaned in swaps:  # nothing half-written is left for a swap
+        for group, cleaned in swaps:  # nothing half-written is left for a swap
             cleaned.unlink(missing_ok=True)
+            txn_index_path(group[0].path, CLEANED_SUFFIX).unlink(missing_ok=True)
         raise
     read, written, seen, kept = totals
     return CleanResult(
@@ -269,7 +338,7 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
 
 def _clean_segment(
     seg: SegmentToClean,
-    cleaned: Path,
+    out: BinaryIO,
     keys: dict[bytes, int],
     dirty: _Dirty,
     horizon: int,
@@ -277,48 +346,44 @@ def _clean_segment(
     last_batch: dict[int, int],
     throttle: _Throttle,
 ) -> tuple[int, int, int, int]:
-    """Write ``seg`` without what the offset map replaces as ``cleaned``, fsynced;
-    returns (bytes read, bytes written, records read, records kept)."""
+    """Write ``seg`` without what the offset map replaces to ``out``; returns (bytes
+    read, bytes written, records read, records kept)."""
     read = written = seen = kept = 0
     map_end = dirty.end
-    with open(cleaned, "wb") as out:
-        for h, batch in _batches(seg.path, seg.size):
-            read += len(batch)
-            throttle(len(batch))
-            if h.attributes & ATTR_CONTROL:
-                written += out.write(batch)
-                continue
-            if dirty.keeps_nothing(h):
-                seen += h.record_count
-                if last_batch.get(h.producer_id) == h.base_offset:
-                    written += out.write(rebuild_batch(h, []))
-                continue
-            retained = []
-            aborted = is_aborted(h)
-            old_tombstones = seg.max_timestamp < horizon
-            i = -1
-            for i, r in enumerate(_records(batch)):
-                offset, key = r.offset, r.key
-                if aborted and offset < map_end:
-                    continue  # written by an aborted transaction
-                if key is None:
-                    if offset < map_end:
-                        continue  # no key: nothing to compact it by (Kafka drops it)
-                else:
-                    latest = keys.get(key if len(key) < _SHORT_KEY else key_hash(key))
-                    if latest is not None and latest > offset:
-                        continue  # replaced by a later record of the same key
-                    if old_tombstones and offset < map_end and r.value is None:
-                        continue  # a tombstone past delete.retention.ms
-                retained.append(i)
-            seen += i + 1
-            kept += len(retained)
-            if len(retained) == h.record_count:
-                written += out.write(batch)
-            elif retained or last_batch.get(h.producer_id) == h.base_offset:
-                raw = record_slices(batch) if retained else []
-                written += out.write(rebuild_batch(h, [raw[i] for i in retained]))
-        out.flush()
-        os.fsync(out.fileno())
-    throttle(written)
+    for h, batch in _batches(seg.path, seg.size):
+        read += len(batch)
+        throttle(len(batch))
+        if h.attributes & ATTR_CONTROL:
+            written += out.write(batch)
+            continue
+        if dirty.keeps_nothing(h):
+            seen += h.record_count
+            if last_batch.get(h.producer_id) == h.base_offset:
+                written += out.write(rebuild_batch(h, []))
+            continue
+        retained = []
+        aborted = is_aborted(h)
+        old_tombstones = seg.max_timestamp < horizon
+        i = -1
+        for i, r in enumerate(_records(batch)):
+            offset, key = r.offset, r.key
+            if aborted and offset < map_end:
+                continue  # written by an aborted transaction
+            if key is None:
+                if offset < map_end:
+                    continue  # no key: nothing to compact it by (Kafka drops it)
+            else:
+                latest = keys.get(key if len(key) < _SHORT_KEY else key_hash(key))
+                if latest is not None and latest > offset:
+                    continue  # replaced by a later record of the same key
+                if old_tombstones and offset < map_end and r.value is None:
+                    continue  # a tombstone past delete.retention.ms
+            retained.append(i)
+        seen += i + 1
+        kept += len(retained)
+        if len(retained) == h.record_count:
+            written += out.write(batch)
+        elif retained or last_batch.get(h.producer_id) == h.base_offset:
+            raw = record_slices(batch) if retained else []
+            written += out.write(rebuild_batch(h, [raw[i] for i in retained]))
     return read, written, seen, kept

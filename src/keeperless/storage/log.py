@@ -160,22 +160,51 @@ class PartitionLog:
 
     def _finish_swaps(self) -> None:
         """What a crash left of a cleaning (Kafka's recovery rules): a ``.swap`` is a
-        whole cleaned segment, renamed into place; a ``.cleaned`` may be half written,
-        and is deleted. The old segment or the cleaned one, never part of either."""
+        whole cleaned segment, renamed into place, and the segments it replaced (those
+        starting within its offsets) go; a ``.cleaned`` may be half written, and is
+        deleted. The old segments or the cleaned one, never part of either. The group's
+        merged transaction index (``.txnindex.swap``) goes into place with its segment;
+        without a segment's swap it is a cleaning that never landed, and goes."""
         changed = False
-        halves = sorted(self.dir.glob("*.log.cleaned"))
+        halves = sorted(self.dir.glob("*.cleaned"))  # (segments and their indexes)
         for half in halves:
             half.unlink()
             changed = True
         if halves:
             log.info(
-                "Partition log %s: dropped %d segment(s) of a cleaning that did not finish",
+                "Partition log %s: dropped %d file(s) of a cleaning that did not finish",
                 self.dir.name,
                 len(halves),
             )
-        for swap in sorted(self.dir.glob("*.log.swap")):
-            os.replace(swap, swap.with_name(swap.name[: -len(".swap")]))
-            log.info("Partition log %s: finished the swap of cleaned %s", self.dir.name, swap.name)
+        swaps = sorted(self.dir.glob("*.log.swap"))
+        bases = {int(p.name[:20]) for p in swaps}
+        for index in sorted(self.dir.glob(f"*{TXN_INDEX_SUFFIX}.swap")):
+            if int(index.name[:20]) not in bases:
+                index.unlink()  # the segment's swap never began
+                changed = True
+        for swap in swaps:
+            base = int(swap.name[:20])
+            fd = os.open(swap, os.O_RDONLY)
+            try:
+                end = base
+                for _, h, _ in BatchScan(fd, 0, os.fstat(fd).st_size, verify_crc=False):
+                    end = h.last_offset + 1
+            finally:
+                os.close(fd)
+            replaced = [
+                int(p.name[:20])
+                for p in self.dir.glob("*.log")
+                if p.name[:20].isdigit() and base < int(p.name[:20]) < end
+            ]
+            for other in replaced:
+                for suffix in (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX):
+                    (self.dir / segment_name(other, suffix)).unlink(missing_ok=True)
+            index = self.dir / segment_name(base, TXN_INDEX_SUFFIX + ".swap")
+            if index.exists():
+                os.replace(index, self.dir / segment_name(base, TXN_INDEX_SUFFIX))
+            os.replace(swap, self.dir / segment_name(base, ".log"))
+            log.info("Partition log %s: finished the swap of cleaned %s (for %d segment(s))",
+                     self.dir.name, swap.name, 1 + len(replaced))  # fmt: skip
             changed = True
         if changed:
             fsync_dir(self.dir)
@@ -188,35 +217,63 @@ class PartitionLog:
 
     @_guarded
     def swap_in(
-        self, base_offset: int, expected_size: int, cleaned: Path, now_ms: int, generation: int
+        self, group: list[tuple[int, int]], cleaned: Path, now_ms: int, generation: int
     ) -> bool:
-        """Replace the segment ``base_offset`` by its cleaned copy if the log is still the
-        one that was cleaned (no truncation since, the segment the same size and not the
-        active one); otherwise the copy is dropped. ``.cleaned`` is renamed ``.swap``, then
-        over the segment (a crash in between: the restart finishes it). Readers of the
-        old file (a fetch being sent) keep their descriptor a while."""
-        i = bisect.bisect_left(self._bases, base_offset)
+        """Replace the consecutive segments of ``group`` ((base offset, size) each) by
+        their cleaned copy if the log is still the one that was cleaned (no truncation
+        since, the segments the same and none the active one); otherwise the copy is
+        dropped. The copy's merged transaction index is renamed ``.swap``, then the
+        copy (from here a crash is finished at restart); the other segments go, the
+        index and the copy are renamed over the first's. Readers of the old files (a
+        fetch being sent) keep their descriptors a while."""
+        base = group[0][0]
+        index_cleaned = self.dir / segment_name(base, TXN_INDEX_SUFFIX + ".cleaned")
+        i = bisect.bisect_left(self._bases, base)
         ok = (
             generation == self._generation
-            and i < len(self._segments) - 1
-            and self._bases[i] == base_offset
-            and self._segments[i].size == expected_size
+            and i + len(group) < len(self._segments)
+            and all(
+                self._bases[i + k] == b and self._segments[i + k].size == size
+                for k, (b, size) in enumerate(group)
+            )
+            # segments merged only with their merged transaction index
+            and (len(group) == 1 or index_cleaned.exists())
         )
         if not ok:
             cleaned.unlink(missing_ok=True)
+            index_cleaned.unlink(missing_ok=True)
             return False
-        old = self._segments[i]
-        swap = cleaned.with_name(segment_name(base_offset, ".log.swap"))
-        os.replace(cleaned, swap)
+        old = self._segments[i : i + len(group)]
+        index = self.dir / segment_name(base, TXN_INDEX_SUFFIX)
+        index_swap = self.dir / segment_name(base, TXN_INDEX_SUFFIX + ".swap")
+        merged = index_cleaned.exists()  # (always written by this version's cleaner)
+        if merged:
+            os.replace(index_cleaned, index_swap)
+        os.replace(cleaned, self.dir / segment_name(base, ".log.swap"))
         fsync_dir(self.dir)
-        os.replace(swap, self.dir / segment_name(base_offset, ".log"))
+        for seg in old[1:]:
+            for path in seg.paths():
+                path.unlink(missing_ok=True)
+        if merged:
+            if index_swap.stat().st_size:
+                os.replace(index_swap, index)
+            else:
+                index_swap.unlink()
+                index.unlink(missing_ok=True)
+        os.replace(
+            self.dir / segment_name(base, ".log.swap"), self.dir / segment_name(base, ".log")
+        )
         fsync_dir(self.dir)
-        seg = Segment(self.dir, base_offset, old.created_ms)
-        self._scan(seg, validate=True, on_batch=None)
+        seg = Segment(self.dir, base, old[0].created_ms)
+        # headers only: the cleaner wrote the copy from batches whose checksums it
+        # verified (a checksum of every batch here held the event loop for a while)
+        self._scan(seg, validate=False, on_batch=None)
         if seg.size == 0:
-            seg.next_offset = old.next_offset  # emptied: it still spans its offsets
-        self._segments[i] = seg
-        self._retire(old, now_ms)
+            seg.next_offset = old[-1].next_offset  # emptied: it still spans its offsets
+        self._segments[i : i + len(group)] = [seg]
+        self._bases = [s.base_offset for s in self._segments]
+        for gone in old:
+            self._retire(gone, now_ms)
         return True
 
     def _retire(self, seg: Segment, now_ms: int) -> None:
@@ -438,12 +495,14 @@ class PartitionLog:
             raise self._fail(e) from None
 
     def aborted_txns(self) -> list[AbortedTxn]:
-        """Every segment's indexed aborted transactions, by marker offset."""
-        out: list[AbortedTxn] = []
+        """Every segment's indexed aborted transactions, by marker offset, each once (a
+        crash amid a swap of cleaned segments can leave a segment the cleaned copy did
+        not reach, beside the copy's merged index)."""
+        out: dict[AbortedTxn, None] = {}
         for seg in self._segments:
             path = self.dir / segment_name(seg.base_offset, TXN_INDEX_SUFFIX)
             with contextlib.suppress(FileNotFoundError):
-                out.extend(decode_txn_index(path.read_bytes()))
+                out.update(dict.fromkeys(decode_txn_index(path.read_bytes())))
         return sorted(out, key=lambda a: a.last_offset)
 
     def rewrite_txn_indexes(self, entries: list[AbortedTxn], from_offset: int) -> None:

@@ -5,10 +5,20 @@ they were; a producer's last batch kept; a crash at any step of a swap recovered
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from keeperless.protocol.records import build_batch, decode_records, iter_batches, patch_offsets
-from keeperless.storage.cleaner import CleanJob, SegmentToClean, clean_partition
+from keeperless.storage.cleaner import (
+    CleanJob,
+    CleanResult,
+    SegmentToClean,
+    clean_partition,
+    txn_index_path,
+)
 from keeperless.storage.log import LogConfig, PartitionLog
 
 NOW = 10_000_000
@@ -37,18 +47,32 @@ def _records(directory: Path) -> list[tuple[int, bytes | None, bytes | None, int
     return out
 
 
-def _job(log: PartitionLog, first_dirty: int = 0, entries: int = 10**6) -> CleanJob:
+def _job(
+    log: PartitionLog, first_dirty: int = 0, entries: int = 10**6, max_bytes: int = 2**31 - 1
+) -> CleanJob:
     segs = tuple(
-        SegmentToClean(path, base, size, ts)
-        for path, base, size, ts, _end in log.cleanable_segments(log.log_end_offset)
+        SegmentToClean(path, base, size, ts, end)
+        for path, base, size, ts, end in log.cleanable_segments(log.log_end_offset)
     )
-    return CleanJob("t-0", segs, first_dirty, DAY, entries)
+    return CleanJob("t-0", segs, first_dirty, DAY, entries, max_segment_bytes=max_bytes)
 
 
-def _clean(log: PartitionLog, first_dirty: int = 0, entries: int = 10**6) -> int:
-    res = clean_partition(_job(log, first_dirty, entries), NOW)
-    for seg, cleaned in res.swaps:
-        assert log.swap_in(seg.base_offset, seg.size, cleaned, NOW, log.generation)
+def _swap_all(log: PartitionLog, res: CleanResult, generation: int | None = None) -> bool:
+    """Swap every cleaned group in; whether all went in."""
+    gen = log.generation if generation is None else generation
+    return all(
+        [
+            log.swap_in([(s.base_offset, s.size) for s in group], cleaned, NOW, gen)
+            for group, cleaned in res.swaps
+        ]
+    )
+
+
+def _clean(
+    log: PartitionLog, first_dirty: int = 0, entries: int = 10**6, max_bytes: int = 2**31 - 1
+) -> int:
+    res = clean_partition(_job(log, first_dirty, entries, max_bytes), NOW)
+    assert _swap_all(log, res)
     return res.map_end
 
 
@@ -133,34 +157,87 @@ def test_a_full_offset_map_cleans_in_several_rounds(tmp_path: Path) -> None:
     assert len(final) < 60
 
 
-def test_a_crash_at_each_step_of_a_swap_leaves_a_whole_segment(tmp_path: Path) -> None:
-    """Written as .cleaned (a crash: deleted at restart, the old segment served), renamed
-    .swap by the log (a crash: the swap is finished at restart), renamed over the
-    segment."""
-    for step in ("cleaned", "swap"):
-        d = tmp_path / step
+class _Crash(BaseException):
+    """The process dies here (not an OSError: the log must not take it for a disk's)."""
+
+
+def test_a_crash_at_each_step_of_a_swap_leaves_whole_segments_and_every_abort_indexed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Segments cleaned into one are swapped in by renames and deletions; a crash
+    before each of them, and a restart, finds either the old segments or the cleaned
+    one (the segments it replaced gone: those starting within its offsets), never part
+    of either, and the aborted transactions indexed beside the old segments indexed
+    still, once each (the group's indexes are merged beside the copy)."""
+    import os
+
+    from keeperless.storage.producer_files import AbortedTxn, append_txn_index
+    from keeperless.storage.segment import segment_name
+
+    def build(d: Path) -> tuple[PartitionLog, set[AbortedTxn]]:
         log = PartitionLog(d, LogConfig(segment_bytes=300), 0)
         for i in range(20):
             _append(log, [(b"k%d" % (i % 3), b"v%d" % i)], NOW)
-        before = _records(d)
-        res = clean_partition(_job(log), NOW)
-        seg, cleaned = res.swaps[0]
-        cleaned_bytes = cleaned.read_bytes()
-        for _, extra in res.swaps[1:]:
-            extra.unlink()
+        aborts = set()
+        for n, (_p, base, _s, _t, _e) in enumerate(log.cleanable_segments(20)[:3]):
+            a = AbortedTxn(100 + n, base, base, base)
+            append_txn_index(d / segment_name(base, ".txnindex"), a)
+            aborts.add(a)
+        return log, aborts
+
+    ref, aborts = build(tmp_path / "ref")
+    before = _records(tmp_path / "ref")
+    res = clean_partition(_job(ref, max_bytes=700), NOW)
+    assert len(res.swaps[0][0]) > 1  # segments cleaned into one
+    assert _swap_all(ref, res)
+    after = _records(tmp_path / "ref")
+    assert after != before
+    assert Counter(ref.aborted_txns()) == Counter(aborts)
+    ref.close()
+
+    real_replace, real_unlink = os.replace, Path.unlink
+    step = 0
+    while True:
+        d = tmp_path / str(step)
+        log, _ = build(d)
+        res = clean_partition(_job(log, max_bytes=700), NOW)
+        ops = [0]
+
+        def counted(real: Any, ops: list[int] = ops, step: int = step) -> Any:
+            def op(*args: Any, **kwargs: Any) -> Any:
+                ops[0] += 1
+                if ops[0] > step:
+                    raise _Crash
+                return real(*args, **kwargs)
+
+            return op
+
+        monkeypatch.setattr(os, "replace", counted(real_replace))
+        monkeypatch.setattr(Path, "unlink", counted(real_unlink))
+        crashed = False
+        try:
+            _swap_all(log, res)
+        except _Crash:
+            crashed = True
+        finally:
+            monkeypatch.setattr(os, "replace", real_replace)
+            monkeypatch.setattr(Path, "unlink", real_unlink)
         log.close()
-        if step == "swap":
-            cleaned.rename(seg.path.with_name(seg.path.name + ".swap"))
         again = PartitionLog(d, LogConfig(segment_bytes=300), 0)
-        assert not list(d.glob("*.cleaned"))
-        assert not list(d.glob("*.swap"))
-        if step == "cleaned":
-            assert _records(d) == before
-        else:
-            assert seg.path.read_bytes() == cleaned_bytes
-            assert len(_records(d)) < len(before)
+        assert not list(d.glob("*.cleaned")), step
+        assert not list(d.glob("*.swap")), step
+        # the cleaned copy, or the old segments; or (a crash once the copy is in) the
+        # copy and old segments past its last record: none lost, none out of order
+        now = _records(d)
+        assert set(after) <= set(now) <= set(before), step
+        assert [r[0] for r in now] == sorted({r[0] for r in now}), step
+        assert Counter(again.aborted_txns()) == Counter(aborts), step
         assert again.log_end_offset == 20
         again.close()
+        if not crashed:
+            break
+        step += 1
+    assert step >= 5  # (renames and deletions: each one crashed before)
 
 
 def test_a_segment_that_changed_meanwhile_is_not_swapped(tmp_path: Path) -> None:
@@ -170,16 +247,23 @@ def test_a_segment_that_changed_meanwhile_is_not_swapped(tmp_path: Path) -> None
     log = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)
     for i in range(20):
         _append(log, [(b"k%d" % (i % 3), b"v%d" % i)], NOW)
-    res = clean_partition(_job(log), NOW)
-    seg, cleaned = res.swaps[0]
-    assert not log.swap_in(seg.base_offset, seg.size + 1, cleaned, NOW, log.generation)
-    assert not cleaned.exists()
+    res = clean_partition(_job(log, max_bytes=700), NOW)
+    group, cleaned = res.swaps[0]
+    assert len(group) > 1
+    for k in range(len(group)):  # any segment of the group not as it was cleaned
+        sizes = [(s.base_offset, s.size + (i == k)) for i, s in enumerate(group)]
+        assert not log.swap_in(sizes, cleaned, NOW, log.generation)
+        assert not cleaned.exists()
+        assert not txn_index_path(group[0].path, ".cleaned").exists()
+        res = clean_partition(_job(log, max_bytes=700), NOW)
+        group, cleaned = res.swaps[0]
+    for half in tmp_path.glob("*.cleaned"):
+        half.unlink()
     res = clean_partition(_job(log), NOW)
     before = log.generation
     log.truncate_to(18)
-    for seg, cleaned in res.swaps:
-        assert not log.swap_in(seg.base_offset, seg.size, cleaned, NOW, before)
-        assert not cleaned.exists()
+    assert not _swap_all(log, res, before)
+    assert not list(tmp_path.glob("*.cleaned"))
     log.close()
 
 
@@ -215,8 +299,7 @@ def test_records_of_aborted_transactions_are_not_values_and_go(tmp_path: Path) -
         _append(log, [(b"pad%d" % i, b"p" * 40)], NOW)
     job = replace(_job(log), aborted=((9, 2, aborted_at),))
     res = clean_partition(job, NOW)
-    for seg, cleaned in res.swaps:
-        assert log.swap_in(seg.base_offset, seg.size, cleaned, NOW, log.generation)
+    assert _swap_all(log, res)
     data = []
     for seg in sorted(tmp_path.glob("*.log")):
         raw = seg.read_bytes()
@@ -388,6 +471,55 @@ def test_a_header_key_that_is_not_utf8_is_cleaned_like_any_record(tmp_path: Path
         log.append(bytes(buf), list(iter_batches(buf)), NOW)
     res = clean_partition(_job(log), NOW)
     assert res.records_kept < res.records_read
-    for _seg, cleaned in res.swaps:
+    for _group, cleaned in res.swaps:
         cleaned.unlink()
     log.close()
+
+
+def test_consecutive_segments_are_cleaned_into_one_up_to_segment_bytes(tmp_path: Path) -> None:
+    """Kafka's grouping: a compacted log's segments are merged while their sizes before
+    cleaning add up to no more than segment.bytes, so that cleaning does not leave the
+    log in ever more, ever smaller segments; the merged segment is read like any."""
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)
+    for i in range(60):
+        _append(log, [(b"k%d" % (i % 7), b"v%d" % i)], NOW)
+    before = _records(tmp_path)
+    segments = log.cleanable_segments(60)
+    res = clean_partition(_job(log, max_bytes=1000), NOW)
+    for group, _ in res.swaps:
+        assert sum(s.size for s in group) <= 1000
+    assert any(len(group) > 1 for group, _ in res.swaps)
+    assert _swap_all(log, res)
+    after = log.cleanable_segments(60)
+    assert len(after) == len(res.swaps) < len(segments)
+    latest = {k: (o, v) for o, k, v, _ in before}
+    kept = {(o, k, v) for o, k, v, _ in _records(tmp_path)}
+    assert {(o, k, v) for k, (o, v) in latest.items()} <= kept
+    # each kept record is read from the log at its offset, through the merged segments
+    for o, k, v in sorted(kept):
+        got = log.read(o, 1 << 20)
+        assert got is not None
+        found = [(r.offset, r.key, r.value) for r in decode_records(got.read())]
+        assert (o, k, v) in found, o
+    # cleaned again (nothing dirty): the groups merge further, none past the limit
+    assert _clean(log, first_dirty=res.map_end, max_bytes=1000) == res.map_end
+    assert {(o, k, v) for o, k, v, _ in _records(tmp_path)} == kept
+    log.close()
+
+
+def test_segments_are_grouped_only_when_consecutive_and_within_relative_offsets() -> None:
+    from keeperless.storage.cleaner import group_segments
+
+    def seg(base: int, size: int, end: int) -> SegmentToClean:
+        return SegmentToClean(Path(f"{base:020d}.log"), base, size, 0, end)
+
+    a, b, c = seg(0, 400, 10), seg(10, 400, 20), seg(20, 400, 30)
+    assert group_segments([a, b, c], 800) == [(a, b), (c,)]
+    assert group_segments([a, b, c], 1200) == [(a, b, c)]
+    assert group_segments([a, b, c], 399) == [(a,), (b,), (c,)]  # (each alone anyway)
+    unknown = seg(10, 400, -1)
+    assert group_segments([a, unknown], 2000) == [(a,), (unknown,)]
+    far = seg(10, 1, 2**31 + 1)  # would not fit the first's 32-bit relative offsets
+    assert group_segments([a, far], 2000) == [(a,), (far,)]
+    gap = seg(15, 1, 20)  # not where the group ends
+    assert group_segments([a, gap], 2000) == [(a,), (gap,)]
