@@ -152,6 +152,7 @@ class LogCleaner:
             self.settings.io_max_bytes_per_second / max(self.settings.threads, 1),
             tuple((pid, first, last) for last, pid, first in p.txns.aborted),
             int(cfg.get("segment.bytes", str(p.log.config.segment_bytes))),
+            p.log.config.index_interval_bytes,
         )
         return (2.0 if overdue else ratio), job
 
@@ -198,9 +199,10 @@ class LogCleaner:
                 txn_index_path(group[0].path, CLEANED_SUFFIX).unlink(missing_ok=True)
             return True
         swapped = merged = 0
-        for group, cleaned in res.swaps:
+        for k, (group, cleaned) in enumerate(res.swaps):
             sizes = [(seg.base_offset, seg.size) for seg in group]
-            if p.log.swap_in(sizes, cleaned, _now_ms(), generation):
+            built = res.indexes[k] if k < len(res.indexes) else None
+            if p.log.swap_in(sizes, cleaned, _now_ms(), generation, built):
                 swapped += 1
                 merged += len(group)
         if swapped == len(res.swaps):

@@ -40,11 +40,13 @@ from keeperless.protocol.records import (
     BatchHeader,
     CorruptBatchError,
     raw_records,
+    read_header,
     rebuild_batch,
     record_slices,
 )
 from keeperless.storage.batch_scan import BatchScan
 from keeperless.storage.producer_files import TXN_INDEX_SUFFIX
+from keeperless.storage.segment import BuiltIndex
 
 __all__ = [
     "CLEANED_SUFFIX",
@@ -103,6 +105,7 @@ class CleanJob:
     aborted: tuple[tuple[int, int, int], ...] = ()
     # the topic's segment.bytes: consecutive segments are cleaned into one up to it
     max_segment_bytes: int = 2**31 - 1
+    index_interval_bytes: int = 4096  # the log's: the copy's indexes are built as it is
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,8 @@ class CleanResult:
     records_read: int
     records_kept: int
     seconds: float
+    # each copy's indexes, built as it was written (the log need not read it again)
+    indexes: tuple[BuiltIndex, ...] = ()
 
 
 def _records(batch: memoryview) -> list[Any]:
@@ -310,15 +315,19 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
     totals = (0, 0, 0, 0)  # bytes read and written, records read and kept
     # beyond what the map knows: cleaned next time
     within = [seg for seg in job.segments if seg.base_offset < map_end]
+    indexes: list[BuiltIndex] = []
     try:
         for group in group_segments(within, job.max_segment_bytes):
             first = group[0].path
             cleaned = first.with_name(first.name + CLEANED_SUFFIX)
             swaps.append((group, cleaned))
+            built = BuiltIndex(group[0].base_offset, job.index_interval_bytes)
+            indexes.append(built)
             with open(cleaned, "wb") as out:
+                copy = _Out(out, built)
                 for seg in group:
                     counts = _clean_segment(
-                        seg, out, keys, dirty, horizon, is_aborted, last_batch, throttle
+                        seg, copy, keys, dirty, horizon, is_aborted, last_batch, throttle
                     )
                     totals = tuple(t + c for t, c in zip(totals, counts, strict=True))  # type: ignore[assignment]
                 out.flush()
@@ -332,13 +341,27 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
         raise
     read, written, seen, kept = totals
     return CleanResult(
-        job.name, tuple(swaps), map_end, read, written, seen, kept, time.monotonic() - t0
-    )
+        job.name, tuple(swaps), map_end, read, written, seen, kept, time.monotonic() - t0,
+        tuple(indexes),
+    )  # fmt: skip
+
+
+class _Out:
+    """The copy being written, and its indexes as each batch goes in."""
+
+    def __init__(self, out: BinaryIO, built: BuiltIndex) -> None:
+        self.out = out
+        self.built = built
+
+    def write(self, batch: bytes | memoryview, h: BatchHeader | None = None) -> int:
+        """Write a batch (``h``: its header, if it is the one read)."""
+        self.built.add(read_header(batch) if h is None else h)
+        return self.out.write(batch)
 
 
 def _clean_segment(
     seg: SegmentToClean,
-    out: BinaryIO,
+    out: _Out,
     keys: dict[bytes, int],
     dirty: _Dirty,
     horizon: int,
@@ -354,7 +377,7 @@ def _clean_segment(
         read += len(batch)
         throttle(len(batch))
         if h.attributes & ATTR_CONTROL:
-            written += out.write(batch)
+            written += out.write(batch, h)
             continue
         if dirty.keeps_nothing(h):
             seen += h.record_count
@@ -382,7 +405,7 @@ def _clean_segment(
         seen += i + 1
         kept += len(retained)
         if len(retained) == h.record_count:
-            written += out.write(batch)
+            written += out.write(batch, h)
         elif retained or last_batch.get(h.producer_id) == h.base_offset:
             raw = record_slices(batch) if retained else []
             written += out.write(rebuild_batch(h, [raw[i] for i in retained]))

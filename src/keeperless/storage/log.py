@@ -36,6 +36,7 @@ from keeperless.storage.producer_files import (
     decode_txn_index,
 )
 from keeperless.storage.segment import (
+    BuiltIndex,
     FileSlice,
     Segment,
     segment_name,
@@ -217,7 +218,12 @@ class PartitionLog:
 
     @_guarded
     def swap_in(
-        self, group: list[tuple[int, int]], cleaned: Path, now_ms: int, generation: int
+        self,
+        group: list[tuple[int, int]],
+        cleaned: Path,
+        now_ms: int,
+        generation: int,
+        built: BuiltIndex | None = None,
     ) -> bool:
         """Replace the consecutive segments of ``group`` ((base offset, size) each) by
         their cleaned copy if the log is still the one that was cleaned (no truncation
@@ -225,7 +231,8 @@ class PartitionLog:
         dropped. The copy's merged transaction index is renamed ``.swap``, then the
         copy (from here a crash is finished at restart); the other segments go, the
         index and the copy are renamed over the first's. Readers of the old files (a
-        fetch being sent) keep their descriptors a while."""
+        fetch being sent) keep their descriptors a while. ``built``: the copy's indexes
+        as the cleaner wrote it (else its batches are read again, on the event loop)."""
         base = group[0][0]
         index_cleaned = self.dir / segment_name(base, TXN_INDEX_SUFFIX + ".cleaned")
         i = bisect.bisect_left(self._bases, base)
@@ -244,6 +251,8 @@ class PartitionLog:
             index_cleaned.unlink(missing_ok=True)
             return False
         old = self._segments[i : i + len(group)]
+        if built is not None and (built.base_offset, built.size) != (base, cleaned.stat().st_size):
+            built = None  # not this copy's: read it
         index = self.dir / segment_name(base, TXN_INDEX_SUFFIX)
         index_swap = self.dir / segment_name(base, TXN_INDEX_SUFFIX + ".swap")
         merged = index_cleaned.exists()  # (always written by this version's cleaner)
@@ -265,9 +274,12 @@ class PartitionLog:
         )
         fsync_dir(self.dir)
         seg = Segment(self.dir, base, old[0].created_ms)
-        # headers only: the cleaner wrote the copy from batches whose checksums it
-        # verified (a checksum of every batch here held the event loop for a while)
-        self._scan(seg, validate=False, on_batch=None)
+        if built is not None:
+            seg.take_indexes(built)
+        else:
+            # headers only: the cleaner wrote the copy from batches whose checksums it
+            # verified (a checksum of every batch here held the event loop for a while)
+            self._scan(seg, validate=False, on_batch=None)
         if seg.size == 0:
             seg.next_offset = old[-1].next_offset  # emptied: it still spans its offsets
         self._segments[i : i + len(group)] = [seg]

@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from keeperless.protocol.records import BatchHeader
 from keeperless.storage.producer_files import TXN_INDEX_SUFFIX
 
-__all__ = ["INDEX_ENTRY", "TIME_ENTRY", "FileSlice", "Segment", "segment_name"]
+__all__ = [
+    "INDEX_ENTRY",
+    "TIME_ENTRY",
+    "BuiltIndex",
+    "FileSlice",
+    "Segment",
+    "note_batch",
+    "segment_name",
+]
 
 INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
@@ -19,6 +28,56 @@ TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 
 def segment_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
+
+
+class _Indexed(Protocol):
+    base_offset: int
+    index: list[tuple[int, int]]
+    time_index: list[tuple[int, int]]
+    next_offset: int
+    max_timestamp: int
+    bytes_since_index: int
+
+
+def note_batch(seg: _Indexed, pos: int, h: BatchHeader, interval: int) -> tuple[bool, bool]:
+    """A batch at ``pos`` in a segment's in-memory indexes (an offset index entry every
+    ``interval`` bytes, a time index entry at each new max timestamp); whether it made
+    an entry in each."""
+    indexed = timed = False
+    if seg.bytes_since_index >= interval or not seg.index:
+        seg.index.append((h.base_offset, pos))
+        seg.bytes_since_index = 0
+        indexed = True
+    seg.bytes_since_index += h.size
+    if h.max_timestamp > seg.max_timestamp:
+        seg.max_timestamp = h.max_timestamp
+        seg.time_index.append((h.max_timestamp, h.base_offset))
+        timed = True
+    seg.next_offset = h.last_offset + 1
+    return indexed, timed
+
+
+@dataclass(slots=True)
+class BuiltIndex:
+    """A segment's in-memory indexes, built as its file is written (the cleaner's copy):
+    what ``note_batch`` makes of each batch, and the file's size then."""
+
+    base_offset: int
+    interval: int
+    index: list[tuple[int, int]] = field(default_factory=list)
+    time_index: list[tuple[int, int]] = field(default_factory=list)
+    next_offset: int = -1
+    max_timestamp: int = -1
+    bytes_since_index: int = 0
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        self.next_offset = self.base_offset
+
+    def add(self, h: BatchHeader) -> None:
+        """The next batch written (at the end of what was written so far)."""
+        note_batch(self, self.size, h, self.interval)
+        self.size += h.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,21 +142,22 @@ class Segment:
 
     def note_batch(self, pos: int, h: BatchHeader, interval: int, persist: bool) -> None:
         """Update in-memory state and indexes for a batch written at ``pos``."""
-        if self.bytes_since_index >= interval or not self.index:
-            self.index.append((h.base_offset, pos))
-            self.bytes_since_index = 0
-            if persist:
-                os.write(self.index_fd, INDEX_ENTRY.pack(h.base_offset - self.base_offset, pos))
-        self.bytes_since_index += h.size
-        if h.max_timestamp > self.max_timestamp:
-            self.max_timestamp = h.max_timestamp
-            self.time_index.append((h.max_timestamp, h.base_offset))
-            if persist:
-                os.write(
-                    self.time_index_fd,
-                    TIME_ENTRY.pack(h.max_timestamp, h.base_offset - self.base_offset),
-                )
-        self.next_offset = h.last_offset + 1
+        indexed, timed = note_batch(self, pos, h, interval)
+        if persist and indexed:
+            os.write(self.index_fd, INDEX_ENTRY.pack(h.base_offset - self.base_offset, pos))
+        if persist and timed:
+            os.write(
+                self.time_index_fd,
+                TIME_ENTRY.pack(h.max_timestamp, h.base_offset - self.base_offset),
+            )
+
+    def take_indexes(self, built: BuiltIndex) -> None:
+        """Indexes built as the segment's file was written (by the cleaner, off the
+        event loop), instead of reading its batches again."""
+        self.index, self.time_index = built.index, built.time_index
+        self.next_offset, self.max_timestamp = built.next_offset, built.max_timestamp
+        self.bytes_since_index = built.bytes_since_index
+        self.rewrite_indexes()
 
     def rewrite_indexes(self) -> None:
         os.ftruncate(self.index_fd, 0)

@@ -54,7 +54,10 @@ def _job(
         SegmentToClean(path, base, size, ts, end)
         for path, base, size, ts, end in log.cleanable_segments(log.log_end_offset)
     )
-    return CleanJob("t-0", segs, first_dirty, DAY, entries, max_segment_bytes=max_bytes)
+    return CleanJob(
+        "t-0", segs, first_dirty, DAY, entries, max_segment_bytes=max_bytes,
+        index_interval_bytes=log.config.index_interval_bytes,
+    )  # fmt: skip
 
 
 def _swap_all(log: PartitionLog, res: CleanResult, generation: int | None = None) -> bool:
@@ -62,8 +65,8 @@ def _swap_all(log: PartitionLog, res: CleanResult, generation: int | None = None
     gen = log.generation if generation is None else generation
     return all(
         [
-            log.swap_in([(s.base_offset, s.size) for s in group], cleaned, NOW, gen)
-            for group, cleaned in res.swaps
+            log.swap_in([(s.base_offset, s.size) for s in group], cleaned, NOW, gen, built)
+            for (group, cleaned), built in zip(res.swaps, res.indexes, strict=True)
         ]
     )
 
@@ -523,3 +526,37 @@ def test_segments_are_grouped_only_when_consecutive_and_within_relative_offsets(
     assert group_segments([a, far], 2000) == [(a,), (far,)]
     gap = seg(15, 1, 20)  # not where the group ends
     assert group_segments([a, gap], 2000) == [(a,), (gap,)]
+
+
+def test_the_copys_indexes_built_as_it_is_written_are_those_a_read_of_it_builds(
+    tmp_path: Path,
+) -> None:
+    """The cleaner builds the copy's offset and time indexes as it writes it (off the
+    event loop), and the log takes them instead of reading the copy's batches again:
+    they must be exactly what reading it builds (a restart reads it)."""
+    rng = random.Random(5)
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=2000, index_interval_bytes=300), 0)
+    for i in range(200):  # batches of 3: some kept whole, some cut (rebuilt), some gone
+        _append(log, [(b"k%d" % rng.randrange(150), b"v%d" % i + b"x" * rng.randrange(40))
+                      for _ in range(3)], NOW + rng.randrange(-1000, 1000))  # fmt: skip
+    res = clean_partition(_job(log, max_bytes=6000), NOW)
+    assert any(len(group) > 1 for group, _ in res.swaps)
+    for (_group, cleaned), built_index in zip(res.swaps, res.indexes, strict=True):
+        assert built_index.size == cleaned.stat().st_size  # (else the log reads it)
+    assert _swap_all(log, res)
+
+    def state(log: PartitionLog) -> list[Any]:
+        return [
+            (s.base_offset, s.index, s.time_index, s.next_offset, s.max_timestamp,
+             s.bytes_since_index, (s.dir / f"{s.base_offset:020d}.index").read_bytes(),
+             (s.dir / f"{s.base_offset:020d}.timeindex").read_bytes())
+            for s in log._segments[:-1]
+            if s.size  # (an emptied copy spans its old offsets until a restart)
+        ]  # fmt: skip
+
+    built = state(log)
+    assert sum(len(s[1]) for s in built) > len(built)  # several index entries
+    log.close()
+    again = PartitionLog(tmp_path, LogConfig(segment_bytes=2000, index_interval_bytes=300), 0)
+    assert state(again) == built
+    again.close()
