@@ -10,7 +10,10 @@ a compacted topic refuses them, but a topic made compacted later may hold some).
 Offsets never change: kept records keep their offsets, batches their base offset and
 last offset delta, timestamps, headers and producer fields; a batch whose records are
 all removed is dropped, unless it is its producer's last (its sequence stays known, as
-Kafka keeps it). Control batches are kept. Consecutive segments are cleaned into one
+Kafka keeps it). A transaction's marker goes once no batch of its transaction is left
+(the records go in one pass, the marker in a later one), its segment is older than
+delete.retention.ms, and it is not its producer's last batch; with an ABORT marker goes
+its entry in the transaction index. Other control batches are kept. Consecutive segments are cleaned into one
 while their sizes add up to no more than segment.bytes (Kafka's grouping), written and
 fsynced as ``<first base>.log.cleaned`` with the group's transaction indexes merged
 beside it (``.txnindex.cleaned``); the log checks the segments are still what was
@@ -27,25 +30,27 @@ import hashlib
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch
 
+from keeperless.protocol.control import ABORT, COMMIT, control_type
 from keeperless.protocol.records import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
     BatchHeader,
     CorruptBatchError,
+    decode_records,
     raw_records,
     read_header,
     rebuild_batch,
     record_slices,
 )
 from keeperless.storage.batch_scan import BatchScan
-from keeperless.storage.producer_files import TXN_INDEX_SUFFIX
+from keeperless.storage.producer_files import TXN_INDEX_SUFFIX, decode_txn_index
 from keeperless.storage.segment import BuiltIndex
 
 __all__ = [
@@ -276,14 +281,17 @@ def txn_index_path(log_path: Path, suffix: str = "") -> Path:
     return log_path.with_name(log_path.name[: -len(".log")] + TXN_INDEX_SUFFIX + suffix)
 
 
-def _merge_txn_indexes(group: tuple[SegmentToClean, ...], cleaned: Path) -> None:
+def _merge_txn_indexes(group: tuple[SegmentToClean, ...], cleaned: Path, dropped: set[int]) -> None:
     """The group's transaction indexes as one, beside its cleaned segment (always
-    written, empty if none: its swap then says the merged index is in place). Markers
-    are never cleaned away, so every entry still holds."""
+    written, empty if none: its swap then says the merged index is in place), without
+    the aborted transactions whose markers went (``dropped``: their offsets)."""
     data = b""
     for seg in group:
         with contextlib.suppress(FileNotFoundError):
-            data += txn_index_path(seg.path).read_bytes()
+            raw = txn_index_path(seg.path).read_bytes()
+            data += b"".join(
+                e.encode() for e in decode_txn_index(raw) if e.last_offset not in dropped
+            )
     with open(cleaned, "wb") as out:
         out.write(data)
         out.flush()
@@ -316,6 +324,7 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
     # beyond what the map knows: cleaned next time
     within = [seg for seg in job.segments if seg.base_offset < map_end]
     indexes: list[BuiltIndex] = []
+    txns = _Txns()  # (over the whole pass, in log order)
     try:
         for group in group_segments(within, job.max_segment_bytes):
             first = group[0].path
@@ -327,13 +336,13 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
                 copy = _Out(out, built)
                 for seg in group:
                     counts = _clean_segment(
-                        seg, copy, keys, dirty, horizon, is_aborted, last_batch, throttle
+                        seg, copy, keys, dirty, horizon, is_aborted, last_batch, throttle, txns
                     )
                     totals = tuple(t + c for t, c in zip(totals, counts, strict=True))  # type: ignore[assignment]
                 out.flush()
                 os.fsync(out.fileno())
                 throttle(out.tell())
-            _merge_txn_indexes(group, txn_index_path(first, CLEANED_SUFFIX))
+            _merge_txn_indexes(group, txn_index_path(first, CLEANED_SUFFIX), txns.dropped_aborts)
     except BaseException:
         for group, cleaned in swaps:  # nothing half-written is left for a swap
             cleaned.unlink(missing_ok=True)
@@ -344,6 +353,26 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
         job.name, tuple(swaps), map_end, read, written, seen, kept, time.monotonic() - t0,
         tuple(indexes),
     )  # fmt: skip
+
+
+@dataclass
+class _Txns:
+    """Transactions as a pass reads the log: producers whose open transaction has a
+    batch in it, and the offsets of the ABORT markers it removes."""
+
+    open: set[int] = field(default_factory=set)
+    dropped_aborts: set[int] = field(default_factory=set)
+
+
+def _marker_kind(batch: memoryview) -> int | None:
+    """ABORT or COMMIT for a transaction marker (None: another control batch)."""
+    try:
+        for rec in decode_records(batch):
+            kind = control_type(rec)
+            return kind if kind in (ABORT, COMMIT) else None
+    except ValueError:
+        return None
+    return None
 
 
 class _Out:
@@ -368,6 +397,7 @@ def _clean_segment(
     is_aborted: _Aborted,
     last_batch: dict[int, int],
     throttle: _Throttle,
+    txns: _Txns,
 ) -> tuple[int, int, int, int]:
     """Write ``seg`` without what the offset map replaces to ``out``; returns (bytes
     read, bytes written, records read, records kept)."""
@@ -377,8 +407,27 @@ def _clean_segment(
         read += len(batch)
         throttle(len(batch))
         if h.attributes & ATTR_CONTROL:
+            # a transaction's marker once no batch of the transaction is left (seen
+            # in this pass), past delete.retention.ms, and not its producer's last
+            # batch (Kafka's cleaner; the records go first, the marker a pass later)
+            had_batches = h.producer_id in txns.open
+            txns.open.discard(h.producer_id)
+            kind = _marker_kind(batch)
+            if (
+                kind is not None
+                and not had_batches
+                and seg.max_timestamp < horizon
+                and h.last_offset < map_end
+                and last_batch.get(h.producer_id) != h.base_offset
+            ):
+                seen += h.record_count
+                if kind == ABORT:
+                    txns.dropped_aborts.add(h.base_offset)
+                continue
             written += out.write(batch, h)
             continue
+        if h.attributes & ATTR_TRANSACTIONAL:
+            txns.open.add(h.producer_id)  # its marker stays while this batch does
         if dirty.keeps_nothing(h):
             seen += h.record_count
             if last_batch.get(h.producer_id) == h.base_offset:

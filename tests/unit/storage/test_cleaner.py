@@ -560,3 +560,83 @@ def test_the_copys_indexes_built_as_it_is_written_are_those_a_read_of_it_builds(
     again = PartitionLog(tmp_path, LogConfig(segment_bytes=2000, index_interval_bytes=300), 0)
     assert state(again) == built
     again.close()
+
+
+def test_transaction_markers_go_a_pass_after_their_records_past_delete_retention(
+    tmp_path: Path,
+) -> None:
+    """Kafka's cleaner: a marker stays while any batch of its transaction does (a
+    read_committed reader needs it to decide them); once they are gone, it goes in a
+    later pass if its segment is older than delete.retention.ms and it is not its
+    producer's last batch - an ABORT marker with its transaction index entry. Before,
+    markers were never removed and a compacted topic written by transactions kept one
+    per transaction for ever."""
+    from keeperless.protocol.records import build_batch
+    from keeperless.storage.producer_files import AbortedTxn
+
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)
+
+    def txn(key: bytes, pid: int, seq: int) -> None:
+        buf = bytearray(build_batch([(key, b"in-txn", [("h", b"x")])], timestamp_ms=NOW,
+                                    producer_id=pid, producer_epoch=0, base_sequence=seq,
+                                    transactional=True))  # fmt: skip
+        patch_offsets(buf, 0, log.log_end_offset, 3)
+        log.append(bytes(buf), list(iter_batches(buf)), NOW)
+
+    def marker(pid: int, commit: bool) -> int:
+        from keeperless.broker.txn_state import marker_batch
+
+        at = log.log_end_offset
+        buf = bytearray(marker_batch(pid, 0, commit, 0, NOW))
+        patch_offsets(buf, 0, at, 3)
+        log.append(bytes(buf), list(iter_batches(buf)), NOW)
+        return at
+
+    txn(b"a", 7, 0)  # 0: committed, replaced below
+    committed = marker(7, commit=True)  # 1
+    txn(b"b", 8, 0)  # 2: aborted
+    aborted = marker(8, commit=False)  # 3
+    log.append_aborted(AbortedTxn(8, 2, aborted, 0))
+    txn(b"c", 7, 1)  # 4: pid 7's next transaction, committed: its records stay
+    kept = marker(7, commit=True)  # 5
+    txn(b"e", 9, 0)  # 6: pid 9's only transaction, replaced below
+    last = marker(9, commit=True)  # 7: pid 9's last batch: it stays (its sequence)
+    _append(log, [(b"a", b"plain"), (b"e", b"plain")], NOW)  # 8-9: replace a and e
+    for i in range(12):  # roll past them
+        _append(log, [(b"pad%d" % i, b"p" * 40)], NOW)
+    # pid 8's last batch would be its marker, and pid 7's the one kept for its
+    # records: another transaction of each, later
+    txn(b"d", 8, 1)
+    marker(8, commit=True)
+    txn(b"f", 7, 2)
+    marker(7, commit=True)
+    for i in range(12):
+        _append(log, [(b"pad%d" % i, b"q" * 40)], NOW)
+
+    def markers() -> list[int]:
+        out = []
+        for seg in sorted(tmp_path.glob("*.log")):
+            raw = seg.read_bytes()
+            out += [h.base_offset for _, h in iter_batches(raw) if h.is_control]
+        return out
+
+    def clean(now: int) -> None:
+        from dataclasses import replace
+
+        res = clean_partition(replace(_job(log), aborted=((8, 2, aborted),)), now)
+        assert _swap_all(log, res)
+
+    before = markers()
+    for _ in range(2):  # within delete.retention.ms: the records go, every marker stays
+        clean(NOW)
+        assert markers() == before
+        assert [a.last_offset for a in log.aborted_txns()] == [aborted]
+    clean(NOW + 2 * DAY)  # the records went in the pass before; now their markers go
+    after = markers()
+    assert committed not in after
+    assert aborted not in after
+    assert kept in after  # its transaction's record (c) is still there
+    assert last in after
+    assert log.aborted_txns() == []  # the aborted transaction's index entry went with it
+    assert set(before) - set(after) == {committed, aborted}
+    log.close()
