@@ -190,6 +190,10 @@ class MetadataImage:
     scram: Mapping[tuple[str, int], ScramCredential] = field(default_factory=lambda: _EMPTY_MAP)
     # token id -> its information
     delegation_tokens: Mapping[str, DelegationToken] = field(default_factory=lambda: _EMPTY_MAP)
+    # Kafka's ZkMigrationState (ZkMigrationStateRecord): 0 none, 2 pre-migration (the
+    # quorum waits for ZooKeeper's metadata), 1 migration (written back to ZooKeeper),
+    # 3 post-migration (ZooKeeper no longer written)
+    zk_migration_state: int = 0
 
     def topic(self, name: str) -> TopicImage | None:
         tid = self.topic_ids.get(name)
@@ -251,6 +255,7 @@ class MetadataDelta:
     # partitions of the topics this delta changed, applied to their TopicImage at the end
     _parts: dict[UUID, MapMutation[int, PartitionInfo]] = field(default_factory=dict)
     _next_producer_id: int | None = None
+    _zk_migration_state: int | None = None
     _acls: MapMutation[UUID, AclEntry] | None = None
     _quotas: MapMutation[QuotaEntity, Mapping[str, float]] | None = None
     _scram: MapMutation[tuple[str, int], ScramCredential] | None = None
@@ -465,6 +470,9 @@ class MetadataDelta:
     def _producer_ids(self, rec: r.ProducerIdsRecord) -> None:
         self._next_producer_id = rec.next_producer_id
 
+    def _zk_migration(self, rec: r.ZkMigrationStateRecord) -> None:
+        self._zk_migration_state = rec.zk_migration_state
+
     def apply(self) -> MetadataImage:
         img = self.image
         if self._parts:
@@ -490,6 +498,11 @@ class MetadataDelta:
             client_quotas=done(self._quotas, img.client_quotas),
             scram=done(self._scram, img.scram),
             delegation_tokens=done(self._tokens, img.delegation_tokens),
+            zk_migration_state=(
+                img.zk_migration_state
+                if self._zk_migration_state is None
+                else self._zk_migration_state
+            ),
         )
 
 
@@ -506,6 +519,7 @@ _HANDLERS: dict[type, Any] = {
     r.BrokerRegistrationChangeRecord: MetadataDelta._broker_change,
     r.ConfigRecord: MetadataDelta._config,
     r.ProducerIdsRecord: MetadataDelta._producer_ids,
+    r.ZkMigrationStateRecord: MetadataDelta._zk_migration,
     r.AccessControlEntryRecord: MetadataDelta._acl,
     r.RemoveAccessControlEntryRecord: MetadataDelta._remove_acl,
     r.ClientQuotaRecord: MetadataDelta._client_quota,

@@ -94,6 +94,8 @@ def _tail_records(image: MetadataImage) -> Iterator[Any]:
     for (rtype, rname), entries in sorted(image.configs.items()):
         for key, value in sorted(entries.items()):
             yield r.ConfigRecord(resource_type=rtype, resource_name=rname, name=key, value=value)
+    if image.zk_migration_state:
+        yield r.ZkMigrationStateRecord(zk_migration_state=image.zk_migration_state)
     if image.next_producer_id:
         yield r.ProducerIdsRecord(
             broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id
