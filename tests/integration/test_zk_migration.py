@@ -280,3 +280,95 @@ def test_a_broker_adopts_a_zookeeper_mode_log_directory(zk: ZooKeeper, tmp_path:
     finally:
         broker.stop()
         controller.stop()
+
+
+def _zk_get(zk: ZooKeeper, chroot: str, path: str) -> bytes | None:
+    from kazoo.exceptions import NoNodeError
+
+    client = zk.client()
+    try:
+        return bytes(client.get(chroot + path)[0])
+    except NoNodeError:
+        return None
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_a_live_migration_copies_zookeeper_then_writes_every_change_back_until_finalized(
+    zk: ZooKeeper, tmp_path: Path
+) -> None:
+    """KIP-866's path: a quorum formatted with ZooKeeper's cluster id and started with
+    zookeeper.metadata.migration.enable claims ZooKeeper's controllership (a ZooKeeper-
+    mode controller is fenced), copies its metadata in one batch, then writes every
+    change back to ZooKeeper in Kafka's layout (so a rollback stays possible) until a
+    controller started without migration finalizes it; ZooKeeper is then left alone."""
+    from keeperless.zk.layout import parse_layout
+    from keeperless.zk.reader import read_tree
+    from tests.integration.cluster import wait_until
+
+    connect = _populated(zk, "/kafka-live")
+    migrating = {"zookeeper.metadata.migration.enable": "true", "zookeeper.connect": connect}
+    node = Node(tmp_path, node_id=1, extra={
+        **migrating, "super.users": "User:ANONYMOUS",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    })  # fmt: skip
+    node.format(cluster_id=CLUSTER_ID)
+    node.start()
+    try:
+        wait_until(lambda: "Migrated the metadata of ZooKeeper" in node.logs(), 30,
+                   what="the migration")  # fmt: skip
+        assert "Claimed ZooKeeper's controllership" in node.logs()
+        assert _zk_get(zk, "/kafka-live", "/controller_epoch") == b"8"  # 7, bumped
+        claim = json.loads(_zk_get(zk, "/kafka-live", "/controller") or b"{}")
+        assert claim["brokerid"] == 1
+        bs = ("--bootstrap-server", node.bootstrap)
+        desc = keeperless("topics", *bs, "--describe", "--topic", "orders").stdout
+        assert f"TopicId: {TOPIC_IDS['orders']}" in desc, desc
+        # dual-write: a topic created, a config altered, a topic deleted, an ACL added
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        admin.create_topics([NewTopic("fresh", 2, 1)])["fresh"].result(30)
+        keeperless("configs", *bs, "--alter", "--entity-type", "topics", "--entity-name",
+                   "orders", "--add-config", "retention.ms=1234", check=True)  # fmt: skip
+        admin.delete_topics(["payments"])["payments"].result(30)
+        keeperless("acls", *bs, "--add", "--allow-principal", "User:carol", "--operation",
+                   "Read", "--topic", "fresh", check=True)  # fmt: skip
+
+        def in_step() -> bool:
+            md = parse_layout(read_tree(connect))
+            return (
+                "fresh" in md.topics
+                and "payments" not in md.topics
+                and md.topics["orders"].configs.get("retention.ms") == "1234"
+                and any(a.principal == "User:carol" and a.name == "fresh" for a in md.acls)
+            )
+
+        wait_until(in_step, 30, interval=0.2, what="ZooKeeper in step with the quorum")
+        md = parse_layout(read_tree(connect))
+        fresh = md.topics["fresh"]
+        assert sorted(fresh.partitions) == [0, 1]
+        assert all(p.leader == 1 and p.isr == (1,) for p in fresh.partitions.values())
+        desc = keeperless("topics", *bs, "--describe", "--topic", "fresh").stdout
+        assert f"TopicId: {fresh.topic_id}" in desc, desc  # the quorum's id, in ZooKeeper
+        assert _zk_get(zk, "/kafka-live", "/config/topics/payments") is None
+        assert md.topics["orders"].configs["cleanup.policy"] == "compact"  # kept
+    finally:
+        node.stop()
+    # finalized: the controllers restarted without the migration's keys
+    node.config.write_text("".join(
+        line + "\n" for line in node.config.read_text().splitlines()
+        if not line.startswith(("zookeeper.metadata.migration.enable", "zookeeper.connect"))
+    ))  # fmt: skip
+    node.start()
+    try:
+        wait_until(lambda: "Finalized the migration from ZooKeeper" in node.logs(), 30,
+                   what="the finalization")  # fmt: skip
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        admin.create_topics([NewTopic("after", 1, 1)])["after"].result(30)
+        deadline = time.monotonic() + 2  # (dual-write writes within ~0.1 s of a change)
+        while time.monotonic() < deadline:
+            assert _zk_get(zk, "/kafka-live", "/brokers/topics/after") is None
+            time.sleep(0.1)
+        assert node.logs().count("Claimed ZooKeeper's controllership") == 1
+    finally:
+        node.stop()

@@ -583,6 +583,20 @@ _SECURITY: tuple[tuple[str, ConfigType, str | None, str], ...] = (
         "Accepted for ZooKeeper-era configs; a KRaft controller, as Kafka's, does not use it.",
     ),
     (
+        "zookeeper.metadata.migration.enable",
+        T.BOOLEAN,
+        "false",
+        "A controller migrating a ZooKeeper-mode cluster: copies its metadata from "
+        "zookeeper.connect, then writes every change back until the migration is finalized.",
+    ),
+    (
+        "zookeeper.connect",
+        T.STRING,
+        None,
+        "The ZooKeeper-mode cluster's ZooKeeper (host:port[,host:port][/chroot]), while "
+        "migrating from it.",
+    ),
+    (
         "delegation.token.secret.key",
         T.PASSWORD,
         None,

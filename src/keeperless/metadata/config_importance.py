@@ -41,6 +41,8 @@ _BROKER_HIGH = frozenset({
     "transaction.state.log.min.isr", "transaction.state.log.num.partitions",
     "transaction.state.log.replication.factor", "transaction.state.log.segment.bytes",
     "transactional.id.expiration.ms", "unclean.leader.election.enable",
+    # Kafka 3.x's, for a migration from ZooKeeper
+    "zookeeper.connect", "zookeeper.metadata.migration.enable",
 })  # fmt: skip
 _BROKER_LOW = frozenset({
     "allow.everyone.if.no.acl.found", "authorizer.class.name", "controller.quorum.auto.join.enable",

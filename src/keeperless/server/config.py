@@ -287,6 +287,8 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "auto.leader.rebalance.enable": _typed,
     "leader.imbalance.check.interval.seconds": _typed,
     "delegation.token.secret.key": _str,
+    "zookeeper.metadata.migration.enable": _typed,
+    "zookeeper.connect": _str,
     "delegation.token.max.lifetime.ms": _typed,
     "delegation.token.expiry.time.ms": _typed,
     "delegation.token.expiry.check.interval.ms": _typed,

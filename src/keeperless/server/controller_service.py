@@ -19,11 +19,15 @@ from keeperless.controller.delegation_tokens import TokenSettings, sweep_expired
 from keeperless.controller.elections import balance_leaders
 from keeperless.controller.fencing import fence_stale_brokers, start_sessions
 from keeperless.controller.quorum_controller import QuorumController, Result
+from keeperless.metadata import _records_gen as r
 from keeperless.metadata.features import METADATA_VERSION_FEATURE
 from keeperless.metadata.group_configs import BROKER_LIMITS
 from keeperless.raft.core import NotLeaderError
 from keeperless.runtime.metadata_log import MetadataLog
 from keeperless.server.config import NodeConfig
+from keeperless.server.zk_migration import ZkMigrationDriver
+from keeperless.storage.meta_properties import read_meta_properties
+from keeperless.zk.records import MIGRATION, POST_MIGRATION, PRE_MIGRATION
 
 __all__ = ["ControllerService", "NotControllerError"]
 
@@ -81,6 +85,16 @@ class ControllerService:
         self.metrics: Any = None  # runtime.metrics.Metrics when enabled
         self.new_active_controllers = 0
         self.timed_out_heartbeats = 0
+        self._migrating = bool(config["zookeeper.metadata.migration.enable"])
+        self.zk_migration: ZkMigrationDriver | None = None
+        self._zk_task: asyncio.Task[None] | None = None
+        if self._migrating and config["zookeeper.connect"]:
+            meta = read_meta_properties(config.metadata_log_dir)
+            self.zk_migration = ZkMigrationDriver(
+                self.node_id, str(config["zookeeper.connect"]),
+                meta.cluster_id if meta is not None else "", c, self.call, lambda: mlog.core.epoch,
+            )  # fmt: skip
+            mlog.listeners.append(self.zk_migration.on_committed)
 
     @property
     def is_active(self) -> bool:
@@ -97,6 +111,9 @@ class ControllerService:
         if self._balancer is not None:
             self._balancer.cancel()
             self._balancer = None
+        if self._zk_task is not None:
+            self._zk_task.cancel()
+            self._zk_task = None
         if self._activation is not None:
             self._activation.cancel()
             self._activation = None
@@ -131,6 +148,29 @@ class ControllerService:
                 )
         if self.controller.cluster_min_isr_records():
             await self.call(lambda c: Result(c.cluster_min_isr_records(), None))
+        await self._zk_migration_step()
+
+    async def _zk_migration_step(self) -> None:
+        """Drive a migration from ZooKeeper (server/zk_migration.py), or finalize one: a
+        controller started without zookeeper.metadata.migration.enable ends dual-write
+        (POST_MIGRATION: ZooKeeper is no longer written), as Kafka's does."""
+        if self.zk_migration is not None:
+            self._zk_task = asyncio.get_running_loop().create_task(self.zk_migration.run())
+            return
+        state = self.controller.image.zk_migration_state
+        if state == MIGRATION and not self._migrating:
+            await self.call(lambda c: Result(
+                [r.ZkMigrationStateRecord(zk_migration_state=POST_MIGRATION)], None))  # fmt: skip
+            log.info("[node %d] Finalized the migration from ZooKeeper "
+                     "(zookeeper.metadata.migration.enable is off): ZooKeeper is no longer "
+                     "written", self.node_id)  # fmt: skip
+        elif state == PRE_MIGRATION:
+            log.warning(
+                "[node %d] A migration from ZooKeeper was started but has not copied "
+                "ZooKeeper's metadata: set zookeeper.metadata.migration.enable=true and "
+                "zookeeper.connect on the controllers to finish it",
+                self.node_id,
+            )
 
     async def _watch_sessions(self) -> None:
         """Fence brokers that miss broker.session.timeout.ms (checked every second)."""

@@ -13,8 +13,9 @@ all removed is dropped, unless it is its producer's last (its sequence stays kno
 Kafka keeps it). A transaction's marker goes once no batch of its transaction is left
 (the records go in one pass, the marker in a later one), its segment is older than
 delete.retention.ms, and it is not its producer's last batch; with an ABORT marker goes
-its entry in the transaction index. Other control batches are kept. Consecutive segments are cleaned into one
-while their sizes add up to no more than segment.bytes (Kafka's grouping), written and
+its entry in the transaction index. Other control batches are kept. Consecutive
+segments are cleaned into one while their sizes add up to no more than segment.bytes
+(Kafka's grouping), written and
 fsynced as ``<first base>.log.cleaned`` with the group's transaction indexes merged
 beside it (``.txnindex.cleaned``); the log checks the segments are still what was
 cleaned and swaps the copy in for them (``storage/log.py``). A restart finishes a

@@ -16,9 +16,12 @@ from keeperless.security.authorizer import AclOp, Resource
 from keeperless.storage.meta_properties import uuid_from_kafka
 from keeperless.zk.layout import ZkMetadata
 
-__all__ = ["POST_MIGRATION", "migration_records"]
+__all__ = ["MIGRATION", "POST_MIGRATION", "PRE_MIGRATION", "migration_records"]
 
-POST_MIGRATION = 3  # Kafka's ZkMigrationState: the metadata lives in the quorum now
+# Kafka's ZkMigrationState (the values of 3.5 on)
+MIGRATION = 1  # the metadata lives in the quorum, and is written back to ZooKeeper
+PRE_MIGRATION = 2  # a migration is to copy ZooKeeper's metadata into the quorum
+POST_MIGRATION = 3  # the metadata lives in the quorum now
 _TOPIC_CONFIG, _BROKER_CONFIG = 2, 4
 _SCRAM = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 _PATTERN = {"LITERAL": 3, "PREFIXED": 4}
@@ -45,8 +48,10 @@ def _password(key: str) -> bool:
     return found is not None and found.type == ConfigType.PASSWORD
 
 
-def migration_records(md: ZkMetadata) -> tuple[list[Any], list[str]]:
-    """The records, and what could not be migrated (one line each)."""
+def migration_records(md: ZkMetadata, state: int = POST_MIGRATION) -> tuple[list[Any], list[str]]:
+    """The records, ending with the migration's ``state`` (POST_MIGRATION for a stopped
+    cluster's one-shot migration, MIGRATION for a live one's dual-write), and what could
+    not be migrated (one line each)."""
     out: list[Any] = []
     skipped: list[str] = []
     for name, t in sorted(md.topics.items()):
@@ -100,5 +105,5 @@ def migration_records(md: ZkMetadata) -> tuple[list[Any], list[str]]:
     if md.producer_id_block_end is not None:
         out.append(r.ProducerIdsRecord(broker_id=-1, broker_epoch=-1,
                                        next_producer_id=md.producer_id_block_end + 1))  # fmt: skip
-    out.append(r.ZkMigrationStateRecord(zk_migration_state=POST_MIGRATION))
+    out.append(r.ZkMigrationStateRecord(zk_migration_state=state))
     return out, skipped

@@ -25,7 +25,14 @@ from keeperless.metadata.image import BROKER_RESOURCE, MetadataImage
 from keeperless.security.authorizer import AclOp, Resource
 from keeperless.storage.meta_properties import uuid_to_kafka
 
-__all__ = ["MANAGED_ROOTS", "ZnodeOp", "changes", "image_znodes", "sanitize"]
+__all__ = [
+    "MANAGED_ROOTS",
+    "PRODUCER_ID_BLOCK",
+    "ZnodeOp",
+    "changes",
+    "image_znodes",
+    "sanitize",
+]
 
 # the roots whose children dual-write owns (what is under them and not in the image goes)
 MANAGED_ROOTS = (
