@@ -372,3 +372,69 @@ def test_a_live_migration_copies_zookeeper_then_writes_every_change_back_until_f
         assert node.logs().count("Claimed ZooKeeper's controllership") == 1
     finally:
         node.stop()
+
+
+def test_a_controller_killed_at_each_step_of_a_live_migration_leaves_it_to_finish_once(
+    zk: ZooKeeper, tmp_path: Path
+) -> None:
+    """kill -9 of the active controller with the migration pending (ZooKeeper not
+    reachable), with ZooKeeper claimed but the copy refused (a reassignment in
+    progress), and in dual-write right after a change: each restart takes the migration
+    from the state its log holds, the metadata is copied exactly once, and ZooKeeper
+    ends in step with the quorum."""
+    from tests.integration.cluster import wait_until
+
+    connect = _populated(zk, "/kafka-kill")
+    node = Node(tmp_path, node_id=1, extra={
+        "zookeeper.metadata.migration.enable": "true",
+        "zookeeper.connect": f"127.0.0.1:{free_port()}/nowhere",  # (no ZooKeeper there)
+    })  # fmt: skip
+    node.format(cluster_id=CLUSTER_ID)
+
+    def restart_with(connect_to: str) -> None:
+        node.config.write_text("".join(
+            (f"zookeeper.connect={connect_to}" if ln.startswith("zookeeper.connect=") else ln)
+            + "\n" for ln in node.config.read_text().splitlines()
+        ))  # fmt: skip
+        node.start()
+
+    node.start()
+    try:  # 1. pending: PRE_MIGRATION recorded, ZooKeeper unreachable
+        wait_until(lambda: "no ZooKeeper answered" in node.logs(), 60, what="the retry")
+    finally:
+        node.kill9()
+    client = zk.client()
+    reassign = json.dumps({"version": 1, "partitions": [
+        {"topic": "orders", "partition": 0, "replicas": [3, 2, 1]}]}).encode()  # fmt: skip
+    client.create("/kafka-kill/admin/reassign_partitions", reassign)
+    restart_with(connect)
+    try:  # 2. claimed, the copy refused
+        wait_until(lambda: "ZooKeeper migration refused: a partition reassignment" in node.logs(),
+                   30, what="the refusal")  # fmt: skip
+        assert _zk_get(zk, "/kafka-kill", "/controller_epoch") == b"8"
+    finally:
+        node.kill9()
+    client.delete("/kafka-kill/admin/reassign_partitions")
+    restart_with(connect)
+    try:  # 3. migrated; killed right after a change it is to write back
+        wait_until(lambda: "Migrated the metadata of ZooKeeper" in node.logs(), 30,
+                   what="the migration")  # fmt: skip
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        admin.create_topics([NewTopic("late", 1, 1)])["late"].result(30)
+    finally:
+        node.kill9()
+    restart_with(connect)
+    try:
+        wait_until(lambda: _zk_get(zk, "/kafka-kill", "/brokers/topics/late/partitions/0/state"),
+                   30, interval=0.2, what="the change written back after the restart")  # fmt: skip
+        assert node.logs().count("Migrated the metadata of ZooKeeper") == 1  # exactly once
+        assert _zk_get(zk, "/kafka-kill", "/controller_epoch") == b"10"  # claimed 3 times
+        bs = ("--bootstrap-server", node.bootstrap)
+        desc = keeperless("topics", *bs, "--describe", "--topic", "orders").stdout
+        assert f"TopicId: {TOPIC_IDS['orders']}" in desc, desc
+        listed = keeperless("topics", *bs, "--list").stdout.split()
+        assert sorted(t for t in listed if not t.startswith("__")) == ["late", "orders", "payments"]
+    finally:
+        node.stop()
+        client.stop()
+        client.close()
