@@ -438,3 +438,32 @@ def test_a_controller_killed_at_each_step_of_a_live_migration_leaves_it_to_finis
         node.stop()
         client.stop()
         client.close()
+
+
+def test_a_live_migration_into_a_metadata_version_too_old_is_refused(
+    zk: ZooKeeper, tmp_path: Path
+) -> None:
+    """A quorum formatted at a metadata.version that cannot hold the migration's records
+    (before 3.4-IV0) says so in one line, and neither ZooKeeper nor the quorum changes."""
+    from tests.integration.cluster import wait_until
+
+    connect = _populated(zk, "/kafka-old")
+    node = Node(tmp_path, node_id=1, extra={
+        "zookeeper.metadata.migration.enable": "true", "zookeeper.connect": connect,
+    })  # fmt: skip
+    node.format(cluster_id=CLUSTER_ID, release="3.3")
+    client = zk.client()
+    before = _snapshot(client, "/kafka-old")
+    node.start()
+    try:
+        wait_until(lambda: "ZooKeeper migration refused: metadata.version 3.3" in node.logs(), 30,
+                   what="the refusal")  # fmt: skip
+        assert "older than 3.4-IV0" in node.logs()
+        assert "--release-version 3.4 or later" in node.logs()
+        assert _snapshot(client, "/kafka-old") == before  # not even claimed
+        listed = keeperless("topics", "--bootstrap-server", node.bootstrap, "--list").stdout
+        assert "orders" not in listed
+    finally:
+        node.stop()
+        client.stop()
+        client.close()

@@ -30,9 +30,21 @@ from typing import Any
 from keeperless.controller.quorum_controller import QuorumController
 from keeperless.controller.result import Result
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.features import (
+    METADATA_VERSION_FEATURE,
+    metadata_version_for_release,
+    release_for_level,
+)
 from keeperless.zk.layout import ZkLayoutError, parse_layout
 from keeperless.zk.reader import ZkUnreachable
-from keeperless.zk.records import MIGRATION, POST_MIGRATION, PRE_MIGRATION, migration_records
+from keeperless.zk.records import (
+    MIGRATION,
+    MIGRATION_RELEASE,
+    POST_MIGRATION,
+    PRE_MIGRATION,
+    SCRAM_RELEASE,
+    migration_records,
+)
 from keeperless.zk.writer import ZkFenced, ZkWriter
 from keeperless.zk.znodes import changes, image_znodes
 
@@ -79,6 +91,10 @@ class ZkMigrationDriver:
                 self._say("zookeeper.metadata.migration.enable is set, but the migration from "
                           "ZooKeeper was finalized: ZooKeeper is not written")  # fmt: skip
                 return
+            too_old = self._too_old()
+            if too_old is not None:
+                self._say(f"ZooKeeper migration refused: {too_old}")
+                return
             if state == 0:
                 if self.controller.committed.topics:
                     self._say(
@@ -99,6 +115,19 @@ class ZkMigrationDriver:
                 self._say(f"ZooKeeper migration: {e}; no longer writing ZooKeeper")
                 return
             await asyncio.sleep(RETRY_S)
+
+    def _too_old(self, scram: bool = False) -> str | None:
+        """Why the quorum's metadata.version cannot hold the migration (None: it can)."""
+        level = self.controller.committed.features.get(METADATA_VERSION_FEATURE, 0)
+        needs = [(MIGRATION_RELEASE, "a migration")]
+        if scram:
+            needs.append((SCRAM_RELEASE, "SCRAM credentials"))
+        for needed, what in needs:
+            if level < metadata_version_for_release(needed):
+                return (f"metadata.version {release_for_level(level)} is older than "
+                        f"{needed}, the first that can hold {what}: format the controllers "
+                        f"with --release-version {needed.split('-')[0]} or later")  # fmt: skip
+        return None
 
     async def _claimed(self) -> None:
         logging.getLogger("kazoo").setLevel(logging.WARNING)  # (its own state lines)
@@ -125,6 +154,8 @@ class ZkMigrationDriver:
                       f"a valid ZooKeeper-mode Kafka cluster: {e}")  # fmt: skip
             return False
         refusals = md.refusals()
+        if md.scram and self._too_old(scram=True):
+            refusals.append(str(self._too_old(scram=True)))
         if md.cluster_id != self.cluster_id:
             refusals.append(f"ZooKeeper holds cluster {md.cluster_id}, this quorum is "
                             f"formatted for {self.cluster_id}")  # fmt: skip

@@ -21,12 +21,9 @@ from keeperless.storage.meta_properties import read_meta_properties, uuid_from_k
 from keeperless.tools.errors import ToolError
 from keeperless.zk.layout import ZkLayoutError, ZkMetadata, parse_layout
 from keeperless.zk.reader import ZkUnreachable, read_tree
-from keeperless.zk.records import migration_records
+from keeperless.zk.records import MIGRATION_RELEASE, SCRAM_RELEASE, migration_records
 
 __all__ = ["migrate_zk", "summary"]
-
-_MIGRATION_RELEASE = "3.4-IV0"  # ZkMigrationStateRecord
-_SCRAM_RELEASE = "3.5-IV2"  # UserScramCredentialRecord
 
 
 def summary(md: ZkMetadata) -> list[str]:
@@ -72,9 +69,9 @@ def migrate_zk(
             level = metadata_version_for_release(release)
         except ValueError as e:
             raise ToolError(f"--release-version: {e}") from None
-        if level < metadata_version_for_release(_MIGRATION_RELEASE):
+        if level < metadata_version_for_release(MIGRATION_RELEASE):
             raise ToolError(f"--release-version {release}: a migration needs metadata.version "
-                            f"{_MIGRATION_RELEASE} or later")  # fmt: skip
+                            f"{MIGRATION_RELEASE} or later")  # fmt: skip
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries are not the tool's
     try:
         with warnings.catch_warnings():
@@ -107,9 +104,9 @@ def migrate_zk(
     if (
         md.scram
         and release is not None
-        and metadata_version_for_release(release) < metadata_version_for_release(_SCRAM_RELEASE)
+        and metadata_version_for_release(release) < metadata_version_for_release(SCRAM_RELEASE)
     ):
-        refusals.append(f"SCRAM credentials need metadata.version {_SCRAM_RELEASE} or later "
+        refusals.append(f"SCRAM credentials need metadata.version {SCRAM_RELEASE} or later "
                         f"(--release-version {release})")  # fmt: skip
     records, skipped = migration_records(md)
     for line in skipped:

@@ -16,7 +16,17 @@ from keeperless.security.authorizer import AclOp, Resource
 from keeperless.storage.meta_properties import uuid_from_kafka
 from keeperless.zk.layout import ZkMetadata
 
-__all__ = ["MIGRATION", "POST_MIGRATION", "PRE_MIGRATION", "migration_records"]
+__all__ = [
+    "MIGRATION",
+    "MIGRATION_RELEASE",
+    "POST_MIGRATION",
+    "PRE_MIGRATION",
+    "SCRAM_RELEASE",
+    "migration_records",
+]
+
+MIGRATION_RELEASE = "3.4-IV0"  # the first metadata.version with ZkMigrationStateRecord
+SCRAM_RELEASE = "3.5-IV2"  # the first with UserScramCredentialRecord
 
 # Kafka's ZkMigrationState (the values of 3.5 on)
 MIGRATION = 1  # the metadata lives in the quorum, and is written back to ZooKeeper
