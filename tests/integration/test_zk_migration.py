@@ -467,3 +467,140 @@ def test_a_live_migration_into_a_metadata_version_too_old_is_refused(
         node.stop()
         client.stop()
         client.close()
+
+
+def _kafka_3_partition(part: Path, topic_id: str) -> None:
+    """A ZooKeeper-mode Kafka 3.x broker's partition directory, every file laid out here
+    from Kafka's published formats (not by keeperless's writers), as an unclean shutdown
+    left it: a segment of 10 idempotent batches (producer 4000, epoch 3, sequences 0-9;
+    leader epoch 0 for offsets 0-4, 2 after), offset and time indexes preallocated to
+    10 MiB of zeros, the leader epoch checkpoint, partition.metadata, and a producer
+    snapshot at offset 10 that also knows producer 5000 (epoch 1, last sequence 41),
+    whose batches are no longer in the log."""
+    import struct
+
+    import crc32c
+
+    from keeperless.protocol.records import build_batch, patch_offsets
+
+    part.mkdir(parents=True)
+    log = bytearray()
+    for i in range(10):
+        b = bytearray(build_batch([(None, f"r{i}".encode(), ())],
+                                  timestamp_ms=1_700_000_000_000 + i, producer_id=4000,
+                                  producer_epoch=3, base_sequence=i))  # fmt: skip
+        patch_offsets(b, 0, i, 0 if i < 5 else 2)
+        log += b
+    (part / "00000000000000000000.log").write_bytes(bytes(log))
+    for suffix in (".index", ".timeindex"):
+        (part / f"00000000000000000000{suffix}").write_bytes(bytes(10 * 1024 * 1024))
+    (part / "leader-epoch-checkpoint").write_text("0\n2\n0 0\n2 5\n")
+    (part / "partition.metadata").write_text(f"version: 0\ntopic_id: {topic_id}\n")
+    # ProducerStateManager's snapshot, version 1: version int16, crc uint32 (CRC-32C of
+    # what follows), then the entries: producer id int64, epoch int16, last sequence
+    # int32, last offset int64, offset delta int32, timestamp int64, coordinator epoch
+    # int32, current transaction's first offset int64 (-1: none)
+    entries = [(4000, 3, 9, 9, 0, 1_700_000_000_009, -1, -1),
+               (5000, 1, 41, 2, 0, 1_699_000_000_000, -1, -1)]  # fmt: skip
+    body = struct.pack(">i", len(entries)) + b"".join(struct.pack(">qhiqiqiq", *e) for e in entries)
+    snapshot = struct.pack(">hI", 1, crc32c.crc32c(body)) + body
+    (part / "00000000000000000010.snapshot").write_bytes(snapshot)
+
+
+def test_a_kafka_written_partition_directory_is_served_with_its_producers_and_epochs(
+    zk: ZooKeeper, tmp_path: Path
+) -> None:
+    """Files laid out as Kafka 3.x writes them (an unclean shutdown: preallocated
+    indexes, no clean-shutdown marker) adopted by a keeperless broker: every record at its
+    offset and timestamp, the leader epochs from Kafka's checkpoint (OffsetForLeaderEpoch
+    answers where epoch 0 ended), and the producers of Kafka's snapshot: the log's
+    producer continues its sequence, and one known only to the snapshot too, while a
+    sequence gap is refused (OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+    import base64
+    import uuid
+
+    from keeperless.protocol.records import build_batch
+
+    topic_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    c = Cluster(tmp_path / "kraft", controllers=1, brokers=1)
+    controller, broker = c.controllers[1], c.brokers[2]
+    broker.data.mkdir(parents=True)
+    (broker.data / "meta.properties").write_text(
+        f"#\nversion=0\nbroker.id=2\ncluster.id={CLUSTER_ID}\n"
+    )
+    (broker.data / "recovery-point-offset-checkpoint").write_text("0\n1\nledger 0 0\n")
+    (broker.data / "log-start-offset-checkpoint").write_text("0\n1\nledger 0 0\n")
+    (broker.data / "replication-offset-checkpoint").write_text("0\n1\nledger 0 10\n")
+    _kafka_3_partition(broker.data / "ledger-0", topic_id)
+    layout = {
+        "/cluster/id": json.dumps({"version": "1", "id": CLUSTER_ID}).encode(),
+        "/controller_epoch": b"3",
+        "/brokers/ids/2": json.dumps(
+            {"endpoints": ["PLAINTEXT://b2:9092"], "version": 5, "host": "b2", "port": 9092}
+        ).encode(),
+        "/brokers/topics/ledger": json.dumps(
+            {"version": 3, "topic_id": topic_id, "partitions": {"0": [2]}}
+        ).encode(),
+        "/brokers/topics/ledger/partitions/0/state": json.dumps(
+            {
+                "controller_epoch": 3,
+                "leader": 2,
+                "version": 1,
+                "leader_epoch": 2,
+                "isr": [2],
+            }
+        ).encode(),
+        "/latest_producer_id_block": json.dumps(
+            {"version": 1, "broker": 2, "block_start": "5000", "block_end": "5999"}
+        ).encode(),
+    }
+    client = zk.client()
+    try:
+        client.ensure_path("/kafka-g")
+        client.chroot = "/kafka-g"
+        write_layout(client, layout)
+    finally:
+        client.stop()
+        client.close()
+    code, out = _migrate(controller, f"{zk.connect}/kafka-g")
+    assert code == 0, out
+    controller.start_background()
+    controller.wait_listening()
+    broker.start()
+    try:
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g",
+                             "enable.auto.commit": False})  # fmt: skip
+        consumer.assign([TopicPartition("ledger", 0, 0)])
+        got: list[tuple[int, bytes, int]] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 10 and time.monotonic() < deadline:
+            for m in consumer.consume(10, 1.0):
+                if m.error() is None:
+                    got.append((m.offset(), m.value(), m.timestamp()[1]))
+        consumer.close()
+        assert got == [(i, f"r{i}".encode(), 1_700_000_000_000 + i) for i in range(10)]
+        addr = [("127.0.0.1", broker.port)]
+        epochs = call(addr, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {
+            "replica_id": -1, "topics": [{"topic": "ledger", "partitions": [
+                {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]})  # fmt: skip
+        assert epochs.topics[0].partitions[0].end_offset == 5  # from Kafka's checkpoint
+
+        def produce(pid: int, epoch: int, seq: int) -> tuple[int, int]:
+            batch = build_batch([(None, b"next", ())], producer_id=pid, producer_epoch=epoch,
+                                base_sequence=seq)  # fmt: skip
+            resp = call(addr, ApiKey.PRODUCE, 9, {
+                "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(seconds=30),
+                "topic_data": [{"name": "ledger", "partition_data": [
+                    {"index": 0, "records": batch}]}]})  # fmt: skip
+            p = resp.responses[0].partition_responses[0]
+            return int(p.error_code), int(p.base_offset)
+
+        assert produce(4000, 3, 12)[0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER: a gap
+        assert produce(4000, 3, 10) == (0, 10)  # the log's producer goes on
+        # the snapshot's producer is known (an unknown one's first sequence is taken as
+        # it comes, as Kafka takes it): a gap is refused, its next sequence taken
+        assert produce(5000, 1, 45)[0] == 45
+        assert produce(5000, 1, 42) == (0, 11)
+    finally:
+        broker.stop()
+        controller.stop()
