@@ -604,3 +604,79 @@ def test_a_kafka_written_partition_directory_is_served_with_its_producers_and_ep
     finally:
         broker.stop()
         controller.stop()
+
+
+def _kafka_scram(password: str, iterations: int) -> str:
+    """A SCRAM-SHA-256 credential as Kafka's ScramFormatter stores it in ZooKeeper."""
+    import base64
+    import hashlib
+    import hmac
+    import os
+
+    salt = os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    stored = hashlib.sha256(client_key).digest()
+    server = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    b64 = base64.b64encode
+    return (f"salt={b64(salt).decode()},stored_key={b64(stored).decode()},"
+            f"server_key={b64(server).decode()},iterations={iterations}")  # fmt: skip
+
+
+def test_migrated_scram_users_log_in_with_their_old_passwords_under_the_old_acls(
+    zk: ZooKeeper, tmp_path: Path
+) -> None:
+    """A user whose SCRAM-SHA-256 credential ZooKeeper held logs in with the password
+    it had, and the ACLs ZooKeeper held are enforced: alice may write the topic her
+    literal ACL names, not another; a wrong password is refused."""
+    from confluent_kafka import KafkaException
+
+    alice = json.dumps({"version": 1, "config": {
+        "SCRAM-SHA-256": _kafka_scram("alice-secret", 4096)}}).encode()  # fmt: skip
+    connect = _populated(zk, "/kafka-h", **{"/config/users/alice": alice})
+    probe = Node(tmp_path / "probe")
+    sasl = free_port()
+    node = Node(tmp_path, extra={
+        "listeners": f"PLAINTEXT://127.0.0.1:{probe.port},"
+                     f"CONTROLLER://127.0.0.1:{probe.controller_port},SASL://127.0.0.1:{sasl}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{probe.port},SASL://127.0.0.1:{sasl}",
+        "controller.quorum.voters": f"1@127.0.0.1:{probe.controller_port}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+                                          "SASL:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",
+    })  # fmt: skip
+    node.port, node.controller_port = probe.port, probe.controller_port
+    code, out = _migrate(node, connect)
+    assert code == 0, out
+    node.start()
+    try:
+
+        def produce(topic: str, password: str) -> str:
+            failures: list[str] = []
+            p = Producer({"bootstrap.servers": f"127.0.0.1:{sasl}", "security.protocol":
+                          "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                          "sasl.username": "alice", "sasl.password": password, "acks": 1,
+                          "message.timeout.ms": 5000,
+                          "error_cb": lambda e: failures.append(e.name())})  # fmt: skip
+            errors: list[str] = []
+
+            def report(err: Any, _m: Any) -> None:
+                errors.append(err.name() if err else "")
+
+            p.produce(topic, b"hello", key=b"k", partition=0, on_delivery=report)  # (compacted)
+            try:
+                p.flush(15)
+            except KafkaException as e:
+                return str(e)
+            if "_AUTHENTICATION" in failures:
+                return "_AUTHENTICATION"
+            return errors[0] if errors else "no delivery report"
+
+        assert produce("orders", "alice-secret") == ""  # her Write ACL on orders
+        assert produce("payments", "alice-secret") == "TOPIC_AUTHORIZATION_FAILED"
+        assert produce("orders", "not-her-password") == "_AUTHENTICATION"
+    finally:
+        node.stop()
