@@ -579,6 +579,16 @@ def test_a_kafka_written_partition_directory_is_served_with_its_producers_and_ep
                     got.append((m.offset(), m.value(), m.timestamp()[1]))
         consumer.close()
         assert got == [(i, f"r{i}".encode(), 1_700_000_000_000 + i) for i in range(10)]
+        from kafka import KafkaConsumer
+        from kafka import TopicPartition as KTopicPartition
+
+        kc = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
+                           consumer_timeout_ms=10000)  # fmt: skip
+        kc.assign([KTopicPartition("ledger", 0)])
+        kc.seek(KTopicPartition("ledger", 0), 0)
+        read = [(m.offset, m.value) for _, m in zip(range(10), kc, strict=False)]
+        kc.close()
+        assert read == [(i, f"r{i}".encode()) for i in range(10)]  # kafka-python too
         addr = [("127.0.0.1", broker.port)]
         epochs = call(addr, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {
             "replica_id": -1, "topics": [{"topic": "ledger", "partitions": [
