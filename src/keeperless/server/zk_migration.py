@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -52,6 +54,7 @@ __all__ = ["ZkMigrationDriver"]
 
 log = logging.getLogger(__name__)
 RETRY_S = 5.0  # after ZooKeeper could not be reached, or the migration was refused
+LOG_EVERY_S = 10.0  # dual-write's writes, summed up in a line at most this often
 
 
 class ZkMigrationDriver:
@@ -73,6 +76,8 @@ class ZkMigrationDriver:
         self.changed = asyncio.Event()  # set by every committed batch (metadata_log)
         self.znodes_written = 0
         self._said: str | None = None
+        self._said_at = -LOG_EVERY_S  # when dual-write last said what it wrote
+        self._unsaid: Counter[str] = Counter()  # znode writes not said yet, by kind
 
     def on_committed(self, records: list[Any], last_offset: int) -> None:
         self.changed.set()
@@ -186,10 +191,16 @@ class ZkMigrationDriver:
             if ops:
                 await asyncio.to_thread(writer.apply, ops)
                 self.znodes_written += len(ops)
-                kinds = {k: sum(o.kind == k for o in ops) for k in ("create", "set", "delete")}
-                log.info("[node %d] Wrote metadata offset %d to ZooKeeper: %d created, %d set, "
-                         "%d deleted", self.node_id, image.offset, kinds["create"], kinds["set"],
-                         kinds["delete"])  # fmt: skip
+                for o in ops:
+                    self._unsaid[o.kind] += 1
+                now = time.monotonic()
+                if now - self._said_at >= LOG_EVERY_S:  # (one line per 10 s at most)
+                    self._said_at = now
+                    log.info("[node %d] Wrote the metadata to ZooKeeper up to offset %d: %d "
+                             "znodes created, %d set, %d deleted", self.node_id, image.offset,
+                             self._unsaid["create"], self._unsaid["set"],
+                             self._unsaid["delete"])  # fmt: skip
+                    self._unsaid.clear()
             current = wanted
             self._said = None
             await self.changed.wait()
