@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
@@ -35,6 +35,7 @@ from keeperless.storage.partition_dirs import (
     write_topic_id,
 )
 from keeperless.storage.producer_files import AbortedTxn, snapshot_offsets
+from keeperless.storage.segment import BuiltIndex
 
 __all__ = [
     "AppendResult",
@@ -426,6 +427,22 @@ class Partition:
         self.log.sync_txn_indexes()
         self.state.take_snapshot(base_offset)
         self.state.delete_snapshots(below=self.log.first_segment_base)
+
+    def swap_in_cleaned(
+        self,
+        group: list[tuple[int, int]],
+        cleaned: Path,
+        now_ms: int,
+        generation: int,
+        built: BuiltIndex | None,
+        dropped_aborts: Collection[int],
+    ) -> bool:
+        """A cleaned copy in place of its segments (PartitionLog.swap_in); the aborted
+        transactions whose markers the cleaner removed are forgotten with them."""
+        if not self.log.swap_in(group, cleaned, now_ms, generation, built):
+            return False
+        self.txns.forget_markers(dropped_aborts)
+        return True
 
     def persist(self) -> None:
         """Everything on disk: the log flushed, the producers' state snapshotted at its

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from keeperless.protocol.control import ABORT, COMMIT, control_type
@@ -112,3 +113,12 @@ class PartitionTxns:
         """Retention or DeleteRecords moved the log start past these."""
         i = bisect.bisect_left(self.aborted, (offset, -1, -1))
         del self.aborted[:i]
+
+    def forget_markers(self, offsets: Collection[int]) -> None:
+        """The cleaner removed these ABORT markers (and every record of their
+        transactions): no fetch lists their transactions again - a reader told of an
+        aborted transaction whose marker is gone skips the producer's later committed
+        batches, waiting for a marker that never comes."""
+        if offsets:
+            gone = set(offsets)
+            self.aborted[:] = [a for a in self.aborted if a[0] not in gone]

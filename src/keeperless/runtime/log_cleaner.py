@@ -202,7 +202,8 @@ class LogCleaner:
         for k, (group, cleaned) in enumerate(res.swaps):
             sizes = [(seg.base_offset, seg.size) for seg in group]
             built = res.indexes[k] if k < len(res.indexes) else None
-            if p.log.swap_in(sizes, cleaned, _now_ms(), generation, built):
+            dropped = res.dropped_aborts[k] if k < len(res.dropped_aborts) else frozenset()
+            if p.swap_in_cleaned(sizes, cleaned, _now_ms(), generation, built, dropped):
                 swapped += 1
                 merged += len(group)
         if swapped == len(res.swaps):

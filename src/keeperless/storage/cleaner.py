@@ -127,6 +127,9 @@ class CleanResult:
     seconds: float
     # each copy's indexes, built as it was written (the log need not read it again)
     indexes: tuple[BuiltIndex, ...] = ()
+    # each copy's ABORT markers removed (their offsets): their transactions are to be
+    # forgotten once the copy is in
+    dropped_aborts: tuple[frozenset[int], ...] = ()
 
 
 def _records(batch: memoryview) -> list[Any]:
@@ -313,12 +316,17 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
     # some key's latest: batches holding none go without their records being read
     dirty = _Dirty(job.first_dirty_offset, map_end, sorted(keys.values()))
     is_aborted = _Aborted(job.aborted)
-    # each producer's last batch in what is cleaned: kept, even emptied
-    last_batch: dict[int, int] = {}
+    # each producer's batch kept even emptied (Kafka's isBatchLastRecordOfProducer): the
+    # one holding its last data offset (its last sequence), or, for a producer with no
+    # data batch left, its last marker (its latest epoch)
+    last_data: dict[int, int] = {}
+    last_marker: dict[int, int] = {}
     for seg in job.segments:  # (headers only: each batch's CRC is checked where it is read)
         for h, _ in _batches(seg.path, seg.size, verify_crc=False):
             if h.producer_id >= 0:
-                last_batch[h.producer_id] = h.base_offset
+                into = last_marker if h.attributes & ATTR_CONTROL else last_data
+                into[h.producer_id] = h.base_offset
+    last_batch = {**last_marker, **last_data}
     horizon = now_ms - job.delete_retention_ms
     swaps = []
     totals = (0, 0, 0, 0)  # bytes read and written, records read and kept
@@ -326,6 +334,7 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
     within = [seg for seg in job.segments if seg.base_offset < map_end]
     indexes: list[BuiltIndex] = []
     txns = _Txns()  # (over the whole pass, in log order)
+    dropped: list[frozenset[int]] = []
     try:
         for group in group_segments(within, job.max_segment_bytes):
             first = group[0].path
@@ -344,6 +353,7 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
                 os.fsync(out.fileno())
                 throttle(out.tell())
             _merge_txn_indexes(group, txn_index_path(first, CLEANED_SUFFIX), txns.dropped_aborts)
+            dropped.append(frozenset(a for a in txns.dropped_aborts if a >= group[0].base_offset))
     except BaseException:
         for group, cleaned in swaps:  # nothing half-written is left for a swap
             cleaned.unlink(missing_ok=True)
@@ -352,7 +362,7 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
     read, written, seen, kept = totals
     return CleanResult(
         job.name, tuple(swaps), map_end, read, written, seen, kept, time.monotonic() - t0,
-        tuple(indexes),
+        tuple(indexes), tuple(dropped),
     )  # fmt: skip
 
 

@@ -264,11 +264,13 @@ class PartitionLog:
             for path in seg.paths():
                 path.unlink(missing_ok=True)
         if merged:
-            if index_swap.stat().st_size:
-                os.replace(index_swap, index)
-            else:
-                index_swap.unlink()
-                index.unlink(missing_ok=True)
+            # over the first segment's, even empty (a crash after it leaves an empty
+            # index, never the first segment's own entries beside a copy whose markers
+            # may be gone)
+            empty = index_swap.stat().st_size == 0
+            os.replace(index_swap, index)
+            if empty:
+                index.unlink()
         os.replace(
             self.dir / segment_name(base, ".log.swap"), self.dir / segment_name(base, ".log")
         )
@@ -351,8 +353,10 @@ class PartitionLog:
 
     @property
     def first_segment_base(self) -> int:
-        first = self._segments[0]
-        return first.index[0][0] if first.index else first.base_offset
+        """The first segment's base offset: where the log starts, even when the cleaner
+        removed the segment's first records (Kafka keeps logStartOffset; a reader at an
+        offset the cleaner emptied is served the next record, not OFFSET_OUT_OF_RANGE)."""
+        return self._segments[0].base_offset
 
     @property
     def log_start_offset(self) -> int:

@@ -640,3 +640,109 @@ def test_transaction_markers_go_a_pass_after_their_records_past_delete_retention
     assert log.aborted_txns() == []  # the aborted transaction's index entry went with it
     assert set(before) - set(after) == {committed, aborted}
     log.close()
+
+
+def test_cleaning_the_first_records_does_not_move_the_log_start(tmp_path: Path) -> None:
+    """Kafka keeps logStartOffset where it was when the cleaner empties the start of the
+    first segment: a reader at a removed offset gets the next record kept, not
+    OFFSET_OUT_OF_RANGE (which reset a consumer with auto.offset.reset=latest to the end).
+    Found by review: the start was the cleaned copy's first batch."""
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)
+    for i in range(20):
+        _append(log, [(b"k%d" % (i % 3), b"v%d" % i)], NOW)
+    _clean(log)
+    kept = [o for o, *_ in _records(tmp_path)]
+    assert kept[0] > 3  # the first records went
+    assert log.log_start_offset == 0
+    got = log.read(3, 1 << 20)
+    assert got is not None
+    first = next(r.offset for r in decode_records(got.read()))
+    assert first == min(o for o in kept if o >= 3)
+    log.close()
+    again = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)  # and after a restart
+    assert again.log_start_offset == 0
+    again.close()
+
+
+def test_a_crash_at_each_step_of_a_swap_never_leaves_an_abort_whose_marker_went(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cleaner removed an ABORT marker (its records went a pass before): the merged
+    transaction index is empty, and a crash at any step of its swap must not leave the
+    first segment's own index - listing that abort - beside the copy (found by review:
+    a crash between deleting the empty .swap and the old index did)."""
+    import os
+    from dataclasses import replace
+
+    from keeperless.broker.txn_state import marker_batch
+    from keeperless.storage.producer_files import AbortedTxn
+
+    def build(d: Path) -> tuple[PartitionLog, int]:
+        log = PartitionLog(d, LogConfig(segment_bytes=300), 0)
+
+        def add(buf: bytearray) -> None:
+            patch_offsets(buf, 0, log.log_end_offset, 3)
+            log.append(bytes(buf), list(iter_batches(buf)), NOW)
+
+        def txn(key: bytes, seq: int) -> None:
+            add(bytearray(build_batch([(key, b"x", [("h", b"x")])], timestamp_ms=NOW,
+                                      producer_id=8, producer_epoch=0, base_sequence=seq,
+                                      transactional=True)))  # fmt: skip
+
+        txn(b"b", 0)
+        aborted = log.log_end_offset
+        add(bytearray(marker_batch(8, 0, False, 0, NOW)))
+        log.append_aborted(AbortedTxn(8, 0, aborted, 0))
+        for i in range(12):
+            _append(log, [(b"pad%d" % i, b"p" * 40)], NOW)
+        txn(b"d", 1)
+        add(bytearray(marker_batch(8, 0, True, 0, NOW)))
+        for i in range(12):
+            _append(log, [(b"q%d" % i, b"p" * 40)], NOW)
+        res = clean_partition(replace(_job(log), aborted=((8, 0, aborted),)), NOW)
+        assert _swap_all(log, res)  # the aborted record goes; its marker next time
+        return log, aborted
+
+    def markers(d: Path) -> set[int]:
+        out: set[int] = set()
+        for seg in d.glob("*.log"):
+            raw = seg.read_bytes()
+            out |= {h.base_offset for _, h in iter_batches(raw) if h.is_control}
+        return out
+
+    real_replace, real_unlink = os.replace, Path.unlink
+    step = 0
+    while True:
+        d = tmp_path / str(step)
+        log, aborted = build(d)
+        res = clean_partition(replace(_job(log), aborted=((8, 0, aborted),)), NOW + 2 * DAY)
+        ops = [0]
+
+        def counted(real: Any, ops: list[int] = ops, step: int = step) -> Any:
+            def op(*args: Any, **kwargs: Any) -> Any:
+                ops[0] += 1
+                if ops[0] > step:
+                    raise _Crash
+                return real(*args, **kwargs)
+
+            return op
+
+        monkeypatch.setattr(os, "replace", counted(real_replace))
+        monkeypatch.setattr(Path, "unlink", counted(real_unlink))
+        crashed = False
+        try:
+            _swap_all(log, res)
+        except _Crash:
+            crashed = True
+        finally:
+            monkeypatch.setattr(os, "replace", real_replace)
+            monkeypatch.setattr(Path, "unlink", real_unlink)
+        log.close()
+        again = PartitionLog(d, LogConfig(segment_bytes=300), 0)
+        present = markers(d)
+        assert [a for a in again.aborted_txns() if a.last_offset not in present] == [], step
+        again.close()
+        if not crashed:
+            assert aborted not in present  # (the marker did go)
+            break
+        step += 1
