@@ -11,7 +11,14 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.coordinator.classic_group import GroupState
 from keeperless.coordinator.group_records import group_key
-from keeperless.coordinator.group_shard import Committed, install, offset_key, offset_value
+from keeperless.coordinator.group_shard import (
+    Committed,
+    drop_pending,
+    forget,
+    install,
+    offset_key,
+    offset_value,
+)
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ApiKey
@@ -100,6 +107,20 @@ class GroupOffsets:
                 "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
             },
         )
+
+    def _deleting(
+        self, gid: str, doomed: list[tuple[str, int]], base: list[int]
+    ) -> Callable[[int], None]:
+        """What a batch of tombstones does once appended, in log order: the offsets go
+        from the group's open transactions (a marker after them must not bring them
+        back); ``base`` gets the batch's first offset (the committed offsets go once it
+        is acknowledged, unless written after it)."""
+
+        def appended(at: int) -> None:
+            base[0] = at
+            drop_pending(self.gc.pending_txn, gid, doomed)
+
+        return appended
 
     def member_error(
         self,
@@ -296,21 +317,34 @@ class GroupOffsets:
             cg = self.gc.consumer_groups.get(gid)
             if err is None and ((g is not None and g.members) or (cg is not None and cg.members)):
                 err = ErrorCode.non_empty_group
-            elif err is None and g is None and cg is None and gid not in self.gc.offsets:
+            elif (
+                err is None
+                and g is None
+                and cg is None
+                and gid not in self.gc.offsets
+                and (
+                    not self.gc.pending_partitions(gid)  # (offsets in open transactions only)
+                )
+            ):
                 err = ErrorCode.group_id_not_found
             if err is None:
-                offsets = self.gc.offsets.get(gid, {})
-                # tombstones, so that the deletion survives a restart
+                # tombstones, so that the deletion survives a restart: of the committed
+                # offsets and of those in open transactions (Kafka's deleteAllOffsets)
+                doomed = sorted(set(self.gc.offsets.get(gid, {})) | self.gc.pending_partitions(gid))
                 tombstones: list[tuple[bytes, bytes | None, tuple[()]]] = [
-                    (offset_key(gid, t, p), None, ()) for t, p in offsets
+                    (offset_key(gid, t, p), None, ()) for t, p in doomed
                 ]
                 if g is not None:
                     tombstones.append((group_key(gid), None, ()))
                 tombstones += self.gc.consumer_group_tombstones(gid)
+                base = [-1]
                 if tombstones:
-                    err = await self.gc.store(gid, build_batch(tombstones, timestamp_ms=now), now)
+                    err = await self.gc.store(
+                        gid, build_batch(tombstones, timestamp_ms=now), now,
+                        self._deleting(gid, doomed, base),
+                    )  # fmt: skip
                 if err is None:
-                    self.gc.offsets.pop(gid, None)
+                    forget(self.gc.offsets, gid, [(tp, base[0] + i) for i, tp in enumerate(doomed)])
                     deleted = self.gc.groups.pop(gid, None)
                     if deleted is not None:
                         # a join that came during the write waits in it: it is told to
@@ -357,17 +391,20 @@ class GroupOffsets:
                 e = ErrorCode.none
                 if t.name in subscribed:
                     e = ErrorCode.group_subscribed_to_topic
-                elif (t.name, p.partition_index) in offsets:
+                elif (t.name, p.partition_index) in offsets or (
+                    (t.name, p.partition_index) in self.gc.pending_partitions(gid)
+                ):
                     doomed.append((t.name, p.partition_index))
                 parts.append({"partition_index": p.partition_index, "error_code": e})
             topics.append({"name": t.name, "partitions": parts})
         if err is None and doomed:
             now = int(time.time() * 1000)
             tombstones = [(offset_key(gid, t, i), None, ()) for t, i in doomed]
-            err = await self.gc.store(gid, build_batch(tombstones, timestamp_ms=now), now)
+            base = [-1]
+            batch = build_batch(tombstones, timestamp_ms=now)
+            err = await self.gc.store(gid, batch, now, self._deleting(gid, doomed, base))
             if err is None:
-                for key in doomed:
-                    self.gc.offsets.get(gid, {}).pop(key, None)
+                forget(self.gc.offsets, gid, [(tp, base[0] + i) for i, tp in enumerate(doomed)])
         return build(
             response_class(ApiKey.OFFSET_DELETE, header.api_version),
             {

@@ -71,6 +71,35 @@ def install(offsets: Offsets, tp: tuple[str, int], commit: Committed) -> None:
         offsets[tp] = commit
 
 
+def drop_pending(
+    pending_txn: dict[int, dict[str, Offsets]], group: str, tps: list[tuple[str, int]]
+) -> None:
+    """A group's offsets deleted (DeleteGroups, OffsetDelete): gone from every open
+    transaction too, so that a transaction committed later does not bring them back
+    (Kafka's OffsetMetadataManager replays a tombstone so)."""
+    for pending in pending_txn.values():
+        offsets = pending.get(group)
+        if offsets:
+            for tp in tps:
+                offsets.pop(tp, None)
+
+
+def forget(
+    offsets: dict[str, Offsets], group: str, deleted: list[tuple[tuple[str, int], int]]
+) -> None:
+    """Tombstones acknowledged ((partition, the tombstone's offset) each): a commit written
+    after a tombstone (a transaction's, applied at its marker) stays."""
+    mine = offsets.get(group)
+    if mine is None:
+        return
+    for tp, at in deleted:
+        cur = mine.get(tp)
+        if cur is not None and cur.record_offset < at:
+            del mine[tp]
+    if not mine:
+        del offsets[group]
+
+
 def materialize(into: dict[str, Offsets], pending: dict[str, Offsets]) -> None:
     """A committed transaction's offsets, each installed as ``install`` says."""
     for gid, offsets in pending.items():
@@ -160,6 +189,8 @@ class GroupShard:
             self.offsets_read += 1
             if value is None:
                 offsets.pop((topic, partition), None)
+                if not transactional:  # (and from every open transaction, as Kafka's)
+                    drop_pending(self.pending_txn, group, [(topic, partition)])
             else:
                 offsets[(topic, partition)] = Committed(*_decode_offset(value), offset)
         elif transactional:

@@ -413,3 +413,62 @@ def test_plain_and_transactional_commits_the_later_record_wins_live_and_on_reloa
 
     assert asyncio.run(go(txn_first=True)) == (9, 9)  # the plain commit is later
     assert asyncio.run(go(txn_first=False)) == (5, 5)  # the transaction's is later
+
+
+def test_deleted_offsets_stay_deleted_when_an_open_transaction_commits(tmp_path: Path) -> None:
+    """Kafka's rule (found by review): DeleteGroups and OffsetDelete also write
+    tombstones for offsets only an open transaction holds, and a tombstone drops the
+    partition from the group's open transactions, so that the transaction's commit
+    marker does not bring a deleted offset back - live, and on reload."""
+    from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+
+    from keeperless.broker.coordinator_log import BrokerPartitionLog
+    from keeperless.broker.txn_offsets import TxnOffsets
+    from keeperless.coordinator.group_shard import GroupShard
+    from keeperless.coordinator.runtime import TxnMarker
+
+    async def acked(b: Broker, coro: Any) -> Any:
+        task = asyncio.create_task(coro)
+        await asyncio.sleep(0.05)
+        p = b.partitions.get(OFFSETS_TOPIC, 0)
+        assert p is not None
+        p.record_follower_fetch(2, p.log.log_end_offset, 0)
+        return await asyncio.wait_for(task, 5)
+
+    async def go() -> tuple[int, bool]:
+        b, offsets = _setup(tmp_path)
+        txn = TxnOffsets(offsets.gc, offsets)
+        await acked(b, txn.txn_offset_commit(RequestHeader(28, 3, 1, "c"), _txn_commit("", -1, 5)))
+        assert offsets.gc.pending_partitions(GROUP) == {("t", 0)}
+        resp = await acked(b, offsets.delete_groups(
+            _header(42, 2), DeleteGroupsRequest(groups_names=(GROUP,))))  # fmt: skip
+        assert resp.results[0].error_code == ErrorCode.none  # (a group of pending offsets)
+        assert offsets.gc.pending_partitions(GROUP) == set()
+        p = b.partitions.get(OFFSETS_TOPIC, 0)
+        assert p is not None
+        p.append_marker(7, 0, True, 0, 0)  # the transaction commits afterwards
+        txn.on_marker(0, 7, True)
+        live = await _committed(offsets)
+        shard = GroupShard()
+        for e in BrokerPartitionLog(b).records(OFFSETS_TOPIC, 0):
+            if isinstance(e, TxnMarker):
+                shard.replay_marker(e.producer_id, e.commit)
+            else:
+                shard.replay(e.key, e.value, e.offset, e.producer_id, e.transactional)
+        b.close()
+        return live, ("t", 0) in shard.offsets.get(GROUP, {})
+
+    assert asyncio.run(go()) == (-1, False)
+
+
+def test_a_tombstone_read_back_drops_the_partition_from_open_transactions() -> None:
+    from keeperless.coordinator.group_shard import GroupShard
+
+    s = GroupShard()
+    s.replay(offset_key(GROUP, "t", 0), offset_value(3, 0, "", 0), 9)
+    s.replay(offset_key(GROUP, "t", 0), offset_value(5, 0, "", 0), 10, 11, transactional=True)
+    s.replay(offset_key(GROUP, "t", 1), offset_value(6, 0, "", 0), 11, 11, transactional=True)
+    s.replay(offset_key(GROUP, "t", 0), None, 12)  # DeleteGroups / OffsetDelete
+    s.replay_marker(11, commit=True)
+    assert ("t", 0) not in s.offsets.get(GROUP, {})
+    assert s.offsets[GROUP][("t", 1)].offset == 6  # not deleted: committed
