@@ -37,6 +37,13 @@ BALANCE_SLICE = 20_000  # partitions looked at per leader-balancing operation
 PROPOSE_CHUNK = 2000  # records encoded between two turns of the event loop
 MAX_UNCOMMITTED = 10 * PROPOSE_CHUNK  # records a big operation may have appended, uncommitted
 T = TypeVar("T")
+# what a migration from ZooKeeper copies: not written by anything else before it
+_COPIED_BY_MIGRATION = frozenset({
+    r.TopicRecord, r.PartitionRecord, r.RemoveTopicRecord, r.ConfigRecord,
+    r.AccessControlEntryRecord, r.RemoveAccessControlEntryRecord,
+    r.UserScramCredentialRecord, r.RemoveUserScramCredentialRecord, r.ClientQuotaRecord,
+    r.ProducerIdsRecord, r.DelegationTokenRecord, r.RemoveDelegationTokenRecord,
+})  # fmt: skip
 
 
 def _now_ms() -> int:
@@ -92,7 +99,8 @@ class ControllerService:
             meta = read_meta_properties(config.metadata_log_dir)
             self.zk_migration = ZkMigrationDriver(
                 self.node_id, str(config["zookeeper.connect"]),
-                meta.cluster_id if meta is not None else "", c, self.call, lambda: mlog.core.epoch,
+                meta.cluster_id if meta is not None else "", c,
+                functools.partial(self.call, in_premigration=True), lambda: mlog.core.epoch,
             )  # fmt: skip
             mlog.listeners.append(self.zk_migration.on_committed)
 
@@ -142,12 +150,12 @@ class ControllerService:
         if METADATA_VERSION_FEATURE not in self.controller.image.features:
             boot = self.mlog.bootstrap_records()
             if boot:
-                await self.call(lambda c: Result(boot, None))
+                await self.call(lambda c: Result(boot, None), in_premigration=True)
                 log.info(
                     "[node %d] Wrote the bootstrap metadata (%d records)", self.node_id, len(boot)
                 )
         if self.controller.cluster_min_isr_records():
-            await self.call(lambda c: Result(c.cluster_min_isr_records(), None))
+            await self.call(lambda c: Result(c.cluster_min_isr_records(), None), True)
         await self._zk_migration_step()
 
     async def _zk_migration_step(self) -> None:
@@ -156,6 +164,7 @@ class ControllerService:
         (POST_MIGRATION: ZooKeeper is no longer written), as Kafka's does."""
         if self.zk_migration is not None:
             self._zk_task = asyncio.get_running_loop().create_task(self.zk_migration.run())
+            self._zk_task.add_done_callback(self._zk_migration_ended)
             return
         state = self.controller.image.zk_migration_state
         if state == MIGRATION and not self._migrating:
@@ -171,6 +180,14 @@ class ControllerService:
                 "zookeeper.connect on the controllers to finish it",
                 self.node_id,
             )
+
+    def _zk_migration_ended(self, task: asyncio.Task[None]) -> None:
+        """A migration that stopped on an error says so (it is not retried until this
+        controller is active again)."""
+        if not task.cancelled() and task.exception() is not None:
+            log.error("[node %d] The migration from ZooKeeper stopped: %r; it goes on when "
+                      "a controller becomes active again", self.node_id,
+                      task.exception())  # fmt: skip
 
     async def _watch_sessions(self) -> None:
         """Fence brokers that miss broker.session.timeout.ms (checked every second)."""
@@ -230,8 +247,14 @@ class ControllerService:
             return False
         return True
 
-    async def call(self, op: Callable[[QuorumController], Result[T]]) -> T:
-        """Run an operation on the active controller; returns after its records commit."""
+    async def call(
+        self, op: Callable[[QuorumController], Result[T]], in_premigration: bool = False
+    ) -> T:
+        """Run an operation on the active controller; returns after its records commit.
+        While a migration from ZooKeeper waits to copy its metadata (PRE_MIGRATION), an
+        operation writing what the copy brings (topics, configs, ACLs, SCRAM, quotas,
+        producer ids, tokens) is refused with NOT_CONTROLLER, as Kafka's controller
+        refuses those not flagged RUNS_IN_PREMIGRATION (the copy would clash with it)."""
         if not self._active.is_set():
             raise NotControllerError(f"node {self.node_id} is not the active controller")
         queued = time.perf_counter()
@@ -242,6 +265,15 @@ class ControllerService:
             result = op(self.controller)
             if self.metrics is not None:  # Kafka's EventQueueProcessingTimeMs
                 self.metrics.event_processing_time.observe((time.perf_counter() - started) * 1000)
+            if (
+                not in_premigration
+                and self.controller.image.zk_migration_state == PRE_MIGRATION
+                and any(type(rec) in _COPIED_BY_MIGRATION for rec in result.records)
+            ):
+                raise NotControllerError(
+                    f"node {self.node_id}: the controller waits to copy ZooKeeper's metadata "
+                    "(pre-migration): metadata changes are refused until then"
+                )
             if not result.records and not result.more:
                 return result.response
             # Applied as appended, so that the next operation sees them (pipelining);

@@ -37,6 +37,7 @@ from keeperless.metadata.features import (
     metadata_version_for_release,
     release_for_level,
 )
+from keeperless.metadata.image import MetadataImage
 from keeperless.zk.layout import ZkLayoutError, parse_layout
 from keeperless.zk.reader import ZkUnreachable
 from keeperless.zk.records import (
@@ -48,7 +49,7 @@ from keeperless.zk.records import (
     migration_records,
 )
 from keeperless.zk.writer import ZkFenced, ZkWriter
-from keeperless.zk.znodes import changes, image_znodes
+from keeperless.zk.znodes import ZnodeOp, changes, image_znodes, with_unmigrated
 
 __all__ = ["ZkMigrationDriver"]
 
@@ -117,8 +118,10 @@ class ZkMigrationDriver:
             except ZkUnreachable as e:
                 self._say(f"ZooKeeper migration: {e}; trying again in {RETRY_S:.0f} s")
             except ZkFenced as e:
-                self._say(f"ZooKeeper migration: {e}; no longer writing ZooKeeper")
-                return
+                # another claimed ZooKeeper after this controller (a ZooKeeper-mode
+                # controller, after this one's session expired): claim again, as Kafka's
+                # driver does; a KRaft controller of a newer epoch is not claimed over
+                self._say(f"ZooKeeper migration: {e}; claiming it again in {RETRY_S:.0f} s")
             await asyncio.sleep(RETRY_S)
 
     def _too_old(self, scram: bool = False) -> str | None:
@@ -153,7 +156,7 @@ class ZkMigrationDriver:
         """ZooKeeper's metadata into the quorum, in one batch; False if refused."""
         tree = await asyncio.to_thread(writer.read_all)
         try:
-            md = parse_layout(tree)
+            md = await asyncio.to_thread(parse_layout, tree)
         except ZkLayoutError as e:
             self._say(f"ZooKeeper migration refused: ZooKeeper at {self.connect} does not hold "
                       f"a valid ZooKeeper-mode Kafka cluster: {e}")  # fmt: skip
@@ -167,7 +170,7 @@ class ZkMigrationDriver:
         if refusals:
             self._say("ZooKeeper migration refused: " + "; ".join(refusals))
             return False
-        records, skipped = migration_records(md, MIGRATION)
+        records, skipped = await asyncio.to_thread(migration_records, md, MIGRATION)
         for line in skipped:
             log.warning("[node %d] Not migrated: %s", self.node_id, line)
         await self.call(lambda c: Result(records, None))
@@ -179,6 +182,13 @@ class ZkMigrationDriver:
                  len(records))  # fmt: skip
         return True
 
+    def _diff(
+        self, current: dict[str, bytes | None], image: MetadataImage, epoch: int
+    ) -> tuple[dict[str, bytes | None], list[ZnodeOp]]:
+        """(Off the event loop: the whole image's znodes, and what differs.)"""
+        wanted = with_unmigrated(current, image_znodes(image, epoch, self.node_id))
+        return wanted, changes(current, wanted)
+
     async def _dual_write(self, writer: ZkWriter, epoch: int) -> None:
         current = await asyncio.to_thread(writer.read_managed)
         while True:
@@ -186,8 +196,7 @@ class ZkMigrationDriver:
             image = self.controller.committed
             if image.zk_migration_state != MIGRATION:
                 return
-            wanted = await asyncio.to_thread(image_znodes, image, epoch, self.node_id)
-            ops = changes(current, wanted)
+            wanted, ops = await asyncio.to_thread(self._diff, current, image, epoch)
             if ops:
                 await asyncio.to_thread(writer.apply, ops)
                 self.znodes_written += len(ops)

@@ -355,7 +355,8 @@ def parse_layout(tree: Mapping[str, bytes | None]) -> ZkMetadata:
             path = f"/config/{kind}/{raw}"
             if path not in tree:
                 continue
-            conf = _config(tree, path, problems)
+            # (no data: a user with only user-and-client quotas, as Kafka creates it)
+            conf = _config(tree, path, problems) if tree[path] is not None else {}
             entity_key: tuple[tuple[str, str | None], ...] = ((entity, _name(raw)),)
             if kind == "users":
                 for mech in SCRAM_MECHANISMS:

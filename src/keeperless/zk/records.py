@@ -23,6 +23,7 @@ __all__ = [
     "PRE_MIGRATION",
     "SCRAM_RELEASE",
     "migration_records",
+    "password_config",
 ]
 
 MIGRATION_RELEASE = "3.4-IV0"  # the first metadata.version with ZkMigrationStateRecord
@@ -45,7 +46,7 @@ _RESOURCE = {"topic": Resource.TOPIC, "group": Resource.GROUP, "cluster": Resour
 _OPERATION = {op.name.replace("_", ""): int(op) for op in AclOp}  # READ, CLUSTERACTION...
 
 
-def _password(key: str) -> bool:
+def password_config(key: str) -> bool:
     """A password config (Kafka's dynamic passwords are stored encrypted in ZooKeeper)."""
     if key.startswith("listener.name."):
         key = key.split(".", 3)[-1] if key.count(".") >= 3 else key
@@ -79,7 +80,7 @@ def migration_records(md: ZkMetadata, state: int = POST_MIGRATION) -> tuple[list
                                       name=key, value=value))  # fmt: skip
     for broker, conf in sorted(md.broker_configs.items()):
         for key, value in sorted(conf.items()):
-            if _password(key):
+            if password_config(key):
                 skipped.append(f"broker {broker or '<default>'} config {key}: ZooKeeper holds it "
                                "encrypted with password.encoder.secret; set it again after the "
                                "migration (kafka-configs.sh --alter)")  # fmt: skip

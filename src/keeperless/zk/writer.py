@@ -39,6 +39,7 @@ class ZkWriter:
         self.zk: KazooClient = connect_client(connect, timeout_s)
         self.epoch = -1  # ZooKeeper's controller epoch this controller claimed
         self._epoch_version = -1  # /controller_epoch's version after the claim
+        self._controller_doc = b""  # what /controller says of it
 
     def close(self) -> None:
         self.zk.stop()
@@ -66,14 +67,16 @@ class ZkWriter:
             while True:
                 raw, stat = zk.get("/controller_epoch")
                 epoch = (int(raw) if raw else 0) + 1
+                self._newer_claim(node_id, kraft_epoch)
                 doc = {"version": 2, "brokerid": node_id,
                        "timestamp": str(int(time.time() * 1000)),
                        "kraftControllerEpoch": kraft_epoch}  # fmt: skip
+                self._controller_doc = json.dumps(doc).encode()
                 tx = zk.transaction()
                 tx.set_data("/controller_epoch", str(epoch).encode(), version=stat.version)
                 if zk.exists("/controller"):
                     tx.delete("/controller")
-                tx.create("/controller", json.dumps(doc).encode(), ephemeral=True)
+                tx.create("/controller", self._controller_doc, ephemeral=True)
                 results = tx.commit()
                 if not any(isinstance(r, Exception) for r in results):
                     self.epoch, self._epoch_version = epoch, stat.version + 1
@@ -85,6 +88,22 @@ class ZkWriter:
         except (KazooException, KazooTimeoutError) as e:
             raise ZkUnreachable(f"claiming ZooKeeper at {self.connect}: {e!r}") from e
 
+    def _newer_claim(self, node_id: int, kraft_epoch: int) -> None:
+        """ZkFenced if ZooKeeper names a KRaft controller of a newer epoch (or another
+        one of the same): a controller that lost its leadership unawares must not claim
+        over its successor (Kafka's tryRegisterKRaftControllerAsActiveController)."""
+        try:
+            raw, _ = self.zk.get("/controller")
+            doc = json.loads(raw)
+            theirs, them = int(doc.get("kraftControllerEpoch", -1)), doc.get("brokerid")
+        except NoNodeError:
+            return
+        except (ValueError, TypeError, AttributeError):
+            return  # (not a controller's: claimed over)
+        if theirs > kraft_epoch or (theirs == kraft_epoch and them != node_id):
+            raise ZkFenced(f"ZooKeeper names KRaft controller {them} of epoch {theirs}, "
+                           f"newer than this controller's {kraft_epoch}")  # fmt: skip
+
     def apply(self, ops: list[ZnodeOp]) -> None:
         """Write ``ops`` (in order), each transaction checking the claim still holds."""
         zk = self.zk
@@ -94,6 +113,8 @@ class ZkWriter:
             for i in range(0, len(ops), _OPS_PER_TRANSACTION):
                 tx = zk.transaction()
                 tx.check("/controller_epoch", self._epoch_version)
+                if not zk.exists("/controller"):  # (it went with an expired session)
+                    tx.create("/controller", self._controller_doc, ephemeral=True)
                 chunk = ops[i : i + _OPS_PER_TRANSACTION]
                 for op in chunk:
                     if op.kind == "create":
@@ -110,7 +131,7 @@ class ZkWriter:
                     )
                 failed = [
                     (op, r)
-                    for op, r in zip(chunk, results[1:], strict=True)
+                    for op, r in zip(chunk, results[len(results) - len(chunk) :], strict=True)
                     if isinstance(r, Exception) and not isinstance(r, RolledBackError)
                 ]
                 if failed:

@@ -24,6 +24,7 @@ from typing import Any
 from keeperless.metadata.image import BROKER_RESOURCE, MetadataImage
 from keeperless.security.authorizer import AclOp, Resource
 from keeperless.storage.meta_properties import uuid_to_kafka
+from keeperless.zk.records import password_config
 
 __all__ = [
     "MANAGED_ROOTS",
@@ -32,6 +33,7 @@ __all__ = [
     "changes",
     "image_znodes",
     "sanitize",
+    "with_unmigrated",
 ]
 
 # the roots whose children dual-write owns (what is under them and not in the image goes)
@@ -111,7 +113,10 @@ def image_znodes(
         out[f"/config/topics/{t.name}"] = _config_doc(image.topic_config(t.name))
     for (rtype, name), config in sorted(image.configs.items()):
         if rtype == BROKER_RESOURCE:
-            out[f"/config/brokers/{name or '<default>'}"] = _config_doc(config)
+            # (never a password: ZooKeeper-mode brokers read them encrypted with their
+            # password.encoder.secret, which the quorum does not have)
+            plain = {k: v for k, v in config.items() if not password_config(k)}
+            out[f"/config/brokers/{name or '<default>'}"] = _config_doc(plain)
     users: dict[str, dict[str, str]] = {}
     for (user, mechanism), cred in sorted(image.scram.items()):
         b64 = base64.b64encode
@@ -162,6 +167,29 @@ def image_znodes(
             "version": 1, "broker": controller_id,
             "block_start": str(max(0, end - _BLOCK + 1)), "block_end": str(end),
         })  # fmt: skip
+    return out
+
+
+def with_unmigrated(
+    current: Mapping[str, bytes | None], wanted: dict[str, bytes | None]
+) -> dict[str, bytes | None]:
+    """``wanted`` keeping what ZooKeeper holds that was never migrated: the dynamic
+    broker passwords, stored encrypted (a rollback's brokers still need them)."""
+    out = dict(wanted)
+    for path, data in current.items():
+        if not path.startswith("/config/brokers/") or not data:
+            continue
+        try:
+            kept = {
+                k: v for k, v in json.loads(data).get("config", {}).items() if password_config(k)
+            }
+        except (ValueError, AttributeError, UnicodeDecodeError):
+            continue
+        if not kept:
+            continue
+        mine = out.get(path)
+        config = json.loads(mine).get("config", {}) if mine else {}
+        out[path] = _config_doc({**config, **kept})
     return out
 
 

@@ -92,3 +92,55 @@ def test_a_migration_state_record_is_kept_by_the_image() -> None:
     d = MetadataDelta(replace(image))
     d.replay(r.TopicRecord(name="x", topic_id=uuid.uuid4()))
     assert d.apply().zk_migration_state == 2  # unchanged by other records
+
+
+_ENCRYPTED = (
+    "encryptedValue=abc,keyLength=128,cipherAlgorithm=AES/CBC/PKCS5Padding,"
+    "initializationVector=xyz,keyFactoryAlgorithm=PBKDF2WithHmacSHA512,iterations=4096"
+)
+
+
+def test_dual_write_keeps_zookeepers_encrypted_passwords_and_never_writes_one() -> None:
+    """Found by review: the first dual-write replaced /config/brokers/2 with what the
+    quorum holds, erasing the encrypted dynamic password a rollback's ZooKeeper-mode
+    broker needs (it is not migrated: ZooKeeper holds it encrypted); and a password set
+    again in the quorum would have been written in plaintext, which such a broker cannot
+    decode."""
+    import json
+
+    from keeperless.zk.znodes import with_unmigrated
+
+    tree = kafka_layout()
+    tree["/config/brokers/2"] = json.dumps({"version": 1, "config": {
+        "log.cleaner.threads": "2",
+        "listener.name.internal.ssl.keystore.password": _ENCRYPTED,
+    }}).encode()  # fmt: skip
+    tree["/config/brokers/3"] = json.dumps({"version": 1, "config": {
+        "ssl.key.password": _ENCRYPTED}}).encode()  # fmt: skip
+    records, _ = migration_records(parse_layout(tree))
+    records.append(r.ConfigRecord(resource_type=4, resource_name="2", name="ssl.key.password",
+                                  value="plaintext-set-again"))  # fmt: skip
+    wanted = with_unmigrated(tree, image_znodes(_image(records), 7, 2))
+    ops = {o.path: o for o in changes(tree, wanted)}
+    assert "/config/brokers/3" not in ops  # (only a password: kept, not deleted)
+    if "/config/brokers/2" in ops:
+        config = json.loads(ops["/config/brokers/2"].data or b"{}")["config"]
+        assert config["listener.name.internal.ssl.keystore.password"] == _ENCRYPTED
+        assert "ssl.key.password" not in config
+    b2 = json.loads(wanted["/config/brokers/2"] or b"{}")["config"]
+    assert b2 == {"log.cleaner.threads": "2",
+                  "listener.name.internal.ssl.keystore.password": _ENCRYPTED}  # fmt: skip
+
+
+def test_a_user_with_only_user_and_client_quotas_is_read() -> None:
+    """Kafka creates /config/users/<user> without data for a user-and-client quota alone
+    (createRecursive); found by review: the reader refused it as empty."""
+    import json
+
+    tree = kafka_layout()
+    tree["/config/users/carol"] = None
+    tree["/config/users/carol/clients"] = None
+    tree["/config/users/carol/clients/app-2"] = json.dumps(
+        {"version": 1, "config": {"producer_byte_rate": "4096"}}).encode()  # fmt: skip
+    md = parse_layout(tree)
+    assert md.quotas[(("user", "carol"), ("client-id", "app-2"))] == {"producer_byte_rate": 4096.0}
