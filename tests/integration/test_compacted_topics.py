@@ -302,3 +302,42 @@ def test_rf3_replicas_compact_on_their_own_and_each_serves_the_same_keyed_state(
             assert others == 0, f"records read outside rack-{j}: {before} -> {after}"
     finally:
         c.stop()
+
+
+def test_a_cleaner_worker_killed_mid_cleaning_is_replaced(tmp_path: Path) -> None:
+    """A cleaner worker process killed while it writes a cleaned copy (the OOM killer,
+    say): the broker starts another worker and goes on cleaning, instead of a broken
+    pool refusing every cleaning until a restart (found by review); the half-written
+    copy is dropped and the keyed state is whole."""
+    import os
+    import signal as sig
+
+    n = Node(tmp_path, extra={"log.cleaner.backoff.ms": "50",
+                              "log.cleaner.io.max.bytes.per.second": "200000"})  # fmt: skip
+    n.format()
+    n.start()
+    try:
+        keeperless(
+            "topics", "--bootstrap-server", n.bootstrap, "--create", "--topic", "workers",
+            "--partitions", "1", "--config", "cleanup.policy=compact",
+            "--config", "segment.bytes=65536", "--config", "min.cleanable.dirty.ratio=0.01",
+            check=True,
+        )  # fmt: skip
+        pdir = n.data / "workers-0"
+        latest = _produce_keyed(n.bootstrap, "workers", 2500, 300, seed=3, pad=400)
+        wait_until(lambda: list(pdir.glob("*.cleaned")), 30, 0.01, what="a cleaning")
+        assert n.proc is not None
+        children = Path(f"/proc/{n.proc.pid}/task/{n.proc.pid}/children").read_text().split()
+        assert children, "no cleaner worker process"
+        for child in children:
+            os.kill(int(child), sig.SIGKILL)
+        wait_until(lambda: "A log cleaner worker died while cleaning workers-0" in n.logs(), 30,
+                   what="the dead worker noticed")  # fmt: skip
+        before = n.logs().count("Cleaned workers-0")
+        latest.update(_produce_keyed(n.bootstrap, "workers", 500, 300, seed=4, pad=400))
+        wait_until(lambda: n.logs().count("Cleaned workers-0") > before, 60,
+                   what="a cleaning by a new worker")  # fmt: skip
+        expected = {k: v for k, (_o, v) in latest.items() if v is not None}
+        assert _state(_read_all(n.bootstrap, "workers")) == expected
+    finally:
+        n.stop()

@@ -21,6 +21,7 @@ import os
 import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,6 +183,18 @@ class LogCleaner:
             res: CleanResult = await loop.run_in_executor(
                 self._executor(), clean_partition, job, now
             )
+        except BrokenProcessPool:
+            # a worker died (killed by the OOM killer, say): a new pool next time, not
+            # a cleaner stopped until a restart
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+            for name in os.listdir(p.log.dir) if p.log.dir.exists() else ():
+                if name.endswith(CLEANED_SUFFIX):
+                    (p.log.dir / name).unlink(missing_ok=True)  # (its half-written copy)
+            log.warning("[node %d] A log cleaner worker died while cleaning %s; starting "
+                        "another", self.node_id, job.name)  # fmt: skip
+            return True
         except (OSError, ValueError) as e:  # a corrupt segment, a read error
             self.uncleanable.add(key)
             log.warning(
