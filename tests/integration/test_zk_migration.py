@@ -352,6 +352,15 @@ def test_a_live_migration_copies_zookeeper_then_writes_every_change_back_until_f
         assert f"TopicId: {fresh.topic_id}" in desc, desc  # the quorum's id, in ZooKeeper
         assert _zk_get(zk, "/kafka-live", "/config/topics/payments") is None
         assert md.topics["orders"].configs["cleanup.policy"] == "compact"  # kept
+        # /controller gone as with an expired session: written again while idle, before
+        # a ZooKeeper-mode broker could elect itself (found by review)
+        client = zk.client()
+        client.delete("/kafka-live/controller")
+        client.stop()
+        client.close()
+        wait_until(lambda: _zk_get(zk, "/kafka-live", "/controller") is not None, 15,
+                   what="/controller written again")  # fmt: skip
+        assert json.loads(_zk_get(zk, "/kafka-live", "/controller") or b"{}")["brokerid"] == 1
     finally:
         node.stop()
     # finalized: the controllers restarted without the migration's keys

@@ -369,6 +369,7 @@ class GroupOffsets:
             and g is None
             and gid not in self.gc.offsets
             and gid not in (self.gc.consumer_groups)
+            and not self.gc.pending_partitions(gid)  # (offsets in open transactions only)
         ):
             err = ErrorCode.group_id_not_found
         subscribed: set[str] = set()

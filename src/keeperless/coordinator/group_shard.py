@@ -77,11 +77,15 @@ def drop_pending(
     """A group's offsets deleted (DeleteGroups, OffsetDelete): gone from every open
     transaction too, so that a transaction committed later does not bring them back
     (Kafka's OffsetMetadataManager replays a tombstone so)."""
-    for pending in pending_txn.values():
+    for pid, pending in list(pending_txn.items()):
         offsets = pending.get(group)
         if offsets:
             for tp in tps:
                 offsets.pop(tp, None)
+        if group in pending and not offsets:
+            del pending[group]  # (no group of nothing, to come back at the marker)
+        if not pending:
+            del pending_txn[pid]
 
 
 def forget(
@@ -103,6 +107,8 @@ def forget(
 def materialize(into: dict[str, Offsets], pending: dict[str, Offsets]) -> None:
     """A committed transaction's offsets, each installed as ``install`` says."""
     for gid, offsets in pending.items():
+        if not offsets:
+            continue  # (a group whose pending offsets were all deleted)
         mine = into.setdefault(gid, {})
         for tp, commit in offsets.items():
             install(mine, tp, commit)
@@ -185,13 +191,16 @@ class GroupShard:
             if group is None or topic is None:
                 return
             into = self.pending_txn.setdefault(producer_id, {}) if transactional else self.offsets
-            offsets = into.setdefault(group, {})
             self.offsets_read += 1
             if value is None:
+                offsets = into.get(group, {})
                 offsets.pop((topic, partition), None)
+                if not offsets:
+                    into.pop(group, None)  # (a deleted group leaves nothing behind)
                 if not transactional:  # (and from every open transaction, as Kafka's)
                     drop_pending(self.pending_txn, group, [(topic, partition)])
             else:
+                offsets = into.setdefault(group, {})
                 offsets[(topic, partition)] = Committed(*_decode_offset(value), offset)
         elif transactional:
             return  # only offsets are written in transactions

@@ -38,6 +38,8 @@ from keeperless.storage.offset_checkpoint import read_offset_checkpoint, write_o
 
 __all__ = ["CLEANER_CHECKPOINT", "CleanerSettings", "LogCleaner"]
 
+MAX_WORKER_DEATHS = 2  # a partition whose cleaning killed its worker this often is left
+
 log = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -86,6 +88,7 @@ class LogCleaner:
         # partitions whose cleaning failed (a corrupt segment, say): skipped until the
         # broker restarts, as Kafka's uncleanable partitions
         self.uncleanable: set[tuple[str, int]] = set()
+        self._deaths: dict[tuple[str, int], int] = {}  # worker deaths, by partition
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -192,8 +195,15 @@ class LogCleaner:
             for name in os.listdir(p.log.dir) if p.log.dir.exists() else ():
                 if name.endswith(CLEANED_SUFFIX):
                     (p.log.dir / name).unlink(missing_ok=True)  # (its half-written copy)
-            log.warning("[node %d] A log cleaner worker died while cleaning %s; starting "
-                        "another", self.node_id, job.name)  # fmt: skip
+            self._deaths[key] = deaths = self._deaths.get(key, 0) + 1
+            if deaths >= MAX_WORKER_DEATHS:  # (it kills its worker: not again, as Kafka's)
+                self.uncleanable.add(key)
+                log.warning("[node %d] A log cleaner worker died while cleaning %s, %d times: "
+                            "not cleaning it again until a restart (its log is served as "
+                            "it is)", self.node_id, job.name, deaths)  # fmt: skip
+            else:
+                log.warning("[node %d] A log cleaner worker died while cleaning %s; starting "
+                            "another", self.node_id, job.name)  # fmt: skip
             return True
         except (OSError, ValueError) as e:  # a corrupt segment, a read error
             self.uncleanable.add(key)

@@ -29,7 +29,7 @@ from keeperless.server.zk_migration import ZkMigrationDriver
 from keeperless.storage.meta_properties import read_meta_properties
 from keeperless.zk.records import MIGRATION, POST_MIGRATION, PRE_MIGRATION
 
-__all__ = ["ControllerService", "NotControllerError"]
+__all__ = ["ControllerService", "NotControllerError", "PreMigrationError"]
 
 log = logging.getLogger(__name__)
 BALANCE_SLICE = 20_000  # partitions looked at per leader-balancing operation
@@ -52,6 +52,11 @@ def _now_ms() -> int:
 
 class NotControllerError(RuntimeError):
     """This node is not the active controller (Kafka's NOT_CONTROLLER)."""
+
+
+class PreMigrationError(NotControllerError):
+    """The active controller refuses this change until ZooKeeper's metadata is copied
+    (clients hear NOT_CONTROLLER, as from Kafka's; its own loops go on)."""
 
 
 class ControllerService:
@@ -154,8 +159,11 @@ class ControllerService:
                 log.info(
                     "[node %d] Wrote the bootstrap metadata (%d records)", self.node_id, len(boot)
                 )
-        if self.controller.cluster_min_isr_records():
-            await self.call(lambda c: Result(c.cluster_min_isr_records(), None), True)
+        migrating = self.controller.image.zk_migration_state in (PRE_MIGRATION, MIGRATION)
+        if self.controller.cluster_min_isr_records() and not migrating:
+            # (not while migrating: it is the brokers' default config, which the copy
+            # brings and dual-write would push into ZooKeeper's brokers)
+            await self.call(lambda c: Result(c.cluster_min_isr_records(), None))
         await self._zk_migration_step()
 
     async def _zk_migration_step(self) -> None:
@@ -195,6 +203,8 @@ class ControllerService:
             await asyncio.sleep(1.0)
             try:
                 fenced = await self.call(lambda c: fence_stale_brokers(c, _now_ms()))
+            except PreMigrationError:
+                continue
             except NotControllerError:
                 return
             self.timed_out_heartbeats += len(fenced)  # Kafka's TimedOutBrokerHeartbeatCount
@@ -212,6 +222,8 @@ class ControllerService:
             await asyncio.sleep(self._token_check_s)
             try:
                 gone = await self.call(lambda c: sweep_expired(c, _now_ms()))
+            except PreMigrationError:
+                continue  # (tokens go once the migration has copied ZooKeeper's metadata)
             except NotControllerError:
                 return
             for t in gone:
@@ -237,6 +249,8 @@ class ControllerService:
                     i += 1
                 try:
                     await self.call(functools.partial(balance_leaders, topic_ids=ids))
+                except PreMigrationError:
+                    continue
                 except NotControllerError:
                     return
 
@@ -270,7 +284,7 @@ class ControllerService:
                 and self.controller.image.zk_migration_state == PRE_MIGRATION
                 and any(type(rec) in _COPIED_BY_MIGRATION for rec in result.records)
             ):
-                raise NotControllerError(
+                raise PreMigrationError(
                     f"node {self.node_id}: the controller waits to copy ZooKeeper's metadata "
                     "(pre-migration): metadata changes are refused until then"
                 )

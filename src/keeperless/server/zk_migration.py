@@ -55,6 +55,7 @@ __all__ = ["ZkMigrationDriver"]
 
 log = logging.getLogger(__name__)
 RETRY_S = 5.0  # after ZooKeeper could not be reached, or the migration was refused
+HOLD_CHECK_S = 2.0  # an idle dual-write checks its claim on ZooKeeper this often
 LOG_EVERY_S = 10.0  # dual-write's writes, summed up in a line at most this often
 
 
@@ -212,5 +213,9 @@ class ZkMigrationDriver:
                     self._unsaid.clear()
             current = wanted
             self._said = None
-            await self.changed.wait()
+            while not self.changed.is_set():
+                try:
+                    await asyncio.wait_for(self.changed.wait(), HOLD_CHECK_S)
+                except TimeoutError:  # idle: still ZooKeeper's controller?
+                    await asyncio.to_thread(writer.hold)
             await asyncio.sleep(0.05)  # (changes that come together are written together)

@@ -271,9 +271,12 @@ class PartitionLog:
             os.replace(index_swap, index)
             if empty:
                 index.unlink()
-        os.replace(
-            self.dir / segment_name(base, ".log.swap"), self.dir / segment_name(base, ".log")
-        )
+        # the copy keeps its segments' modification time (Kafka's cleaner sets it), which
+        # time retention reads of a segment left empty
+        mtime = max(os.fstat(seg.fd).st_mtime for seg in old)
+        swap = self.dir / segment_name(base, ".log.swap")
+        os.utime(swap, (mtime, mtime))
+        os.replace(swap, self.dir / segment_name(base, ".log"))
         fsync_dir(self.dir)
         seg = Segment(self.dir, base, old[0].created_ms)
         if built is not None:
@@ -381,7 +384,9 @@ class PartitionLog:
     def delete_below_start(self) -> int:
         """Delete the segments that hold nothing at or above the log start offset."""
         deleted = 0
-        while len(self._segments) > 1 and self._segments[0].next_offset <= self.log_start_offset:
+        # (Kafka's rule: while the next segment starts at or below the start - a cleaned
+        # segment can end well below the next one's base, and the start must not jump)
+        while len(self._segments) > 1 and self._segments[1].base_offset <= self.log_start_offset:
             self._drop(self._segments.pop(0))
             self._bases.pop(0)
             deleted += 1
@@ -681,7 +686,10 @@ class PartitionLog:
         while len(self._segments) > 1:
             seg = self._segments[0]
             total = self.size_bytes
-            by_time = cfg.retention_ms >= 0 and 0 <= seg.max_timestamp < now_ms - cfg.retention_ms
+            newest = seg.max_timestamp
+            if seg.size == 0:  # (emptied by the cleaner: its file's time, as Kafka's)
+                newest = int(os.fstat(seg.fd).st_mtime * 1000)
+            by_time = cfg.retention_ms >= 0 and 0 <= newest < now_ms - cfg.retention_ms
             by_size = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
             if not (by_time or by_size):
                 break

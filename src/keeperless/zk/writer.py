@@ -104,6 +104,25 @@ class ZkWriter:
             raise ZkFenced(f"ZooKeeper names KRaft controller {them} of epoch {theirs}, "
                            f"newer than this controller's {kraft_epoch}")  # fmt: skip
 
+    def hold(self) -> None:
+        """Still ZooKeeper's controller: ZkFenced if another claimed since; /controller
+        written again if it went with an expired session (ZooKeeper-mode brokers would
+        elect one of theirs at once)."""
+        try:
+            _, stat = self.zk.get("/controller_epoch")
+            if stat.version != self._epoch_version:
+                raise ZkFenced(f"ZooKeeper's controller epoch is no longer {self.epoch}: "
+                               "another controller claimed ZooKeeper")  # fmt: skip
+            if not self.zk.exists("/controller"):
+                tx = self.zk.transaction()
+                tx.check("/controller_epoch", self._epoch_version)
+                tx.create("/controller", self._controller_doc, ephemeral=True)
+                results = tx.commit()
+                if isinstance(results[0], BadVersionError):
+                    raise ZkFenced("another controller claimed ZooKeeper")
+        except (KazooException, KazooTimeoutError) as e:
+            raise ZkUnreachable(f"checking ZooKeeper at {self.connect}: {e!r}") from e
+
     def apply(self, ops: list[ZnodeOp]) -> None:
         """Write ``ops`` (in order), each transaction checking the claim still holds."""
         zk = self.zk

@@ -427,20 +427,12 @@ def test_deleted_offsets_stay_deleted_when_an_open_transaction_commits(tmp_path:
     from keeperless.coordinator.group_shard import GroupShard
     from keeperless.coordinator.runtime import TxnMarker
 
-    async def acked(b: Broker, coro: Any) -> Any:
-        task = asyncio.create_task(coro)
-        await asyncio.sleep(0.05)
-        p = b.partitions.get(OFFSETS_TOPIC, 0)
-        assert p is not None
-        p.record_follower_fetch(2, p.log.log_end_offset, 0)
-        return await asyncio.wait_for(task, 5)
-
     async def go() -> tuple[int, bool]:
         b, offsets = _setup(tmp_path)
         txn = TxnOffsets(offsets.gc, offsets)
-        await acked(b, txn.txn_offset_commit(RequestHeader(28, 3, 1, "c"), _txn_commit("", -1, 5)))
+        await _acked(b, txn.txn_offset_commit(RequestHeader(28, 3, 1, "c"), _txn_commit("", -1, 5)))
         assert offsets.gc.pending_partitions(GROUP) == {("t", 0)}
-        resp = await acked(b, offsets.delete_groups(
+        resp = await _acked(b, offsets.delete_groups(
             _header(42, 2), DeleteGroupsRequest(groups_names=(GROUP,))))  # fmt: skip
         assert resp.results[0].error_code == ErrorCode.none  # (a group of pending offsets)
         assert offsets.gc.pending_partitions(GROUP) == set()
@@ -472,3 +464,82 @@ def test_a_tombstone_read_back_drops_the_partition_from_open_transactions() -> N
     s.replay_marker(11, commit=True)
     assert ("t", 0) not in s.offsets.get(GROUP, {})
     assert s.offsets[GROUP][("t", 1)].offset == 6  # not deleted: committed
+
+
+# found by a second review: OffsetDelete of pending-only offsets, and no empty group left
+async def _acked(b: Any, coro: Any) -> Any:
+    task = asyncio.create_task(coro)
+    await asyncio.sleep(0.05)
+    p = b.partitions.get(OFFSETS_TOPIC, 0)
+    p.record_follower_fetch(2, p.log.log_end_offset, 0)
+    return await asyncio.wait_for(task, 5)
+
+
+def test_offset_delete_of_a_group_with_only_pending_offsets_tombstones_them(tmp_path: Path) -> None:
+    """Kafka: a transactional offset replay creates a (simple) group, so OffsetDelete
+    finds it and tombstones the pending offset; the commit marker then does not bring
+    the offset back."""
+    from kio.schema.offset_delete.v0.request import (
+        OffsetDeleteRequest,
+        OffsetDeleteRequestPartition,
+        OffsetDeleteRequestTopic,
+    )
+
+    from keeperless.broker.txn_offsets import TxnOffsets
+
+    async def go() -> tuple[int, int]:
+        b, offsets = _setup(tmp_path)
+        txn = TxnOffsets(offsets.gc, offsets)
+        await _acked(b, txn.txn_offset_commit(RequestHeader(28, 3, 1, "c"), _txn_commit("", -1, 5)))
+        req = OffsetDeleteRequest(
+            group_id=GROUP,
+            topics=(
+                OffsetDeleteRequestTopic(
+                    name="t", partitions=(OffsetDeleteRequestPartition(partition_index=0),)
+                ),
+            ),
+        )
+        resp = await _acked(b, offsets.offset_delete(_header(47, 0), req))
+        p = b.partitions.get(OFFSETS_TOPIC, 0)
+        p.append_marker(7, 0, True, 0, 0)
+        txn.on_marker(0, 7, True)
+        live = await _committed(offsets)
+        b.close()
+        return int(resp.error_code), live
+
+    assert asyncio.run(go()) == (ErrorCode.none, -1)
+
+
+def test_a_deleted_group_does_not_come_back_empty_when_a_transaction_commits(
+    tmp_path: Path,
+) -> None:
+    from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+    from kio.schema.list_groups.v4.request import ListGroupsRequest
+
+    from keeperless.broker.txn_offsets import TxnOffsets
+
+    async def go() -> list[str]:
+        b, offsets = _setup(tmp_path)
+        txn = TxnOffsets(offsets.gc, offsets)
+        await _acked(b, txn.txn_offset_commit(RequestHeader(28, 3, 1, "c"), _txn_commit("", -1, 5)))
+        resp = await _acked(
+            b, offsets.delete_groups(_header(42, 2), DeleteGroupsRequest(groups_names=(GROUP,)))
+        )
+        assert resp.results[0].error_code == ErrorCode.none
+        p = b.partitions.get(OFFSETS_TOPIC, 0)
+        p.append_marker(7, 0, True, 0, 0)
+        txn.on_marker(0, 7, True)
+        lg = await offsets.list_groups(_header(16, 4), ListGroupsRequest(states_filter=()))
+        b.close()
+        return [g.group_id for g in lg.groups]
+
+    assert asyncio.run(go()) == []
+
+
+def test_a_replayed_deletion_leaves_no_empty_group() -> None:
+    from keeperless.coordinator.group_shard import GroupShard
+
+    s = GroupShard()
+    s.replay(offset_key(GROUP, "t", 0), offset_value(3, 0, "", 0), 9)
+    s.replay(offset_key(GROUP, "t", 0), None, 10)
+    assert GROUP not in s.offsets  # live forget() deletes the group's entry

@@ -746,3 +746,51 @@ def test_a_crash_at_each_step_of_a_swap_never_leaves_an_abort_whose_marker_went(
             assert aborted not in present  # (the marker did go)
             break
         step += 1
+
+
+def test_a_segment_the_cleaner_emptied_does_not_hold_up_time_retention(tmp_path: Path) -> None:
+    """compact,delete: a segment emptied by cleaning has no records to date it; its
+    file keeps its segments' modification time (as Kafka's cleaner sets it) and time
+    retention reads that, instead of stopping at it and keeping everything after it
+    (found by review)."""
+    import os
+    import time
+
+    now = int(time.time() * 1000)
+    old = now - 10 * DAY
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=300, retention_ms=7 * DAY), 0)
+    for i in range(10):
+        _append(log, [(b"k%d" % (i % 2), b"v%d" % i)], old)
+    _append(log, [(b"k0", None)], old)
+    _append(log, [(b"k1", None)], old)
+    for i in range(10):
+        _append(log, [(b"n%d" % i, b"x" * 30)], old)
+    for seg in tmp_path.glob("*.log"):
+        os.utime(seg, (old / 1000, old / 1000))  # written ten days ago
+    res = clean_partition(_job(log, max_bytes=200), now)
+    assert _swap_all(log, res)
+    assert any(s.size == 0 for s in log._segments)  # (emptied: every key tombstoned)
+    n = len(log._segments)
+    assert log.enforce_retention(now) == n - 1  # all but the active one
+    log.close()
+
+
+def test_delete_records_into_a_gap_the_cleaner_made_keeps_the_start_asked(tmp_path: Path) -> None:
+    """Kafka deletes a segment below the log start only once the next one starts at or
+    below it: DeleteRecords to an offset in the gap the cleaner left at the end of the
+    first segment keeps that offset as the start (the start jumped to the next
+    segment's base, and a consumer between the two was told OFFSET_OUT_OF_RANGE)."""
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)
+    _append(log, [(b"keep", b"v")], NOW)
+    for i in range(30):
+        _append(log, [(b"k%d" % (i % 3), b"v%d" % i)], NOW)  # replaced later
+    _clean(log, max_bytes=300)  # each segment its own copy
+    first, second = log._segments[0], log._segments[1]
+    assert first.next_offset < second.base_offset  # a gap at the end of the first
+    target = (first.next_offset + second.base_offset) // 2
+    assert log.advance_start(target, NOW)
+    assert log.log_start_offset == target
+    got = log.read(target, 1 << 20)
+    assert got is not None
+    assert next(r.offset for r in decode_records(got.read())) >= target
+    log.close()
