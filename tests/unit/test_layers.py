@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[tuple[str, str], ...], ...] = (
     (("controller", "the quorum controller's rules: records and a response (no I/O)"),
      ("coordinator", "the coordinators' rules (shards): records and a response (no I/O)"),
      ("net", "the one network client for node-to-node requests"),
-     ("zk", "a ZooKeeper-mode Kafka cluster's metadata, read for a migration")),
+     ("zk", "a ZooKeeper-mode cluster's metadata, read and written back (dual-write)")),
     (("security", "SASL, TLS, principals, the authorizer and per-API rules"),
      ("storage", "segmented logs, indexes, snapshots, formatting")),
     (("metadata", "record classes (generated from Kafka's JSON schemas), image, delta"),
