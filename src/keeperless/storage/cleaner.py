@@ -316,17 +316,20 @@ def clean_partition(job: CleanJob, now_ms: int) -> CleanResult:
     # some key's latest: batches holding none go without their records being read
     dirty = _Dirty(job.first_dirty_offset, map_end, sorted(keys.values()))
     is_aborted = _Aborted(job.aborted)
-    # each producer's batch kept even emptied (Kafka's isBatchLastRecordOfProducer): the
-    # one holding its last data offset (its last sequence), or, for a producer with no
-    # data batch left, its last marker (its latest epoch)
-    last_data: dict[int, int] = {}
-    last_marker: dict[int, int] = {}
+    # each producer's batches kept even emptied (Kafka's isBatchLastRecordOfProducer):
+    # the one holding its last data offset (its last sequence), and its last marker if
+    # that is of a newer epoch or it has no data batch left (its latest epoch: fencing)
+    last_data: dict[int, tuple[int, int]] = {}  # producer -> (base offset, epoch)
+    last_marker: dict[int, tuple[int, int]] = {}
     for seg in job.segments:  # (headers only: each batch's CRC is checked where it is read)
         for h, _ in _batches(seg.path, seg.size, verify_crc=False):
             if h.producer_id >= 0:
                 into = last_marker if h.attributes & ATTR_CONTROL else last_data
-                into[h.producer_id] = h.base_offset
-    last_batch = {**last_marker, **last_data}
+                into[h.producer_id] = (h.base_offset, h.producer_epoch)
+    last_batch = {base for base, _ in last_data.values()}
+    for pid, (base, epoch) in last_marker.items():
+        if pid not in last_data or epoch > last_data[pid][1]:
+            last_batch.add(base)
     horizon = now_ms - job.delete_retention_ms
     swaps = []
     totals = (0, 0, 0, 0)  # bytes read and written, records read and kept
@@ -406,7 +409,7 @@ def _clean_segment(
     dirty: _Dirty,
     horizon: int,
     is_aborted: _Aborted,
-    last_batch: dict[int, int],
+    last_batch: set[int],
     throttle: _Throttle,
     txns: _Txns,
 ) -> tuple[int, int, int, int]:
@@ -429,7 +432,7 @@ def _clean_segment(
                 and not had_batches
                 and seg.max_timestamp < horizon
                 and h.last_offset < map_end
-                and last_batch.get(h.producer_id) != h.base_offset
+                and h.base_offset not in last_batch
             ):
                 seen += h.record_count
                 if kind == ABORT:
@@ -441,7 +444,7 @@ def _clean_segment(
             txns.open.add(h.producer_id)  # its marker stays while this batch does
         if dirty.keeps_nothing(h):
             seen += h.record_count
-            if last_batch.get(h.producer_id) == h.base_offset:
+            if h.base_offset in last_batch:
                 written += out.write(rebuild_batch(h, []))
             continue
         retained = []
@@ -466,7 +469,7 @@ def _clean_segment(
         kept += len(retained)
         if len(retained) == h.record_count:
             written += out.write(batch, h)
-        elif retained or last_batch.get(h.producer_id) == h.base_offset:
+        elif retained or h.base_offset in last_batch:
             raw = record_slices(batch) if retained else []
             written += out.write(rebuild_batch(h, [raw[i] for i in retained]))
     return read, written, seen, kept

@@ -114,3 +114,32 @@ def test_the_batch_of_a_producers_last_sequence_stays(tmp_path: Path) -> None:
     res = q.append(_txn(7, 1, b"b", b"next"), 0, 1 << 20, NOW)
     assert res.error == ErrorCode.none  # not OUT_OF_ORDER_SEQUENCE_NUMBER
     q.log.close()
+
+
+def test_a_producers_last_marker_of_a_newer_epoch_stays(tmp_path: Path) -> None:
+    """Kafka keeps a producer's last marker when it carries a newer epoch than its last
+    data batch (an abort after an epoch bump, with nothing written in it): a replica
+    rebuilding producers from the cleaned log still fences the old epoch (found by a
+    second review)."""
+    p = _partition(tmp_path)
+    p.append(_txn(9, 0, b"a", b"txn"), 0, 1 << 20, NOW)  # 0: epoch 0
+    p.append_marker(9, 0, True, 0, NOW)  # 1
+    bumped = p.log.log_end_offset
+    p.append_marker(9, 1, False, 0, NOW)  # 2: aborted at epoch 1, nothing in it
+    p.append(build_batch([(b"a", b"plain", ())], timestamp_ms=NOW), 0, 1 << 20, NOW)
+    _pad(p, 20, b"pad")
+    p._hw = p.log.log_end_offset
+    _clean(p, NOW)
+    _clean(p, NOW + 2 * DAY)
+    markers = []
+    for seg in sorted((tmp_path / "t-0").glob("*.log")):
+        raw = seg.read_bytes()
+        markers += [h.base_offset for _, h in iter_batches(raw) if h.is_control]
+    assert bumped in markers
+    p.log.close()
+    for snap in (tmp_path / "t-0").glob("*.snapshot"):
+        snap.unlink()
+    q = _partition(tmp_path)
+    res = q.append(_txn(9, 1, b"z", b"zombie"), 0, 1 << 20, NOW)  # epoch 0, fenced
+    assert res.error == ErrorCode.invalid_producer_epoch
+    q.log.close()
