@@ -731,3 +731,34 @@ def test_a_kraft_controller_of_a_newer_epoch_in_zookeeper_is_not_claimed_over(
         assert "Migrated the metadata" not in node.logs()
     finally:
         node.stop()
+
+
+def test_brokers_of_another_inter_broker_protocol_version_are_refused(tmp_path: Path) -> None:
+    """Brokers rolled from a ZooKeeper-mode cluster keep Kafka 3.x's
+    inter.broker.protocol.version: each registers at that release's metadata.version
+    only, so a broker of another release than the cluster's is refused (one line, the
+    node stops) and the brokers never mix releases."""
+    from tests.integration.cluster import wait_until
+
+    c = Cluster(tmp_path, controllers=1, brokers=2, release="3.7")
+    same, other = c.brokers[2], c.brokers[3]
+    for n, ibp in ((same, "3.7"), (other, "3.6")):
+        n.config.write_text(n.config.read_text() + f"inter.broker.protocol.version={ibp}\n")
+    cid = keeperless("storage", "random-uuid", check=True).stdout.strip()
+    for n in (*c.controllers.values(), same, other):
+        n.format(cid, "3.7")
+    c.controllers[1].start()
+    try:
+        same.start()
+        other.start_background()
+        wait_until(lambda: other.proc is not None and other.proc.poll() is not None, 60,
+                   what="the other release's broker to stop")  # fmt: skip
+        logs = other.logs()
+        assert "broker registration refused: UNSUPPORTED_VERSION" in logs, logs[-2000:]
+        assert "with inter.broker.protocol.version set it registers at that release" in logs
+        listed = keeperless("topics", "--bootstrap-server", same.bootstrap, "--list")
+        assert listed.returncode == 0  # the broker of the cluster's release serves
+    finally:
+        other.stop()
+        same.stop()
+        c.controllers[1].stop()

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from uuid import UUID
 
+from kio.schema.errors import ErrorCode
+
 from keeperless.metadata.admin import (
     ApiError,
     CreateTopicResult,
@@ -20,13 +22,13 @@ from keeperless.metadata.admin import (
     IsrResult,
     NewTopic,
 )
-from keeperless.metadata.features import SUPPORTED_FEATURES
+from keeperless.metadata.features import registration_features
 from keeperless.metadata.image import PartitionInfo
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import request_class
 
-__all__ = ["ControllerRpcs", "Send"]
+__all__ = ["ControllerRpcs", "Send", "registration_refused"]
 
 # (api key, version, request) -> the active controller's response
 Send = Callable[[int, int, Any], Awaitable[Any]]
@@ -38,6 +40,23 @@ _VERSIONS = {
     ApiKey.BROKER_HEARTBEAT: 1,
     ApiKey.ALLOCATE_PRODUCER_IDS: 0,
     ApiKey.ASSIGN_REPLICAS_TO_DIRS: 0,
+}
+
+
+def registration_refused(err: ApiError) -> str:
+    """What a broker says when its registration is refused (Kafka's
+    BrokerRegistrationResponse carries no message: the likely why, by error)."""
+    why = err.message or _REFUSALS.get(err.code, "")
+    return f"broker registration refused: {err.code.name.upper()}: {why}"
+
+
+_REFUSALS = {
+    ErrorCode.unsupported_version: (
+        "the cluster's finalized metadata.version (or another finalized feature) is outside "
+        "what this broker supports; with inter.broker.protocol.version set it registers at "
+        "that release only: make it the cluster's release (kafka-features.sh describe "
+        "shows it), or remove it"
+    ),
 }
 
 
@@ -95,7 +114,11 @@ class ControllerRpcs:
         rack: str | None,
         previous_broker_epoch: int = -1,
         log_dirs: Sequence[UUID] = (),
+        ibp: str | None = None,
     ) -> tuple[ApiError, int]:
+        """BrokerRegistration; ``ibp``: Kafka 3.x's inter.broker.protocol.version, if
+        this broker was given one (it then registers at that release only)."""
+        features = registration_features(ibp)
         body = {
             "broker_id": broker_id,
             "cluster_id": self.cluster_id,
@@ -105,7 +128,7 @@ class ControllerRpcs:
             ],
             "features": [
                 {"name": name, "min_supported_version": lo, "max_supported_version": hi}
-                for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
+                for name, (lo, hi) in sorted(features.items())
             ],
             "rack": rack,
             "log_dirs": list(log_dirs),

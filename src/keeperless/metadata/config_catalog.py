@@ -583,6 +583,13 @@ _SECURITY: tuple[tuple[str, ConfigType, str | None, str], ...] = (
         "Accepted for ZooKeeper-era configs; a KRaft controller, as Kafka's, does not use it.",
     ),
     (
+        "inter.broker.protocol.version",
+        T.STRING,
+        None,
+        "Kafka 3.x's, for a broker rolled from a ZooKeeper-mode cluster: it registers at "
+        "that release's metadata.version only, so brokers of another release are refused.",
+    ),
+    (
         "zookeeper.metadata.migration.enable",
         T.BOOLEAN,
         "false",

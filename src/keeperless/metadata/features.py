@@ -31,6 +31,7 @@ __all__ = [
     "metadata_changed_between",
     "metadata_version_for_release",
     "record_version",
+    "registration_features",
     "release_for_level",
     "share_groups_enabled",
 ]
@@ -233,6 +234,18 @@ def metadata_version_for_release(name: str) -> int:
         return matching[-1]
     known = ", ".join(sorted({r.split("-")[0] for r, _ in _RELEASES}))
     raise ValueError(f"Unknown release version {name!r}; known releases: {known}")
+
+
+def registration_features(ibp: str | None) -> dict[str, tuple[int, int]]:
+    """The features a broker registers as supported: all of this build's, or, for a
+    broker given Kafka 3.x's ``inter.broker.protocol.version`` (one rolled from a
+    ZooKeeper-mode cluster, as in a migration), metadata.version at that release's
+    level only - the controller then refuses a broker of another release, so the
+    cluster's brokers never mix them (Kafka's migrating brokers register so)."""
+    if not ibp:
+        return dict(SUPPORTED_FEATURES)
+    level = metadata_version_for_release(ibp)
+    return {**SUPPORTED_FEATURES, METADATA_VERSION_FEATURE: (level, level)}
 
 
 def known_metadata_version(level: int) -> bool:

@@ -66,6 +66,17 @@ def _typed(key: str, raw: str) -> Any:
     return _CONVERT.get(d.type, str)(raw.strip())
 
 
+def _release(key: str, raw: str) -> str:
+    """A Kafka release name (3.6, 3.6-IV2): one this build knows."""
+    from keeperless.metadata.features import metadata_version_for_release
+
+    try:
+        metadata_version_for_release(raw.strip())
+    except ValueError as e:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {e}") from None
+    return raw.strip()
+
+
 def _str(key: str, raw: str) -> str:
     return raw.strip()
 
@@ -288,6 +299,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "leader.imbalance.check.interval.seconds": _typed,
     "delegation.token.secret.key": _str,
     "zookeeper.metadata.migration.enable": _typed,
+    "inter.broker.protocol.version": _release,
     "zookeeper.connect": _str,
     "delegation.token.max.lifetime.ms": _typed,
     "delegation.token.expiry.time.ms": _typed,

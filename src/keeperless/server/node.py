@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.broker import Broker, BrokerSettings
 from keeperless.broker.consumer_group_apis import ConsumerGroupApis
 from keeperless.broker.controller_channel import ControllerUnavailableError, RemoteController
-from keeperless.broker.controller_rpcs import ControllerRpcs
+from keeperless.broker.controller_rpcs import ControllerRpcs, registration_refused
 from keeperless.broker.delegation_token_apis import DelegationTokenApis
 from keeperless.broker.forwarder import Forwarder
 from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
@@ -574,6 +574,7 @@ class Node:
                     b.node_id, incarnation, b.settings.endpoints, b.settings.rack,
                     b.partitions.previous_broker_epoch,
                     [d.dir_id for d in b.partitions.online_dirs],
+                    self.config["inter.broker.protocol.version"],
                 )  # fmt: skip
             except ControllerUnavailableError as e:
                 log.warning(
@@ -620,9 +621,7 @@ class Node:
                     "controller shows it)"
                 )
             if err.code != ErrorCode.none:
-                raise RegistrationRefused(
-                    f"broker registration refused: {err.code.name} {err.message or ''}"
-                )
+                raise RegistrationRefused(registration_refused(err))
             break
         b.broker_epoch = epoch
         log.info("[node %d] Registered broker with epoch %d", b.node_id, epoch)

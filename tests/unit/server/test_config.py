@@ -101,3 +101,23 @@ def test_a_groups_lock_duration_is_checked_against_the_controllers_limits() -> N
     assert validate_group_config(key, "5000", lowered) is None
     assert "between 1000 and 60000" in (validate_group_config(key, "500", lowered) or "")
     assert "Not a number" in (validate_group_config(key, "soon", lowered) or "")
+
+
+def test_kafka_3_inter_broker_protocol_version_is_a_known_release() -> None:
+    """A broker rolled from a ZooKeeper-mode cluster keeps its inter.broker.protocol.version:
+    accepted when it names a release, refused naming the key otherwise; it narrows the
+    broker's registered metadata.version to that release."""
+    from keeperless.metadata.features import (
+        METADATA_VERSION_FEATURE,
+        SUPPORTED_FEATURES,
+        metadata_version_for_release,
+        registration_features,
+    )
+
+    cfg = load_config(properties={**BASE, "inter.broker.protocol.version": "3.6"})
+    assert cfg["inter.broker.protocol.version"] == "3.6"
+    with pytest.raises(ConfigError, match="inter.broker.protocol.version"):
+        load_config(properties={**BASE, "inter.broker.protocol.version": "banana"})
+    level = metadata_version_for_release("3.6")
+    assert registration_features("3.6")[METADATA_VERSION_FEATURE] == (level, level)
+    assert registration_features(None) == SUPPORTED_FEATURES
