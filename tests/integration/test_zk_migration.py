@@ -489,8 +489,9 @@ def _kafka_3_partition(part: Path, topic_id: str) -> None:
     from Kafka's published formats (not by keeperless's writers), as an unclean shutdown
     left it: a segment of 10 idempotent batches (producer 4000, epoch 3, sequences 0-9;
     leader epoch 0 for offsets 0-4, 2 after), offset and time indexes preallocated to
-    10 MiB of zeros, the leader epoch checkpoint, partition.metadata, and a producer
-    snapshot at offset 10 that also knows producer 5000 (epoch 1, last sequence 41),
+    10 MiB of zeros, the leader epoch checkpoint, no partition.metadata (a directory
+    written before Kafka 2.8: the broker writes it with the migrated topic id), and a
+    producer snapshot at offset 10 that also knows producer 5000 (epoch 1, last sequence 41),
     whose batches are no longer in the log."""
     import struct
 
@@ -510,7 +511,7 @@ def _kafka_3_partition(part: Path, topic_id: str) -> None:
     for suffix in (".index", ".timeindex"):
         (part / f"00000000000000000000{suffix}").write_bytes(bytes(10 * 1024 * 1024))
     (part / "leader-epoch-checkpoint").write_text("0\n2\n0 0\n2 5\n")
-    (part / "partition.metadata").write_text(f"version: 0\ntopic_id: {topic_id}\n")
+    # (no partition.metadata: written before Kafka 2.8, which had no topic ids)
     # ProducerStateManager's snapshot, version 1: version int16, crc uint32 (CRC-32C of
     # what follows), then the entries: producer id int64, epoch int16, last sequence
     # int32, last offset int64, offset delta int32, timestamp int64, coordinator epoch
@@ -626,6 +627,8 @@ def test_a_kafka_written_partition_directory_is_served_with_its_producers_and_ep
         # it comes, as Kafka takes it): a gap is refused, its next sequence taken
         assert produce(5000, 1, 45)[0] == 45
         assert produce(5000, 1, 42) == (0, 11)
+        meta = (broker.data / "ledger-0" / "partition.metadata").read_text()
+        assert f"topic_id: {topic_id}" in meta, meta
     finally:
         broker.stop()
         controller.stop()
