@@ -372,19 +372,10 @@ def test_plain_and_transactional_commits_the_later_record_wins_live_and_on_reloa
     transactional offset back, and a plain commit acknowledged after a later
     transaction's marker hid it - while the coordinator that read the partition again
     found the other one (an offset that changes at a coordinator failover)."""
-    from keeperless.broker.coordinator_log import BrokerPartitionLog
     from keeperless.broker.txn_offsets import TxnOffsets
-    from keeperless.coordinator.group_shard import GroupShard
-    from keeperless.coordinator.runtime import TxnMarker
 
     def reloaded(b: Broker) -> int:
-        shard = GroupShard()
-        for e in BrokerPartitionLog(b).records(OFFSETS_TOPIC, 0):
-            if isinstance(e, TxnMarker):
-                shard.replay_marker(e.producer_id, e.commit)
-            else:
-                shard.replay(e.key, e.value, e.offset, e.producer_id, e.transactional)
-        return shard.offsets[GROUP][("t", 0)].offset
+        return _reloaded(b).offsets[GROUP][("t", 0)].offset
 
     async def go(txn_first: bool) -> tuple[int, int]:
         path = tmp_path / str(txn_first)
@@ -422,10 +413,7 @@ def test_deleted_offsets_stay_deleted_when_an_open_transaction_commits(tmp_path:
     marker does not bring a deleted offset back - live, and on reload."""
     from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 
-    from keeperless.broker.coordinator_log import BrokerPartitionLog
     from keeperless.broker.txn_offsets import TxnOffsets
-    from keeperless.coordinator.group_shard import GroupShard
-    from keeperless.coordinator.runtime import TxnMarker
 
     async def go() -> tuple[int, bool]:
         b, offsets = _setup(tmp_path)
@@ -441,12 +429,7 @@ def test_deleted_offsets_stay_deleted_when_an_open_transaction_commits(tmp_path:
         p.append_marker(7, 0, True, 0, 0)  # the transaction commits afterwards
         txn.on_marker(0, 7, True)
         live = await _committed(offsets)
-        shard = GroupShard()
-        for e in BrokerPartitionLog(b).records(OFFSETS_TOPIC, 0):
-            if isinstance(e, TxnMarker):
-                shard.replay_marker(e.producer_id, e.commit)
-            else:
-                shard.replay(e.key, e.value, e.offset, e.producer_id, e.transactional)
+        shard = _reloaded(b)
         b.close()
         return live, ("t", 0) in shard.offsets.get(GROUP, {})
 
@@ -543,3 +526,18 @@ def test_a_replayed_deletion_leaves_no_empty_group() -> None:
     s.replay(offset_key(GROUP, "t", 0), offset_value(3, 0, "", 0), 9)
     s.replay(offset_key(GROUP, "t", 0), None, 10)
     assert GROUP not in s.offsets  # live forget() deletes the group's entry
+
+
+def _reloaded(b: Broker) -> Any:
+    """The group coordinator's shard as a new coordinator reads __consumer_offsets-0."""
+    from keeperless.broker.coordinator_log import BrokerPartitionLog
+    from keeperless.coordinator.group_shard import GroupShard
+    from keeperless.coordinator.runtime import TxnMarker
+
+    shard = GroupShard()
+    for e in BrokerPartitionLog(b).records(OFFSETS_TOPIC, 0):
+        if isinstance(e, TxnMarker):
+            shard.replay_marker(e.producer_id, e.commit)
+        else:
+            shard.replay(e.key, e.value, e.offset, e.producer_id, e.transactional)
+    return shard

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,51 @@ class _Crash(BaseException):
     """The process dies here (not an OSError: the log must not take it for a disk's)."""
 
 
+def _crash_at_each_step(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    prepare: Callable[[Path], tuple[PartitionLog, CleanResult]],
+    check: Callable[[Path, int, bool], None],
+) -> int:
+    """Swap ``prepare``'s cleaned copies in, the process dying before the n-th rename or
+    deletion for n = 0, 1, ... until a swap completes; ``check`` (directory, step,
+    whether it crashed) runs on the directory as a restart finds it. The steps that
+    crashed."""
+    import os
+
+    real_replace, real_unlink = os.replace, Path.unlink
+    step = 0
+    while True:
+        d = tmp_path / str(step)
+        log, res = prepare(d)
+        ops = [0]
+
+        def counted(real: Any, ops: list[int] = ops, step: int = step) -> Any:
+            def op(*args: Any, **kwargs: Any) -> Any:
+                ops[0] += 1
+                if ops[0] > step:
+                    raise _Crash
+                return real(*args, **kwargs)
+
+            return op
+
+        monkeypatch.setattr(os, "replace", counted(real_replace))
+        monkeypatch.setattr(Path, "unlink", counted(real_unlink))
+        crashed = False
+        try:
+            _swap_all(log, res)
+        except _Crash:
+            crashed = True
+        finally:
+            monkeypatch.setattr(os, "replace", real_replace)
+            monkeypatch.setattr(Path, "unlink", real_unlink)
+        log.close()
+        check(d, step, crashed)
+        if not crashed:
+            return step
+        step += 1
+
+
 def test_a_crash_at_each_step_of_a_swap_leaves_whole_segments_and_every_abort_indexed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -172,7 +218,6 @@ def test_a_crash_at_each_step_of_a_swap_leaves_whole_segments_and_every_abort_in
     one (the segments it replaced gone: those starting within its offsets), never part
     of either, and the aborted transactions indexed beside the old segments indexed
     still, once each (the group's indexes are merged beside the copy)."""
-    import os
 
     from keeperless.storage.producer_files import AbortedTxn, append_txn_index
     from keeperless.storage.segment import segment_name
@@ -198,34 +243,11 @@ def test_a_crash_at_each_step_of_a_swap_leaves_whole_segments_and_every_abort_in
     assert Counter(ref.aborted_txns()) == Counter(aborts)
     ref.close()
 
-    real_replace, real_unlink = os.replace, Path.unlink
-    step = 0
-    while True:
-        d = tmp_path / str(step)
+    def prepare(d: Path) -> tuple[PartitionLog, CleanResult]:
         log, _ = build(d)
-        res = clean_partition(_job(log, max_bytes=700), NOW)
-        ops = [0]
+        return log, clean_partition(_job(log, max_bytes=700), NOW)
 
-        def counted(real: Any, ops: list[int] = ops, step: int = step) -> Any:
-            def op(*args: Any, **kwargs: Any) -> Any:
-                ops[0] += 1
-                if ops[0] > step:
-                    raise _Crash
-                return real(*args, **kwargs)
-
-            return op
-
-        monkeypatch.setattr(os, "replace", counted(real_replace))
-        monkeypatch.setattr(Path, "unlink", counted(real_unlink))
-        crashed = False
-        try:
-            _swap_all(log, res)
-        except _Crash:
-            crashed = True
-        finally:
-            monkeypatch.setattr(os, "replace", real_replace)
-            monkeypatch.setattr(Path, "unlink", real_unlink)
-        log.close()
+    def check(d: Path, step: int, crashed: bool) -> None:
         again = PartitionLog(d, LogConfig(segment_bytes=300), 0)
         assert not list(d.glob("*.cleaned")), step
         assert not list(d.glob("*.swap")), step
@@ -237,9 +259,8 @@ def test_a_crash_at_each_step_of_a_swap_leaves_whole_segments_and_every_abort_in
         assert Counter(again.aborted_txns()) == Counter(aborts), step
         assert again.log_end_offset == 20
         again.close()
-        if not crashed:
-            break
-        step += 1
+
+    step = _crash_at_each_step(tmp_path, monkeypatch, prepare, check)
     assert step >= 5  # (renames and deletions: each one crashed before)
 
 
@@ -671,7 +692,6 @@ def test_a_crash_at_each_step_of_a_swap_never_leaves_an_abort_whose_marker_went(
     transaction index is empty, and a crash at any step of its swap must not leave the
     first segment's own index - listing that abort - beside the copy (found by review:
     a crash between deleting the empty .swap and the old index did)."""
-    import os
     from dataclasses import replace
 
     from keeperless.broker.txn_state import marker_batch
@@ -710,42 +730,23 @@ def test_a_crash_at_each_step_of_a_swap_never_leaves_an_abort_whose_marker_went(
             out |= {h.base_offset for _, h in iter_batches(raw) if h.is_control}
         return out
 
-    real_replace, real_unlink = os.replace, Path.unlink
-    step = 0
-    while True:
-        d = tmp_path / str(step)
+    aborted_at: list[int] = []
+
+    def prepare(d: Path) -> tuple[PartitionLog, CleanResult]:
         log, aborted = build(d)
-        res = clean_partition(replace(_job(log), aborted=((8, 0, aborted),)), NOW + 2 * DAY)
-        ops = [0]
+        aborted_at[:] = [aborted]
+        job = replace(_job(log), aborted=((8, 0, aborted),))
+        return log, clean_partition(job, NOW + 2 * DAY)  # its marker goes now
 
-        def counted(real: Any, ops: list[int] = ops, step: int = step) -> Any:
-            def op(*args: Any, **kwargs: Any) -> Any:
-                ops[0] += 1
-                if ops[0] > step:
-                    raise _Crash
-                return real(*args, **kwargs)
-
-            return op
-
-        monkeypatch.setattr(os, "replace", counted(real_replace))
-        monkeypatch.setattr(Path, "unlink", counted(real_unlink))
-        crashed = False
-        try:
-            _swap_all(log, res)
-        except _Crash:
-            crashed = True
-        finally:
-            monkeypatch.setattr(os, "replace", real_replace)
-            monkeypatch.setattr(Path, "unlink", real_unlink)
-        log.close()
+    def check(d: Path, step: int, crashed: bool) -> None:
         again = PartitionLog(d, LogConfig(segment_bytes=300), 0)
         present = markers(d)
         assert [a for a in again.aborted_txns() if a.last_offset not in present] == [], step
         again.close()
         if not crashed:
-            assert aborted not in present  # (the marker did go)
-            break
-        step += 1
+            assert aborted_at[0] not in present  # (the marker did go)
+
+    _crash_at_each_step(tmp_path, monkeypatch, prepare, check)
 
 
 def test_a_segment_the_cleaner_emptied_does_not_hold_up_time_retention(tmp_path: Path) -> None:
