@@ -79,6 +79,14 @@ def test_a_compacted_topic_refuses_records_without_a_key(node: Node) -> None:
     assert codes == ["INVALID_RECORD", "ok"], codes
 
 
+def _compacted(n: Node, topic: str, *configs: str) -> None:
+    """A compacted topic of one partition, with ``configs`` (key=value) too."""
+    extra = [arg for c in configs for arg in ("--config", c)]
+    keeperless("topics", "--bootstrap-server", n.bootstrap, "--create", "--topic", topic,
+               "--partitions", "1", "--config", "cleanup.policy=compact", *extra,
+               check=True)  # fmt: skip
+
+
 def _produce_keyed(
     bootstrap: str, topic: str, n: int, keys: int, seed: int, pad: int = 0
 ) -> dict[bytes, tuple[int, bytes | None]]:
@@ -147,12 +155,8 @@ def test_the_cleaner_keeps_exactly_the_latest_value_of_each_key(tmp_path: Path) 
     n.format()
     n.start()
     try:
-        keeperless(
-            "topics", "--bootstrap-server", n.bootstrap, "--create", "--topic", "state",
-            "--partitions", "1", "--config", "cleanup.policy=compact",
-            "--config", "segment.bytes=4096", "--config", "min.cleanable.dirty.ratio=0.1",
-            "--config", "delete.retention.ms=0", check=True,
-        )  # fmt: skip
+        _compacted(n, "state", "segment.bytes=4096", "min.cleanable.dirty.ratio=0.1",
+                   "delete.retention.ms=0")  # fmt: skip
         latest = _produce_keyed(n.bootstrap, "state", 3000, 60, seed=1)
         expected = {k: v for k, (_o, v) in latest.items() if v is not None}
         wait_until(lambda: "Cleaned state-0" in n.logs(), 30, what="a cleaning")
@@ -213,12 +217,8 @@ def test_kill_9_while_cleaning_loses_no_latest_value(tmp_path: Path) -> None:
     n.format()
     n.start()
     try:
-        keeperless(
-            "topics", "--bootstrap-server", n.bootstrap, "--create", "--topic", "crashy",
-            "--partitions", "1", "--config", "cleanup.policy=compact",
-            "--config", "segment.bytes=65536", "--config", "min.cleanable.dirty.ratio=0.01",
-            "--config", "delete.retention.ms=0", check=True,
-        )  # fmt: skip
+        _compacted(n, "crashy", "segment.bytes=65536", "min.cleanable.dirty.ratio=0.01",
+                   "delete.retention.ms=0")  # fmt: skip
         pdir = n.data / "crashy-0"
         latest: dict[bytes, tuple[int, bytes | None]] = {}
         for round_ in range(5):
@@ -317,12 +317,7 @@ def test_a_cleaner_worker_killed_mid_cleaning_is_replaced(tmp_path: Path) -> Non
     n.format()
     n.start()
     try:
-        keeperless(
-            "topics", "--bootstrap-server", n.bootstrap, "--create", "--topic", "workers",
-            "--partitions", "1", "--config", "cleanup.policy=compact",
-            "--config", "segment.bytes=65536", "--config", "min.cleanable.dirty.ratio=0.01",
-            check=True,
-        )  # fmt: skip
+        _compacted(n, "workers", "segment.bytes=65536", "min.cleanable.dirty.ratio=0.01")
         pdir = n.data / "workers-0"
         latest = _produce_keyed(n.bootstrap, "workers", 2500, 300, seed=3, pad=400)
         wait_until(lambda: list(pdir.glob("*.cleaned")), 30, 0.01, what="a cleaning")

@@ -45,10 +45,8 @@ def _snapshot(client: Any, root: str) -> dict[str, bytes]:
     return out
 
 
-def _populated(zk: ZooKeeper, chroot: str, **changes: bytes | None) -> str:
-    """The layout written under ``chroot`` (with ``changes``): its connect string."""
-    layout = kafka_layout()
-    layout.update(changes)
+def _written(zk: ZooKeeper, chroot: str, layout: dict[str, bytes | None]) -> str:
+    """``layout`` written under ``chroot``: its connect string."""
     client = zk.client()
     try:
         client.ensure_path(chroot)
@@ -58,6 +56,56 @@ def _populated(zk: ZooKeeper, chroot: str, **changes: bytes | None) -> str:
         client.stop()
         client.close()
     return f"{zk.connect}{chroot}"
+
+
+def _populated(zk: ZooKeeper, chroot: str, **changes: bytes | None) -> str:
+    """The layout written under ``chroot`` (with ``changes``): its connect string."""
+    return _written(zk, chroot, {**kafka_layout(), **changes})
+
+
+def _broker_2_layout(
+    topic: str, topic_id: str, epochs: dict[int, int], block_end: int
+) -> dict[str, bytes | None]:
+    """A one-broker ZooKeeper-mode cluster (broker 2) with one topic: its partitions
+    (index -> leader epoch) led by broker 2, and producer ids given out to ``block_end``."""
+    layout: dict[str, bytes | None] = {
+        "/cluster/id": json.dumps({"version": "1", "id": CLUSTER_ID}).encode(),
+        "/controller_epoch": b"3",
+        "/brokers/ids/2": json.dumps(
+            {"endpoints": ["PLAINTEXT://b2:9092"], "version": 5, "host": "b2", "port": 9092}
+        ).encode(),
+        f"/brokers/topics/{topic}": json.dumps(
+            {
+                "version": 3,
+                "topic_id": topic_id,
+                "partitions": {str(i): [2] for i in epochs},
+                "adding_replicas": {},
+                "removing_replicas": {},
+            }
+        ).encode(),
+        "/latest_producer_id_block": json.dumps(
+            {
+                "version": 1,
+                "broker": 2,
+                "block_start": str(block_end - 999),
+                "block_end": str(block_end),
+            }
+        ).encode(),
+    }
+    for i, epoch in epochs.items():
+        layout[f"/brokers/topics/{topic}/partitions/{i}/state"] = json.dumps({
+            "controller_epoch": 3, "leader": 2, "version": 1, "leader_epoch": epoch, "isr": [2],
+        }).encode()  # fmt: skip
+    return layout
+
+
+def _migrated_and_started(controller: Node, broker: Node, connect: str) -> None:
+    """The one-shot migration into ``controller``; it and ``broker`` started."""
+    code, out = _migrate(controller, connect)
+    assert code == 0, out
+    controller.start_background()
+    controller.wait_listening()
+    broker.start()
 
 
 def _migrate(node: Node, connect: str, *extra: str) -> tuple[int, str]:
@@ -215,45 +263,11 @@ def test_a_broker_adopts_a_zookeeper_mode_log_directory(zk: ZooKeeper, tmp_path:
         source.stop()
     topic_id = (source.data / "orders-0" / "partition.metadata").read_text().split()[-1]
     _zk_mode(source.data, 2)
-    layout = {
-        "/cluster/id": json.dumps({"version": "1", "id": CLUSTER_ID}).encode(),
-        "/controller_epoch": b"3",
-        "/brokers/ids/2": json.dumps(
-            {"endpoints": ["PLAINTEXT://b2:9092"], "version": 5, "host": "b2", "port": 9092}
-        ).encode(),
-        "/brokers/topics/orders": json.dumps(
-            {
-                "version": 3,
-                "topic_id": topic_id,
-                "partitions": {"0": [2], "1": [2]},
-                "adding_replicas": {},
-                "removing_replicas": {},
-            }
-        ).encode(),
-        "/latest_producer_id_block": json.dumps(
-            {"version": 1, "broker": 2, "block_start": "0", "block_end": "999"}
-        ).encode(),
-    }
-    for i in (0, 1):
-        layout[f"/brokers/topics/orders/partitions/{i}/state"] = json.dumps({
-            "controller_epoch": 3, "leader": 2, "version": 1, "leader_epoch": 0, "isr": [2],
-        }).encode()  # fmt: skip
-    client = zk.client()
-    try:
-        client.ensure_path("/kafka-f")
-        client.chroot = "/kafka-f"
-        write_layout(client, layout)
-    finally:
-        client.stop()
-        client.close()
+    connect = _written(zk, "/kafka-f", _broker_2_layout("orders", topic_id, {0: 0, 1: 0}, 999))
     c = Cluster(tmp_path / "kraft", controllers=1, brokers=1)
     controller, broker = c.controllers[1], c.brokers[2]
     shutil.copytree(source.data, broker.data)
-    code, out = _migrate(controller, f"{zk.connect}/kafka-f")
-    assert code == 0, out
-    controller.start_background()
-    controller.wait_listening()
-    broker.start()
+    _migrated_and_started(controller, broker, connect)
     try:
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g",
                              "enable.auto.commit": False})  # fmt: skip
@@ -303,7 +317,7 @@ def test_a_live_migration_copies_zookeeper_then_writes_every_change_back_until_f
     mode controller is fenced), copies its metadata in one batch, then writes every
     change back to ZooKeeper in Kafka's layout (so a rollback stays possible) until a
     controller started without migration finalizes it; ZooKeeper is then left alone."""
-    from keeperless.zk.layout import parse_layout
+    from keeperless.zk.layout import ZkTopic, parse_layout
     from keeperless.zk.reader import read_tree
     from tests.integration.cluster import wait_until
 
@@ -347,6 +361,12 @@ def test_a_live_migration_copies_zookeeper_then_writes_every_change_back_until_f
         md = parse_layout(read_tree(connect))
         fresh = md.topics["fresh"]
         assert sorted(fresh.partitions) == [0, 1]
+        # a change of more than three of dual-write's transactions (200 znodes each): a
+        # topic of 300 partitions is ~900 znodes, all written
+        admin.create_topics([NewTopic("wide", 300, 1)])["wide"].result(60)
+        wait_until(lambda: len(parse_layout(read_tree(connect)).topics.get(
+            "wide", ZkTopic("wide", None, {})).partitions) == 300, 60, interval=0.5,
+            what="the wide topic in ZooKeeper")  # fmt: skip
         assert all(p.leader == 1 and p.isr == (1,) for p in fresh.partitions.values())
         desc = keeperless("topics", *bs, "--describe", "--topic", "fresh").stdout
         assert f"TopicId: {fresh.topic_id}" in desc, desc  # the quorum's id, in ZooKeeper
@@ -548,41 +568,8 @@ def test_a_kafka_written_partition_directory_is_served_with_its_producers_and_ep
     (broker.data / "log-start-offset-checkpoint").write_text("0\n1\nledger 0 0\n")
     (broker.data / "replication-offset-checkpoint").write_text("0\n1\nledger 0 10\n")
     _kafka_3_partition(broker.data / "ledger-0", topic_id)
-    layout = {
-        "/cluster/id": json.dumps({"version": "1", "id": CLUSTER_ID}).encode(),
-        "/controller_epoch": b"3",
-        "/brokers/ids/2": json.dumps(
-            {"endpoints": ["PLAINTEXT://b2:9092"], "version": 5, "host": "b2", "port": 9092}
-        ).encode(),
-        "/brokers/topics/ledger": json.dumps(
-            {"version": 3, "topic_id": topic_id, "partitions": {"0": [2]}}
-        ).encode(),
-        "/brokers/topics/ledger/partitions/0/state": json.dumps(
-            {
-                "controller_epoch": 3,
-                "leader": 2,
-                "version": 1,
-                "leader_epoch": 2,
-                "isr": [2],
-            }
-        ).encode(),
-        "/latest_producer_id_block": json.dumps(
-            {"version": 1, "broker": 2, "block_start": "5000", "block_end": "5999"}
-        ).encode(),
-    }
-    client = zk.client()
-    try:
-        client.ensure_path("/kafka-g")
-        client.chroot = "/kafka-g"
-        write_layout(client, layout)
-    finally:
-        client.stop()
-        client.close()
-    code, out = _migrate(controller, f"{zk.connect}/kafka-g")
-    assert code == 0, out
-    controller.start_background()
-    controller.wait_listening()
-    broker.start()
+    connect = _written(zk, "/kafka-g", _broker_2_layout("ledger", topic_id, {0: 2}, 5999))
+    _migrated_and_started(controller, broker, connect)
     try:
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g",
                              "enable.auto.commit": False})  # fmt: skip

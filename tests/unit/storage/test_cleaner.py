@@ -27,13 +27,34 @@ DAY = 86_400_000
 
 
 def _append(log: PartitionLog, records: list[tuple[bytes | None, bytes | None]], ts: int,
-            pid: int = -1, seq: int = -1) -> None:  # fmt: skip
+            pid: int = -1, seq: int = -1, transactional: bool = False) -> None:  # fmt: skip
     buf = bytearray(
         build_batch([(k, v, [("h", b"x")]) for k, v in records], timestamp_ms=ts,
-                    producer_id=pid, producer_epoch=0 if pid >= 0 else -1, base_sequence=seq)
+                    producer_id=pid, producer_epoch=0 if pid >= 0 else -1, base_sequence=seq,
+                    transactional=transactional)
     )  # fmt: skip
     patch_offsets(buf, 0, log.log_end_offset, 3)
     log.append(bytes(buf), list(iter_batches(buf)), ts)
+
+
+def _marker(log: PartitionLog, pid: int, commit: bool) -> int:
+    """A transaction marker of ``pid`` (epoch 0) appended: its offset."""
+    from keeperless.broker.txn_state import marker_batch
+
+    at = log.log_end_offset
+    buf = bytearray(marker_batch(pid, 0, commit, 0, NOW))
+    patch_offsets(buf, 0, at, 3)
+    log.append(bytes(buf), list(iter_batches(buf)), NOW)
+    return at
+
+
+def _markers(directory: Path) -> list[int]:
+    """The offsets of the control batches in the directory's segments."""
+    out = []
+    for seg in sorted(directory.glob("*.log")):
+        raw = seg.read_bytes()
+        out += [h.base_offset for _, h in iter_batches(raw) if h.is_control]
+    return out
 
 
 def _records(directory: Path) -> list[tuple[int, bytes | None, bytes | None, int]]:
@@ -296,23 +317,13 @@ def test_records_of_aborted_transactions_are_not_values_and_go(tmp_path: Path) -
     committed value (the committed one stays) and is removed; markers stay."""
     from dataclasses import replace
 
-    from keeperless.broker.txn_state import marker_batch
-
     log = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)
 
-    def txn(records: list[tuple[bytes, bytes]], pid: int, seq: int) -> None:
-        buf = bytearray(build_batch([(k, v, [("h", b"x")]) for k, v in records],
-                                    timestamp_ms=NOW, producer_id=pid, producer_epoch=0,
-                                    base_sequence=seq, transactional=True))  # fmt: skip
-        patch_offsets(buf, 0, log.log_end_offset, 3)
-        log.append(bytes(buf), list(iter_batches(buf)), NOW)
+    def txn(records: list[tuple[bytes | None, bytes | None]], pid: int, seq: int) -> None:
+        _append(log, records, NOW, pid, seq, transactional=True)
 
     def marker(pid: int, commit: bool) -> int:
-        at = log.log_end_offset
-        buf = bytearray(marker_batch(pid, 0, commit, 0, NOW))
-        patch_offsets(buf, 0, at, 3)
-        log.append(bytes(buf), list(iter_batches(buf)), NOW)
-        return at
+        return _marker(log, pid, commit)
 
     _append(log, [(b"a", b"committed-a"), (b"b", b"committed-b")], NOW)  # offsets 0-1
     txn([(b"a", b"aborted-a")], 9, 0)  # 2
@@ -592,26 +603,15 @@ def test_transaction_markers_go_a_pass_after_their_records_past_delete_retention
     producer's last batch - an ABORT marker with its transaction index entry. Before,
     markers were never removed and a compacted topic written by transactions kept one
     per transaction for ever."""
-    from keeperless.protocol.records import build_batch
     from keeperless.storage.producer_files import AbortedTxn
 
     log = PartitionLog(tmp_path, LogConfig(segment_bytes=300), 0)
 
     def txn(key: bytes, pid: int, seq: int) -> None:
-        buf = bytearray(build_batch([(key, b"in-txn", [("h", b"x")])], timestamp_ms=NOW,
-                                    producer_id=pid, producer_epoch=0, base_sequence=seq,
-                                    transactional=True))  # fmt: skip
-        patch_offsets(buf, 0, log.log_end_offset, 3)
-        log.append(bytes(buf), list(iter_batches(buf)), NOW)
+        _append(log, [(key, b"in-txn")], NOW, pid, seq, transactional=True)
 
     def marker(pid: int, commit: bool) -> int:
-        from keeperless.broker.txn_state import marker_batch
-
-        at = log.log_end_offset
-        buf = bytearray(marker_batch(pid, 0, commit, 0, NOW))
-        patch_offsets(buf, 0, at, 3)
-        log.append(bytes(buf), list(iter_batches(buf)), NOW)
-        return at
+        return _marker(log, pid, commit)
 
     txn(b"a", 7, 0)  # 0: committed, replaced below
     committed = marker(7, commit=True)  # 1
@@ -635,11 +635,7 @@ def test_transaction_markers_go_a_pass_after_their_records_past_delete_retention
         _append(log, [(b"pad%d" % i, b"q" * 40)], NOW)
 
     def markers() -> list[int]:
-        out = []
-        for seg in sorted(tmp_path.glob("*.log")):
-            raw = seg.read_bytes()
-            out += [h.base_offset for _, h in iter_batches(raw) if h.is_control]
-        return out
+        return _markers(tmp_path)
 
     def clean(now: int) -> None:
         from dataclasses import replace
@@ -694,41 +690,22 @@ def test_a_crash_at_each_step_of_a_swap_never_leaves_an_abort_whose_marker_went(
     a crash between deleting the empty .swap and the old index did)."""
     from dataclasses import replace
 
-    from keeperless.broker.txn_state import marker_batch
     from keeperless.storage.producer_files import AbortedTxn
 
     def build(d: Path) -> tuple[PartitionLog, int]:
         log = PartitionLog(d, LogConfig(segment_bytes=300), 0)
-
-        def add(buf: bytearray) -> None:
-            patch_offsets(buf, 0, log.log_end_offset, 3)
-            log.append(bytes(buf), list(iter_batches(buf)), NOW)
-
-        def txn(key: bytes, seq: int) -> None:
-            add(bytearray(build_batch([(key, b"x", [("h", b"x")])], timestamp_ms=NOW,
-                                      producer_id=8, producer_epoch=0, base_sequence=seq,
-                                      transactional=True)))  # fmt: skip
-
-        txn(b"b", 0)
-        aborted = log.log_end_offset
-        add(bytearray(marker_batch(8, 0, False, 0, NOW)))
+        _append(log, [(b"b", b"x")], NOW, 8, 0, transactional=True)
+        aborted = _marker(log, 8, commit=False)
         log.append_aborted(AbortedTxn(8, 0, aborted, 0))
         for i in range(12):
             _append(log, [(b"pad%d" % i, b"p" * 40)], NOW)
-        txn(b"d", 1)
-        add(bytearray(marker_batch(8, 0, True, 0, NOW)))
+        _append(log, [(b"d", b"x")], NOW, 8, 1, transactional=True)
+        _marker(log, 8, commit=True)
         for i in range(12):
             _append(log, [(b"q%d" % i, b"p" * 40)], NOW)
         res = clean_partition(replace(_job(log), aborted=((8, 0, aborted),)), NOW)
         assert _swap_all(log, res)  # the aborted record goes; its marker next time
         return log, aborted
-
-    def markers(d: Path) -> set[int]:
-        out: set[int] = set()
-        for seg in d.glob("*.log"):
-            raw = seg.read_bytes()
-            out |= {h.base_offset for _, h in iter_batches(raw) if h.is_control}
-        return out
 
     aborted_at: list[int] = []
 
@@ -740,7 +717,7 @@ def test_a_crash_at_each_step_of_a_swap_never_leaves_an_abort_whose_marker_went(
 
     def check(d: Path, step: int, crashed: bool) -> None:
         again = PartitionLog(d, LogConfig(segment_bytes=300), 0)
-        present = markers(d)
+        present = set(_markers(d))
         assert [a for a in again.aborted_txns() if a.last_offset not in present] == [], step
         again.close()
         if not crashed:
@@ -795,3 +772,38 @@ def test_delete_records_into_a_gap_the_cleaner_made_keeps_the_start_asked(tmp_pa
     assert got is not None
     assert next(r.offset for r in decode_records(got.read())) >= target
     log.close()
+
+
+def test_a_restart_finishes_a_swap_larger_than_three_read_windows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restart reads a .swap's batches to find the offsets it replaces (in windows
+    of SCAN_WINDOW_BYTES): a copy of more than three windows, the process dying once it
+    is committed and before the old segments go, comes back as the copy alone - every
+    record once, at its offset."""
+    from keeperless.storage.batch_scan import SCAN_WINDOW_BYTES
+
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=1 << 20), 0)
+    value = b"v" * (64 * 1024)
+    n = 3 * SCAN_WINDOW_BYTES // len(value) + 8
+    for i in range(n):
+        _append(log, [(b"k%d" % i, value)], NOW)  # every key once: everything is kept
+    res = clean_partition(_job(log, max_bytes=1 << 30), NOW)
+    (group, cleaned), built = res.swaps[0], res.indexes[0]
+    assert cleaned.stat().st_size > 3 * SCAN_WINDOW_BYTES
+    assert len(group) > 3
+
+    def crash(*_a: Any, **_k: Any) -> None:
+        raise _Crash
+
+    monkeypatch.setattr(Path, "unlink", crash)  # (the old segments' deletion: the first)
+    with pytest.raises(_Crash):
+        log.swap_in([(s.base_offset, s.size) for s in group], cleaned, NOW, log.generation, built)
+    monkeypatch.undo()
+    log.close()
+    assert list(tmp_path.glob("*.log.swap"))
+    again = PartitionLog(tmp_path, LogConfig(segment_bytes=1 << 20), 0)
+    offsets = [o for o, *_ in _records(tmp_path)]
+    assert offsets == list(range(n))
+    assert again.log_end_offset == n
+    again.close()
