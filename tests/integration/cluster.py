@@ -101,6 +101,29 @@ def keeperless(*args: str, check: bool = False) -> subprocess.CompletedProcess[s
     )
 
 
+# keys the harness sets that older revisions do not know (bench/revisions.py runs this
+# harness against a baseline, whose config refuses a key it does not define)
+_NEWER_DEFAULTS = (
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+    "share.coordinator.state.topic.num.partitions",
+)
+
+
+def _defined_defaults(props: dict[str, str]) -> dict[str, str]:
+    """``props`` without the harness's newer keys the code under test does not define."""
+    from keeperless.server.config import ConfigError, load_config
+
+    def known(key: str) -> bool:
+        try:
+            load_config(properties={key: props[key]})
+        except ConfigError as e:
+            return "Unknown configuration key" not in str(e)
+        return True
+
+    return {k: v for k, v in props.items() if k not in _NEWER_DEFAULTS or known(k)}
+
+
 class Node:
     """One combined node (broker + controller) in a temp directory."""
 
@@ -132,6 +155,7 @@ class Node:
             "share.coordinator.state.topic.num.partitions": "5",
             "group.initial.rebalance.delay.ms": "0",
         }
+        props = _defined_defaults(props)
         props.update(extra or {})
         self.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         self.proc: subprocess.Popen[bytes] | None = None
@@ -276,6 +300,7 @@ class Cluster:
                 "share.coordinator.state.topic.num.partitions": "3",
                 "group.initial.rebalance.delay.ms": "0",
             }
+            props = _defined_defaults(props)
             props.update({k: v for k, v in (extra or {}).items() if k in props})  # extra wins
             if metrics:
                 n.metrics_port = free_port()

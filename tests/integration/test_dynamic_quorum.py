@@ -249,7 +249,7 @@ def test_format_flags_and_bad_input(tmp_path: Path) -> None:
     )  # fmt: skip (a trailing comma, as Kafka's parser takes it)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines()[0] == (
-        f"Formatting dynamic metadata voter directory {c.data} with metadata.version 4.1-IV1."
+        f"Formatting dynamic metadata voter directory {c.data} with metadata.version 4.2-IV0."
     )
     # the metadata directory is the voter's: its directory id is the one given
     assert f"directory.id={dir_id}" in (c.data / "meta.properties").read_text()

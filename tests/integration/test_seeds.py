@@ -137,7 +137,7 @@ def test_the_seeds_commands_as_written(home: KafkaHome) -> None:
     assert re.search(r"^1\s+[A-Za-z0-9_-]{22}\s+\d+\s+\d+", replication.splitlines()[1])
     features = home.sh(f"bin/kafka-features.sh --bootstrap-server {h} describe")
     assert "Feature: metadata.version" in features
-    # formatted as written, the cluster is at Kafka 4.1's metadata.version (4.1-IV1, with
+    # formatted as written, the cluster is at metadata.version 4.2-IV0 (with
     # eligible leader replicas): 3.9 is below it, and Kafka 4.1 refuses to "upgrade" to it
     up = home.sh(f"bin/kafka-features.sh --bootstrap-server {h} upgrade --metadata 3.9", False)
     assert "Could not upgrade metadata.version to 21." in up

@@ -363,8 +363,8 @@ def test_storage_and_features_flags(node1: Node, tmp_path: Path) -> None:
         "streams.version=0\n"
     )
     assert tool("features", "version-mapping").stdout == (
-        "metadata.version=27 (4.1-IV1)\nkraft.version=1\ntransaction.version=2\n"
-        "group.version=1\neligible.leader.replicas.version=1\nshare.version=0\n"
+        "metadata.version=28 (4.2-IV0)\nkraft.version=1\ntransaction.version=2\n"
+        "group.version=1\neligible.leader.replicas.version=1\nshare.version=1\n"
         "streams.version=0\n"
     )
     assert tool("features", "version-mapping", "--release-version", "4.2").stdout.startswith(

@@ -314,8 +314,9 @@ def test_features_and_log_dirs(cluster3: Cluster) -> None:
     bs = ["--bootstrap-server", cluster3.bootstrap]
     feats = _ok("features", "describe", *bs)
     lines = feats.splitlines()
-    # sorted by name, as Kafka's tool; a cluster formatted at Kafka 4.1's metadata.version
-    # has eligible leader replicas (KIP-966) and the consumer group protocol (KIP-848) on
+    # sorted by name, as Kafka's tool; a cluster formatted at the default metadata.version
+    # (4.2-IV0) has eligible leader replicas (KIP-966), the consumer group protocol
+    # (KIP-848) and share groups (KIP-932) on
     assert [ln.split("\t")[0] for ln in lines] == [
         f"Feature: {f}"
         for f in ("eligible.leader.replicas.version", "group.version", "kraft.version",
@@ -335,9 +336,9 @@ def test_features_and_log_dirs(cluster3: Cluster) -> None:
     assert by_name["metadata.version"].startswith(
         "Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\tSupportedMaxVersion: 4.2-IV1\t"
     )
-    assert "FinalizedVersionLevel: 4.1-IV1" in by_name["metadata.version"]
-    # share groups (KIP-932): off until share.version is upgraded to 1, as in Kafka 4.1
-    assert "\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 0\t" in by_name["share.version"]
+    assert "FinalizedVersionLevel: 4.2-IV0" in by_name["metadata.version"]
+    # share groups (KIP-932): on in a new cluster, as in Kafka 4.2
+    assert "\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1\t" in by_name["share.version"]
     _ok("topics", *bs, "--create", "--topic", "sized", "--partitions", "2")
     res = keeperless("console-producer", *bs, "--topic", "sized")
     assert res.returncode == 0  # no input: nothing produced, still a clean exit
@@ -589,7 +590,7 @@ def test_metadata_shell_tree(cluster3_authorized: Cluster) -> None:
         "retention.ms=4321",
     )
     assert shell("cat", "/configs/topic/shell/retention.ms").strip() == "4321"
-    assert shell("cat", "/features/metadata.version").strip() == "27"
+    assert shell("cat", "/features/metadata.version").strip() == "28"  # 4.2-IV0
     # an ACL created through a broker shows under /acls/byId as Kafka's shell shows it
     from confluent_kafka.admin import (
         AclBinding,
@@ -643,6 +644,7 @@ def test_metadata_shell_tree(cluster3_authorized: Cluster) -> None:
         "eligible.leader.replicas.version",
         "group.version",
         "metadata.version",
+        "share.version",
         "transaction.version",
     ]
     # interactive: commands from standard input

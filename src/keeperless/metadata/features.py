@@ -66,10 +66,11 @@ _RELEASES: tuple[tuple[str, int], ...] = (
 )
 MINIMUM_METADATA_VERSION = _RELEASES[0][1]
 LATEST_METADATA_VERSION = _RELEASES[-1][1]
-# what `storage format` writes when no --release-version is given: Kafka 4.1's, whose
-# APIs this build serves (4.2's would turn on streams groups, not built yet; share groups
-# are turned on with kafka-features.sh upgrade --feature share.version=1, as in Kafka 4.1)
-LATEST_PRODUCTION_METADATA_VERSION = 27
+# what `storage format` writes when no --release-version is given: Kafka 4.2's first,
+# whose new clusters get share groups (KIP-932, production-ready in Kafka 4.2: a
+# ShareConsumer of confluent-kafka reads from a new cluster as from Kafka 4.2's). Not
+# 4.2-IV1, whose new clusters would get streams groups (KIP-1071), not built yet.
+LATEST_PRODUCTION_METADATA_VERSION = 28
 # KIP-966: leaders elected from eligible replicas (ELR) once this is 1
 ELR_FEATURE = "eligible.leader.replicas.version"
 ELR_METADATA_VERSION = 23  # the metadata.version ELR needs (4.0-IV1)

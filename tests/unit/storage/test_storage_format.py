@@ -121,21 +121,24 @@ def test_a_log_directory_that_cannot_be_read_starts_offline(tmp_path: Path) -> N
         check_storage((b,), 4, "c.properties", a)
 
 
-def test_new_clusters_get_kafka_4_1_with_eligible_leader_replicas(tmp_path: Path) -> None:
-    """As Kafka 4.1's format: metadata.version 4.1-IV1 and ELR on (bootstrapped from
-    4.1-IV0), transaction.version 2 (from 4.0-IV2), unless --release-version names an
-    older release or --feature turns it off."""
+def test_new_clusters_get_kafka_4_2_with_share_groups(tmp_path: Path) -> None:
+    """As Kafka 4.2's format, short of streams groups: metadata.version 4.2-IV0, share
+    groups on (bootstrapped from 4.2-IV0), ELR on (from 4.1-IV0), transaction.version 2
+    (from 4.0-IV2), unless --release-version names an older release or --feature turns
+    one off."""
     elr, gv, tv = "eligible.leader.replicas.version", "group.version", "transaction.version"
+    sv = "share.version"
     cases = {
-        "default": (None, (), {"metadata.version": 27, elr: 1, gv: 1, tv: 2}),
+        "default": (None, (), {"metadata.version": 28, elr: 1, gv: 1, tv: 2, sv: 1}),
+        "4.1": ("4.1", (), {"metadata.version": 27, elr: 1, gv: 1, tv: 2}),
         "4.1-IV0": ("4.1-IV0", (), {"metadata.version": 26, elr: 1, gv: 1, tv: 2}),
         "4.0": ("4.0", (), {"metadata.version": 25, gv: 1, tv: 2}),
         "3.9": ("3.9", (), {"metadata.version": 21}),
         "3.9 consumer protocol": ("3.9", (f"{gv}=1",), {"metadata.version": 21, gv: 1}),
         # share groups from 4.2-IV0 (KIP-932)
         "4.2": ("4.2", (), {"metadata.version": 29, elr: 1, gv: 1, tv: 2, "share.version": 1}),
-        "off": (None, (f"{elr}=0", f"{gv}=0", f"{tv}=0"), {"metadata.version": 27}),
-        "tv1": (None, (f"{tv}=1",), {"metadata.version": 27, elr: 1, gv: 1, tv: 1}),
+        "off": (None, (f"{elr}=0", f"{gv}=0", f"{tv}=0", f"{sv}=0"), {"metadata.version": 28}),
+        "tv1": (None, (f"{tv}=1",), {"metadata.version": 28, elr: 1, gv: 1, tv: 1, sv: 1}),
     }
     for name, (release, features, want) in cases.items():
         d = tmp_path / name
