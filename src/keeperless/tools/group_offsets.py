@@ -44,7 +44,9 @@ _MESSAGES = {
 
 
 def _given(args: Any, flag: str) -> bool:
-    return getattr(args, flag) not in (None, False)
+    # (not ``in (None, False)``: 0 == False, and --to-offset 0 / --shift-by 0 are given)
+    value = getattr(args, flag)
+    return value is not None and value is not False
 
 
 def check_reset_args(args: Any) -> None:

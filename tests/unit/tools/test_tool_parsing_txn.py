@@ -41,3 +41,22 @@ def test_the_share_groups_tool_prints_assignments_as_kafka() -> None:
     m = N(assignment=N(topic_partitions=[N(topic_name="q3", partitions=[2, 0, 1]),
                                          N(topic_name="a", partitions=[0])]))  # fmt: skip
     assert _assignment(m) == "a:0;q3:0,1,2"
+
+
+def test_reset_offsets_to_offset_0_and_shift_by_0_are_given() -> None:
+    """--to-offset 0 and --shift-by 0 are specs like any other (0 == False in Python:
+    they were taken for not given, so both tools refused them, found by a new user)."""
+    from keeperless.cli.parser import build_parser
+    from keeperless.tools import groups, share_groups
+
+    parser = build_parser()
+    for tool, check in (("consumer-groups", groups.check_args),
+                        ("share-groups", share_groups.check_args)):  # fmt: skip
+        for spec in (["--to-offset", "0"], ["--shift-by", "0"], ["--to-offset", "5"]):
+            args = parser.parse_args([tool, "--bootstrap-server", "h:1", "--reset-offsets",
+                                      "--group", "g", "--topic", "t", *spec])  # fmt: skip
+            check(args)  # no ToolError
+        args = parser.parse_args([tool, "--bootstrap-server", "h:1", "--reset-offsets",
+                                  "--group", "g", "--topic", "t"])  # fmt: skip
+        with pytest.raises(ToolError, match="takes exactly one of these options"):
+            check(args)
