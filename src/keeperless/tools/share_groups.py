@@ -173,20 +173,30 @@ def _delete_offsets(args: Any, servers: Servers, group: str, out: TextIO) -> int
 
 
 def _delete(servers: Servers, groups: list[str], out: TextIO) -> int:
-    failures = {}
+    """DeleteGroups of share groups only: a consumer group of the name is refused, as
+    Kafka's ShareGroupCommand refuses it, before anything is deleted (DeleteGroups
+    itself deletes a group of any type)."""
+    failures: dict[str, str] = {}
     for g in groups:
+        desc, _ = _describe(servers, g)
+        if int(desc.error_code) != 0:  # none, or of another type (the broker says which)
+            failures[g] = (
+                "GroupIdNotFoundException"
+                if not desc.error_message or "not a share group" not in desc.error_message
+                else f"GroupIdNotFoundException: {desc.error_message}"
+            )
+            continue
         resp = call([_coordinator(servers, g)], ApiKey.DELETE_GROUPS, 2, {"groups_names": [g]})
         code = resp.results[0].error_code
         if int(code) != 0:
-            failures[g] = code
+            failures[g] = {69: "GroupIdNotFoundException", 68: "GroupNotEmptyException"}.get(
+                int(code), code.name)  # fmt: skip
     if not failures:
         names = ", ".join(f"'{g}'" for g in groups)
         print(f"Deletion of requested share groups ({names}) was successful.", file=out)
         return 0
     print("Error: Deletion of some share groups failed:", file=out)
-    for g, code in failures.items():
-        why = {69: "GroupIdNotFoundException", 68: "GroupNotEmptyException"}.get(
-            int(code), code.name)  # fmt: skip
+    for g, why in failures.items():
         print(f"* Share group '{g}' could not be deleted due to: {why}", file=out)
     return 1
 
