@@ -751,3 +751,59 @@ def test_the_share_coordinator_runtime_reports_its_metrics(enabled: Node) -> Non
     assert value("event_processing_time_ms_count") >= 1  # the acknowledgements' writes
     assert value("partition_load_time_max") >= 0
     assert value("failed_writes_total") == 0
+
+
+def test_a_reset_is_served_though_a_departed_members_share_session_lingers(
+    enabled: Node,
+) -> None:
+    """Found by a fresh-eyes trial: a member that left the group (its heartbeat stopped,
+    as a consumer killed -9) keeps its share session on the leader until it idles out.
+    The offsets reset meanwhile were then served from the leader's stale state (the
+    records again with their old delivery counts), and once more, from the reset state,
+    when the next write was fenced: each record delivered twice. A new share session
+    reads the state again whenever nothing is acquired, whoever else has one."""
+    _topic(enabled, "lingering", 5, "lingerers")
+    member = str(uuid.uuid4())
+    beat: Any = None
+
+    def assigned() -> bool:
+        nonlocal beat
+        epoch = beat.member_epoch if beat is not None and beat.error_code == 0 else 0
+        if not epoch:  # (as a client: the coordinator's topic is made when it is looked up)
+            _send(enabled, ApiKey.FIND_COORDINATOR, 4,
+                  {"key_type": 0, "coordinator_keys": ["lingerers"]})  # fmt: skip
+        beat = _heartbeat(enabled, "lingerers", member, epoch, None if epoch else ["lingering"])
+        return beat.error_code == 0 and bool(beat.assignment and beat.assignment.topic_partitions)
+
+    wait_until(assigned, 30, interval=0.2, what="the partition assigned")
+    topic_id = beat.assignment.topic_partitions[0].topic_id
+    fetch = {"group_id": "lingerers", "member_id": member, "max_wait": 0, "min_bytes": 1,
+             "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10,
+             "forgotten_topics_data": []}  # fmt: skip
+    opened = _send(
+        enabled,
+        ApiKey.SHARE_FETCH,
+        1,
+        {**fetch, "share_session_epoch": 0, "topics": opened_topics(topic_id)},
+    )
+    got = opened.responses[0].partitions[0].acquired_records
+    assert [(r.first_offset, r.last_offset, r.delivery_count) for r in got] == [(0, 4, 1)]
+    released = _send(enabled, ApiKey.SHARE_ACKNOWLEDGE, 1, {
+        "group_id": "lingerers", "member_id": member, "share_session_epoch": 1,
+        "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0,
+                    "acknowledgement_batches": [{"first_offset": 0, "last_offset": 4,
+                                                 "acknowledge_types": [2]}]}]}],
+    })  # fmt: skip
+    assert released.responses[0].partitions[0].error_code == 0
+    # the member leaves the group; its share session stays open on the leader
+    assert _heartbeat(enabled, "lingerers", member, -1, None).error_code == 0
+    _ok("share-groups", "--bootstrap-server", enabled.bootstrap, "--reset-offsets",
+        "--group", "lingerers", "--topic", "lingering", "--to-earliest", "--execute")  # fmt: skip
+    c = ShareConsumer({"bootstrap.servers": enabled.bootstrap, "group.id": "lingerers"})
+    c.subscribe(["lingering"])
+    seen: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline:
+        seen += [(m.offset(), m.delivery_count()) for m in _poll(c)]
+    c.close()
+    assert sorted(seen) == [(i, 1) for i in range(5)], seen  # once each, counted anew

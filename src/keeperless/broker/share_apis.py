@@ -275,8 +275,7 @@ class ShareApis:
                 )
             if s is not None:
                 self._release(gid, mid, s)
-            if not any(g == gid for g, _ in self.sessions):
-                self._forget_idle(gid)
+            self._forget_idle(gid)
             s = self.sessions[key] = _Session()
             return s, ErrorCode.none, None
         if s is None:
@@ -458,10 +457,13 @@ class ShareApis:
         return True
 
     def _forget_idle(self, gid: str) -> None:
-        """The group's first share session here: its share-partitions are read again from
-        the share coordinator before they are served (an admin may have reset or deleted
-        their state while the group had no member here), unless a record is still acquired
-        or a write is in flight."""
+        """A share session opens: the group's share-partitions are read again from the
+        share coordinator before they are served (an admin may have reset or deleted their
+        state while the group had no member), unless a record is still acquired or a write
+        is in flight. At every opening, not only the group's first here: a member that
+        left the group without closing its share session (killed) keeps the session until
+        it idles out, and a reset made meanwhile was served from the stale state, then
+        again from the reset one once the next write was fenced (each record twice)."""
         for key in [k for k in self.partitions if k[0] == gid]:
             sp = self.partitions[key]
             writing = self._writing.get(key)
