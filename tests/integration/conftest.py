@@ -8,9 +8,10 @@ import pytest
 from tests.integration.cluster import Cluster, Node
 
 
-def running(n: Node) -> Iterator[Node]:
-    """A fixture's node: formatted, started, yielded, stopped."""
-    n.format()
+def running(n: Node, release: str | None = None) -> Iterator[Node]:
+    """A fixture's node: formatted (at ``release``, the latest production one if None),
+    started, yielded, stopped."""
+    n.format(release=release)
     n.start()
     try:
         yield n

@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from keeperless.protocol.apis import ApiKey
 from keeperless.tools.client import call
 from tests.integration.cluster import Node, free_port, keeperless, wait_until
+from tests.integration.conftest import running
 
 LOCK_MS = 15000  # the shortest acquisition lock Kafka allows a group
 SHARE_APIS = (76, 77, 78, 79)
@@ -42,12 +43,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     })  # fmt: skip
     n.metrics_port = metrics_port
     # formatted at Kafka 4.1's release: share groups off until share.version is upgraded
-    n.format(release="4.1")
-    n.start()
-    try:
-        yield n
-    finally:
-        n.stop()
+    yield from running(n, release="4.1")
 
 
 def _ok(*args: str) -> str:
@@ -591,16 +587,22 @@ def test_bad_share_requests_get_kafkas_errors(enabled: Node) -> None:
     )
     assert reopened.error_code == 0
     # acknowledging a record this member does not hold
-    ack = _send(enabled, ApiKey.SHARE_ACKNOWLEDGE, 1, {
-        "group_id": "bad-group", "member_id": member, "share_session_epoch": 1,
-        "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0,
-                    "acknowledgement_batches": [{"first_offset": 4000, "last_offset": 4000,
-                                                 "acknowledge_types": [1]}]}]}],
-    })  # fmt: skip
+    ack = _acknowledge(enabled, "bad-group", member, tid, 4000, 4000, 1)  # ACCEPT
     assert ack.error_code == 0
     part = ack.responses[0].partitions[0]
     assert part.error_code == 121, part  # INVALID_RECORD_STATE
     assert "4000" in (part.error_message or "")
+
+
+def _acknowledge(n: Node, group: str, member: str, tid: uuid.UUID, first: int, last: int,
+                 kind: int) -> Any:  # fmt: skip
+    """ShareAcknowledge of partition 0's offsets ``first``..``last`` (in session epoch 1)."""
+    return _send(n, ApiKey.SHARE_ACKNOWLEDGE, 1, {
+        "group_id": group, "member_id": member, "share_session_epoch": 1,
+        "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0,
+                    "acknowledgement_batches": [{"first_offset": first, "last_offset": last,
+                                                 "acknowledge_types": [kind]}]}]}],
+    })  # fmt: skip
 
 
 def opened_topics(tid: uuid.UUID) -> list[dict[str, Any]]:
@@ -788,12 +790,7 @@ def test_a_reset_is_served_though_a_departed_members_share_session_lingers(
     )
     got = opened.responses[0].partitions[0].acquired_records
     assert [(r.first_offset, r.last_offset, r.delivery_count) for r in got] == [(0, 4, 1)]
-    released = _send(enabled, ApiKey.SHARE_ACKNOWLEDGE, 1, {
-        "group_id": "lingerers", "member_id": member, "share_session_epoch": 1,
-        "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0,
-                    "acknowledgement_batches": [{"first_offset": 0, "last_offset": 4,
-                                                 "acknowledge_types": [2]}]}]}],
-    })  # fmt: skip
+    released = _acknowledge(enabled, "lingerers", member, topic_id, 0, 4, 2)  # RELEASE
     assert released.responses[0].partitions[0].error_code == 0
     # the member leaves the group; its share session stays open on the leader
     assert _heartbeat(enabled, "lingerers", member, -1, None).error_code == 0

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cluster import ROOT, Cluster, Node, free_port
+from tests.integration.conftest import running
 
 
 @pytest.fixture(scope="module")
@@ -20,12 +21,7 @@ def node1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     n = Node(tmp_path_factory.mktemp("tool-errors"))
     # 4.0: before ELR's cluster-level min.insync.replicas, which Kafka's tool counts as
     # an override on every topic (--topics-with-overrides would list them all)
-    n.format(release="4.0")
-    n.start()
-    try:
-        yield n
-    finally:
-        n.stop()
+    yield from running(n, release="4.0")
 
 
 def tool(*args: str, stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess[str]:
