@@ -178,15 +178,17 @@ def _delete(servers: Servers, groups: list[str], out: TextIO) -> int:
     itself deletes a group of any type)."""
     failures: dict[str, str] = {}
     for g in groups:
-        desc, _ = _describe(servers, g)
-        if int(desc.error_code) != 0:  # none, or of another type (the broker says which)
-            failures[g] = (
-                "GroupIdNotFoundException"
-                if not desc.error_message or "not a share group" not in desc.error_message
-                else f"GroupIdNotFoundException: {desc.error_message}"
+        desc, (host, port, _) = _describe(servers, g)
+        if int(desc.error_code) == 69:  # none, or of another type (the broker says which)
+            not_share = "not a share group" in (desc.error_message or "")
+            failures[g] = "GroupIdNotFoundException" + (
+                f": {desc.error_message}" if not_share else ""
             )
             continue
-        resp = call([_coordinator(servers, g)], ApiKey.DELETE_GROUPS, 2, {"groups_names": [g]})
+        if int(desc.error_code) != 0:
+            failures[g] = desc.error_message or desc.error_code.name
+            continue
+        resp = call([(host, port)], ApiKey.DELETE_GROUPS, 2, {"groups_names": [g]})
         code = resp.results[0].error_code
         if int(code) != 0:
             failures[g] = {69: "GroupIdNotFoundException", 68: "GroupNotEmptyException"}.get(
