@@ -17,6 +17,7 @@ from typing import Any
 from keeperless._properties import PropertiesError, parse_properties
 from keeperless.metadata.config_catalog import BROKER_CONFIGS
 from keeperless.metadata.config_def import ConfigType, ConfigValueError
+from keeperless.metadata.features import metadata_version_for_release
 from keeperless.security.listeners import SecurityConfigError, listener_security
 
 __all__ = [
@@ -68,8 +69,6 @@ def _typed(key: str, raw: str) -> Any:
 
 def _release(key: str, raw: str) -> str:
     """A Kafka release name (3.6, 3.6-IV2): one this build knows."""
-    from keeperless.metadata.features import metadata_version_for_release
-
     try:
         metadata_version_for_release(raw.strip())
     except ValueError as e:
