@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -110,18 +111,22 @@ _NEWER_DEFAULTS = (
 )
 
 
-def _defined_defaults(props: dict[str, str]) -> dict[str, str]:
-    """``props`` without the harness's newer keys the code under test does not define."""
+@functools.cache
+def _defined(key: str) -> bool:
+    """Whether the code under test defines ``key`` (asked once a process: its config
+    refuses an unknown key before it reads any value)."""
     from keeperless.server.config import ConfigError, load_config
 
-    def known(key: str) -> bool:
-        try:
-            load_config(properties={key: props[key]})
-        except ConfigError as e:
-            return "Unknown configuration key" not in str(e)
-        return True
+    try:
+        load_config(properties={key: "1"})
+    except ConfigError as e:
+        return "Unknown configuration key" not in str(e)
+    return True
 
-    return {k: v for k, v in props.items() if k not in _NEWER_DEFAULTS or known(k)}
+
+def _defined_defaults(props: dict[str, str]) -> dict[str, str]:
+    """``props`` without the harness's newer keys the code under test does not define."""
+    return {k: v for k, v in props.items() if k not in _NEWER_DEFAULTS or _defined(k)}
 
 
 class Node:
