@@ -53,3 +53,14 @@ def test_the_cleaner_bench_cleans_and_merges_segments(tmp_path: Path) -> None:
     assert out["segments_written"] == 1  # cleaned into one, under segment.bytes
     assert out["cleaner_mb_per_s"] > 0  # type: ignore[operator]
     assert out["copy_mb_per_s"] > 0  # type: ignore[operator]
+
+
+def test_the_restart_bench_opens_every_log_whole_each_way(tmp_path: Path) -> None:
+    from bench import restart
+
+    out = restart.measure(tmp_path, 3, 3, 16, 1, 1)  # 3 segments of 1 MiB a partition
+    assert out["mb"] >= 9  # type: ignore[operator]
+    rows = out["results"]
+    assert isinstance(rows, dict)
+    assert set(rows) == {"read every byte", "clean stop", "crash"}
+    assert all(r["best_s"] > 0 for r in rows.values())

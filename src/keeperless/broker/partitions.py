@@ -117,8 +117,15 @@ class Partition:
         snaps = snapshot_offsets(directory)
         self._replay_from = snaps[-1] if snaps else 0
         self._found: list[BatchHeader] | None = []
+        # the newest snapshot was written once the log was flushed up to it (at a roll
+        # or a clean stop): Kafka's recovery point
         self.log = PartitionLog(
-            directory, config, now_ms, self._recovered_batch, clean_shutdown=clean_shutdown
+            directory,
+            config,
+            now_ms,
+            self._recovered_batch,
+            clean_shutdown=clean_shutdown,
+            recovery_point=self._replay_from,
         )
         self._load_state(self._found)
         self._found = None
@@ -401,7 +408,7 @@ class Partition:
         replayed (``found`` if they were collected while the log was opened from the
         same snapshot; read again otherwise)."""
         start = self.state.load_snapshot(self.log.log_end_offset)
-        if found is None or start != self._replay_from:
+        if found is None or start != self._replay_from or start < self.log.replayed_from:
             found = [h for h in self.log.batch_headers() if h.base_offset >= start]
             found = [h for h in found if h.producer_id >= 0 or h.is_control]
         for indexed in self.log.aborted_txns():
@@ -447,7 +454,7 @@ class Partition:
     def persist(self) -> None:
         """Everything on disk: the log flushed, the producers' state snapshotted at its
         end (a start then replays nothing)."""
-        self.log.flush()
+        self.log.flush(indexes=True)
         self.log.sync_txn_indexes()
         self.state.take_snapshot(self.log.log_end_offset)
 

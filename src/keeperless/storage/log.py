@@ -41,6 +41,7 @@ from keeperless.storage.segment import (
     Segment,
     segment_name,
 )
+from keeperless.storage.swaps import finish_swaps
 
 __all__ = ["FileSlice", "LogConfig", "PartitionLog", "segment_name"]
 
@@ -91,11 +92,16 @@ class PartitionLog:
         on_recovered_batch: Callable[[BatchHeader], None] | None = None,
         read_only: bool = False,
         clean_shutdown: bool = False,
+        recovery_point: int = 0,
     ) -> None:
         """``read_only`` opens an existing log for tools: nothing is created, repaired or
         rewritten, so a running node's files are left exactly as they are.
         ``clean_shutdown``: the node knows its last stop was clean (a torn tail then
-        points at the disk, and the warning says so)."""
+        points at the disk, and the warning says so). ``recovery_point``: the segments
+        wholly below it were flushed (as the log rolled), and after a clean stop the
+        active one too if it starts below it: their indexes are loaded, not rebuilt
+        from every batch (``replayed_from`` says from where batches were passed to
+        ``on_recovered_batch``)."""
         self.dir = directory
         self.clean_shutdown = clean_shutdown
         self.config = config
@@ -116,19 +122,31 @@ class PartitionLog:
         # called with the new segment's base offset when the log rolls, before anything
         # is written to it (the producers' state is snapshotted there)
         self.on_roll: Callable[[int], None] | None = None
-        self._open(now_ms, on_recovered_batch)
+        self.replayed_from = 0
+        self._open(now_ms, on_recovered_batch, recovery_point)
 
     # -- opening and recovery ------------------------------------------------------
 
-    def _open(self, now_ms: int, on_batch: Callable[[BatchHeader], None] | None) -> None:
+    def _open(
+        self, now_ms: int, on_batch: Callable[[BatchHeader], None] | None, recovery_point: int
+    ) -> None:
         if not self.read_only:
-            self._finish_swaps()
+            finish_swaps(self.dir)
         bases = sorted(int(p.name[:20]) for p in self.dir.glob("*.log") if p.name[:20].isdigit())
+        trusting = not self.read_only
+        interval = self.config.index_interval_bytes
         for i, base in enumerate(bases):
             seg = Segment(self.dir, base, now_ms, self.read_only)
             last = i == len(bases) - 1
-            # every segment's batches: the producers' state (idempotent sequences) must
-            # know a producer whose last batch lies in an older segment
+            # below the recovery point, as Kafka's recovery: the indexes, checked; from
+            # the first segment read on, every batch (the producers' state replays them)
+            end = (base if self.clean_shutdown else None) if last else bases[i + 1]
+            trusting = trusting and end is not None and end <= recovery_point
+            if trusting and seg.load_indexes(interval):
+                self.replayed_from = seg.next_offset
+                self._segments.append(seg)
+                continue
+            trusting = False
             whole = self._scan(seg, validate=last, on_batch=on_batch)
             self._segments.append(seg)
             if not whole and not last:
@@ -158,57 +176,6 @@ class PartitionLog:
             gone = Segment(self.dir, base, now_ms)
             self._drop(gone)
         fsync_dir(self.dir)
-
-    def _finish_swaps(self) -> None:
-        """What a crash left of a cleaning (Kafka's recovery rules): a ``.swap`` is a
-        whole cleaned segment, renamed into place, and the segments it replaced (those
-        starting within its offsets) go; a ``.cleaned`` may be half written, and is
-        deleted. The old segments or the cleaned one, never part of either. The group's
-        merged transaction index (``.txnindex.swap``) goes into place with its segment;
-        without a segment's swap it is a cleaning that never landed, and goes."""
-        changed = False
-        halves = sorted(self.dir.glob("*.cleaned"))  # (segments and their indexes)
-        for half in halves:
-            half.unlink()
-            changed = True
-        if halves:
-            log.info(
-                "Partition log %s: dropped %d file(s) of a cleaning that did not finish",
-                self.dir.name,
-                len(halves),
-            )
-        swaps = sorted(self.dir.glob("*.log.swap"))
-        bases = {int(p.name[:20]) for p in swaps}
-        for index in sorted(self.dir.glob(f"*{TXN_INDEX_SUFFIX}.swap")):
-            if int(index.name[:20]) not in bases:
-                index.unlink()  # the segment's swap never began
-                changed = True
-        for swap in swaps:
-            base = int(swap.name[:20])
-            fd = os.open(swap, os.O_RDONLY)
-            try:
-                end = base
-                for _, h, _ in BatchScan(fd, 0, os.fstat(fd).st_size, verify_crc=False):
-                    end = h.last_offset + 1
-            finally:
-                os.close(fd)
-            replaced = [
-                int(p.name[:20])
-                for p in self.dir.glob("*.log")
-                if p.name[:20].isdigit() and base < int(p.name[:20]) < end
-            ]
-            for other in replaced:
-                for suffix in (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX):
-                    (self.dir / segment_name(other, suffix)).unlink(missing_ok=True)
-            index = self.dir / segment_name(base, TXN_INDEX_SUFFIX + ".swap")
-            if index.exists():
-                os.replace(index, self.dir / segment_name(base, TXN_INDEX_SUFFIX))
-            os.replace(swap, self.dir / segment_name(base, ".log"))
-            log.info("Partition log %s: finished the swap of cleaned %s (for %d segment(s))",
-                     self.dir.name, swap.name, 1 + len(replaced))  # fmt: skip
-            changed = True
-        if changed:
-            fsync_dir(self.dir)
 
     @property
     def generation(self) -> int:
@@ -276,6 +243,8 @@ class PartitionLog:
         mtime = max(os.fstat(seg.fd).st_mtime for seg in old)
         swap = self.dir / segment_name(base, ".log.swap")
         os.utime(swap, (mtime, mtime))
+        for path in old[0].paths()[1:3]:  # its indexes, never beside the copy
+            path.unlink(missing_ok=True)
         os.replace(swap, self.dir / segment_name(base, ".log"))
         fsync_dir(self.dir)
         seg = Segment(self.dir, base, old[0].created_ms)
@@ -491,6 +460,7 @@ class PartitionLog:
     def _roll(self, now_ms: int) -> Segment:
         old = self._segments[-1]
         os.fsync(old.fd)
+        old.sync_indexes()  # (loaded, not rebuilt, at the next start)
         seg = Segment(self.dir, old.next_offset, now_ms)
         fsync_dir(self.dir)  # the new segment's name survives a crash
         seg.next_offset = old.next_offset
@@ -568,10 +538,13 @@ class PartitionLog:
         the event loop (and close): the next flush then has little left to write."""
         return os.dup(self._segments[-1].fd)
 
-    def flush(self) -> None:
+    def flush(self, indexes: bool = False) -> None:
+        """fsync the active segment (and its indexes: a clean stop's, loaded at start)."""
         self._check_writable()
         try:
             os.fsync(self._segments[-1].fd)
+            if indexes:
+                self._segments[-1].sync_indexes()
         except OSError as e:
             raise self._fail(e) from None
         self._unflushed = 0

@@ -3,13 +3,16 @@ indexes kept beside it (`.index`, `.timeindex`), and the file slices reads retur
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Protocol
 
 from keeperless.protocol.records import BatchHeader
+from keeperless.storage.batch_scan import BatchScan
 from keeperless.storage.producer_files import TXN_INDEX_SUFFIX
 
 __all__ = [
@@ -158,6 +161,55 @@ class Segment:
         self.next_offset, self.max_timestamp = built.next_offset, built.max_timestamp
         self.bytes_since_index = built.bytes_since_index
         self.rewrite_indexes()
+
+    def load_indexes(self, interval: int) -> bool:
+        """The indexes as the segment's files hold them, checked as Kafka checks an index
+        it loads (entries in order and inside the file) and as it finds a segment's next
+        offset (the batches from the last offset entry on are read: the entry must be at
+        a batch of its offset, and they must run whole and valid, CRCs checked, to the
+        file's end). A short index costs a longer read, nothing else. False, with
+        nothing loaded, if a check fails: the caller reads the segment's batches."""
+        if self.size == 0:
+            return False  # (nothing to read)
+        base = self.base_offset
+        raw = os.pread(self.index_fd, os.fstat(self.index_fd).st_size, 0)
+        traw = os.pread(self.time_index_fd, os.fstat(self.time_index_fd).st_size, 0)
+        if not raw or len(raw) % INDEX_ENTRY.size or len(traw) % TIME_ENTRY.size:
+            return False
+        index = [(base + rel, pos) for rel, pos in INDEX_ENTRY.iter_unpack(raw)]
+        times = [(ts, base + rel) for ts, rel in TIME_ENTRY.iter_unpack(traw)]
+        ordered = all(a[0] < b[0] and a[1] < b[1] for a, b in pairwise(index)) and all(
+            a[0] < b[0] and a[1] <= b[1] for a, b in pairwise(times)
+        )
+        if not ordered or index[0][1] != 0 or index[0][0] < base or index[-1][1] >= self.size:
+            return False
+        # read from the last offset entry, or from the one before the last timed batch
+        # (a time index cut short: its lost entries are made again), on: what was before
+        # stays, what follows is derived again, as the log was written
+        k = bisect.bisect_right(index, (min(index[-1][0], times[-1][1] if times else base), 2**63))
+        start, at = index[max(0, k - 1)]
+        self.index = index[: max(0, k - 1)]
+        self.time_index = [t for t in times if t[1] < start]
+        self.max_timestamp = self.time_index[-1][0] if self.time_index else -1
+        self.bytes_since_index = interval  # (the batch at ``at`` is indexed again)
+        scan = BatchScan(self.fd, at, self.size, verify_crc=True)
+        for pos, h, _ in scan:
+            if pos == at and h.base_offset != start:
+                break  # the entry names another batch: not this log's index (stop None)
+            note_batch(self, pos, h, interval)
+        # a time entry past the batches is not this log's: the earlier ones neither
+        past = bool(times) and times[-1][1] >= self.next_offset
+        if scan.stop is None or not scan.stop.clean or past:
+            self.index, self.time_index, self.next_offset = [], [], base
+            self.max_timestamp, self.bytes_since_index = -1, 0
+            return False
+        if self.index != index or self.time_index != times:
+            self.rewrite_indexes()  # the entries a crash left unwritten, or stale ones
+        return True
+
+    def sync_indexes(self) -> None:
+        os.fsync(self.index_fd)
+        os.fsync(self.time_index_fd)
 
     def rewrite_indexes(self) -> None:
         os.ftruncate(self.index_fd, 0)
