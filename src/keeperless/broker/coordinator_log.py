@@ -79,7 +79,7 @@ class BrokerPartitionLog:
         res = p.append(batch, leader_epoch, 2**31 - 1, now)
         if res.error != ErrorCode.none:
             return APPEND_ERRORS.get(res.error, res.error)
-        self.broker.partitions.notify_append()
+        self.broker.partitions.notify_append((topic, index))
         return int(res.base_offset)
 
     async def committed(

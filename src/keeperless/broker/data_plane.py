@@ -152,7 +152,7 @@ class DataPlane:
     async def produce(self, header: RequestHeader, req: Any) -> Any:
         now = _now_ms()
         version = header.api_version
-        appended = False
+        appended: list[tuple[str, int]] = []
         responses: list[dict[str, Any]] = []
         waits: list[tuple[str, int, Any, int, int, int]] = []
         leaders: set[int] = set()
@@ -247,7 +247,8 @@ class DataPlane:
                     except LogDirFailure as e:
                         # its log directory failed (KIP-858): it goes offline here
                         res = AppendResult(ErrorCode.kafka_storage_error, message=str(e))
-                appended = appended or res.error == ErrorCode.none
+                if res.error == ErrorCode.none:
+                    appended.append((name, pd.index))
                 if res.error == ErrorCode.none and self.broker.metrics is not None:
                     self.broker.metrics.produced(
                         name, p.log.log_end_offset - res.base_offset, len(pd.records or b"")
@@ -269,7 +270,7 @@ class DataPlane:
             key = {"topic_id": td.topic_id} if version >= 13 else {"name": td.name}
             responses.append({**key, "_name": name, "partition_responses": parts})
         if appended:
-            self.broker.partitions.notify_append()
+            self.broker.partitions.notify_append(*appended)
             if self.broker.metrics is not None:
                 self.broker.metrics.bytes_in.inc(
                     sum(len(pd.records or b"") for td in req.topic_data for pd in td.partition_data)
@@ -372,7 +373,7 @@ class DataPlane:
             before = p.high_watermark
             p.record_follower_fetch(replica, fp.fetch_offset, _now_ms(), fp.log_start_offset)
             if p.high_watermark > before:
-                self.broker.partitions.notify_append()  # wake consumers' long polls
+                self.broker.partitions.notify_append((p.topic, p.index))  # consumers' polls
             hook = self.broker.partitions.on_follower_fetch
             if hook is not None:
                 hook(p, replica)
@@ -500,6 +501,20 @@ class DataPlane:
             out.append((key, parts))
         return out, total, errors, leaders, throttled_bytes
 
+    def _wait_keys(self, req: Any, version: int) -> list[tuple[str, int]]:
+        """The partitions a fetch reads, by name: what it waits on."""
+        out: list[tuple[str, int]] = []
+        for t in req.topics:
+            if version >= 13:
+                t_img = self.broker.image.topics.get(t.topic_id)
+                if t_img is None:
+                    continue
+                name = t_img.name
+            else:
+                name = t.topic
+            out.extend((name, fp.partition) for fp in t.partitions)
+        return out
+
     def _current_leader(self, topic: str, index: int) -> tuple[int, int] | None:
         t = self.broker.image.topic(topic)
         if t is None or index not in t.partitions:
@@ -522,6 +537,7 @@ class DataPlane:
         budget = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
         first = True
         version = header.api_version
+        keys: list[tuple[str, int]] | None = None
         while True:
             topics, total, errors, leaders, throttled = self._fetch_once(
                 header, req, version, budget, first
@@ -530,7 +546,9 @@ class DataPlane:
             remaining = deadline - loop.time()
             if total >= max(req.min_bytes, 1) or remaining <= 0 or errors:
                 break
-            await self.broker.partitions.wait_for_data(remaining)
+            if keys is None:
+                keys = self._wait_keys(req, version)
+            await self.broker.partitions.wait_for_data(remaining, keys)
         if self.broker.metrics is not None and total:
             self.broker.metrics.bytes_out.inc(total)
             self.broker.metrics.fetched(topics, self.broker.image)

@@ -321,7 +321,7 @@ class GroupCoordinator:
             return _COMMIT_ERRORS.get(res.error, res.error)
         if on_appended is not None:  # in log order: before a marker can follow it
             on_appended(res.base_offset)
-        self.broker.partitions.notify_append()
+        self.broker.partitions.notify_append((part.topic, part.index))
         try:
             ok = await part.wait_for_hw(
                 part.log.log_end_offset,

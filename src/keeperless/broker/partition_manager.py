@@ -111,7 +111,9 @@ class PartitionManager:
         # directories to tell the controller (AssignReplicasToDirs): (topic id,
         # partition) -> directory id, taken by the broker
         self.assignments: dict[tuple[UUID, int], UUID] = {}
-        self._data_arrived: asyncio.Future[None] | None = None
+        # fetches waiting for data (Kafka's fetch purgatory, keyed by partition): each
+        # is woken by what happens to the partitions it reads, not by every append here
+        self._waiting: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
         # set by the replica manager: a follower fetched from a partition led here
         self.on_follower_fetch: Callable[[Partition, int], None] | None = None
         # called when a log directory goes offline (the broker tells the controller)
@@ -275,7 +277,12 @@ class PartitionManager:
         if info.directory(self.node_id) != ld.dir_id:
             self.assignments[(topic_id, index)] = ld.dir_id
         p.node_id = self.node_id
+        before = p.info
         p.on_info(info, now_ms)
+        if before is None or (before.leader_epoch, before.isr) != (info.leader_epoch, info.isr):
+            # fetches waiting here answer now: not the leader any more, or a high
+            # watermark an ISR shrink raised
+            self.notify_append((topic, index))
         return p
 
     def _claim(self, directory: Path, topic_id: UUID, topic: str) -> UUID | None:
@@ -442,17 +449,42 @@ class PartitionManager:
                             "to %s: it is not served; remove it once it is not needed",
                             self.node_id, directory, why, target.name)  # fmt: skip
 
-    def notify_append(self) -> None:
-        fut = self._data_arrived
-        self._data_arrived = None
-        if fut is not None and not fut.done():
-            fut.set_result(None)
+    def notify_append(self, *keys: tuple[str, int]) -> None:
+        """Wake the fetches waiting on any of ``keys`` (topic, partition): records were
+        appended there, or its high watermark rose. No keys: every waiting fetch."""
+        waiting = self._waiting
+        if not keys:
+            keys = tuple(waiting)
+        for key in keys:
+            futs = waiting.pop(key, None)
+            if futs:
+                for fut in futs:
+                    if not fut.done():
+                        fut.set_result(None)
 
-    async def wait_for_data(self, timeout_s: float) -> None:
-        if self._data_arrived is None:
-            self._data_arrived = asyncio.get_running_loop().create_future()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._data_arrived), timeout_s)
+    async def wait_for_data(self, timeout_s: float, keys: list[tuple[str, int]]) -> None:
+        """Until something is appended to one of ``keys`` (or its high watermark rises),
+        or ``timeout_s`` passes."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting = self._waiting
+        for key in keys:
+            waiting.setdefault(key, set()).add(fut)
+
+        def expire() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        handle = asyncio.get_running_loop().call_later(timeout_s, expire)
+        try:
+            await fut
+        finally:
+            handle.cancel()
+            for key in keys:
+                futs = waiting.get(key)
+                if futs is not None:
+                    futs.discard(fut)
+                    if not futs:
+                        del waiting[key]
 
     def close(self, broker_epoch: int = -1) -> None:
         """Close every log; mark each directory whose logs were all flushed cleanly shut

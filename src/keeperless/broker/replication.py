@@ -268,7 +268,7 @@ class _Fetcher:
             hw_before = p.high_watermark
             p.follower_hw(pr.high_watermark)
             if p.high_watermark > hw_before:
-                broker.partitions.notify_append()  # consumers reading here (KIP-392)
+                broker.partitions.notify_append((p.topic, p.index))  # KIP-392 readers
             if pr.log_start_offset > p.log.log_start_offset:
                 # records deleted at the leader (DeleteRecords): here too
                 broker.partitions.advance_start(

@@ -651,7 +651,9 @@ class ShareApis:
                 remaining = deadline - loop.time()
                 if acquired or failed or remaining <= 0 or (gid, mid) not in self.sessions:
                     break
-                await self.broker.partitions.wait_for_data(min(remaining, _POLL_S))
+                topics = self.broker.image.topics
+                keys = [(topics[t].name, i) for t, i in s.partitions if t in topics]
+                await self.broker.partitions.wait_for_data(min(remaining, _POLL_S), keys)
         leaders: set[int] = set()
         by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
         for key in dict.fromkeys([*got, *ack_results]):

@@ -76,7 +76,7 @@ class TxnMarkerWriter:
                 if topic == OFFSETS_TOPIC and self.on_offsets_marker is not None:
                     self.on_offsets_marker(index, producer_id, commit)
         if waits:
-            self.broker.partitions.notify_append()
+            self.broker.partitions.notify_append(*(key for key, *_ in waits))
 
         async def wait(key: tuple[str, int], p: Partition, end: int, epoch: int) -> None:
             try:
