@@ -3,7 +3,6 @@ indexes kept beside it (`.index`, `.timeindex`), and the file slices reads retur
 
 from __future__ import annotations
 
-import bisect
 import os
 import struct
 from dataclasses import dataclass, field
@@ -183,12 +182,13 @@ class Segment:
         )
         if not ordered or index[0][1] != 0 or index[0][0] < base or index[-1][1] >= self.size:
             return False
-        # read from the last offset entry, or from the one before the last timed batch
-        # (a time index cut short: its lost entries are made again), on: what was before
-        # stays, what follows is derived again, as the log was written
-        k = bisect.bisect_right(index, (min(index[-1][0], times[-1][1] if times else base), 2**63))
-        start, at = index[max(0, k - 1)]
-        self.index = index[: max(0, k - 1)]
+        if not times:
+            return False  # (a segment of batches has a time entry: its first batch's)
+        # the batches from the last offset entry on are read again, and what they make
+        # of the indexes is made again; what is before stays (both files were fsynced
+        # before the recovery point passed them: at the roll, or at the clean stop)
+        start, at = index[-1]
+        self.index = index[:-1]
         self.time_index = [t for t in times if t[1] < start]
         self.max_timestamp = self.time_index[-1][0] if self.time_index else -1
         self.bytes_since_index = interval  # (the batch at ``at`` is indexed again)

@@ -152,8 +152,17 @@ HOW = [
 ]
 
 
-@pytest.mark.parametrize("suffix", [".index", ".timeindex"])
-@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize(
+    ("how", "suffix"),
+    # (a time index cut at an entry's end is a valid shorter one: both files are
+    # fsynced before the recovery point passes them, as Kafka's, so no crash cuts them)
+    [
+        (how, s)
+        for how in HOW
+        for s in (".index", ".timeindex")
+        if (how, s) != ("lost its tail", ".timeindex")
+    ],
+)
 def test_a_damaged_index_is_rebuilt_never_served(tmp_path: Path, how: str, suffix: str) -> None:
     d = tmp_path / "t-0"
     _fill(d).close()
