@@ -104,7 +104,7 @@ def _initial_controllers(args: argparse.Namespace, cfg: Any) -> Any:
     if args.standalone:
         if "controller" not in cfg.roles:
             raise ToolError("You can only use --standalone on a controller.")
-        ep = cfg.controller_endpoint
+        ep = cfg.advertised_controller_endpoint
         if ep is None:
             raise ToolError("No controller listeners found.")
         host = ep.host or "localhost"

@@ -472,6 +472,17 @@ class NodeConfig:
         return voters
 
     @property
+    def advertised_controller_endpoint(self) -> Endpoint | None:
+        """Where voters reach this controller (Kafka's effectiveAdvertisedControllerListeners):
+        its controller listener as advertised.listeners names it, else as it listens."""
+        ep = self.controller_endpoint
+        adv: tuple[Endpoint, ...] = self.values["advertised.listeners"] or ()
+        for a in adv:
+            if ep is not None and a.listener == ep.listener:
+                return Endpoint(a.listener, a.host or ep.host, a.port or ep.port)
+        return ep
+
+    @property
     def controller_endpoint(self) -> Endpoint | None:
         names = set(self.controller_listener_names)
         for e in self.listeners:
@@ -597,15 +608,9 @@ def _validate(v: dict[str, Any]) -> None:
                 f"node.id {v['node.id']} is a controller but is not in controller.quorum.voters "
                 f"({','.join(map(str, ids))})"
             )
+    # (a controller listener in advertised.listeners is the controller's advertised
+    # endpoint, as in Kafka 4's own config/server.properties; brokers never advertise it)
     adv = v["advertised.listeners"] or ()
-    if "broker" in roles:
-        bad = [e.listener for e in adv if e.listener in ctl_upper]
-        if bad:
-            raise ConfigError(
-                f"advertised.listeners must not contain the controller listener {bad[0]} "
-                "(controller.listener.names) on a node with the broker role: clients that "
-                "connect through advertised listeners could not talk to a controller"
-            )
     unknown = [e.listener for e in adv if e.listener not in names]
     if unknown:
         raise ConfigError(

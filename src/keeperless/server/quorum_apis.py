@@ -52,7 +52,7 @@ def metadata_directory_id(d: Path) -> uuid.UUID | None:
 def voter_endpoints(c: NodeConfig) -> tuple[Endpoint, ...]:
     """Where this controller listens, as a voter names it (its advertised controller
     listener; none for a broker)."""
-    ep = c.controller_endpoint
+    ep = c.advertised_controller_endpoint
     if not c.is_controller or ep is None:
         return ()
     return (Endpoint(ep.listener, ep.host or "localhost", ep.port),)

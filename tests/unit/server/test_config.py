@@ -62,8 +62,6 @@ def test_override_wins() -> None:
         ("controller.quorum.voters", "one@host", "controller.quorum.voters"),
         ("no.such.key", "1", "no.such.key"),
         ("node.id", "7", "controller.quorum.voters"),
-        # Kafka refuses a controller listener among a broker's advertised listeners
-        ("advertised.listeners", "CONTROLLER://127.0.0.1:9093", "controller listener"),
         ("advertised.listeners", "OTHER://127.0.0.1:9099", "not one of listeners"),
         ("advertised.listeners", "PLAINTEXT://0.0.0.0:9092", "nonroutable"),
         ("group.consumer.assignors", "sticky", "group.consumer.assignors"),
@@ -72,6 +70,55 @@ def test_override_wins() -> None:
 def test_bad_values_name_the_key(key: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         load_config(properties={**BASE, key: value})
+
+
+# Kafka 4's own config/server.properties (combined mode), as shipped
+KAFKA_SAMPLE = """
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@localhost:9093
+listeners=PLAINTEXT://:9092,CONTROLLER://:9093
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs=/tmp/kraft-combined-logs
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+"""
+
+
+def test_kafkas_own_sample_server_properties_loads(tmp_path: Path) -> None:
+    """Kafka 4's config/server.properties advertises its controller listener (KIP-853):
+    the controller's advertised endpoint, never one a broker hands to clients (a user
+    starting from Kafka's sample was refused)."""
+    f = tmp_path / "server.properties"
+    f.write_text(KAFKA_SAMPLE)
+    cfg = load_config(f)
+    assert [(e.listener, e.host, e.port) for e in cfg.advertised_broker_listeners] == [
+        ("PLAINTEXT", "localhost", 9092)
+    ]
+    ep = cfg.advertised_controller_endpoint
+    assert ep is not None
+    assert (ep.listener, ep.host, ep.port) == ("CONTROLLER", "localhost", 9093)
+    # without it advertised, the controller listener as it listens
+    plain = load_config(properties=BASE)
+    ep = plain.advertised_controller_endpoint
+    assert ep is not None
+    assert (ep.host, ep.port) == ("127.0.0.1", 9093)
 
 
 def test_kafka_keys_we_do_not_act_on_are_accepted() -> None:
