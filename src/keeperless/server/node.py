@@ -113,7 +113,7 @@ class Node:
         voters = {v.node_id: (v.host, v.port) for v in config.voters}
         static = tuple(sorted(voters))
         bootstrap = () if static else bootstrap_servers(config, voters)
-        ep = config.controller_endpoint
+        ep = config.advertised_controller_endpoint  # (told to peers, as Kafka advertises)
         self.transport = RaftTransport(
             self.node_id,
             cluster_id,
