@@ -20,8 +20,6 @@ Prints a table and writes bench/results/replicated-<time>.json.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import struct
 import sys
@@ -38,6 +36,7 @@ from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.integration.cluster import Cluster, wait_until  # noqa: E402
 
+from bench._report import write_result  # noqa: E402
 from bench.throughput import produce, socket_baseline  # noqa: E402
 
 KAFKA_2014_RF3 = 421_823  # records/s, 100 B, 3x synchronous replication, 6 partitions
@@ -194,12 +193,7 @@ def main() -> None:
           f"{lat['p999_ms']:.2f} ms, max {lat['max_ms']:.2f} ms "
           f"({lat['measured']:,} records measured of {lat['received']:,})")  # fmt: skip
     print(f"tansu: {out['tansu']}")
-    out["git"] = os.popen(f"git -C {ROOT} rev-parse --short HEAD").read().strip()
-    res = ROOT / "bench" / "results"
-    res.mkdir(exist_ok=True)
-    path = res / f"replicated-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(out, indent=2))
-    print(f"wrote {path.relative_to(ROOT)}")
+    write_result("replicated", out)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,6 @@ bench/results/restart-<time>.json.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import sys
 import tempfile
@@ -28,7 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
 
+from bench._report import write_result  # noqa: E402
 from keeperless.broker.partition_manager import PartitionManager  # noqa: E402
 from keeperless.metadata.image import PartitionInfo  # noqa: E402
 from keeperless.protocol.records import build_batch, patch_offsets, read_header  # noqa: E402
@@ -152,12 +152,7 @@ def main() -> None:
     assert isinstance(rows, dict)
     for name, r in rows.items():
         print(f"{name:<18} {r['best_s']:>8.2f} {r['median_s']:>9.2f} {r['mb_per_s']:>9,.0f}")
-    result["git"] = os.popen(f"git -C {ROOT} rev-parse --short HEAD").read().strip()
-    res = ROOT / "bench" / "results"
-    res.mkdir(exist_ok=True)
-    path = res / f"restart-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(result, indent=2))
-    print(f"wrote {path.relative_to(ROOT)}")
+    write_result("restart", result)
 
 
 if __name__ == "__main__":

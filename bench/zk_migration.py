@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from tests.integration.cluster import free_port  # noqa: E402
 from tests.zookeeper import CLUSTER_ID, ZooKeeper  # noqa: E402
 
+from bench._report import write_result  # noqa: E402
 from keeperless.storage.format import format_storage  # noqa: E402
 from keeperless.zk.layout import parse_layout  # noqa: E402
 from keeperless.zk.reader import ROOTS, read_tree  # noqa: E402
@@ -140,11 +141,7 @@ def main() -> None:
     out = run(args.topics, args.partitions)
     for k, v in out.items():
         print(f"{k:32} {v}")
-    results = ROOT / "bench" / "results"
-    results.mkdir(exist_ok=True)
-    path = results / f"zk-migration-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(out, indent=2))
-    print(f"wrote {path.relative_to(ROOT)}")
+    write_result("zk-migration", out)
 
 
 if __name__ == "__main__":
