@@ -473,6 +473,9 @@ class ShareApis:
                 self._epochs.pop(key, None)
 
     def _persist_later(self, key: tuple[str, uuid.UUID, int]) -> None:
+        t = self.broker.image.topics.get(key[1])
+        if t is not None:  # records released or acknowledged: share fetches waiting look
+            self.broker.partitions.notify_append((t.name, key[2]))
         if self.persister is None:
             return
         task = asyncio.get_running_loop().create_task(self._persist(key))
