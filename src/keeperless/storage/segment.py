@@ -173,7 +173,8 @@ class Segment:
         base = self.base_offset
         raw = os.pread(self.index_fd, os.fstat(self.index_fd).st_size, 0)
         traw = os.pread(self.time_index_fd, os.fstat(self.time_index_fd).st_size, 0)
-        if not raw or len(raw) % INDEX_ENTRY.size or len(traw) % TIME_ENTRY.size:
+        # (a segment of batches has a time entry: its first batch's)
+        if not raw or not traw or len(raw) % INDEX_ENTRY.size or len(traw) % TIME_ENTRY.size:
             return False
         index = [(base + rel, pos) for rel, pos in INDEX_ENTRY.iter_unpack(raw)]
         times = [(ts, base + rel) for ts, rel in TIME_ENTRY.iter_unpack(traw)]
@@ -182,8 +183,6 @@ class Segment:
         )
         if not ordered or index[0][1] != 0 or index[0][0] < base or index[-1][1] >= self.size:
             return False
-        if not times:
-            return False  # (a segment of batches has a time entry: its first batch's)
         # the batches from the last offset entry on are read again, and what they make
         # of the indexes is made again; what is before stays (both files were fsynced
         # before the recovery point passed them: at the roll, or at the clean stop)
@@ -198,7 +197,7 @@ class Segment:
                 break  # the entry names another batch: not this log's index (stop None)
             note_batch(self, pos, h, interval)
         # a time entry past the batches is not this log's: the earlier ones neither
-        past = bool(times) and times[-1][1] >= self.next_offset
+        past = times[-1][1] >= self.next_offset
         if scan.stop is None or not scan.stop.clean or past:
             self.index, self.time_index, self.next_offset = [], [], base
             self.max_timestamp, self.bytes_since_index = -1, 0

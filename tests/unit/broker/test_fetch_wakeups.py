@@ -62,3 +62,33 @@ def test_a_fetch_that_times_out_or_is_cancelled_leaves_nothing_behind(tmp_path: 
         assert pm._waiting == {}
 
     asyncio.run(main())
+
+
+def test_a_leadership_or_isr_change_wakes_the_fetches_of_that_partition(tmp_path: Path) -> None:
+    """A fetch parked on a partition answers when the metadata moves its leadership or
+    its ISR (NOT_LEADER_OR_FOLLOWER at once, or a high watermark the shrink raised), not
+    at the end of its wait; the same metadata again wakes nobody."""
+    import uuid
+
+    from keeperless.metadata.image import PartitionInfo
+
+    async def main() -> None:
+        pm = PartitionManager(1, tmp_path, LogConfig())
+        tid = uuid.uuid4()
+        pm.ensure("t", 0, tid, PartitionInfo((1, 2), (1, 2), 1, 0, 0), LogConfig(), 0)
+        w = _waiter(pm, [("t", 0)])
+        await _settle()
+        pm.ensure("t", 0, tid, PartitionInfo((1, 2), (1, 2), 1, 0, 0), LogConfig(), 0)
+        await _settle()
+        assert not w.done()  # nothing changed
+        pm.ensure("t", 0, tid, PartitionInfo((1, 2), (1,), 1, 0, 0), LogConfig(), 0)
+        await _settle()
+        assert w.done()  # the ISR shrank
+        w = _waiter(pm, [("t", 0)])
+        await _settle()
+        pm.ensure("t", 0, tid, PartitionInfo((1, 2), (1,), 2, 1, 0), LogConfig(), 0)
+        await _settle()
+        assert w.done()  # another leader
+        pm.close()
+
+    asyncio.run(main())
