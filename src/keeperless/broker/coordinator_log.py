@@ -69,13 +69,24 @@ class BrokerPartitionLog:
                     )
 
     def append(
-        self, topic: str, index: int, records: list[Record], leader_epoch: int
+        self,
+        topic: str,
+        index: int,
+        records: list[Record],
+        leader_epoch: int,
+        producer: tuple[int, int] | None = None,
     ) -> ErrorCode | int:
         p = self.broker.partitions.get(topic, index)
         if p is None or p.info is None or not p.is_leader or p.info.leader_epoch != leader_epoch:
             return ErrorCode.not_coordinator
         now = int(time.time() * 1000)
-        batch = build_batch([(k, v, ()) for k, v in records], timestamp_ms=now)
+        entries = [(k, v, ()) for k, v in records]
+        batch = (
+            build_batch(entries, timestamp_ms=now)
+            if producer is None
+            else build_batch(entries, timestamp_ms=now, producer_id=producer[0],
+                             producer_epoch=producer[1], transactional=True)
+        )  # fmt: skip
         res = p.append(batch, leader_epoch, 2**31 - 1, now)
         if res.error != ErrorCode.none:
             return APPEND_ERRORS.get(res.error, res.error)

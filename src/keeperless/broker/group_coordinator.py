@@ -1,5 +1,11 @@
 """The group coordinator: classic-protocol group APIs and committed offsets persisted in
-`__consumer_offsets`, in Kafka's record format, so they survive restarts."""
+`__consumer_offsets`, in Kafka's record format, so they survive restarts.
+
+Every write goes through the coordinator runtime (``coordinator/runtime.py``): the
+records are appended to the group's partition and replayed into its shard at once, and
+the answer waits until the in-sync replicas have them. The shards hold the committed
+offsets and the offsets of open transactions (replayed, as on a load); the live groups'
+membership is kept here, restored from what the shards read at a load."""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import asyncio
 import logging
 import struct
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -16,7 +22,6 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.broker import Broker
 from keeperless.broker.coordinator_log import BrokerPartitionLog
 from keeperless.broker.mixed_groups import MixedGroups
-from keeperless.broker.partitions import NotLeaderError
 from keeperless.coordinator.classic_group import Group, JoinResult
 from keeperless.coordinator.consumer_group import ConsumerGroup, TopicsView
 from keeperless.coordinator.consumer_group_records import (
@@ -29,7 +34,8 @@ from keeperless.coordinator.group_records import (
     encode_group_value,
     group_key,
 )
-from keeperless.coordinator.group_shard import GroupShard, Offsets, materialize
+from keeperless.coordinator.group_shard import GroupShard, Offsets
+from keeperless.coordinator.outcome import Outcome, Record
 from keeperless.coordinator.runtime import CoordinatorRuntime, LoopTimer, wait
 from keeperless.coordinator.share_group import ShareGroup
 from keeperless.metadata.admin import NewTopic
@@ -39,7 +45,6 @@ from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.context import listener_of
 from keeperless.protocol.framing import RequestHeader, response_class
-from keeperless.protocol.records import build_batch
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -65,7 +70,6 @@ _COMMIT_ERRORS = {
 
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
-_S16 = struct.Struct(">h")
 
 
 def partition_for_group(group_id: str, partitions: int) -> int:
@@ -141,6 +145,33 @@ class GroupSettings:
         )
 
 
+class _Offsets(Mapping[str, Offsets]):
+    """The committed offsets of every group whose shard is loaded here, as written (read
+    only: they change as the shards replay their records)."""
+
+    def __init__(self, runtime: CoordinatorRuntime[GroupShard]) -> None:
+        self.runtime = runtime
+
+    def __getitem__(self, group_id: str) -> Offsets:
+        for shard in self.runtime.shards().values():
+            found = shard.offsets.get(group_id)
+            if found is not None:
+                return found
+        raise KeyError(group_id)
+
+    def __iter__(self) -> Iterator[str]:
+        for shard in self.runtime.shards().values():
+            yield from shard.offsets
+
+    def __len__(self) -> int:
+        return sum(len(shard.offsets) for shard in self.runtime.shards().values())
+
+
+def _pending(shard: GroupShard, group_id: str) -> set[tuple[str, int]]:
+    """Partitions of ``group_id`` with offsets in an open transaction."""
+    return {k for pending in shard.pending_txn.values() for k in pending.get(group_id, {})}
+
+
 class ShareCoordinatorLike(Protocol):
     topic: str
 
@@ -162,15 +193,14 @@ class GroupCoordinator:
         self.share_coordinator: ShareCoordinatorLike | None = None
         # classic and consumer-protocol members of one group (KIP-848 migration)
         self.mixed = MixedGroups(self, self.topics_view)
-        self.offsets: dict[str, Offsets] = {}
-        # offsets committed in open transactions: producer id -> group -> offsets
-        self.pending_txn: dict[int, dict[str, Offsets]] = {}
-        # loads and unloads of __consumer_offsets partitions as their leadership moves
+        # the shards of the __consumer_offsets partitions led here: loaded and dropped as
+        # their leadership moves, written through
         self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(
             "group coordinator", OFFSETS_TOPIC, BrokerPartitionLog(broker), GroupShard,
             settings.offsets_commit_timeout_ms / 1000, broker.node_id,
             on_load=self._on_load, on_unload=self._on_unload,
         )  # fmt: skip
+        self.offsets: Mapping[str, Offsets] = _Offsets(self.runtime)
         self._moved = [0, 0, 0, 0]
         self._tasks: set[asyncio.Task[None]] = set()  # background stores
         # a consumer-protocol group's records as last stored: key -> value
@@ -204,19 +234,9 @@ class GroupCoordinator:
         """Forget the groups of one partition; returns how many."""
         gone = [
             gid
-            for gid in set(self.groups) | set(self.offsets)
+            for gid in {*self.groups, *self.consumer_groups, *self.share_groups}
             if partitions == 0 or partition_for_group(gid, partitions) == idx
         ]
-        gone += [
-            gid
-            for gid in (*self.consumer_groups, *self.share_groups)
-            if gid not in gone and (partitions == 0 or partition_for_group(gid, partitions) == idx)
-        ]
-        for pending in self.pending_txn.values():
-            for gid in [
-                g for g in pending if partitions == 0 or partition_for_group(g, partitions) == idx
-            ]:
-                del pending[gid]
         for gid in gone:
             g = self.groups.pop(gid, None)
             if g is not None:
@@ -226,16 +246,12 @@ class GroupCoordinator:
             self.share_stored.pop(gid, None)
             self._cg_stored.pop(gid, None)
             self._cg_shape.pop(gid, None)
-            self.offsets.pop(gid, None)
         return len(gone)
 
     def _on_load(self, idx: int, shard: GroupShard) -> None:
-        """Take over what the runtime read of one partition: its offsets, the offsets of
-        its open transactions, and its groups, restored as they were stored. (The
-        coordinator keeps them itself: its writes do not go through the runtime yet.)"""
-        self.offsets.update(shard.offsets)
-        for pid, pending in shard.pending_txn.items():
-            self.pending_txn.setdefault(pid, {}).update(pending)
+        """Restore the groups the runtime read of one partition as they were stored (its
+        offsets stay in the shard). Groups live here already (the shard read again after
+        a write not confirmed) stay as they are."""
         restored, cg_restored, share_restored = shard.classic, shard.consumer, shard.share
         self._moved[2] += shard.offsets_read
         self._moved[3] += 1
@@ -274,63 +290,53 @@ class GroupCoordinator:
                 idx,
             )
 
-    def add_pending(self, group: str, producer_id: int, offsets: Offsets) -> None:
-        self.pending_txn.setdefault(producer_id, {}).setdefault(group, {}).update(offsets)
+    def shard_of(self, group_id: str) -> tuple[int, GroupShard | None]:
+        """The partition of ``group_id`` and its shard (None: not loaded here)."""
+        t = self.broker.image.topic(OFFSETS_TOPIC)
+        if t is None:
+            return -1, None
+        idx = partition_for_group(group_id, len(t.partitions))
+        return idx, self.runtime.shard(idx)
 
     def end_pending(self, partition: int, producer_id: int, commit: bool) -> None:
-        """A marker of ``producer_id`` on this __consumer_offsets partition."""
-        pending = self.pending_txn.get(producer_id)
-        t = self.broker.image.topic(OFFSETS_TOPIC)
-        if not pending or t is None:
-            return
-        ended = {
-            g: pending.pop(g)
-            for g in [g for g in pending if partition_for_group(g, len(t.partitions)) == partition]
-        }
-        if commit:
-            materialize(self.offsets, ended)
-        if not pending:
-            del self.pending_txn[producer_id]
+        """A marker of ``producer_id`` appended to this __consumer_offsets partition (in
+        log order): the shard replays it. (A shard not loaded reads it from the log.)"""
+        shard = self.runtime.shard(partition)
+        if shard is not None:
+            shard.replay_marker(producer_id, commit)
 
     def pending_partitions(self, group: str) -> set[tuple[str, int]]:
         """Partitions of ``group`` with offsets in an open transaction."""
-        return {k for pending in self.pending_txn.values() for k in pending.get(group, {})}
+        _idx, shard = self.shard_of(group)
+        return set() if shard is None else _pending(shard, group)
+
+    async def committed_offsets(
+        self, group_id: str
+    ) -> ErrorCode | tuple[Offsets, set[tuple[str, int]]]:
+        """The group's offsets and its partitions with offsets in open transactions, once
+        every write before this call is committed (an OffsetFetch never answers an offset
+        the next coordinator may not have)."""
+        idx, _shard = self.shard_of(group_id)
+        if idx < 0:
+            return ErrorCode.coordinator_not_available
+        return await self.runtime.read_committed(
+            idx, lambda s: (dict(s.offsets.get(group_id, {})), _pending(s, group_id))
+        )
 
     async def store(
-        self,
-        group_id: str,
-        batch: bytes,
-        now_ms: int,
-        on_appended: Callable[[int], None] | None = None,
+        self, group_id: str, records: list[Record], producer: tuple[int, int] | None = None
     ) -> ErrorCode | None:
-        """Write the group's records to its __consumer_offsets partition and wait until
-        every in-sync replica has them (Kafka writes them with acks=all): an answer before
-        that could be lost with this broker. None when stored, else the error for the
-        client, mapped as Kafka's coordinator maps append errors. ``on_appended`` is told
-        the offset of the batch's first record, as soon as it is in the log."""
-        t_img = self.broker.image.topic(OFFSETS_TOPIC)
-        if t_img is None:
+        """Write records of the group to its __consumer_offsets partition through the
+        runtime (in the transaction of ``producer``, its id and epoch, if given): they
+        are replayed into the shard as they are appended, and this returns once every
+        in-sync replica has them (Kafka writes them with acks=all): an answer before that
+        could be lost with this broker. None when stored, else the error for the client,
+        mapped as Kafka's coordinator maps append errors."""
+        idx, _shard = self.shard_of(group_id)
+        if idx < 0:
             return ErrorCode.coordinator_not_available
-        part = self.broker.partitions.get(
-            OFFSETS_TOPIC, partition_for_group(group_id, len(t_img.partitions))
-        )
-        if part is None or part.info is None or not part.is_leader:
-            return ErrorCode.not_coordinator
-        res = part.append(batch, part.info.leader_epoch, 2**31 - 1, now_ms)
-        if res.error != ErrorCode.none:
-            return _COMMIT_ERRORS.get(res.error, res.error)
-        if on_appended is not None:  # in log order: before a marker can follow it
-            on_appended(res.base_offset)
-        self.broker.partitions.notify_append((part.topic, part.index))
-        try:
-            ok = await part.wait_for_hw(
-                part.log.log_end_offset,
-                self.settings.offsets_commit_timeout_ms / 1000,
-                part.info.leader_epoch,
-            )
-        except NotLeaderError:
-            return ErrorCode.not_coordinator
-        return None if ok else ErrorCode.coordinator_not_available
+        got = await self.runtime.write(idx, lambda _s: Outcome(records, None, producer))
+        return _COMMIT_ERRORS.get(got, got) if isinstance(got, ErrorCode) else None
 
     # -- coordinator lookup -------------------------------------------------------------
 
@@ -405,10 +411,8 @@ class GroupCoordinator:
     async def store_group(self, group_id: str, snap: GroupSnapshot | None) -> ErrorCode | None:
         """Store a group's membership (None: a tombstone); None when stored, else the
         error, as for an offset commit."""
-        now = int(time.time() * 1000)
         value = None if snap is None else encode_group_value(snap)
-        batch = build_batch([(group_key(group_id), value, ())], timestamp_ms=now)
-        return await self.store(group_id, batch, now)
+        return await self.store(group_id, [(group_key(group_id), value)])
 
     async def store_consumer_group(
         self, group_id: str, member: str | None = None
@@ -423,26 +427,23 @@ class GroupCoordinator:
         partial = cg is not None and member in cg.members and self._cg_shape.get(group_id) == shape
         self._cg_shape[group_id] = shape
         want = {} if cg is None else group_records(cg, member if partial else None)
-        changes: list[tuple[bytes, bytes | None, tuple[()]]] = [
-            (k, v, ()) for k, v in want.items() if old.get(k) != v
-        ]
+        changes: list[Record] = [(k, v) for k, v in want.items() if old.get(k) != v]
         if not partial:
-            changes += [(k, None, ()) for k in old if k not in want]
+            changes += [(k, None) for k in old if k not in want]
         if not changes:
             return None
         # (in log order: the append is made now)
         self._cg_stored[group_id] = {**old, **want} if partial else want
-        now = int(time.time() * 1000)
-        err = await self.store(group_id, build_batch(changes, timestamp_ms=now), now)
+        err = await self.store(group_id, changes)
         if err is not None:
             self._cg_stored.pop(group_id, None)  # the next store writes all again
             self._cg_shape.pop(group_id, None)
         return err
 
-    def consumer_group_tombstones(self, group_id: str) -> list[tuple[bytes, None, tuple[()]]]:
+    def consumer_group_tombstones(self, group_id: str) -> list[Record]:
         """Tombstones for a deleted consumer-protocol group's stored records."""
         self._cg_shape.pop(group_id, None)
-        return [(k, None, ()) for k in self._cg_stored.pop(group_id, {})]
+        return [(k, None) for k in self._cg_stored.pop(group_id, {})]
 
     def store_consumer_group_later(self, group_id: str) -> None:
         if group_id in self.consumer_groups or group_id in self._cg_stored:

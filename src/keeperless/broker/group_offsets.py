@@ -11,20 +11,13 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.coordinator.classic_group import GroupState
 from keeperless.coordinator.group_records import group_key
-from keeperless.coordinator.group_shard import (
-    Committed,
-    drop_pending,
-    forget,
-    install,
-    offset_key,
-    offset_value,
-)
+from keeperless.coordinator.group_shard import offset_key, offset_value
+from keeperless.coordinator.outcome import Record
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
-from keeperless.protocol.records import build_batch
 
 __all__ = ["GroupOffsets"]
 
@@ -64,9 +57,8 @@ class GroupOffsets:
             getattr(req, "group_instance_id", None),
         )
         now = int(time.time() * 1000)
-        records = []
+        records: list[Record] = []
         topics = []
-        applied: list[tuple[str, int, int, int, str | None]] = []
         for t in req.topics:
             for p in t.partitions:
                 e = err
@@ -78,25 +70,13 @@ class GroupOffsets:
                         (
                             offset_key(group_id, t.name, p.partition_index),
                             offset_value(p.committed_offset, epoch, p.committed_metadata, now),
-                            (),
                         )
                     )
-                    applied.append(
-                        (t.name, p.partition_index, p.committed_offset, epoch, p.committed_metadata)
-                    )
                 topics.append((t.name, p.partition_index, e or ErrorCode.none))
-        if records:
-            base = [-1]
-            batch = build_batch(records, timestamp_ms=now)
-            failed = await self.gc.store(
-                group_id, batch, now, lambda at: base.__setitem__(0, at)
-            )  # fmt: skip
+        if records:  # (the shard replays them as they are appended)
+            failed = await self.gc.store(group_id, records)
             if failed is not None:
                 topics = [(n, i, failed if e == ErrorCode.none else e) for n, i, e in topics]
-            else:
-                offsets = self.gc.offsets.setdefault(group_id, {})
-                for i, (name, idx, off, epoch, meta) in enumerate(applied):
-                    install(offsets, (name, idx), Committed(off, epoch, meta, base[0] + i))
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for name, idx, e in topics:
             by_topic.setdefault(name, []).append({"partition_index": idx, "error_code": e})
@@ -107,20 +87,6 @@ class GroupOffsets:
                 "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
             },
         )
-
-    def _deleting(
-        self, gid: str, doomed: list[tuple[str, int]], base: list[int]
-    ) -> Callable[[int], None]:
-        """What a batch of tombstones does once appended, in log order: the offsets go
-        from the group's open transactions (a marker after them must not bring them
-        back); ``base`` gets the batch's first offset (the committed offsets go once it
-        is acknowledged, unless written after it)."""
-
-        def appended(at: int) -> None:
-            base[0] = at
-            drop_pending(self.gc.pending_txn, gid, doomed)
-
-        return appended
 
     def member_error(
         self,
@@ -155,15 +121,16 @@ class GroupOffsets:
             return ErrorCode.unknown_member_id  # simple commits only for groups without members
         return None
 
-    def _fetch_group(
+    async def _fetch_group(
         self, group_id: str, topics: Any, require_stable: bool = False
     ) -> tuple[ErrorCode, list[dict[str, Any]]]:
         err = self.gc._group_error(group_id)
-        if err is not None:
-            return err, []
-        offsets = self.gc.offsets.get(group_id, {})
+        got = err if err is not None else await self.gc.committed_offsets(group_id)
+        if isinstance(got, ErrorCode):
+            return got, []
+        offsets, pending = got
         # offsets in an open transaction: a reader asking for stable ones asks again
-        unstable = self.gc.pending_partitions(group_id) if require_stable else set()
+        unstable = pending if require_stable else set()
         wanted: list[tuple[str, list[int]]]
         if topics is None:
             grouped: dict[str, list[int]] = {}
@@ -196,11 +163,11 @@ class GroupOffsets:
         if header.api_version >= 8:
             groups = []
             for g in req.groups:
-                err, topics = self._fetch_group(g.group_id, g.topics, req.require_stable)
+                err, topics = await self._fetch_group(g.group_id, g.topics, req.require_stable)
                 groups.append({"group_id": g.group_id, "topics": topics, "error_code": err})
             return build(cls, {"throttle_time": 0, "groups": groups})
         stable = getattr(req, "require_stable", False)
-        err, topics = self._fetch_group(req.group_id, req.topics, stable)
+        err, topics = await self._fetch_group(req.group_id, req.topics, stable)
         if header.api_version < 2 and err != ErrorCode.none:
             topics = [
                 {
@@ -306,7 +273,6 @@ class GroupOffsets:
 
     async def delete_groups(self, header: RequestHeader, req: Any) -> Any:
         results = []
-        now = int(time.time() * 1000)
         for gid in req.groups_names:
             err = self.gc._group_error(gid)
             if err is None and gid in self.gc.share_groups and self.delete_share_group:
@@ -330,21 +296,16 @@ class GroupOffsets:
             if err is None:
                 # tombstones, so that the deletion survives a restart: of the committed
                 # offsets and of those in open transactions (Kafka's deleteAllOffsets)
+                # (replayed as appended: from the group's open transactions too, so
+                # that a marker after them does not bring them back)
                 doomed = sorted(set(self.gc.offsets.get(gid, {})) | self.gc.pending_partitions(gid))
-                tombstones: list[tuple[bytes, bytes | None, tuple[()]]] = [
-                    (offset_key(gid, t, p), None, ()) for t, p in doomed
-                ]
+                tombstones: list[Record] = [(offset_key(gid, t, p), None) for t, p in doomed]
                 if g is not None:
-                    tombstones.append((group_key(gid), None, ()))
+                    tombstones.append((group_key(gid), None))
                 tombstones += self.gc.consumer_group_tombstones(gid)
-                base = [-1]
                 if tombstones:
-                    err = await self.gc.store(
-                        gid, build_batch(tombstones, timestamp_ms=now), now,
-                        self._deleting(gid, doomed, base),
-                    )  # fmt: skip
+                    err = await self.gc.store(gid, tombstones)
                 if err is None:
-                    forget(self.gc.offsets, gid, [(tp, base[0] + i) for i, tp in enumerate(doomed)])
                     deleted = self.gc.groups.pop(gid, None)
                     if deleted is not None:
                         # a join that came during the write waits in it: it is told to
@@ -398,14 +359,8 @@ class GroupOffsets:
                     doomed.append((t.name, p.partition_index))
                 parts.append({"partition_index": p.partition_index, "error_code": e})
             topics.append({"name": t.name, "partitions": parts})
-        if err is None and doomed:
-            now = int(time.time() * 1000)
-            tombstones = [(offset_key(gid, t, i), None, ()) for t, i in doomed]
-            base = [-1]
-            batch = build_batch(tombstones, timestamp_ms=now)
-            err = await self.gc.store(gid, batch, now, self._deleting(gid, doomed, base))
-            if err is None:
-                forget(self.gc.offsets, gid, [(tp, base[0] + i) for i, tp in enumerate(doomed)])
+        if err is None and doomed:  # (replayed as appended, as in delete_groups)
+            err = await self.gc.store(gid, [(offset_key(gid, t, i), None) for t, i in doomed])
         return build(
             response_class(ApiKey.OFFSET_DELETE, header.api_version),
             {

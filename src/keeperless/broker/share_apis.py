@@ -38,7 +38,7 @@ from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.context import listener_of, session_of
 from keeperless.protocol.framing import RequestHeader, response_class
-from keeperless.protocol.records import CorruptBatchError, build_batch, iter_batches
+from keeperless.protocol.records import CorruptBatchError, iter_batches
 from keeperless.security.authz import AclOp, Resource
 from keeperless.storage.dir_failure import LogDirFailure
 
@@ -440,9 +440,7 @@ class ShareApis:
             if t is not None:
                 initialized[name] = (t.topic_id, tuple(sorted(t.partitions)))
         records = share_group_records(g.group_id, StoredShareGroup(g.epoch, initialized))
-        now = int(time.time() * 1000)
-        batch = build_batch([(k, v, ()) for k, v in records.items()], timestamp_ms=now)
-        err = await self.gc.store(g.group_id, batch, now)
+        err = await self.gc.store(g.group_id, list(records.items()))
         if err is None:
             self.gc.share_stored[g.group_id] = topics
         return err

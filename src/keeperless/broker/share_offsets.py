@@ -10,18 +10,17 @@ of every topic it read."""
 from __future__ import annotations
 
 import datetime
-import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.share_apis import ShareApis
+from keeperless.coordinator.outcome import Record
 from keeperless.coordinator.share_group import ShareGroup
 from keeperless.coordinator.share_group_records import StoredShareGroup, share_group_records
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
-from keeperless.protocol.records import build_batch
 
 __all__ = ["ShareOffsetsApis"]
 
@@ -153,9 +152,8 @@ class ShareOffsetsApis:
             code, _ = await self._delete_topic(gid, name)
             if code != ErrorCode.none:
                 return code
-        now = int(time.time() * 1000)
-        gone = [(k, None, ()) for k in share_group_records(gid, StoredShareGroup())]
-        err = await self.shares.gc.store(gid, build_batch(gone, timestamp_ms=now), now)
+        gone: list[Record] = [(k, None) for k in share_group_records(gid, StoredShareGroup())]
+        err = await self.shares.gc.store(gid, gone)
         if err is not None:
             return err
         self.shares.groups.pop(gid, None)

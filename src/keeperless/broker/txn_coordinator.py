@@ -319,11 +319,13 @@ class TxnCoordinator:
                 if (t := image.topic(n)) is None or i not in t.partitions
             ]  # fmt: skip
             args = (tid, pid, epoch, wanted, unknown, verify_only, tv)
-            if verify_only:  # a read: it waits for no write (KIP-890's check)
+            if verify_only:  # KIP-890's check: a read, of committed state only
                 idx = self._partition_of(tid)
                 now, fin = _now_ms(), self._finalized_tv()
                 read = (
-                    self.runtime.read(idx, lambda s: s.add_partitions(*args, now, fin).response)
+                    await self.runtime.read_committed(
+                        idx, lambda s: s.add_partitions(*args, now, fin).response
+                    )
                     if idx is not None
                     else ErrorCode.not_coordinator
                 )

@@ -13,11 +13,11 @@ from kio.schema.errors import ErrorCode
 from keeperless.broker.group_coordinator import GroupCoordinator, partition_for_group
 from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.txn_verify import Verify
-from keeperless.coordinator.group_shard import Committed, offset_key, offset_value
+from keeperless.coordinator.group_shard import offset_key, offset_value
+from keeperless.coordinator.outcome import Record
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
-from keeperless.protocol.records import build_batch
 
 __all__ = ["TxnOffsets"]
 
@@ -79,8 +79,7 @@ class TxnOffsets:
             )
         )
         now = int(time.time() * 1000)
-        records = []
-        pending: list[tuple[tuple[str, int], Committed]] = []
+        records: list[Record] = []
         for t in req.topics:
             for p in t.partitions:
                 epoch = getattr(p, "committed_leader_epoch", -1)
@@ -88,30 +87,14 @@ class TxnOffsets:
                     (
                         offset_key(gid, t.name, p.partition_index),
                         offset_value(p.committed_offset, epoch, p.committed_metadata, now),
-                        (),
                     )
                 )
-                pending.append(
-                    ((t.name, p.partition_index),
-                     Committed(p.committed_offset, epoch, p.committed_metadata))
-                )  # fmt: skip
         if err is None and records:
-            batch = build_batch(
-                records,
-                timestamp_ms=now,
-                producer_id=req.producer_id,
-                producer_epoch=req.producer_epoch,
-                transactional=True,
-            )
-
-            # pending from the moment the records are in the log: the transaction's
-            # marker may follow them before they are acknowledged (an abort on timeout)
-            # (each with its record's offset: a later plain commit wins over it)
-            def appended(base: int) -> None:
-                at = {tp: c._replace(record_offset=base + i) for i, (tp, c) in enumerate(pending)}
-                self.gc.add_pending(gid, req.producer_id, at)
-
-            err = await self.gc.store(gid, batch, now, appended)
+            # a transactional batch of the producer: the shard holds its offsets pending
+            # from the moment they are appended (the transaction's marker may follow them
+            # before they are acknowledged, an abort on timeout), each with its record's
+            # offset (a later plain commit wins over it)
+            err = await self.gc.store(gid, records, (req.producer_id, req.producer_epoch))
         code = err or ErrorCode.none
         return build(
             response_class(ApiKey.TXN_OFFSET_COMMIT, header.api_version),

@@ -11,8 +11,10 @@ null value is a tombstone: the last record of a key wins.
 Offsets committed in a transaction (a transactional batch) are held per producer until
 that producer's marker on this partition commits them or drops them; a committed one
 applies unless the group's offset for that partition was committed later in the log.
-The groups' stored metadata is kept as read; the coordinator builds the live groups from it once
-the whole partition is read.
+The shard is the live state of the partition's offsets: the coordinator's writes are
+replayed into it as they are appended, and a transaction's marker as it is written. The
+groups' stored metadata is kept as read; the coordinator builds the live groups from it
+once the whole partition is read, and keeps them itself from then on (``hand_over``).
 """
 
 from __future__ import annotations
@@ -165,6 +167,8 @@ class GroupShard:
     share: dict[str, StoredShareGroup | None] = field(default_factory=dict)
     offsets_read: int = 0  # offset commits and their tombstones replayed
     skipped: int = 0  # records that do not parse as any of the coordinator's
+    # the coordinator took the groups' metadata: later records of it are not kept here
+    handed_over: bool = False
 
     def replay(
         self,
@@ -202,8 +206,8 @@ class GroupShard:
             else:
                 offsets = into.setdefault(group, {})
                 offsets[(topic, partition)] = Committed(*_decode_offset(value), offset)
-        elif transactional:
-            return  # only offsets are written in transactions
+        elif transactional or self.handed_over:
+            return  # only offsets are written in transactions; the live groups are kept
         elif version == GROUP_KEY_VERSION:
             gid, _ = _read_str(key, 2)
             if gid is not None:
@@ -231,9 +235,11 @@ class GroupShard:
             materialize(self.offsets, pending)
 
     def carry_over(self, previous: object) -> None:
-        """(The coordinator keeps its live groups itself.)"""
+        """(The coordinator keeps its live groups itself; the offsets are all in the
+        records.)"""
 
     def hand_over(self) -> None:
-        """The coordinator took what was read: forget it here (it keeps the live state)."""
-        self.offsets, self.pending_txn = {}, {}
+        """The coordinator took the groups' metadata that was read and keeps the live
+        groups: forget it here (the offsets stay: they are this shard's)."""
         self.classic, self.consumer, self.share = {}, {}, {}
+        self.handed_over = True

@@ -5,9 +5,14 @@ A shard's rules are pure (an operation returns the records to append and the ans
 this module is the one place of the package that waits: it loads a shard when this
 broker becomes the leader of its partition (replaying the partition's log), drops it when
 the leadership moves, and runs each write as Kafka's runtime does - apply the rule,
-append its records under the leader epoch the shard was loaded in, wait until the
-in-sync replicas have them, replay them into the shard, then answer. Writes of one shard
-run one at a time, so each rule sees the state of every write answered before it.
+append its records under the leader epoch the shard was loaded in and replay them into
+the shard at once, in log order, then wait until the in-sync replicas have them before
+answering. The rule, the append and the replay are one step of the event loop, so each
+rule sees every write appended before it; writes are pipelined (a second write does not
+wait for the first one's replicas), and an answer is given only once the records of the
+write and of every write before it are committed. Reads that must not see records the
+replicas may not have yet (OffsetFetch, KIP-890's verification) wait for the writes
+appended before them (``read_committed``), as Kafka reads at the last committed offset.
 
 A write whose records cannot be confirmed (the leadership moved, the replicas did not
 catch up in time) drops the shard. Its records may still be in the log, not committed:
@@ -23,7 +28,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -145,9 +150,15 @@ class PartitionLog(Protocol):
         ...
 
     def append(
-        self, topic: str, index: int, records: list[Record], leader_epoch: int
+        self,
+        topic: str,
+        index: int,
+        records: list[Record],
+        leader_epoch: int,
+        producer: tuple[int, int] | None = None,
     ) -> ErrorCode | int:
-        """Append as the leader in ``leader_epoch``: the offset of the first record."""
+        """Append as the leader in ``leader_epoch`` (in the transaction of ``producer``,
+        its id and epoch, if given): the offset of the first record."""
         ...
 
     async def committed(
@@ -162,7 +173,8 @@ class RuntimeStats:
     """What Kafka's CoordinatorRuntimeMetrics report, kept as the runtime works (read by
     runtime/metrics.py at scrape time): loads and their time, writes and their time
     (from the rule to the answer, the wait for the replicas included), writes that could
-    not be confirmed, and writes waiting for their shard."""
+    not be confirmed, and writes appended and waiting for the in-sync replicas (Kafka's
+    deferred events)."""
 
     loads: int = 0
     load_ms_total: float = 0.0
@@ -171,14 +183,14 @@ class RuntimeStats:
     write_ms_total: float = 0.0
     write_ms_max: float = 0.0
     failed_writes: int = 0
-    queued: int = 0
+    inflight: int = 0
 
 
 @dataclass
 class _Loaded(Generic[S]):
     shard: S
     epoch: int
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    inflight: int = 0  # writes appended, their records not yet known committed
 
 
 class CoordinatorRuntime(Generic[S]):
@@ -323,56 +335,75 @@ class CoordinatorRuntime(Generic[S]):
     # -- operations -----------------------------------------------------------------------
 
     def read(self, index: int, op: Callable[[S], T]) -> T | ErrorCode:
-        """``op`` on the shard as its replayed records left it (Kafka's read operations:
-        they need no lock and wait for no write)."""
+        """``op`` on the shard as every write appended so far left it (committed or
+        not: for answers that promise nothing, such as a listing)."""
         s = self._shards.get(index)
         if s is None:
-            if index in self._recovering:
-                return ErrorCode.coordinator_load_in_progress
-            return ErrorCode.not_coordinator
+            return self._missing(index)
         return op(s.shard)
 
-    async def write(self, index: int, op: Callable[[S], Outcome[T]]) -> T | ErrorCode:
-        """Run ``op`` on the shard, append its records and wait until they are committed;
-        its answer, or the error the caller answers (NOT_COORDINATOR,
-        COORDINATOR_NOT_AVAILABLE)."""
+    async def read_committed(self, index: int, op: Callable[[S], T]) -> T | ErrorCode:
+        """``op`` on the shard once every write appended before this call is committed
+        (Kafka reads at the last committed offset): an answer never rests on records the
+        next leader may not have. Writes appended meanwhile are seen too (they follow
+        the committed ones in the log)."""
         s = self._shards.get(index)
         if s is None:
-            if index in self._recovering:
-                return ErrorCode.coordinator_load_in_progress
-            return ErrorCode.not_coordinator
-        st = self.stats
-        st.queued += 1
-        try:
-            await s.lock.acquire()
-        finally:
-            st.queued -= 1
+            return self._missing(index)
+        err = await self._settled(index, s)
+        return op(s.shard) if err is None else err
+
+    async def _settled(self, index: int, s: _Loaded[S]) -> ErrorCode | None:
+        """Wait until the writes appended to the shard so far are committed; None, or
+        the error to answer (the shard dropped meanwhile, or its log not committed)."""
+        if not s.inflight:
+            return None
+        err = await self.partitions.committed(self.topic, index, s.epoch, self.write_timeout_s)
+        if err is not None:
+            return err
+        return None if self._shards.get(index) is s else self._missing(index)
+
+    def _missing(self, index: int) -> ErrorCode:
+        if index in self._recovering:
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.not_coordinator
+
+    async def write(self, index: int, op: Callable[[S], Outcome[T]]) -> T | ErrorCode:
+        """Run ``op`` on the shard, append its records, replay them, and wait until they
+        are committed; its answer, or the error the caller answers (NOT_COORDINATOR,
+        COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, or the append's)."""
+        s = self._shards.get(index)
+        if s is None:
+            return self._missing(index)
         t0 = time.monotonic()
+        out = op(s.shard)
+        if not out.records:
+            # an answer from the state earlier writes left: once they are committed
+            # (Kafka's runtime defers it to the last written offset)
+            err = await self._settled(index, s)
+            return out.response if err is None else err
+        # the rule, the append and the replay are one step: no other write comes between
+        base = self.partitions.append(self.topic, index, out.records, s.epoch, out.producer)
+        if isinstance(base, ErrorCode):  # nothing appended: the shard is as it was
+            self.stats.failed_writes += 1
+            return base
+        pid = -1 if out.producer is None else out.producer[0]
+        for i, (key, value) in enumerate(out.records):
+            s.shard.replay(key, value, base + i, pid, out.producer is not None)
+        st = self.stats
+        s.inflight += 1
+        st.inflight += 1
         try:
-            return await self._write(index, s, op)
+            err = await self.partitions.committed(self.topic, index, s.epoch, self.write_timeout_s)
         finally:
-            s.lock.release()
+            s.inflight -= 1
+            st.inflight -= 1
             ms = (time.monotonic() - t0) * 1000
             st.writes += 1
             st.write_ms_total += ms
             st.write_ms_max = max(st.write_ms_max, ms)
-
-    async def _write(
-        self, index: int, s: _Loaded[S], op: Callable[[S], Outcome[T]]
-    ) -> T | ErrorCode:
-        if self._shards.get(index) is not s:  # dropped while waiting for the lock
-            if index in self._recovering:
-                return ErrorCode.coordinator_load_in_progress
-            return ErrorCode.not_coordinator
-        out = op(s.shard)
-        if not out.records:
-            return out.response
-        base = self.partitions.append(self.topic, index, out.records, s.epoch)
-        err = base if isinstance(base, ErrorCode) else None
-        if err is None:
-            err = await self.partitions.committed(self.topic, index, s.epoch, self.write_timeout_s)
         if err is not None:
-            self.stats.failed_writes += 1
+            st.failed_writes += 1
             if self._shards.get(index) is s:
                 del self._shards[index]  # read again once the log's tail is committed
                 if self.partitions.led(self.topic).get(index) == s.epoch:
@@ -380,9 +411,6 @@ class CoordinatorRuntime(Generic[S]):
             log.info("[node %d] %s: a write to %s-%d was not committed (%s)",
                      self.node_id, self.name, self.topic, index, err.name)  # fmt: skip
             return err
-        assert not isinstance(base, ErrorCode)
-        for i, (key, value) in enumerate(out.records):
-            s.shard.replay(key, value, base + i)
         return out.response
 
     def shards(self) -> dict[int, S]:

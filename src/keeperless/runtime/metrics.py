@@ -343,7 +343,8 @@ def _runtime(group: str, runtime: Any) -> Iterator[Metric]:
     yield _gauge(prefix + "partition_load_time_max", "Longest shard load (ms)", st.load_ms_max)
     yield _gauge(prefix + "partition_load_time_avg", "Mean shard load (ms)",
                  st.load_ms_total / st.loads if st.loads else 0.0)  # fmt: skip
-    yield _gauge(prefix + "event_queue_size", "Writes waiting for their shard", st.queued)
+    yield _gauge(prefix + "event_queue_size",
+                 "Writes appended, waiting for the in-sync replicas", st.inflight)  # fmt: skip
     m = Metric(prefix + "event_processing_time_ms", "Writes: rule, append, replicas, replay",
                "summary")  # fmt: skip
     m.add_sample(m.name + "_count", {}, float(st.writes))

@@ -76,12 +76,16 @@ def test_a_commit_is_answered_only_once_the_in_sync_replicas_have_it(tmp_path: P
         task = asyncio.create_task(offsets.offset_commit(_header(8), _commit(42)))
         await asyncio.sleep(0.05)
         assert not task.done(), "acknowledged before follower 2 had the commit"
-        assert await _committed(offsets) == -1  # not visible before it is durable
+        # a fetch meanwhile is answered once the commit is durable, never before
+        fetch = asyncio.create_task(_committed(offsets))
+        await asyncio.sleep(0.05)
+        assert not fetch.done(), "an offset answered before it was durable"
         p = b.partitions.get(OFFSETS_TOPIC, 0)
         assert p is not None
         p.record_follower_fetch(2, p.log.log_end_offset, 0)
         resp = await asyncio.wait_for(task, 5)
         assert resp.topics[0].partitions[0].error_code == ErrorCode.none
+        assert await asyncio.wait_for(fetch, 5) == 42
         assert await _committed(offsets) == 42
         b.close()
 

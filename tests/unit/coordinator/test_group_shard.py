@@ -67,3 +67,19 @@ def test_a_classic_groups_last_metadata_wins_and_a_tombstone_marks_it_deleted() 
     s.replay(group_key("x"), encode_group_value(first), 4, 9, transactional=True)
     assert "x" not in s.classic
     assert s.offsets_read == 0
+
+
+def test_once_handed_over_the_shard_keeps_offsets_not_group_metadata() -> None:
+    """The coordinator keeps the live groups after a load; the shard stays the live
+    state of the offsets (replayed as the coordinator writes) and keeps no copy of the
+    groups' metadata, which would only grow."""
+    snap = GroupSnapshot("consumer", 1, "range", "m1", 5, ())
+    s = GroupShard()
+    s.replay(group_key("g"), encode_group_value(snap), 0)
+    assert "g" in s.classic
+    s.hand_over()
+    assert s.classic == {}
+    s.replay(group_key("g"), encode_group_value(snap), 1)
+    s.replay(offset_key("g", "t", 0), offset_value(5, 0, "", 0), 2)
+    assert s.classic == {}
+    assert s.offsets == {"g": {("t", 0): (5, 0, "", 2)}}

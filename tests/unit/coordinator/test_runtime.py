@@ -1,6 +1,8 @@
 """The coordinator runtime: a shard is loaded from its partition's log, a write's records
-are replayed only once committed, a write that cannot be confirmed has the shard read
-again from the log, and the writes of one shard run one at a time."""
+are replayed as they are appended and answered only once committed, writes are
+pipelined (each rule sees every write appended before it), reads and answers without
+records wait for the writes before them, and a write that cannot be confirmed has the
+shard read again from the log."""
 
 from __future__ import annotations
 
@@ -48,7 +50,9 @@ class FakeLog:
         self.leaders: dict[int, int] = {0: 3}
         self.commit: asyncio.Event | None = None
         self.fail_commit = False
-        self.committed_at_replay: list[int] = []
+        self.fail_append: ErrorCode | None = None
+        self.producers: list[tuple[int, int] | None] = []
+        self.waits = 0  # waits for the replicas
 
     def led(self, topic: str) -> dict[int, int]:
         return dict(self.leaders)
@@ -57,17 +61,26 @@ class FakeLog:
         return [LogRecord(i, k, v) for i, (k, v) in enumerate(self.logs.get(index, []))]
 
     def append(
-        self, topic: str, index: int, records: list[Record], leader_epoch: int
+        self,
+        topic: str,
+        index: int,
+        records: list[Record],
+        leader_epoch: int,
+        producer: tuple[int, int] | None = None,
     ) -> ErrorCode | int:
         if self.leaders.get(index) != leader_epoch:
             return ErrorCode.not_coordinator
+        if self.fail_append is not None:
+            return self.fail_append
         log = self.logs.setdefault(index, [])
         log.extend(records)
+        self.producers.append(producer)
         return len(log) - len(records)
 
     async def committed(
         self, topic: str, index: int, leader_epoch: int, timeout_s: float
     ) -> ErrorCode | None:
+        self.waits += 1
         if self.commit is not None:
             await self.commit.wait()
         return ErrorCode.coordinator_not_available if self.fail_commit else None
@@ -94,7 +107,11 @@ def test_load_replays_the_log_and_leadership_moves_unload() -> None:
     assert asyncio.run(rt.write(0, lambda s: s.add(b"a"))) == ErrorCode.not_coordinator
 
 
-def test_records_are_replayed_once_committed_and_writes_run_one_at_a_time() -> None:
+def test_records_are_replayed_as_appended_and_answered_once_committed() -> None:
+    """Writes are pipelined, as Kafka's runtime: the second rule runs while the first
+    write waits for its replicas, and sees its record; neither is answered before the
+    records are committed."""
+
     async def go() -> None:
         log = FakeLog()
         log.commit = asyncio.Event()
@@ -105,13 +122,102 @@ def test_records_are_replayed_once_committed_and_writes_run_one_at_a_time() -> N
         await asyncio.sleep(0.01)
         shard = rt.shard(0)
         assert shard is not None
-        assert shard.seen == {b"a": 1}  # appended, not committed: not replayed
-        assert len(log.logs[0]) == 2  # the second waits for the first
+        assert len(log.logs[0]) == 3  # both appended: the second did not wait
+        assert shard.seen == {b"a": 3}  # and replayed at once, in log order
+        assert shard.offsets == [0, 1, 2]  # each record replayed with its offset
+        assert not first.done()
+        assert not second.done()
+        assert rt.stats.inflight == 2
         log.commit.set()
         assert await first == 2
-        assert await second == 3  # it saw the first's record
-        assert shard.seen == {b"a": 3}
-        assert shard.offsets == [0, 1, 2]  # each record replayed with its offset
+        assert await second == 3  # its rule saw the first's record
+        assert rt.stats.inflight == 0
+
+    asyncio.run(go())
+
+
+def test_reads_and_answers_without_records_wait_for_the_writes_before_them() -> None:
+    """An answer must not rest on records the replicas may not have (an offset fetched,
+    an EndTxn retried over a completion not yet committed): Kafka's runtime defers it
+    to the last written offset. With nothing in flight, no wait."""
+
+    async def go() -> None:
+        log = FakeLog()
+        rt = runtime(log)
+        rt.on_leadership()
+        assert await rt.read_committed(0, lambda s: dict(s.seen)) == {b"a": 1}
+        assert await rt.write(0, lambda s: Outcome([], len(s.seen))) == 1
+        assert log.waits == 0  # nothing in flight: answered at once
+        log.commit = asyncio.Event()
+        w = asyncio.create_task(rt.write(0, lambda s: s.add(b"b")))
+        await asyncio.sleep(0.01)
+        read = asyncio.create_task(rt.read_committed(0, lambda s: dict(s.seen)))
+        empty = asyncio.create_task(rt.write(0, lambda s: Outcome([], s.seen.get(b"b"))))
+        await asyncio.sleep(0.01)
+        assert rt.read(0, lambda s: s.seen.get(b"b")) == 1  # a plain read sees it now
+        assert not read.done()
+        assert not empty.done()
+        log.commit.set()
+        assert await w == 1
+        assert await read == {b"a": 1, b"b": 1}
+        assert await empty == 1
+        # a wait that fails answers its error
+        log.commit = asyncio.Event()
+        log.fail_commit = True
+        w = asyncio.create_task(rt.write(0, lambda s: s.add(b"c")))
+        await asyncio.sleep(0.01)
+        read = asyncio.create_task(rt.read_committed(0, lambda s: dict(s.seen)))
+        await asyncio.sleep(0.01)
+        log.commit.set()
+        assert await w == ErrorCode.coordinator_not_available
+        assert await read == ErrorCode.coordinator_not_available
+        rt.close()
+
+    asyncio.run(go())
+
+
+def test_an_append_refused_leaves_the_shard_as_it_was() -> None:
+    async def go() -> None:
+        log = FakeLog()
+        rt = runtime(log)
+        rt.on_leadership()
+        shard = rt.shard(0)
+        log.fail_append = ErrorCode.coordinator_not_available  # too few in-sync replicas
+        assert await rt.write(0, lambda s: s.add(b"b")) == ErrorCode.coordinator_not_available
+        assert rt.shard(0) is shard  # nothing appended: still served
+        assert shard is not None
+        assert shard.seen == {b"a": 1}
+        assert rt.stats.failed_writes == 1
+        log.fail_append = None
+        assert await rt.write(0, lambda s: s.add(b"b")) == 1
+
+    asyncio.run(go())
+
+
+def test_a_transactional_write_is_appended_and_replayed_as_its_producers() -> None:
+    """The group coordinator's offsets of a transaction (TxnOffsetCommit)."""
+    seen: list[tuple[int, bool]] = []
+
+    class Txn(Counter):
+        def replay(
+            self,
+            key: bytes,
+            value: bytes | None,
+            offset: int,
+            producer_id: int = -1,
+            transactional: bool = False,
+        ) -> None:
+            seen.append((producer_id, transactional))
+
+    async def go() -> None:
+        log = FakeLog()
+        rt = CoordinatorRuntime("test", "__t", log, Txn, 1.0, 1)
+        rt.on_leadership()
+        seen.clear()
+        await rt.write(0, lambda s: Outcome([(b"o", b"1")], None, producer=(7, 2)))
+        await rt.write(0, lambda s: Outcome([(b"o", b"2")], None))
+        assert log.producers == [(7, 2), None]
+        assert seen == [(7, True), (-1, False)]
 
     asyncio.run(go())
 
@@ -178,11 +284,11 @@ def test_the_runtime_counts_loads_writes_waits_and_failures() -> None:
         first = asyncio.create_task(rt.write(0, lambda s: s.add(b"a")))
         second = asyncio.create_task(rt.write(0, lambda s: s.add(b"a")))
         await asyncio.sleep(0.01)
-        assert rt.stats.queued == 1  # the second waits for its shard
+        assert rt.stats.inflight == 2  # both wait for the replicas
         log.commit.set()
         await first
         await second
-        assert (rt.stats.writes, rt.stats.queued, rt.stats.failed_writes) == (2, 0, 0)
+        assert (rt.stats.writes, rt.stats.inflight, rt.stats.failed_writes) == (2, 0, 0)
         assert rt.stats.write_ms_max >= 5  # the first waited for the commit
         log.fail_commit = True
         await rt.write(0, lambda s: s.add(b"b"))
