@@ -52,6 +52,11 @@ def _ok(*args: str) -> str:
     return res.stdout
 
 
+def _lines(text: str) -> list[str]:
+    """A table's lines (Kafka's tool prints a blank line before each table)."""
+    return [line for line in text.splitlines() if line.strip()]
+
+
 def _send(n: Node, api: ApiKey, version: int, body: dict[str, Any]) -> Any:
     return call([("127.0.0.1", n.port)], api, version, body)
 
@@ -285,9 +290,10 @@ def test_share_state_survives_a_restart(enabled: Node) -> None:
     # and its offsets: the first record neither accepted nor rejected
     bs = ("--bootstrap-server", enabled.bootstrap)
     assert "keepers" in _ok("share-groups", *bs, "--list").split()
-    rows = _ok("share-groups", *bs, "--describe", "--group", "keepers").splitlines()
-    assert rows[1].split()[:3] == ["keepers", "durable", "0"]
-    assert rows[1].split()[-1] == "30"
+    rows = _lines(_ok("share-groups", *bs, "--describe", "--group", "keepers"))
+    # start offset 30; lag 30: the high watermark 60, less the start, less no record past
+    # the start delivered (30-59 were released)
+    assert rows[1].split() == ["keepers", "durable", "0", "30", "30"]
     # each shard read once: not once per image of the metadata log's replay at start
     loads = enabled.logs()[logged:].count("share coordinator: loaded __share_group_state-[")
     assert loads == 1, enabled.logs()[logged:][-3000:]
@@ -321,12 +327,21 @@ def test_the_share_groups_tool_lists_and_describes(enabled: Node) -> None:
     assert listed[0].split() == ["GROUP", "STATE"]
     assert ["tool-group", "Stable"] in [line.split() for line in listed]
     members = _ok("share-groups", *bs, "--describe", "--group", "tool-group", "--members")
-    header, row = members.splitlines()
-    assert header.split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "ASSIGNMENT"]
+    header, row = _lines(members)
+    assert header.split() == [
+        "GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]  # fmt: skip
     assert row.split()[0] == "tool-group"
-    assert row.split()[3:] == ["worker-7", "tooled:0"]
+    assert row.split()[3:] == ["worker-7", "1", "tooled:0"]
+    verbose = _lines(_ok("share-groups", *bs, "--describe", "--group", "tool-group",
+                         "--members", "--verbose"))  # fmt: skip
+    assert verbose[0].split()[-2:] == ["MEMBER-EPOCH", "ASSIGNMENT"]
+    assert int(verbose[1].split()[-2]) > 0
     state = _ok("share-groups", *bs, "--describe", "--group", "tool-group", "--state")
-    assert state.splitlines()[1].split()[-2:] == ["Stable", "1"]
+    assert _lines(state)[1].split()[-2:] == ["Stable", "1"]
+    state = _ok("share-groups", *bs, "--describe", "--all-groups", "--state", "--verbose")
+    header, *rows = _lines(state)
+    assert header.split()[-3:] == ["GROUP-EPOCH", "ASSIGNMENT-EPOCH", "#MEMBERS"]
+    assert [r.split()[0] for r in rows if r.split()[0] == "tool-group"] == ["tool-group"]
     missing = keeperless("share-groups", *bs, "--describe", "--group", "nope", "--state")
     assert "Share group 'nope' does not exist." in missing.stdout
     assert missing.returncode == 1
@@ -346,10 +361,15 @@ def test_the_share_groups_tool_lists_and_describes(enabled: Node) -> None:
     assert "plain-cg" in _ok("consumer-groups", *bs, "--list").split()
     c.commit_sync()  # the 5 records accepted: the start moves past them
     offsets = _ok("share-groups", *bs, "--describe", "--group", "tool-group")
-    header, row = offsets.splitlines()
-    assert header.split() == ["GROUP", "TOPIC", "PARTITION", "LEADER-EPOCH", "START-OFFSET"]
-    assert row.split() == ["tool-group", "tooled", "0", "0", "5"]
+    header, row = _lines(offsets)
+    assert header.split() == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+    assert row.split() == ["tool-group", "tooled", "0", "5", "0"]
     assert _ok("share-groups", *bs, "--describe", "--group", "tool-group", "--offsets") == offsets
+    header, row = _lines(_ok("share-groups", *bs, "--describe", "--group", "tool-group",
+                             "--verbose"))  # fmt: skip
+    assert header.split() == [
+        "GROUP", "TOPIC", "PARTITION", "LEADER-EPOCH", "START-OFFSET", "LAG"]  # fmt: skip
+    assert row.split() == ["tool-group", "tooled", "0", "0", "5", "0"]
     c.close()
 
 
@@ -375,13 +395,13 @@ def test_offsets_are_reset_and_deleted_and_the_group_deleted_only_while_empty(
         return got
 
     def start() -> list[str]:
-        rows = _ok("share-groups", *bs, "--describe", *grp).splitlines()[1:]
-        return [r.split()[-1] for r in rows]
+        rows = _lines(_ok("share-groups", *bs, "--describe", *grp))[1:]
+        return [r.split()[3] for r in rows]
 
     assert sorted(m.value() for m in drain(10)) == sorted(values)
     assert start() == ["10"]
     reset = ("share-groups", *bs, "--reset-offsets", *grp, "--topic", "resets")
-    dry = _ok(*reset, "--to-offset", "4")
+    dry = _ok(*reset, "--to-offset", "4", "--dry-run")
     assert dry.split()[-4:] == ["resetters", "resets", "0", "4"]
     assert start() == ["10"]  # a dry run changes nothing
     _ok(*reset, "--to-offset", "4", "--execute")

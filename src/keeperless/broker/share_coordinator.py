@@ -23,7 +23,12 @@ from keeperless.broker.group_coordinator import partition_for_group
 from keeperless.coordinator.outcome import Outcome
 from keeperless.coordinator.runtime import CoordinatorRuntime
 from keeperless.coordinator.share_records import ShareKey, StateBatch
-from keeperless.coordinator.share_state import Refusal, ShareState, ShareStateShard
+from keeperless.coordinator.share_state import (
+    Refusal,
+    ShareState,
+    ShareStateShard,
+    delivery_complete,
+)
 from keeperless.metadata.admin import NewTopic
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
@@ -286,12 +291,14 @@ class ShareCoordinator:
         def op(shard: ShareStateShard, key: ShareKey, p: Any) -> Outcome[Any]:
             return Outcome([], shard.summary(key, p.leader_epoch))
 
+        none = {"state_epoch": 0, "leader_epoch": -1, "start_offset": -1,
+                "delivery_complete_count": -1}  # fmt: skip
+
         def ok(s: ShareState | None) -> dict[str, Any]:
             if s is None:
-                return {"state_epoch": 0, "leader_epoch": -1, "start_offset": -1}
+                return none
             return {"state_epoch": s.state_epoch, "leader_epoch": s.leader_epoch,
-                    "start_offset": s.start_offset}  # fmt: skip
+                    "start_offset": s.start_offset,
+                    "delivery_complete_count": delivery_complete(s)}  # fmt: skip
 
-        return await self._each(
-            header, req, op, ok, {"state_epoch": 0, "leader_epoch": -1, "start_offset": -1}
-        )
+        return await self._each(header, req, op, ok, none)

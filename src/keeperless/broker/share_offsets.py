@@ -1,15 +1,17 @@
 """A share group's offsets (KIP-932), on the group's coordinator: DescribeShareGroupOffsets
 (90) answers each share-partition's start offset and the leader epoch that last wrote it,
-read from the share coordinator (ReadShareGroupStateSummary) - what
-``kafka-share-groups.sh --describe --offsets`` shows; AlterShareGroupOffsets (91) starts
-share-partitions again at new offsets (InitializeShareGroupState under the next state
-epoch) and DeleteShareGroupOffsets (92) deletes a topic's state (DeleteShareGroupState),
-both only while the group has no member; DeleteGroups of a share group deletes the state
-of every topic it read."""
+read from the share coordinator (ReadShareGroupStateSummary), and from v1 its lag
+(KIP-1226: the partition's high watermark less the start offset and the records past it
+whose delivery completed) - what ``kafka-share-groups.sh --describe --offsets`` shows;
+AlterShareGroupOffsets (91) starts share-partitions again at new offsets
+(InitializeShareGroupState under the next state epoch) and DeleteShareGroupOffsets (92)
+deletes a topic's state (DeleteShareGroupState), both only while the group has no
+member; DeleteGroups of a share group deletes the state of every topic it read."""
 
 from __future__ import annotations
 
 import datetime
+import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -23,6 +25,10 @@ from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
 
 __all__ = ["ShareOffsetsApis"]
+
+log = logging.getLogger(__name__)
+_LIST_OFFSETS_TIMEOUT_S = 5.0
+_LIST_OFFSETS_VERSION = 7
 
 
 class ShareOffsetsApis:
@@ -168,10 +174,38 @@ class ShareOffsetsApis:
             return ErrorCode.group_id_not_found, f"Group {gid} is not a share group."
         return None
 
-    async def _partition(self, gid: str, name: str, idx: int, only_known: bool) -> Any:
+    async def _high_watermark(self, name: str, idx: int) -> int:
+        """The partition's high watermark, from its leader (-1: not known now)."""
+        p = self.broker.partitions.get(name, idx)
+        if p is not None and p.is_leader:
+            return int(p.high_watermark)
+        t = self.broker.image.topic(name)
+        reg = self.broker.image.brokers.get(t.partitions[idx].leader) if t is not None else None
+        dest = reg.endpoint(self.broker.inter_broker_listener) if reg is not None else None
+        if dest is None:
+            return -1
+        body = {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": name, "partitions": [{"partition_index": idx, "timestamp": -1}]}]}  # fmt: skip
+        try:
+            resp = await self.broker.peers.request(
+                dest,
+                ApiKey.LIST_OFFSETS,
+                _LIST_OFFSETS_VERSION,
+                body,
+                timeout_s=_LIST_OFFSETS_TIMEOUT_S,
+            )
+        except OSError as e:  # TimeoutError too: the lag is shown as unknown
+            log.debug("[node %d] High watermark of %s-%d: %s", self.broker.node_id, name, idx, e)
+            return -1
+        got = resp.topics[0].partitions[0]
+        return int(got.offset) if int(got.error_code) == 0 else -1
+
+    async def _partition(
+        self, gid: str, name: str, idx: int, only_known: bool, with_lag: bool
+    ) -> Any:
         t = self.broker.image.topic(name)
         if t is None or idx not in t.partitions:
-            return {"partition_index": idx, "start_offset": -1, "leader_epoch": -1,
+            return {"partition_index": idx, "start_offset": -1, "leader_epoch": -1, "lag": -1,
                     "error_code": ErrorCode.unknown_topic_or_partition,
                     "error_message": f"Unknown partition {name}-{idx}"}  # fmt: skip
         persister = self.shares.persister
@@ -180,11 +214,17 @@ class ShareOffsetsApis:
         got = await persister.summary(gid, t.topic_id, idx)
         if got.error == ErrorCode.none and got.start_offset < 0 and only_known:
             return None  # the group never read it
+        lag = -1
+        if with_lag and got.error == ErrorCode.none and got.start_offset >= 0:
+            hw = await self._high_watermark(name, idx)
+            if hw >= 0 and got.delivery_complete >= 0:
+                lag = max(0, hw - got.start_offset - got.delivery_complete)
         return {"partition_index": idx, "start_offset": got.start_offset,
-                "leader_epoch": got.leader_epoch, "error_code": got.error,
+                "leader_epoch": got.leader_epoch, "lag": lag, "error_code": got.error,
                 "error_message": got.message}  # fmt: skip
 
     async def describe(self, header: RequestHeader, req: Any) -> Any:
+        lag = header.api_version >= 1
         groups = []
         for g in req.groups:
             refused = self._group_refusal(g.group_id)
@@ -204,7 +244,9 @@ class ShareOffsetsApis:
                 wanted = [(t.topic_name, list(t.partitions), False) for t in g.topics]
             topics = []
             for name, indexes, only_known in wanted:
-                parts = [await self._partition(g.group_id, name, i, only_known) for i in indexes]
+                parts = [
+                    await self._partition(g.group_id, name, i, only_known, lag) for i in indexes
+                ]
                 t_img = self.broker.image.topic(name)
                 shown = [p for p in parts if p is not None]
                 if shown or not only_known:

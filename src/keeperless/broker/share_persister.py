@@ -29,7 +29,8 @@ _RETRIABLE = frozenset({
 })  # fmt: skip
 
 
-_VERSION = 0  # of APIs 83-87, as Kafka 4.1's brokers send them
+_VERSION = 0  # of APIs 83-86, as Kafka 4.1's brokers send them
+_SUMMARY_VERSION = 1  # ReadShareGroupStateSummary v1: the delivery-complete count (KIP-1226)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class ReadResult:
     start_offset: int = -1  # -1: never written
     batches: list[StateBatch] = field(default_factory=list)
     leader_epoch: int = -1  # (a summary's)
+    delivery_complete: int = -1  # (a summary's: offsets past the start delivered; -1 unknown)
 
 
 class SharePersister:
@@ -49,7 +51,7 @@ class SharePersister:
         self.timeout_s = timeout_s
 
     async def _call(
-        self, api: ApiKey, key: ShareKey, fields: dict[str, Any]
+        self, api: ApiKey, key: ShareKey, fields: dict[str, Any], version: int = _VERSION
     ) -> tuple[ErrorCode, str | None, Any]:
         """One partition's request to its coordinator, asked again while the coordinator
         moves or loads, up to the timeout: (error, message, the partition's answer)."""
@@ -65,7 +67,7 @@ class SharePersister:
             if dest is not None:
                 try:
                     resp = await self.broker.peers.request(
-                        dest, api, _VERSION, body, timeout_s=max(0.1, deadline - loop.time()),
+                        dest, api, version, body, timeout_s=max(0.1, deadline - loop.time()),
                         lane="share",
                     )  # fmt: skip
                     p = resp.results[0].partitions[0]
@@ -112,11 +114,12 @@ class SharePersister:
         offset and state epoch (start -1: no state), without the batches."""
         key = ShareKey(group_id, topic_id, partition)
         err, message, p = await self._call(
-            ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, key, {"leader_epoch": -1}
+            ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, key, {"leader_epoch": -1}, _SUMMARY_VERSION
         )
         if err != ErrorCode.none:
             return ReadResult(err, message)
-        return ReadResult(err, None, p.state_epoch, p.start_offset, leader_epoch=p.leader_epoch)
+        return ReadResult(err, None, p.state_epoch, p.start_offset, leader_epoch=p.leader_epoch,
+                          delivery_complete=p.delivery_complete_count)  # fmt: skip
 
     async def initialize(
         self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int, start: int

@@ -247,8 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_flags(sg, controller=False)
     for flag in ("--list", "--describe", "--delete", "--reset-offsets", "--delete-offsets",
                  "--members", "--offsets", "--execute", "--dry-run", "--to-earliest",
-                 "--to-latest", "--to-current", "--all-topics"):  # fmt: skip
+                 "--to-latest", "--to-current", "--all-topics", "--all-groups",
+                 "--verbose"):  # fmt: skip
         sg.add_argument(flag, action="store_true")
+    sg.add_argument("--timeout", type=int, help="ms to wait for each request (default 30000)")
     sg.add_argument("--group", action="append", help="a share group (repeatable)")
     sg.add_argument("--topic", action="append", help="TOPIC or TOPIC:PARTITION[,...] (repeatable)")
     sg.add_argument("--to-offset", type=int)

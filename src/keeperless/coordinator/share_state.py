@@ -285,6 +285,21 @@ class ShareStateShard:
         return Outcome([(encode_key(SNAPSHOT, sk), None), (encode_key(UPDATE, sk), None)], None)
 
 
+# delivery states of a record whose delivery is complete (Kafka's RecordState)
+_ACKNOWLEDGED, _ARCHIVED = 2, 4
+
+
+def delivery_complete(s: ShareState) -> int:
+    """How many offsets at or past the start offset completed delivery (acknowledged or
+    archived): ReadShareGroupStateSummary v1's DeliveryCompleteCount (KIP-1226), which
+    the share-partition's lag subtracts."""
+    done = 0
+    for b in s.batches:
+        if b.delivery_state in (_ACKNOWLEDGED, _ARCHIVED) and b.last_offset >= s.start_offset:
+            done += b.last_offset - max(b.first_offset, s.start_offset) + 1
+    return done
+
+
 def _invalid(sk: ShareKey) -> Refusal | None:
     if not sk.group_id:
         return Refusal(ErrorCode.invalid_group_id, "The group id must not be empty")

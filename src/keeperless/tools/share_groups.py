@@ -1,9 +1,11 @@
-"""`share-groups`: Kafka's kafka-share-groups.sh (KIP-932) - --list [--state [STATES]]
-and --describe --group G [--offsets (the default) | --members | --state], over ListGroups
-(type share), and ShareGroupDescribe and DescribeShareGroupOffsets sent to each group's
-coordinator; --reset-offsets (AlterShareGroupOffsets, --dry-run by default, as Kafka's),
---delete-offsets --topic (DeleteShareGroupOffsets) and --delete (DeleteGroups), each
-allowed only while the group has no member."""
+"""`share-groups`: Kafka's kafka-share-groups.sh (KIP-932) - --list [--state [STATES]],
+--describe (--group G ... | --all-groups) [--offsets (the default) | --members | --state]
+[--verbose], over ListGroups (type share), and ShareGroupDescribe and
+DescribeShareGroupOffsets (v1: with each share-partition's lag, KIP-1226) sent to each
+group's coordinator; --reset-offsets (AlterShareGroupOffsets; --dry-run or --execute, as
+Kafka's), --delete-offsets --topic (DeleteShareGroupOffsets) and --delete (--group G ...
+| --all-groups; DeleteGroups), each allowed only while the group has no member;
+--timeout MS for every request. Output as Kafka 4.2's ShareGroupCommand prints it."""
 
 from __future__ import annotations
 
@@ -20,16 +22,21 @@ __all__ = ["run_share_groups"]
 Servers = list[tuple[str, int]]
 STATES = ("Empty", "Stable", "Dead")
 ACTIONS = ("list", "describe", "delete", "reset_offsets", "delete_offsets")
+_TIMEOUT_S = [30.0]  # --timeout, for every request this run sends
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _call(servers: Servers, api: ApiKey, version: int, body: dict[str, Any]) -> Any:
+    return call(servers, api, version, body, _TIMEOUT_S[0])
+
+
 def _brokers(servers: Servers) -> dict[int, tuple[str, int]]:
     body = {"topics": [], "allow_auto_topic_creation": False,
             "include_topic_authorized_operations": False}  # fmt: skip
-    md = call(servers, ApiKey.METADATA, 12, body)
+    md = _call(servers, ApiKey.METADATA, 12, body)
     return {b.node_id: (b.host, b.port) for b in md.brokers}
 
 
@@ -37,27 +44,32 @@ def _list(servers: Servers) -> list[tuple[str, str]]:
     """(group, state) of every broker's share groups."""
     out: dict[str, str] = {}
     for node, server in sorted(_brokers(servers).items()):
-        resp = call([server], ApiKey.LIST_GROUPS, 5, {"states_filter": [],
-                                                      "types_filter": ["share"]})  # fmt: skip
+        resp = _call([server], ApiKey.LIST_GROUPS, 5, {"states_filter": [],
+                                                       "types_filter": ["share"]})  # fmt: skip
         if int(resp.error_code) != 0:
             raise ToolError(f"list: {resp.error_code.name} from broker {node}")
         out.update((g.group_id, g.group_state) for g in resp.groups)
     return sorted(out.items())
 
 
+def _coordinator(servers: Servers, group: str) -> tuple[str, int, int]:
+    """The group's coordinator: host, port, node id."""
+    deadline = time.monotonic() + _TIMEOUT_S[0]
+    while True:  # the coordinator's partition may be created by this question
+        found = _call(servers, ApiKey.FIND_COORDINATOR, 4,
+                      {"key_type": 0, "coordinator_keys": [group]}).coordinators[0]  # fmt: skip
+        if int(found.error_code) == 0:
+            return found.host, found.port, found.node_id
+        if time.monotonic() >= deadline:
+            raise ToolError(f"no coordinator for group {group}: {found.error_code.name}")
+        time.sleep(0.25)
+
+
 def _describe(servers: Servers, group: str) -> tuple[Any, tuple[str, int, int]]:
     """The group's description and its coordinator (host, port, id)."""
-    for _ in range(20):  # the coordinator's partition may be created by this question
-        found = call(servers, ApiKey.FIND_COORDINATOR, 4,
-                     {"key_type": 0, "coordinator_keys": [group]}).coordinators[0]  # fmt: skip
-        if int(found.error_code) == 0:
-            break
-        time.sleep(0.25)
-    else:
-        raise ToolError(f"no coordinator for group {group}: {found.error_code.name}")
-    where = (found.host, found.port, found.node_id)
-    resp = call([(found.host, found.port)], ApiKey.SHARE_GROUP_DESCRIBE, 1,
-                {"group_ids": [group], "include_authorized_operations": False})  # fmt: skip
+    where = _coordinator(servers, group)
+    resp = _call([where[:2]], ApiKey.SHARE_GROUP_DESCRIBE, 1,
+                 {"group_ids": [group], "include_authorized_operations": False})  # fmt: skip
     return resp.groups[0], where
 
 
@@ -69,53 +81,74 @@ def _states(text: str) -> set[str]:
     return wanted
 
 
-def _assignment(member: Any) -> str:
-    """Kafka's ShareGroupCommand form: ``topic:0,1,2;other:0``, topics sorted."""
+def _assignment(member: Any) -> tuple[int, str]:
+    """How many partitions, and Kafka's ShareGroupCommand form: ``topic:0,1,2;other:0``,
+    topics sorted."""
     parts: dict[str, list[int]] = {}
     for t in member.assignment.topic_partitions:
         parts.setdefault(t.topic_name, []).extend(t.partitions)
-    return ";".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(parts.items()))
+    text = ";".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(parts.items()))
+    return sum(len(ps) for ps in parts.values()), text
 
 
 def check_args(args: Any) -> None:
+    """Kafka's ShareGroupCommandOptions.checkArgs, in its words."""
     given = [a for a in ACTIONS if getattr(args, a, False)]
     if len(given) != 1:
         raise ToolError("Command must include exactly one action: "
                         + ", ".join(_flag(a) for a in ACTIONS) + ".")  # fmt: skip
-    if given[0] == "describe" and not args.group:
-        raise ToolError("Option --describe takes the option: --group")
-    if given[0] in ("delete", "reset_offsets", "delete_offsets") and not args.group:
-        raise ToolError(f"Option {_flag(given[0])} takes the option: --group")
-    if given[0] == "reset_offsets":
+    action = given[0]
+    if args.timeout is not None and args.timeout <= 0:
+        raise ToolError(f"--timeout {args.timeout}: a number of milliseconds above 0")
+    if action == "describe":
+        if not args.group and not args.all_groups:
+            raise ToolError("Option --describe takes one of these options: --group, --all-groups")
+        if sum(bool(x) for x in (args.members, args.offsets, args.state is not None)) > 1:
+            raise ToolError("Option --describe takes at most one of these options: --members, "
+                            "--offsets, --state")  # fmt: skip
+        if args.state:
+            raise ToolError("Option --describe does not take a value for --state")
+    if action == "delete":
+        if not args.group and not args.all_groups:
+            raise ToolError("Option --delete takes the options --group or --all-groups")
+        if args.group and args.all_groups:
+            raise ToolError("Option --delete takes either --group or --all-groups, not both.")
+        if args.topic:
+            raise ToolError("Option --delete does not take the option: --topic")
+    if action == "delete_offsets":
+        if not args.group or not args.topic:
+            raise ToolError("Option --delete-offsets takes the following options: --group, --topic")
+        if any(":" in t for t in args.topic):
+            raise ToolError("Option --delete-offsets deletes a share group's state of whole "
+                            "topics: --topic TOPIC, without partitions")  # fmt: skip
+    if action == "reset_offsets":
+        if args.execute and args.dry_run:
+            raise ToolError("Option --reset-offsets only accepts one of --execute and --dry-run")
+        if not args.execute and not args.dry_run:
+            raise ToolError("Option --reset-offsets takes the option: --execute or --dry-run")
+        if not args.group:
+            raise ToolError("Option --reset-offsets takes the option: --group")
         from keeperless.tools.group_offsets import check_reset_args
 
         check_reset_args(args)
-    if given[0] == "delete_offsets" and not args.topic:
-        raise ToolError("Option --delete-offsets takes the option: --topic")
-    if given[0] == "delete_offsets" and any(":" in t for t in args.topic):
-        raise ToolError("Option --delete-offsets deletes a share group's state of whole "
-                        "topics: --topic TOPIC, without partitions")  # fmt: skip
-    for opt in ("members", "offsets"):
-        if getattr(args, opt, False) and given[0] != "describe":
+    for opt in ("members", "offsets", "verbose"):
+        if getattr(args, opt, False) and action != "describe":
             raise ToolError(f"Option --{opt} is only valid with --describe")
-    if args.members and getattr(args, "offsets", False):
-        raise ToolError("Option --describe takes at most one of these options: --members, "
-                        "--offsets, --state")  # fmt: skip
-
-
-def _coordinator(servers: Servers, group: str) -> tuple[str, int]:
-    for _ in range(20):  # the coordinator's partition may be created by this question
-        found = call(servers, ApiKey.FIND_COORDINATOR, 4,
-                     {"key_type": 0, "coordinator_keys": [group]}).coordinators[0]  # fmt: skip
-        if int(found.error_code) == 0:
-            return found.host, found.port
-        time.sleep(0.25)
-    raise ToolError(f"no coordinator for group {group}: {found.error_code.name}")
+    if args.state is not None and action not in ("describe", "list"):
+        raise ToolError("Option --state is only valid with --describe or --list")
+    if args.all_groups and action not in ("describe", "delete"):
+        raise ToolError(f"Option {_flag(action)} does not take the option: --all-groups")
+    if args.group and args.all_groups:
+        raise ToolError("Option --group cannot be used with --all-groups")
+    if args.group and action == "list":
+        raise ToolError("Option --list does not take the option: --group")
+    if args.topic and action in ("list", "describe"):
+        raise ToolError(f"Option {_flag(action)} does not take the option: --topic")
 
 
 def _start_offsets(coordinator: tuple[str, int], group: str) -> dict[tuple[str, int], int]:
-    resp = call([coordinator], ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0,
-                {"groups": [{"group_id": group, "topics": None}]})  # fmt: skip
+    resp = _call([coordinator], ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0,
+                 {"groups": [{"group_id": group, "topics": None}]})  # fmt: skip
     g = resp.groups[0]
     if int(g.error_code) != 0:
         raise ToolError(f"describe offsets of {group}: {g.error_message or g.error_code.name}")
@@ -130,7 +163,7 @@ def _reset(args: Any, servers: Servers, group: str, out: TextIO) -> None:
     from keeperless.tools.group_offsets import reset_spec
     from keeperless.tools.groups import _Tool
 
-    coordinator = _coordinator(servers, group)
+    coordinator = _coordinator(servers, group)[:2]
     tool = _Tool(args, {}, out)
     tool.committed = lambda gid: _start_offsets(coordinator, gid)  # type: ignore[method-assign]
     new = reset_spec(tool, group)
@@ -139,8 +172,8 @@ def _reset(args: Any, servers: Servers, group: str, out: TextIO) -> None:
         for (t, p), o in sorted(new.items()):
             by_topic.setdefault(t, []).append({"partition_index": p, "start_offset": o})
         topics = [{"topic_name": t, "partitions": ps} for t, ps in by_topic.items()]
-        resp = call([coordinator], ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0,
-                    {"group_id": group, "topics": topics})  # fmt: skip
+        resp = _call([coordinator], ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0,
+                     {"group_id": group, "topics": topics})  # fmt: skip
         if int(resp.error_code) != 0:
             raise ToolError(f"{resp.error_message or resp.error_code.name}")
         for t in resp.responses:
@@ -157,8 +190,8 @@ def _reset(args: Any, servers: Servers, group: str, out: TextIO) -> None:
 
 def _delete_offsets(args: Any, servers: Servers, group: str, out: TextIO) -> int:
     topics = sorted({value.partition(":")[0] for value in args.topic})
-    resp = call([_coordinator(servers, group)], ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0,
-                {"group_id": group, "topics": [{"topic_name": t} for t in topics]})  # fmt: skip
+    resp = _call([_coordinator(servers, group)[:2]], ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0,
+                 {"group_id": group, "topics": [{"topic_name": t} for t in topics]})  # fmt: skip
     if int(resp.error_code) != 0:
         raise ToolError(f"{resp.error_message or resp.error_code.name}")
     width = max([15, *(len(t.topic_name) for t in resp.responses)])
@@ -177,7 +210,8 @@ def _delete(servers: Servers, groups: list[str], out: TextIO) -> int:
     Kafka's ShareGroupCommand refuses it, before anything is deleted (DeleteGroups
     itself deletes a group of any type)."""
     failures: dict[str, str] = {}
-    for g in groups:
+    deleted = []
+    for g in dict.fromkeys(groups):
         desc, (host, port, _) = _describe(servers, g)
         if int(desc.error_code) == 69:  # none, or of another type (the broker says which)
             not_share = "not a share group" in (desc.error_message or "")
@@ -188,23 +222,28 @@ def _delete(servers: Servers, groups: list[str], out: TextIO) -> int:
         if int(desc.error_code) != 0:
             failures[g] = desc.error_message or desc.error_code.name
             continue
-        resp = call([(host, port)], ApiKey.DELETE_GROUPS, 2, {"groups_names": [g]})
+        resp = _call([(host, port)], ApiKey.DELETE_GROUPS, 2, {"groups_names": [g]})
         code = resp.results[0].error_code
         if int(code) != 0:
             failures[g] = {69: "GroupIdNotFoundException", 68: "GroupNotEmptyException"}.get(
                 int(code), code.name)  # fmt: skip
+        else:
+            deleted.append(g)
+    names = ", ".join(f"'{g}'" for g in deleted)
     if not failures:
-        names = ", ".join(f"'{g}'" for g in groups)
         print(f"Deletion of requested share groups ({names}) was successful.", file=out)
         return 0
-    print("Error: Deletion of some share groups failed:", file=out)
+    print("\nError: Deletion of some share groups failed:", file=out)
     for g, why in failures.items():
-        print(f"* Share group '{g}' could not be deleted due to: {why}", file=out)
+        print(f"* Group '{g}' could not be deleted due to: {why}", file=out)
+    if deleted:
+        print(f"\nThese share groups were deleted successfully: {names}", file=out)
     return 1
 
 
 def run_share_groups(args: Any, servers: Servers, out: TextIO) -> int:
     check_args(args)
+    _TIMEOUT_S[0] = (args.timeout or 30000) / 1000
     if args.reset_offsets:
         for group in args.group:
             _reset(args, servers, group, out)
@@ -212,22 +251,24 @@ def run_share_groups(args: Any, servers: Servers, out: TextIO) -> int:
     if args.delete_offsets:
         return _delete_offsets(args, servers, args.group[0], out)
     if args.delete:
-        return _delete(servers, args.group, out)
+        groups = [g for g, _ in _list(servers)] if args.all_groups else args.group
+        return _delete(servers, groups, out)
     if args.list:
-        groups = _list(servers)
+        groups_listed = _list(servers)
         if args.state is None:
-            for g, _ in groups:
+            for g, _ in groups_listed:
                 print(g, file=out)
             return 0
         wanted = _states(args.state)
-        rows = [(g, s) for g, s in groups if not wanted or s.lower() in wanted]
+        rows = [(g, s) for g, s in groups_listed if not wanted or s.lower() in wanted]
         width = max([15, *(len(g) for g, _ in rows)])
         print(f"{'GROUP':<{width}} STATE", file=out)
         for g, s in rows:
             print(f"{g:<{width}} {s}", file=out)
         return 0
+    groups = [g for g, _ in _list(servers)] if args.all_groups else args.group
     failed = 0
-    for group in args.group:
+    for group in sorted(dict.fromkeys(groups)):
         desc, (host, port, node) = _describe(servers, group)
         if int(desc.error_code) != 0:
             print(f"\nError: Share group '{group}' does not exist."
@@ -235,41 +276,61 @@ def run_share_groups(args: Any, servers: Servers, out: TextIO) -> int:
                   f"\nError: {desc.error_message or desc.error_code.name}", file=out)  # fmt: skip
             failed = 1
             continue
-        width = max(15, len(group))
         if args.state is not None:
-            if desc.group_state == "Empty":
-                print(f"\nShare group '{group}' has no active members.", file=sys.stderr)
-            coordinator = f"{host}:{port}  ({node})"
-            cw = max(25, len(coordinator))
-            print(f"{'GROUP':<{width}} {'COORDINATOR (ID)':<{cw}} {'STATE':<15} #MEMBERS",
-                  file=out)  # fmt: skip
-            print(f"{group:<{width}} {coordinator:<{cw}} {desc.group_state:<15} "
-                  f"{len(desc.members)}", file=out)  # fmt: skip
+            _print_state(group, desc, f"{host}:{port}  ({node})", args.verbose, out)
         elif args.members:
-            if not desc.members:
-                print(f"\nShare group '{group}' has no active members.", file=sys.stderr)
-                continue
-            members = [(m.member_id, m.client_host, m.client_id, _assignment(m))
-                       for m in desc.members]  # fmt: skip
-            w = [max(15, *(len(r[i]) for r in members)) for i in range(3)]
-            fmt = f"{{:<{width}}} {{:<{w[0]}}} {{:<{w[1]}}} {{:<{w[2]}}} {{}}"
-            print(fmt.format("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "ASSIGNMENT"), file=out)
-            for r in members:
-                print(fmt.format(group, *r), file=out)
+            _print_members(group, desc, args.verbose, out)
         else:
-            _print_offsets(group, (host, port), out)
+            _print_offsets(group, (host, port), args.verbose, out)
     return failed
 
 
-def _print_offsets(group: str, coordinator: tuple[str, int], out: TextIO) -> None:
-    """Each share-partition's start offset and the leader epoch that last wrote it, as
-    Kafka's ShareGroupCommand prints them ('-' where the group has none)."""
-    resp = call([coordinator], ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0,
-                {"groups": [{"group_id": group, "topics": None}]})  # fmt: skip
+def _table(rows: list[list[str]], widths: list[int], out: TextIO) -> None:
+    """Kafka's printf tables: a blank line, then each row, columns left-aligned and
+    padded (the last one not)."""
+    print(file=out)
+    for row in rows:
+        cells = [f"{c:<{w}}" for c, w in zip(row, widths, strict=False)]
+        print(" ".join([*cells, *row[len(widths) :]]), file=out)
+
+
+def _print_state(group: str, desc: Any, coordinator: str, verbose: bool, out: TextIO) -> None:
+    if desc.group_state == "Empty":
+        print(f"\nShare group '{group}' has no active members.", file=sys.stderr)
+    widths = [max(15, len(group)), max(25, len(coordinator)), 15]
+    head = ["GROUP", "COORDINATOR (ID)", "STATE"]
+    row = [group, coordinator, desc.group_state]
+    if verbose:  # the epochs (Kafka's GROUP-EPOCH, ASSIGNMENT-EPOCH)
+        widths += [12, 17]
+        head += ["GROUP-EPOCH", "ASSIGNMENT-EPOCH"]
+        row += [str(desc.group_epoch), str(desc.assignment_epoch)]
+    _table([[*head, "#MEMBERS"], [*row, str(len(desc.members))]], widths, out)
+
+
+def _print_members(group: str, desc: Any, verbose: bool, out: TextIO) -> None:
+    if not desc.members:
+        print(f"\nShare group '{group}' has no active members.", file=sys.stderr)
+        return
+    members = sorted(desc.members, key=lambda m: m.member_id)
+    rows = [["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+            + (["MEMBER-EPOCH"] if verbose else []) + ["ASSIGNMENT"]]  # fmt: skip
+    for m in members:
+        count, text = _assignment(m)
+        rows.append([group, m.member_id, m.client_host, m.client_id, str(count)]
+                    + ([str(m.member_epoch)] if verbose else []) + [text])  # fmt: skip
+    widths = [max(15, len(group))] + [max(15, *(len(r[i]) for r in rows)) for i in (1, 2, 3)]
+    _table(rows, widths + [12] + ([13] if verbose else []), out)
+
+
+def _print_offsets(group: str, coordinator: tuple[str, int], verbose: bool, out: TextIO) -> None:
+    """Each share-partition's start offset and lag (and with --verbose the leader epoch
+    that last wrote it), as Kafka's ShareGroupCommand prints them ('-' where unknown)."""
+    resp = _call([coordinator], ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1,
+                 {"groups": [{"group_id": group, "topics": None}]})  # fmt: skip
     g = resp.groups[0]
     if int(g.error_code) != 0:
         raise ToolError(f"describe offsets of {group}: {g.error_message or g.error_code.name}")
-    rows = []
+    found = []
     for t in g.topics:
         for p in t.partitions:
             if int(p.error_code) != 0:
@@ -277,13 +338,19 @@ def _print_offsets(group: str, coordinator: tuple[str, int], out: TextIO) -> Non
                 raise ToolError(
                     f"describe offsets of {group} on {t.topic_name}-{p.partition_index}: {why}"
                 )
-            epoch = str(p.leader_epoch) if p.leader_epoch >= 0 else "-"
-            start = str(p.start_offset) if p.start_offset >= 0 else "-"
-            rows.append((t.topic_name, p.partition_index, epoch, start))
-    rows.sort()
-    gw = max(15, len(group))
-    tw = max([15, *(len(r[0]) for r in rows)])
-    print(f"{'GROUP':<{gw}} {'TOPIC':<{tw}} {'PARTITION':<10} {'LEADER-EPOCH':<13} START-OFFSET",
-          file=out)  # fmt: skip
-    for topic, idx, epoch, start in rows:
-        print(f"{group:<{gw}} {topic:<{tw}} {idx:<10} {epoch:<13} {start}", file=out)
+            found.append((t.topic_name, p.partition_index, p.leader_epoch, p.start_offset, p.lag))
+    if not found:
+        print(f"\nShare group '{group}' has no offset information.", file=out)
+        return
+    found.sort()
+
+    def known(n: int) -> str:
+        return str(n) if n >= 0 else "-"
+
+    rows = [["GROUP", "TOPIC", "PARTITION"] + (["LEADER-EPOCH"] if verbose else [])
+            + ["START-OFFSET", "LAG"]]  # fmt: skip
+    for topic, idx, epoch, start, lag in found:
+        rows.append([group, topic, str(idx)] + ([known(epoch)] if verbose else [])
+                    + [known(start), known(lag)])  # fmt: skip
+    widths = [max(15, len(group)), max(15, *(len(r[1]) for r in rows)), 10, 13]
+    _table(rows, widths + ([13] if verbose else []), out)

@@ -277,3 +277,17 @@ def test_an_idle_share_partition_gets_a_fresh_snapshot_so_pruning_goes_on() -> N
     assert again.states[KEY].start_offset == shard.states[KEY].start_offset
     # next time, only those with records after their snapshot: idle's, not KEY's (last)
     assert shard.refresh_snapshots().response == 1
+
+
+def test_the_delivery_complete_count_is_of_offsets_past_the_start() -> None:
+    """ReadShareGroupStateSummary v1's DeliveryCompleteCount (KIP-1226), which a
+    share-partition's lag subtracts: acknowledged and archived offsets at or past the
+    start offset, available and acquired ones not."""
+    from keeperless.coordinator.share_records import StateBatch
+    from keeperless.coordinator.share_state import ShareState, delivery_complete
+
+    batches = (StateBatch(5, 12, 2, 1), StateBatch(13, 14, 0, 1), StateBatch(15, 20, 4, 5),
+               StateBatch(21, 22, 1, 1), StateBatch(2, 4, 4, 1))  # fmt: skip
+    assert delivery_complete(ShareState(0, 1, 0, 10, batches)) == 3 + 6
+    assert delivery_complete(ShareState(0, 1, 0, 23, batches)) == 0
+    assert delivery_complete(ShareState(0, 1, 0, 10, ())) == 0

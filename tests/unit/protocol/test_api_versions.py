@@ -20,11 +20,14 @@ KAFKA_4_1 = {
 }  # fmt: skip
 
 # What it adds once share.version is 1 (KIP-932; v0 was Kafka 4.0's early access)
-# and the share coordinator's (broker to broker, v0)
-# and DescribeShareGroupOffsets (v1, with the lag, is Kafka 4.2's)
+# and the share coordinator's (broker to broker, v0), except where keeperless is Kafka
+# 4.2's on purpose: a share-partition's lag (KIP-1226) in DescribeShareGroupOffsets v1,
+# from ReadShareGroupStateSummary v1's delivery-complete count, is what
+# kafka-share-groups.sh --describe shows in its LAG column
 KAFKA_4_1_SHARE_GROUPS = {76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1), 83: (0, 0),
                           84: (0, 0), 85: (0, 0), 86: (0, 0), 87: (0, 0),
                           90: (0, 0), 91: (0, 0), 92: (0, 0)}  # fmt: skip
+SHARE_NEWER_THAN_4_1 = {87: (0, 1), 90: (0, 1)}
 
 # Where keeperless is Kafka 4.2's on purpose: WriteTxnMarkers v2 carries the marker's
 # transaction version, so a partition holds a TV2 marker to a strictly newer epoch and a
@@ -48,7 +51,7 @@ def advertised(features: tuple[str, ...] = ()) -> dict[int, tuple[int, int]]:
 
 def test_share_groups_add_kafka_4_1s_share_apis() -> None:
     added = {k: v for k, v in advertised(("share.version",)).items() if k not in advertised()}
-    assert added == KAFKA_4_1_SHARE_GROUPS
+    assert added == KAFKA_4_1_SHARE_GROUPS | SHARE_NEWER_THAN_4_1
 
 
 def test_every_advertised_range_is_kafka_4_1s() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from keeperless.tools.delete_records import parse_offsets
@@ -40,7 +42,64 @@ def test_the_share_groups_tool_prints_assignments_as_kafka() -> None:
 
     m = N(assignment=N(topic_partitions=[N(topic_name="q3", partitions=[2, 0, 1]),
                                          N(topic_name="a", partitions=[0])]))  # fmt: skip
-    assert _assignment(m) == "a:0;q3:0,1,2"
+    assert _assignment(m) == (4, "a:0;q3:0,1,2")
+
+
+@pytest.mark.parametrize(
+    ("flags", "refusal"),
+    [
+        (["--describe"], "--describe takes one of these options: --group, --all-groups"),
+        (["--describe", "--group", "g", "--members", "--state"], "at most one of these"),
+        (["--describe", "--group", "g", "--state", "Stable"], "does not take a value for --state"),
+        (["--delete"], "--delete takes the options --group or --all-groups"),
+        (["--delete", "--group", "g", "--all-groups"], "either --group or --all-groups, not both"),
+        (
+            ["--delete", "--group", "g", "--topic", "t"],
+            "--delete does not take the option: --topic",
+        ),
+        (["--delete-offsets", "--group", "g"], "--delete-offsets takes the following options"),
+        (
+            ["--reset-offsets", "--group", "g", "--topic", "t", "--to-earliest"],
+            "--reset-offsets takes the option: --execute or --dry-run",
+        ),
+        (
+            [
+                "--reset-offsets",
+                "--group",
+                "g",
+                "--topic",
+                "t",
+                "--to-earliest",
+                "--execute",
+                "--dry-run",
+            ],
+            "only accepts one of --execute and --dry-run",
+        ),
+        (["--list", "--verbose"], "--verbose is only valid with --describe"),
+        (["--list", "--all-groups"], "--list does not take the option: --all-groups"),
+        (["--describe", "--group", "g", "--timeout", "0"], "--timeout 0"),
+    ],
+)
+def test_the_share_groups_tool_checks_its_flags_as_kafkas(flags: list[str], refusal: str) -> None:
+    """ShareGroupCommandOptions.checkArgs' refusals, one line each."""
+    from keeperless.cli.parser import build_parser
+    from keeperless.tools.share_groups import check_args
+
+    args = build_parser().parse_args(["share-groups", "--bootstrap-server", "h:1", *flags])
+    with pytest.raises(ToolError, match=re.escape(refusal)):
+        check_args(args)
+
+
+def test_the_share_groups_tool_takes_what_kafkas_takes() -> None:
+    from keeperless.cli.parser import build_parser
+    from keeperless.tools.share_groups import check_args
+
+    for flags in (["--describe", "--all-groups", "--members", "--verbose"],
+                  ["--describe", "--group", "g", "--group", "h", "--state", "--timeout", "500"],
+                  ["--list", "--state", "Stable,Empty"], ["--delete", "--all-groups"],
+                  ["--reset-offsets", "--group", "g", "--all-topics", "--to-latest",
+                   "--dry-run"]):  # fmt: skip
+        check_args(build_parser().parse_args(["share-groups", "--bootstrap-server", "h:1", *flags]))
 
 
 def test_reset_offsets_to_offset_0_and_shift_by_0_are_given() -> None:
@@ -54,9 +113,10 @@ def test_reset_offsets_to_offset_0_and_shift_by_0_are_given() -> None:
                         ("share-groups", share_groups.check_args)):  # fmt: skip
         for spec in (["--to-offset", "0"], ["--shift-by", "0"], ["--to-offset", "5"]):
             args = parser.parse_args([tool, "--bootstrap-server", "h:1", "--reset-offsets",
-                                      "--group", "g", "--topic", "t", *spec])  # fmt: skip
+                                      "--group", "g", "--topic", "t", "--dry-run",
+                                      *spec])  # fmt: skip
             check(args)  # no ToolError
         args = parser.parse_args([tool, "--bootstrap-server", "h:1", "--reset-offsets",
-                                  "--group", "g", "--topic", "t"])  # fmt: skip
+                                  "--group", "g", "--topic", "t", "--dry-run"])  # fmt: skip
         with pytest.raises(ToolError, match="takes exactly one of these options"):
             check(args)
