@@ -17,22 +17,18 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker, BrokerSettings
-from keeperless.broker.consumer_group_apis import ConsumerGroupApis
 from keeperless.broker.controller_channel import ControllerUnavailableError, RemoteController
 from keeperless.broker.controller_rpcs import ControllerRpcs, registration_refused
 from keeperless.broker.delegation_token_apis import DelegationTokenApis
 from keeperless.broker.forwarder import Forwarder
-from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
-from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.handlers import BrokerHandlers
 from keeperless.broker.quotas import QuotaManager
 from keeperless.broker.reassignment_apis import ReassignmentApis
 from keeperless.broker.replication import ReplicaManager, ReplicationSettings
-from keeperless.broker.share_service import ShareGroups
-from keeperless.broker.txn_admin import TxnAdmin
-from keeperless.broker.txn_coordinator import TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
-from keeperless.broker.txn_offsets import TxnOffsets
+from keeperless.group.consumer_group_apis import ConsumerGroupApis
+from keeperless.group.coordinator import GroupCoordinator, GroupSettings
+from keeperless.group.offsets import GroupOffsets
 from keeperless.metadata.features import (
     METADATA_VERSION_FEATURE,
     directory_assignment,
@@ -73,8 +69,12 @@ from keeperless.server.quorum_apis import (
     voter_endpoints,
 )
 from keeperless.server.registry import ApiRegistry
+from keeperless.share.service import ShareGroups
 from keeperless.storage.dir_failure import set_failure_handler
 from keeperless.storage.log import LogConfig
+from keeperless.txn.admin import TxnAdmin
+from keeperless.txn.coordinator import TxnCoordinator, TxnSettings
+from keeperless.txn.offsets import TxnOffsets
 
 __all__ = ["ListenError", "Node", "run_node"]
 

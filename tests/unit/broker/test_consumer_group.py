@@ -162,7 +162,7 @@ def test_the_consumer_protocol_codec_of_classic_members() -> None:
     them."""
     import struct
 
-    from keeperless.broker.mixed_groups import (
+    from keeperless.group.mixed_groups import (
         decode_assignment,
         encode_assignment,
         parse_subscription,

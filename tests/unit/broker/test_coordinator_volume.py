@@ -7,13 +7,13 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
-from keeperless.broker.txn_coordinator import TXN_TOPIC, TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
 from keeperless.coordinator.txn_records import TxnMetadata, TxnStatus, txn_key, txn_value
+from keeperless.group.coordinator import GroupCoordinator, GroupSettings
 from keeperless.metadata import _records_gen as r
 from keeperless.protocol.records import build_batch, iter_batches, patch_offsets
 from keeperless.storage.batch_scan import SCAN_WINDOW_BYTES
+from keeperless.txn.coordinator import TXN_TOPIC, TxnCoordinator, TxnSettings
 from tests.unit.brokers import make_broker
 
 TID = uuid.uuid4()

@@ -192,7 +192,7 @@ def test_a_share_state_prune_into_a_failed_log_directory_moves_nothing(
     from types import SimpleNamespace as NS
 
     from keeperless.broker import partition_manager
-    from keeperless.broker.share_coordinator import (
+    from keeperless.share.coordinator import (
         SHARE_STATE_TOPIC,
         ShareCoordinator,
         ShareCoordinatorSettings,

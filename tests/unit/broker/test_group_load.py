@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from keeperless.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, GroupSettings
 from keeperless.coordinator.group_shard import offset_key, offset_value
+from keeperless.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, GroupSettings
 from keeperless.metadata import _records_gen as r
 from keeperless.protocol.records import build_batch
 from tests.unit.brokers import make_broker

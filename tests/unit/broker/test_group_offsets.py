@@ -14,9 +14,9 @@ from kio.schema.offset_commit.v8 import request as oc
 from kio.schema.offset_fetch.v8 import request as of
 
 from keeperless.broker.broker import Broker
-from keeperless.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, GroupSettings
-from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.coordinator.group_shard import offset_key, offset_value
+from keeperless.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, GroupSettings
+from keeperless.group.offsets import GroupOffsets
 from keeperless.metadata import _records_gen as r
 from keeperless.protocol.framing import RequestHeader
 from keeperless.protocol.records import build_batch
@@ -154,7 +154,7 @@ def test_a_txn_offset_commit_is_pending_from_its_append_so_an_early_marker_ends_
     fetch of the group failed."""
     from kio.schema.txn_offset_commit.v3 import request as tc
 
-    from keeperless.broker.txn_offsets import TxnOffsets
+    from keeperless.txn.offsets import TxnOffsets
 
     async def go() -> None:
         b, offsets = _setup(tmp_path)
@@ -222,7 +222,7 @@ def test_a_txn_offset_commit_of_a_member_the_coordinator_does_not_know_is_refuse
     took the old member's offsets - after the group's next member had fetched the
     offsets before them and read those records again: copied twice, both committed.
     Kafka refuses a member the group does not have (UNKNOWN_MEMBER_ID)."""
-    from keeperless.broker.txn_offsets import TxnOffsets
+    from keeperless.txn.offsets import TxnOffsets
 
     async def go() -> None:
         b, offsets = _setup(tmp_path)
@@ -246,7 +246,7 @@ def test_a_rebalance_while_a_txn_offset_commit_is_verified_fences_it(tmp_path: P
     """The member is checked after the transaction coordinator's verification, with
     nothing between the check and the append: a member whose generation ended during
     the wait no longer writes the offsets of partitions now assigned elsewhere."""
-    from keeperless.broker.txn_offsets import TxnOffsets
+    from keeperless.txn.offsets import TxnOffsets
 
     async def go() -> None:
         b, offsets = _setup(tmp_path)
@@ -376,7 +376,7 @@ def test_plain_and_transactional_commits_the_later_record_wins_live_and_on_reloa
     transactional offset back, and a plain commit acknowledged after a later
     transaction's marker hid it - while the coordinator that read the partition again
     found the other one (an offset that changes at a coordinator failover)."""
-    from keeperless.broker.txn_offsets import TxnOffsets
+    from keeperless.txn.offsets import TxnOffsets
 
     def reloaded(b: Broker) -> int:
         return _reloaded(b).offsets[GROUP][("t", 0)].offset
@@ -417,7 +417,7 @@ def test_deleted_offsets_stay_deleted_when_an_open_transaction_commits(tmp_path:
     marker does not bring a deleted offset back - live, and on reload."""
     from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 
-    from keeperless.broker.txn_offsets import TxnOffsets
+    from keeperless.txn.offsets import TxnOffsets
 
     async def go() -> tuple[int, bool]:
         b, offsets = _setup(tmp_path)
@@ -472,7 +472,7 @@ def test_offset_delete_of_a_group_with_only_pending_offsets_tombstones_them(tmp_
         OffsetDeleteRequestTopic,
     )
 
-    from keeperless.broker.txn_offsets import TxnOffsets
+    from keeperless.txn.offsets import TxnOffsets
 
     async def go() -> tuple[int, int]:
         b, offsets = _setup(tmp_path)
@@ -503,7 +503,7 @@ def test_a_deleted_group_does_not_come_back_empty_when_a_transaction_commits(
     from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
     from kio.schema.list_groups.v4.request import ListGroupsRequest
 
-    from keeperless.broker.txn_offsets import TxnOffsets
+    from keeperless.txn.offsets import TxnOffsets
 
     async def go() -> list[str]:
         b, offsets = _setup(tmp_path)

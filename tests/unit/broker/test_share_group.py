@@ -96,10 +96,10 @@ def test_a_leader_paused_past_its_session_neither_acquires_nor_acknowledges(
     session, a broker serves no share fetch or acknowledgement until a heartbeat sent
     after it is answered unfenced; heartbeats that fail (no controller answers) do not
     stop it, as Kafka's leaders go on serving then."""
-    from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
-    from keeperless.broker.share_apis import ShareApis, ShareSettings
+    from keeperless.group.coordinator import GroupCoordinator, GroupSettings
     from keeperless.metadata import _records_gen as r
     from keeperless.protocol.framing import RequestHeader
+    from keeperless.share.apis import ShareApis, ShareSettings
     from tests.unit.brokers import make_broker
 
     tid = uuid.uuid4()

@@ -11,9 +11,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.share_offsets import ShareOffsetsApis
-from keeperless.broker.share_persister import ReadResult
 from keeperless.protocol.apis import ApiKey
+from keeperless.share.offsets import ShareOffsetsApis
+from keeperless.share.persister import ReadResult
 
 TID = uuid.uuid4()
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.txn_coordinator import TxnCoordinator
 from keeperless.coordinator.txn_records import TxnStatus
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.records import build_batch
+from keeperless.txn.coordinator import TxnCoordinator
 from tests.unit.broker.test_txn_v2 import _call, _end, _init, _setup
 
 

@@ -15,9 +15,7 @@ from typing import Any
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.group_coordinator import GroupCoordinator, GroupSettings
 from keeperless.broker.partitions import Partition
-from keeperless.broker.txn_coordinator import TXN_TOPIC, TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
 from keeperless.coordinator.txn_records import (
     TxnMetadata,
@@ -26,6 +24,7 @@ from keeperless.coordinator.txn_records import (
     txn_key,
     txn_value,
 )
+from keeperless.group.coordinator import GroupCoordinator, GroupSettings
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.image import PartitionInfo
 from keeperless.protocol.apis import ApiKey
@@ -34,6 +33,7 @@ from keeperless.protocol.framing import RequestHeader
 from keeperless.protocol.records import build_batch
 from keeperless.storage.log import LogConfig
 from keeperless.tools.offsets_decoder import decode_transaction_record
+from keeperless.txn.coordinator import TXN_TOPIC, TxnCoordinator, TxnSettings
 from tests.unit.brokers import make_broker
 
 

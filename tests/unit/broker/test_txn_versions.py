@@ -15,17 +15,17 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator, GroupSettings
-from keeperless.broker.group_offsets import GroupOffsets
-from keeperless.broker.txn_admin import TxnAdmin
-from keeperless.broker.txn_coordinator import TXN_TOPIC, TxnCoordinator, TxnSettings
 from keeperless.broker.txn_markers import TxnMarkerWriter
-from keeperless.broker.txn_offsets import TxnOffsets
 from keeperless.coordinator.txn_records import TxnStatus, valid_transition
+from keeperless.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, GroupSettings
+from keeperless.group.offsets import GroupOffsets
 from keeperless.metadata import _records_gen as r
 from keeperless.protocol.apis import BROKER_APIS
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, encode_response
+from keeperless.txn.admin import TxnAdmin
+from keeperless.txn.coordinator import TXN_TOPIC, TxnCoordinator, TxnSettings
+from keeperless.txn.offsets import TxnOffsets
 from tests.unit.brokers import make_broker
 
 

@@ -1,20 +1,20 @@
 """Share groups (KIP-932) on a broker, built once: the group coordinator's membership and
-the partition leaders' fetch and acknowledge (share_apis.py), the share coordinator on
-__share_group_state (share_coordinator.py) with the leaders' client of it
-(share_persister.py), and the share-group offsets APIs (share_offsets.py)."""
+the partition leaders' fetch and acknowledge (apis.py), the share coordinator on
+__share_group_state (coordinator.py) with the leaders' client of it
+(persister.py), and the share-group offsets APIs (offsets.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from keeperless.broker.group_coordinator import GroupCoordinator
-from keeperless.broker.group_offsets import GroupOffsets
-from keeperless.broker.share_apis import ShareApis, ShareSettings
-from keeperless.broker.share_coordinator import ShareCoordinator, ShareCoordinatorSettings
-from keeperless.broker.share_offsets import ShareOffsetsApis
-from keeperless.broker.share_persister import SharePersister
+from keeperless.group.coordinator import GroupCoordinator
+from keeperless.group.offsets import GroupOffsets
 from keeperless.protocol.apis import ApiKey
+from keeperless.share.apis import ShareApis, ShareSettings
+from keeperless.share.coordinator import ShareCoordinator, ShareCoordinatorSettings
+from keeperless.share.offsets import ShareOffsetsApis
+from keeperless.share.persister import SharePersister
 
 __all__ = ["ShareGroups"]
 
@@ -33,7 +33,7 @@ class ShareGroups:
 
     def registrations(self, group_offsets: GroupOffsets) -> list[tuple[str, dict[ApiKey, Any]]]:
         """(owner, handlers) for the broker listener's registry; DeleteGroups (the group
-        coordinator's) deletes a share group's state through share_offsets.py."""
+        coordinator's) deletes a share group's state through offsets.py."""
         group_offsets.delete_share_group = self.offsets.delete_group
         return [
             ("share groups (KIP-932)", self.apis.handlers()),

@@ -12,11 +12,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
-from keeperless.broker.txn_coordinator import TxnCoordinator
 from keeperless.coordinator.txn_records import TxnStatus
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.txn.coordinator import TxnCoordinator
 
 __all__ = ["STATE_NAMES", "TxnAdmin"]
 

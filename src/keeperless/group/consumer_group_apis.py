@@ -8,7 +8,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.coordinator.consumer_group import (
     ASSIGNORS,
     LEAVE,
@@ -20,6 +19,7 @@ from keeperless.coordinator.consumer_group import (
     Subscription,
     TopicsView,
 )
+from keeperless.group.coordinator import GroupCoordinator
 from keeperless.metadata.features import consumer_protocol_enabled
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ApiKey

@@ -16,13 +16,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.share_apis import ShareApis
 from keeperless.coordinator.outcome import Record
 from keeperless.coordinator.share_group import ShareGroup
 from keeperless.coordinator.share_group_records import StoredShareGroup, share_group_records
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class
+from keeperless.share.apis import ShareApis
 
 __all__ = ["ShareOffsetsApis"]
 

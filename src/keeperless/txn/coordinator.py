@@ -22,12 +22,12 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
 from keeperless.broker.coordinator_log import BrokerPartitionLog
-from keeperless.broker.group_coordinator import find_coordinator_response, partition_for_group
 from keeperless.broker.txn_markers import OFFSETS_TOPIC, TxnMarkerWriter
 from keeperless.coordinator.outcome import Outcome
 from keeperless.coordinator.runtime import CoordinatorRuntime
 from keeperless.coordinator.txn_records import TxnMetadata, TxnStatus
 from keeperless.coordinator.txn_shard import Reply, TxnRules, TxnShard
+from keeperless.group.coordinator import find_coordinator_response, partition_for_group
 from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.features import TRANSACTION_VERSION_FEATURE
 from keeperless.protocol.apis import ApiKey

@@ -8,11 +8,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.coordinator.classic_group import GroupState
 from keeperless.coordinator.group_records import group_key
 from keeperless.coordinator.group_shard import offset_key, offset_value
 from keeperless.coordinator.outcome import Record
+from keeperless.group.coordinator import GroupCoordinator
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
 from keeperless.protocol.apis import ApiKey
@@ -27,7 +27,7 @@ _CONFIG_RESOURCE_TYPES = (2, 4, 8, 16, 32)
 
 class GroupOffsets:
     def __init__(self, coordinator: GroupCoordinator) -> None:
-        # a share group's deletion (its state at the share coordinator, share_offsets.py)
+        # a share group's deletion (its state at the share coordinator, share/offsets.py)
         self.delete_share_group: Callable[[str], Awaitable[ErrorCode | None]] | None = None
         self.gc = coordinator
         self.broker = coordinator.broker

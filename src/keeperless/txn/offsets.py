@@ -10,11 +10,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.group_coordinator import GroupCoordinator, partition_for_group
-from keeperless.broker.group_offsets import GroupOffsets
 from keeperless.broker.txn_verify import Verify
 from keeperless.coordinator.group_shard import offset_key, offset_value
 from keeperless.coordinator.outcome import Record
+from keeperless.group.coordinator import GroupCoordinator, partition_for_group
+from keeperless.group.offsets import GroupOffsets
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import RequestHeader, response_class

@@ -19,7 +19,6 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
 from keeperless.broker.coordinator_log import BrokerPartitionLog
-from keeperless.broker.group_coordinator import partition_for_group
 from keeperless.coordinator.outcome import Outcome
 from keeperless.coordinator.runtime import CoordinatorRuntime
 from keeperless.coordinator.share_records import ShareKey, StateBatch
@@ -29,6 +28,7 @@ from keeperless.coordinator.share_state import (
     ShareStateShard,
     delivery_complete,
 )
+from keeperless.group.coordinator import partition_for_group
 from keeperless.metadata.admin import NewTopic
 from keeperless.protocol.apis import ApiKey
 from keeperless.protocol.build import build

@@ -21,7 +21,6 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
 from keeperless.broker.coordinator_log import BrokerPartitionLog
-from keeperless.broker.mixed_groups import MixedGroups
 from keeperless.coordinator.classic_group import Group, JoinResult
 from keeperless.coordinator.consumer_group import ConsumerGroup, TopicsView
 from keeperless.coordinator.consumer_group_records import (
@@ -38,6 +37,7 @@ from keeperless.coordinator.group_shard import GroupShard, Offsets
 from keeperless.coordinator.outcome import Outcome, Record
 from keeperless.coordinator.runtime import CoordinatorRuntime, LoopTimer, wait
 from keeperless.coordinator.share_group import ShareGroup
+from keeperless.group.mixed_groups import MixedGroups
 from keeperless.metadata.admin import NewTopic
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.metadata.image import MetadataImage

@@ -5,7 +5,7 @@ group's coordinator, ShareFetch and ShareAcknowledge on the partitions' leaders 
 The rules live in ``share_group.py`` (membership) and ``share_partition.py`` (which
 records are acquired, by whom, how often); this module reads the log, keeps the share
 sessions and answers. A leader reads a share-partition's state from the share coordinator
-(``share_persister.py``) before it first serves it, and writes it after every change of a
+(``persister.py``) before it first serves it, and writes it after every change of a
 record's delivery state (acknowledged, released, its lock expired) - an acknowledgement is
 answered once the state is written - so a leader that takes over goes on where the last
 one wrote. Acquisitions are not written (Kafka's rule): records acquired on a leader that
@@ -26,11 +26,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.broker.group_coordinator import GroupCoordinator
 from keeperless.broker.share_partition import BatchSpan, ShareAckError, SharePartition
-from keeperless.broker.share_persister import SharePersister
 from keeperless.coordinator.share_group import ShareGroup, ShareGroupError
 from keeperless.coordinator.share_group_records import StoredShareGroup, share_group_records
+from keeperless.group.coordinator import GroupCoordinator
 from keeperless.metadata.features import share_groups_enabled
 from keeperless.metadata.group_configs import GROUP_RESOURCE
 from keeperless.protocol.acl_operations import NOT_REQUESTED, all_operations
@@ -40,6 +39,7 @@ from keeperless.protocol.context import listener_of, session_of
 from keeperless.protocol.framing import RequestHeader, response_class
 from keeperless.protocol.records import CorruptBatchError, iter_batches
 from keeperless.security.authz import AclOp, Resource
+from keeperless.share.persister import SharePersister
 from keeperless.storage.dir_failure import LogDirFailure
 
 __all__ = ["ShareApis", "ShareSettings"]

@@ -14,9 +14,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from keeperless.broker.broker import Broker
-from keeperless.broker.share_coordinator import SHARE_STATE_TOPIC, ShareCoordinator
 from keeperless.coordinator.share_records import ShareKey, StateBatch
 from keeperless.protocol.apis import ApiKey
+from keeperless.share.coordinator import SHARE_STATE_TOPIC, ShareCoordinator
 
 __all__ = ["ReadResult", "SharePersister"]
 

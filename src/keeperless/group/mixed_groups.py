@@ -46,7 +46,7 @@ __all__ = [
 
 
 class _Coordinator(Protocol):
-    """What this needs of the group coordinator (group_coordinator.py), which holds it:
+    """What this needs of the group coordinator (coordinator.py), which holds it:
     a protocol, not an import, so the two modules do not import each other."""
 
     @property
