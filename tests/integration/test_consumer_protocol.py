@@ -106,6 +106,18 @@ def test_members_join_share_and_leave(node848: Node) -> None:
     assert len(rows) == 6
     members = {m.member_id for m in desc.members}
     assert {r[6] for r in rows} == members
+    # --verbose shows the KIP-848 epochs (from ConsumerGroupDescribe): each member's, the
+    # group's and its target assignment's (found missing by a fresh-eyes trial: '-')
+    bs = ("--bootstrap-server", node.bootstrap, "--describe", "--group", "g848")
+    out = keeperless("consumer-groups", *bs, "--members", "--verbose", check=True).stdout
+    header, *lines = [ln.split() for ln in out.splitlines() if ln.strip()]
+    current, target = header.index("CURRENT-EPOCH"), header.index("TARGET-EPOCH")
+    assert len(lines) == 2
+    assert all(int(r[current]) > 0 and int(r[target]) > 0 for r in lines), out
+    out = keeperless("consumer-groups", *bs, "--state", "--verbose", check=True).stdout
+    header, row = [ln.split() for ln in out.splitlines() if ln.strip()]
+    assert header[-3:] == ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"]
+    assert int(row[-3]) >= int(row[-2]) > 0, out
     b.close()  # leaves: a gets everything back
     _poll_until([a], lambda: _assigned(a) == everything, 40, "a gets b's partitions")
     a.close()

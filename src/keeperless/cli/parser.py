@@ -76,6 +76,20 @@ class _Parser(argparse.ArgumentParser):
         print(f"ERROR: {message} (see {help_hint(self.prog)})", file=sys.stderr)
         raise SystemExit(1)
 
+    def format_usage(self) -> str:
+        return _under_script(super().format_usage())
+
+    def format_help(self) -> str:
+        return _under_script(super().format_help())
+
+
+def _under_script(text: str) -> str:
+    """A usage under Kafka's script name when run as one (``usage: kafka-topics.sh``)."""
+    for words, script in SCRIPT:
+        if text.startswith("usage: " + words):
+            return "usage: " + script + text[len("usage: " + words) :]
+    return text
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="keeperless", description=__doc__)
@@ -245,18 +259,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     sg = sub.add_parser("share-groups", help="list and describe share groups (KIP-932)")
     _connection_flags(sg, controller=False)
-    for flag in ("--list", "--describe", "--delete", "--reset-offsets", "--delete-offsets",
-                 "--members", "--offsets", "--execute", "--dry-run", "--to-earliest",
-                 "--to-latest", "--to-current", "--all-topics", "--all-groups",
-                 "--verbose"):  # fmt: skip
-        sg.add_argument(flag, action="store_true")
-    sg.add_argument("--timeout", type=int, help="ms to wait for each request (default 30000)")
+    for flag, what in (
+        ("--list", "list the share groups"),
+        ("--describe", "describe share groups: their offsets (the default), members or state"),
+        ("--delete", "delete share groups with no member, and their state"),
+        ("--reset-offsets", "set a share group's start offsets (no member may be in it); "
+                            "needs --dry-run or --execute"),
+        ("--delete-offsets", "delete a share group's state of whole topics (--topic)"),
+        ("--members", "with --describe: each member, its client and partitions"),
+        ("--offsets", "with --describe: each share-partition's start offset and lag"),
+        ("--verbose", "with --describe: also leader epochs, member and group epochs"),
+        ("--execute", "with --reset-offsets: write the new start offsets"),
+        ("--dry-run", "with --reset-offsets: only show the new start offsets"),
+        ("--to-earliest", "reset to each partition's earliest offset"),
+        ("--to-latest", "reset to each partition's latest offset"),
+        ("--to-current", "reset to the share group's current start offsets"),
+        ("--all-topics", "reset every topic the share group has state for"),
+        ("--all-groups", "with --describe or --delete: every share group"),
+    ):  # fmt: skip
+        sg.add_argument(flag, action="store_true", help=what)
+    sg.add_argument("--timeout", type=int, metavar="MS",
+                    help="how long to wait for each request, in ms (default 30000)")  # fmt: skip
     sg.add_argument("--group", action="append", help="a share group (repeatable)")
     sg.add_argument("--topic", action="append", help="TOPIC or TOPIC:PARTITION[,...] (repeatable)")
-    sg.add_argument("--to-offset", type=int)
-    sg.add_argument("--shift-by", type=int)
-    sg.add_argument("--to-datetime", help="YYYY-MM-DDTHH:mm:SS.sss[+hh:mm|Z]")
-    sg.add_argument("--by-duration", help="PnDTnHnMnS: that long ago")
+    sg.add_argument("--to-offset", type=int, help="reset to this offset")
+    sg.add_argument("--shift-by", type=int, help="move the start offsets by N (may be negative)")
+    sg.add_argument("--to-datetime", help="reset to the first offset at or after "
+                                          "YYYY-MM-DDTHH:mm:SS.sss[+hh:mm|Z]")  # fmt: skip
+    sg.add_argument("--by-duration", help="reset to the offsets of PnDTnHnMnS ago")
     sg.add_argument("--state", nargs="?", const="",
                     help="--describe: the group's state; --list: the states to show")  # fmt: skip
 

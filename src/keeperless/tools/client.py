@@ -172,6 +172,7 @@ def call(
     req = build(request_class(api_key, version), body)
     frame = encode_request(api_key, version, 1, "keeperless-tool", req)
     errors = []
+    timed_out = []
     for host, port in servers:
         try:
             with _connect(host, port, timeout_s, security) as s:
@@ -186,11 +187,18 @@ def call(
                     return _error_only(answer, api_key, version)
                 return resp
         except (OSError, struct.error) as e:
+            if isinstance(e, TimeoutError):
+                timed_out.append(f"{host}:{port}")
             errors.append(
                 f"{host}:{port} ({e.strerror or e})"
                 if isinstance(e, OSError)
                 else f"{host}:{port} ({e})"
             )
+    if timed_out and len(timed_out) == len(errors):  # reached, but no answer in time
+        raise ToolError(
+            "org.apache.kafka.common.errors.TimeoutException: no answer from "
+            f"{', '.join(timed_out)} within {timeout_s * 1000:.0f} ms"
+        )
     raise ToolError("could not reach " + ", ".join(errors))
 
 

@@ -8,7 +8,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from keeperless.tools.client import ToolError
+from keeperless.protocol.apis import ApiKey
+from keeperless.tools.client import ToolError, call
 from keeperless.tools.group_offsets import (
     SPEC_FLAGS,
     check_reset_args,
@@ -20,6 +21,15 @@ from keeperless.tools.rdkafka import TIMEOUT_S, Session
 __all__ = ["run_consumer_groups"]
 
 MISSING = "-"
+
+
+@dataclass(frozen=True)
+class _Epochs:
+    group: int
+    assignment: int
+    members: dict[str, int]
+
+
 ACTIONS = ("list", "describe", "delete", "reset_offsets", "delete_offsets")
 # confluent-kafka's ConsumerGroupState values -> Kafka's names
 STATE_NAMES = {
@@ -261,6 +271,7 @@ class _Tool:
         if self.args.verbose:
             header += ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
         rows = []
+        epochs = self._epochs(gid, desc) if self.args.verbose else None
         for m in sorted(desc.members, key=lambda m: m.member_id):
             parts = list(m.assignment.topic_partitions) if m.assignment else []
             row = [gid, m.member_id]
@@ -268,10 +279,11 @@ class _Tool:
             row += [m.host, m.client_id, str(len(parts))]
             if self.args.verbose:
                 target = getattr(m, "target_assignment", None)
+                member_epoch = epochs.members.get(m.member_id) if epochs else None
                 row += [
-                    MISSING,
+                    _opt(member_epoch),
                     _assignment(parts),
-                    MISSING,
+                    _opt(epochs.assignment if epochs else None),
                     _assignment(list(target.topic_partitions)) if target else MISSING,
                 ]
             rows.append(row)
@@ -280,9 +292,37 @@ class _Tool:
     def print_state(self, gid: str, desc: Any, state: str) -> None:
         c = desc.coordinator
         coordinator = f"{c.host}:{c.port}  ({c.id})" if c is not None else MISSING
-        header = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
-        row = [gid, coordinator, desc.partition_assignor or MISSING, state, str(len(desc.members))]
+        header = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE"]
+        row = [gid, coordinator, desc.partition_assignor or MISSING, state]
+        if self.args.verbose:  # a consumer-protocol group's epochs (KIP-848)
+            epochs = self._epochs(gid, desc)
+            header += ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"]
+            row += [_opt(epochs.group if epochs else None),
+                    _opt(epochs.assignment if epochs else None)]  # fmt: skip
+        header.append("#MEMBERS")
+        row.append(str(len(desc.members)))
         _table(self.out, header, [row], {1: 25, 2: 20, 3: 20})
+
+    def _epochs(self, gid: str, desc: Any) -> _Epochs | None:
+        """A consumer-protocol group's epochs, which the admin client does not give:
+        ConsumerGroupDescribe (KIP-848) asked of its coordinator (None: a classic group,
+        or no answer)."""
+        from confluent_kafka import ConsumerGroupType
+
+        c = desc.coordinator
+        if getattr(desc, "type", None) != ConsumerGroupType.CONSUMER or c is None:
+            return None
+        try:
+            resp = call([(c.host, c.port)], ApiKey.CONSUMER_GROUP_DESCRIBE, 0,
+                        {"group_ids": [gid], "include_authorized_operations": False},
+                        TIMEOUT_S)  # fmt: skip
+        except ToolError:
+            return None
+        g = resp.groups[0]
+        if int(g.error_code) != 0:
+            return None
+        return _Epochs(g.group_epoch, g.assignment_epoch,
+                       {m.member_id: m.member_epoch for m in g.members})  # fmt: skip
 
     # --- changing -----------------------------------------------------------------------
 

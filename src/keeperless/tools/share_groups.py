@@ -14,7 +14,7 @@ import time
 from typing import Any, TextIO
 
 from keeperless.protocol.apis import ApiKey
-from keeperless.tools.client import call
+from keeperless.tools.client import call, exception_class
 from keeperless.tools.errors import ToolError
 
 __all__ = ["run_share_groups"]
@@ -128,6 +128,8 @@ def check_args(args: Any) -> None:
             raise ToolError("Option --reset-offsets takes the option: --execute or --dry-run")
         if not args.group:
             raise ToolError("Option --reset-offsets takes the option: --group")
+        if not args.topic:  # (Kafka's: every partition the group has state for)
+            args.all_topics = True
         from keeperless.tools.group_offsets import check_reset_args
 
         check_reset_args(args)
@@ -206,27 +208,34 @@ def _delete_offsets(args: Any, servers: Servers, group: str, out: TextIO) -> int
 
 
 def _delete(servers: Servers, groups: list[str], out: TextIO) -> int:
-    """DeleteGroups of share groups only: a consumer group of the name is refused, as
-    Kafka's ShareGroupCommand refuses it, before anything is deleted (DeleteGroups
-    itself deletes a group of any type)."""
+    """Delete share groups as Kafka's ShareGroupCommand does: a group that is not listed
+    as a share group (none, or a consumer group of the name: DeleteGroups would delete
+    any type), is Dead or has members is refused before anything is deleted; the others
+    go with DeleteGroups. Failures are reported per group, the exit status stays 0 (as
+    Kafka's tool)."""
+    listed = dict(_list(servers))
     failures: dict[str, str] = {}
-    deleted = []
+    wanted = []
     for g in dict.fromkeys(groups):
-        desc, (host, port, _) = _describe(servers, g)
-        if int(desc.error_code) == 69:  # none, or of another type (the broker says which)
-            not_share = "not a share group" in (desc.error_message or "")
-            failures[g] = "GroupIdNotFoundException" + (
-                f": {desc.error_message}" if not_share else ""
-            )
-            continue
-        if int(desc.error_code) != 0:
-            failures[g] = desc.error_message or desc.error_code.name
-            continue
+        state = listed.get(g)
+        if state is None:
+            failures[g] = (f"org.apache.kafka.common.errors.GroupIdNotFoundException: "
+                           f"Group '{g}' is not a share group.")  # fmt: skip
+        elif state == "Dead":
+            failures[g] = (f"java.lang.IllegalStateException: Share group '{g}' group state "
+                           "is DEAD.")  # fmt: skip
+        elif state != "Empty":
+            failures[g] = (f"org.apache.kafka.common.errors.GroupNotEmptyException: "
+                           f"Share group '{g}' is not EMPTY.")  # fmt: skip
+        else:
+            wanted.append(g)
+    deleted = []
+    for g in wanted:
+        host, port, _ = _coordinator(servers, g)
         resp = _call([(host, port)], ApiKey.DELETE_GROUPS, 2, {"groups_names": [g]})
-        code = resp.results[0].error_code
-        if int(code) != 0:
-            failures[g] = {69: "GroupIdNotFoundException", 68: "GroupNotEmptyException"}.get(
-                int(code), code.name)  # fmt: skip
+        code = int(resp.results[0].error_code)
+        if code != 0:
+            failures[g] = exception_class(code)
         else:
             deleted.append(g)
     names = ", ".join(f"'{g}'" for g in deleted)
@@ -238,7 +247,7 @@ def _delete(servers: Servers, groups: list[str], out: TextIO) -> int:
         print(f"* Group '{g}' could not be deleted due to: {why}", file=out)
     if deleted:
         print(f"\nThese share groups were deleted successfully: {names}", file=out)
-    return 1
+    return 0
 
 
 def run_share_groups(args: Any, servers: Servers, out: TextIO) -> int:

@@ -98,7 +98,8 @@ def test_the_share_groups_tool_takes_what_kafkas_takes() -> None:
                   ["--describe", "--group", "g", "--group", "h", "--state", "--timeout", "500"],
                   ["--list", "--state", "Stable,Empty"], ["--delete", "--all-groups"],
                   ["--reset-offsets", "--group", "g", "--all-topics", "--to-latest",
-                   "--dry-run"]):  # fmt: skip
+                   "--dry-run"],
+                  ["--reset-offsets", "--group", "g", "--to-latest", "--execute"]):  # fmt: skip
         check_args(build_parser().parse_args(["share-groups", "--bootstrap-server", "h:1", *flags]))
 
 
@@ -120,3 +121,21 @@ def test_reset_offsets_to_offset_0_and_shift_by_0_are_given() -> None:
                                   "--group", "g", "--topic", "t", "--dry-run"])  # fmt: skip
         with pytest.raises(ToolError, match="takes exactly one of these options"):
             check(args)
+
+
+def test_a_broker_that_does_not_answer_in_time_is_a_timeout_not_unreachable() -> None:
+    """kafka-share-groups.sh --timeout 1 against a live broker said it could not reach
+    it (found by a fresh-eyes trial); Kafka's tools say TimeoutException."""
+    import socket
+
+    from keeperless.protocol.apis import ApiKey
+    from keeperless.tools.client import call
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()  # accepts, never answers
+        port = server.getsockname()[1]
+        with pytest.raises(ToolError, match="TimeoutException: no answer from 127.0.0.1:.* "
+                                            "within 200 ms"):  # fmt: skip
+            call([("127.0.0.1", port)], ApiKey.API_VERSIONS, 3,
+                 {"client_software_name": "t", "client_software_version": "1"}, 0.2)  # fmt: skip
