@@ -19,15 +19,24 @@ from keeperless.share.persister import SharePersister
 __all__ = ["ShareGroups"]
 
 
+def persister_budget_s(config: Any, settings: ShareCoordinatorSettings) -> float:
+    """How long a leader keeps asking for a share-partition's state to be read or
+    written: through one move of the coordinator's partition, a crashed coordinator's
+    included - fenced after broker.session.timeout.ms, then loaded and written (Kafka's
+    persister tries five times, 1, 2, 4 and 8 s apart). Shorter, an acknowledgement
+    failed over a kill -9 of the coordinator's broker (found by a fresh-eyes trial: the
+    move took 10.6 s, the budget was 10 s) and its records were delivered again."""
+    return float(config["broker.session.timeout.ms"] + 2 * settings.write_timeout_ms) / 1000
+
+
 class ShareGroups:
     def __init__(self, groups: GroupCoordinator, config: Any) -> None:
         self.apis = ShareApis(groups, ShareSettings.of(config))
         settings = ShareCoordinatorSettings.of(config)
         self.coordinator = ShareCoordinator(groups.broker, settings)
         groups.share_coordinator = self.coordinator  # FindCoordinator key type 2
-        # a leader waits for the coordinator through one move of its partition
         self.apis.persister = SharePersister(
-            groups.broker, self.coordinator, 2 * settings.write_timeout_ms / 1000
+            groups.broker, self.coordinator, persister_budget_s(config, settings)
         )
         self.offsets = ShareOffsetsApis(self.apis)
 
