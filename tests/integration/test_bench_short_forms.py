@@ -64,3 +64,13 @@ def test_the_restart_bench_opens_every_log_whole_each_way(tmp_path: Path) -> Non
     assert isinstance(rows, dict)
     assert set(rows) == {"read every byte", "clean stop", "crash"}
     assert all(r["best_s"] > 0 for r in rows.values())
+
+
+def test_the_coordinator_writes_bench_measures_each_beside_produce(tmp_path: Path) -> None:
+    from bench import coordinator_writes
+
+    out = coordinator_writes.run(tmp_path, [2], 1.0)
+    (row,) = out["rows"]
+    assert row["commits"]["count"] > 0
+    assert row["transactions"]["count"] > 0
+    assert row["produce_acks_all"]["count"] > 0
