@@ -5,6 +5,7 @@ scraped; only counters and latencies are recorded as things happen."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -232,6 +233,9 @@ class Metrics:
         yield _gauge(
             "kafka_raft_current_leader", "Id of the known leader, -1 if none", core.leader_id
         )
+        frozen = gc.get_freeze_count()
+        what = "Objects made at start, kept out of the garbage collector's full scans"
+        yield _gauge("keeperless_gc_frozen_objects", what, frozen)
         yield _gauge("kafka_raft_current_epoch", "Current leader epoch", core.epoch)
         yield _gauge(
             "kafka_raft_current_vote", "Voted-for id in this epoch, -1 if none", core.state.voted_id
