@@ -59,3 +59,26 @@ def test_a_partition_that_kills_its_worker_is_left_after_a_second_death(tmp_path
     asyncio.run(rounds())
     assert _DyingPool.started == 2
     assert ("t", 0) in cleaner.uncleanable
+
+
+def test_close_ends_the_workers_and_the_pool_before_it_returns(tmp_path: Path) -> None:
+    """A broker's stop leaves no cleaner worker or pool thread behind: a pool shut down
+    without waiting raced Python's exit hook (a traceback at the end of a stopped
+    broker's log, 'Bad file descriptor', found by the fault harness)."""
+    import multiprocessing
+    import time
+
+    on_disk = SimpleNamespace(log_dir=tmp_path, partitions={})
+    broker = SimpleNamespace(settings=SimpleNamespace(node_id=1), partitions=on_disk)
+    cleaner = LogCleaner(broker, CleanerSettings(threads=1))  # type: ignore[arg-type]
+    pool = cleaner._executor()
+    busy = pool.submit(time.sleep, 60)  # a cleaning that would go on for a minute
+    deadline = time.monotonic() + 30
+    while not multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert multiprocessing.active_children(), "no worker started"
+    cleaner.close()
+    assert not multiprocessing.active_children()
+    manager = pool._executor_manager_thread  # type: ignore[attr-defined]
+    assert manager is None or not manager.is_alive()
+    assert busy.done()
