@@ -16,6 +16,7 @@ class ActiveLog:
     def __init__(self, c: QuorumController) -> None:
         self.c = c
         self.entries: list[tuple[list[Any], int]] = []
+        self.history: list[tuple[list[Any], int]] = []  # what committed, in order
         self.offset = -1
 
     def append(self, records: list[Any]) -> None:
@@ -28,6 +29,7 @@ class ActiveLog:
         n = len(self.entries) if n is None else n
         for records, last in self.entries[:n]:
             self.c.replay_committed(records, last)
+            self.history.append((records, last))
         del self.entries[:n]
 
 

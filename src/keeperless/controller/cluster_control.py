@@ -83,6 +83,8 @@ class ClusterControl:
             before = ot.partitions.get(p) if ot is not None else None
             nt = new.topics.get(tid)
             after = nt.partitions.get(p) if nt is not None else None
+            if before is not None and after is not None and before.replicas == after.replicas:
+                continue  # (a leader or ISR change: the index holds these replicas already)
             if before is not None and (after is None or before.replicas != after.replicas):
                 for b in before.replicas:
                     drop(b, (tid, p))

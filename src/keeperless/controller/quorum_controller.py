@@ -8,6 +8,7 @@ appended but not yet committed, so that pipelined operations see each other) and
 
 from __future__ import annotations
 
+import collections
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -60,6 +61,9 @@ class QuorumController:
         self.committed = MetadataImage()  # what the log has committed
         # the brokers: registrations, sessions, the partitions each holds
         self.cluster = ClusterControl(node_id)
+        # the images replay() built from records appended but not yet committed, in
+        # offset order, each with the offset of the image it was built on
+        self._appended: collections.deque[tuple[int, MetadataImage]] = collections.deque()
 
     @property
     def partitions_by_broker(self) -> dict[int, set[PartitionKey]]:
@@ -141,13 +145,27 @@ class QuorumController:
             delta.replay(rec)
         delta.offset = last_offset
         old, self.image = self.image, delta.apply()
+        self._appended.append((old.offset, self.image))
         self.cluster.index(old, self.image, delta, self.committed.offset)
         self.cluster.note_shutdowns(old, self.image)
 
     def replay_committed(self, records: Sequence[Any], last_offset: int) -> None:
         """Committed records from the log. The active controller already applied its own
-        as it appended them; a standby (or a restarted node) catches up here."""
+        as it appended them: the image it built then, up to this offset, is the committed
+        one (replaying them again cost it as much as building it); a standby (or a
+        restarted node) catches up here."""
         if last_offset <= self.committed.offset:
+            return
+        appended = self._appended
+        while appended and appended[0][1].offset < last_offset:
+            appended.popleft()
+        if (
+            appended
+            and appended[0][1].offset == last_offset
+            and appended[0][0] == self.committed.offset  # built on what is committed
+        ):
+            self.committed = appended.popleft()[1]
+            self.cluster.committed_to(self.committed.offset)
             return
         delta = MetadataDelta(self.committed)
         for rec in records:
@@ -166,11 +184,13 @@ class QuorumController:
 
     def load_image(self, image: MetadataImage) -> None:
         """A snapshot's image replaces everything (a controller that fell behind)."""
+        self._appended.clear()
         self.committed = self.image = image
         self.cluster.reindex(image)
 
     def renounce(self) -> None:
         """Leadership lost: forget records that were appended but may never commit."""
+        self._appended.clear()  # (the next leader may commit other records there)
         if self.image is not self.committed:
             self.cluster.undo_to(self.committed.offset)
             self.image = self.committed
@@ -181,6 +201,8 @@ class QuorumController:
         that committed meanwhile stay)."""
         if image.offset < self.committed.offset:
             image = self.committed
+        while self._appended and self._appended[-1][1].offset > image.offset:
+            self._appended.pop()
         self.cluster.undo_to(image.offset)
         self.image = image
 

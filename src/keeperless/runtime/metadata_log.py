@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import gc
 import logging
 import os
 import random
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,6 +33,7 @@ from keeperless.raft.messages import (
 )
 from keeperless.raft.state import ElectionState
 from keeperless.raft.voters import Endpoint, VoterSet
+from keeperless.runtime.forked import run_forked
 from keeperless.runtime.raft_log import FileRaftLog, snapshot_file_name
 from keeperless.storage.durable import write_atomically
 
@@ -38,7 +41,9 @@ __all__ = ["METADATA_TOPIC", "MetadataLog", "decode_entry", "image_of_snapshot",
 
 log = logging.getLogger(__name__)
 _DRAIN_SLICE_S = 0.05
-_SNAPSHOT_SLICE_S = 0.02
+# the snapshot child's niceness: background work, as Kafka's snapshot thread is; on a busy
+# machine the nodes go first (weight 15 against 1024), and it uses what they leave
+SNAPSHOT_NICE = 19
 
 METADATA_TOPIC = "__cluster_metadata"
 Listener = Callable[[list[Any], int], None]
@@ -147,6 +152,7 @@ class MetadataLog:
         self._snapshotting = False
         self._closed = False
         self._snapshot_task: asyncio.Task[None] | None = None
+        self._snapshot_child: int | None = None  # the pid encoding one
         self._snapshot_writer = SnapshotWriter()  # keeps unchanged topics' encoded batches
         self._timer: asyncio.TimerHandle | None = None
         self.leadership_listeners: list[Callable[[bool], None]] = []
@@ -401,10 +407,8 @@ class MetadataLog:
             data = self._snapshot_writer.write(image, now, self.core.snapshot_voters_records(end))
             self._finish_snapshot(end, data, t0)
             return
-        # Encoding a big image takes seconds of CPU. It runs on the event loop in slices
-        # (a worker thread holding the GIL for seconds made every socket call of the loop
-        # wait up to the 5 ms switch interval, and followers missed the fetch timeout);
-        # writing and fsyncing the file, which releases the GIL, is done in a thread.
+        # Encoding a big image takes seconds of CPU: a forked child does it below this
+        # node's priority (runtime/forked.py), so that answering the quorum goes first
         self._snapshotting = True
         self._snapshot_task = loop.create_task(self._write_snapshot(image, now, sid, end, t0))
 
@@ -413,27 +417,34 @@ class MetadataLog:
     ) -> None:
         try:
             voters = self.core.snapshot_voters_records(end)
-            steps = self._snapshot_writer.steps(image, now, voters)
-            turn_end = time.monotonic() + _SNAPSHOT_SLICE_S
-            while True:
-                try:
-                    next(steps)
-                except StopIteration as done:
-                    data: bytes = done.value
-                    break
-                if time.monotonic() > turn_end:
-                    await asyncio.sleep(0)
-                    turn_end = time.monotonic() + _SNAPSHOT_SLICE_S
+            writer = self._snapshot_writer
+            data = await run_forked(
+                lambda: writer.write(image, now, voters),
+                nice=SNAPSHOT_NICE,
+                started=self._snapshot_child_started,
+            )
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, self.raft_log.stage_snapshot, sid, data)
         except Exception as e:  # an operator reads this; the next snapshot retries
-            self.snapshot_errors += 1
-            log.warning("[node %d] Snapshot at %d failed: %s", self.node_id, end, e)
+            if not self._closed:
+                self.snapshot_errors += 1
+                log.warning("[node %d] Snapshot at %d failed: %s", self.node_id, end, e)
             return
         finally:
             self._snapshotting = False
+            self._snapshot_child = None
         if not self._closed:  # (stopping meanwhile: it is not needed)
             self._finish_snapshot(end, data, t0)
+
+    def _snapshot_child_started(self, pid: int) -> None:
+        self._snapshot_child = pid
+        if self._closed:  # (closed while it forked)
+            self._kill_snapshot_child()
+
+    def _kill_snapshot_child(self) -> None:
+        if self._snapshot_child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._snapshot_child, signal.SIGKILL)
 
     def _finish_snapshot(self, end: int, data: bytes, t0: float) -> None:
         try:
@@ -518,6 +529,7 @@ class MetadataLog:
 
     def close(self) -> None:
         self._closed = True
+        self._kill_snapshot_child()
         if self._timer is not None:
             self._timer.cancel()
         if self._linger is not None:
