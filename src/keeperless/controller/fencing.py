@@ -14,9 +14,9 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.cluster_control import ClusterControl
+from keeperless.controller.cluster_control import BrokerPartitions, ClusterControl
 from keeperless.controller.eligible import MinIsr, elect, eligible_after, leader_acceptor
-from keeperless.controller.result import PartitionKey, Result
+from keeperless.controller.result import Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
 from keeperless.metadata.image import LOST, BrokerRegistration, MetadataImage, PartitionInfo
@@ -87,26 +87,27 @@ def start_sessions(c: ControllerView, now_ms: int) -> None:
 
 
 def _candidates(
-    image: MetadataImage, index: Mapping[int, set[PartitionKey]] | None, brokers: Iterable[int]
+    image: MetadataImage, index: Mapping[int, BrokerPartitions] | None, brokers: Iterable[int]
 ) -> Iterable[tuple[UUID, int, PartitionInfo]]:
     """Partitions that have one of ``brokers`` as a replica: from the controller's index
-    when given (work proportional to those partitions), else by walking the image."""
+    when given (work proportional to those partitions, done as they are consumed), else
+    by walking the image."""
     if index is None:
         for topic in image.topics.values():
             for idx, p in topic.partitions.items():
                 yield topic.topic_id, idx, p
         return
-    by_topic: dict[UUID, set[int]] = {}
-    for b in brokers:
-        for tid, idx in index.get(b, ()):
-            by_topic.setdefault(tid, set()).add(idx)
-    # in (topic id, partition) order, sorting ints rather than a million UUID pairs
-    for tid in sorted(by_topic, key=lambda u: u.int):
+    held = [index[b].by_topic for b in brokers if b in index]
+    if not held:
+        return
+    topics = held[0] if len(held) == 1 else {tid: None for h in held for tid in h}
+    for tid in list(topics):
         found = image.topics.get(tid)
         if found is None:
             continue
         parts = found.partitions
-        for idx in sorted(by_topic[tid]):
+        ids = set().union(*(h.get(tid, ()) for h in held))
+        for idx in sorted(ids):
             info = parts.get(idx)
             if info is not None:
                 yield tid, idx, info
@@ -115,7 +116,7 @@ def _candidates(
 def iter_leaders_after_fence(
     image: MetadataImage,
     broker_id: int | Iterable[int],
-    index: Mapping[int, set[PartitionKey]] | None = None,
+    index: Mapping[int, BrokerPartitions] | None = None,
     min_isr: MinIsr | None = None,
 ) -> Iterator[Any]:
     """Partition changes for fenced brokers: they leave every ISR (a partition keeps its
@@ -189,7 +190,7 @@ def _fence_with_elr(
 
 
 def iter_leaders_after_unfence(
-    image: MetadataImage, broker_id: int, index: Mapping[int, set[PartitionKey]] | None = None
+    image: MetadataImage, broker_id: int, index: Mapping[int, BrokerPartitions] | None = None
 ) -> Iterator[Any]:
     """The leaderless partitions with ``broker_id`` in their ISR: it leads them again;
     or, their ISR empty, with it in their ELR (KIP-966): it leads them as their ISR."""
@@ -299,7 +300,7 @@ def register_broker(
 
 
 def _out_of_elr(
-    image: MetadataImage, broker_id: int, index: Mapping[int, set[PartitionKey]] | None
+    image: MetadataImage, broker_id: int, index: Mapping[int, BrokerPartitions] | None
 ) -> Iterator[Any]:
     """Partition changes taking ``broker_id`` out of every ELR; a leaderless partition
     gets a leader from what remains eligible (or its last known leader) if one is up."""

@@ -17,7 +17,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from keeperless.controller.cluster_control import ClusterControl
+from keeperless.controller.cluster_control import BrokerPartitions, ClusterControl
 from keeperless.controller.eligible import min_isr_of
 from keeperless.controller.fencing import broker_heartbeat
 from keeperless.controller.result import PartitionKey, Result
@@ -66,7 +66,7 @@ class QuorumController:
         self._appended: collections.deque[tuple[int, MetadataImage]] = collections.deque()
 
     @property
-    def partitions_by_broker(self) -> dict[int, set[PartitionKey]]:
+    def partitions_by_broker(self) -> dict[int, BrokerPartitions]:
         return self.cluster.partitions_by_broker
 
     @property
