@@ -16,9 +16,27 @@ from tests.integration.cluster import Cluster, describe_quorum, wait_until
 
 def _create(c: Cluster, name: str, partitions: int = 2, timeout: float = 20) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)], request_timeout=timeout)[name].result(
-        timeout + 5
-    )
+    deadline = time.monotonic() + timeout
+    retried = False
+    while True:
+        try:
+            admin.create_topics([NewTopic(name, partitions, 1)], request_timeout=timeout)[
+                name
+            ].result(timeout + 5)
+            break
+        except KafkaException as e:
+            # Right after a start, one broker's Metadata may not list the other yet (its
+            # image lags by a moment), and librdkafka drops that broker's handle with the
+            # CreateTopics in flight (_DESTROY_BROKER; seen once in CI): retried as a
+            # client would, the topic may have been created by the first try
+            err = e.args[0]
+            if retried and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                break
+            transient = err.retriable() or err.code() == KafkaError._DESTROY_BROKER
+            if not transient or time.monotonic() > deadline:
+                raise
+            retried = True
+            time.sleep(0.2)
 
     # as Kafka's own tests do after a create: wait until every broker's metadata shows
     # the topic with a leader for each partition (the create is answered once the broker
