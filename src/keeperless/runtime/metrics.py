@@ -128,6 +128,13 @@ class Metrics:
             registry=r,
             buckets=(0.5, 1, 2, 5, 10, 20, 50, 100, 250, 1000),
         )
+        self.gc_pause = Histogram(
+            "keeperless_gc_pause_ms",
+            "How long each garbage collection held the process, by generation",
+            ["generation"],
+            registry=r,
+            buckets=(1, 5, 10, 20, 50, 100, 250, 500, 1000, 2000),
+        )
         # per topic, and Kafka's replica manager meters (read at scrape time)
         self.topics_in: dict[str, list[int]] = {}  # topic -> [messages, bytes]
         self.topics_out: dict[str, int] = {}

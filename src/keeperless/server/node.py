@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -40,6 +39,7 @@ from keeperless.protocol.apis import CONTROLLER_APIS, ApiKey, Listener
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
 from keeperless.raft.core import RaftConfig
+from keeperless.runtime import gc_pauses
 from keeperless.runtime.connection import KafkaProtocol, RequestRouter
 from keeperless.runtime.log_cleaner import CleanerSettings, LogCleaner
 from keeperless.runtime.metadata_log import MetadataLog
@@ -375,7 +375,7 @@ class Node:
                 ),
             )
             self._tasks.append(loop.create_task(self.cleaner.run()))
-        gc.freeze()  # what the start made lives on: out of the collector's full scans
+        gc_pauses.watch(self.metrics)  # what the start made frozen; collections timed
         log.info(
             "[node %d] Started in %.0f ms (cluster %s)",
             self.node_id,
