@@ -25,6 +25,8 @@ __all__ = [
 ]
 
 _BATCH_RECORDS = 1000
+Batch = bytes | memoryview  # (a cached batch may be a view into the snapshot it was in)
+Spans = dict[UUID, list[tuple[int, int]]]  # each topic's batches: where, in a snapshot
 _BASE_OFFSET = struct.Struct(">q")
 _RECORDS_COUNT = struct.Struct(">i")
 _RECORDS_COUNT_AT = 57  # the last int32 of the v2 batch header
@@ -174,12 +176,14 @@ class _Out:
         )
         self.offset = 1
 
-    def add(self, batch: bytes) -> None:
+    def add(self, batch: Batch) -> int:
+        """Where ``batch`` begins in the snapshot."""
         # The base offset is outside the CRC: a cached batch is placed by patching it.
         pos = len(self.buf)
         self.buf += batch
         _BASE_OFFSET.pack_into(self.buf, pos, self.offset)
         self.offset += _RECORDS_COUNT.unpack_from(batch, _RECORDS_COUNT_AT)[0]
+        return pos
 
     def finish(self) -> bytes:
         self.buf += control_batch(
@@ -206,11 +210,27 @@ class SnapshotWriter:
     object is the one encoded last time reuses its batches: at a million partitions a
     snapshot costs what changed since the previous one plus copying bytes, not ~7 µs per
     partition. One writer is used by one thread at a time.
+
+    A running node writes in a forked child (runtime/forked.py), whose copy of this
+    writer dies with it: the child hands back ``spans`` with the snapshot, and the
+    node's writer ``adopt``s the batches from the bytes, for the next child to reuse.
     """
 
     def __init__(self) -> None:
-        self._topics: dict[UUID, tuple[TopicImage, list[bytes]]] = {}
+        self._topics: dict[UUID, tuple[TopicImage, list[Batch]]] = {}
         self._level: int | None = None
+        self.spans: Spans = {}  # the last snapshot's topics' batches: where they are in it
+
+    def adopt(self, image: MetadataImage, data: bytes, spans: Spans) -> None:
+        """Keep the batches of the snapshot ``data`` of ``image`` that a copy of this
+        writer wrote (``spans``: its ``spans``), as though this one had written it."""
+        view = memoryview(data)
+        self._level = image.features.get(METADATA_VERSION_FEATURE)
+        self._topics = {
+            t.topic_id: (t, [view[a:b] for a, b in spans[t.topic_id]])
+            for t in image.topics.values()
+            if t.topic_id in spans
+        }
 
     def write(self, image: MetadataImage, timestamp_ms: int, control: bytes = b"") -> bytes:
         steps = self.steps(image, timestamp_ms, control)
@@ -236,18 +256,22 @@ class SnapshotWriter:
             out.add(control)
         for batch in _batches(_head_records(image), timestamp_ms, level):
             out.add(batch)
-        cache: dict[UUID, tuple[TopicImage, list[bytes]]] = {}
+        cache: dict[UUID, tuple[TopicImage, list[Batch]]] = {}
+        spans: Spans = {}
         for topic in _sorted_topics(image):
             hit = self._topics.get(topic.topic_id)
+            batches: list[Batch]
             if hit is not None and hit[0] is topic:
                 batches = hit[1]
             else:
                 batches = list(_batches(topic_records(topic, level), timestamp_ms, level))
                 yield
             cache[topic.topic_id] = (topic, batches)
-            for batch in batches:
-                out.add(batch)
-        self._topics = cache  # deleted topics drop out
+            placed = spans[topic.topic_id] = []
+            for cached in batches:
+                at = out.add(cached)
+                placed.append((at, at + len(cached)))
+        self._topics, self.spans = cache, spans  # deleted topics drop out
         for batch in _batches(_tail_records(image), timestamp_ms, level):
             out.add(batch)
         return out.finish()

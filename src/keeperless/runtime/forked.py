@@ -6,7 +6,10 @@ threads that answer the quorum; one Python process cannot do that (the GIL), and
 event loop, even in slices, it takes the CPU that replication and heartbeats need while a
 big change (a controlled shutdown, a broker's failure) is being written. A forked child
 sees the image as it was at the fork (copy-on-write), runs below the node's priority, so
-the node's own work goes first on a busy machine, and hands the bytes back through a pipe.
+the node's own work goes first on a busy machine, and hands its results (byte strings,
+each framed by its length) back through a pipe. What is alive at the fork is frozen out of
+the parent's full garbage collections first (runtime/gc_pauses.py), so that they do not
+write to every page the child shares.
 
 The child closes every inherited descriptor but its pipe (a socket kept open by it would
 outlive the node's close of it), dies with its parent (PR_SET_PDEATHSIG), never runs the
@@ -21,13 +24,17 @@ import ctypes
 import gc
 import os
 import signal
+import struct
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+from keeperless.runtime import gc_pauses
 
 __all__ = ["ChildFailedError", "run_forked"]
 
 _PR_SET_PDEATHSIG = 1
+_LENGTH = struct.Struct(">Q")  # each result's length, before it
 
 
 class ChildFailedError(RuntimeError):
@@ -41,7 +48,7 @@ def _die_with_parent(parent: int) -> None:
         os._exit(3)
 
 
-def _child(fn: Callable[[], bytes], w: int, nice: int, parent: int) -> None:
+def _child(fn: Callable[[], Sequence[bytes]], w: int, nice: int, parent: int) -> None:
     """In the child: never returns."""
     code = 1
     try:
@@ -51,9 +58,9 @@ def _child(fn: Callable[[], bytes], w: int, nice: int, parent: int) -> None:
         gc.disable()  # a full collection would touch (and so copy) every page
         if nice:
             os.nice(nice)
-        view = memoryview(fn())
-        while view:
-            view = view[os.write(w, view) :]
+        for part in fn():
+            _write_all(w, memoryview(_LENGTH.pack(len(part))))
+            _write_all(w, memoryview(part))
         code = 0
     except BaseException:  # (the exit code is the report)
         code = 1
@@ -61,30 +68,56 @@ def _child(fn: Callable[[], bytes], w: int, nice: int, parent: int) -> None:
         os._exit(code)
 
 
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
 
 
-def _read_all(fd: int) -> bytes:
-    """Up to the end of the pipe, then closes it (its reader owns it: closed while a
-    read waits in the thread, its number could be reused by a socket the read drains)."""
+def _read_exact(fd: int, n: int) -> bytes | None:
+    """``n`` bytes, or None at the end of the pipe before them."""
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_all(fd: int) -> list[bytes]:
+    """The results up to the end of the pipe, then closes it (its reader owns it: closed
+    while a read waits in the thread, its number could be reused by a socket the read
+    drains). A result cut short (the child died writing it) is dropped."""
     try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        parts = []
+        while (head := _read_exact(fd, _LENGTH.size)) is not None:
+            part = _read_exact(fd, _LENGTH.unpack(head)[0])
+            if part is None:
+                break
+            parts.append(part)
+        return parts
     finally:
         os.close(fd)
 
 
 async def run_forked(
-    fn: Callable[[], bytes], *, nice: int = 10, started: Callable[[int], None] | None = None
-) -> bytes:
-    """``fn()`` computed in a forked child whose priority is ``nice`` below this process's;
-    its bytes. ``started`` gets the child's pid (to kill it at a close). Raises
-    ChildFailedError if the child fails or is killed; cancelled, it kills the child."""
+    fn: Callable[[], Sequence[bytes]],
+    *,
+    nice: int = 19,
+    started: Callable[[int], None] | None = None,
+) -> list[bytes]:
+    """``fn()`` computed in a forked child whose priority is ``nice`` below this process's
+    (19: only what nothing else wants); the byte strings it returns. ``started`` gets the
+    child's pid (to kill it at a close). Raises ChildFailedError if the child fails or is
+    killed; cancelled, it kills the child."""
     parent = os.getpid()
+    gc_pauses.freeze_before_fork()
     r, w = os.pipe()
     with warnings.catch_warnings():
         # (Python 3.12 warns of fork in a threaded process: the child only runs ``fn``

@@ -10,6 +10,7 @@ import contextlib
 import gc
 import logging
 import os
+import pickle
 import random
 import signal
 import time
@@ -418,11 +419,15 @@ class MetadataLog:
         try:
             voters = self.core.snapshot_voters_records(end)
             writer = self._snapshot_writer
-            data = await run_forked(
-                lambda: writer.write(image, now, voters),
-                nice=SNAPSHOT_NICE,
-                started=self._snapshot_child_started,
+
+            def encode() -> list[bytes]:  # (in the child)
+                return [writer.write(image, now, voters), pickle.dumps(writer.spans)]
+
+            data, spans = await run_forked(
+                encode, nice=SNAPSHOT_NICE, started=self._snapshot_child_started
             )
+            # the next child reuses the batches of the topics that did not change
+            writer.adopt(image, data, pickle.loads(spans))
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, self.raft_log.stage_snapshot, sid, data)
         except Exception as e:  # an operator reads this; the next snapshot retries

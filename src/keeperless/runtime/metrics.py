@@ -133,7 +133,7 @@ class Metrics:
             "How long each garbage collection held the process, by generation",
             ["generation"],
             registry=r,
-            buckets=(1, 5, 10, 20, 50, 100, 250, 500, 1000, 2000),
+            buckets=(1, 5, 10, 20, 50, 100, 250, 500, 1000, 2000, 5000, 10000),
         )
         # per topic, and Kafka's replica manager meters (read at scrape time)
         self.topics_in: dict[str, list[int]] = {}  # topic -> [messages, bytes]
@@ -241,7 +241,7 @@ class Metrics:
             "kafka_raft_current_leader", "Id of the known leader, -1 if none", core.leader_id
         )
         frozen = gc.get_freeze_count()
-        what = "Objects made at start, kept out of the garbage collector's full scans"
+        what = "Objects kept out of the garbage collector's full scans (gc.freeze)"
         yield _gauge("keeperless_gc_frozen_objects", what, frozen)
         yield _gauge("kafka_raft_current_epoch", "Current leader epoch", core.epoch)
         yield _gauge(

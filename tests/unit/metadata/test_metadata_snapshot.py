@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import pickle
 import random
 import uuid
 from typing import Any
@@ -56,10 +57,21 @@ def test_snapshot_rebuilds_the_image() -> None:
     assert rebuilt.next_producer_id == c.image.next_producer_id == 1000
 
 
-def test_writer_reencodes_only_changed_topics(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("written_by", ["itself", "a child"])
+def test_writer_reencodes_only_changed_topics(
+    monkeypatch: pytest.MonkeyPatch, written_by: str
+) -> None:
+    """A running node's writer adopts the batches from the snapshot its forked child
+    wrote (the child's copy of the writer dies with it)."""
     c = _controller_with_state()
+    c.replay(c.create_topics([NewTopic("kept", 3, 2)], False).records, 150)
     writer = SnapshotWriter()
-    first = writer.write(c.image, 1234)
+    if written_by == "itself":
+        first = writer.write(c.image, 1234)
+    else:
+        child = SnapshotWriter()
+        first = child.write(c.image, 1234)
+        writer.adopt(c.image, first, pickle.loads(pickle.dumps(child.spans)))
     assert decode_entry(first) == list(image_records(c.image))
 
     encoded: list[str] = []
@@ -83,7 +95,7 @@ def test_writer_reencodes_only_changed_topics(monkeypatch: pytest.MonkeyPatch) -
     )
     c.replay(c.create_topics([NewTopic("c", 2, 1)], False).records, 201)
     second = writer.write(c.image, 5678)
-    assert sorted(encoded) == ["a"] * 4 + ["c"] * 2  # "b"'s batches were not re-encoded
+    assert sorted(encoded) == ["a"] * 4 + ["c"] * 2  # "kept"'s batches were reused
     # the same records as a snapshot written from scratch, at the same offsets
     assert decode_entry(second) == list(image_records(c.image))
     # consecutive offsets from 0 (header) to the footer, every CRC valid

@@ -56,17 +56,20 @@ def test_the_child_hands_back_what_it_computed_from_the_state_at_the_fork() -> N
     def changed_after_the_fork(pid: int) -> None:
         state[0] = b"changed"
 
-    async def go() -> bytes:
-        return await run_forked(lambda: state[0] + b"!", started=changed_after_the_fork)
+    async def go() -> list[bytes]:
+        parts = [state[0] + b"!", b"", b"y" * 5]  # (each framed: an empty one too)
+        return await run_forked(lambda: parts, started=changed_after_the_fork)
 
-    assert asyncio.run(go()) == b"x" * (3 << 20) + b"!"
+    assert asyncio.run(go()) == [b"x" * (3 << 20) + b"!", b"", b"yyyyy"]
     assert state == [b"changed"]
 
 
 def test_the_child_runs_below_the_parents_priority() -> None:
     ours = os.nice(0)
-    got = asyncio.run(run_forked(lambda: str(os.nice(0)).encode(), nice=10))
-    assert int(got) == min(ours + 10, 19)
+    got = asyncio.run(run_forked(lambda: [str(os.nice(0)).encode()], nice=10))
+    assert int(got[0]) == min(ours + 10, 19)
+    got = asyncio.run(run_forked(lambda: [str(os.nice(0)).encode()]))
+    assert int(got[0]) == 19  # (by default: only what nothing else wants)
 
 
 def test_the_child_keeps_no_descriptor_of_the_parent() -> None:
@@ -76,14 +79,14 @@ def test_the_child_keeps_no_descriptor_of_the_parent() -> None:
     try:
         fd = a.fileno()
 
-        def check() -> bytes:
+        def check() -> list[bytes]:
             try:
                 os.fstat(fd)
             except OSError:
-                return b"closed"
-            return b"open"
+                return [b"closed"]
+            return [b"open"]
 
-        assert asyncio.run(run_forked(check)) == b"closed"
+        assert asyncio.run(run_forked(check)) == [b"closed"]
         os.fstat(fd)  # (the parent's is untouched)
     finally:
         a.close()
@@ -91,15 +94,15 @@ def test_the_child_keeps_no_descriptor_of_the_parent() -> None:
 
 
 def test_a_failing_or_killed_child_is_an_error() -> None:
-    def fails() -> bytes:
+    def fails() -> list[bytes]:
         raise ValueError("no")
 
     with pytest.raises(ChildFailedError, match="exit code 1"):
         asyncio.run(run_forked(fails))
 
-    async def killed() -> bytes:
+    async def killed() -> list[bytes]:
         return await run_forked(
-            lambda: time.sleep(60) or b"", started=lambda pid: os.kill(pid, signal.SIGKILL)
+            lambda: time.sleep(60) or [], started=lambda pid: os.kill(pid, signal.SIGKILL)
         )
 
     with pytest.raises(ChildFailedError, match="killed by signal 9"):
@@ -116,7 +119,7 @@ def test_a_cancelled_wait_kills_the_child() -> None:
             pids.append(pid)
             forked.set()
 
-        task = asyncio.create_task(run_forked(lambda: time.sleep(60) or b"", started=started))
+        task = asyncio.create_task(run_forked(lambda: time.sleep(60) or [], started=started))
         await asyncio.wait_for(forked.wait(), 10)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -135,7 +138,7 @@ def test_the_child_dies_with_its_parent() -> None:
         from keeperless.runtime.forked import run_forked
         def started(pid):
             print(pid, flush=True)
-        asyncio.run(run_forked(lambda: time.sleep(60) or b"", started=started))
+        asyncio.run(run_forked(lambda: time.sleep(60) or [], started=started))
         """
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -197,6 +200,9 @@ def test_a_running_node_writes_its_snapshot_through_the_child(tmp_path: Path) ->
             t.name for t in image.topics.values()
         )
         assert mlog.snapshot_errors == 0
+        # the child's encoded batches are kept, for the next child to reuse
+        kept = mlog._snapshot_writer._topics
+        assert {tid: t for tid, (t, _) in kept.items()} == dict(image.topics)
         mlog.close()
 
     asyncio.run(go())
@@ -210,7 +216,7 @@ def test_closing_the_log_kills_a_snapshot_child(
     async def go() -> None:
         mlog = _leader(tmp_path)
         mlog.snapshot_source = lambda: _image(3)
-        monkeypatch.setattr(mlog._snapshot_writer, "write", lambda *a: time.sleep(60) or b"")
+        monkeypatch.setattr(mlog._snapshot_writer, "write", lambda *a: time.sleep(60) or [])
         last = mlog.propose([r.TopicRecord(name="x", topic_id=uuid.uuid4())])
         await mlog.wait_committed(last)
         deadline = time.monotonic() + 20
