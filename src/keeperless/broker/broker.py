@@ -7,7 +7,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -133,7 +133,7 @@ class Broker:
 
     # -- metadata publisher -------------------------------------------------------------
 
-    def on_committed(self, records: list[Any], last_offset: int) -> None:
+    def on_committed(self, records: Sequence[Any], last_offset: int) -> None:
         delta = MetadataDelta(self.image)
         for rec in records:
             delta.replay(rec)

@@ -34,8 +34,15 @@ def min_isr_of(image: MetadataImage, static: Mapping[str, str]) -> MinIsr:
     """The controller's view of each topic's min.insync.replicas (Kafka's
     getTopicEffectiveMinIsr): the topic's own, else the cluster default, else the
     controller's file, else 1."""
+    known: dict[str, int] = {}  # (a fence asks once per partition of each topic)
 
     def of(topic: str) -> int:
+        n = known.get(topic)
+        if n is None:
+            n = known[topic] = resolve(topic)
+        return n
+
+    def resolve(topic: str) -> int:
         value = resolve_topic(
             "min.insync.replicas",
             image.topic_config(topic),

@@ -19,6 +19,7 @@ from keeperless.controller.eligible import MinIsr, elect, eligible_after, leader
 from keeperless.controller.result import Result
 from keeperless.metadata import _records_gen as r
 from keeperless.metadata.admin import ApiError
+from keeperless.metadata.compiled import raw_constructor
 from keeperless.metadata.image import LOST, BrokerRegistration, MetadataImage, PartitionInfo
 
 __all__ = [
@@ -55,6 +56,23 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 NO_LEADER = -1
+_new_change = raw_constructor(r.PartitionChangeRecord)
+
+
+def _isr_change(
+    tid: UUID,
+    idx: int,
+    leader: int,
+    isr: tuple[int, ...],
+    elr: tuple[int, ...] | None,
+    last_known: tuple[int, ...] | None,
+) -> r.PartitionChangeRecord:
+    """PartitionChangeRecord(partition_id=idx, topic_id=tid, leader=leader, isr=isr,
+    eligible_leader_replicas=elr, last_known_elr=last_known), built without the frozen
+    __init__ (3x faster: a fence of a broker in 1M partitions makes a million)."""
+    return _new_change(idx, tid, isr, leader, None, None, None, -1, None, elr, last_known)
+
+
 # Kafka's BrokerRegistrationFencingChange and BrokerRegistrationInControlledShutdownChange
 FENCE, UNFENCE = 1, -1
 IN_CONTROLLED_SHUTDOWN = 1
@@ -179,13 +197,13 @@ def _fence_with_elr(
         )
     elif last_known:
         last_known = ()
-    yield r.PartitionChangeRecord(
-        partition_id=idx,
-        topic_id=tid,
-        leader=leader if leader != p.leader else -2,
-        isr=isr,
-        eligible_leader_replicas=elr if elr != p.elr else None,
-        last_known_elr=last_known if last_known != p.last_known_elr else None,
+    yield _isr_change(
+        tid,
+        idx,
+        leader if leader != p.leader else -2,
+        isr,
+        elr if elr != p.elr else None,
+        last_known if last_known != p.last_known_elr else None,
     )
 
 

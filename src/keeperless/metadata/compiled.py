@@ -13,15 +13,18 @@ struct.error or ValueError, which the codec turns into MetadataRecordError.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from keeperless.metadata.fieldspec import FieldSpec
 from keeperless.protocol.varint import read_uvarint, write_uvarint
 
-__all__ = ["CodecError", "decoder", "encoder"]
+__all__ = ["CodecError", "decoder", "encoder", "raw_constructor"]
+
+T = TypeVar("T")
 
 Encoder = Callable[[Any, bytearray], None]
 Decoder = Callable[[bytes, int], tuple[Any, int]]
@@ -140,6 +143,31 @@ def _compile(cls: type, version: int, *, encode: bool) -> Any:
     code = "\n".join(src.lines) + "\n"
     exec(compile(code, f"<{cls.__name__} v{version} {fn_name[1:]}>", "exec"), src.ns)
     return src.ns[fn_name]
+
+
+def raw_constructor(cls: type[T]) -> Callable[..., T]:
+    """A constructor of the slotted dataclass ``cls`` taking every field positionally, in
+    declaration order, that sets the slots without running ``__init__``. A frozen
+    dataclass's ``__init__`` assigns each field through ``object.__setattr__``: ~3 µs
+    for a PartitionChangeRecord's 11 fields, ~1 µs this way; a follower decodes and
+    applies a million of them in a controlled shutdown at 1M partitions. Refused for a
+    class whose ``__init__`` would do more (``__post_init__``, fields not in it)."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if (
+        "__slots__" not in cls.__dict__
+        or hasattr(cls, "__post_init__")
+        or any(not f.init for f in fields)
+    ):
+        raise TypeError(f"{cls.__name__}: not a plain slotted dataclass")
+    ns: dict[str, Any] = {"_new": object.__new__, "_C": cls}
+    lines = [f"def _make({', '.join(f.name for f in fields)}):", "    o = _new(_C)"]
+    for i, f in enumerate(fields):
+        ns[f"_S{i}"] = cls.__dict__[f.name].__set__  # the slot's member descriptor
+        lines.append(f"    _S{i}(o, {f.name})")
+    lines.append("    return o")
+    exec(compile("\n".join(lines) + "\n", f"<{cls.__name__} raw>", "exec"), ns)
+    make: Callable[..., T] = ns["_make"]
+    return make
 
 
 # -- encoding ---------------------------------------------------------------------------
@@ -267,8 +295,12 @@ def _decode_body(src: _Source, cls: type, fields: list[FieldSpec], version: int)
     src.emit(2, "pos = end")
     src.emit(2, "if pos > len(buf):")
     src.emit(3, "_null('truncated tagged field')")
-    kwargs = ", ".join(f"{s.attr}=f_{s.attr}" for s in fields)
-    src.emit(1, f"return {src.name('C', cls)}({kwargs}), pos")
+    active = {s.attr for s in fields}
+    args = ", ".join(
+        f"f_{f.name}" if f.name in active else src.name("D", f.default)
+        for f in dataclasses.fields(cls)
+    )
+    src.emit(1, f"return {src.name('M', raw_constructor(cls))}({args}), pos")
 
 
 def _decode_value(src: _Source, d: int, var: str, spec: FieldSpec, version: int) -> None:

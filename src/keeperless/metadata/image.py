@@ -15,6 +15,7 @@ from uuid import UUID
 from immutables import Map, MapMutation
 
 from keeperless.metadata import _records_gen as r
+from keeperless.metadata.compiled import raw_constructor
 
 __all__ = [
     "LOST",
@@ -84,6 +85,11 @@ class PartitionInfo:
     def target(self) -> tuple[int, ...]:
         """The replicas once the reassignment in progress completes."""
         return tuple(b for b in self.replicas if b not in self.removing)
+
+
+# every field, positionally, without the frozen __init__ (3x faster: a follower applies a
+# million partition changes in a controlled shutdown at 1M partitions)
+_new_partition = raw_constructor(PartitionInfo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +212,7 @@ class MetadataImage:
 def changed_partition(old: PartitionInfo, rec: r.PartitionChangeRecord) -> PartitionInfo:
     """A partition after a PartitionChangeRecord (a field left null keeps its value)."""
     leader = old.leader if rec.leader == -2 else rec.leader
-    return PartitionInfo(
+    return _new_partition(
         tuple(rec.replicas) if rec.replicas is not None else old.replicas,
         tuple(rec.isr) if rec.isr is not None else old.isr,
         leader,
@@ -317,7 +323,7 @@ class MetadataDelta:
         self.changed_topics.add(rec.topic_id)
 
     def _partition(self, rec: r.PartitionRecord) -> None:
-        self._p(rec.topic_id)[rec.partition_id] = PartitionInfo(
+        self._p(rec.topic_id)[rec.partition_id] = _new_partition(
             tuple(rec.replicas),
             tuple(rec.isr),
             rec.leader,

@@ -325,7 +325,12 @@ def record_values(batch: bytes | memoryview) -> Iterator[bytes | None]:
     data = bytes(memoryview(batch)[BATCH_HEADER_SIZE : h.size])
     pos = 0
     for _ in range(h.record_count):
-        length, pos = read_varint(data, pos)
+        length = data[pos]  # (a one-byte varint: a record under 64 bytes, zig-zag)
+        if length < 128:
+            pos += 1
+            length = (length >> 1) ^ -(length & 1)
+        else:
+            length, pos = read_varint(data, pos)
         end = pos + length
         # attributes, then timestamp delta, offset delta and key length as one-byte
         # varints (zig-zag 0 = 0, -1 = 1) in the common case
@@ -341,7 +346,12 @@ def record_values(batch: bytes | memoryview) -> Iterator[bytes | None]:
             n, pos = read_varint(data, pos)  # key
             if n > 0:
                 pos += n
-        n, pos = read_varint(data, pos)
+        n = data[pos]  # the value's length, a one-byte varint when under 64 bytes
+        if n < 128:
+            pos += 1
+            n = (n >> 1) ^ -(n & 1)
+        else:
+            n, pos = read_varint(data, pos)
         if n < 0:
             yield None
         else:

@@ -15,7 +15,7 @@ import random
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ _DRAIN_SLICE_S = 0.05
 SNAPSHOT_NICE = 19
 
 METADATA_TOPIC = "__cluster_metadata"
-Listener = Callable[[list[Any], int], None]
+Listener = Callable[[Sequence[Any], int], None]
 # (the delta from an empty image that the snapshot is, the image it built, its id)
 SnapshotListener = Callable[[MetadataDelta, MetadataImage, SnapshotId], None]
 
@@ -69,6 +69,32 @@ def iter_entry(data: bytes) -> Iterator[Any]:
 
 def decode_entry(data: bytes) -> list[Any]:
     return list(iter_entry(data))
+
+
+class _Decoded(Sequence[Any]):
+    """A committed entry's records, decoded when first read. The active controller
+    commits the image it built as it appended them and never reads them back: decoding
+    its own million records of a controlled shutdown was a sixth of its CPU."""
+
+    __slots__ = ("_data", "_records")
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._records: list[Any] | None = None
+
+    def _get(self) -> list[Any]:
+        if self._records is None:
+            self._records = decode_entry(self._data)
+        return self._records
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._get()[i]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._get())
 
 
 def image_of_snapshot(data: bytes, sid: SnapshotId) -> tuple[MetadataDelta, MetadataImage]:
@@ -491,7 +517,7 @@ class MetadataLog:
             e = self._backlog.popleft()
             self._bytes_since_snapshot += len(e.data)
             if not e.control:
-                recs = decode_entry(e.data)
+                recs = _Decoded(e.data)
                 for fn in self.listeners:
                     fn(recs, e.last_offset)
             self._delivered = e.last_offset

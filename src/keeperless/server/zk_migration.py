@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from keeperless.controller.quorum_controller import QuorumController
@@ -81,7 +81,7 @@ class ZkMigrationDriver:
         self._said_at = -LOG_EVERY_S  # when dual-write last said what it wrote
         self._unsaid: Counter[str] = Counter()  # znode writes not said yet, by kind
 
-    def on_committed(self, records: list[Any], last_offset: int) -> None:
+    def on_committed(self, records: Sequence[Any], last_offset: int) -> None:
         self.changed.set()
 
     def _say(self, line: str, warn: bool = True) -> None:

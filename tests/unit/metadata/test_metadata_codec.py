@@ -91,3 +91,38 @@ def test_garbage_is_a_clear_error() -> None:
         decode_record(b"\x01\x03\x00\x00")
     with pytest.raises(MetadataRecordError, match="unknown metadata record type"):
         decode_record(b"\x01\x63\x00")
+
+
+def test_the_raw_constructor_builds_what_init_builds() -> None:
+    """Decoders build records without their frozen __init__ (3x faster): the same
+    value, hash and immutability, for every record type and the image's partitions."""
+    import dataclasses
+
+    from keeperless.metadata.compiled import raw_constructor
+    from keeperless.metadata.image import PartitionInfo
+
+    for cls in [*RECORD_TYPES.values(), PartitionInfo]:
+        fields = dataclasses.fields(cls)
+        values = [object() if i % 2 else (i, f.name) for i, f in enumerate(fields)]
+        made = raw_constructor(cls)(*values)
+        assert type(made) is cls
+        assert made == cls(**{f.name: v for f, v in zip(fields, values, strict=True)})
+        assert [getattr(made, f.name) for f in fields] == values
+        # (in Python 3.11 a frozen slotted dataclass raises TypeError here)
+        with pytest.raises((dataclasses.FrozenInstanceError, TypeError)):
+            made.x = 1  # type: ignore[attr-defined]
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        n: int
+
+        def __post_init__(self) -> None:
+            assert self.n >= 0
+
+    @dataclasses.dataclass(frozen=True)
+    class Unslotted:
+        n: int
+
+    for cls in (Checked, Unslotted):
+        with pytest.raises(TypeError, match="not a plain slotted dataclass"):
+            raw_constructor(cls)
