@@ -30,6 +30,7 @@ def test_the_controller_scale_bench_runs_every_phase() -> None:
     assert out["uncontrolled_leaderships"] > 0
     assert out["controller_failover_s"] >= 0
     assert out["elections"] >= 0
+    assert "restart_snapshot_load_s" in out  # (the broker restarted and was unfenced)
 
 
 def test_the_zookeeper_migration_bench_reads_parses_and_writes_everything() -> None:
