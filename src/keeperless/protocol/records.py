@@ -37,6 +37,16 @@ __all__ = [
 BATCH_HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength, not counted in batchLength
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+def _zigzag_varint(n: int) -> bytes:
+    out = bytearray()
+    write_varint(out, n)
+    return bytes(out)
+
+
+# the zig-zag varints of 0..4095 (offset deltas and lengths in a batch being built)
+_SMALL_VARINTS = tuple(_zigzag_varint(n) for n in range(4096))
 _OFFSET_LEN = struct.Struct(">qi")
 
 ATTR_COMPRESSION_MASK = 0x07
@@ -226,7 +236,18 @@ def build_batch(
     Records share ``timestamp_ms`` unless ``timestamp_deltas`` gives each its offset from it.
     """
     body = bytearray()
+    small = _SMALL_VARINTS
     for delta, (key, value, headers) in enumerate(records):
+        if key is None and value is not None and not headers and not timestamp_deltas:
+            n = len(value)
+            if delta < 4096 and n < 4000:  # (a metadata log entry's records: ~3x faster)
+                # attributes 0, timestamp delta 0, offset delta, key -1 (null), value
+                head = b"\x00\x00" + small[delta] + b"\x01" + small[n]
+                body += small[len(head) + n + 1]  # (+ the headers' count)
+                body += head
+                body += value
+                body += b"\x00"  # no headers
+                continue
         rec = bytearray(b"\x00")  # attributes
         write_varint(rec, timestamp_deltas[delta] if timestamp_deltas else 0)
         write_varint(rec, delta)

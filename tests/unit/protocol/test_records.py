@@ -11,6 +11,7 @@ from keeperless.protocol.records import (
     iter_batches,
     patch_offsets,
     read_header,
+    record_values,
 )
 
 records_st = st.lists(
@@ -94,3 +95,19 @@ def test_log_append_time_restamps_and_keeps_crc_valid() -> None:
     [(_, h)] = list(iter_batches(buf))
     assert h.max_timestamp == 99_000
     assert h.attributes & ATTR_TIMESTAMP_TYPE
+
+
+def test_keyless_records_are_laid_out_as_any_other() -> None:
+    """Records without key or headers (a metadata log entry's) take a shorter path in
+    build_batch: the same bytes as the general one (taken when timestamps differ), for
+    offset deltas and value lengths on both sides of each varint's length."""
+    import random
+
+    rng = random.Random(7)
+    for n in (1, 63, 64, 65, 300, 4100):
+        sizes = (0, 1, 40, 57, 58, 63, 64, 100, 3999, 4000, 5000)
+        recs = [(None, rng.randbytes(rng.choice(sizes)), ()) for _ in range(n)]
+        fast = build_batch(recs, base_offset=3, timestamp_ms=5)
+        general = build_batch(recs, base_offset=3, timestamp_ms=5, timestamp_deltas=[0] * n)
+        assert fast == general
+        assert list(record_values(fast)) == [v for _, v, _ in recs]
