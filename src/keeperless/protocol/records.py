@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import crc32c
 
-from keeperless.protocol.varint import read_varint, write_varint
+from keeperless.protocol.varint import read_uvarint, read_varint, write_varint
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -346,12 +346,15 @@ def record_values(batch: bytes | memoryview) -> Iterator[bytes | None]:
     data = bytes(memoryview(batch)[BATCH_HEADER_SIZE : h.size])
     pos = 0
     for _ in range(h.record_count):
-        length = data[pos]  # (a one-byte varint: a record under 64 bytes, zig-zag)
+        length = data[pos]  # (a one- or two-byte varint: a record under 8 KiB, zig-zag)
         if length < 128:
             pos += 1
-            length = (length >> 1) ^ -(length & 1)
+        elif data[pos + 1] < 128:
+            length = (length & 0x7F) | (data[pos + 1] << 7)
+            pos += 2
         else:
-            length, pos = read_varint(data, pos)
+            length, pos = read_uvarint(data, pos)
+        length = (length >> 1) ^ -(length & 1)
         end = pos + length
         # attributes, then timestamp delta, offset delta and key length as one-byte
         # varints (zig-zag 0 = 0, -1 = 1) in the common case
@@ -367,12 +370,15 @@ def record_values(batch: bytes | memoryview) -> Iterator[bytes | None]:
             n, pos = read_varint(data, pos)  # key
             if n > 0:
                 pos += n
-        n = data[pos]  # the value's length, a one-byte varint when under 64 bytes
+        n = data[pos]  # the value's length, as the record's
         if n < 128:
             pos += 1
-            n = (n >> 1) ^ -(n & 1)
+        elif data[pos + 1] < 128:
+            n = (n & 0x7F) | (data[pos + 1] << 7)
+            pos += 2
         else:
-            n, pos = read_varint(data, pos)
+            n, pos = read_uvarint(data, pos)
+        n = (n >> 1) ^ -(n & 1)
         if n < 0:
             yield None
         else:

@@ -105,8 +105,11 @@ def test_keyless_records_are_laid_out_as_any_other() -> None:
 
     rng = random.Random(7)
     for n in (1, 63, 64, 65, 300, 4100):
-        sizes = (0, 1, 40, 57, 58, 63, 64, 100, 3999, 4000, 5000)
-        recs = [(None, rng.randbytes(rng.choice(sizes)), ()) for _ in range(n)]
+        sizes = (0, 1, 40, 57, 58, 63, 64, 100, 3999, 4000, 5000, 9000)  # 1-3 byte varints
+        recs: list[tuple[None, bytes | None, tuple[()]]] = [
+            (None, rng.randbytes(rng.choice(sizes)), ()) for _ in range(n)
+        ]
+        recs[n // 2] = (None, None, ())  # (a null value)
         fast = build_batch(recs, base_offset=3, timestamp_ms=5)
         general = build_batch(recs, base_offset=3, timestamp_ms=5, timestamp_deltas=[0] * n)
         assert fast == general
