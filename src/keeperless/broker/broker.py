@@ -50,6 +50,13 @@ T = TypeVar("T")
 DIR_ASSIGNMENT_INTERVAL_S = 0.5
 
 
+def _by_topic_id_and_partition(key: tuple[UUID, int]) -> tuple[int, int]:
+    """UUIDs' own order (by their int), compared in C: sorting a million changed
+    partitions by UUID called UUID.__lt__, in Python, n log n times (8 % of a broker's
+    CPU in a controlled shutdown at 1M partitions)."""
+    return key[0].int, key[1]
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerSettings:
     node_id: int
@@ -204,7 +211,7 @@ class Broker:
                 self.partitions.remove(topic.name, p, tid, "its topic was deleted")
         changed: list[tuple[str, int]] = []
         configs: dict[str, LogConfig] = {}
-        for tid, p in sorted(delta.changed_partitions):
+        for tid, p in sorted(delta.changed_partitions, key=_by_topic_id_and_partition):
             found = new.topics.get(tid)
             info = found.partitions.get(p) if found is not None else None
             if found is None or info is None:

@@ -96,6 +96,19 @@ def _uuid(raw: bytes) -> UUID:
     return u
 
 
+_uuid_tuples: dict[bytes, tuple[UUID, ...]] = {}
+
+
+def _uuid_tuple(raw: bytes) -> tuple[UUID, ...]:
+    """Arrays of UUIDs repeat too (the log directories of a partition's replicas)."""
+    t = _uuid_tuples.get(raw)
+    if t is None:
+        if len(_uuid_tuples) >= 65536:
+            _uuid_tuples.clear()
+        t = _uuid_tuples[raw] = tuple(_uuid(raw[i : i + 16]) for i in range(0, len(raw), 16))
+    return t
+
+
 def _read_bytes(buf: bytes, pos: int, n: int) -> bytes:
     end = pos + n
     if end > len(buf):
@@ -116,6 +129,8 @@ class _Source:
             "_uuids": _uuids,
             "_read_bytes": _read_bytes,
             "_uuid": _uuid,
+            "_uuid_tuples": _uuid_tuples,
+            "_uuid_tuple": _uuid_tuple,
         }
         self._n = 0
 
@@ -321,6 +336,11 @@ def _decode_value(src: _Source, d: int, var: str, spec: FieldSpec, version: int)
         if inner in _FMT:
             src.emit(d + 1, f"{var} = _unpack_array({_FMT[inner]!r}, buf, pos, n)")
             src.emit(d + 1, f"pos += {_SIZE[_FMT[inner]]} * n")
+            return
+        if inner == "uuid":  # (a partition's directories: the same few tuples again)
+            src.emit(d + 1, "raw = _read_bytes(buf, pos, 16 * n)")
+            src.emit(d + 1, f"{var} = _uuid_tuples.get(raw) or _uuid_tuple(raw)")
+            src.emit(d + 1, "pos += 16 * n")
             return
         src.emit(d + 1, "items = []")
         src.emit(d + 1, "for _ in range(n):")

@@ -126,3 +126,20 @@ def test_the_raw_constructor_builds_what_init_builds() -> None:
     for cls in (Checked, Unslotted):
         with pytest.raises(TypeError, match="not a plain slotted dataclass"):
             raw_constructor(cls)
+
+
+def test_uuid_arrays_roundtrip_and_a_cut_one_is_an_error() -> None:
+    """A partition's directories (an array of UUIDs, decoded as one cached tuple: the
+    same few repeat in a million partitions)."""
+    dirs = [uuid.uuid4() for _ in range(3)]
+    for d in ([], dirs[:1], dirs, [dirs[2], dirs[0], dirs[1]]):
+        rec = PartitionRecord(partition_id=1, topic_id=uuid.uuid4(), replicas=[1, 2, 3][: len(d)],
+                              isr=[1], leader=1, directories=d)  # fmt: skip
+        raw = encode_record(rec, 2)
+        for _ in range(2):  # (the second from the cache)
+            back, _version = decode_record(raw)
+            assert back.directories == tuple(d)
+    cut = encode_record(PartitionRecord(topic_id=uuid.uuid4(), directories=dirs), 2)
+    at = cut.index(dirs[2].bytes)
+    with pytest.raises(MetadataRecordError):
+        decode_record(cut[: at + 8])
