@@ -47,9 +47,33 @@ def encode_record(record: Any, version: int | None = None) -> bytes:
     return bytes(out)
 
 
+# the (record type, version) pairs seen, by their one-byte frame header: the type and
+# version checks of a pair's first decode are not made again for every record
+_seen: dict[int, tuple[type, int]] = {}
+
+
 def decode_record(value: bytes | memoryview) -> tuple[Any, int]:
     """Decode a framed metadata record; returns (record instance, version)."""
     buf = value if isinstance(value, bytes) else bytes(value)
+    key = buf[1] << 8 | buf[2] if len(buf) >= 3 and buf[0] == _FRAME_VERSION else -1
+    known = _seen.get(key)
+    if known is not None:
+        (cls, version), pos = known, 3
+    else:
+        cls, version, pos = _record_type(buf)
+        if pos == 3:  # (one-byte type and version)
+            _seen[key] = (cls, version)
+    try:
+        record, end = decoder(cls, version)(buf, pos)
+    except (IndexError, struct.error, ValueError) as e:
+        raise MetadataRecordError(f"truncated or malformed {cls.__name__}: {e}") from None
+    if end != len(buf):
+        raise MetadataRecordError(f"{len(buf) - end} trailing bytes after {cls.__name__}")
+    return record, version
+
+
+def _record_type(buf: bytes) -> tuple[type, int, int]:
+    """(record class, version, where the record begins) of a framed record, checked."""
     try:
         if len(buf) >= 3 and buf[0] < 128 and buf[1] < 128 and buf[2] < 128:
             frame, api_key, version = buf[0], buf[1], buf[2]  # the usual one-byte varints
@@ -67,13 +91,7 @@ def decode_record(value: bytes | memoryview) -> tuple[Any, int]:
         raise MetadataRecordError(f"unknown metadata record type {api_key}")
     if not cls.LOWEST_VERSION <= version <= cls.HIGHEST_VERSION:  # type: ignore[attr-defined]
         raise MetadataRecordError(f"unsupported version {version} of {cls.__name__}")
-    try:
-        record, end = decoder(cls, version)(buf, pos)
-    except (IndexError, struct.error, ValueError) as e:
-        raise MetadataRecordError(f"truncated or malformed {cls.__name__}: {e}") from None
-    if end != len(buf):
-        raise MetadataRecordError(f"{len(buf) - end} trailing bytes after {cls.__name__}")
-    return record, version
+    return cls, version, pos
 
 
 def _json_value(v: Any, spec: FieldSpec, version: int) -> Any:

@@ -363,6 +363,12 @@ def record_values(batch: bytes | memoryview) -> Iterator[bytes | None]:
             pos += 4
             if b3 > 1:
                 pos += b3 >> 1
+        elif b1 < 128 and b2 >= 128 and data[pos + 3] < 128 and data[pos + 4] < 128:
+            # an offset delta of 64-8191 (two bytes: the most of a big batch's records)
+            b3 = data[pos + 4]
+            pos += 5
+            if b3 > 1:
+                pos += b3 >> 1
         else:
             pos += 1
             _, pos = read_varint(data, pos)  # timestamp delta

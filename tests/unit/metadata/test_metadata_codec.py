@@ -143,3 +143,20 @@ def test_uuid_arrays_roundtrip_and_a_cut_one_is_an_error() -> None:
     at = cut.index(dirs[2].bytes)
     with pytest.raises(MetadataRecordError):
         decode_record(cut[: at + 8])
+
+
+def test_a_known_record_type_is_still_checked_to_its_end() -> None:
+    """Once a (type, version) pair has been decoded, its checks are not made again for
+    each record; its records are still decoded whole and bounded."""
+    from keeperless.metadata._records_gen import PartitionChangeRecord
+
+    raw = encode_record(PartitionChangeRecord(topic_id=uuid.uuid4(), isr=[1, 2], leader=1), 2)
+    for _ in range(2):  # (the second through the pair already seen)
+        rec, version = decode_record(raw)
+        assert (rec.isr, rec.leader, version) == ((1, 2), 1, 2)
+    with pytest.raises(MetadataRecordError, match="1 trailing bytes after PartitionChangeRecord"):
+        decode_record(raw + b"\x00")
+    with pytest.raises(MetadataRecordError, match="truncated or malformed PartitionChangeRecord"):
+        decode_record(raw[:-3])
+    with pytest.raises(MetadataRecordError, match="unsupported version 9 of PartitionChangeRecord"):
+        decode_record(raw[:2] + b"\x09" + raw[3:])

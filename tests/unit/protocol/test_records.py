@@ -114,3 +114,19 @@ def test_keyless_records_are_laid_out_as_any_other() -> None:
         general = build_batch(recs, base_offset=3, timestamp_ms=5, timestamp_deltas=[0] * n)
         assert fast == general
         assert list(record_values(fast)) == [v for _, v, _ in recs]
+
+
+def test_record_values_skips_keys_at_every_offset_delta() -> None:
+    """record_values reads past each record's attributes, deltas and key without
+    building it: one-byte offset deltas, two-byte ones (a batch's 64th record on) and
+    longer, keys absent, empty and long."""
+    import random
+
+    rng = random.Random(11)
+    recs = [
+        (rng.choice([None, b"", rng.randbytes(rng.choice([1, 60, 70, 200]))]), rng.randbytes(9), ())
+        for _ in range(9000)
+    ]
+    batch = build_batch(recs, timestamp_ms=1)
+    assert list(record_values(batch)) == [v for _, v, _ in recs]
+    assert [r.value for r in decode_records(batch)] == [v for _, v, _ in recs]
