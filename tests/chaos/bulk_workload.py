@@ -103,6 +103,7 @@ class BulkWorkload:
                 "message.timeout.ms": 60_000,
                 "request.timeout.ms": 10_000,
                 "queue.buffering.max.kbytes": 32 * 1024,
+                "error_cb": h.fatal_errors(name),
             }
         )
         pending: dict[int, dict[str, Any]] = {}
@@ -123,10 +124,8 @@ class BulkWorkload:
 
         try:
             self._send_until_done(k, p, name, rng, compression, report, pending)
-        except KafkaException as e:
-            # a fatal error (librdkafka's idempotent producer found its sequence gone
-            # from the broker, say): recorded, and the checker reports it
-            h.info(name, "fatal", {"error": str(e.args[0])[:300]})
+        except KafkaException:
+            pass  # a fatal error: error_cb recorded it with its reason
         finally:
             for op, v in list(pending.items()):
                 h.complete(op, name, "info", "send", {**v, "error": "undelivered at the end"})
@@ -199,7 +198,5 @@ def check_bulk_contents(
             if v is not None and v["digest"] != d:
                 out.append({"kind": "bulk-value-altered", "partition": p, "offset": offset,
                             "value": value_id, "sent": v["digest"], "read": d})  # fmt: skip
-    out += [{"kind": "producer-fatal", "producer": e.process, **e.value}
-            for e in history.of("bulk-", "fatal")]  # fmt: skip
     acked = sum(e.value["size"] for e in history.of("bulk-", "send") if e.type == "ok")
     return out, {"acked_bytes": acked, "read_bytes": read_bytes}

@@ -63,6 +63,17 @@ class History:
     def info(self, process: str, f: str, value: Any = None) -> None:
         self._add(process, "info", f, value, next(self._ops))
 
+    def fatal_errors(self, process: str) -> Any:
+        """A librdkafka ``error_cb`` recording a client's fatal error with its reason
+        (an idempotent producer's sequence found gone from a broker, say): ``produce``
+        then raises only "Local: Fatal error", and the checker reports the reason."""
+
+        def cb(err: Any) -> None:
+            if err.fatal():
+                self.info(process, "fatal", {"error": err.str()[:400]})
+
+        return cb
+
     def of(self, process_prefix: str = "", f: str | None = None) -> list[Event]:
         with self._lock:
             return [

@@ -131,7 +131,8 @@ class JepsenWorkload:
     def _sends(self) -> None:
         name, h = "jepsen-send-0", self.history
         p = Producer({**self._common(), "enable.idempotence": True, "acks": "all",
-                      "message.timeout.ms": 20_000, "request.timeout.ms": 5_000})  # fmt: skip
+                      "message.timeout.ms": 20_000, "request.timeout.ms": 5_000,
+                      "error_cb": h.fatal_errors(name)})  # fmt: skip
 
         def report(op: int, k: int, v: int) -> Any:
             def cb(err: Any, msg: Any) -> None:
@@ -154,6 +155,9 @@ class JepsenWorkload:
                           on_delivery=report(op, k, v))  # fmt: skip
             except BufferError:
                 h.complete(op, name, "fail", "send", {"mops": [["send", str(k), v, -1]]})
+            except KafkaException:  # fatal: recorded by error_cb with its reason
+                h.complete(op, name, "fail", "send", {"mops": [["send", str(k), v, -1]]})
+                break
             p.poll(0)
             time.sleep(0.1)
         p.flush(30)

@@ -194,6 +194,9 @@ def run_once(
                               "partitions": unsettled[:30], "count": len(unsettled)})  # fmt: skip
         anomalies += [{"kind": "isr-rejoin-late", **e.value}
                       for e in history.of("nemesis", "isr-late")]  # fmt: skip
+        # a client's fatal error (an idempotent producer's sequence gone from a broker)
+        anomalies += [{"kind": "producer-fatal", "producer": e.process, **e.value}
+                      for e in history.of("", "fatal")]  # fmt: skip
         final = {p: read_partition(cluster.bootstrap, TOPIC, p) for p in range(workload.partitions)}
         committed = _final_committed(cluster.bootstrap, workload.partitions)
         history.complete(history.invoke("monitor", "committed"), "monitor", "ok", "committed",

@@ -116,7 +116,8 @@ class ShareWorkload:
     def _produce(self) -> None:
         name, h = "share-producer", self.history
         p = Producer({**self._common(), "enable.idempotence": True, "acks": "all",
-                      "message.timeout.ms": 20_000, "request.timeout.ms": 5_000})  # fmt: skip
+                      "message.timeout.ms": 20_000, "request.timeout.ms": 5_000,
+                      "error_cb": h.fatal_errors(name)})  # fmt: skip
 
         def report(op: int, v: int) -> Any:
             def cb(err: Any, msg: Any) -> None:
@@ -139,6 +140,9 @@ class ShareWorkload:
                           on_delivery=report(op, v))  # fmt: skip
             except BufferError:
                 h.complete(op, name, "fail", "send", {"value": v})
+            except KafkaException:  # fatal: recorded by error_cb with its reason
+                h.complete(op, name, "fail", "send", {"value": v})
+                break
             p.poll(0)
             time.sleep(0.1)
         p.flush(30)

@@ -11,7 +11,6 @@ committed without its offsets."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -59,13 +58,18 @@ class TxnWorkload:
 
     def _feed(self, rate_per_s: float = 20.0, max_records: int = 4000) -> None:
         p = Producer({**self._common(), "acks": "all", "enable.idempotence": True,
-                      "message.timeout.ms": 20_000})  # fmt: skip
+                      "message.timeout.ms": 20_000,
+                      "error_cb": self.history.fatal_errors("txn-feeder")})  # fmt: skip
         seq = 0
         next_at = time.monotonic()
         while not self.stop.is_set() and seq < max_records:
             partition = seq % TXN_PARTITIONS
-            with contextlib.suppress(BufferError):
+            try:
                 p.produce(TXN_IN, value=f"in-{seq}".encode(), partition=partition)
+            except BufferError:
+                pass
+            except KafkaException:  # fatal: recorded by error_cb with its reason
+                break
             seq += 1
             p.poll(0)
             next_at += 1.0 / rate_per_s

@@ -170,6 +170,7 @@ class Workload:
                 "linger.ms": 5,
                 "message.timeout.ms": 20_000,
                 "request.timeout.ms": 5_000,
+                "error_cb": h.fatal_errors(name),
             }
         )
         pending: dict[int, tuple[str, int]] = {}
@@ -206,6 +207,10 @@ class Workload:
             except BufferError:
                 pending.pop(op, None)
                 h.complete(op, name, "fail", "send", {"value": value, "error": "queue full"})
+            except KafkaException:  # fatal: recorded by error_cb with its reason
+                pending.pop(op, None)
+                h.complete(op, name, "fail", "send", {"value": value, "error": "fatal"})
+                break
             seq += 1
             p.poll(0)
             next_at += interval
@@ -224,7 +229,8 @@ class Workload:
         h = self.history
         p = Producer(
             {**self._common(), "acks": "all", "enable.idempotence": True, "linger.ms": 5,
-             "message.timeout.ms": 20_000, "request.timeout.ms": 5_000}
+             "message.timeout.ms": 20_000, "request.timeout.ms": 5_000,
+             "error_cb": h.fatal_errors(name)}
         )  # fmt: skip
 
         def report(op: int, value: str, partition: int) -> Any:
@@ -249,6 +255,9 @@ class Workload:
                           partition=partition, on_delivery=cb)  # fmt: skip
             except BufferError:
                 h.complete(op, name, "fail", "send", {"value": value, "error": "queue full"})
+            except KafkaException:  # fatal: recorded by error_cb with its reason
+                h.complete(op, name, "fail", "send", {"value": value, "error": "fatal"})
+                break
             seq += 1
             p.poll(0)
         p.flush(30)

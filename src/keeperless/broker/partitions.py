@@ -538,6 +538,19 @@ class Partition:
     def _check_sequence(self, h: BatchHeader) -> AppendResult | None:
         """None to append; otherwise the duplicate's original result or an error."""
         e = self.producers.get(h.producer_id)
+        if e is None and h.base_sequence != 0 and self.log.log_end_offset == 0:
+            # KAFKA-15591 (Kafka 4.5): a partition that never held a record takes a
+            # producer's first batch only at sequence 0. Else a batch sent after one
+            # refused NOT_LEADER_OR_FOLLOWER (its leadership not yet applied here) is
+            # taken, and the refused one's retries are out of order for good
+            return AppendResult(
+                ErrorCode.out_of_order_sequence_number,
+                message=(
+                    f"Producer {h.producer_id}'s first batch in the empty partition "
+                    f"{self.topic}-{self.index} must start at sequence 0, got "
+                    f"{h.base_sequence}"
+                ),
+            )
         if e is None or h.producer_epoch > e.epoch:
             if h.base_sequence != 0 and e is not None:
                 return AppendResult(

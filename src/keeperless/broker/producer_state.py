@@ -112,25 +112,30 @@ class ProducerState:
     # -- snapshots --------------------------------------------------------------------
 
     def entries(self) -> list[SnapshotEntry]:
+        """One entry per batch a producer's duplicates are checked against, oldest
+        first (Kafka writes only the last: a reader of Kafka's, taking the last entry of
+        a producer id, gets what Kafka's own snapshot holds)."""
         out = []
         for pid, e in sorted(self.producers.items()):
-            last_offset, delta = -1, 0
-            if e.batches:
-                first_seq, (last_seq, base) = next(reversed(e.batches.items()))
-                delta = (last_seq - first_seq) & 0x7FFFFFFF
-                last_offset = base + delta
-            out.append(
-                SnapshotEntry(
-                    pid,
-                    e.epoch,
-                    e.last_seq,
-                    last_offset,
-                    delta,
-                    e.last_ts,
-                    e.coordinator_epoch,
-                    self.txns.ongoing.get(pid, -1),
+            txn = self.txns.ongoing.get(pid, -1)
+            cached = [
+                (first_seq, last_seq, base) for first_seq, (last_seq, base) in e.batches.items()
+            ] or [(e.last_seq, e.last_seq, -1)]
+            for first_seq, last_seq, base in cached:
+                delta = (last_seq - first_seq) & 0x7FFFFFFF if base >= 0 else 0
+                last_offset = base + delta if base >= 0 else -1
+                out.append(
+                    SnapshotEntry(
+                        pid,
+                        e.epoch,
+                        last_seq,
+                        last_offset,
+                        delta,
+                        e.last_ts,
+                        e.coordinator_epoch,
+                        txn,
+                    )
                 )
-            )
         return out
 
     def take_snapshot(self, offset: int) -> None:
@@ -150,13 +155,17 @@ class ProducerState:
                 log.warning("Deleting corrupt producer snapshot %s: %s", path, err)
                 path.unlink(missing_ok=True)
                 continue
-            for s in entries:
-                e = ProducerEntry(s.epoch, last_seq=s.last_sequence, last_ts=s.timestamp)
+            for s in entries:  # a producer's batches oldest first, its last one last
+                e = self.producers.get(s.producer_id)
+                if e is None or e.epoch != s.epoch:
+                    e = self.producers[s.producer_id] = ProducerEntry(s.epoch)
+                e.last_seq, e.last_ts = s.last_sequence, s.timestamp
                 e.coordinator_epoch = s.coordinator_epoch
                 if s.last_offset >= 0 and s.last_sequence >= 0:
                     first_seq = (s.last_sequence - s.offset_delta) & 0x7FFFFFFF
                     e.batches[first_seq] = (s.last_sequence, s.last_offset - s.offset_delta)
-                self.producers[s.producer_id] = e
+                    while len(e.batches) > MAX_CACHED_BATCHES:
+                        e.batches.popitem(last=False)
                 if s.current_txn_first_offset >= 0:
                     self.txns.ongoing[s.producer_id] = s.current_txn_first_offset
             return offset

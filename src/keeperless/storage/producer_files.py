@@ -4,7 +4,11 @@
   rolls and at a clean shutdown): version int16 (1), CRC-32C uint32 of what follows,
   then an int32-counted array of entries (producer id int64, epoch int16, last sequence
   int32, last offset int64, offset delta int32, timestamp int64, coordinator epoch
-  int32, first offset of the open transaction int64 or -1).
+  int32, first offset of the open transaction int64 or -1). keeperless writes a
+  producer's entry once per batch of its deduplication window (the last 5), oldest
+  first, so that a retry of any of them after a restart is still known for a
+  duplicate; Kafka writes only the last, and its reader, keeping a producer's last
+  entry, reads these files as Kafka's.
 - ``<base>.txnindex`` — beside each segment, the transactions aborted by a marker in
   that segment: entries of version int16 (0), producer id int64, first offset int64,
   last offset (the marker's) int64, last stable offset after it int64.

@@ -168,8 +168,9 @@ def dump_file(
 
 
 def dump_producer_file(path: Path, out: TextIO) -> bool:
-    """A producer snapshot (one line per producer) or a transaction index (one line per
-    aborted transaction), in the words of Kafka's tool."""
+    """A producer snapshot (one line per entry: each batch of a producer's deduplication
+    window) or a transaction index (one line per aborted transaction), in the words of
+    Kafka's tool."""
     from keeperless.storage.producer_files import (
         CorruptSnapshotError,
         decode_snapshot,
