@@ -126,7 +126,7 @@ class Metrics:
             "How late a 10 ms timer fires on the node's event loop (a stalled loop misses "
             "heartbeats)",
             registry=r,
-            buckets=(0.5, 1, 2, 5, 10, 20, 50, 100, 250, 1000),
+            buckets=(0.5, 1, 2, 3, 5, 7.5, 10, 12.5, 15, 20, 30, 50, 100, 250, 1000),
         )
         self.gc_pause = Histogram(
             "keeperless_gc_pause_ms",
