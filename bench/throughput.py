@@ -255,11 +255,11 @@ def main() -> None:
         node.metrics_port = metrics_port
         node.format()
         node.start()
-        lag_before = loop_lag_buckets(node)
         admin = AdminClient({"bootstrap.servers": node.bootstrap})
         idle = RttProbe(node.port)
         with idle:  # the baseline: round trips to the idle node
             time.sleep(3.0)
+        lag_before = loop_lag_buckets(node)  # the lag under the load only (not the start)
         rtt = RttProbe(node.port)
         try:
             rtt.__enter__()

@@ -35,11 +35,11 @@ from keeperless.metadata.features import (
     features_body,
 )
 from keeperless.metadata.image import MetadataImage, ScramCredential
-from keeperless.protocol.apis import CONTROLLER_APIS, ApiKey, Listener
+from keeperless.protocol.apis import BROKER_APIS, CONTROLLER_APIS, ApiKey, Listener
 from keeperless.protocol.build import build
 from keeperless.protocol.framing import response_class
 from keeperless.raft.core import RaftConfig
-from keeperless.runtime import gc_pauses
+from keeperless.runtime import gc_pauses, schema_warmup
 from keeperless.runtime.connection import KafkaProtocol, RequestRouter
 from keeperless.runtime.log_cleaner import CleanerSettings, LogCleaner
 from keeperless.runtime.metadata_log import MetadataLog
@@ -296,6 +296,8 @@ class Node:
     async def start(self) -> None:
         set_failure_handler(self._on_log_dir_failure)
         t0 = time.monotonic()
+        if self.broker is not None:  # while the node starts, off the event loop
+            schema_warmup.start_schema_warmup(BROKER_APIS)
         if self.metrics is not None:
             host, port = self.config["metrics.http.listener"]
             try:
@@ -316,12 +318,9 @@ class Node:
             join = auto_join_loop(self.mlog, self.transport, self.cluster_id, auto)
             self._tasks.append(asyncio.get_running_loop().create_task(join))
             alone_warning(self.node_id, self.config, self.mlog.core.voters)
-        log.info(
-            "[node %d] Metadata log loaded: log end offset %d, %s",
-            self.node_id,
-            self.mlog.raft_log.end_offset,
-            "voter" if self.mlog.core.is_voter else "observer",
-        )
+        role = "voter" if self.mlog.core.is_voter else "observer"
+        log.info("[node %d] Metadata log loaded: log end offset %d, %s", self.node_id,
+                 self.mlog.raft_log.end_offset, role)  # fmt: skip
         loop = asyncio.get_running_loop()
         if self.broker is not None:
             # Bind first, as Kafka does: a listener that cannot be bound stops the node
