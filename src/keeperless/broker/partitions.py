@@ -117,6 +117,7 @@ class Partition:
         snaps = snapshot_offsets(directory)
         self._replay_from = snaps[-1] if snaps else 0
         self._found: list[BatchHeader] | None = []
+        self._recovered_epochs: list[tuple[int, int]] = []  # of the batches read again
         # the newest snapshot was written once the log was flushed up to it (at a roll
         # or a clean stop): Kafka's recovery point
         self.log = PartitionLog(
@@ -134,7 +135,17 @@ class Partition:
         if not self.epochs.loaded:
             for h in self.log.batch_headers():
                 self.epochs.assign(h.partition_leader_epoch, h.base_offset, persist=False)
-            self.epochs.save()
+            if self.epochs.entries:
+                self.epochs.save()
+        else:
+            # the epochs begun past the recovery point, which the checkpoint may not have
+            # kept (written without an fsync), as Kafka's recovery re-assigns them
+            newer = [(e, o) for e, o in self._recovered_epochs if e > self.epochs.latest_epoch]
+            for epoch, offset in newer:
+                self.epochs.assign(epoch, offset, persist=False)
+            if newer:
+                self.epochs.save()
+        self._recovered_epochs = []
         self.epochs.truncate_from_end(self.log.log_end_offset)
 
     def adopt(self, copy: Partition, directory: Path) -> PartitionLog:
@@ -397,6 +408,11 @@ class Partition:
     # -- producer state: snapshots, recovery, markers ----------------------------------
 
     def _recovered_batch(self, h: BatchHeader) -> None:
+        epochs = self._recovered_epochs
+        if h.partition_leader_epoch >= 0 and (
+            not epochs or h.partition_leader_epoch > epochs[-1][0]
+        ):
+            epochs.append((h.partition_leader_epoch, h.base_offset))
         found = self._found
         wanted = h.producer_id >= 0 or h.is_control
         if found is not None and wanted and h.base_offset >= self._replay_from:
@@ -432,6 +448,7 @@ class Partition:
         """A new segment at ``base_offset``: the producers' state there is snapshotted
         (the batch that rolled it is noted after), and snapshots of deleted segments go."""
         self.log.sync_txn_indexes()
+        self.epochs.flush()
         self.state.take_snapshot(base_offset)
         self.state.delete_snapshots(below=self.log.first_segment_base)
 
@@ -456,6 +473,7 @@ class Partition:
         end (a start then replays nothing)."""
         self.log.flush(indexes=True)
         self.log.sync_txn_indexes()
+        self.epochs.flush()
         self.state.take_snapshot(self.log.log_end_offset)
 
     def close(self) -> bool:

@@ -5,6 +5,7 @@ an older segment: 160 duplicates, seed 9001 combined)."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from keeperless.broker.partitions import Partition
 from keeperless.protocol.records import build_batch
+from keeperless.storage.epochs import LeaderEpochCache
 from keeperless.storage.log import LogConfig
 
 TID = uuid.uuid4()
@@ -91,3 +93,56 @@ def test_a_never_written_partition_takes_a_first_batch_only_at_sequence_zero(
     assert p.append(_batch(7, 0), 0, 2**20, 0).error == ErrorCode.none
     assert p.append(_batch(8, 17), 0, 2**20, 0).error == ErrorCode.none
     p.log.close()
+
+
+def _epoch_batch(epoch: int) -> bytes:
+    return build_batch([(None, b"e%d" % epoch, ())], leader_epoch=epoch)
+
+
+@pytest.mark.parametrize("lost", ["newest-entry", "torn-file"])
+def test_the_leader_epochs_survive_a_checkpoint_the_power_loss_cut(
+    tmp_path: Path, lost: str
+) -> None:
+    """A new epoch's checkpoint is written without an fsync: after a power loss it may
+    lack the newest epoch or be torn. The epochs of the batches recovered past the last
+    roll are assigned again at the start (and a torn file is rebuilt from the log)."""
+    p = _partition(tmp_path)
+    for epoch in (1, 1, 2, 2, 3):
+        p.append(_epoch_batch(epoch), epoch, 2**20, 0)
+    expected = list(p.epochs.entries)
+    assert [e for e, _ in expected] == [1, 2, 3]
+    p.log.close()  # killed: no clean-stop flush
+    checkpoint = tmp_path / "t-0" / "leader-epoch-checkpoint"
+    if lost == "newest-entry":
+        checkpoint.write_text("0\n2\n" + "".join(f"{e} {o}\n" for e, o in expected[:2]))
+    else:
+        checkpoint.write_text("0\n3\n1 0")
+    again = _partition(tmp_path)
+    assert again.epochs.entries == expected
+    assert LeaderEpochCache(tmp_path / "t-0").entries == expected, "not saved again"
+    again.log.close()
+
+
+@pytest.mark.parametrize("point", ["roll", "clean-stop"])
+def test_the_leader_epochs_are_durable_at_each_recovery_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    """The batches below a roll's snapshot or a clean stop are not read again at the
+    next start: the epochs they began must be on disk by then."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    p = _partition(tmp_path)
+    p.append(_epoch_batch(1), 1, 2**20, 0)
+    monkeypatch.setattr(os, "fsync", fsync)
+    if point == "roll":
+        while len(list((tmp_path / "t-0").glob("*.log"))) < 2:
+            p.append(_epoch_batch(1), 1, 2**20, 0)
+        p.log.close()
+    else:
+        assert p.close()
+    assert any("leader-epoch-checkpoint" in s for s in synced), synced
