@@ -365,3 +365,21 @@ def test_discarding_a_partition_directory_already_gone_is_no_disk_failure(
     pm._discard(a / "gone-0")
     assert pm.dirs[0].online
     pm.close()
+
+
+def test_a_partitions_known_directories_follow_each_tuple_it_is_given() -> None:
+    """known_directories keeps its last answer for the same tuple (the decoder hands one
+    tuple to every partition in the same directories): a different tuple, equal or
+    not, is answered for itself."""
+    from keeperless.metadata.image import known_directories
+
+    a, b = uuid.uuid4(), uuid.uuid4()
+    both = (a, b)
+    assert known_directories(both) == both
+    assert known_directories(both) is known_directories(both)
+    assert known_directories((MIGRATING, MIGRATING)) == ()
+    assert known_directories([a]) == (a,)
+    assert known_directories((b, MIGRATING)) == (b, MIGRATING)
+    assert known_directories(()) == ()
+    assert known_directories(None) == ()
+    assert known_directories(both) == both
