@@ -252,7 +252,7 @@ class KafkaProtocol(asyncio.Protocol):
                 while left:
                     if budget <= 0:  # let the loop run: keep the rest's files open first
                         if not owned and not self._own_fds(parts[i:], owned):
-                            budget = left + 1  # no descriptor left: all of it now
+                            budget = 1 << 62  # no descriptor to spare: the rest in one go
                             continue
                         await asyncio.sleep(0)
                         await self._writable.wait()

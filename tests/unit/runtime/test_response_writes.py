@@ -203,3 +203,42 @@ def test_nothing_is_sent_past_bytes_still_queued_in_the_transport(tmp_path: Path
         os.close(fd)
         ours.close()
         theirs.close()
+
+
+def test_without_a_descriptor_to_spare_the_rest_is_sent_in_one_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EMFILE when the send would wait: nothing is duplicated, so nothing waits - the
+    rest of the answer goes out at once (as before the loop ran between steps), whole."""
+    fd, data = _file(tmp_path, "seg.log", 5 * MIB)
+    copied: list[int] = []
+    real_pread = os.pread
+
+    def no_dup(_fd: int) -> int:
+        raise OSError(24, "Too many open files")
+
+    def pread(f: int, n: int, pos: int) -> bytes:
+        copied.append(n)
+        return real_pread(f, n, pos)
+
+    real_sendfile = os.sendfile
+
+    def sendfile(out: int, f: int, pos: int, n: int) -> int:
+        copied.append(n)
+        return real_sendfile(out, f, pos, n)
+
+    async def body() -> None:
+        proto, reader, writer, server = await _connected()
+        monkeypatch.setattr(os, "dup", no_dup)
+        monkeypatch.setattr(os, "pread", pread)
+        monkeypatch.setattr(os, "sendfile", sendfile)
+        parts: list[Any] = [FileSlice(fd, 0, 2 * MIB), FileSlice(fd, 2 * MIB, 3 * MIB)]
+        got, _ = await asyncio.gather(_read(reader, len(data), 0.0), proto._write_parts(parts))
+        assert got == data
+        assert all(n > 1 for n in copied), f"sent a byte at a time: {copied}"
+        await _close(proto, writer, server)
+
+    try:
+        _run(body)
+    finally:
+        os.close(fd)
