@@ -20,7 +20,7 @@ from keeperless.broker.partitions import Partition
 from keeperless.metadata.image import UNASSIGNED, PartitionInfo
 from keeperless.storage.dir_failure import log_dir_failed
 from keeperless.storage.durable import fsync_dir, write_atomically
-from keeperless.storage.log import LogConfig
+from keeperless.storage.log import LogConfig, PartitionLog
 from keeperless.storage.meta_properties import (
     read_meta_properties,
     uuid_from_kafka,
@@ -35,6 +35,7 @@ from keeperless.storage.offset_checkpoint import (
 from keeperless.storage.partition_dirs import (
     CLEAN_SHUTDOWN_FILE,
     FUTURE_SUFFIX,
+    PARTITION_METADATA,
     discard,
     partition_dirs,
     read_topic_id,
@@ -118,6 +119,8 @@ class PartitionManager:
         self.on_follower_fetch: Callable[[Partition, int], None] | None = None
         # called when a log directory goes offline (the broker tells the controller)
         self.on_dir_offline: Callable[[LogDir], None] | None = None
+        # new partitions' logs whose directories a worker thread is to make durable
+        self._unsynced: list[PartitionLog] = []
         # Kafka's marker of a clean stop: read (and removed) at start, written at a
         # clean stop; recovery then knows a torn tail is not a crash's. Clean only if
         # every directory had it
@@ -262,6 +265,8 @@ class PartitionManager:
                 self.offline[key] = ld
                 return None
             self.offline.pop(key, None)
+            if p.log.dir_pending:
+                self._sync_later(p.log)
             self.partitions[key] = p
             self.dir_of[key] = ld
             ld.hosted += 1
@@ -285,9 +290,39 @@ class PartitionManager:
             self.notify_append((topic, index))
         return p
 
+    def _sync_later(self, plog: PartitionLog) -> None:
+        """Make a new partition's directory durable off the event loop (its first flush
+        or roll does it first if the worker has not): thousands of partitions created by
+        one metadata update would otherwise hold the loop for three fsyncs each."""
+        self._unsynced.append(plog)
+        if len(self._unsynced) > 1:
+            return  # (the worker is already asked)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # (no loop: a tool or a test) done now
+            self._sync_unsynced()
+            return
+        loop.call_soon(lambda: loop.run_in_executor(None, self._sync_unsynced))
+
+    def _sync_unsynced(self) -> None:
+        batch, self._unsynced = self._unsynced, []
+        for plog in batch:
+            # a directory removed or failed meanwhile: its next flush (if any) says so
+            with contextlib.suppress(OSError):
+                plog.sync_dir()
+
     def _claim(self, directory: Path, topic_id: UUID, topic: str) -> UUID | None:
-        """The topic id ``directory`` holds; a deleted incarnation's is discarded."""
-        found = read_topic_id(directory) if directory.exists() else None
+        """The topic id ``directory`` holds; a deleted incarnation's is discarded, and
+        one whose ``partition.metadata`` is damaged is set aside."""
+        try:
+            found = read_topic_id(directory) if directory.exists() else None
+        except ValueError as e:
+            # a power loss before a new partition's directory was synced (nothing in it
+            # was flushed: a flush syncs it first), or damage: not served, kept
+            target = set_aside(directory)
+            log.warning("[node %d] %s; renamed to %s, not served: the replica starts empty",
+                        self.node_id, e, target.name)  # fmt: skip
+            return None
         if found is not None and found != topic_id:
             log.info(
                 "[node %d] Deleting %s: it belongs to topic id %s, not %s (a deleted "
@@ -394,7 +429,7 @@ class PartitionManager:
         chosen: tuple[LogDir, Path] | None = None
         for ld, path in self.futures.pop(key, ()):
             ok = ld.online and ld is not self.dir_of.get(key)
-            if chosen is None and ok and read_topic_id(path) == p.topic_id:
+            if chosen is None and ok and _topic_id_or_none(path) == p.topic_id:
                 chosen = (ld, path)
                 continue
             log.info("[node %d] Deleting %s: a future replica of %s-%d that will not be "
@@ -421,14 +456,22 @@ class PartitionManager:
             for key, directory in partition_dirs(ld.path).items():
                 if key in self.partitions and self.dir_of.get(key) is ld:
                     continue
-                found = read_topic_id(directory)
+                found = _topic_id_or_none(directory)
+                damaged = found is None and (directory / PARTITION_METADATA).exists()
                 want = expected.get(key)
                 if key not in self.partitions and found is not None and found == want:
                     continue
-                if key not in self.partitions and found is None and want is not None:
+                if (
+                    key not in self.partitions
+                    and found is None
+                    and want is not None
+                    and not damaged
+                ):
                     continue  # a directory from before partition.metadata: it is adopted
                 why = (
-                    "it is hosted in another log directory"
+                    "its partition.metadata is damaged"
+                    if damaged
+                    else "it is hosted in another log directory"
                     if key in self.partitions
                     else (f"topic id {found} is not assigned here")
                 )
@@ -562,3 +605,12 @@ class PartitionManager:
             p.info = None
             with contextlib.suppress(Exception):
                 p.log.close()
+
+
+def _topic_id_or_none(directory: Path) -> UUID | None:
+    """The topic id a directory holds, None if its ``partition.metadata`` is missing or
+    damaged."""
+    try:
+        return read_topic_id(directory)
+    except ValueError:
+        return None

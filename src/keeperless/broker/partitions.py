@@ -109,12 +109,17 @@ class Partition:
         self.state = ProducerState(directory)
         self.producers = self.state.producers
         self.txns = self.state.txns
-        if read_topic_id(directory) is None:
-            # bound to this incarnation of the topic before any data is written
-            directory.mkdir(parents=True, exist_ok=True)
+        # bound to this incarnation of the topic before any data is written; a new
+        # directory's names are made durable apart (PartitionLog.sync_dir), not on the
+        # event loop while a metadata update creates thousands of partitions
+        fresh = not directory.exists()
+        if fresh:
+            directory.mkdir(parents=True)
+            write_topic_id(directory, self.topic_id, sync=False)
+        elif read_topic_id(directory) is None:
             write_topic_id(directory, self.topic_id)
         # the batches from the newest snapshot on: what recovery replays
-        snaps = snapshot_offsets(directory)
+        snaps = [] if fresh else snapshot_offsets(directory)
         self._replay_from = snaps[-1] if snaps else 0
         self._found: list[BatchHeader] | None = []
         self._recovered_epochs: list[tuple[int, int]] = []  # of the batches read again
@@ -127,8 +132,10 @@ class Partition:
             self._recovered_batch,
             clean_shutdown=clean_shutdown,
             recovery_point=self._replay_from,
+            fresh=fresh,
         )
-        self._load_state(self._found)
+        if not fresh:  # (a new directory has no state to load)
+            self._load_state(self._found)
         self._found = None
         self.log.on_roll = self._on_roll
         self.epochs = LeaderEpochCache(directory)

@@ -139,8 +139,10 @@ def _server(args: argparse.Namespace) -> int:
     cluster_id = check_storage(cfg.all_log_dirs, cfg.node_id, args.config, cfg.metadata_log_dir)
     if args.daemon:
         return _daemon(args)
+    from keeperless.runtime.open_files import raise_open_file_limit
     from keeperless.server.node import run_node
 
+    raise_open_file_limit()
     return run_node(cfg, cluster_id)
 
 

@@ -29,6 +29,7 @@ from keeperless.protocol.records import (
 from keeperless.storage.batch_scan import BatchScan
 from keeperless.storage.dir_failure import LogDirFailure, log_dir_failed
 from keeperless.storage.durable import fsync_dir, write_atomically
+from keeperless.storage.partition_dirs import PARTITION_METADATA
 from keeperless.storage.producer_files import (
     TXN_INDEX_SUFFIX,
     AbortedTxn,
@@ -93,6 +94,7 @@ class PartitionLog:
         read_only: bool = False,
         clean_shutdown: bool = False,
         recovery_point: int = 0,
+        fresh: bool = False,
     ) -> None:
         """``read_only`` opens an existing log for tools: nothing is created, repaired or
         rewritten, so a running node's files are left exactly as they are.
@@ -101,8 +103,12 @@ class PartitionLog:
         wholly below it were flushed (as the log rolled), and after a clean stop the
         active one too if it starts below it: their indexes are loaded, not rebuilt
         from every batch (``replayed_from`` says from where batches were passed to
-        ``on_recovered_batch``)."""
+        ``on_recovered_batch``). ``fresh``: the caller has just made ``directory``, empty
+        but for a ``partition.metadata`` written without an fsync; none of its names is
+        durable until ``sync_dir`` (done off the loop by the caller, or by the first
+        flush or roll: nothing flushed ever sits in a directory a power loss may undo)."""
         self.dir = directory
+        self.dir_pending = fresh
         self.clean_shutdown = clean_shutdown
         self.config = config
         self.read_only = read_only
@@ -123,7 +129,26 @@ class PartitionLog:
         # is written to it (the producers' state is snapshotted there)
         self.on_roll: Callable[[int], None] | None = None
         self.replayed_from = 0
-        self._open(now_ms, on_recovered_batch, recovery_point)
+        if fresh:  # (no segment, no swap to finish)
+            self._segments, self._bases = [Segment(directory, 0, now_ms)], [0]
+        else:
+            self._open(now_ms, on_recovered_batch, recovery_point)
+
+    def sync_dir(self) -> None:
+        """Make a fresh directory durable: ``partition.metadata``'s bytes, the names in
+        the directory and its own name in the log directory. Only fsyncs: another thread
+        may run it (a relocation meanwhile leaves it pending)."""
+        directory = self.dir
+        with contextlib.suppress(FileNotFoundError):
+            fd = os.open(directory / PARTITION_METADATA, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(directory)
+        fsync_dir(directory.parent)
+        if self.dir is directory:
+            self.dir_pending = False
 
     # -- opening and recovery ------------------------------------------------------
 
@@ -458,6 +483,8 @@ class PartitionLog:
             self.flush()
 
     def _roll(self, now_ms: int) -> Segment:
+        if self.dir_pending:
+            self.sync_dir()
         old = self._segments[-1]
         os.fsync(old.fd)
         old.sync_indexes()  # (loaded, not rebuilt, at the next start)
@@ -542,6 +569,8 @@ class PartitionLog:
         """fsync the active segment (and its indexes: a clean stop's, loaded at start)."""
         self._check_writable()
         try:
+            if self.dir_pending:
+                self.sync_dir()
             os.fsync(self._segments[-1].fd)
             if indexes:
                 self._segments[-1].sync_indexes()

@@ -44,10 +44,14 @@ STRAY_SUFFIX = "-stray"
 _NAME = re.compile(r"^(?P<topic>.+)-(?P<index>\d+)$")
 
 
-def write_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
+def write_topic_id(directory: Path, topic_id: uuid.UUID, sync: bool = True) -> None:
+    """Without ``sync``, as Kafka's since KAFKA-13092 (flushed apart from the metadata
+    update that created the log, and before the log is flushed or closed): the log's
+    ``sync_dir`` makes it durable."""
     write_atomically(
         directory / PARTITION_METADATA,
         f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}\n".encode(),
+        sync=sync,
     )
 
 

@@ -26,6 +26,10 @@ __all__ = [
 
 INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
+# index entries held in memory before they are appended to their files (~8 k entries)
+PENDING_BYTES = 64 * 1024
+_CREATE = os.O_WRONLY | os.O_CREAT
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -100,12 +104,11 @@ class Segment:
         "dir",
         "fd",
         "index",
-        "index_fd",
         "max_timestamp",
         "next_offset",
+        "pending",
         "size",
         "time_index",
-        "time_index_fd",
     )
 
     def __init__(
@@ -115,15 +118,14 @@ class Segment:
         self.base_offset = base_offset
         flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT | os.O_APPEND
         self.fd = os.open(directory / segment_name(base_offset, ".log"), flags, 0o644)
-        # indexes are rebuilt from the log; a reader (tools) needs none of its own
-        if read_only:
-            self.index_fd = os.open(os.devnull, os.O_RDONLY)
-            self.time_index_fd = os.open(os.devnull, os.O_RDONLY)
-        else:
-            self.index_fd = os.open(directory / segment_name(base_offset, ".index"), flags, 0o644)
-            self.time_index_fd = os.open(
-                directory / segment_name(base_offset, ".timeindex"), flags, 0o644
-            )
+        # The one descriptor a segment keeps is its log's, as Kafka's (whose indexes are
+        # mapped, their files closed): a broker's open files grow with its segments, not
+        # three times that. The index entries made since the last write wait in
+        # ``pending`` and are appended to the files by path, in runs (and at each sync).
+        self.pending = (bytearray(), bytearray())  # (.index, .timeindex)
+        if not read_only:  # (indexes are rebuilt from the log; a reader needs none)
+            for suffix in (".index", ".timeindex"):
+                os.close(os.open(directory / segment_name(base_offset, suffix), _CREATE, 0o644))
         self.size = os.fstat(self.fd).st_size
         self.index: list[tuple[int, int]] = []  # (offset, position), sparse
         self.time_index: list[tuple[int, int]] = []  # (max timestamp so far, offset)
@@ -139,19 +141,39 @@ class Segment:
         ]
 
     def close(self) -> None:
-        for fd in (self.fd, self.index_fd, self.time_index_fd):
-            os.close(fd)
+        """Close the log's descriptor. Index entries not yet written are dropped: they
+        are rebuilt from the log at the next start (a segment whose indexes must be
+        loaded then was synced before: at its roll, or at the clean stop)."""
+        os.close(self.fd)
 
     def note_batch(self, pos: int, h: BatchHeader, interval: int, persist: bool) -> None:
         """Update in-memory state and indexes for a batch written at ``pos``."""
         indexed, timed = note_batch(self, pos, h, interval)
         if persist and indexed:
-            os.write(self.index_fd, INDEX_ENTRY.pack(h.base_offset - self.base_offset, pos))
+            self.pending[0].extend(INDEX_ENTRY.pack(h.base_offset - self.base_offset, pos))
         if persist and timed:
-            os.write(
-                self.time_index_fd,
-                TIME_ENTRY.pack(h.max_timestamp, h.base_offset - self.base_offset),
+            self.pending[1].extend(
+                TIME_ENTRY.pack(h.max_timestamp, h.base_offset - self.base_offset)
             )
+        if persist and len(self.pending[0]) + len(self.pending[1]) >= PENDING_BYTES:
+            self.write_indexes(sync=False)
+
+    def write_indexes(self, sync: bool, truncate: bool = False) -> None:
+        """Append the pending index entries to the index files (and fsync them), or
+        write the files with them alone (``truncate``)."""
+        flags = _APPEND | os.O_TRUNC if truncate else _APPEND
+        for suffix, buf in zip((".index", ".timeindex"), self.pending, strict=True):
+            if not (buf or sync or truncate):
+                continue
+            fd = os.open(self.dir / segment_name(self.base_offset, suffix), flags, 0o644)
+            try:
+                if buf:
+                    os.write(fd, buf)
+                    buf.clear()
+                if sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def take_indexes(self, built: BuiltIndex) -> None:
         """Indexes built as the segment's file was written (by the cleaner, off the
@@ -171,8 +193,7 @@ class Segment:
         if self.size == 0:
             return False  # (nothing to read)
         base = self.base_offset
-        raw = os.pread(self.index_fd, os.fstat(self.index_fd).st_size, 0)
-        traw = os.pread(self.time_index_fd, os.fstat(self.time_index_fd).st_size, 0)
+        raw, traw = (self._read_index(suffix) for suffix in (".index", ".timeindex"))
         # (a segment of batches has a time entry: its first batch's)
         if not raw or not traw or len(raw) % INDEX_ENTRY.size or len(traw) % TIME_ENTRY.size:
             return False
@@ -206,18 +227,21 @@ class Segment:
             self.rewrite_indexes()  # the entries a crash left unwritten, or stale ones
         return True
 
+    def _read_index(self, suffix: str) -> bytes:
+        try:
+            return (self.dir / segment_name(self.base_offset, suffix)).read_bytes()
+        except FileNotFoundError:
+            return b""
+
     def sync_indexes(self) -> None:
-        os.fsync(self.index_fd)
-        os.fsync(self.time_index_fd)
+        self.write_indexes(sync=True)
 
     def rewrite_indexes(self) -> None:
-        os.ftruncate(self.index_fd, 0)
-        os.ftruncate(self.time_index_fd, 0)
-        os.write(
-            self.index_fd,
-            b"".join(INDEX_ENTRY.pack(o - self.base_offset, p) for o, p in self.index),
+        """Write both index files again from the in-memory entries (not synced)."""
+        self.pending[0][:] = b"".join(
+            INDEX_ENTRY.pack(o - self.base_offset, p) for o, p in self.index
         )
-        os.write(
-            self.time_index_fd,
-            b"".join(TIME_ENTRY.pack(t, o - self.base_offset) for t, o in self.time_index),
+        self.pending[1][:] = b"".join(
+            TIME_ENTRY.pack(t, o - self.base_offset) for t, o in self.time_index
         )
+        self.write_indexes(sync=False, truncate=True)
