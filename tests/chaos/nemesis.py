@@ -8,7 +8,8 @@ one node sees both sides); a broker's disk full; a rolling restart of the broker
 broker's power loss (its unflushed segment tails are lost: each active segment is cut
 back to a random byte between its size when the fault began and its size now - a torn
 batch as often as not - as Kafka does not fsync partition data; the metadata log,
-fsynced before anything depends on it, is kept); the whole cluster, every broker (so
+fsynced before anything depends on it, is kept; a partition directory made during the
+fault has its partition.metadata torn one time in two); the whole cluster, every broker (so
 every replica of every partition) or every controller stopped at once, cleanly or with
 kill -9, and started again; a broker stopped, unregistered (kafka-cluster.sh
 unregister) and started again. After a fault that restarts brokers, each must be back in
@@ -437,6 +438,16 @@ class Nemesis:
         n.kill9()
         lost = 0
         now = _active_segments(n.log_dirs)
+        # a partition directory made meanwhile (a reassignment, a new topic) is synced by
+        # a worker thread after the fact: its partition.metadata may be torn (as if the
+        # power went before that), one time in two; the broker must set it aside
+        torn = 0
+        before = {seg.parent for seg in sizes}
+        for seg in now:
+            meta = seg.parent / "partition.metadata"
+            if seg.parent not in before and meta.exists() and self.rng.random() < 0.5:
+                meta.write_bytes(b"")
+                torn += 1
         for path, size in now.items():
             synced = sizes.get(path, 0)
             if size > synced:
@@ -447,7 +458,7 @@ class Nemesis:
                 lost += size - keep
         n.start()
         self._await_isr([n])
-        return {"node": n.node_id, "bytes_lost": lost}
+        return {"node": n.node_id, "bytes_lost": lost, "torn_partition_metadata": torn}
 
     # -- whole-cluster faults --------------------------------------------------------------
 
