@@ -14,7 +14,6 @@ Prints a table and writes bench/results/throughput-<time>.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import struct
@@ -31,6 +30,8 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.integration.cluster import Node, free_port, wait_until  # noqa: E402
+
+from bench._report import write_result  # noqa: E402
 
 
 def loop_lag_buckets(node: Node) -> dict[float, float]:
@@ -251,7 +252,7 @@ def cold_start(workdir: Path) -> float:
     return (done[0] - t0) * 1000
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> Path:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--messages-100", type=int, default=300_000)
     ap.add_argument("--messages-1k", type=int, default=100_000)
@@ -263,7 +264,7 @@ def main() -> None:
         "they do not take the node's cores, as clients on machines of their own would "
         "not; 0 to share the cores equally (the OS's wait then shows as loop lag)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
@@ -347,24 +348,20 @@ def main() -> None:
     print(f"ApiVersions round trips from another client, under the load: {rtt.percentiles()}")
     print("cpu% p/c: the node's CPU use (% of one core) while producing / consuming; below")
     print("100 means the single-process Python client, not the node, set the pace.")
-    out = ROOT / "bench" / "results" / f"throughput-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.write_text(
-        json.dumps(
-            {
-                "rows": rows,
-                "cold_start_to_first_produce_ms": round(start_ms),
-                "event_loop_lag_p99_ms_upper_bound": lag_le,
-                "event_loop_lag_samples": lag_samples,
-                "event_loop_waited_for_a_core_s": round(waited, 3),
-                "event_loop_waited_for_a_core_pct": round(waited_pct, 2),
-                "clients_nice": args.clients_nice,
-                "api_versions_rtt_idle": idle.percentiles(),
-                "api_versions_rtt_under_load": rtt.percentiles(),
-            },
-            indent=2,
-        )
+    return write_result(
+        "throughput",
+        {
+            "rows": rows,
+            "cold_start_to_first_produce_ms": round(start_ms),
+            "event_loop_lag_p99_ms_upper_bound": lag_le,
+            "event_loop_lag_samples": lag_samples,
+            "event_loop_waited_for_a_core_s": round(waited, 3),
+            "event_loop_waited_for_a_core_pct": round(waited_pct, 2),
+            "clients_nice": args.clients_nice,
+            "api_versions_rtt_idle": idle.percentiles(),
+            "api_versions_rtt_under_load": rtt.percentiles(),
+        },
     )
-    print(f"wrote {out.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -75,3 +75,44 @@ def test_the_coordinator_writes_bench_measures_each_beside_produce(tmp_path: Pat
     assert row["commits"]["count"] > 0
     assert row["transactions"]["count"] > 0
     assert row["produce_acks_all"]["count"] > 0
+
+
+def test_the_throughput_bench_measures_both_sizes_and_the_loop(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    res = subprocess.run(
+        [sys.executable, "bench/throughput.py", "--messages-100", "3000", "--messages-1k",
+         "1000", "--clients-nice", "0"],
+        cwd=root, env={**os.environ, "KEEPERLESS_BENCH_RESULTS": str(tmp_path)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    (path,) = tmp_path.glob("throughput-*.json")
+    out = json.loads(path.read_text())
+    rows = out["rows"]
+    assert [(r["message_bytes"], r["partitions"]) for r in rows] == [
+        (100, 1), (100, 6), (1024, 1), (1024, 6)
+    ]  # fmt: skip
+    assert all(r["produce_msgs_per_s"] > 0 for r in rows)
+    assert all(r["consume_msgs_per_s"] > 0 for r in rows)
+    assert out["event_loop_lag_samples"] > 0  # the node's histogram, under the load
+    assert out["api_versions_rtt_under_load"]["samples"] > 0  # the probe's round trips
+    assert out["event_loop_waited_for_a_core_s"] >= 0
+
+
+def test_the_replicated_bench_measures_rf3_and_end_to_end_latency(tmp_path: Path) -> None:
+    from bench import replicated
+
+    out = replicated.run(tmp_path, 2_000, 1_000, 400, 3.0)
+    for size in ("100", "1024"):
+        row = out["throughput"][size]
+        assert row["rf1_records_s"] > 0
+        assert row["rf3_records_s"] > 0
+    lat = out["latency"]
+    assert lat["received"] >= lat["sent"] > 0
+    assert lat["measured"] > 0
+    assert lat["p50_ms"] <= lat["p99_ms"] <= lat["max_ms"]
