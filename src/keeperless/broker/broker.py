@@ -21,6 +21,7 @@ from keeperless.broker.controller_rpcs import ControllerRpcs
 from keeperless.broker.log_dir_moves import LogDirMoves
 from keeperless.broker.own_configs import OwnConfigCheck
 from keeperless.broker.partition_manager import PartitionManager
+from keeperless.broker.partition_opener import Key, PartitionOpener
 from keeperless.broker.replication_quotas import ReplicationQuotas
 from keeperless.metadata.config_catalog import Resolved
 from keeperless.metadata.config_resolution import resolve_broker, resolve_topic
@@ -137,6 +138,8 @@ class Broker:
         # re-created topic now uses. Kafka's first publish is the whole caught-up image.
         self.publish_from: int | None = None
         self.partitions_live = False
+        # new partitions past a publication's budget, opened a slice at a time
+        self.opener = PartitionOpener(self._open_queued, self._opened)
 
     # -- metadata publisher -------------------------------------------------------------
 
@@ -211,6 +214,7 @@ class Broker:
                 self.partitions.remove(topic.name, p, tid, "its topic was deleted")
         changed: list[tuple[str, int]] = []
         configs: dict[str, LogConfig] = {}
+        self.opener.begin()
         for tid, p in sorted(delta.changed_partitions, key=_by_topic_id_and_partition):
             found = new.topics.get(tid)
             info = found.partitions.get(p) if found is not None else None
@@ -218,6 +222,11 @@ class Broker:
                 continue
             name = found.name
             if self.node_id in info.replicas:
+                # (internal topics' partitions open at once: their coordinators serve
+                # them as soon as the image says they lead them)
+                local = self.partitions.get(name, p)
+                if local is None and name[:2] != "__" and not self.opener.admit((name, p), tid):
+                    continue  # (opened in a slice of its own)
                 cfg = configs.get(name)
                 if cfg is None:
                     cfg = configs[name] = self.log_config(name)
@@ -243,6 +252,26 @@ class Broker:
         self._hw_rule(changed if not touched else [*changed, *self._local(touched)], elr_on)
         self.changed_partitions = changed
         self._notify(new)
+
+    def _open_queued(self, key: Key, tid: UUID) -> bool:
+        """Open a queued partition as the image says now (if it still says to)."""
+        name, p = key
+        topic = self.image.topics.get(tid)
+        info = topic.partitions.get(p) if topic is not None and topic.name == name else None
+        if info is None or self.node_id not in info.replicas:
+            return False  # deleted, re-created or moved away meanwhile
+        local = self.partitions.get(name, p)
+        if local is not None and local.topic_id == tid:
+            return False  # (opened by a publication since)
+        return (
+            self.partitions.ensure(name, p, tid, info, self.log_config(name), _now_ms()) is not None
+        )
+
+    def _opened(self, keys: list[Key]) -> None:
+        """A slice of queued partitions opened: published as a publication's are."""
+        self._hw_rule(keys, elr_enabled(self.image.features))
+        self.changed_partitions = keys
+        self._notify(self.image)
 
     def _hw_rule(self, keys: Iterable[tuple[str, int]], elr_on: bool) -> None:
         """KIP-966: with eligible leader replicas on, a partition's high watermark does
@@ -434,6 +463,7 @@ class Broker:
         return True
 
     def close(self) -> None:
+        self.opener.close()
         self.log_dir_moves.close()
         self.peers.close()
         self.auto_create.close()

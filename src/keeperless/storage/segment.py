@@ -3,6 +3,7 @@ indexes kept beside it (`.index`, `.timeindex`), and the file slices reads retur
 
 from __future__ import annotations
 
+import asyncio
 import os
 import struct
 from dataclasses import dataclass, field
@@ -22,12 +23,17 @@ __all__ = [
     "Segment",
     "note_batch",
     "segment_name",
+    "write_unwritten",
 ]
 
 INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 # index entries held in memory before they are appended to their files (~8 k entries)
 PENDING_BYTES = 64 * 1024
+# how long index entries wait in memory at most while an event loop runs (then
+# write_unwritten): Kafka's mapped indexes are readable at once, and kafka-dump-log reads
+# a live segment's
+INDEX_WRITE_S = 0.5
 _CREATE = os.O_WRONLY | os.O_CREAT
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 
@@ -144,11 +150,15 @@ class Segment:
         """Close the log's descriptor. Index entries not yet written are dropped: they
         are rebuilt from the log at the next start (a segment whose indexes must be
         loaded then was synced before: at its roll, or at the clean stop)."""
+        _unwritten.discard(self)
         os.close(self.fd)
 
     def note_batch(self, pos: int, h: BatchHeader, interval: int, persist: bool) -> None:
         """Update in-memory state and indexes for a batch written at ``pos``."""
         indexed, timed = note_batch(self, pos, h, interval)
+        if persist and (indexed or timed) and not (self.pending[0] or self.pending[1]):
+            _unwritten.add(self)
+            _write_later()
         if persist and indexed:
             self.pending[0].extend(INDEX_ENTRY.pack(h.base_offset - self.base_offset, pos))
         if persist and timed:
@@ -174,6 +184,7 @@ class Segment:
                     os.fsync(fd)
             finally:
                 os.close(fd)
+        _unwritten.discard(self)
 
     def take_indexes(self, built: BuiltIndex) -> None:
         """Indexes built as the segment's file was written (by the cleaner, off the
@@ -245,3 +256,38 @@ class Segment:
             TIME_ENTRY.pack(t, o - self.base_offset) for t, o in self.time_index
         )
         self.write_indexes(sync=False, truncate=True)
+
+
+# the segments with index entries waiting in memory, in every log of this process, and
+# the event loop a write_unwritten is due on
+_unwritten: set[Segment] = set()
+_due_on: list[asyncio.AbstractEventLoop | None] = [None]
+
+
+def _write_later() -> None:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # (no loop: a tool, a test; written at the next sync)
+        return
+    if _due_on[0] is not loop:
+        _due_on[0] = loop
+        loop.call_later(INDEX_WRITE_S, _write_due)
+
+
+def _write_due() -> None:
+    _due_on[0] = None
+    write_unwritten()
+
+
+def write_unwritten() -> int:
+    """Append every segment's waiting index entries to its files (a node's periodic
+    task); how many segments had some. One whose write fails keeps them: its next
+    append, roll or flush writes them, and fails its log directory if it fails again."""
+    done = 0
+    for seg in list(_unwritten):
+        try:
+            seg.write_indexes(sync=False)
+            done += 1
+        except OSError:
+            _unwritten.discard(seg)
+    return done

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from keeperless.protocol.records import build_batch, patch_offsets, read_header
 from keeperless.storage.log import LogConfig, PartitionLog
 from keeperless.storage.segment import INDEX_ENTRY, TIME_ENTRY, Segment
@@ -83,3 +85,30 @@ def test_index_entries_go_to_their_files_in_runs_between_syncs(tmp_path: Path) -
     assert whole[0].startswith(index)
     assert whole[1].startswith(times)
     plog.close()
+
+
+def test_a_live_segments_index_entries_reach_its_files_soon_without_a_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Kafka's mapped indexes are readable at once: kafka-dump-log reads the index
+    of a live broker's active segment."""
+    import asyncio
+
+    from keeperless.storage import segment
+
+    monkeypatch.setattr(segment, "INDEX_WRITE_S", 0.01)
+
+    async def main() -> Segment:
+        plog = PartitionLog(tmp_path, LogConfig(), 0)
+        _append(plog, 3, 5_000)
+        (seg,) = plog._segments
+        assert _on_disk(seg) != _written(seg)  # (in memory at first)
+        for _ in range(500):
+            if _on_disk(seg) == _written(seg):
+                plog.close()
+                return seg
+            await asyncio.sleep(0.01)
+        raise AssertionError("the index entries never reached the files")
+
+    seg = asyncio.run(main())
+    assert len(seg.index) == 3
