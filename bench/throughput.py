@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> Path:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--messages-100", type=int, default=300_000)
     ap.add_argument("--messages-1k", type=int, default=100_000)
+    ap.add_argument("--idle-s", type=float, default=3.0, help="seconds of idle round trips")
     ap.add_argument(
         "--clients-nice",
         type=int,
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> Path:
         admin = AdminClient({"bootstrap.servers": node.bootstrap})
         idle = RttProbe(node.port)
         with idle:  # the baseline: round trips to the idle node
-            time.sleep(3.0)
+            time.sleep(args.idle_s)
         lag_before = loop_lag_buckets(node)  # the lag under the load only (not the start)
         rtt = RttProbe(node.port)
         try:

@@ -86,7 +86,7 @@ def test_the_throughput_bench_measures_both_sizes_and_the_loop(tmp_path: Path) -
     root = Path(__file__).resolve().parents[2]
     res = subprocess.run(
         [sys.executable, "bench/throughput.py", "--messages-100", "3000", "--messages-1k",
-         "1000", "--clients-nice", "0"],
+         "1000", "--clients-nice", "0", "--idle-s", "0.5"],
         cwd=root, env={**os.environ, "KEEPERLESS_BENCH_RESULTS": str(tmp_path)},
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
@@ -107,7 +107,7 @@ def test_the_throughput_bench_measures_both_sizes_and_the_loop(tmp_path: Path) -
 def test_the_replicated_bench_measures_rf3_and_end_to_end_latency(tmp_path: Path) -> None:
     from bench import replicated
 
-    out = replicated.run(tmp_path, 2_000, 1_000, 400, 3.0)
+    out = replicated.run(tmp_path, 1_000, 500, 200, 2.0)
     for size in ("100", "1024"):
         row = out["throughput"][size]
         assert row["rf1_records_s"] > 0

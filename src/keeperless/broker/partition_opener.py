@@ -21,6 +21,9 @@ from uuid import UUID
 __all__ = ["SLICE_S", "PartitionOpener"]
 
 SLICE_S = 0.004  # the loop's time a publication or a slice spends opening partitions
+# a publication opens at least these at once, however long they take: a topic of a few
+# partitions is served as soon as its creation is published, on a busy machine too
+AT_ONCE = 8
 
 Key = tuple[str, int]
 
@@ -37,15 +40,19 @@ class PartitionOpener:
         self._queue: dict[Key, UUID] = {}  # in the order they came
         self._task: asyncio.Task[None] | None = None
         self._deadline = 0.0
+        self._admitted = 0
 
     def begin(self) -> None:
         """A publication starts: its own budget for opening partitions."""
         self._deadline = time.perf_counter() + SLICE_S
+        self._admitted = 0
 
     def admit(self, key: Key, topic_id: UUID) -> bool:
-        """Whether the publication opens ``key`` now; if not, it is queued. Without a
-        running loop (tools, tests) everything opens now."""
-        if not self._queue and time.perf_counter() < self._deadline:
+        """Whether the publication opens ``key`` now (the first ``AT_ONCE``, then while
+        its budget lasts); if not, it is queued. Without a running loop (tools, tests)
+        everything opens now."""
+        if not self._queue and (self._admitted < AT_ONCE or time.perf_counter() < self._deadline):
+            self._admitted += 1
             return True
         try:
             loop = asyncio.get_running_loop()

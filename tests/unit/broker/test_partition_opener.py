@@ -29,6 +29,12 @@ def _topic(name: str, tid: uuid.UUID, partitions: int) -> list[Any]:
     ]
 
 
+@pytest.fixture
+def one_per_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No budget: a publication opens its first AT_ONCE partitions, a slice opens one."""
+    monkeypatch.setattr(partition_opener, "SLICE_S", 0.0)
+
+
 async def _until_opened(b: Broker) -> None:
     for _ in range(2000):
         if not b.opener.queued:
@@ -38,9 +44,8 @@ async def _until_opened(b: Broker) -> None:
 
 
 def test_a_big_creation_is_opened_in_slices_with_the_loop_running_between(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, one_per_slice: None
 ) -> None:
-    monkeypatch.setattr(partition_opener, "SLICE_S", 0.0)  # one partition a slice
     b = make_broker(tmp_path)
     heard: list[list[tuple[str, int]]] = []
     b.on_image.append(lambda _img: heard.append(list(b.changed_partitions)))
@@ -72,14 +77,13 @@ def test_a_big_creation_is_opened_in_slices_with_the_loop_running_between(
 
 
 def test_a_queued_partition_opens_as_the_image_says_when_its_turn_comes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, one_per_slice: None
 ) -> None:
-    monkeypatch.setattr(partition_opener, "SLICE_S", 0.0)
     b = make_broker(tmp_path)
     gone, old, new = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
 
     async def main() -> None:
-        b.on_committed(_topic("filler", uuid.uuid4(), 5), 5)  # the queue is not empty
+        b.on_committed(_topic("filler", uuid.uuid4(), partition_opener.AT_ONCE + 5), 5)  # queued
         b.on_committed(_topic("gone", gone, 3) + _topic("again", old, 3), 6)
         assert b.partitions.get("gone", 0) is None
         # before their turn: one topic deleted, the other deleted and made again
@@ -104,10 +108,9 @@ def test_without_a_running_loop_everything_opens_in_the_publication(tmp_path: Pa
 
 
 def test_internal_topics_open_in_the_publication_that_makes_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, one_per_slice: None
 ) -> None:
     """Their coordinators serve them as soon as the image says they lead them."""
-    monkeypatch.setattr(partition_opener, "SLICE_S", 0.0)
     b = make_broker(tmp_path)
 
     async def main() -> None:
@@ -116,4 +119,22 @@ def test_internal_topics_open_in_the_publication_that_makes_them(
         assert b.opener.queued == 0
 
     asyncio.run(main())
+    b.close()
+
+
+def test_a_small_creation_opens_in_its_publication_however_slow(
+    tmp_path: Path, one_per_slice: None
+) -> None:
+    """A topic of a few partitions is served as soon as its creation is published."""
+    b = make_broker(tmp_path)
+
+    async def main() -> None:
+        b.on_committed(_topic("small", uuid.uuid4(), partition_opener.AT_ONCE), 5)
+        assert len(b.partitions.partitions) == partition_opener.AT_ONCE
+        b.on_committed(_topic("big", uuid.uuid4(), partition_opener.AT_ONCE + 5), 6)
+        assert b.opener.queued == 5
+        await _until_opened(b)
+
+    asyncio.run(main())
+    assert len(b.partitions.partitions) == 2 * partition_opener.AT_ONCE + 5
     b.close()

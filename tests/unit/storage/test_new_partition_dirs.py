@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from keeperless.broker.partition_manager import PartitionManager
+from keeperless.broker.partitions import Partition
 from keeperless.metadata.image import PartitionInfo
 from keeperless.protocol.records import build_batch, patch_offsets, read_header
 from keeperless.storage.log import LogConfig, PartitionLog
@@ -47,47 +48,47 @@ def _append(plog: PartitionLog, size: int = 100) -> None:
     plog.append(data, [(0, read_header(data, 0))], 0)
 
 
-def _new_partition(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> tuple[PartitionManager, Fsyncs]:
+def _new_partition(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Partition, Fsyncs]:
+    """A new partition "t-0" (no worker to sync its directory) and the fsyncs from then."""
     pm = PartitionManager(1, tmp_path, LogConfig(segment_bytes=1024))
     fsyncs = Fsyncs(monkeypatch)
     pm._sync_later = lambda plog: None  # type: ignore[method-assign]  # (no worker)
-    assert pm.ensure("t", 0, TID, INFO, LogConfig(segment_bytes=1024), 0) is not None
-    return pm, fsyncs
+    p = pm.ensure("t", 0, TID, INFO, LogConfig(segment_bytes=1024), 0)
+    assert p is not None
+    return p, fsyncs
+
+
+def _dir_syncs(tmp_path: Path) -> list[str]:
+    """What syncing "t-0"'s new directory fsyncs, in order."""
+    d = str(tmp_path / "t-0")
+    return [f"{d}/{PARTITION_METADATA}", d, str(tmp_path)]
 
 
 def test_creating_a_partition_syncs_nothing_and_its_first_flush_syncs_its_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pm, fsyncs = _new_partition(tmp_path, monkeypatch)
-    p = pm.get("t", 0)
-    assert p is not None
+    p, fsyncs = _new_partition(tmp_path, monkeypatch)
     assert p.log.dir_pending
     assert fsyncs.paths == []  # not one fsync on the metadata update's path
     assert read_topic_id(tmp_path / "t-0") == TID  # (written, in the page cache)
     _append(p.log)
     assert fsyncs.paths == []  # an append is not a flush
     p.log.flush()
-    d = str(tmp_path / "t-0")
-    assert fsyncs.paths[:3] == [f"{d}/{PARTITION_METADATA}", d, str(tmp_path)]
+    assert fsyncs.paths[:3] == _dir_syncs(tmp_path)
     assert not p.log.dir_pending
     fsyncs.paths.clear()
     p.log.flush()
-    assert fsyncs.paths == [f"{d}/00000000000000000000.log"]  # once only
+    assert fsyncs.paths == [str(tmp_path / "t-0" / "00000000000000000000.log")]  # once only
 
 
 def test_a_roll_syncs_the_new_directory_before_anything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pm, fsyncs = _new_partition(tmp_path, monkeypatch)
-    p = pm.get("t", 0)
-    assert p is not None
+    p, fsyncs = _new_partition(tmp_path, monkeypatch)
     for _ in range(12):  # 1 KiB segments: it rolls
         _append(p.log)
-    d = str(tmp_path / "t-0")
     assert len(p.log._segments) > 1
-    assert fsyncs.paths[:3] == [f"{d}/{PARTITION_METADATA}", d, str(tmp_path)]
+    assert fsyncs.paths[:3] == _dir_syncs(tmp_path)
 
 
 def test_a_worker_thread_syncs_new_directories_while_the_loop_runs(tmp_path: Path) -> None:
