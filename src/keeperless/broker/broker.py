@@ -23,6 +23,7 @@ from keeperless.broker.own_configs import OwnConfigCheck
 from keeperless.broker.partition_manager import PartitionManager
 from keeperless.broker.partition_opener import Key, PartitionOpener
 from keeperless.broker.replication_quotas import ReplicationQuotas
+from keeperless.metadata.admin import INTERNAL_TOPICS
 from keeperless.metadata.config_catalog import Resolved
 from keeperless.metadata.config_resolution import resolve_broker, resolve_topic
 from keeperless.metadata.features import (
@@ -225,7 +226,8 @@ class Broker:
                 # (internal topics' partitions open at once: their coordinators serve
                 # them as soon as the image says they lead them)
                 local = self.partitions.get(name, p)
-                if local is None and name[:2] != "__" and not self.opener.admit((name, p), tid):
+                internal = name in INTERNAL_TOPICS
+                if local is None and not internal and not self.opener.admit((name, p), tid):
                     continue  # (opened in a slice of its own)
                 cfg = configs.get(name)
                 if cfg is None:

@@ -5,17 +5,28 @@ Without the second, a crash can undo a rename that was already acted on: a vote'
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 from keeperless.storage.dir_failure import log_dir_failed
 
-__all__ = ["fsync_dir", "write_atomically"]
+__all__ = ["fsync_dir", "fsync_file", "write_atomically"]
 
 
 def fsync_dir(directory: Path) -> None:
     """Make the entries of ``directory`` (names created, renamed or removed) durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    _fsync(directory, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def fsync_file(path: Path) -> None:
+    """Make the data of the file at ``path`` durable (nothing if there is none)."""
+    with contextlib.suppress(FileNotFoundError):
+        _fsync(path, os.O_RDONLY)
+
+
+def _fsync(path: Path, flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:

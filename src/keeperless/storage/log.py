@@ -28,7 +28,7 @@ from keeperless.protocol.records import (
 )
 from keeperless.storage.batch_scan import BatchScan
 from keeperless.storage.dir_failure import LogDirFailure, log_dir_failed
-from keeperless.storage.durable import fsync_dir, write_atomically
+from keeperless.storage.durable import fsync_dir, fsync_file, write_atomically
 from keeperless.storage.partition_dirs import PARTITION_METADATA
 from keeperless.storage.producer_files import (
     TXN_INDEX_SUFFIX,
@@ -139,12 +139,7 @@ class PartitionLog:
         the directory and its own name in the log directory. Only fsyncs: another thread
         may run it (a relocation meanwhile leaves it pending)."""
         directory = self.dir
-        with contextlib.suppress(FileNotFoundError):
-            fd = os.open(directory / PARTITION_METADATA, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        fsync_file(directory / PARTITION_METADATA)
         fsync_dir(directory)
         fsync_dir(directory.parent)
         if self.dir is directory:
@@ -552,13 +547,7 @@ class PartitionLog:
     def sync_txn_indexes(self) -> None:
         """fsync the indexes of the last two segments (before a snapshot is written)."""
         for seg in self._segments[-2:]:
-            path = self.dir / segment_name(seg.base_offset, TXN_INDEX_SUFFIX)
-            with contextlib.suppress(FileNotFoundError):
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            fsync_file(self.dir / segment_name(seg.base_offset, TXN_INDEX_SUFFIX))
 
     def active_fd(self) -> int:
         """A duplicate of the active segment's descriptor, for the caller to fsync off
