@@ -112,5 +112,8 @@ class Worker:
                 return False
             return all(t["state"] == state for t in ts)
 
-        wait_until(ok, timeout, what=f"{name} {state}: {self.status(name)}")
+        try:
+            wait_until(ok, timeout, what=f"{name} {state}: {self.status(name)}")
+        except TimeoutError as e:  # the worker's own account of why, in the report
+            raise TimeoutError(f"{e}\nthe worker's log ends:\n{self.logs()[-4000:]}") from None
         return self.status(name)

@@ -487,3 +487,32 @@ def test_scram_credentials_through_the_admin_client(node: Node) -> None:
         fut.result(timeout=20)
     with pytest.raises(KafkaException, match="does not exist"):
         admin.describe_user_scram_credentials(["alice"])["alice"].result(timeout=20)
+
+
+def test_a_consumer_of_an_empty_partition_reads_on_after_a_restart(node: Node) -> None:
+    """A Connect worker's offset-topic reader hung after broker restarts (CI of c167694):
+    asked where epoch 0 of an empty partition ends, its new leader (epoch bumped by the
+    restart) held no epoch and answered UNDEFINED; librdkafka took that for a truncation,
+    reset, and read nothing more from the partition. Kafka's leader holds its epoch from
+    the election on and answers (0, 0)."""
+    create(node, "quiet", 2)
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "quiet",
+                  "enable.auto.commit": False})  # fmt: skip
+    try:
+        c.assign([TopicPartition("quiet", p, -2) for p in (0, 1)])
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:  # fetching both, at leader epoch 0
+            c.consume(10, 0.1)
+        node.kill9()
+        node.start()
+        p = Producer({"bootstrap.servers": node.bootstrap})
+        for i in range(5):
+            p.produce("quiet", b"after-%d" % i, partition=i % 2)
+        assert p.flush(20) == 0
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 5 and time.monotonic() < deadline:
+            got += [m.value() for m in c.consume(10, 0.2) if m.error() is None]
+        assert sorted(got) == [b"after-%d" % i for i in range(5)], "records after the restart"
+    finally:
+        c.close()

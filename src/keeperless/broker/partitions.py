@@ -276,6 +276,13 @@ class Partition:
             self.pending_isr = None
             if info.leader != self.node_id:
                 self.fail_waiters()
+            else:
+                # as Kafka's makeLeader: the new epoch begins at the log end, written or
+                # not, so that "where does epoch E end?" has an answer on a leader that
+                # has written nothing yet (an empty cache answered UNDEFINED, and
+                # librdkafka took it for a truncation: its consumer of an empty
+                # partition reset, then read nothing more from it)
+                self.epochs.begin_leadership(info.leader_epoch, self.log.log_end_offset)
         elif old.isr != info.isr or old.partition_epoch != info.partition_epoch:
             self.pending_isr = None
         self.maybe_advance_hw()

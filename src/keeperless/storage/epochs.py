@@ -84,6 +84,16 @@ class LeaderEpochCache:
         if persist:
             self._write(sync=False)
 
+    def begin_leadership(self, epoch: int, log_end_offset: int) -> None:
+        """This replica leads from ``epoch`` on, its log ending at ``log_end_offset``.
+        Held at once; written at the next ``flush`` (a new leadership happens at once
+        for every partition a starting broker leads, and a crash losing it loses
+        nothing: the next leadership begins an epoch of its own)."""
+        before = list(self.entries)
+        self.assign(epoch, log_end_offset, persist=False)
+        if self.entries != before:
+            self._unsynced = True
+
     def truncate_from_end(self, end_offset: int) -> None:
         """The log now ends at ``end_offset``: forget epochs that began at or after it."""
         kept = [(e, o) for e, o in self.entries if o < end_offset]

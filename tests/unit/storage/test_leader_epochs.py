@@ -10,11 +10,15 @@ answers (0, where epoch 1 starts) and the followers truncate there."""
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
 
+from keeperless.broker.partitions import Partition
+from keeperless.metadata.image import PartitionInfo
 from keeperless.storage.epochs import UNDEFINED, LeaderEpochCache
+from keeperless.storage.log import LogConfig
 
 
 def test_an_older_epoch_assigned_replaces_the_entries_it_contradicts(tmp_path: Path) -> None:
@@ -70,3 +74,23 @@ def test_a_torn_checkpoint_is_not_loaded(tmp_path: Path, text: str) -> None:
     cache = LeaderEpochCache(tmp_path)
     assert not cache.loaded, "a torn checkpoint was trusted"
     assert cache.entries == []
+
+
+def test_a_leadership_begins_its_epoch_at_the_log_end_before_any_write(tmp_path: Path) -> None:
+    """Found by a Connect test (a worker's offset topic after two broker restarts): an
+    empty partition's new leader held no epoch, so asked where epoch 0 ends it answered
+    UNDEFINED; librdkafka took it for a truncation, reset its position and read nothing
+    more from that partition. Kafka's makeLeader begins the epoch at the log end, written
+    or not: the answer is (0, 0), as for any epoch older than the cache holds."""
+    tid = uuid.uuid4()
+    p = Partition("t", 0, tid, tmp_path / "t-0", LogConfig(), 0)
+    p.node_id = 1
+    p.on_info(PartitionInfo((1,), (1,), 1, 2, 2), 0)  # led at epoch 2, nothing written
+    assert p.end_offset_for_epoch(0) == (0, 0), "a consumer at epoch 0 told its log was cut"
+    assert p.end_offset_for_epoch(2) == (2, 0)
+    p.epochs.flush()  # a roll or a clean stop: the entry reaches the checkpoint
+    assert LeaderEpochCache(tmp_path / "t-0").entries == [(2, 0)]
+    follower = Partition("u", 0, tid, tmp_path / "u-0", LogConfig(), 0)
+    follower.node_id = 1
+    follower.on_info(PartitionInfo((2, 1), (2, 1), 2, 2, 2), 0)
+    assert follower.epochs.entries == [], "a follower's epochs are its leader's batches'"
