@@ -12,13 +12,13 @@ replication slots created just before it, in the same run:
 
     .venv/bin/python bench/cdc.py [--rows 100000]
 
-prints a table and writes bench/results/cdc-<time>.json.
+prints a table and writes bench/results/cdc-<time>.json (its short form runs in make
+test).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import select
 import subprocess
 import sys
@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 from tests.connect.postgres import Postgres, pg_bin  # noqa: E402
 from tests.connect.worker import Worker  # noqa: E402
 from tests.integration.cluster import Node, wait_until  # noqa: E402
+
+from bench._report import write_result  # noqa: E402
 
 PUB = "dbz_publication"
 
@@ -65,7 +67,8 @@ def _python_decode(pg: Postgres, slot: str, end: str, rows: int) -> float:
     cur.start_replication(slot_name=slot, decode=False,
                           options={"proto_version": "1", "publication_names": PUB})  # fmt: skip
     changes = 0
-    while True:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:  # bounded: a stream that never ends fails below
         msg = cur.read_message()
         if msg is None:
             select.select([cur], [], [], 1)
@@ -95,12 +98,9 @@ def _events_in(bootstrap: str, topic: str) -> int:
         c.close()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=100_000)
-    args = ap.parse_args()
-    rows = args.rows
-    work = Path(tempfile.mkdtemp(prefix="bench-cdc-"))
+def measure(rows: int, work: Path) -> dict[str, Any]:
+    """The three ways of reading one UPDATE of ``rows`` rows, PostgreSQL and a node and a
+    Connect worker started under ``work``."""
     pg = Postgres()
     pg.start()
     node = Node(work / "node")
@@ -134,6 +134,7 @@ def main() -> None:
         wait_until(lambda: _events_in(node.bootstrap, topic) >= rows, 900, interval=0.2,
                    what=f"{rows} change events in {topic}")  # fmt: skip
         pipeline_s = time.perf_counter() - t0
+        events = _events_in(node.bootstrap, topic)
         recv_s = _recvlogical(pg, "bench_recvlogical", end)
         py_s = _python_decode(pg, "bench_python", end, rows)
         for case, secs in (
@@ -147,16 +148,22 @@ def main() -> None:
         worker.stop()
         node.stop()
         pg.stop()
+    return {"rows": rows, "events_in_topic": events, "results": results}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=100_000)
+    args = ap.parse_args(argv)
+    rows = args.rows
+    out = measure(rows, Path(tempfile.mkdtemp(prefix="bench-cdc-")))
     print(f"one UPDATE of {rows} rows, change events read from PostgreSQL 15")
     print(f"{'case':<56}{'seconds':>10}{'events/s':>12}{'x base':>9}")
-    for r in results:
+    for r in out["results"]:
         print(
             f"{r['case']:<56}{r['seconds']:>10.2f}{r['events_per_s']:>12.0f}{r['x_baseline']:>9.3f}"
         )
-    out = ROOT / "bench" / "results" / f"cdc-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "results": results}, indent=2))
-    print(f"wrote {out}")
+    write_result("cdc", out)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,13 @@ connection and authenticate (ApiVersions + handshake + metadata), as new clients
 
     python bench/security.py [--messages 200000] [--size 200]
 
-Prints a table and writes bench/results/security-<time>.json.
+Prints a table and writes bench/results/security-<time>.json (its short form runs in
+make test).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -27,6 +27,8 @@ from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.integration.cluster import Node, free_port, keeperless  # noqa: E402
 from tests.integration.test_security import _ca, _signed  # noqa: E402
+
+from bench._report import write_result  # noqa: E402
 
 PASSWORD = "bench-secret"
 
@@ -88,7 +90,7 @@ def run(conf: dict[str, Any], messages: int, size: int) -> dict[str, float]:
                 break
             except BufferError:
                 p.poll(0.01)
-    p.flush(120)
+    unsent = p.flush(120)
     produce_s = time.perf_counter() - t0
     # librdkafka 2.x postpones a fetch by fetch.queue.backoff.ms (1 s) when its local
     # queue holds queued.min.messages: a fetcher faster than this loop (plaintext) then
@@ -115,24 +117,31 @@ def run(conf: dict[str, Any], messages: int, size: int) -> dict[str, float]:
     mb = messages * size / 1e6
     return {"produce_msgs_per_s": round(messages / produce_s),
             "produce_mb_per_s": round(mb / produce_s, 1),
-            "consume_msgs_per_s": round(got / consume_s), "consumed": got,
+            "consume_msgs_per_s": round(got / consume_s), "consumed": got, "unsent": unsent,
             "consume_mb_per_s": round(got * size / 1e6 / consume_s, 1),
             "new_client_ms": round(connect_ms, 1)}  # fmt: skip
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--messages", type=int, default=200_000)
-    ap.add_argument("--size", type=int, default=200)
-    args = ap.parse_args()
+def measure(messages: int, size: int) -> dict[str, Any]:
+    """Each listener's rates on one node serving all four."""
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         node, confs = start(Path(tmp))
         try:
             for name, conf in confs.items():
-                results[name] = run(conf, args.messages, args.size)
+                results[name] = run(conf, messages, size)
         finally:
             node.stop()
+    return {"messages": messages, "size": size, "listeners": results}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--size", type=int, default=200)
+    args = ap.parse_args(argv)
+    out = measure(args.messages, args.size)
+    results = out["listeners"]
     base = results["PLAINTEXT (baseline)"]
     print(f"{'listener':<24} {'produce msg/s':>14} {'MB/s':>6} {'vs plain':>9} "
           f"{'consume msg/s':>14} {'MB/s':>6} {'vs plain':>9} {'new client':>11}")  # fmt: skip
@@ -142,10 +151,7 @@ def main() -> None:
               f"{r['consume_msgs_per_s']:>14,} {r['consume_mb_per_s']:>6} "
               f"{r['consume_msgs_per_s'] / base['consume_msgs_per_s']:>8.2f}x "
               f"{r['new_client_ms']:>8} ms")  # fmt: skip
-    out = ROOT / "bench" / "results" / f"security-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.write_text(json.dumps({"messages": args.messages, "size": args.size,
-                               "listeners": results}, indent=2))  # fmt: skip
-    print(f"results: {out.relative_to(ROOT)}")
+    write_result("security", out)
 
 
 if __name__ == "__main__":

@@ -6,20 +6,20 @@ the same run (the baseline: what per-record acquisition and acknowledgement cost
 
     python bench/share_groups.py [--messages N] [--size BYTES]
 
-Prints a table and writes bench/results/share-groups-<time>.json.
+Prints a table and writes bench/results/share-groups-<time>.json (its short form runs
+in make test).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -27,6 +27,8 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Consumer, Producer, ShareConsumer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.integration.cluster import Node, keeperless  # noqa: E402
+
+from bench._report import write_result  # noqa: E402
 
 TOPIC = "bench-share"
 TIMEOUT_S = 300.0
@@ -99,11 +101,8 @@ def share_group(bootstrap: str, n: int, consumers: int) -> float:
     return (len(seen) - 1) / elapsed
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=50_000)
-    ap.add_argument("--size", type=int, default=100)
-    args = ap.parse_args()
+def measure(messages: int, size: int) -> dict[str, Any]:
+    """Each group's rate on one new node, the consumer-group baseline before and after."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         node = Node(Path(tmp))
@@ -112,30 +111,33 @@ def main() -> None:
         try:
             admin = AdminClient({"bootstrap.servers": node.bootstrap})
             admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
-            fill(node.bootstrap, args.messages, b"x" * args.size)
-            plain_group(node.bootstrap, args.messages)  # warm-up: the page cache
-            base = plain_group(node.bootstrap, args.messages)
+            fill(node.bootstrap, messages, b"x" * size)
+            plain_group(node.bootstrap, messages)  # warm-up: the page cache
+            base = plain_group(node.bootstrap, messages)
             rows.append(("consumer group, 1 consumer (baseline)", base))
             for k in (1, 2, 4):
                 rows.append((f"share group, {k} consumer(s)",
-                             share_group(node.bootstrap, args.messages, k)))  # fmt: skip
-            again = plain_group(node.bootstrap, args.messages)
+                             share_group(node.bootstrap, messages, k)))  # fmt: skip
+            again = plain_group(node.bootstrap, messages)
             rows.append(("consumer group again (the machine's drift)", again))
         finally:
             node.stop()
+    return {"messages": messages, "size": size,
+            "rows": [{"consumers": n, "msg_per_s": r, "vs_baseline": r / base}
+                     for n, r in rows]}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=50_000)
+    ap.add_argument("--size", type=int, default=100)
+    args = ap.parse_args(argv)
+    out = measure(args.messages, args.size)
     print(f"{args.messages:,} records of {args.size} bytes, one partition, one node")
     print(f"{'consumers':<44} {'msg/s':>10} {'vs baseline':>12}")
-    for name, rate in rows:
-        print(f"{name:<44} {rate:>10,.0f} {rate / base:>11.3f}x")
-    out = ROOT / "bench" / "results" / f"share-groups-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True, cwd=ROOT).stdout.strip()  # fmt: skip
-    out.write_text(json.dumps({
-        "revision": rev, "messages": args.messages, "size": args.size,
-        "rows": [{"consumers": n, "msg_per_s": r, "vs_baseline": r / base} for n, r in rows],
-    }, indent=2))  # fmt: skip
-    print(f"results: {out.relative_to(ROOT)}")
+    for row in out["rows"]:
+        print(f"{row['consumers']:<44} {row['msg_per_s']:>10,.0f} {row['vs_baseline']:>11.3f}x")
+    write_result("share-groups", out)
 
 
 if __name__ == "__main__":

@@ -5,17 +5,18 @@ baseline: what transactions cost on top of it).
 
     python bench/transactions.py [--messages N] [--size BYTES]
 
-Prints a table and writes bench/results/transactions-<time>.json.
+Prints a table and writes bench/results/transactions-<time>.json (its short form runs in
+make test).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -23,6 +24,8 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.integration.cluster import Node  # noqa: E402
+
+from bench._report import write_result  # noqa: E402
 
 
 def _send(p: Producer, topic: str, value: bytes, count: int) -> None:
@@ -61,22 +64,30 @@ def transactional(bootstrap: str, topic: str, n: int, value: bytes, every: int) 
 
 
 def written(bootstrap: str, topic: str) -> int:
-    """Records a read_committed reader can see (the last stable offset, markers aside)."""
+    """Records a read_committed reader sees, read from the start up to the last stable
+    offset (markers and aborted records aside)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-check"})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-check",
+                  "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
     try:
-        return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+        end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        c.assign([TopicPartition(topic, 0, 0)])
+        seen = 0
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            msgs = c.consume(1000, 0.5)
+            seen += sum(1 for m in msgs if m.error() is None)
+            if any(m.error() is not None and m.offset() >= end for m in msgs):
+                break  # (the partition's end, reached)
+        return seen
     finally:
         c.close()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=50_000)
-    ap.add_argument("--size", type=int, default=100)
-    args = ap.parse_args()
-    value = b"x" * args.size
+def measure(messages: int, size: int) -> dict[str, Any]:
+    """Each producer's rate on one new node, the idempotent baseline before and after."""
+    value = b"x" * size
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         node = Node(Path(tmp))
@@ -88,35 +99,38 @@ def main() -> None:
             for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
                 f.result(30)
             # warm-up (connections, the first segment, the node's caches), not measured
-            idempotent(node.bootstrap, "idem", max(args.messages // 5, 1000), value)
-            base = idempotent(node.bootstrap, "idem", args.messages, value)
+            idempotent(node.bootstrap, "idem", max(messages // 5, 1000), value)
+            base = idempotent(node.bootstrap, "idem", messages, value)
             rows.append(("idempotent, no transactions (baseline)", base))
             for every in (100, 10_000):
-                rate = transactional(node.bootstrap, f"txn-{every}", args.messages, value, every)
+                rate = transactional(node.bootstrap, f"txn-{every}", messages, value, every)
                 rows.append((f"transactional, commit every {every:,}", rate))
-            again = idempotent(node.bootstrap, "idem", args.messages, value)
+            again = idempotent(node.bootstrap, "idem", messages, value)
             rows.append(("idempotent again (the machine's drift)", again))
-            for t in topics:  # every record is there (and committed)
-                assert written(node.bootstrap, t) >= args.messages, t
+            committed = {t: written(node.bootstrap, t) for t in topics}
         finally:
             node.stop()
+    return {
+        "messages": messages,
+        "size": size,
+        "rows": [{"producer": n, "msg_per_s": r, "vs_baseline": r / base} for n, r in rows],
+        "committed": committed,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=50_000)
+    ap.add_argument("--size", type=int, default=100)
+    args = ap.parse_args(argv)
+    out = measure(args.messages, args.size)
+    for t, n in out["committed"].items():  # every record is there (and committed)
+        assert n >= args.messages, f"{t}: {n} of {args.messages} committed"
     print(f"{args.messages:,} records of {args.size} bytes, one partition, one node")
     print(f"{'producer':<42} {'msg/s':>10} {'vs baseline':>12}")
-    for name, rate in rows:
-        print(f"{name:<42} {rate:>10,.0f} {rate / base:>11.2f}x")
-    out = ROOT / "bench" / "results" / f"transactions-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "messages": args.messages,
-                "size": args.size,
-                "rows": [{"producer": n, "msg_per_s": r, "vs_baseline": r / base} for n, r in rows],
-            },
-            indent=2,
-        )
-    )
-    print(f"results: {out.relative_to(ROOT)}")
+    for row in out["rows"]:
+        print(f"{row['producer']:<42} {row['msg_per_s']:>10,.0f} {row['vs_baseline']:>11.2f}x")
+    write_result("transactions", out)
 
 
 if __name__ == "__main__":
