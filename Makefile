@@ -50,7 +50,7 @@ sysdeps:
 ## fault schedule on real processes, and the mutation self-check of the simulation
 test: check sysdeps
 	$(BIN)/pytest -q -n 2 tests/sim
-	$(BIN)/pytest -q -n 2 --dist loadfile tests/integration tests/connect tests/spark
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=40 tests/integration tests/connect tests/spark
 	$(BIN)/pytest -q tests/chaos
 	$(PY) -m tests.sim.mutants --seeds 2000
 

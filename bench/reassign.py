@@ -14,7 +14,7 @@ move between brokers is timed from the AlterPartitionReassignments answer to the
 partition's replicas being the target alone (the new replica caught up, joined the
 ISR and the old one removed); a move between directories until the copy has been
 swapped in and the old one deleted. Prints a table and writes
-bench/results/reassign-<time>.json.
+bench/results/reassign-<time>.json (its short form runs in make test).
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 from tests.integration.cluster import Cluster, wait_until  # noqa: E402
 
+from bench._report import write_result  # noqa: E402
+
 TOPIC = "bench-move"
+MOVE_TIMEOUT_S = 3600.0  # a move that never ends fails (the short form sets less)
 
 
 def _fill(c: Cluster, megabytes: int) -> None:
@@ -104,7 +107,7 @@ def _move_dir(c: Cluster, broker: int, throttle: int | None, workdir: Path) -> f
             and not any(target.glob("*-future"))
         )
 
-    wait_until(moved, timeout=3600, interval=0.1, what=f"the move to {target}")
+    wait_until(moved, timeout=MOVE_TIMEOUT_S, interval=0.1, what=f"the move to {target}")
     took = time.monotonic() - started
     subprocess.run([*tool, "--verify"], check=True, capture_output=True, text=True, timeout=60)
     return took
@@ -119,7 +122,7 @@ def _move(c: Cluster, target: int, throttle: int | None, workdir: Path) -> float
     args = [*tool, "--execute"] + (["--throttle", str(throttle)] if throttle else [])
     subprocess.run(args, check=True, capture_output=True, text=True, timeout=60)
     started = time.monotonic()
-    wait_until(lambda: _replicas(c) == [target], timeout=3600, interval=0.1,
+    wait_until(lambda: _replicas(c) == [target], timeout=MOVE_TIMEOUT_S, interval=0.1,
                what=f"the move to broker {target}")  # fmt: skip
     took = time.monotonic() - started
     subprocess.run([*tool, "--verify"], check=True, capture_output=True, text=True, timeout=60)
@@ -144,36 +147,34 @@ def _copy_baseline(c: Cluster, broker: int, workdir: Path) -> float:
     return took
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mb", type=int, default=1024, help="size of the partition moved")
-    ap.add_argument("--throttle-mb", type=int, default=50, help="MB/s of the throttled move")
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-reassign-") as tmp:
-        work = Path(tmp)
-        c = Cluster(work, controllers=1, brokers=3)
-        for n in c.brokers.values():  # two log directories each (KIP-858)
-            text = n.config.read_text().replace(f"log.dirs={n.data}\n",
-                                                f"log.dirs={n.data}/a,{n.data}/b\n")  # fmt: skip
-            n.config.write_text(text)
-        c.start()
-        try:
-            from kafka.admin import KafkaAdminClient, NewTopic
+def measure(megabytes: int, throttle_mb: int, work: Path) -> dict[str, Any]:
+    """One partition of ``megabytes`` moved between brokers and log directories, each
+    way beside a copy of its files, on a cluster of 1 controller and 3 brokers."""
+    c = Cluster(work, controllers=1, brokers=3)
+    for n in c.brokers.values():  # two log directories each (KIP-858)
+        text = n.config.read_text().replace(f"log.dirs={n.data}\n",
+                                            f"log.dirs={n.data}/a,{n.data}/b\n")  # fmt: skip
+        n.config.write_text(text)
+    c.start()
+    try:
+        from kafka.admin import KafkaAdminClient, NewTopic
 
-            admin = KafkaAdminClient(bootstrap_servers=c.bootstrap)
-            admin.create_topics([NewTopic(TOPIC, replica_assignments={0: [2]})])
-            admin.close()
-            wait_until(lambda: _replicas(c) == [2], what="the topic")
-            _fill(c, args.mb)
-            size = _log_bytes(c, 2)
-            copy_s = _copy_baseline(c, 2, work)
-            free_s = _move(c, 3, None, work)
-            throttle = args.throttle_mb * 1_000_000
-            throttled_s = _move(c, 4, throttle, work)
-            dir_s = _move_dir(c, 4, None, work)
-            dir_throttled_s = _move_dir(c, 4, throttle, work)
-        finally:
-            c.stop()
+        admin = KafkaAdminClient(bootstrap_servers=c.bootstrap)
+        admin.create_topics([NewTopic(TOPIC, replica_assignments={0: [2]})])
+        admin.close()
+        wait_until(lambda: _replicas(c) == [2], what="the topic")
+        _fill(c, megabytes)
+        size = _log_bytes(c, 2)
+        copy_s = _copy_baseline(c, 2, work)
+        free_s = _move(c, 3, None, work)
+        throttle = throttle_mb * 1_000_000
+        throttled_s = _move(c, 4, throttle, work)
+        dir_s = _move_dir(c, 4, None, work)
+        dir_throttled_s = _move_dir(c, 4, throttle, work)
+        moved = _log_bytes(c, 4)
+        replicas = _replicas(c)
+    finally:
+        c.stop()
     mb = size / 1e6
     rows: list[dict[str, Any]] = [
         {"case": "file copy (baseline)", "seconds": copy_s, "mb_per_s": mb / copy_s},
@@ -192,15 +193,25 @@ def main() -> None:
             "limit_mb_per_s": throttle / 1e6,
         },
     ]
-    print(f"one partition of {mb:.0f} MB ({size} bytes) moved between brokers and log directories")
+    return {"bytes": size, "bytes_at_the_end": moved, "replicas_at_the_end": replicas,
+            "rows": rows}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=int, default=1024, help="size of the partition moved")
+    ap.add_argument("--throttle-mb", type=int, default=50, help="MB/s of the throttled move")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-reassign-") as tmp:
+        out = measure(args.mb, args.throttle_mb, Path(tmp))
+    rows = out["rows"]
+    print(f"one partition of {out['bytes'] / 1e6:.0f} MB ({out['bytes']} bytes) moved between "
+          "brokers and log directories")  # fmt: skip
     print(f"{'case':<58}{'seconds':>10}{'MB/s':>10}{'x copy':>10}")
     for r in rows:
         print(f"{r['case']:<58}{r['seconds']:>10.2f}{r['mb_per_s']:>10.1f}"
               f"{r['mb_per_s'] / rows[0]['mb_per_s']:>10.2f}")  # fmt: skip
-    out = ROOT / "bench" / "results" / f"reassign-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"bytes": size, "rows": rows}, indent=2))
-    print(f"wrote {out}")
+    write_result("reassign", out)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ process. JSON reads, as a data engineer's job does: N JSON events parsed and sum
 by Spark (from_json on the value, then sum of a field) and by the consumer (json.loads
 of each value, then the same sum); the time of the read alone beside them says where it
 goes. Write: N rows (100-byte values) from a Spark DataFrame into a topic.
-Prints a table and writes bench/results/spark-<time>.json.
+Prints a table and writes bench/results/spark-<time>.json (its short form runs in make
+test, in tests/spark).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -29,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.integration.cluster import Node  # noqa: E402
 
+from bench._report import write_result  # noqa: E402
 from bench.throughput import consume, produce  # noqa: E402
 
 SIZE = 100
@@ -123,44 +126,35 @@ def spark_write(spark, bootstrap: str, topic: str, n: int) -> float:  # type: ig
     return time.perf_counter() - t0
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--messages", type=int, default=1_000_000)
-    ap.add_argument("--partitions", type=int, default=4)
-    args = ap.parse_args()
-    n, parts = args.messages, args.partitions
-    with tempfile.TemporaryDirectory() as tmp:
-        node = Node(Path(tmp) / "node")
-        node.format()
-        node.start()
-        admin = AdminClient({"bootstrap.servers": node.bootstrap})
-        try:
-            topics = ("warmup", "bench-read", "bench-write", "bench-json")
-            for topic in topics:
-                admin.create_topics([NewTopic(topic, 2 if topic == "warmup" else parts, 1)])[
-                    topic
-                ].result(30)
-            produce(node.bootstrap, "warmup", 10_000, SIZE)
-            produce(node.bootstrap, "bench-read", n, SIZE)
-            produce_json(node.bootstrap, "bench-json", n)
-            spark = spark_session()
-            spark_count(spark, node.bootstrap, "warmup")
-            runs = [spark_count(spark, node.bootstrap, "bench-read") for _ in range(2)]
-            assert all(c == n for c, _ in runs), runs
-            spark_s = min(dt for _, dt in runs)
-            plain_rate = consume(node.bootstrap, "bench-read", parts, n)
-            json_runs = [spark_json_sum(spark, node.bootstrap, "bench-json") for _ in range(2)]
-            json_spark_s = min(dt for _, dt in json_runs)
-            json_read = [spark_count(spark, node.bootstrap, "bench-json") for _ in range(2)]
-            json_read_s = min(dt for _, dt in json_read)
-            plain_total, json_plain_s = consume_json_sum(node.bootstrap, "bench-json", parts, n)
-            plain_read_rate = consume(node.bootstrap, "bench-json", parts, n)
-            assert all(abs(t - plain_total) < 1e-3 * max(1.0, plain_total) for t, _ in json_runs)
-            write_s = spark_write(spark, node.bootstrap, "bench-write", n)
-            spark.stop()
-        finally:
-            node.stop()
-    row = {
+def measure(
+    spark, bootstrap: str, n: int, parts: int, prefix: str = "", best_of: int = 2
+) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """Every measure of the table with ``spark`` against the node at ``bootstrap``, on
+    new topics named with ``prefix``, Spark's the best of ``best_of`` runs."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = ("warmup", "bench-read", "bench-write", "bench-json")
+    warmup, read, write, events = (prefix + t for t in names)
+    for topic in (warmup, read, write, events):
+        admin.create_topics([NewTopic(topic, 2 if topic == warmup else parts, 1)])[topic].result(30)
+    produce(bootstrap, warmup, min(n, 10_000), SIZE)
+    produce(bootstrap, read, n, SIZE)
+    produce_json(bootstrap, events, n)
+    spark_count(spark, bootstrap, warmup)
+    runs = [spark_count(spark, bootstrap, read) for _ in range(best_of)]
+    assert all(c == n for c, _ in runs), runs
+    spark_s = min(dt for _, dt in runs)
+    plain_rate = consume(bootstrap, read, parts, n)
+    json_runs = [spark_json_sum(spark, bootstrap, events) for _ in range(best_of)]
+    json_spark_s = min(dt for _, dt in json_runs)
+    json_read = [spark_count(spark, bootstrap, events) for _ in range(best_of)]
+    assert all(c == n for c, _ in json_read), json_read
+    json_read_s = min(dt for _, dt in json_read)
+    plain_total, json_plain_s = consume_json_sum(bootstrap, events, parts, n)
+    plain_read_rate = consume(bootstrap, events, parts, n)
+    assert all(abs(t - plain_total) < 1e-3 * max(1.0, plain_total) for t, _ in json_runs)
+    write_s = spark_write(spark, bootstrap, write, n)
+    written, _ = spark_count(spark, bootstrap, write)
+    return {
         "messages": n,
         "message_bytes": SIZE,
         "partitions": parts,
@@ -174,10 +168,32 @@ def main() -> None:
         "json_plain_parse_sum_rows_per_s": round(n / json_plain_s),
         "json_plain_read_only_rows_per_s": round(plain_read_rate),
         "json_spark_vs_plain": round(json_plain_s / json_spark_s, 2),
+        "json_sum": plain_total,
         "spark_write_rows_per_s": round(n / write_s),
         "spark_write_mb_per_s": round(n * SIZE / write_s / 1e6, 1),
+        "spark_written_rows": written,
         "spark_executors": "local[2]",
     }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    args = ap.parse_args(argv)
+    n, parts = args.messages, args.partitions
+    with tempfile.TemporaryDirectory() as tmp:
+        node = Node(Path(tmp) / "node")
+        node.format()
+        node.start()
+        try:
+            spark = spark_session()
+            try:
+                row = measure(spark, node.bootstrap, n, parts)
+            finally:
+                spark.stop()
+        finally:
+            node.stop()
     print(
         f"{'rows':>9} {'parts':>5} {'spark read rows/s':>18} {'MB/s':>6} "
         f"{'plain consumer rows/s':>22} {'MB/s':>6} {'ratio':>6} {'spark write rows/s':>19}"
@@ -194,9 +210,7 @@ def main() -> None:
         f"{row['json_plain_read_only_rows_per_s']:,}); spark/consumer "
         f"{row['json_spark_vs_plain']}"
     )
-    out = ROOT / "bench" / "results" / f"spark-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.write_text(json.dumps(row, indent=2) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}")
+    write_result("spark", row)
 
 
 if __name__ == "__main__":

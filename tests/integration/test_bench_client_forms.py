@@ -1,8 +1,11 @@
 """Short forms of the client-side benchmarks (transactions, share groups, secured
-listeners), so none rots unseen: each runs its real code at a small size and checks that
-it measured what it says - every record written, read or committed - not how fast."""
+listeners, partition moves), so none rots unseen: each runs its real code at a small
+size and checks that it measured what it says - every record written, read, committed or
+moved - not how fast."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from bench import security, share_groups, transactions
@@ -47,3 +50,19 @@ def test_the_security_bench_serves_every_listener() -> None:
         assert r["unsent"] == 0, name
         assert r["consumed"] == 500, name
         assert r["new_client_ms"] > 0, name
+
+
+def test_the_reassign_bench_moves_the_partition_every_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import reassign
+
+    monkeypatch.setattr(reassign, "MOVE_TIMEOUT_S", 120.0)
+    out = reassign.measure(4, 4, tmp_path)  # 4 MB, throttled at 4 MB/s
+    assert out["bytes"] >= 4 << 20
+    assert out["replicas_at_the_end"] == [4]
+    assert out["bytes_at_the_end"] == out["bytes"], "the moved copy is the whole log"
+    cases = [r["case"] for r in out["rows"]]
+    assert cases[0] == "file copy (baseline)"
+    assert len(cases) == 5
+    assert all(r["seconds"] > 0 for r in out["rows"])
