@@ -11,13 +11,13 @@
 
     python bench/fuzz.py [--inputs 1000000] [--socket-inputs 20000] [--seed 1]
 
-Prints a table and writes bench/results/fuzz-<time>.json.
+Prints a table and writes bench/results/fuzz-<time>.json (its short form runs in make
+test).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import resource
 import socket
@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from tests.integration.cluster import Node, api_versions_ok  # noqa: E402
 from tests.unit.protocol.test_request_fuzz import APIS, valid_frame  # noqa: E402
 
+from bench._report import write_result  # noqa: E402
 from keeperless.protocol.framing import ProtocolError, decode_request, read_header  # noqa: E402
 
 HUGE = (b"\x7f\xff\xff\xff", b"\xff\xff\xff\xf0", b"\x80\x80\x80\x08")
@@ -142,12 +143,12 @@ def live(n: int, seed: int, workdir: Path) -> dict[str, object]:
         node.stop()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--inputs", type=int, default=1_000_000)
     ap.add_argument("--socket-inputs", type=int, default=20_000)
     ap.add_argument("--seed", type=int, default=1)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import tempfile
 
     dec = decoding(args.inputs, args.seed)
@@ -168,9 +169,7 @@ def main() -> None:
           f"{alive:>12} {after:>14} {node_growth:>11}")  # fmt: skip
     for e in dec["examples"]:  # type: ignore[attr-defined]
         print("crash:", e)
-    out = ROOT / "bench" / "results" / f"fuzz-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.write_text(json.dumps({"decoding": dec, "live_node": node}, indent=2))
-    print(f"results: {out.relative_to(ROOT)}")
+    write_result("fuzz", {"decoding": dec, "live_node": node})
 
 
 if __name__ == "__main__":

@@ -66,3 +66,16 @@ def test_the_reassign_bench_moves_the_partition_every_way(
     assert cases[0] == "file copy (baseline)"
     assert len(cases) == 5
     assert all(r["seconds"] > 0 for r in out["rows"])
+
+
+def test_the_fuzz_bench_decodes_every_input_and_the_node_survives(tmp_path: Path) -> None:
+    from bench import fuzz
+
+    dec = fuzz.decoding(3_000, 1)
+    assert dec["decoded"] + dec["refused"] + dec["crashed"] == 3_000  # type: ignore[operator]
+    assert dec["crashed"] == 0, dec["examples"]
+    assert dec["refused"] > 0  # (mutated frames: some are refused)
+    node = fuzz.live(300, 1, tmp_path)
+    assert node["sent"] + node["connections_closed_by_node"] == 300  # type: ignore[operator]
+    assert node["node_alive"] is True
+    assert node["produce_after"] is True
