@@ -5,7 +5,8 @@ compared; the table shows each side's median and head/base.
 
     python bench/revisions.py --base <rev> [--bench throughput] [--rounds 2] [-- args]
 
-Prints a table and writes bench/results/revisions-<bench>-<time>.json.
+Prints a table and writes bench/results/revisions-<bench>-<time>.json (its short form
+runs in make test).
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench._report import write_result  # noqa: E402
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, float]:
@@ -41,15 +44,21 @@ def _run(
     tree: Path, bench: str, extra: list[str], script_tree: Path | None = None
 ) -> dict[str, float]:
     """Run ``bench`` (of ``script_tree``, by default ``tree``) with the code of the tree
-    at ``tree`` on PYTHONPATH, and read its JSON."""
+    at ``tree`` on PYTHONPATH, and read its JSON (from a directory of its own, or from
+    the tree's bench/results for a revision whose benchmarks write only there)."""
     script_tree = script_tree or tree
     results = script_tree / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
     before = set(results.glob("*.json"))
-    env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree}"}
-    script = str(script_tree / "bench" / f"{bench}.py")
-    subprocess.run([sys.executable, script, *extra], check=True, env=env, cwd=tree,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="kl-results-") as own:
+        env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree}",
+               "KEEPERLESS_BENCH_RESULTS": own}  # fmt: skip
+        script = str(script_tree / "bench" / f"{bench}.py")
+        subprocess.run([sys.executable, script, *extra], check=True, env=env, cwd=tree,
+                       stdout=subprocess.DEVNULL)  # fmt: skip
+        mine = sorted(Path(own).glob("*.json"), key=lambda p: p.stat().st_mtime)
+        if mine:
+            return _flat(json.loads(mine[-1].read_text()))
     new = sorted(set(results.glob("*.json")) - before, key=lambda p: p.stat().st_mtime)
     if not new:
         raise RuntimeError(f"{bench} of {tree} wrote no result")
@@ -59,7 +68,7 @@ def _run(
     return _flat(data)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--base", required=True, help="the baseline revision (a commit, a tag)")
     ap.add_argument("--bench", default="throughput", help="a bench/<name>.py")
@@ -68,7 +77,7 @@ def main() -> int:
                     help="run this checkout's benchmark script on both (a script that rotted "
                     "at the baseline, driving the code through interfaces both have)")  # fmt: skip
     ap.add_argument("extra", nargs="*", help="the benchmark's own arguments (after --)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     def rev(name: str) -> str:
         cmd = ["git", "-C", str(ROOT), "rev-parse", "--short", name]
@@ -99,12 +108,9 @@ def main() -> int:
     for row in rows:
         ratio = f"{row['head_vs_base']:.2f}" if row["head_vs_base"] is not None else "-"
         print(f"{row['metric'][:58]:<58} {row['base']:>12.4g} {row['head']:>12.4g} {ratio:>10}")
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    out = ROOT / "bench" / "results" / f"revisions-{args.bench}-{stamp}.json"
     summary = {"bench": args.bench, "base": base_rev, "head": head_rev,
                "rounds": args.rounds, "rows": rows, "runs": runs}  # fmt: skip
-    out.write_text(json.dumps(summary, indent=1))
-    print(f"wrote {out.relative_to(ROOT)}")
+    write_result(f"revisions-{args.bench}", summary)
     return 0
 
 

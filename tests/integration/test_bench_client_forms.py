@@ -79,3 +79,22 @@ def test_the_fuzz_bench_decodes_every_input_and_the_node_survives(tmp_path: Path
     assert node["sent"] + node["connections_closed_by_node"] == 300  # type: ignore[operator]
     assert node["node_alive"] is True
     assert node["produce_after"] is True
+
+
+def test_the_revisions_bench_compares_a_bench_of_two_trees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from bench import revisions
+
+    monkeypatch.setenv("KEEPERLESS_BENCH_RESULTS", str(tmp_path))
+    argv = ["--base", "HEAD", "--bench", "fuzz", "--rounds", "1", "--",
+            "--inputs", "300", "--socket-inputs", "30"]  # fmt: skip
+    assert revisions.main(argv) == 0
+    (path,) = tmp_path.glob("revisions-fuzz-*.json")  # (the two fuzz runs left none)
+    out = json.loads(path.read_text())
+    assert out["base"] == out["head"]
+    metrics = {r["metric"]: r for r in out["rows"]}
+    assert metrics["decoding.inputs"]["base"] == metrics["decoding.inputs"]["head"] == 300
+    assert metrics["live_node.inputs"]["head"] == 30
