@@ -5,7 +5,7 @@ restart lost records once a segment passed 8 MiB).
 
     python bench/soak.py [--minutes 120] [--restart-every-s 300] [--rate 4000] [--size 1024]
 
-The short form (``--minutes 2 --restart-every-s 40``) is what CI runs
+The short form (``--minutes 0.6 --restart-every-s 12``) is what CI runs
 (tests/integration/test_soak.py). Reported:
 
 * acknowledged vs read back (and lost, duplicated): the property, 0 lost;

@@ -8,9 +8,9 @@ from bench import soak
 
 
 def test_sustained_writes_survive_full_cluster_restarts() -> None:
-    r = soak.main(["--minutes", "1.0", "--restart-every-s", "20", "--rate", "1500",
+    r = soak.main(["--minutes", "0.6", "--restart-every-s", "12", "--rate", "1500",
                    "--no-save"])  # fmt: skip
     assert r["acknowledged"] > 10_000, "the producer hardly ran"
-    assert len(r["restarts"]) >= 3, "fewer full restarts than asked"
+    assert len(r["restarts"]) >= 2, "fewer full restarts than asked"
     assert r["lost"] == 0, f"acknowledged records lost: {r['lost_first']}"
     assert r["read_back"] >= r["acknowledged"]

@@ -373,3 +373,18 @@ def test_starting_offsets_by_timestamp(spark, kafka, topic_name):
     )
     assert sorted(r.offset for r in rows if r.partition == 1) == [0, 1, 2, 3, 4]
     assert [r for r in rows if r.partition == 0] == []
+
+
+def test_the_spark_bench_reads_parses_and_writes_every_row(spark: Any, kafka: Any) -> None:
+    """bench/spark.py's short form, on this file's session and node (a file of its own
+    started a Spark session of its own: 40 s of CI): every count, the JSON sums and the
+    write checked against a plain consumer."""
+    from bench import spark as bench_spark
+
+    out = bench_spark.measure(spark, kafka.bootstrap, 2_000, 2, prefix="short-", best_of=1)
+    # (measure asserts each of Spark's counts and sums against the plain consumer's)
+    assert out["spark_written_rows"] == 2_000
+    assert out["json_sum"] > 0
+    for key in ("spark_read_rows_per_s", "plain_consumer_rows_per_s",
+                "json_spark_parse_sum_rows_per_s", "spark_write_rows_per_s"):  # fmt: skip
+        assert out[key] > 0, key
