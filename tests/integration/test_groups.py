@@ -174,3 +174,38 @@ def test_a_cooperative_member_leaving_costs_the_others_one_round(node: Node) -> 
         assert [kind for kind, _ in new] == ["assign"], new  # one round, nothing revoked
         assert set(had) <= set(m.assignment())
         m.c.close()
+
+
+def test_a_member_commits_while_another_joins(node: Node) -> None:
+    """An eager member commits what it consumed after another member's join started the
+    rebalance and before it joins again itself (kafka-python's commit in its poll loop,
+    librdkafka's on revoke). Kafka accepts a current member's commit in
+    PreparingRebalance; refused, eager groups read those records again."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    _topics(node, ("eager", 2))
+    a = KafkaConsumer(bootstrap_servers=node.bootstrap, group_id="eager",
+                      enable_auto_commit=False, auto_offset_reset="earliest")  # fmt: skip
+    b = Member(node, "eager")
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    try:
+        a.subscribe(["eager"])
+        deadline = time.monotonic() + 30
+        while not a.assignment() and time.monotonic() < deadline:
+            a.poll(200)
+        assert len(a.assignment()) == 2
+        b.subscribe(["eager"])
+
+        def preparing() -> bool:
+            b.poll()
+            group = admin.describe_consumer_groups(["eager"])["eager"].result(10)
+            return "PREPARING" in str(group.state)
+
+        wait_until(preparing, 30, what="the group preparing a rebalance")
+        offsets = {TopicPartition("eager", p): OffsetAndMetadata(7, "", -1) for p in (0, 1)}
+        a.commit(offsets)  # (refused: CommitFailedError, REBALANCE_IN_PROGRESS)
+        assert a.committed(TopicPartition("eager", 0)) == 7
+    finally:
+        a.close()
+        b.c.close()

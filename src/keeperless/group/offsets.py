@@ -113,8 +113,14 @@ class GroupOffsets:
             err = ErrorCode.unknown_member_id if g is None else g.check_member(
                 member_id, generation, instance
             )  # fmt: skip
-            preparing = g is not None and g.state == GroupState.PREPARING
-            if err == ErrorCode.none and preparing and not transactional:
+            # as Kafka's validateOffsetCommit: a member of the current generation commits
+            # while the group prepares a rebalance (what an eager consumer does as it
+            # gives its partitions up, before it joins again); only between the join and
+            # the sync, the new generation's assignment not handed out yet, is it told
+            # to rejoin (refused in PreparingRebalance too, librdkafka's eager groups
+            # read again what they had consumed, and kafka-python's commits raised)
+            completing = g is not None and g.state == GroupState.COMPLETING
+            if err == ErrorCode.none and completing and not transactional:
                 err = ErrorCode.rebalance_in_progress
             return None if err == ErrorCode.none else err
         if not transactional and g is not None and g.members:

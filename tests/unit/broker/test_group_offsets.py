@@ -545,3 +545,27 @@ def _reloaded(b: Broker) -> Any:
         else:
             shard.replay(e.key, e.value, e.offset, e.producer_id, e.transactional)
     return shard
+
+
+def test_a_member_commits_while_its_group_prepares_a_rebalance(tmp_path: Path) -> None:
+    """Kafka's validateOffsetCommit: a member of the current generation commits while
+    the group waits for its members to join again (an eager consumer commits as it gives
+    its partitions up); only between the join and the sync is it told to rejoin. Refused
+    in PreparingRebalance too, librdkafka's eager groups read again what they had
+    consumed and kafka-python's commits raised (found by a helper's client tests)."""
+    from keeperless.coordinator.classic_group import GroupState
+
+    _b, offsets = _setup(tmp_path)
+    g = _stable_group(offsets, "m1", 3)
+    for state, generation, want in (
+        (GroupState.STABLE, 3, None),
+        (GroupState.PREPARING, 3, None),  # another member joins: m1 has not yet
+        (GroupState.PREPARING, 2, ErrorCode.illegal_generation),
+        (GroupState.COMPLETING, 3, ErrorCode.rebalance_in_progress),
+    ):
+        g.state = state
+        assert offsets.member_error(GROUP, "m1", generation, None) == want, (state, generation)
+        assert offsets.member_error(GROUP, "m1", generation, None, transactional=True) == (
+            None if want == ErrorCode.rebalance_in_progress else want
+        ), (state, generation)
+    assert offsets.member_error(GROUP, "stranger", 3, None) == ErrorCode.unknown_member_id
