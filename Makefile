@@ -31,7 +31,7 @@ check: venv
 	$(BIN)/ruff format --check src tests bench tools examples
 	$(BIN)/ruff check src tests bench tools examples
 	$(BIN)/mypy
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n 2 tests/unit
 
 ## sysdeps: system packages the integration tests need (kcat; PostgreSQL for change data
 ## capture and ZooKeeper for migrating ZooKeeper-mode clusters, started by the tests themselves)
