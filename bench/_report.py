@@ -24,3 +24,11 @@ def write_result(name: str, out: dict[str, Any]) -> Path:
     path.write_text(json.dumps({**out, "git": git}, indent=2))
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return path
+
+
+def print_rates(rows: list[dict[str, Any]], key: str, digits: int = 2) -> None:
+    """A table of ``rows`` (each with ``key``, ``msg_per_s`` and ``vs_baseline``)."""
+    width = max(len(key), *(len(str(r[key])) for r in rows)) + 2
+    print(f"{key:<{width}} {'msg/s':>10} {'vs baseline':>12}")
+    for r in rows:
+        print(f"{r[key]:<{width}} {r['msg_per_s']:>10,.0f} {r['vs_baseline']:>11.{digits}f}x")

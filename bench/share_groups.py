@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, Producer, ShareConsumer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.integration.cluster import Node, keeperless  # noqa: E402
 
-from bench._report import write_result  # noqa: E402
+from bench._report import print_rates, write_result  # noqa: E402
 
 TOPIC = "bench-share"
 TIMEOUT_S = 300.0
@@ -134,9 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     out = measure(args.messages, args.size)
     print(f"{args.messages:,} records of {args.size} bytes, one partition, one node")
-    print(f"{'consumers':<44} {'msg/s':>10} {'vs baseline':>12}")
-    for row in out["rows"]:
-        print(f"{row['consumers']:<44} {row['msg_per_s']:>10,.0f} {row['vs_baseline']:>11.3f}x")
+    print_rates(out["rows"], "consumers", 3)
     write_result("share-groups", out)
 
 

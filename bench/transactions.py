@@ -25,7 +25,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.integration.cluster import Node  # noqa: E402
 
-from bench._report import write_result  # noqa: E402
+from bench._report import print_rates, write_result  # noqa: E402
 
 
 def _send(p: Producer, topic: str, value: bytes, count: int) -> None:
@@ -42,6 +42,8 @@ def _send(p: Producer, topic: str, value: bytes, count: int) -> None:
 
 def idempotent(bootstrap: str, topic: str, n: int, value: bytes) -> float:
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    p.produce(topic, value=value, partition=0)  # its connection and producer id, untimed
+    assert p.flush(30) == 0  # (as init_transactions is for the transactional producer)
     t0 = time.perf_counter()
     _send(p, topic, value, n)
     assert p.flush(60) == 0
@@ -127,9 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     for t, n in out["committed"].items():  # every record is there (and committed)
         assert n >= args.messages, f"{t}: {n} of {args.messages} committed"
     print(f"{args.messages:,} records of {args.size} bytes, one partition, one node")
-    print(f"{'producer':<42} {'msg/s':>10} {'vs baseline':>12}")
-    for row in out["rows"]:
-        print(f"{row['producer']:<42} {row['msg_per_s']:>10,.0f} {row['vs_baseline']:>11.2f}x")
+    print_rates(out["rows"], "producer")
     write_result("transactions", out)
 
 
