@@ -125,19 +125,26 @@ def _uniform(
     for m, ts in sorted(members.items()):
         for t in ts:
             subscribers.setdefault(view[t][0], []).append(m)
-    quota = -(-len(every) // max(len(members), 1))  # ceil
+    # as Kafka's UniformHomogeneousAssignmentBuilder: every member gets at least
+    # ``least``, and only ``over`` of them one more (a member keeping a ceil(P/M) quota
+    # of its partitions left 4 partitions at 2/2/0 when a third member joined two)
+    least, over = divmod(len(every), max(len(members), 1))
     taken: set[tuple[UUID, int]] = set()
-    for m in sorted(members):  # stickiness first, within the quota
-        for tp in sorted(_flat(current.get(m, {})), key=lambda tp: (str(tp[0]), tp[1])):
-            if (
-                tp[0] in by_id
-                and m in subscribers.get(tp[0], ())
-                and tp not in taken
-                and tp[1] < view[by_id[tp[0]]][1]
-                and len(out[m]) < quota
-            ):
-                out[m].add(tp)
-                taken.add(tp)
+    for m in sorted(members):  # stickiness first, within the quotas
+        kept = [
+            tp
+            for tp in sorted(_flat(current.get(m, {})), key=lambda tp: (str(tp[0]), tp[1]))
+            if tp[0] in by_id
+            and m in subscribers.get(tp[0], ())
+            and tp not in taken
+            and tp[1] < view[by_id[tp[0]]][1]
+        ]
+        quota = least
+        if len(kept) > least and over > 0:
+            quota, over = least + 1, over - 1
+        for tp in kept[:quota]:
+            out[m].add(tp)
+            taken.add(tp)
     for tp in every:  # the rest to the least loaded subscriber
         if tp in taken:
             continue

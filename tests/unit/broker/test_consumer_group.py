@@ -182,3 +182,22 @@ def test_the_consumer_protocol_codec_of_classic_members() -> None:
     data = encode_assignment([("b", [2, 0]), ("a", [1])])
     assert decode_assignment(data) == [("a", [1]), ("b", [0, 2])]
     assert data[-4:] == b"\xff\xff\xff\xff"  # no user data
+
+
+@pytest.mark.parametrize("partitions", [4, 5, 7, 8, 9])
+def test_uniform_gives_a_joining_member_its_share(partitions: int) -> None:
+    """Found by a helper's client tests: two members held 2 of 4 partitions each and a
+    third joined; keeping each member's partitions up to ceil(4/3) = 2 left it none
+    (2/2/0, the group Stable). Kafka's uniform assignor gives every member at least
+    floor(P/M) and only P mod M of them one more, keeping what it can of the rest."""
+    uniform = ASSIGNORS["uniform"]
+    view = {"t": (T, partitions)}
+    two = uniform({"a": ["t"], "b": ["t"]}, view, {})
+    three = uniform({"a": ["t"], "b": ["t"], "c": ["t"]}, view, two)
+    sizes = {m: sum(len(p) for p in a.values()) for m, a in three.items()}
+    assert max(sizes.values()) - min(sizes.values()) <= 1, sizes
+    assert sum(sizes.values()) == partitions
+    for m in ("a", "b"):  # sticky: only what the newcomer's share needs moves
+        had = {(t, p) for t, ps in two[m].items() for p in ps}
+        has = {(t, p) for t, ps in three[m].items() for p in ps}
+        assert has <= had, m
