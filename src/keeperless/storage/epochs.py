@@ -63,19 +63,19 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self.entries[-1][0] if self.entries else -1
 
-    def assign(self, epoch: int, start_offset: int, persist: bool = True) -> None:
+    def assign(self, epoch: int, start_offset: int, persist: bool = True) -> bool:
         """Note that ``epoch`` began at ``start_offset``, as Kafka's cache does: a new
         epoch, or the same epoch starting earlier, replaces every entry it contradicts
         (an epoch at least as new, or one starting at or after it) - so that the cache
         always says what the log holds (a batch of an older epoch appended after a
         leadership that wrote nothing left an entry no batch had: a follower asking about
-        that older epoch was sent back to its start for ever)."""
+        that older epoch was sent back to its start for ever). True if it changed."""
         if epoch < 0 or start_offset < 0:
-            return
+            return False
         if self.entries:
             last_epoch, last_start = self.entries[-1]
             if epoch == last_epoch and start_offset >= last_start:
-                return
+                return False
         while self.entries and (
             self.entries[-1][0] >= epoch or self.entries[-1][1] >= start_offset
         ):
@@ -83,15 +83,14 @@ class LeaderEpochCache:
         self.entries.append((epoch, start_offset))
         if persist:
             self._write(sync=False)
+        return True
 
     def begin_leadership(self, epoch: int, log_end_offset: int) -> None:
         """This replica leads from ``epoch`` on, its log ending at ``log_end_offset``.
         Held at once; written at the next ``flush`` (a new leadership happens at once
         for every partition a starting broker leads, and a crash losing it loses
         nothing: the next leadership begins an epoch of its own)."""
-        before = list(self.entries)
-        self.assign(epoch, log_end_offset, persist=False)
-        if self.entries != before:
+        if self.assign(epoch, log_end_offset, persist=False):
             self._unsynced = True
 
     def truncate_from_end(self, end_offset: int) -> None:
