@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import struct
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -49,7 +50,7 @@ def encode_record(record: Any, version: int | None = None) -> bytes:
 
 # the (record type, version) pairs seen, by their one-byte frame header: the type and
 # version checks of a pair's first decode are not made again for every record
-_seen: dict[int, tuple[type, int]] = {}
+_seen: dict[int, tuple[type, int, Callable[[bytes, int], tuple[Any, int]]]] = {}
 
 
 def decode_record(value: bytes | memoryview) -> tuple[Any, int]:
@@ -58,13 +59,14 @@ def decode_record(value: bytes | memoryview) -> tuple[Any, int]:
     key = buf[1] << 8 | buf[2] if len(buf) >= 3 and buf[0] == _FRAME_VERSION else -1
     known = _seen.get(key)
     if known is not None:
-        (cls, version), pos = known, 3
+        (cls, version, dec), pos = known, 3
     else:
         cls, version, pos = _record_type(buf)
+        dec = decoder(cls, version)
         if pos == 3:  # (one-byte type and version)
-            _seen[key] = (cls, version)
+            _seen[key] = (cls, version, dec)
     try:
-        record, end = decoder(cls, version)(buf, pos)
+        record, end = dec(buf, pos)
     except (IndexError, struct.error, ValueError) as e:
         raise MetadataRecordError(f"truncated or malformed {cls.__name__}: {e}") from None
     if end != len(buf):

@@ -236,13 +236,20 @@ def known_directories(dirs: Any) -> tuple[UUID, ...]:
     seen, answer = _last_directories
     if dirs is seen:
         return answer
-    known: tuple[UUID, ...] = () if not dirs or all(d == MIGRATING for d in dirs) else tuple(dirs)
+    known: tuple[UUID, ...]
+    if not dirs:
+        known = ()
+    elif dirs[0].int != _MIGRATING_INT:  # (ints compare in C, UUIDs in Python)
+        known = tuple(dirs)
+    else:
+        known = () if all(d.int == _MIGRATING_INT for d in dirs) else tuple(dirs)
     if type(dirs) is tuple:  # immutable: the same object always means the same answer
         _last_directories = (dirs, known)
     return known
 
 
 _last_directories: tuple[object, tuple[UUID, ...]] = (None, ())
+_MIGRATING_INT = MIGRATING.int
 
 
 def _changed_directories(old: PartitionInfo, rec: r.PartitionChangeRecord) -> tuple[UUID, ...]:
@@ -282,6 +289,8 @@ class MetadataDelta:
     # (topic id, partition) changed by this delta, for publishers that care
     changed_partitions: set[tuple[UUID, int]] = field(default_factory=set)
     changed_configs: set[tuple[int, str]] = field(default_factory=set)
+    # the topic whose partitions changed last and their mutation (see _changing)
+    _last_parts: tuple[UUID, MapMutation[int, PartitionInfo]] | None = None
 
     # copy-on-write views of the parts that change (O(1) to start, O(log n) per change)
     def _t(self) -> MapMutation[UUID, TopicImage]:
@@ -310,6 +319,18 @@ class MetadataDelta:
             pm = self._parts[tid] = _mutate(self._t()[tid].partitions)
         return pm
 
+    def _changing(self, tid: UUID) -> MapMutation[int, PartitionInfo]:
+        """The partitions of topic ``tid`` as they change, the topic marked changed. A
+        topic's partitions come one after another and the decoder hands them one UUID
+        object: the last topic's are kept, not looked up by hashing its id again."""
+        last = self._last_parts
+        if last is not None and last[0] is tid:
+            return last[1]
+        pm = self._p(tid)
+        self.changed_topics.add(tid)
+        self._last_parts = (tid, pm)
+        return pm
+
     def replay(self, record: Any, offset: int = -1) -> None:
         handler = _HANDLERS.get(type(record))
         if handler is not None:
@@ -333,7 +354,8 @@ class MetadataDelta:
         self.changed_topics.add(rec.topic_id)
 
     def _partition(self, rec: r.PartitionRecord) -> None:
-        self._p(rec.topic_id)[rec.partition_id] = _new_partition(
+        tid = rec.topic_id
+        self._changing(tid)[rec.partition_id] = _new_partition(
             tuple(rec.replicas),
             tuple(rec.isr),
             rec.leader,
@@ -345,19 +367,19 @@ class MetadataDelta:
             tuple(rec.last_known_elr or ()),
             known_directories(rec.directories),
         )
-        self.changed_topics.add(rec.topic_id)
-        self.changed_partitions.add((rec.topic_id, rec.partition_id))
+        self.changed_partitions.add((tid, rec.partition_id))
 
     def _partition_change(self, rec: r.PartitionChangeRecord) -> None:
-        parts = self._p(rec.topic_id)
+        tid = rec.topic_id
+        parts = self._changing(tid)
         parts[rec.partition_id] = changed_partition(parts[rec.partition_id], rec)
-        self.changed_topics.add(rec.topic_id)
-        self.changed_partitions.add((rec.topic_id, rec.partition_id))
+        self.changed_partitions.add((tid, rec.partition_id))
 
     def _remove_topic(self, rec: r.RemoveTopicRecord) -> None:
         topics = self._t()
         t = topics[rec.topic_id]
         pm = self._parts.pop(rec.topic_id, None)
+        self._last_parts = None
         if pm is not None:
             t = replace(t, partitions=pm.finish())
         del topics[rec.topic_id]

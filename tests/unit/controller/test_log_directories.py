@@ -380,6 +380,7 @@ def test_a_partitions_known_directories_follow_each_tuple_it_is_given() -> None:
     assert known_directories((MIGRATING, MIGRATING)) == ()
     assert known_directories([a]) == (a,)
     assert known_directories((b, MIGRATING)) == (b, MIGRATING)
+    assert known_directories((MIGRATING, b)) == (MIGRATING, b)
     assert known_directories(()) == ()
     assert known_directories(None) == ()
     assert known_directories(both) == both

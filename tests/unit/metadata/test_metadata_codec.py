@@ -3,6 +3,7 @@ from __future__ import annotations
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,51 @@ def test_a_known_record_type_is_still_checked_to_its_end() -> None:
         decode_record(raw[:-3])
     with pytest.raises(MetadataRecordError, match="unsupported version 9 of PartitionChangeRecord"):
         decode_record(raw[:2] + b"\x09" + raw[3:])
+
+
+def test_a_partitions_repeated_rest_is_decoded_once_and_never_for_another() -> None:
+    """A PartitionRecord's fields after its ids (replicas, ISR, leader, epochs,
+    directories) repeat across thousands of partitions: a decoder keeps them by their
+    bytes and hands the same values to the next record with the same rest, and only to
+    such a record; a rest followed by trailing bytes or cut short is not kept."""
+    from keeperless.metadata.compiled import decoder
+
+    tid, dirs = uuid.uuid4(), [uuid.uuid4() for _ in range(3)]
+
+    def partition(p: int, **kw: Any) -> PartitionRecord:
+        fields: dict[str, Any] = dict(replicas=[1, 2, 3], isr=[1, 2], leader=1, leader_epoch=4,
+                                      partition_epoch=6, directories=dirs)  # fmt: skip
+        fields |= kw  # (as decoded: arrays are tuples)
+        return PartitionRecord(
+            partition_id=p, topic_id=tid,
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()},
+        )  # fmt: skip
+
+    first, _ = decode_record(encode_record(partition(0), 2))
+    again, _ = decode_record(encode_record(partition(1), 2))
+    assert (again.partition_id, again.topic_id) == (1, tid)
+    assert again.isr is first.isr  # (the kept values)
+    assert again.replicas is first.replicas
+    for change in ({"leader_epoch": 5}, {"isr": [1, 3]}, {"directories": dirs[::-1]},
+                   {"eligible_leader_replicas": [3]}, {"leader": 2}):  # fmt: skip
+        rec = partition(2, **change)
+        for _ in range(2):  # (the second from what the first kept)
+            assert decode_record(encode_record(rec, 2))[0] == rec
+    raw = encode_record(partition(3, leader_epoch=9), 2)
+    for _ in range(2):  # never kept as a whole record: the trailing byte is seen each time
+        with pytest.raises(MetadataRecordError, match="1 trailing bytes after PartitionRecord"):
+            decode_record(raw + b"\x00")
+    for _ in range(2):
+        with pytest.raises(MetadataRecordError, match="truncated or malformed PartitionRecord"):
+            decode_record(raw[:-20])
+    assert decode_record(raw)[0] == partition(3, leader_epoch=9)
+    # bounded: the kept rests of one decoder never pass their limit
+    import keeperless.metadata.compiled as compiled
+
+    memo = next(
+        v for k, v in decoder(PartitionRecord, 2).__globals__.items()
+        if k.startswith("R") and isinstance(v, dict)
+    )  # fmt: skip
+    for e in range(compiled._REST_MEMO_SIZE + 10):
+        decode_record(encode_record(partition(0, leader_epoch=e), 2))
+    assert 0 < len(memo) <= compiled._REST_MEMO_SIZE

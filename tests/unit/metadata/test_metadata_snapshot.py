@@ -103,3 +103,29 @@ def test_writer_reencodes_only_changed_topics(
     assert spans[0][0] == 0
     assert all(b == a_last + 1 for (_, a_last), (b, _) in itertools.pairwise(spans))
     assert spans[-1][1] == len(decode_entry(second)) + 1
+
+
+def test_a_delta_follows_a_topic_removed_and_made_again_between_its_partitions() -> None:
+    """A delta keeps the last topic's partitions at hand while a topic's records follow
+    one another; a topic removed and made again with its id between them still ends
+    with each partition where it was written."""
+    tid, other = uuid.uuid4(), uuid.uuid4()
+
+    def part(t: uuid.UUID, p: int) -> r.PartitionRecord:
+        return r.PartitionRecord(partition_id=p, topic_id=t, replicas=(1,), isr=(1,), leader=1)
+
+    d = MetadataDelta(MetadataImage())
+    for rec in (r.TopicRecord(name="a", topic_id=tid), part(tid, 0), part(tid, 1),
+                r.RemoveTopicRecord(topic_id=tid), r.TopicRecord(name="a", topic_id=tid),
+                part(tid, 2), r.TopicRecord(name="b", topic_id=other), part(other, 0),
+                part(tid, 3)):  # fmt: skip
+        d.replay(rec)
+    img = d.apply()
+    assert sorted(img.topics[tid].partitions) == [2, 3]
+    assert sorted(img.topics[other].partitions) == [0]
+    assert d.changed_topics == {tid, other}
+    assert d.changed_partitions >= {(tid, 2), (tid, 3), (other, 0)}
+    d = MetadataDelta(img)  # a change of a partition marks its topic changed
+    d.replay(r.PartitionChangeRecord(partition_id=0, topic_id=other, leader=-1))
+    assert d.changed_topics == {other}
+    assert d.apply().topics[other].partitions[0].leader == -1
