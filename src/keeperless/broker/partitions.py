@@ -458,13 +458,21 @@ class Partition:
             self.log.rewrite_txn_indexes(replayed, start)
         self.txns.forget_before(self.log.log_start_offset)
 
-    def _on_roll(self, base_offset: int) -> None:
-        """A new segment at ``base_offset``: the producers' state there is snapshotted
-        (the batch that rolled it is noted after), and snapshots of deleted segments go."""
-        self.log.sync_txn_indexes()
-        self.epochs.flush()
-        self.state.take_snapshot(base_offset)
-        self.state.delete_snapshots(below=self.log.first_segment_base)
+    def _on_roll(self, base_offset: int) -> Callable[[], None]:
+        """A new segment at ``base_offset``: the producers' state there is taken now
+        (the batch that rolled it is noted after) and written once the rolled segment
+        is durable (PartitionLog._seal): a start trusts the segments below the newest
+        snapshot. Snapshots of deleted segments go then."""
+        log, at = self.log, self.state.encoded()
+
+        def sealed() -> None:
+            if self.log is not log:
+                return  # (moved to another log directory since: its own log rolls)
+            self.epochs.flush()
+            self.state.write_snapshot(base_offset, at)
+            self.state.delete_snapshots(below=log.first_segment_base)
+
+        return sealed
 
     def swap_in_cleaned(
         self,

@@ -22,6 +22,7 @@ from keeperless.storage.producer_files import (
     CorruptSnapshotError,
     SnapshotEntry,
     delete_snapshots,
+    encode_snapshot,
     read_snapshot,
     snapshot_offsets,
     snapshot_path,
@@ -140,7 +141,16 @@ class ProducerState:
 
     def take_snapshot(self, offset: int) -> None:
         """The state as of ``offset`` (every batch below it noted, none above)."""
-        write_snapshot(self.dir, offset, self.entries())
+        self.write_snapshot(offset, self.encoded())
+
+    def encoded(self) -> bytes:
+        """The state now, as a snapshot's bytes (for ``write_snapshot`` later)."""
+        return encode_snapshot(self.entries())
+
+    def write_snapshot(self, offset: int, data: bytes) -> None:
+        """``data`` (``encoded`` when every batch below ``offset`` was noted, none
+        above) as the snapshot at ``offset``."""
+        write_snapshot(self.dir, offset, data)
 
     def load_snapshot(self, upto: int) -> int:
         """Start from the newest usable snapshot at or below ``upto`` (deleting those

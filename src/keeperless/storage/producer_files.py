@@ -141,9 +141,9 @@ def read_snapshot(path: Path) -> list[SnapshotEntry]:
     return decode_snapshot(data)
 
 
-def write_snapshot(directory: Path, offset: int, entries: list[SnapshotEntry]) -> None:
-    """Write the snapshot at ``offset`` whole or not at all."""
-    write_atomically(snapshot_path(directory, offset), encode_snapshot(entries))
+def write_snapshot(directory: Path, offset: int, data: bytes) -> None:
+    """Write the snapshot at ``offset`` (``encode_snapshot``'s bytes) whole or not at all."""
+    write_atomically(snapshot_path(directory, offset), data)
 
 
 def delete_snapshots(

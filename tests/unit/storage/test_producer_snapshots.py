@@ -271,3 +271,73 @@ def test_an_unclean_restart_keeps_the_aborted_transactions_indexed_before_its_sn
     assert s.txns.aborted_between(0, 10) == [(1, 0), (2, 2)]
     index = s.directory / "00000000000000000000.txnindex"
     assert decode_txn_index(index.read_bytes()) == [AbortedTxn(1, 0, 1, 2), AbortedTxn(2, 2, 3, 4)]
+
+
+def test_a_roll_makes_its_segment_durable_off_the_event_loop_before_its_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an event loop running, a roll returns at once and the rolled segment is
+    fsynced in a worker, as Kafka's roll schedules its flush; the snapshot at the new
+    segment's base (the recovery point a start trusts the segments below) is written
+    only after, and not at all if the log was truncated meanwhile. A flush meanwhile
+    fsyncs the rolled segment too."""
+    import asyncio
+    import os
+    import threading
+
+    import keeperless.storage.log as log_mod
+
+    started, release = threading.Event(), threading.Event()
+    real_durable, real_fsync = log_mod._make_durable, os.fsync
+    synced: list[int] = []  # the inodes fsynced
+
+    def held(fd: int, dir_fd: int, names: list[str]) -> None:
+        started.set()
+        assert release.wait(10)
+        real_durable(fd, dir_fd, names)
+
+    def fsync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(log_mod, "_make_durable", held)
+    monkeypatch.setattr(os, "fsync", fsync)
+
+    async def until_snapshots(p: Partition, want: list[int]) -> None:
+        for _ in range(1000):
+            if snapshot_offsets(p.directory) == want:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"snapshots {snapshot_offsets(p.directory)}, not {want}")
+
+    async def run() -> None:
+        p = _partition(tmp_path, segment_bytes=420)
+        p.append(_batch(1, 0, pad=250), 0, BIG, 0)  # 0
+        first = os.stat(p.directory / "00000000000000000000.log").st_ino
+        p.append(_batch(1, 1, pad=250), 0, BIG, 0)  # 1: rolls
+        assert started.wait(10)
+        assert first not in synced  # (not on the loop)
+        assert snapshot_offsets(p.directory) == []  # no recovery point past it yet
+        p.log.flush()
+        assert first in synced  # a flush makes it durable meanwhile
+        release.set()
+        await until_snapshots(p, [1])
+        assert p.producers[1].last_seq == 1
+        # a truncation while the next roll's segment is made durable: no snapshot there
+        started.clear()
+        release.clear()
+        p.append(_batch(1, 2, pad=250), 0, BIG, 0)  # 2: rolls
+        assert started.wait(10)
+        p.truncate_to(2)
+        release.set()
+        for _ in range(50):  # (the worker done and its answer on the loop)
+            await asyncio.sleep(0.01)
+        assert not p.log._sealing
+        assert snapshot_offsets(p.directory) == [1]
+        p.append(_batch(1, 2, pad=250), 0, BIG, 0)  # 2 again: rolls again
+        await until_snapshots(p, [1, 2])
+        p.persist()
+        assert snapshot_offsets(p.directory) == [1, 2, 3]
+        p.close()
+
+    asyncio.run(run())
