@@ -22,6 +22,7 @@ ISR_STALL_S), up to ISR_REJOIN_MAX_S - or the partitions still missing it are re
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import signal
@@ -448,6 +449,14 @@ class Nemesis:
             if seg.parent not in before and meta.exists() and self.rng.random() < 0.5:
                 meta.write_bytes(b"")
                 torn += 1
+        # a segment rolled meanwhile is fsynced by a worker after its roll, and the
+        # snapshot at the next segment's base written only after that: one without
+        # that snapshot yet is cut back as an active one is
+        begun = {seg.parent: seg for seg in sizes}
+        for path, size in _unsealed_segments(n.log_dirs).items():
+            first = begun.get(path.parent)
+            if first is not None and path.name >= first.name:  # (rolled during the fault)
+                now[path] = size
         for path, size in now.items():
             synced = sizes.get(path, 0)
             if size > synced:
@@ -685,6 +694,20 @@ def _missing_from_isr(admin: Any, ids: set[int]) -> list[str]:
             lacking = sorted((set(pm.replicas) & ids) - set(pm.isrs))
             if lacking:
                 out.append(f"{name}-{p}: {lacking}")
+    return out
+
+
+def _unsealed_segments(dirs: list[Path]) -> dict[Path, int]:
+    """The rolled segments of every partition that have no producer snapshot at the
+    next segment's base (written once a rolled segment is durable), and their sizes."""
+    out: dict[Path, int] = {}
+    for d in (e for data in dirs if data.is_dir() for e in data.iterdir()):
+        if not d.is_dir() or d.name.startswith("__cluster_metadata") or d.name.endswith("-delete"):
+            continue
+        logs = sorted(d.glob("*.log"))
+        for seg, nxt in itertools.pairwise(logs):
+            if not (d / f"{nxt.stem}.snapshot").exists():
+                out[seg] = seg.stat().st_size
     return out
 
 

@@ -195,7 +195,9 @@ class PartitionLog:
                 self._segments.append(seg)
                 continue
             trusting = False
-            whole = self._scan(seg, validate=last, on_batch=on_batch)
+            # every CRC, as Kafka's recovery past the recovery point: a segment rolled
+            # just before a power loss may not have been made durable yet (_seal)
+            whole = self._scan(seg, validate=True, on_batch=on_batch)
             self._segments.append(seg)
             if not whole and not last:
                 # as Kafka's recovery: the log ends at its first damaged batch; what
@@ -331,10 +333,10 @@ class PartitionLog:
     def _scan(
         self, seg: Segment, validate: bool, on_batch: Callable[[BatchHeader], None] | None
     ) -> bool:
-        """Rebuild a segment's indexes from its batch headers; on the active segment,
-        also verify every CRC. The segment ends at its last whole, valid batch: an
-        incomplete batch at the end of the file or a corrupt one (and all after it) is
-        truncated and reported, saying which. False if it was (or, read-only, would be)."""
+        """Rebuild a segment's indexes from its batch headers (``validate``: and verify
+        every CRC). The segment ends at its last whole, valid batch: an incomplete batch
+        at the end of the file or a corrupt one (and all after it) is truncated and
+        reported, saying which. False if it was (or, read-only, would be)."""
         interval = self.config.index_interval_bytes
         scan = BatchScan(seg.fd, 0, seg.size, verify_crc=validate)
         for pos, h, _ in scan:

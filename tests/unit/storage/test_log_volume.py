@@ -379,6 +379,37 @@ def test_a_damaged_older_segment_ends_the_log_there(tmp_path: Path, caplog: obje
     again.close()
 
 
+def test_a_batch_failing_its_crc_past_the_recovery_point_ends_the_log_there(
+    tmp_path: Path, caplog: object
+) -> None:
+    """Past the recovery point every segment's CRCs are verified, not only the last
+    one's: a rolled segment is made durable after its roll (PartitionLog._seal), so a
+    power loss can leave it damaged with a whole header and a later segment beside it."""
+    import logging
+
+    d = tmp_path / "t-0"
+    config = LogConfig(segment_bytes=SCAN_WINDOW_BYTES)
+    plog = PartitionLog(d, config, 0)
+    written = _write(plog, [(200_000, 20, 1)] * 7)
+    plog.close()
+    segs = _segments(d)
+    assert len(segs) >= 3
+    base = int(segs[1].name[:20])
+    in_segment = [w for w in written if w.base_offset >= base]
+    pos = in_segment[0].size + in_segment[1].size  # the third batch of the segment
+    with open(segs[1], "r+b") as f:
+        f.seek(pos + in_segment[2].size // 2)  # a record's byte, not its header's
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    caplog.set_level(logging.WARNING)  # type: ignore[attr-defined]
+    again = PartitionLog(d, config, 0, recovery_point=base)  # (segment 0 trusted)
+    assert again.log_end_offset == in_segment[2].base_offset
+    assert _segments(d) == segs[:2]
+    assert "CRC mismatch" in caplog.text  # type: ignore[attr-defined]
+    again.close()
+
+
 def test_dump_log_shows_a_batch_failing_its_crc_as_invalid_and_goes_on(tmp_path: Path) -> None:
     """As Kafka's tool: the damaged batch is printed with isvalid: false, the batches
     after it still printed (a helper found the dump stopping at the first bad one)."""
