@@ -416,7 +416,7 @@ class Broker:
     def enforce_retention(self) -> None:
         now = _now_ms()
         for p in list(self.partitions.partitions.values()):
-            p.log.enforce_retention(now)
+            p.enforce_retention(now)
 
     def expire_producers(self, expiration_ms: int) -> None:
         """producer.id.expiration.ms: forget the producers of every partition that wrote

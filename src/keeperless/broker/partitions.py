@@ -321,7 +321,17 @@ class Partition:
             return True
         self.log.advance_start(offset, now_ms)
         self._hw = max(self._hw, offset)
+        self._forget_deleted_segments()
         return True
+
+    def enforce_retention(self, now_ms: int) -> None:
+        """Delete the segments past the topic's retention (and their snapshots)."""
+        if self.log.enforce_retention(now_ms):
+            self._forget_deleted_segments()
+
+    def _forget_deleted_segments(self) -> None:
+        """The producer snapshots of deleted segments go with them, as Kafka's do."""
+        self.state.delete_snapshots(below=self.log.first_segment_base)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self.epochs.end_offset_for(epoch, self.log.log_end_offset)
@@ -470,7 +480,7 @@ class Partition:
                 return  # (moved to another log directory since: its own log rolls)
             self.epochs.flush()
             self.state.write_snapshot(base_offset, at)
-            self.state.delete_snapshots(below=log.first_segment_base)
+            self._forget_deleted_segments()
 
         return sealed
 

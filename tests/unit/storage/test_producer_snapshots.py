@@ -78,8 +78,12 @@ def test_producers_survive_the_retention_of_their_last_segment(tmp_path: Path) -
     assert snaps, "no snapshot at a roll"
     assert snaps[0] > 0, snaps  # one per roll, at the new segment's base
     p.log.config = LogConfig(segment_bytes=600, retention_bytes=0)
-    assert p.log.enforce_retention(0) >= 1
+    before = snapshot_offsets(p.directory)
+    p.enforce_retention(0)
     assert p.log.log_start_offset > 0
+    # the snapshots of the deleted segments went with them, as Kafka's do
+    assert snapshot_offsets(p.directory) == [o for o in before if o >= p.log.log_start_offset]
+    assert len(snapshot_offsets(p.directory)) < len(before)
     p.close()
     q = _partition(tmp_path, segment_bytes=600)
     again = q.append(_batch(5, 0), 0, BIG, 0)
@@ -341,3 +345,14 @@ def test_a_roll_makes_its_segment_durable_off_the_event_loop_before_its_snapshot
         p.close()
 
     asyncio.run(run())
+
+
+def test_delete_records_takes_the_snapshots_of_the_segments_it_deletes(tmp_path: Path) -> None:
+    p = _partition(tmp_path, segment_bytes=420)
+    for seq in range(5):
+        p.append(_batch(1, seq, pad=250), 0, BIG, 0)  # a segment each
+    assert snapshot_offsets(p.directory) == [1, 2, 3, 4]
+    assert p.advance_start(3, 0)
+    assert p.log.first_segment_base == 3
+    assert snapshot_offsets(p.directory) == [3, 4]
+    p.close()
