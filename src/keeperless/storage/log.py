@@ -1,14 +1,12 @@
 """A partition's log: segments `<20-digit base offset>.log` with offset and time indexes.
 
 Appends take record batches whose offsets are already assigned and write them as
-bytes. Reads return file slices (fd, position, length) so they can be served with
-sendfile. On open, the active segment is validated batch by batch (header and CRC)
-and a torn tail left by a crash is truncated and reported.
-"""
+bytes. Reads return file slices (fd, position, length), served with sendfile. On open,
+the segments past the recovery point are validated batch by batch (header and CRC) and
+a torn tail left by a crash is truncated and reported."""
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import contextlib
 import errno
@@ -37,6 +35,7 @@ from keeperless.storage.producer_files import (
     append_txn_index,
     decode_txn_index,
 )
+from keeperless.storage.sealing import Sealing
 from keeperless.storage.segment import (
     BuiltIndex,
     FileSlice,
@@ -70,29 +69,6 @@ def _guarded(
 
 
 log = logging.getLogger(__name__)
-_BESIDE = (".index", ".timeindex", TXN_INDEX_SUFFIX)  # a segment's files but its .log
-
-
-def _make_durable(fd: int, dir_fd: int, names: list[str]) -> None:
-    """fsync the file ``fd``, the files ``names`` in the directory ``dir_fd`` that
-    exist, then that directory; both descriptors are closed."""
-    try:
-        os.fsync(fd)
-        for name in names:
-            try:
-                f = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
-            except FileNotFoundError:
-                continue  # (no aborted transaction, or deleted since)
-            try:
-                os.fsync(f)
-            finally:
-                os.close(f)
-        os.fsync(dir_fd)
-    finally:
-        os.close(fd)
-        os.close(dir_fd)
-
-
 _RETIRED_FD_MS = 60_000  # how long a replaced segment stays open for fetches sending it
 
 
@@ -153,9 +129,7 @@ class PartitionLog:
         # is written to it; what it returns is called once the rolled segment is
         # durable (the producers' state is snapshotted there: a recovery point)
         self.on_roll: Callable[[int], Callable[[], None]] | None = None
-        # rolled segments being made durable off the event loop: a duplicate of each
-        # one's descriptor, for a flush meanwhile (see _seal)
-        self._sealing: dict[Segment, int] = {}
+        self._sealing = Sealing()  # rolled segments being made durable
         self.replayed_from = 0
         if fresh:  # (no segment, no swap to finish)
             self._segments, self._bases = [Segment(directory, 0, now_ms)], [0]
@@ -196,7 +170,7 @@ class PartitionLog:
                 continue
             trusting = False
             # every CRC, as Kafka's recovery past the recovery point: a segment rolled
-            # just before a power loss may not have been made durable yet (_seal)
+            # just before a power loss may not have been made durable yet (Sealing)
             whole = self._scan(seg, validate=True, on_batch=on_batch)
             self._segments.append(seg)
             if not whole and not last:
@@ -526,46 +500,15 @@ class PartitionLog:
             old.sync_indexes()  # (loaded, not rebuilt, at the next start)
             fsync_dir(self.dir)  # the new segment's name survives a crash
         else:
-            self._seal(old, self.on_roll(seg.base_offset))
+            generation = self._generation
+            self._sealing.seal(
+                self.dir,
+                old,
+                self.on_roll(seg.base_offset),
+                lambda: generation == self._generation and not self.closed and not self._failed,
+                self._fail,  # (the next write raises it)
+            )
         return seg
-
-    def _seal(self, old: Segment, then: Callable[[], None]) -> None:
-        """Make the rolled segment ``old`` durable - its data, its indexes (loaded, not
-        rebuilt, at the next start) and the new segment's name - off the event loop
-        when one runs, as Kafka's roll schedules its flush: the fsync of a 1 GiB
-        segment, on the loop, held it 250 ms to 1 s under a producer's load. ``then``
-        (which sets a recovery point past ``old``) runs after, unless the log was
-        truncated or closed meanwhile; a flush meanwhile fsyncs ``old`` too."""
-        old.write_indexes(sync=False)
-        names = [segment_name(old.base_offset, s) for s in _BESIDE]
-        dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        fd = os.dup(old.fd)  # (the worker's)
-        self._sealing[old] = os.dup(old.fd)  # (a flush's meanwhile)
-        generation = self._generation
-
-        def sealed(done: asyncio.Future[None]) -> None:
-            fd = self._sealing.pop(old, None)
-            if fd is not None:
-                os.close(fd)
-            if done.cancelled() or self.closed or self._failed is not None:
-                return
-            try:
-                done.result()
-                if generation == self._generation:
-                    then()
-            except OSError as e:
-                self._fail(e)  # (the next write raises it)
-
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # (no loop: a tool, a test) done now
-            try:
-                _make_durable(fd, dir_fd, names)
-            finally:
-                os.close(self._sealing.pop(old))
-            then()
-            return
-        loop.run_in_executor(None, _make_durable, fd, dir_fd, names).add_done_callback(sealed)
 
     # -- the aborted transactions' index (.txnindex beside each segment) -------------
 
@@ -631,12 +574,7 @@ class PartitionLog:
         try:
             if self.dir_pending:
                 self.sync_dir()
-            for seg, fd in list(self._sealing.items()):
-                os.fsync(fd)
-                for suffix in _BESIDE:
-                    fsync_file(self.dir / segment_name(seg.base_offset, suffix))
-            if self._sealing:
-                fsync_dir(self.dir)
+            self._sealing.flush(self.dir)
             os.fsync(self._segments[-1].fd)
             if indexes:
                 self._segments[-1].sync_indexes()
@@ -849,9 +787,7 @@ class PartitionLog:
             seg.dir = directory
 
     def close(self) -> None:
-        for fd in self._sealing.values():
-            os.close(fd)
-        self._sealing = {}
+        self._sealing.close()
         for seg in self._segments:
             seg.close()
         self._segments = []

@@ -289,7 +289,7 @@ def test_a_roll_makes_its_segment_durable_off_the_event_loop_before_its_snapshot
     import os
     import threading
 
-    import keeperless.storage.log as log_mod
+    import keeperless.storage.sealing as log_mod
 
     started, release = threading.Event(), threading.Event()
     real_durable, real_fsync = log_mod._make_durable, os.fsync
@@ -336,7 +336,7 @@ def test_a_roll_makes_its_segment_durable_off_the_event_loop_before_its_snapshot
         release.set()
         for _ in range(50):  # (the worker done and its answer on the loop)
             await asyncio.sleep(0.01)
-        assert not p.log._sealing
+        assert not p.log._sealing  # (nothing pending)
         assert snapshot_offsets(p.directory) == [1]
         p.append(_batch(1, 2, pad=250), 0, BIG, 0)  # 2 again: rolls again
         await until_snapshots(p, [1, 2])
