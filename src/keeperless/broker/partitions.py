@@ -471,7 +471,7 @@ class Partition:
     def _on_roll(self, base_offset: int) -> Callable[[], None]:
         """A new segment at ``base_offset``: the producers' state there is taken now
         (the batch that rolled it is noted after) and written once the rolled segment
-        is durable (PartitionLog._seal): a start trusts the segments below the newest
+        is durable (storage/sealing.py): a start trusts the segments below the newest
         snapshot. Snapshots of deleted segments go then."""
         log, at = self.log, self.state.encoded()
 

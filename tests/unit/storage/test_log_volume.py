@@ -383,7 +383,7 @@ def test_a_batch_failing_its_crc_past_the_recovery_point_ends_the_log_there(
     tmp_path: Path, caplog: object
 ) -> None:
     """Past the recovery point every segment's CRCs are verified, not only the last
-    one's: a rolled segment is made durable after its roll (PartitionLog._seal), so a
+    one's: a rolled segment is made durable after its roll (storage/sealing.py), so a
     power loss can leave it damaged with a whole header and a later segment beside it."""
     import logging
 
