@@ -71,6 +71,9 @@ def start_schema_warmup(apis: Mapping[int, tuple[int, int]]) -> threading.Thread
         ms = (time.monotonic() - t0) * 1000
         log.info("Loaded the schemas of %d common APIs ahead of their first use in %.0f ms", n, ms)
 
-    t = threading.Thread(target=run, name="schema-warmup", daemon=True)
+    # not a daemon: the interpreter joins it before it finalizes. A daemon thread still
+    # importing as a refused broker exited ~70 ms after start hung that exit for good
+    # (once in a CI run of test_brokers_of_another_inter_broker_protocol_version_are_refused)
+    t = threading.Thread(target=run, name="schema-warmup", daemon=False)
     t.start()
     return t

@@ -8,7 +8,6 @@ import contextlib
 import logging
 import os
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -225,7 +224,6 @@ class Node:
             if self.controller is not None:
                 self.controller.metrics = self.metrics
         self.servers: list[asyncio.Server] = []
-        self.warmup: threading.Thread | None = None  # (the schema warmup, see main)
         self._tasks: list[asyncio.Task[None]] = []
         self._stale_told = -1e9  # when a refused heartbeat was last reported
         # set when a log directory goes offline: the heartbeat tells the controller now
@@ -299,7 +297,7 @@ class Node:
         set_failure_handler(self._on_log_dir_failure)
         t0 = time.monotonic()
         if self.broker is not None:  # while the node starts, off the event loop
-            self.warmup = schema_warmup.start_schema_warmup(BROKER_APIS)
+            schema_warmup.start_schema_warmup(BROKER_APIS)
         if self.metrics is not None:
             host, port = self.config["metrics.http.listener"]
             try:
@@ -798,11 +796,4 @@ def run_node(config: NodeConfig, cluster_id: str) -> int:
     except (ListenError, RegistrationRefused) as e:
         log.error("[node %d] %s", config.node_id, e)
         return 1
-    finally:
-        # a node stopping as it starts (a refused registration) must not leave the
-        # interpreter's exit to the schema warmup's imports: a daemon thread holding an
-        # import lock as the interpreter finalizes hung a refused broker for good (once
-        # in a CI run's test_brokers_of_another_inter_broker_protocol_version_are_refused)
-        if node.warmup is not None:
-            node.warmup.join(30)
     return 0
